@@ -1,0 +1,283 @@
+// Package svc is the vocabulary of the svc agent runtime: agents, tasks,
+// results, run states, runtime events, options and error kinds, and the small
+// interfaces the rest of the module plugs into (Model, Tool, Emitter,
+// Backend). It imports only the standard library, so every other package
+// can depend on it and it depends on none of them.
+package svc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// TrustLevel bounds what tools an agent may call.
+type TrustLevel string
+
+// Trust levels, from least to most trusted.
+//
+//	sandbox  no tools at all
+//	low      read-only local tools (AccessRead)
+//	medium   read-only and network tools (AccessRead, AccessNetwork)
+//	high     everything, including tools that write (AccessWrite)
+const (
+	TrustSandbox TrustLevel = "sandbox"
+	TrustLow     TrustLevel = "low"
+	TrustMedium  TrustLevel = "medium"
+	TrustHigh    TrustLevel = "high"
+)
+
+// DefaultTrustLevel applies when an agent names none.
+const DefaultTrustLevel = TrustMedium
+
+// Valid reports whether t is one of the four levels.
+func (t TrustLevel) Valid() bool {
+	switch t {
+	case TrustSandbox, TrustLow, TrustMedium, TrustHigh:
+		return true
+	}
+	return false
+}
+
+// Allows reports whether an agent at trust level t may call a tool needing a.
+func (t TrustLevel) Allows(a Access) bool {
+	switch t {
+	case TrustHigh:
+		return a <= AccessWrite
+	case TrustMedium:
+		return a <= AccessNetwork
+	case TrustLow:
+		return a <= AccessRead
+	}
+	return false
+}
+
+// Access is what a tool does to the world, ordered by risk.
+type Access int
+
+const (
+	// AccessRead tools only read local state (the clock, files under a root).
+	AccessRead Access = iota + 1
+	// AccessNetwork tools talk to the network.
+	AccessNetwork
+	// AccessWrite tools change local state.
+	AccessWrite
+)
+
+func (a Access) String() string {
+	switch a {
+	case AccessRead:
+		return "read"
+	case AccessNetwork:
+		return "network"
+	case AccessWrite:
+		return "write"
+	}
+	return fmt.Sprintf("Access(%d)", int(a))
+}
+
+// MinTrust is the lowest trust level that allows a.
+func (a Access) MinTrust() TrustLevel {
+	switch a {
+	case AccessRead:
+		return TrustLow
+	case AccessNetwork:
+		return TrustMedium
+	}
+	return TrustHigh
+}
+
+// Tool is something an agent's model can call. Implementations must be safe
+// for concurrent calls. Package tools builds them from Go functions.
+type Tool interface {
+	// Name is the name the model calls the tool by.
+	Name() string
+	// Description tells the model what the tool is for.
+	Description() string
+	// InputSchema is the JSON Schema of the tool's arguments.
+	InputSchema() json.RawMessage
+	// Access says what the tool needs, for the trust gate.
+	Access() Access
+	// Call runs the tool. It must honour ctx.
+	Call(ctx context.Context, args json.RawMessage) (json.RawMessage, error)
+}
+
+// MCPServer configures one Model Context Protocol tool server of an agent.
+type MCPServer struct {
+	Name      string            `json:"name" yaml:"name"`
+	Transport string            `json:"transport" yaml:"transport"` // stdio | http | sse
+	Command   string            `json:"command,omitempty" yaml:"command,omitempty"`
+	Args      []string          `json:"args,omitempty" yaml:"args,omitempty"`
+	Env       map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	URL       string            `json:"url,omitempty" yaml:"url,omitempty"`
+	Prefix    string            `json:"prefix,omitempty" yaml:"prefix,omitempty"`
+}
+
+// Hook transforms an agent's input (PreProcess) or output (PostProcess).
+// An error from a hook fails the invocation.
+type Hook func(ctx context.Context, value json.RawMessage) (json.RawMessage, error)
+
+// ContextPasser values.
+const (
+	// ContextNone gives a spawned child only its own input.
+	ContextNone = ""
+	// ContextFull gives a spawned child the parent's conversation as well.
+	ContextFull = "full"
+)
+
+// Agent is the definition of an agent: the fourteen fields of the spec. A
+// runtime copies an Agent when it is registered (Clone), so the registered
+// definition cannot be changed through the value the caller still holds;
+// the runtime hands out copies too.
+type Agent struct {
+	Name         string
+	Model        string // provider:name, e.g. "test:echo" or "openai:gpt-4o-mini"
+	Instructions string
+	// OutputType and InputType are JSON Schemas; nil means any JSON value.
+	OutputType json.RawMessage
+	InputType  json.RawMessage
+	Tools      []Tool
+	MCPServers []MCPServer
+	// BuiltinTools names runtime-provided tools such as "spawn_agents".
+	BuiltinTools   []string
+	FallbackModels []string // tried in order when Model fails
+	ModelSettings  map[string]any
+	TrustLevel     TrustLevel // DefaultTrustLevel when empty
+	ContextPasser  string     // ContextNone or ContextFull
+	PreProcess     Hook
+	PostProcess    Hook
+}
+
+// Clone returns a deep copy of a, sharing only the immutable parts (tools
+// and hooks, which are behaviour rather than data).
+func (a Agent) Clone() Agent {
+	c := a
+	c.OutputType = slices.Clone(a.OutputType)
+	c.InputType = slices.Clone(a.InputType)
+	c.Tools = slices.Clone(a.Tools)
+	c.MCPServers = make([]MCPServer, len(a.MCPServers))
+	for i, s := range a.MCPServers {
+		s.Args = slices.Clone(s.Args)
+		s.Env = maps.Clone(s.Env)
+		c.MCPServers[i] = s
+	}
+	if a.MCPServers == nil {
+		c.MCPServers = nil
+	}
+	c.BuiltinTools = slices.Clone(a.BuiltinTools)
+	c.FallbackModels = slices.Clone(a.FallbackModels)
+	c.ModelSettings = cloneAny(a.ModelSettings).(map[string]any)
+	return c
+}
+
+func cloneAny(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if x == nil {
+			return x
+		}
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = cloneAny(e)
+		}
+		return m
+	case []any:
+		s := make([]any, len(x))
+		for i, e := range x {
+			s[i] = cloneAny(e)
+		}
+		return s
+	case []string:
+		return slices.Clone(x)
+	}
+	return v
+}
+
+// Models returns the primary model followed by the fallbacks.
+func (a *Agent) Models() []string {
+	out := make([]string, 0, 1+len(a.FallbackModels))
+	out = append(out, a.Model)
+	return append(out, a.FallbackModels...)
+}
+
+// Trust returns the agent's trust level, defaulted.
+func (a *Agent) Trust() TrustLevel {
+	if a.TrustLevel == "" {
+		return DefaultTrustLevel
+	}
+	return a.TrustLevel
+}
+
+// Validate checks what can be checked without a runtime: the name, the
+// model identifiers, the trust level, the context passer, tool names and
+// that the schemas are JSON. It returns a SpecValidationError.
+func (a *Agent) Validate() error {
+	bad := func(format string, args ...any) error {
+		e := Errorf(KindSpecValidation, format, args...)
+		e.Agent = a.Name
+		return e
+	}
+	if !ValidName(a.Name) {
+		return bad("agent name %q: use letters, digits, '_', '-' and '.', starting with a letter or digit", a.Name)
+	}
+	for i, m := range a.Models() {
+		if _, _, err := ParseModelID(m); err != nil {
+			if i == 0 {
+				return bad("agent %s: model: %v", a.Name, err)
+			}
+			return bad("agent %s: fallback_models[%d]: %v", a.Name, i-1, err)
+		}
+	}
+	if a.TrustLevel != "" && !a.TrustLevel.Valid() {
+		return bad("agent %s: trust_level %q: want high, medium, low or sandbox", a.Name, a.TrustLevel)
+	}
+	if a.ContextPasser != ContextNone && a.ContextPasser != ContextFull {
+		return bad("agent %s: context_passer %q: want null or \"full\"", a.Name, a.ContextPasser)
+	}
+	seen := map[string]bool{}
+	for i, t := range a.Tools {
+		if t == nil {
+			return bad("agent %s: tools[%d] is nil", a.Name, i)
+		}
+		if seen[t.Name()] {
+			return bad("agent %s: tool %q listed twice", a.Name, t.Name())
+		}
+		seen[t.Name()] = true
+	}
+	for name, s := range map[string]json.RawMessage{"input_type": a.InputType, "output_type": a.OutputType} {
+		if len(s) > 0 && !json.Valid(s) {
+			return bad("agent %s: %s is not valid JSON", a.Name, name)
+		}
+	}
+	return nil
+}
+
+// ValidName reports whether s is usable as an agent, group or tool name:
+// 1 to 128 characters of letters, digits, '_', '-' and '.', starting with a
+// letter or digit.
+func ValidName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && (r == '_' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ParseModelID splits "provider:name".
+func ParseModelID(id string) (provider, name string, err error) {
+	provider, name, ok := strings.Cut(id, ":")
+	if !ok || provider == "" || name == "" {
+		return "", "", fmt.Errorf("model %q: want provider:name, e.g. test:echo", id)
+	}
+	return provider, name, nil
+}

@@ -1,0 +1,175 @@
+package svc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Kind names a domain error kind. Its value is the wire name carried in the
+// `error` field of a problem+json body (for example "BudgetExceededError"), so a
+// client can rebuild the same kind from a response.
+type Kind string
+
+// The error kinds. Their HTTP statuses live in one table in package
+// http/server; their hierarchy is given by Kind.Parent.
+const (
+	// KindRuntime is the base of every domain error. A client that meets a kind
+	// it does not know keeps the name and still matches ErrRuntime.
+	KindRuntime          Kind = "AgentRuntimeError"
+	KindSpecValidation   Kind = "SpecValidationError"
+	KindTopology         Kind = "TopologyError"
+	KindPayloadTooLarge  Kind = "PayloadTooLargeError"
+	KindTrustViolation   Kind = "TrustViolationError"
+	KindRegistry         Kind = "RegistryError"
+	KindRunState         Kind = "RunStateError"
+	KindBudgetExceeded   Kind = "BudgetExceededError"
+	KindDepthLimit       Kind = "DepthLimitError"
+	KindSpawnCycle       Kind = "SpawnCycleError"
+	KindSpawn            Kind = "SpawnError"
+	KindToolExecution    Kind = "ToolExecutionError"
+	KindAllAgentsFailed  Kind = "AllAgentsFailedError"
+	KindModel            Kind = "ModelError"
+	KindTimeout          Kind = "TimeoutError"
+	KindCancelled        Kind = "CancelledError"
+	KindShuttingDown     Kind = "ShuttingDownError"
+	KindOutputValidation Kind = "OutputValidationError"
+)
+
+// Kinds lists every kind the runtime produces, base first.
+var Kinds = []Kind{
+	KindRuntime, KindSpecValidation, KindTopology, KindPayloadTooLarge,
+	KindTrustViolation, KindRegistry, KindRunState, KindBudgetExceeded,
+	KindDepthLimit, KindSpawnCycle, KindSpawn, KindToolExecution,
+	KindAllAgentsFailed, KindModel, KindTimeout, KindCancelled,
+	KindShuttingDown, KindOutputValidation,
+}
+
+// Parent is the kind this kind specialises: TopologyError and
+// PayloadTooLargeError are SpecValidationErrors, every other kind is an
+// AgentRuntimeError, and the base has no parent.
+func (k Kind) Parent() Kind {
+	switch k {
+	case KindRuntime:
+		return ""
+	case KindTopology, KindPayloadTooLarge:
+		return KindSpecValidation
+	default:
+		return KindRuntime
+	}
+}
+
+// Sentinels for errors.Is. errors.Is(err, ErrSpecValidation) holds for a
+// TopologyError too; errors.Is(err, ErrRuntime) holds for every *Error.
+var (
+	ErrRuntime          = &Error{Kind: KindRuntime}
+	ErrSpecValidation   = &Error{Kind: KindSpecValidation}
+	ErrTopology         = &Error{Kind: KindTopology}
+	ErrPayloadTooLarge  = &Error{Kind: KindPayloadTooLarge}
+	ErrTrustViolation   = &Error{Kind: KindTrustViolation}
+	ErrRegistry         = &Error{Kind: KindRegistry}
+	ErrRunState         = &Error{Kind: KindRunState}
+	ErrBudgetExceeded   = &Error{Kind: KindBudgetExceeded}
+	ErrDepthLimit       = &Error{Kind: KindDepthLimit}
+	ErrSpawnCycle       = &Error{Kind: KindSpawnCycle}
+	ErrSpawn            = &Error{Kind: KindSpawn}
+	ErrToolExecution    = &Error{Kind: KindToolExecution}
+	ErrAllAgentsFailed  = &Error{Kind: KindAllAgentsFailed}
+	ErrModel            = &Error{Kind: KindModel}
+	ErrTimeout          = &Error{Kind: KindTimeout}
+	ErrCancelled        = &Error{Kind: KindCancelled}
+	ErrShuttingDown     = &Error{Kind: KindShuttingDown}
+	ErrOutputValidation = &Error{Kind: KindOutputValidation}
+)
+
+// Error is the one concrete domain error. Kind says what went wrong; the
+// other fields say where. Use errors.As to read it and errors.Is with the
+// sentinels above to test its kind.
+type Error struct {
+	Kind    Kind
+	Message string
+	// Agent and TaskID name the agent and task involved, when there is one.
+	Agent  string
+	TaskID string
+	// Reason is a short machine-readable reason ("interrupted", "timeout",
+	// "invalid_output") carried into agent_failed events.
+	Reason string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+// Errorf builds an *Error of the given kind.
+func Errorf(kind Kind, format string, args ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap builds an *Error of the given kind around cause; the message is
+// msg, followed by the cause's text.
+func Wrap(kind Kind, cause error, msg string) *Error {
+	return &Error{Kind: kind, Message: msg, Err: cause}
+}
+
+func (e *Error) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = string(e.Kind)
+	}
+	if e.Err != nil {
+		if e.Message == "" {
+			return e.Err.Error()
+		}
+		return msg + ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is a sentinel of this error's kind or of one of
+// its ancestors. Only sentinels (errors with just a Kind) match by kind;
+// any other *Error matches only itself.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok || t.Message != "" || t.Err != nil || t.Agent != "" || t.TaskID != "" {
+		return false
+	}
+	for k := e.Kind; k != ""; k = k.Parent() {
+		if k == t.Kind {
+			return true
+		}
+	}
+	// A kind this build does not know is still an AgentRuntimeError.
+	return t.Kind == KindRuntime
+}
+
+// KindOf returns the kind of the first *Error in err's chain, KindTimeout
+// for a context deadline, KindCancelled for a context cancellation, and
+// KindRuntime otherwise.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return KindTimeout
+	}
+	if errors.Is(err, context.Canceled) {
+		return KindCancelled
+	}
+	return KindRuntime
+}
+
+// ReasonOf returns the Reason of the first *Error in err's chain that has one.
+func ReasonOf(err error) string {
+	for err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			return ""
+		}
+		if e.Reason != "" {
+			return e.Reason
+		}
+		err = e.Err
+	}
+	return ""
+}

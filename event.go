@@ -1,0 +1,160 @@
+package svc
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// EventType is the type of a RuntimeEvent.
+type EventType string
+
+// The sixteen event types of the spec.
+const (
+	EventAgentSpawned       EventType = "agent_spawned"
+	EventAgentDispatched    EventType = "agent_dispatched"
+	EventAgentCompleted     EventType = "agent_completed"
+	EventAgentFailed        EventType = "agent_failed"
+	EventToolCallStarted    EventType = "tool_call_started"
+	EventToolCallCompleted  EventType = "tool_call_completed"
+	EventToolCallFailed     EventType = "tool_call_failed"
+	EventBudgetExceeded     EventType = "budget_exceeded"
+	EventDepthLimitExceeded EventType = "depth_limit_exceeded"
+	EventBatchStarted       EventType = "batch_started"
+	EventBatchCompleted     EventType = "batch_completed"
+	EventGroupStarted       EventType = "group_started"
+	EventGroupCompleted     EventType = "group_completed"
+	EventWorkerStarted      EventType = "worker_started"
+	EventWorkerStopped      EventType = "worker_stopped"
+	EventWorkerHeartbeat    EventType = "worker_heartbeat"
+)
+
+// EventTypes lists all sixteen event types.
+var EventTypes = []EventType{
+	EventAgentSpawned, EventAgentDispatched, EventAgentCompleted, EventAgentFailed,
+	EventToolCallStarted, EventToolCallCompleted, EventToolCallFailed,
+	EventBudgetExceeded, EventDepthLimitExceeded,
+	EventBatchStarted, EventBatchCompleted, EventGroupStarted, EventGroupCompleted,
+	EventWorkerStarted, EventWorkerStopped, EventWorkerHeartbeat,
+}
+
+// PayloadKeys is the payload contract of each event type: exactly these keys
+// (agent_failed may add "reason").
+var PayloadKeys = map[EventType][]string{
+	EventAgentSpawned:       {"backend", "trust_level"},
+	EventAgentDispatched:    {"backend", "broker", "trust_level"},
+	EventAgentCompleted:     {"duration_ms", "tokens_used", "backend", "model"},
+	EventAgentFailed:        {"duration_ms", "error", "backend"},
+	EventToolCallStarted:    {"tool_name", "trust_level"},
+	EventToolCallCompleted:  {"tool_name", "duration_ms", "tokens_used"},
+	EventToolCallFailed:     {"tool_name", "error", "duration_ms"},
+	EventBudgetExceeded:     {"limit", "used", "scope"},
+	EventDepthLimitExceeded: {"limit", "depth"},
+	EventBatchStarted:       {"task_count", "max_concurrency"},
+	EventBatchCompleted:     {"task_count", "success_count", "failure_count"},
+	EventGroupStarted:       {"group_name", "node_count"},
+	EventGroupCompleted:     {"group_name", "duration_ms"},
+	EventWorkerStarted:      {"runtime_id", "agents", "broker_scheme", "concurrency", "prefetch", "consumer_id", "heartbeat_seconds"},
+	EventWorkerStopped:      {"runtime_id", "agents", "broker_scheme"},
+	EventWorkerHeartbeat:    {"runtime_id", "agent_subscriptions", "in_flight", "concurrency_cap", "broker_scheme"},
+}
+
+// IsFailure reports whether events of this type log at error level.
+func (t EventType) IsFailure() bool {
+	switch t {
+	case EventAgentFailed, EventToolCallFailed, EventBudgetExceeded, EventDepthLimitExceeded:
+		return true
+	}
+	return false
+}
+
+// Payload is the per-type data of a RuntimeEvent.
+type Payload map[string]any
+
+// RuntimeEvent is one thing that happened in the runtime. Treat it as
+// immutable once emitted: emitters may hold it and share it.
+type RuntimeEvent struct {
+	EventType EventType `json:"event_type"`
+	Timestamp time.Time `json:"timestamp"`
+	// AgentName is the agent; for worker lifecycle events, the runtime_id.
+	AgentName string `json:"agent_name"`
+	// TaskID is "" for run-level events and written as null.
+	TaskID string `json:"task_id"`
+	// TraceID is the request id of the run.
+	TraceID string `json:"trace_id"`
+	// ParentTraceID is the trace of the run that spawned this one, "" (null)
+	// for top-level runs.
+	ParentTraceID string  `json:"parent_trace_id"`
+	Payload       Payload `json:"payload"`
+}
+
+type eventJSON struct {
+	EventType     EventType `json:"event_type"`
+	Timestamp     time.Time `json:"timestamp"`
+	AgentName     string    `json:"agent_name"`
+	TaskID        *string   `json:"task_id"`
+	TraceID       string    `json:"trace_id"`
+	ParentTraceID *string   `json:"parent_trace_id"`
+	Payload       Payload   `json:"payload"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// MarshalJSON writes empty task_id and parent_trace_id as null and a nil
+// payload as {}.
+func (e RuntimeEvent) MarshalJSON() ([]byte, error) {
+	p := e.Payload
+	if p == nil {
+		p = Payload{}
+	}
+	return json.Marshal(eventJSON{
+		EventType: e.EventType, Timestamp: e.Timestamp.UTC(), AgentName: e.AgentName,
+		TaskID: nullable(e.TaskID), TraceID: e.TraceID, ParentTraceID: nullable(e.ParentTraceID),
+		Payload: p,
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *RuntimeEvent) UnmarshalJSON(b []byte) error {
+	var j eventJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = RuntimeEvent{EventType: j.EventType, Timestamp: j.Timestamp, AgentName: j.AgentName,
+		TraceID: j.TraceID, Payload: j.Payload}
+	if j.TaskID != nil {
+		e.TaskID = *j.TaskID
+	}
+	if j.ParentTraceID != nil {
+		e.ParentTraceID = *j.ParentTraceID
+	}
+	return nil
+}
+
+// Emitter receives runtime events. Emit must return quickly, never block
+// the caller on a slow consumer, never panic and never fail: an emitter
+// that cannot deliver drops the event (and may count the drop).
+type Emitter interface {
+	Emit(ev RuntimeEvent)
+}
+
+// EmitterFunc adapts a function to Emitter.
+type EmitterFunc func(ev RuntimeEvent)
+
+// Emit calls f.
+func (f EmitterFunc) Emit(ev RuntimeEvent) { f(ev) }
+
+// NopEmitter drops every event.
+type NopEmitter struct{}
+
+// Emit does nothing.
+func (NopEmitter) Emit(RuntimeEvent) {}
+
+// Backends reported in events and result metadata.
+const (
+	BackendLocal = "local"
+)

@@ -1,0 +1,93 @@
+package svc
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Role of a message in a model conversation.
+type Role string
+
+// Roles.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one turn of a conversation with a model.
+type Message struct {
+	Role Role `json:"role"`
+	// Content is a JSON value: the task input for the first user message,
+	// the answer for an assistant message, the result for a tool message.
+	// A JSON string is plain text to a real model.
+	Content json.RawMessage `json:"content,omitempty"`
+	// ToolCalls are the calls an assistant message asks for.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID links a tool message to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// IsError marks a tool message that reports a failed call.
+	IsError bool `json:"is_error,omitempty"`
+}
+
+// ToolCall is a model's request to call a tool.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ToolSpec describes a tool to a model.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// ModelRequest is one call to a model.
+type ModelRequest struct {
+	// Model is the name part of provider:name.
+	Model        string
+	Instructions string
+	Messages     []Message
+	Tools        []ToolSpec
+	// OutputSchema, when set, is the JSON Schema the final answer must meet.
+	OutputSchema json.RawMessage
+	Settings     map[string]any
+}
+
+// ModelResponse is a model's answer: either tool calls to make, or a final
+// output.
+type ModelResponse struct {
+	ToolCalls []ToolCall
+	// Output is the final answer as a JSON value (a JSON string for text).
+	Output       json.RawMessage
+	InputTokens  int64
+	OutputTokens int64
+	// TokensUsed is the total; when zero, InputTokens+OutputTokens is used.
+	TokensUsed int64
+	// CostUSD is the call's cost when the provider knows it.
+	CostUSD float64
+}
+
+// Tokens is the total tokens of the response.
+func (r *ModelResponse) Tokens() int64 {
+	if r.TokensUsed > 0 {
+		return r.TokensUsed
+	}
+	return r.InputTokens + r.OutputTokens
+}
+
+// Model is a language model behind a provider. Generate must honour ctx:
+// cancelling it aborts the call. Implementations are safe for concurrent use.
+type Model interface {
+	Generate(ctx context.Context, req ModelRequest) (ModelResponse, error)
+}
+
+// ModelFunc adapts a function to Model.
+type ModelFunc func(ctx context.Context, req ModelRequest) (ModelResponse, error)
+
+// Generate calls f.
+func (f ModelFunc) Generate(ctx context.Context, req ModelRequest) (ModelResponse, error) {
+	return f(ctx, req)
+}

@@ -1,0 +1,78 @@
+package svc
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Options are the runtime options of the spec, by the same names in
+// runtime.yaml and as `svc serve` flags.
+type Options struct {
+	// TimeoutSeconds bounds one run (a Run, one gather task); 300 by default.
+	TimeoutSeconds float64 `json:"timeout_seconds" yaml:"timeout_seconds"`
+	// MaxSpawnDepth is the deepest nesting of agent invocations; 4 by default.
+	// A top-level run is depth 0.
+	MaxSpawnDepth int `json:"max_spawn_depth" yaml:"max_spawn_depth"`
+	// RetryMaxAttempts is how many times an invocation runs at most; 1 (no
+	// retry) by default.
+	RetryMaxAttempts int `json:"retry_max_attempts" yaml:"retry_max_attempts"`
+	// RetryBackoffFactor grows the pause between attempts: attempt n+1 waits
+	// RetryBackoffBase × factor^(n-1). 1.5 by default.
+	RetryBackoffFactor float64 `json:"retry_backoff_factor" yaml:"retry_backoff_factor"`
+	// TokenBudget caps the tokens of one run (all its invocations); 0 means
+	// no budget.
+	TokenBudget int64 `json:"token_budget" yaml:"token_budget"`
+	// MCPEagerStart starts MCP tool servers with the runtime instead of on
+	// first use.
+	MCPEagerStart bool `json:"mcp_eager_start" yaml:"mcp_eager_start"`
+}
+
+// RetryBackoffBase is the pause before the first retry.
+const RetryBackoffBase = 100 * time.Millisecond
+
+// DefaultOptions returns the defaults of DESIGN.md.
+func DefaultOptions() Options {
+	return Options{
+		TimeoutSeconds:     300,
+		MaxSpawnDepth:      4,
+		RetryMaxAttempts:   1,
+		RetryBackoffFactor: 1.5,
+	}
+}
+
+// Timeout is TimeoutSeconds as a duration.
+func (o Options) Timeout() time.Duration {
+	return time.Duration(o.TimeoutSeconds * float64(time.Second))
+}
+
+// Backoff is the pause before attempt number attempt (2 for the first retry).
+func (o Options) Backoff(attempt int) time.Duration {
+	if attempt < 2 {
+		return 0
+	}
+	return time.Duration(float64(RetryBackoffBase) * math.Pow(o.RetryBackoffFactor, float64(attempt-2)))
+}
+
+// Validate rejects options no runtime can honour.
+func (o Options) Validate() error {
+	switch {
+	case !(o.TimeoutSeconds > 0) || math.IsInf(o.TimeoutSeconds, 0):
+		return Errorf(KindSpecValidation, "timeout_seconds %v: must be a positive number", o.TimeoutSeconds)
+	case o.MaxSpawnDepth < 0:
+		return Errorf(KindSpecValidation, "max_spawn_depth %d: must be 0 or more", o.MaxSpawnDepth)
+	case o.RetryMaxAttempts < 1:
+		return Errorf(KindSpecValidation, "retry_max_attempts %d: must be 1 or more", o.RetryMaxAttempts)
+	case o.RetryBackoffFactor < 1 || math.IsInf(o.RetryBackoffFactor, 0) || math.IsNaN(o.RetryBackoffFactor):
+		return Errorf(KindSpecValidation, "retry_backoff_factor %v: must be 1 or more", o.RetryBackoffFactor)
+	case o.TokenBudget < 0:
+		return Errorf(KindSpecValidation, "token_budget %d: must be 0 (none) or more", o.TokenBudget)
+	}
+	return nil
+}
+
+// String is a compact description for logs.
+func (o Options) String() string {
+	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d mcp_eager_start=%v",
+		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MCPEagerStart)
+}

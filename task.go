@@ -1,0 +1,113 @@
+package svc
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// TaskSpec is one unit of work for an agent.
+type TaskSpec struct {
+	// ID becomes the result's task_id; the runtime generates a UUIDv7 when
+	// it is empty.
+	ID string `json:"id,omitempty"`
+	// Input is handed to the agent: any JSON value.
+	Input json.RawMessage `json:"input"`
+	// RequestID becomes the trace_id of every event of the run.
+	RequestID string            `json:"request_id,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+}
+
+// ErrorInfo is the error of a failed AgentResult.
+type ErrorInfo struct {
+	Type    string `json:"type"` // the error kind, e.g. "ModelError"
+	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// ErrorInfoOf describes err for an AgentResult.
+func ErrorInfoOf(err error) *ErrorInfo {
+	if err == nil {
+		return nil
+	}
+	return &ErrorInfo{Type: string(KindOf(err)), Message: err.Error(), Reason: ReasonOf(err)}
+}
+
+// Err turns the info back into an *Error of the same kind.
+func (e *ErrorInfo) Err() error {
+	if e == nil {
+		return nil
+	}
+	return &Error{Kind: Kind(e.Type), Message: e.Message, Reason: e.Reason}
+}
+
+// ResultMetadata is the metadata of an AgentResult.
+type ResultMetadata struct {
+	TraceID    string  `json:"trace_id"`
+	DurationMS float64 `json:"duration_ms"`
+	TokensUsed int64   `json:"tokens_used"`
+	CostUSD    float64 `json:"cost_usd"`
+	// Model is the resolved identifier of the model that answered, "" when
+	// none did.
+	Model    string `json:"model"`
+	Attempts int    `json:"attempts"`
+	// Backend is where the invocation ran: "local" for this process.
+	Backend string `json:"backend"`
+}
+
+// AgentResult is the envelope of one agent run.
+type AgentResult struct {
+	AgentName string          `json:"agent_name"`
+	TaskID    string          `json:"task_id"`
+	Success   bool            `json:"success"`
+	Output    json.RawMessage `json:"output"`
+	Error     *ErrorInfo      `json:"error"`
+	Metadata  ResultMetadata  `json:"metadata"`
+}
+
+// MarshalJSON writes a nil output as null, so the field is always present.
+func (r AgentResult) MarshalJSON() ([]byte, error) {
+	type plain AgentResult
+	p := plain(r)
+	if len(p.Output) == 0 {
+		p.Output = json.RawMessage("null")
+	}
+	return json.Marshal(p)
+}
+
+// AgentSchema is what GET /agents/{name}/schema serves.
+type AgentSchema struct {
+	Name   string          `json:"name"`
+	Input  json.RawMessage `json:"input"`
+	Output json.RawMessage `json:"output"`
+}
+
+// AnySchema is the JSON Schema that accepts every value; an agent without an
+// input_type or output_type reports it.
+var AnySchema = json.RawMessage(`{}`)
+
+// GatherRequest is the body of POST /agents/{name}/gather.
+type GatherRequest struct {
+	Tasks          []TaskSpec `json:"tasks"`
+	MaxConcurrency int        `json:"max_concurrency,omitempty"`
+}
+
+// Gather limits.
+const (
+	DefaultGatherConcurrency = 100
+	MaxGatherConcurrency     = 10000
+)
+
+// CheckGatherConcurrency applies the default (0 means 100) and rejects
+// values outside 1..10000 with a SpecValidationError.
+func CheckGatherConcurrency(n int) (int, error) {
+	if n == 0 {
+		return DefaultGatherConcurrency, nil
+	}
+	if n < 1 || n > MaxGatherConcurrency {
+		return 0, Errorf(KindSpecValidation, "max_concurrency %d: must be between 1 and %d", n, MaxGatherConcurrency)
+	}
+	return n, nil
+}
+
+// ErrNoTasks is returned for a gather without tasks.
+var ErrNoTasks = errors.New("tasks: at least one task is required")
