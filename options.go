@@ -76,3 +76,6 @@ func (o Options) String() string {
 	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d mcp_eager_start=%v",
 		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MCPEagerStart)
 }
+
+// Version is the version of svc. Nothing has been released yet.
+const Version = "0.0.0"

@@ -1,0 +1,189 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
+)
+
+// invState is an invocation's state that survives restarts: protoactor
+// builds a new actor value on each restart, and the attempt count, the
+// clock and the tokens spent so far belong to the invocation, not to one
+// attempt.
+type invState struct {
+	env    *Env
+	run    *StartRun
+	runCtx context.Context
+	index  int
+	task   *Task
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	start   time.Time
+	attempt int
+	tokens  int64
+	cost    float64
+	model   string
+}
+
+// workDone carries an attempt's outcome from its goroutine back to the
+// invocation actor.
+type workDone struct {
+	out agent.Outcome
+	err error
+}
+
+// A late workDone for an invocation that already stopped is expected after a
+// cancel; it is not worth a dead-letter log line.
+func (*workDone) IgnoreDeadLetterLogging() {}
+
+// retry is the reason an invocation fails on purpose so that its supervisor
+// restarts it for another attempt.
+type retry struct{ err error }
+
+func (r *retry) String() string { return "retry after: " + r.err.Error() }
+
+// invocation is the actor of one agent invocation.
+type invocation struct{ st *invState }
+
+func (a *invocation) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		a.startAttempt(c)
+	case *workDone:
+		a.finishAttempt(c, m)
+	}
+}
+
+func (a *invocation) startAttempt(c actor.Context) {
+	st := a.st
+	st.attempt++
+	if st.attempt == 1 {
+		st.start = time.Now()
+		st.ctx, st.cancel = context.WithTimeout(st.runCtx, st.env.Options.Timeout())
+		st.emit(svc.EventAgentSpawned, svc.Payload{
+			"backend": svc.BackendLocal, "trust_level": string(st.run.Agent.Def.Trust()),
+		})
+	}
+	backoff := st.env.Options.Backoff(st.attempt)
+	inv := &agent.Invocation{
+		Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
+		ParentTraceID: st.run.ParentTrace, Depth: st.run.Depth, Emitter: st.env.Emitter,
+	}
+	if st.run.Budget != nil {
+		inv.Budget = st.run.Budget.For(st.run.Agent.Def.Name, st.task.ID, st.task.Trace, st.run.ParentTrace)
+	}
+	self, root, ctx := c.Self(), c.ActorSystem().Root, st.ctx
+	st.env.Work.Add(1)
+	go func() {
+		defer st.env.Work.Done()
+		var d workDone
+		if backoff > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				d.err = ctx.Err()
+				root.Send(self, &d)
+				return
+			}
+		}
+		d.out, d.err = runLoop(ctx, inv)
+		root.Send(self, &d)
+	}()
+}
+
+// runLoop runs the agent loop, turning a panic in user code (a tool, a hook,
+// a model) into an error rather than a crashed process.
+func runLoop(ctx context.Context, inv *agent.Invocation) (out agent.Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = svc.Errorf(svc.KindRuntime, "agent %s panicked: %v", inv.Agent.Def.Name, p)
+		}
+	}()
+	return agent.Run(ctx, inv)
+}
+
+func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
+	st := a.st
+	st.tokens += d.out.TokensUsed
+	st.cost += d.out.CostUSD
+	if d.out.Model != "" {
+		st.model = d.out.Model
+	}
+	err := d.err
+	if err != nil && st.ctx.Err() == nil && retryable(err) && st.attempt < st.env.Options.RetryMaxAttempts {
+		panic(&retry{err: err})
+	}
+	st.cancel()
+	res := svc.AgentResult{
+		AgentName: st.run.Agent.Def.Name,
+		TaskID:    st.task.ID,
+		Metadata: svc.ResultMetadata{
+			TraceID: st.task.Trace, TokensUsed: st.tokens, CostUSD: st.cost, Model: st.model,
+			Attempts: st.attempt, Backend: svc.BackendLocal,
+		},
+	}
+	dur := time.Since(st.start)
+	res.Metadata.DurationMS = ms(dur)
+	if err == nil {
+		res.Success = true
+		res.Output = d.out.Output
+		st.emit(svc.EventAgentCompleted, svc.Payload{
+			"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
+			"backend": svc.BackendLocal, "model": st.model,
+		})
+	} else {
+		err = st.describe(err)
+		res.Error = svc.ErrorInfoOf(err)
+		p := svc.Payload{"duration_ms": res.Metadata.DurationMS, "error": err.Error(), "backend": svc.BackendLocal}
+		if res.Error.Reason != "" {
+			p["reason"] = res.Error.Reason
+		}
+		st.emit(svc.EventAgentFailed, p)
+	}
+	c.Send(c.Parent(), &invDone{index: st.index, result: res})
+	c.Stop(c.Self())
+}
+
+// describe gives the ends of the invocation's context their reasons: its
+// own deadline is a TimeoutError, a cancelled run a CancelledError.
+func (st *invState) describe(err error) error {
+	name := st.run.Agent.Def.Name
+	switch kind := svc.KindOf(err); {
+	case kind == svc.KindTimeout || errors.Is(err, context.DeadlineExceeded):
+		return &svc.Error{Kind: svc.KindTimeout, Reason: "timeout", Agent: name, TaskID: st.task.ID, Err: err,
+			Message: fmt.Sprintf("agent %s: timed out after %v", name, st.env.Options.Timeout())}
+	case kind == svc.KindCancelled || errors.Is(err, context.Canceled):
+		return &svc.Error{Kind: svc.KindCancelled, Reason: "cancelled", Agent: name, TaskID: st.task.ID, Err: err,
+			Message: fmt.Sprintf("agent %s: cancelled", name)}
+	}
+	return err
+}
+
+// retryable reports whether another attempt could succeed. Rejections
+// (budget, depth, trust, bad input) and ends of the run's context are final.
+func retryable(err error) bool {
+	switch svc.KindOf(err) {
+	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindTrustViolation,
+		svc.KindSpecValidation, svc.KindTopology, svc.KindRegistry, svc.KindTimeout, svc.KindCancelled:
+		return false
+	}
+	return true
+}
+
+func (st *invState) emit(t svc.EventType, p svc.Payload) {
+	st.env.Emitter.Emit(svc.RuntimeEvent{
+		EventType: t, Timestamp: time.Now().UTC(), AgentName: st.run.Agent.Def.Name, TaskID: st.task.ID,
+		TraceID: st.task.Trace, ParentTraceID: st.run.ParentTrace, Payload: p,
+	})
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,205 @@
+// Package actors holds the runtime's actors and their messages: the run
+// shards that supervise runs, one run actor per run (a single task or a
+// gather batch), and one invocation actor per agent invocation. Slow work
+// never runs in Receive: an invocation starts a goroutine for the agent loop,
+// which reports back by message.
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
+)
+
+// Env is what every actor of one runtime shares.
+type Env struct {
+	Emitter svc.Emitter
+	Options svc.Options
+	// Work tracks the goroutines that run agent loops, so Shutdown can wait
+	// for them.
+	Work *sync.WaitGroup
+}
+
+// Task is one prepared task of a run: ids assigned, input checked.
+type Task struct {
+	ID    string
+	Trace string
+	Input json.RawMessage
+}
+
+// StartRun asks a shard to start a run. Reply receives exactly one RunReply.
+type StartRun struct {
+	Ctx   context.Context
+	Agent *agent.Compiled
+	Tasks []Task
+	// MaxConcurrency bounds the invocations in flight (1 for a single run).
+	MaxConcurrency int
+	// Batch marks a gather: batch_started/batch_completed are emitted under
+	// BatchTrace.
+	Batch       bool
+	BatchTrace  string
+	Depth       int
+	ParentTrace string
+	Budget      *Budget // nil: no budget
+	Reply       chan<- RunReply
+}
+
+// RunReply is the outcome of a run: one result per task, in task order.
+// Err is set only when the run could not finish (the runtime shut down).
+type RunReply struct {
+	Results []svc.AgentResult
+	Err     error
+}
+
+// ShutdownRuns tells a shard to cancel every run it supervises.
+type ShutdownRuns struct{}
+
+// Shard is a long-lived actor under which run actors live. The runtime keeps
+// several and spreads runs over them, so no single parent serialises every
+// spawn.
+type Shard struct {
+	env  *Env
+	runs map[*actor.PID]struct{}
+}
+
+// NewShard returns the producer of a shard actor.
+func NewShard(env *Env) actor.Producer {
+	return func() actor.Actor { return &Shard{env: env, runs: map[*actor.PID]struct{}{}} }
+}
+
+// Receive implements actor.Actor.
+func (s *Shard) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *StartRun:
+		r := &runActor{env: s.env, req: m}
+		pid := c.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
+		s.runs[pid] = struct{}{}
+	case runEnded:
+		delete(s.runs, m.pid)
+	case *ShutdownRuns:
+		for pid := range s.runs {
+			c.Send(pid, cancelRun{})
+		}
+	}
+}
+
+// cancelRun tells a run actor to cancel its in-flight work.
+type cancelRun struct{}
+
+// runEnded tells a shard that one of its runs has replied and is stopping.
+type runEnded struct{ pid *actor.PID }
+
+// invDone reports an invocation's final result to its run actor.
+type invDone struct {
+	index  int
+	result svc.AgentResult
+}
+
+// runActor supervises the invocations of one run. It is also their
+// supervisor strategy: a failed attempt is restarted, which is how retries
+// happen.
+type runActor struct {
+	env *Env
+	req *StartRun
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	results  []svc.AgentResult
+	next     int // index of the next task to start
+	inflight int
+	done     int
+	ok       int
+	replied  bool
+}
+
+func (r *runActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		r.ctx, r.cancel = context.WithCancel(r.req.Ctx)
+		r.results = make([]svc.AgentResult, len(r.req.Tasks))
+		if r.req.Batch {
+			r.emitBatch(svc.EventBatchStarted, svc.Payload{
+				"task_count": len(r.req.Tasks), "max_concurrency": r.req.MaxConcurrency,
+			})
+		}
+		r.fill(c)
+		r.maybeFinish(c)
+	case *invDone:
+		r.results[m.index] = m.result
+		r.inflight--
+		r.done++
+		if m.result.Success {
+			r.ok++
+		}
+		r.fill(c)
+		r.maybeFinish(c)
+	case cancelRun:
+		r.cancel()
+	case *actor.Stopping:
+		if r.cancel != nil {
+			r.cancel()
+		}
+		if !r.replied {
+			r.replied = true
+			r.req.Reply <- RunReply{Err: svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")}
+		}
+	}
+}
+
+// fill starts invocations until the concurrency bound is reached.
+func (r *runActor) fill(c actor.Context) {
+	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
+		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, index: r.next, task: &r.req.Tasks[r.next]}
+		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return &invocation{st: st} }))
+		r.next++
+		r.inflight++
+	}
+}
+
+func (r *runActor) maybeFinish(c actor.Context) {
+	if r.done < len(r.req.Tasks) || r.replied {
+		return
+	}
+	if r.req.Batch {
+		r.emitBatch(svc.EventBatchCompleted, svc.Payload{
+			"task_count": len(r.req.Tasks), "success_count": r.ok, "failure_count": r.done - r.ok,
+		})
+	}
+	r.replied = true
+	r.cancel()
+	r.req.Reply <- RunReply{Results: r.results}
+	c.Send(c.Parent(), runEnded{c.Self()})
+	c.Stop(c.Self())
+}
+
+func (r *runActor) emitBatch(t svc.EventType, p svc.Payload) {
+	r.env.Emitter.Emit(svc.RuntimeEvent{
+		EventType: t, Timestamp: time.Now().UTC(), AgentName: r.req.Agent.Def.Name,
+		TraceID: r.req.BatchTrace, ParentTraceID: r.req.ParentTrace, Payload: p,
+	})
+}
+
+// HandleFailure makes the run actor the supervisor strategy of its
+// invocations. An invocation fails on purpose (a *retry) when an attempt
+// failed and attempts remain: restarting it runs the next attempt. Anything
+// else that escapes an invocation stops it; the invocation reports its own
+// result before that can happen, so the run still completes.
+func (r *runActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
+	// Restart even when the run was cancelled meanwhile: the new attempt sees
+	// the cancelled context at once and reports its failure, so the run
+	// never waits on a child that went quiet.
+	if _, ok := reason.(*retry); ok {
+		sup.RestartChildren(child)
+		return
+	}
+	sup.StopChildren(child)
+}
+
+var _ actor.SupervisorStrategy = (*runActor)(nil)

@@ -1,0 +1,468 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/tools"
+)
+
+// MaxTurns bounds the model calls of one invocation's tool loop, so a model
+// that keeps asking for tools cannot run forever. The one corrective call
+// after an invalid output does not count.
+const MaxTurns = 16
+
+// Reasons carried by the errors Run returns, for agent_failed events.
+const (
+	ReasonPreProcess    = "pre_process"
+	ReasonPostProcess   = "post_process"
+	ReasonModelError    = "model_error"
+	ReasonMaxTurns      = "max_turns"
+	ReasonInvalidOutput = "invalid_output"
+)
+
+// Budget is the token budget an invocation draws on. The supervisor's
+// implementation emits budget_exceeded before returning its error.
+type Budget interface {
+	// Reserve is the pre-check before each model call: it fails with a
+	// BudgetExceededError when nothing is left.
+	Reserve() error
+	// Charge records the tokens a model call used and fails with a
+	// BudgetExceededError when they overdraw the budget.
+	Charge(tokens int64) error
+}
+
+// Invocation is one run of a compiled agent on one input.
+type Invocation struct {
+	Agent *Compiled
+	Input json.RawMessage
+	// TaskID, TraceID and ParentTraceID label the events of the run.
+	TaskID, TraceID, ParentTraceID string
+	// Depth is the spawn depth of this invocation (0 at top level). Tools
+	// run with it in their context, so a run they start is one deeper.
+	Depth int
+	// Budget is drawn on by every model call; nil means unlimited.
+	Budget Budget
+	// Emitter receives tool events; nil drops them.
+	Emitter svc.Emitter
+}
+
+// Outcome is what an invocation produced. Run returns it on failure too,
+// with the tokens spent and the model that answered so far.
+type Outcome struct {
+	Output json.RawMessage
+	// Model is the "provider:name" of the model that answered, "" if none did.
+	Model      string
+	TokensUsed int64
+	CostUSD    float64
+	// ModelCalls counts the calls made to models, failed ones included.
+	ModelCalls int
+}
+
+var (
+	jsonNull    = json.RawMessage("null")
+	emptyObject = json.RawMessage("{}")
+)
+
+// Run runs the agent loop of inv until the model gives a final answer that
+// matches the output schema.
+//
+// Each turn calls the model (the first that answers among the primary and
+// fallbacks; once one has answered it serves the rest of the invocation),
+// then runs the tools it asked for, in order, feeding their results back.
+// A tool failure, an unknown tool or a trust violation becomes a failed
+// tool result the model sees, not a failure of the run. An output that
+// does not match the schema gets exactly one corrective call.
+//
+// Errors are *svc.Error: ModelError ("model_error") when every model
+// failed, AgentRuntimeError ("max_turns", "pre_process", "post_process"),
+// OutputValidationError ("invalid_output"), the Budget's errors as they
+// are, and, when ctx ends, CancelledError or TimeoutError wrapping ctx's
+// error so errors.Is(err, context.Canceled) holds.
+func Run(ctx context.Context, inv *Invocation) (Outcome, error) {
+	if inv == nil || inv.Agent == nil {
+		return Outcome{}, svc.Errorf(svc.KindRuntime, "agent: Run needs an invocation of a compiled agent")
+	}
+	r := runner{inv: inv, c: inv.Agent, em: inv.Emitter, answered: -1}
+	if r.em == nil {
+		r.em = svc.NopEmitter{}
+	}
+	out, err := r.run(ctx)
+	if err != nil {
+		return r.out, err
+	}
+	r.out.Output = out
+	return r.out, nil
+}
+
+// runner is the state of one Run. It lives on Run's stack.
+type runner struct {
+	inv *Invocation
+	c   *Compiled
+	em  svc.Emitter
+	out Outcome
+	// answered indexes c.Models: the model that answered first, -1 before.
+	answered int
+	// toolCtx is ctx labelled with depth and trace, made on the first tool
+	// call so runs without tools do not pay for it.
+	toolCtx context.Context
+}
+
+func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
+	c := r.c
+	input := r.inv.Input
+	if len(input) == 0 {
+		input = jsonNull
+	}
+	if c.Def.PreProcess != nil {
+		v, err := r.hook(ctx, c.Def.PreProcess, input, ReasonPreProcess)
+		if err != nil {
+			return nil, err
+		}
+		input = v
+	}
+
+	// One user message is all a tool-less agent ever sends; leave room for
+	// a few tool rounds otherwise.
+	n := 1
+	if len(c.Tools) > 0 {
+		n = 8
+	}
+	msgs := make([]svc.Message, 1, n)
+	msgs[0] = svc.Message{Role: svc.RoleUser, Content: input}
+	req := svc.ModelRequest{
+		Instructions: c.Def.Instructions,
+		Tools:        c.ToolSpecs,
+		OutputSchema: c.outputSchema,
+		Settings:     c.Def.ModelSettings,
+	}
+
+	var output json.RawMessage
+	for turn := 1; ; turn++ {
+		req.Messages = msgs
+		resp, err := r.generate(ctx, &req)
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.ToolCalls) == 0 {
+			output = resp.Output
+			break
+		}
+		if turn == MaxTurns {
+			// The tools' results could only feed a call we will not make.
+			return nil, r.fail(svc.KindRuntime, ReasonMaxTurns, nil,
+				"agent "+c.Def.Name+": no final answer after "+strconv.Itoa(MaxTurns)+" model turns (the model kept calling tools)")
+		}
+		if msgs, err = r.runTools(ctx, msgs, &resp); err != nil {
+			return nil, err
+		}
+	}
+	if len(output) == 0 {
+		output = jsonNull
+	}
+
+	if c.Out != nil {
+		if verr := c.Out.Validate(output); verr != nil {
+			var err error
+			if output, err = r.correct(ctx, &req, msgs, output, verr); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	if c.Def.PostProcess != nil {
+		return r.hook(ctx, c.Def.PostProcess, output, ReasonPostProcess)
+	}
+	return output, nil
+}
+
+// correct makes the one corrective call after an output that failed
+// validation: the model sees its answer and the validation error, and its
+// next answer must be valid.
+func (r *runner) correct(ctx context.Context, req *svc.ModelRequest, msgs []svc.Message, output json.RawMessage, verr error) (json.RawMessage, error) {
+	note := "Your answer does not match the output schema: " + verr.Error() +
+		". Answer again with only a JSON value that matches the schema."
+	msgs = append(msgs,
+		svc.Message{Role: svc.RoleAssistant, Content: output},
+		svc.Message{Role: svc.RoleUser, Content: jsonString(note)})
+	req.Messages = msgs
+	resp, err := r.generate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.ToolCalls) > 0 {
+		verr = errors.New("the model called tools instead of answering")
+	} else {
+		output = resp.Output
+		if len(output) == 0 {
+			output = jsonNull
+		}
+		verr = r.c.Out.Validate(output)
+	}
+	if verr != nil {
+		return nil, r.fail(svc.KindOutputValidation, ReasonInvalidOutput, verr,
+			"agent "+r.c.Def.Name+": output does not match output_type after one corrective call")
+	}
+	return output, nil
+}
+
+// generate makes one model turn: the model that already answered, or the
+// primary and then each fallback until one answers.
+func (r *runner) generate(ctx context.Context, req *svc.ModelRequest) (svc.ModelResponse, error) {
+	if ctx.Err() != nil {
+		return svc.ModelResponse{}, r.interrupted(ctx)
+	}
+	if r.answered >= 0 {
+		resp, stop, failed := r.call(ctx, r.answered, req)
+		if stop != nil {
+			return resp, stop
+		}
+		if failed != nil {
+			return resp, r.modelsFailed(modelErrors{{r.c.Models[r.answered].ID, failed}})
+		}
+		return resp, nil
+	}
+	var failures modelErrors
+	for i := range r.c.Models {
+		resp, stop, failed := r.call(ctx, i, req)
+		if stop != nil {
+			return resp, stop
+		}
+		if failed == nil {
+			return resp, nil
+		}
+		failures = append(failures, modelFailure{r.c.Models[i].ID, failed})
+	}
+	return svc.ModelResponse{}, r.modelsFailed(failures)
+}
+
+// call makes one call to model i, between the budget's reserve and charge.
+// stop ends the run (budget, ctx); failed is the model's own failure, after
+// which the next model may be tried.
+func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp svc.ModelResponse, stop, failed error) {
+	b := r.inv.Budget
+	if b != nil {
+		if err := b.Reserve(); err != nil {
+			return resp, err, nil
+		}
+	}
+	m := r.c.Models[i]
+	req.Model = nameOf(m.ID)
+	r.out.ModelCalls++
+	resp, err := generateSafely(ctx, m.Model, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return resp, r.interrupted(ctx), nil
+		}
+		return resp, nil, err
+	}
+	r.answered = i
+	r.out.Model = m.ID
+	tokens := resp.Tokens()
+	r.out.TokensUsed += tokens
+	r.out.CostUSD += resp.CostUSD
+	if b != nil {
+		if err := b.Charge(tokens); err != nil {
+			return resp, err, nil
+		}
+	}
+	return resp, nil, nil
+}
+
+// generateSafely turns a panicking model into a failed one, so one bad
+// provider cannot take the process down and the fallbacks still get a turn.
+func generateSafely(ctx context.Context, m svc.Model, req *svc.ModelRequest) (resp svc.ModelResponse, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("model panicked: %v", p)
+		}
+	}()
+	return m.Generate(ctx, *req)
+}
+
+// nameOf is the name part of a "provider:name" id that ParseModelID
+// accepted at Compile.
+func nameOf(id string) string {
+	if i := strings.IndexByte(id, ':'); i >= 0 {
+		return id[i+1:]
+	}
+	return id
+}
+
+// runTools records the model's tool-calling turn, runs each call in order
+// and appends one tool message per call.
+func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.ModelResponse) ([]svc.Message, error) {
+	msgs = append(msgs, svc.Message{Role: svc.RoleAssistant, Content: resp.Output, ToolCalls: resp.ToolCalls})
+	if r.toolCtx == nil {
+		r.toolCtx = svc.WithParentTrace(svc.WithDepth(ctx, r.inv.Depth), r.inv.TraceID)
+	}
+	for _, call := range resp.ToolCalls {
+		if ctx.Err() != nil {
+			return msgs, r.interrupted(ctx)
+		}
+		content, failed := r.callTool(r.toolCtx, call)
+		msgs = append(msgs, svc.Message{Role: svc.RoleTool, ToolCallID: call.ID, Content: content, IsError: failed})
+	}
+	// A tool that gave up because ctx ended reported a failure; the run is
+	// over rather than the model's to handle.
+	if ctx.Err() != nil {
+		return msgs, r.interrupted(ctx)
+	}
+	return msgs, nil
+}
+
+// callTool runs one tool call with its events and returns the content of
+// the tool message, and whether it reports a failure.
+func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (json.RawMessage, bool) {
+	trust := r.c.Def.Trust()
+	r.emit(svc.EventToolCallStarted, svc.Payload{"tool_name": call.Name, "trust_level": string(trust)})
+	start := time.Now()
+	out, err := r.execTool(ctx, trust, call)
+	ms := float64(time.Since(start)) / float64(time.Millisecond)
+	if err != nil {
+		msg := err.Error()
+		r.emit(svc.EventToolCallFailed, svc.Payload{"tool_name": call.Name, "error": msg, "duration_ms": ms})
+		return jsonString(msg), true
+	}
+	// tokens_used stays 0: a tool's own model usage is not attributed yet.
+	r.emit(svc.EventToolCallCompleted, svc.Payload{"tool_name": call.Name, "duration_ms": ms, "tokens_used": int64(0)})
+	return out, false
+}
+
+func (r *runner) execTool(ctx context.Context, trust svc.TrustLevel, call svc.ToolCall) (json.RawMessage, error) {
+	tool, ok := r.c.Tools[call.Name]
+	if !ok {
+		names := make([]string, len(r.c.ToolSpecs))
+		for i, s := range r.c.ToolSpecs {
+			names[i] = s.Name
+		}
+		return nil, fmt.Errorf("unknown tool %q (available: %s)", call.Name, strings.Join(names, ", "))
+	}
+	if err := tools.Check(trust, tool); err != nil {
+		return nil, err
+	}
+	args := call.Arguments
+	if len(args) == 0 {
+		args = emptyObject
+	}
+	out, err := callSafely(ctx, tool, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return jsonNull, nil
+	}
+	// The result goes back into the conversation as a JSON value.
+	if !json.Valid(out) {
+		return nil, fmt.Errorf("tool %q returned invalid JSON", call.Name)
+	}
+	return out, nil
+}
+
+// callSafely turns a panicking tool into a failed tool call.
+func callSafely(ctx context.Context, t svc.Tool, args json.RawMessage) (out json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tool %q panicked: %v", t.Name(), p)
+		}
+	}()
+	return t.Call(ctx, args)
+}
+
+// hook runs a pre- or post-process hook; reason names which.
+func (r *runner) hook(ctx context.Context, h svc.Hook, v json.RawMessage, reason string) (out json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = r.fail(svc.KindRuntime, reason, fmt.Errorf("panic: %v", p), "agent "+r.c.Def.Name+": "+reason+" hook failed")
+		}
+	}()
+	out, err = h(ctx, v)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, r.interrupted(ctx)
+	case err != nil:
+		return nil, r.fail(svc.KindRuntime, reason, err, "agent "+r.c.Def.Name+": "+reason+" hook failed")
+	case len(out) == 0:
+		return jsonNull, nil
+	case !json.Valid(out):
+		return nil, r.fail(svc.KindRuntime, reason, nil, "agent "+r.c.Def.Name+": "+reason+" hook returned invalid JSON")
+	}
+	return out, nil
+}
+
+func (r *runner) fail(kind svc.Kind, reason string, cause error, msg string) *svc.Error {
+	return &svc.Error{Kind: kind, Message: msg, Reason: reason, Agent: r.c.Def.Name, TaskID: r.inv.TaskID, Err: cause}
+}
+
+// interrupted is the error for a run whose ctx ended: CancelledError or
+// TimeoutError around ctx.Err(), with the cancel cause when there is a
+// more specific one (a shutdown, say), whose kind then wins.
+func (r *runner) interrupted(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return &svc.Error{Kind: svc.KindOf(err), Message: "agent " + r.c.Def.Name + " interrupted",
+		Agent: r.c.Def.Name, TaskID: r.inv.TaskID, Err: err}
+}
+
+func (r *runner) modelsFailed(f modelErrors) error {
+	msg := "agent " + r.c.Def.Name + ": model failed"
+	if len(f) > 1 {
+		msg = "agent " + r.c.Def.Name + ": all " + strconv.Itoa(len(f)) + " models failed"
+	}
+	return r.fail(svc.KindModel, ReasonModelError, f, msg)
+}
+
+type modelFailure struct {
+	id  string
+	err error
+}
+
+// modelErrors lists each model tried and how it failed, in order.
+type modelErrors []modelFailure
+
+func (m modelErrors) Error() string {
+	var b strings.Builder
+	for i, f := range m {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(f.id)
+		b.WriteString(": ")
+		b.WriteString(f.err.Error())
+	}
+	return b.String()
+}
+
+func (m modelErrors) Unwrap() []error {
+	errs := make([]error, len(m))
+	for i, f := range m {
+		errs[i] = f.err
+	}
+	return errs
+}
+
+func (r *runner) emit(t svc.EventType, p svc.Payload) {
+	r.em.Emit(svc.RuntimeEvent{
+		EventType:     t,
+		Timestamp:     time.Now().UTC(),
+		AgentName:     r.c.Def.Name,
+		TaskID:        r.inv.TaskID,
+		TraceID:       r.inv.TraceID,
+		ParentTraceID: r.inv.ParentTraceID,
+		Payload:       p,
+	})
+}
+
+// jsonString encodes s as a JSON string; encoding a string cannot fail.
+func jsonString(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}

@@ -1,0 +1,239 @@
+// Package bench holds the benchmarks of BENCHMARKS.md. Each measures the
+// runtime and, in the same run, a baseline doing the same work without it,
+// and reports both (plus their ratio) as custom metrics. Run with
+// `make bench`.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/model/testmodel"
+	"github.com/svc-dev/svc/supervisor"
+)
+
+func newRuntime(b *testing.B, agents ...svc.Agent) *supervisor.Runtime {
+	b.Helper()
+	rt, err := supervisor.New(supervisor.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rt.Close() })
+	if err := rt.Register(agents...); err != nil {
+		b.Fatal(err)
+	}
+	return rt
+}
+
+func tasks(n int) []svc.TaskSpec {
+	ts := make([]svc.TaskSpec, n)
+	for i := range ts {
+		ts[i] = svc.TaskSpec{ID: fmt.Sprint(i), Input: json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello world"}`, i))}
+	}
+	return ts
+}
+
+// modelCall is the baseline's unit of work: the same test:echo model call an
+// invocation makes, with the same request.
+func modelCall(ctx context.Context, m svc.Model, settings map[string]any, in json.RawMessage) (svc.ModelResponse, error) {
+	return m.Generate(ctx, svc.ModelRequest{Model: "echo", Messages: []svc.Message{{Role: svc.RoleUser, Content: in}}, Settings: settings})
+}
+
+// BenchmarkGatherEcho is benchmark 11a: 100,000 test:echo tasks at
+// max_concurrency 1000, in process, against a bare errgroup loop making the
+// same model calls with the same bound.
+func BenchmarkGatherEcho(b *testing.B) {
+	const n, conc = 100_000, 1000
+	ts := tasks(n)
+	rt := newRuntime(b, svc.Agent{Name: "echo", Model: "test:echo"})
+	m, _ := testmodel.New("echo")
+	var rtDur, bareDur time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		res, err := rt.Gather(context.Background(), "echo", ts, conc)
+		if err != nil || !res[n-1].Success {
+			b.Fatal(err)
+		}
+		rtDur += time.Since(start)
+
+		start = time.Now()
+		var g errgroup.Group
+		g.SetLimit(conc)
+		out := make([]json.RawMessage, n)
+		for j := range ts {
+			g.Go(func() error {
+				r, err := modelCall(context.Background(), m, nil, ts[j].Input)
+				out[j] = r.Output
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		bareDur += time.Since(start)
+	}
+	rtRate := float64(n*b.N) / rtDur.Seconds()
+	bareRate := float64(n*b.N) / bareDur.Seconds()
+	b.ReportMetric(rtRate, "runtime_inv/s")
+	b.ReportMetric(bareRate, "bare_inv/s")
+	b.ReportMetric(rtRate/bareRate, "ratio")
+}
+
+// BenchmarkGatherLatency is benchmark 11b: 10,000 tasks whose model sleeps
+// 100 ms, all in flight at once, against the same sleeps in an errgroup; and
+// the heap plus stack each in-flight run costs.
+func BenchmarkGatherLatency(b *testing.B) {
+	const n = 10_000
+	settings := map[string]any{"latency_ms": 100}
+	ts := tasks(n)
+	rt := newRuntime(b, svc.Agent{Name: "sleepy", Model: "test:echo", ModelSettings: settings})
+	m, _ := testmodel.New("echo")
+	var rtDur, bareDur time.Duration
+	var perRun float64
+	for i := 0; i < b.N; i++ {
+		base := inuse()
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // sample memory while the runs are in flight
+			defer wg.Done()
+			t := time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if v := inuse(); v > peak.Load() {
+						peak.Store(v)
+					}
+				}
+			}
+		}()
+		start := time.Now()
+		res, err := rt.Gather(context.Background(), "sleepy", ts, n)
+		rtDur += time.Since(start)
+		close(stop)
+		wg.Wait()
+		if err != nil || !res[0].Success {
+			b.Fatal(err)
+		}
+		if p := peak.Load(); p > base {
+			perRun += float64(p-base) / n
+		}
+
+		start = time.Now()
+		var g errgroup.Group
+		for j := range ts {
+			g.Go(func() error {
+				_, err := modelCall(context.Background(), m, settings, ts[j].Input)
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		bareDur += time.Since(start)
+	}
+	b.ReportMetric(float64(rtDur.Milliseconds())/float64(b.N), "runtime_wall_ms")
+	b.ReportMetric(float64(bareDur.Milliseconds())/float64(b.N), "bare_wall_ms")
+	b.ReportMetric(rtDur.Seconds()/bareDur.Seconds(), "ratio")
+	b.ReportMetric(perRun/float64(b.N)/1024, "KiB/inflight_run")
+}
+
+// inuse is the heap and stack memory in use, after a GC.
+func inuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse + ms.StackInuse
+}
+
+// BenchmarkHTTPRun is benchmark 11c: POST /agents/echo/run over real HTTP
+// against a bare chi handler doing the same JSON decode and encode, driven
+// by the same load generator.
+func BenchmarkHTTPRun(b *testing.B) {
+	const requests, clients = 20_000, 32
+	rt := newRuntime(b, svc.Agent{Name: "echo", Model: "test:echo"})
+	router, err := server.NewRouter(rt, server.WithLogger(zap.NewNop()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := chi.NewRouter()
+	bare.Post("/agents/{name}/run", func(w http.ResponseWriter, r *http.Request) {
+		var task svc.TaskSpec
+		if err := json.NewDecoder(r.Body).Decode(&task); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		res := svc.AgentResult{AgentName: chi.URLParam(r, "name"), TaskID: task.ID, Success: true, Output: task.Input,
+			Metadata: svc.ResultMetadata{TraceID: task.RequestID, Model: "test:echo", Attempts: 1, Backend: "local"}}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	})
+	var rtRate, bareRate float64
+	for i := 0; i < b.N; i++ {
+		rtRate += load(b, router, requests, clients)
+		bareRate += load(b, bare, requests, clients)
+	}
+	b.ReportMetric(rtRate/float64(b.N), "runtime_req/s")
+	b.ReportMetric(bareRate/float64(b.N), "bare_req/s")
+	b.ReportMetric(rtRate/bareRate, "ratio")
+}
+
+// load serves h on a loopback port and sends it requests POSTs from clients
+// keep-alive connections; it returns requests per second.
+func load(b *testing.B, h http.Handler, requests, clients int) float64 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close() }()
+	url := "http://" + ln.Addr().String() + "/agents/echo/run"
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	body := []byte(`{"input":{"text":"hello world"},"request_id":"bench"}`)
+	var next atomic.Int64
+	var g errgroup.Group
+	start := time.Now()
+	for range clients {
+		g.Go(func() error {
+			for next.Add(1) <= int64(requests) {
+				resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					return fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	return float64(requests) / time.Since(start).Seconds()
+}

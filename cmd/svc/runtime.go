@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/spec"
+	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/tools"
+)
+
+// runtimeFlags are the flags shared by every command that builds a runtime
+// from a specs directory: the runtime options by their spec names, and where
+// the file tools may read and write.
+type runtimeFlags struct {
+	specs     string
+	filesRoot string
+	opts      svc.Options
+	logLevel  string
+	logFormat string
+}
+
+func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
+	d := svc.DefaultOptions()
+	fs.StringVar(&f.specs, "specs", specsDefault, "directory of specs: agents/*.yaml and runtime.yaml")
+	fs.StringVar(&f.filesRoot, "files-root", "", "directory the read_file and write_file tools are confined to (empty: those tools fail)")
+	fs.Float64Var(&f.opts.TimeoutSeconds, "timeout-seconds", d.TimeoutSeconds, "seconds one run may take (overrides runtime.yaml)")
+	fs.IntVar(&f.opts.MaxSpawnDepth, "max-spawn-depth", d.MaxSpawnDepth, "deepest nesting of agent invocations (overrides runtime.yaml)")
+	fs.IntVar(&f.opts.RetryMaxAttempts, "retry-max-attempts", d.RetryMaxAttempts, "attempts per invocation, 1 = no retry (overrides runtime.yaml)")
+	fs.Float64Var(&f.opts.RetryBackoffFactor, "retry-backoff-factor", d.RetryBackoffFactor, "growth of the pause between attempts, from 100ms (overrides runtime.yaml)")
+	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens one request may use, 0 = no budget (overrides runtime.yaml)")
+	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
+}
+
+// options merges runtime.yaml (when the set has one) with the flags the user
+// set explicitly: flags win.
+func (f *runtimeFlags) options(fs *pflag.FlagSet, set *spec.Set) svc.Options {
+	o := svc.DefaultOptions()
+	if set != nil && set.HasOptions {
+		o = set.Options
+	}
+	if fs.Changed("timeout-seconds") {
+		o.TimeoutSeconds = f.opts.TimeoutSeconds
+	}
+	if fs.Changed("max-spawn-depth") {
+		o.MaxSpawnDepth = f.opts.MaxSpawnDepth
+	}
+	if fs.Changed("retry-max-attempts") {
+		o.RetryMaxAttempts = f.opts.RetryMaxAttempts
+	}
+	if fs.Changed("retry-backoff-factor") {
+		o.RetryBackoffFactor = f.opts.RetryBackoffFactor
+	}
+	if fs.Changed("token-budget") {
+		o.TokenBudget = f.opts.TokenBudget
+	}
+	if fs.Changed("mcp-eager-start") {
+		o.MCPEagerStart = f.opts.MCPEagerStart
+	}
+	return o
+}
+
+func (f *runtimeFlags) logger() (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	var cfg zap.Config
+	switch f.logFormat {
+	case "json":
+		cfg = zap.NewProductionConfig()
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.Development = false
+		cfg.DisableStacktrace = true
+	default:
+		return nil, fmt.Errorf("--log-format %q: want console or json", f.logFormat)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.OutputPaths = []string{"stderr"}
+	return cfg.Build()
+}
+
+// specEnv is what spec files may refer to: the built-in tools and the model
+// providers linked into this binary.
+func specEnv(models *model.Registry, filesRoot string) spec.Env {
+	return spec.Env{
+		Tools: tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
+		CheckModel: func(id string) error {
+			_, err := models.Resolve(id)
+			return err
+		},
+	}
+}
+
+// buildRuntime loads the specs and starts a runtime with them.
+func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.Emitter) (*supervisor.Runtime, *spec.Set, error) {
+	models := model.Default()
+	set, err := spec.Load(f.specs, specEnv(models, f.filesRoot))
+	if err != nil {
+		return nil, nil, specError(f.specs, err)
+	}
+	opts := f.options(fs, set)
+	if err := opts.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if em == nil {
+		em = emitters.NewLog(log)
+	}
+	rt, err := supervisor.New(supervisor.Config{Options: opts, Models: models, Emitter: em, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := rt.Register(set.Agents...); err != nil {
+		_ = rt.Close()
+		return nil, nil, fmt.Errorf("register agents from %s: %w", f.specs, err)
+	}
+	return rt, set, nil
+}
+
+// specError lists every problem of a spec directory, one per line.
+func specError(dir string, err error) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "specs %s:", dir)
+	for _, line := range strings.Split(err.Error(), "\n") {
+		b.WriteString("\n  " + line)
+	}
+	return &exitError{code: 2, err: fmt.Errorf("%s", b.String())}
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

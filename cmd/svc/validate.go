@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/spec"
+)
+
+func newValidate() *cobra.Command {
+	var filesRoot string
+	cmd := &cobra.Command{
+		Use:   "validate DIR",
+		Short: "Check the spec files of a directory",
+		Long: `Check DIR/runtime.yaml and DIR/agents/*.yaml without running anything.
+
+Prints one line per file: "[ok] FILE" or "[error] FILE:LINE: message".
+Exit status: 0 when every file is valid, 1 when any is not, 2 when DIR is
+missing or not a directory.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			results, err := spec.Validate(args[0], specEnv(model.Default(), filesRoot))
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			out := cmd.OutOrStdout()
+			bad := 0
+			for _, r := range results {
+				if r.Err == nil {
+					fmt.Fprintf(out, "[ok] %s\n", r.File)
+					continue
+				}
+				bad++
+				fmt.Fprintf(out, "[error] %s\n", r.Err)
+			}
+			if bad > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("%d of %d files have errors", bad, len(results))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&filesRoot, "files-root", "", "directory the file tools are confined to (as for serve)")
+	return cmd
+}

@@ -1,0 +1,93 @@
+// Package emitters holds the runtime's event emitters: the log emitter that
+// is always on, and Multi, which fans one event out to several emitters.
+package emitters
+
+import (
+	"slices"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/svc-dev/svc"
+)
+
+// unknownEventMessage is the log message of an event without a type, so
+// that such an event still leaves a searchable line instead of an empty one.
+const unknownEventMessage = "runtime_event"
+
+// Field names the log emitter writes for every event. A payload key that
+// collides with one of them is written as "payload.<key>" so that it can
+// neither hide nor duplicate the event's own fields.
+var reservedFields = map[string]bool{
+	"agent": true, "task_id": true, "trace_id": true, "parent_trace_id": true,
+}
+
+// NewLog returns the LogEventEmitter: it logs each event with the event type
+// as the message ("agent_completed"), the fields agent, task_id, trace_id,
+// parent_trace_id (only when set) and the payload keys in sorted order. The
+// failure types (svc.EventType.IsFailure) log at error level, all others at
+// info level. Emit writes synchronously through l's core, so it costs what
+// the core's write costs and no more; it never panics. A nil l logs nothing.
+func NewLog(l *zap.Logger) svc.Emitter {
+	if l == nil {
+		l = zap.NewNop()
+	}
+	// A caller or stack trace would only ever point into this file, and a
+	// production logger would otherwise capture a stack for every
+	// agent_failed event: pure cost, no information.
+	return &logEmitter{l: l.WithOptions(zap.WithCaller(false), zap.AddStacktrace(never))}
+}
+
+var never = zap.LevelEnablerFunc(func(zapcore.Level) bool { return false })
+
+type logEmitter struct {
+	l *zap.Logger
+}
+
+// Emit logs ev. A panic from the core or from a payload value's marshaller
+// is swallowed: an emitter must never take the runtime down with it, and a
+// logger that panics has nowhere better to report to.
+func (e *logEmitter) Emit(ev svc.RuntimeEvent) {
+	defer func() { _ = recover() }()
+
+	level := zapcore.InfoLevel
+	if ev.EventType.IsFailure() {
+		level = zapcore.ErrorLevel
+	}
+	msg := string(ev.EventType)
+	if msg == "" {
+		msg = unknownEventMessage
+	}
+	// Check first so that a disabled level costs no field allocation.
+	ce := e.l.Check(level, msg)
+	if ce == nil {
+		return
+	}
+	ce.Write(fields(ev)...)
+}
+
+func fields(ev svc.RuntimeEvent) []zap.Field {
+	fs := make([]zap.Field, 0, 4+len(ev.Payload))
+	fs = append(fs,
+		zap.String("agent", ev.AgentName),
+		zap.String("task_id", ev.TaskID),
+		zap.String("trace_id", ev.TraceID),
+	)
+	if ev.ParentTraceID != "" {
+		fs = append(fs, zap.String("parent_trace_id", ev.ParentTraceID))
+	}
+	keys := make([]string, 0, len(ev.Payload))
+	for k := range ev.Payload {
+		keys = append(keys, k)
+	}
+	// Sorted so that two lines for the same event type read the same way.
+	slices.Sort(keys)
+	for _, k := range keys {
+		name := k
+		if reservedFields[k] {
+			name = "payload." + k
+		}
+		fs = append(fs, zap.Any(name, ev.Payload[k]))
+	}
+	return fs
+}

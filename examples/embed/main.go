@@ -1,0 +1,113 @@
+// Command embed shows svc embedded in a host Go service: the host owns the
+// HTTP server, mounts the svc router under /svc behind its own auth
+// middleware, registers agents in Go, and shuts the runtime down with the
+// server.
+//
+//	go run ./examples/embed            # listens on 127.0.0.1:8080
+//	curl -s -H 'X-API-Key: demo' -d '{"input":"hi"}' localhost:8080/svc/agents/echo/run
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/tools"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
+	apiKey := flag.String("api-key", "demo", "the host's own API key (X-API-Key header)")
+	flag.Parse()
+	logger, _ := zap.NewDevelopment()
+	if err := run(*addr, *apiKey, logger); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Greeting is the typed input of the greet tool; its JSON Schema is generated
+// from this type.
+type Greeting struct {
+	Name string `json:"name" jsonschema:"who to greet"`
+}
+
+func run(addr, apiKey string, logger *zap.Logger) error {
+	rt, err := supervisor.New(supervisor.Config{Emitter: emitters.NewLog(logger), Logger: logger})
+	if err != nil {
+		return err
+	}
+	greet := tools.MustFunc("greet", "Greets someone by name.", svc.AccessRead,
+		func(_ context.Context, g Greeting) (string, error) { return "hello, " + g.Name, nil })
+	if err := rt.Register(
+		svc.Agent{Name: "echo", Model: "test:echo"},
+		svc.Agent{Name: "greeter", Model: "test:echo", Tools: []svc.Tool{greet}, TrustLevel: svc.TrustLow,
+			ModelSettings: map[string]any{"call_tools": "all"}},
+	); err != nil {
+		return err
+	}
+	agents, err := server.NewRouter(rt, server.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+
+	host := chi.NewRouter()
+	host.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("host app\n")) })
+	// The host's own handler, reporting a domain error the svc way.
+	host.Get("/teapot", server.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		return svc.Errorf(svc.KindRegistry, "no teapot here")
+	}).ServeHTTP)
+	host.Route("/svc", func(r chi.Router) {
+		r.Use(requireKey(apiKey)) // auth is the host's concern
+		r.Mount("/", agents)
+	})
+
+	srv := &http.Server{Addr: addr, Handler: host, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	logger.Info("host listening", zap.String("addr", addr))
+	select {
+	case err := <-errc:
+		_ = rt.Close()
+		return err
+	case <-ctx.Done():
+	}
+	// First let requests in flight finish, then release the runtime (its
+	// actors, tool subprocesses, broker connections). Shutting the runtime
+	// down after the server, not from RegisterOnShutdown, guarantees it
+	// outlives every request that uses it and that main waits for it.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	serr := srv.Shutdown(shutCtx)
+	rerr := rt.Shutdown(shutCtx)
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return errors.Join(serr, rerr)
+}
+
+// requireKey is the host's auth middleware.
+func requireKey(key string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-API-Key") != key {
+				http.Error(w, "missing or wrong X-API-Key", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}

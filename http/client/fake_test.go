@@ -1,0 +1,117 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// fakeBackend serves the clienttest fixture (echo, fail, slow) plus:
+//
+//	budget  a BudgetExceededError
+//	err     an *svc.Error whose kind is the input (a JSON string)
+//
+// It follows the runtime's rules for ids: task ids and trace ids are
+// generated when absent, a run takes its trace id from the task, else from
+// the context; a gather's tasks without one take the batch's.
+type fakeBackend struct {
+	closed atomic.Int32
+}
+
+var fakeAgents = []string{"budget", "echo", "err", "fail", "slow"}
+
+func registryError(name string) error {
+	return &svc.Error{Kind: svc.KindRegistry, Message: "agent " + name + " is not registered", Agent: name}
+}
+
+func (f *fakeBackend) Agents(context.Context) ([]string, error) {
+	return slices.Clone(fakeAgents), nil
+}
+
+func (f *fakeBackend) AgentSchema(_ context.Context, name string) (svc.AgentSchema, error) {
+	if !slices.Contains(fakeAgents, name) {
+		return svc.AgentSchema{}, registryError(name)
+	}
+	return svc.AgentSchema{Name: name, Input: svc.AnySchema, Output: svc.AnySchema}, nil
+}
+
+func (f *fakeBackend) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
+	if !slices.Contains(fakeAgents, name) {
+		return svc.AgentResult{}, registryError(name)
+	}
+	if task.ID == "" {
+		task.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	trace := task.RequestID
+	if trace == "" {
+		trace = svc.RequestIDFrom(ctx)
+	}
+	if trace == "" {
+		trace = uuid.Must(uuid.NewV7()).String()
+	}
+	res := svc.AgentResult{AgentName: name, TaskID: task.ID, Metadata: svc.ResultMetadata{TraceID: trace, Backend: "local", Attempts: 1}}
+	switch name {
+	case "echo":
+		res.Success, res.Output, res.Metadata.Model = true, task.Input, "test:echo"
+	case "fail":
+		res.Error, res.Metadata.Model = &svc.ErrorInfo{Type: string(svc.KindModel), Message: "test:fail always fails"}, "test:fail"
+	case "slow":
+		select {
+		case <-ctx.Done():
+			return svc.AgentResult{}, svc.Wrap(svc.KindOf(ctx.Err()), ctx.Err(), "slow")
+		case <-time.After(10 * time.Second):
+			res.Success, res.Output = true, task.Input
+		}
+	case "budget":
+		return svc.AgentResult{}, &svc.Error{Kind: svc.KindBudgetExceeded, Message: "token budget 10 exceeded", Agent: name, TaskID: task.ID}
+	case "err":
+		var kind string
+		if err := json.Unmarshal(task.Input, &kind); err != nil {
+			return svc.AgentResult{}, svc.Wrap(svc.KindSpecValidation, err, "err agent wants a kind name")
+		}
+		return svc.AgentResult{}, &svc.Error{Kind: svc.Kind(kind), Message: "boom: " + kind, Agent: name, TaskID: task.ID, Reason: "because"}
+	}
+	return res, nil
+}
+
+func (f *fakeBackend) Gather(ctx context.Context, name string, tasks []svc.TaskSpec, n int) ([]svc.AgentResult, error) {
+	if _, err := svc.CheckGatherConcurrency(n); err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
+	}
+	if !slices.Contains(fakeAgents, name) {
+		return nil, registryError(name)
+	}
+	batch := svc.RequestIDFrom(ctx)
+	if batch == "" {
+		batch = uuid.Must(uuid.NewV7()).String()
+	}
+	out := make([]svc.AgentResult, len(tasks))
+	for i, t := range tasks {
+		if t.RequestID == "" {
+			t.RequestID = batch
+		}
+		r, err := f.Run(ctx, name, t)
+		if err != nil {
+			r = svc.AgentResult{AgentName: name, TaskID: t.ID, Error: svc.ErrorInfoOf(err)}
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) Ready(context.Context) error { return nil }
+
+func (f *fakeBackend) Close() error {
+	f.closed.Add(1)
+	return errors.New("fake: closed")
+}

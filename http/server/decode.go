@@ -1,0 +1,195 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// readBody reads at most limit bytes of r's body. A longer body is a
+// PayloadTooLargeError; http.MaxBytesReader also tells net/http to close the
+// connection rather than drain the rest.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, svc.Errorf(svc.KindPayloadTooLarge, "request body exceeds %d bytes", limit)
+		}
+		return nil, svc.Wrap(svc.KindSpecValidation, err, "reading the request body")
+	}
+	return data, nil
+}
+
+// runEnvelope is the body the HTTP client sends to POST /agents/{name}/run.
+type runEnvelope struct {
+	Task      *svc.TaskSpec `json:"task"`
+	RequestID string        `json:"request_id"`
+}
+
+// decodeRunBody decodes the body of POST /agents/{name}/run: a bare
+// TaskSpec, or {"task": TaskSpec, "request_id": "..."} when the top-level
+// object has a "task" key. It returns the task and the envelope's
+// request_id ("" for a bare TaskSpec). Every error is a SpecValidationError
+// whose message names the offending field or offset.
+func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
+	obj, err := topLevelObject(data)
+	if err != nil {
+		return svc.TaskSpec{}, "", err
+	}
+	if _, wrapped := obj["task"]; wrapped {
+		var env runEnvelope
+		if err := strictUnmarshal(data, &env); err != nil {
+			return svc.TaskSpec{}, "", err
+		}
+		if env.Task == nil {
+			return svc.TaskSpec{}, "", svc.Errorf(svc.KindSpecValidation, "task must be a TaskSpec object, not null")
+		}
+		if err := checkTask(*env.Task, "task."); err != nil {
+			return svc.TaskSpec{}, "", err
+		}
+		return *env.Task, env.RequestID, nil
+	}
+	var task svc.TaskSpec
+	if err := strictUnmarshal(data, &task); err != nil {
+		return svc.TaskSpec{}, "", err
+	}
+	if err := checkTask(task, ""); err != nil {
+		return svc.TaskSpec{}, "", err
+	}
+	return task, "", nil
+}
+
+// decodeGatherBody decodes the body of POST /agents/{name}/gather and checks
+// it: at least one task, each with an input, and max_concurrency in range
+// (0 becomes the default).
+func decodeGatherBody(data []byte) (svc.GatherRequest, error) {
+	if _, err := topLevelObject(data); err != nil {
+		return svc.GatherRequest{}, err
+	}
+	var req svc.GatherRequest
+	if err := strictUnmarshal(data, &req); err != nil {
+		return svc.GatherRequest{}, err
+	}
+	if len(req.Tasks) == 0 {
+		return svc.GatherRequest{}, &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
+	}
+	for i, t := range req.Tasks {
+		if err := checkTask(t, fmt.Sprintf("tasks[%d].", i)); err != nil {
+			return svc.GatherRequest{}, err
+		}
+	}
+	n, err := svc.CheckGatherConcurrency(req.MaxConcurrency)
+	if err != nil {
+		return svc.GatherRequest{}, err
+	}
+	req.MaxConcurrency = n
+	return req, nil
+}
+
+// checkTask rejects a task without input. An explicit null counts as
+// missing: it is what a Go TaskSpec with a nil Input encodes to, and an
+// agent is never meant to be run on nothing.
+func checkTask(t svc.TaskSpec, path string) error {
+	if len(t.Input) == 0 || string(t.Input) == "null" {
+		return svc.Errorf(svc.KindSpecValidation, "%sinput is required", path)
+	}
+	return nil
+}
+
+// topLevelObject checks that data is exactly one JSON object and returns its
+// members. It reports, in this order: an empty body, malformed JSON (with
+// the byte offset), a value that is not an object, and data after it.
+func topLevelObject(data []byte) (map[string]json.RawMessage, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, svc.Errorf(svc.KindSpecValidation, "request body is empty: a JSON object is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, jsonError(err, dec.InputOffset())
+	}
+	if raw[0] != '{' {
+		return nil, svc.Errorf(svc.KindSpecValidation, "request body must be a JSON object, not %s", jsonKind(raw[0]))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, svc.Errorf(svc.KindSpecValidation, "unexpected data after the JSON object at offset %d", dec.InputOffset())
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, jsonError(err, 0)
+	}
+	return obj, nil
+}
+
+// strictUnmarshal decodes one JSON value into v, refusing unknown fields.
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, dec.InputOffset())
+	}
+	return nil
+}
+
+// jsonError turns an encoding/json error into a SpecValidationError that
+// names the field or the offset, without Go type names a client cannot act
+// on. offset is where the decoder stopped, for errors that carry none.
+func jsonError(err error, offset int64) error {
+	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return svc.Errorf(svc.KindSpecValidation, "malformed JSON at offset %d: %s", e.Offset, e.Error())
+	}
+	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		field := e.Field
+		if field == "" {
+			field = "(body)"
+		}
+		return svc.Errorf(svc.KindSpecValidation, "field %q: expected %s, got JSON %s", field, jsonTypeName(e.Type.Kind().String()), e.Value)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return svc.Errorf(svc.KindSpecValidation, "malformed JSON at offset %d: unexpected end of input", offset)
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	// The remaining decoder errors are unknown fields ("unknown field \"x\"")
+	// and invalid values for a type; both already name what is wrong.
+	return svc.Errorf(svc.KindSpecValidation, "%s", msg)
+}
+
+// jsonTypeName names a Go reflect kind the way a JSON user would.
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "map", "struct", "ptr", "pointer":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	}
+	return kind
+}
+
+// jsonKind names the JSON value starting with byte c.
+func jsonKind(c byte) string {
+	switch c {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}

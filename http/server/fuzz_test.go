@@ -1,0 +1,123 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	svc "github.com/svc-dev/svc"
+)
+
+var runSeeds = []string{
+	`{"input":1}`,
+	`{"id":"t","input":{"a":[1,2,"x"]},"request_id":"r","metadata":{"k":"v"}}`,
+	`{"task":{"input":"hi","request_id":"a"},"request_id":"b"}`,
+	`{"task":null}`,
+	`{"inptu":1}`,
+	`{"input":1,"id":7}`,
+	`{"input": 1,}`,
+	`{"input":1} x`,
+	`[1]`,
+	``,
+	`{"input":null}`,
+	`{"task":{"input":1},"Task":{}}`,
+	`{"INPUT":"case"}`,
+	"{\"input\":\"\xff\"}",
+}
+
+// FuzzDecodeRunBody checks that any body either decodes to a task with an
+// input that survives a round trip, or is refused with a
+// SpecValidationError; never anything else, never a panic.
+func FuzzDecodeRunBody(f *testing.F) {
+	for _, s := range runSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		task, envID, err := decodeRunBody(data)
+		if err != nil {
+			if !errors.Is(err, svc.ErrSpecValidation) || StatusOf(err) != 400 {
+				t.Fatalf("error %v (%T) is not a 400 SpecValidationError", err, err)
+			}
+			return
+		}
+		if len(task.Input) == 0 || string(task.Input) == "null" || !json.Valid(task.Input) {
+			t.Fatalf("accepted input %q", task.Input)
+		}
+		if envID != "" && !bytes.Contains(data, []byte(`"task"`)) {
+			t.Fatalf("envelope request id %q from a body without a task key", envID)
+		}
+		enc, err := json.Marshal(task)
+		if err != nil {
+			t.Fatalf("re-encoding %+v: %v", task, err)
+		}
+		again, envID2, err := decodeRunBody(enc)
+		if err != nil || envID2 != "" {
+			t.Fatalf("re-decoding %s: %v %q", enc, err, envID2)
+		}
+		if again.ID != task.ID || again.RequestID != task.RequestID || !maps.Equal(again.Metadata, task.Metadata) ||
+			compact(t, again.Input) != compact(t, task.Input) {
+			t.Fatalf("round trip changed the task: %+v -> %+v", task, again)
+		}
+	})
+}
+
+func compact(t *testing.T, raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// FuzzDecodeGatherBody checks that an accepted gather has tasks, each with
+// an input, and a concurrency in range; and that a refusal is a 400.
+func FuzzDecodeGatherBody(f *testing.F) {
+	for _, s := range []string{
+		`{"tasks":[{"input":1}],"max_concurrency":3}`,
+		`{"tasks":[]}`,
+		`{"tasks":[{"input":1},{"id":"x"}]}`,
+		`{"tasks":[{"input":1}],"max_concurrency":10001}`,
+		`{"tasks":[{"input":1}],"max_concurrency":-5}`,
+		`{"tasks":null}`,
+		`{"tasks":[{"input":1}]} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := decodeGatherBody(data)
+		if err != nil {
+			if !errors.Is(err, svc.ErrSpecValidation) || StatusOf(err) != 400 {
+				t.Fatalf("error %v (%T) is not a 400 SpecValidationError", err, err)
+			}
+			return
+		}
+		if len(req.Tasks) == 0 || req.MaxConcurrency < 1 || req.MaxConcurrency > svc.MaxGatherConcurrency {
+			t.Fatalf("accepted %+v", req)
+		}
+		for _, task := range req.Tasks {
+			if len(task.Input) == 0 || string(task.Input) == "null" {
+				t.Fatalf("accepted a task without input: %+v", task)
+			}
+		}
+	})
+}
+
+// FuzzBearerToken checks the Authorization parser: an accepted token is
+// non-empty and trimmed, and only the Bearer scheme is accepted.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer abc", "Basic abc", "Bearer", "Bearer  ", " Bearer x", "BEARER a b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		tok, ok := bearerToken(h)
+		if !ok {
+			return
+		}
+		if tok == "" || tok != strings.TrimSpace(tok) || !strings.EqualFold(h[:6], "bearer") {
+			t.Fatalf("bearerToken(%q) = %q", h, tok)
+		}
+	})
+}

@@ -1,0 +1,322 @@
+// Package server serves an svc.Backend over HTTP: a chi router to mount in a
+// host application (embedded mode), the one table from error kinds to HTTP
+// statuses with the problem+json writer, and the middleware of the
+// standalone server that `svc serve` runs.
+//
+// # Embedded mode
+//
+// NewRouter returns a chi.Router with the agent routes, relative to wherever
+// the host mounts it:
+//
+//	rt, err := server.NewRouter(runtime, server.WithLogger(log))
+//	...
+//	mux := chi.NewRouter()
+//	mux.Use(hostAuth)             // auth, rate limits: the host's concern
+//	mux.Mount("/svc", rt)
+//	srv := &http.Server{Addr: ":8080", Handler: mux}
+//	srv.RegisterOnShutdown(func() { runtime.Shutdown(context.Background()) })
+//
+// The router adds no authentication and no request-id middleware: a request
+// id set by the host (X-Request-Id) is honoured and promoted to the run's
+// trace id. The runtime is the host's to shut down, after the HTTP server
+// has stopped taking requests (RegisterOnShutdown above, or an errgroup that
+// calls srv.Shutdown and then the runtime's Shutdown).
+//
+// # Errors
+//
+// Every error response is application/problem+json (RFC 9457), written by
+// WriteError, with the status of StatusOf. Host handlers mounted beside the
+// router answer the same way in one of two ways. The idiomatic one is to
+// return the error: wrap a HandlerFunc with Handle. For code that cannot
+// return an error, ErrorMiddleware turns a panic whose value is an error into
+// the same answer; it leaves other panics alone, so a nil dereference is not
+// mistaken for a domain error. A host that uses neither can call WriteError
+// itself.
+//
+// # Reserved
+//
+// A WithSSEEmitter option, serving GET /events/stream from an SSE emitter,
+// will be added with the SSE emitter; it is not available yet.
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// DefaultMaxBodyBytes bounds a request body unless WithMaxBodyBytes says
+// otherwise.
+const DefaultMaxBodyBytes int64 = 1 << 20
+
+// RequestIDHeader carries the request id, both ways.
+const RequestIDHeader = "X-Request-Id"
+
+// Option configures NewRouter.
+type Option func(*config) error
+
+type config struct {
+	maxBody int64
+	log     *zap.Logger
+}
+
+// WithMaxBodyBytes bounds request bodies to n bytes (default 1 MiB); a
+// longer body is answered 413 with a PayloadTooLargeError. n must be
+// positive.
+func WithMaxBodyBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return errors.New("server: WithMaxBodyBytes: the limit must be positive")
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger for internal errors (default zap.L()).
+func WithLogger(l *zap.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("server: WithLogger: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// NewRouter returns the router serving b. Routes, relative to the mount
+// point:
+//
+//	GET  /agents                 JSON list of agent names
+//	GET  /agents/{name}/schema   svc.AgentSchema
+//	POST /agents/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.AgentResult
+//	POST /agents/{name}/gather   svc.GatherRequest → []svc.AgentResult in task order
+//	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
+//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready fails
+//
+// A run's trace id is the task's request_id, else the envelope's
+// request_id, else the X-Request-Id header, else a new UUIDv7; it is echoed
+// in the X-Request-Id response header. A gather's batch id is the
+// X-Request-Id header or a new UUIDv7, handed to the backend with
+// svc.WithRequestID; tasks without a request_id take it from there.
+func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
+	if b == nil {
+		return nil, errors.New("server: NewRouter: nil backend")
+	}
+	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L()}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	h := &handlers{b: b, maxBody: cfg.maxBody}
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			next.ServeHTTP(w, req.WithContext(withLogger(req.Context(), cfg.log)))
+		})
+	})
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		writeProblem(w, req, http.StatusNotFound, Problem{Detail: "no route for " + req.Method + " " + req.URL.Path})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		// chi drops its Allow header once the handler is replaced; rebuild it.
+		path := req.URL.Path
+		if rctx := chi.RouteContext(req.Context()); rctx != nil && rctx.RoutePath != "" {
+			path = rctx.RoutePath
+		}
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			if r.Match(chi.NewRouteContext(), m, path) {
+				w.Header().Add("Allow", m)
+			}
+		}
+		writeProblem(w, req, http.StatusMethodNotAllowed, Problem{Detail: "method " + req.Method + " is not allowed on " + req.URL.Path})
+	})
+	r.Method(http.MethodGet, "/agents", Handle(h.agents))
+	r.Method(http.MethodGet, "/agents/{name}/schema", Handle(h.schema))
+	r.Method(http.MethodPost, "/agents/{name}/run", Handle(h.run))
+	r.Method(http.MethodPost, "/agents/{name}/gather", Handle(h.gather))
+	r.Method(http.MethodGet, "/healthz", Handle(h.healthz))
+	r.Method(http.MethodGet, "/health", Handle(h.healthz))
+	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
+	return r, nil
+}
+
+type handlers struct {
+	b       svc.Backend
+	maxBody int64
+}
+
+func (h *handlers) agents(w http.ResponseWriter, r *http.Request) error {
+	names, err := h.b.Agents(r.Context())
+	if err != nil {
+		return err
+	}
+	if names == nil {
+		names = []string{}
+	}
+	return writeJSON(w, http.StatusOK, names)
+}
+
+func (h *handlers) schema(w http.ResponseWriter, r *http.Request) error {
+	name, err := agentName(r)
+	if err != nil {
+		return err
+	}
+	s, err := h.b.AgentSchema(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, s)
+}
+
+func (h *handlers) run(w http.ResponseWriter, r *http.Request) error {
+	name, err := agentName(r)
+	if err != nil {
+		return err
+	}
+	data, err := readBody(w, r, h.maxBody)
+	if err != nil {
+		return err
+	}
+	task, envelopeID, err := decodeRunBody(data)
+	if err != nil {
+		return err
+	}
+	switch {
+	case task.RequestID != "":
+	case envelopeID != "":
+		task.RequestID = envelopeID
+	default:
+		task.RequestID = headerRequestID(r)
+	}
+	w.Header().Set(RequestIDHeader, task.RequestID)
+	res, err := h.b.Run(r.Context(), name, task)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
+	name, err := agentName(r)
+	if err != nil {
+		return err
+	}
+	data, err := readBody(w, r, h.maxBody)
+	if err != nil {
+		return err
+	}
+	req, err := decodeGatherBody(data)
+	if err != nil {
+		return err
+	}
+	id := headerRequestID(r)
+	w.Header().Set(RequestIDHeader, id)
+	results, err := h.b.Gather(svc.WithRequestID(r.Context(), id), name, req.Tasks, req.MaxConcurrency)
+	if err != nil {
+		return err
+	}
+	if results == nil {
+		results = []svc.AgentResult{}
+	}
+	return writeJSON(w, http.StatusOK, results)
+}
+
+func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) error {
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *handlers) readyz(w http.ResponseWriter, r *http.Request) error {
+	if err := h.b.Ready(r.Context()); err != nil {
+		kind, public := classify(err)
+		p := Problem{Error: string(kind), Detail: "not ready"}
+		if public {
+			p.Detail = "not ready: " + err.Error()
+		} else {
+			loggerFrom(r.Context()).Warn("not ready", zap.Error(err))
+		}
+		writeProblem(w, r, http.StatusServiceUnavailable, p)
+		return nil
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// agentName returns the {name} path parameter, unescaped: chi routes on the
+// raw path when the request has one, and then hands out escaped segments.
+func agentName(r *http.Request) (string, error) {
+	name := chi.URLParam(r, "name")
+	if r.URL.RawPath == "" {
+		return name, nil
+	}
+	n, err := url.PathUnescape(name)
+	if err != nil {
+		return "", svc.Errorf(svc.KindSpecValidation, "agent name %q: %v", name, err)
+	}
+	return n, nil
+}
+
+// headerRequestID returns the request's X-Request-Id when it is a usable
+// id, else a new UUIDv7.
+func headerRequestID(r *http.Request) string {
+	if id := r.Header.Get(RequestIDHeader); ValidRequestID(id) {
+		return id
+	}
+	return NewRequestID()
+}
+
+// NewRequestID returns a new UUIDv7 string.
+func NewRequestID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		// Only a failing system random source gets here; NewString
+		// panics on the same failure, which is the right end then.
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// MaxRequestIDLen bounds an accepted X-Request-Id.
+const MaxRequestIDLen = 128
+
+// ValidRequestID reports whether id may be used as a request id: 1 to 128
+// printable ASCII characters without spaces, so it is safe in logs and
+// headers.
+func ValidRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// writeJSON writes v as JSON with status. It encodes first, so an encoding
+// error is still answered with a problem; once the header is out, a failed
+// write means the client has gone, and nothing can be done about it.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Not a domain error: the text names Go types, so it is logged, not sent.
+		return fmt.Errorf("server: encoding the response: %w", err)
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return nil
+}

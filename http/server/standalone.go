@@ -1,0 +1,144 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
+	"go.uber.org/zap"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// StandaloneConfig configures NewStandalone.
+type StandaloneConfig struct {
+	// AuthToken, when not empty, is the bearer token every request but the
+	// health checks must carry.
+	AuthToken string
+	// Logger receives the access log and internal errors; zap.L() when nil.
+	Logger *zap.Logger
+	// RouterOptions are passed to NewRouter; a WithLogger among them wins
+	// over Logger for the router's own logging.
+	RouterOptions []Option
+}
+
+// NewStandalone returns the handler of the standalone server: the router
+// for b behind RequestID, AccessLog, Recoverer and, when cfg.AuthToken is
+// set, BearerAuth, in that order from the outside in.
+func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.L()
+	}
+	opts := append([]Option{WithLogger(log)}, cfg.RouterOptions...)
+	rt, err := NewRouter(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var h http.Handler = rt
+	if cfg.AuthToken != "" {
+		h = BearerAuth(cfg.AuthToken)(h)
+	}
+	h = Recoverer(h)
+	h = AccessLog(log)(h)
+	return RequestID(h), nil
+}
+
+// openPaths are answered without a token, so that load balancers and
+// orchestrators can probe the server without holding the secret.
+var openPaths = map[string]bool{"/healthz": true, "/health": true, "/readyz": true}
+
+// BearerAuth refuses requests without "Authorization: Bearer <token>" with
+// 401, a problem body and a WWW-Authenticate challenge (RFC 6750). The
+// health checks stay open. The comparison takes the same time whatever the
+// presented token, so it leaks neither content nor length. An empty token
+// matches nothing: misconfiguration locks the server rather than opening
+// it.
+func BearerAuth(token string) func(http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if openPaths[r.URL.Path] {
+				next.ServeHTTP(w, r)
+				return
+			}
+			got, ok := bearerToken(r.Header.Get("Authorization"))
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="svc"`)
+				writeProblem(w, r, http.StatusUnauthorized, Problem{Detail: "missing bearer token"})
+				return
+			}
+			sum := sha256.Sum256([]byte(got))
+			if token == "" || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="svc", error="invalid_token"`)
+				writeProblem(w, r, http.StatusUnauthorized, Problem{Detail: "invalid bearer token"})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// bearerToken extracts the token of an Authorization header value. The
+// scheme is case-insensitive (RFC 9110 section 11.1).
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// RequestID makes sure every request and response carries X-Request-Id: a
+// valid incoming id (ValidRequestID) is kept, anything else is replaced by a
+// new UUIDv7. The id is also put in the request's context with
+// svc.WithRequestID, which a run without its own request_id takes as its
+// trace id.
+func RequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(RequestIDHeader)
+		if !ValidRequestID(id) {
+			id = NewRequestID()
+			r = r.Clone(r.Context())
+			r.Header.Set(RequestIDHeader, id)
+		}
+		w.Header().Set(RequestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(svc.WithRequestID(r.Context(), id)))
+	})
+}
+
+// AccessLog logs one line per request at info level: method, path, status,
+// bytes, duration and request id (the response's, which for a run is its
+// trace id). It also hands l to WriteError and Recoverer below it.
+func AccessLog(l *zap.Logger) func(http.Handler) http.Handler {
+	if l == nil {
+		l = zap.L()
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			defer func() {
+				status := ww.Status()
+				if status == 0 {
+					// Nothing written: net/http sends 200, or drops the
+					// connection if a panic is propagating.
+					status = http.StatusOK
+				}
+				l.Info("request",
+					zap.String("method", r.Method),
+					zap.String("path", r.URL.Path),
+					zap.Int("status", status),
+					zap.Int("bytes", ww.BytesWritten()),
+					zap.Duration("duration", time.Since(start)),
+					zap.String("request_id", requestIDOf(ww, r)),
+				)
+			}()
+			next.ServeHTTP(ww, r.WithContext(withLogger(r.Context(), l)))
+		})
+	}
+}

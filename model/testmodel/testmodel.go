@@ -1,0 +1,372 @@
+// Package testmodel is the deterministic "test" model provider: test:echo
+// answers with its input and test:fail always fails, with model_settings
+// that add latency, token counts, scripted failures, fixed answers and tool
+// calls. It needs no network and is meant for tests, examples and
+// benchmarks.
+package testmodel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/schema"
+)
+
+// Names are the model names the provider knows.
+var Names = []string{"echo", "fail"}
+
+// New returns a new test model. Each instance keeps its own call count for
+// fail_times, so one instance should serve one agent.
+func New(name string) (svc.Model, error) {
+	if !slices.Contains(Names, name) {
+		return nil, svc.Errorf(svc.KindRegistry, "test model %q: want echo or fail", name)
+	}
+	return &model{name: name}, nil
+}
+
+type model struct {
+	name  string
+	calls atomic.Int64
+}
+
+// Generate answers per the package doc. Its failures are plain errors (the
+// agent loop gives them their kind), except bad model_settings, which are
+// SpecValidationErrors, and cancellation, which wraps ctx.Err().
+func (m *model) Generate(ctx context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
+	// Count before anything can fail, so "the first N calls" means calls
+	// made, whatever becomes of them.
+	call := m.calls.Add(1)
+	s, err := ParseSettings(req.Settings)
+	if err != nil {
+		return svc.ModelResponse{}, err
+	}
+	if err := wait(ctx, s.Latency); err != nil {
+		return svc.ModelResponse{}, fmt.Errorf("test model %s: %w", m.name, err)
+	}
+	if m.name == "fail" {
+		return svc.ModelResponse{}, errors.New("test model fail: this model always fails")
+	}
+	if call <= s.FailTimes {
+		return svc.ModelResponse{}, fmt.Errorf("test model echo: call %d of the first %d fails (fail_times)", call, s.FailTimes)
+	}
+	input := firstInput(req.Messages)
+	if s.FailOn != "" && strings.Contains(string(input), s.FailOn) {
+		return svc.ModelResponse{}, fmt.Errorf("test model echo: input contains %q (fail_on)", s.FailOn)
+	}
+
+	var resp svc.ModelResponse
+	var out []byte // the answer's JSON text, for the word count
+	switch {
+	case s.callsTools() && !hasToolResults(req.Messages):
+		calls, err := toolCalls(req.Tools, s)
+		if err != nil {
+			return svc.ModelResponse{}, err
+		}
+		if len(calls) > 0 {
+			resp.ToolCalls = calls
+			if out, err = json.Marshal(calls); err != nil {
+				return svc.ModelResponse{}, fmt.Errorf("test model echo: %w", err)
+			}
+			break
+		}
+		// Nothing to call: answer at once.
+		resp.Output = answer(input, nil, s)
+		out = resp.Output
+	case s.callsTools():
+		resp.Output = answer(input, toolResults(req.Messages), s)
+		out = resp.Output
+	default:
+		resp.Output = answer(input, nil, s)
+		out = resp.Output
+	}
+
+	if s.HasTokens {
+		resp.OutputTokens, resp.TokensUsed = s.Tokens, s.Tokens
+	} else {
+		resp.InputTokens = int64(len(strings.Fields(string(input))))
+		resp.OutputTokens = int64(len(strings.Fields(string(out))))
+		resp.TokensUsed = resp.InputTokens + resp.OutputTokens
+	}
+	return resp, nil
+}
+
+// answer is the final output: the fixed output if set, else the input, or
+// with tool results, the input and the results.
+func answer(input json.RawMessage, results map[string]json.RawMessage, s Settings) json.RawMessage {
+	if s.Output != nil {
+		return s.Output
+	}
+	if results == nil {
+		return input
+	}
+	out, err := json.Marshal(struct {
+		Echo  json.RawMessage            `json:"echo"`
+		Tools map[string]json.RawMessage `json:"tools"`
+	}{input, results})
+	if err != nil {
+		// Both parts are JSON the runtime already checked; a failure here is
+		// a bug in the caller, and the output shows it.
+		return json.RawMessage(`null`)
+	}
+	return out
+}
+
+// wait sleeps for d unless ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// firstInput is the task input: the content of the first user message.
+// Later user messages (a validation error the agent loop appends) do not
+// change it, so the answer is the same on every retry.
+func firstInput(msgs []svc.Message) json.RawMessage {
+	for _, msg := range msgs {
+		if msg.Role == svc.RoleUser {
+			if len(msg.Content) == 0 {
+				break
+			}
+			return msg.Content
+		}
+	}
+	return json.RawMessage(`null`)
+}
+
+func hasToolResults(msgs []svc.Message) bool {
+	return slices.ContainsFunc(msgs, func(m svc.Message) bool { return m.Role == svc.RoleTool })
+}
+
+// toolResults maps tool names to the content of their results, matching
+// tool messages to the calls that asked for them. A failed call's content
+// (its error) goes in like any other.
+func toolResults(msgs []svc.Message) map[string]json.RawMessage {
+	names := map[string]string{}
+	out := map[string]json.RawMessage{}
+	for _, msg := range msgs {
+		switch msg.Role {
+		case svc.RoleAssistant:
+			for _, c := range msg.ToolCalls {
+				names[c.ID] = c.Name
+			}
+		case svc.RoleTool:
+			name, ok := names[msg.ToolCallID]
+			if !ok {
+				name = msg.ToolCallID
+			}
+			content := msg.Content
+			if len(content) == 0 {
+				content = json.RawMessage(`null`)
+			}
+			out[name] = content
+		}
+	}
+	return out
+}
+
+// toolCalls asks for each selected tool once, in the order the request
+// lists them, with arguments built from its input schema.
+func toolCalls(tools []svc.ToolSpec, s Settings) ([]svc.ToolCall, error) {
+	offered := map[string]bool{}
+	for _, t := range tools {
+		offered[t.Name] = true
+	}
+	for _, name := range s.CallTools {
+		if !offered[name] {
+			return nil, fmt.Errorf("test model echo: call_tools names tool %q, which the agent does not have", name)
+		}
+	}
+	var calls []svc.ToolCall
+	for _, t := range tools {
+		if !s.CallAllTools && !slices.Contains(s.CallTools, t.Name) {
+			continue
+		}
+		args, err := schema.Example(t.InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("test model echo: arguments for tool %q: %w", t.Name, err)
+		}
+		calls = append(calls, svc.ToolCall{ID: fmt.Sprintf("call_%d", len(calls)+1), Name: t.Name, Arguments: args})
+	}
+	return calls, nil
+}
+
+// Settings are the model_settings the test model reads; other keys are
+// ignored, so an agent may carry settings for its fallback models too.
+type Settings struct {
+	// Latency is latency_ms: how long each call takes.
+	Latency time.Duration
+	// Tokens is tokens, the tokens each call reports, when HasTokens.
+	Tokens    int64
+	HasTokens bool
+	// FailTimes is fail_times: the first FailTimes calls fail.
+	FailTimes int64
+	// FailOn is fail_on: a call whose input's JSON text contains it fails.
+	FailOn string
+	// Output is output: a fixed answer.
+	Output json.RawMessage
+	// CallAllTools and CallTools are call_tools: "all", or a list of names.
+	CallAllTools bool
+	CallTools    []string
+}
+
+func (s Settings) callsTools() bool { return s.CallAllTools || len(s.CallTools) > 0 }
+
+// ParseSettings reads the test model's keys from model_settings as YAML or
+// JSON decoding leaves them: numbers may be any Go integer or float type or
+// a json.Number. A wrong type is a SpecValidationError.
+func ParseSettings(m map[string]any) (Settings, error) {
+	var s Settings
+	bad := func(key, want string, v any) (Settings, error) {
+		return Settings{}, svc.Errorf(svc.KindSpecValidation, "test model: model_settings.%s: want %s, got %v (%T)", key, want, v, v)
+	}
+	if v, ok := m["latency_ms"]; ok && v != nil {
+		f, ok := number(v)
+		if !ok || f < 0 || f > float64(math.MaxInt64/int64(time.Millisecond)) {
+			return bad("latency_ms", "a non-negative number of milliseconds", v)
+		}
+		s.Latency = time.Duration(f * float64(time.Millisecond))
+	}
+	if v, ok := m["tokens"]; ok && v != nil {
+		n, ok := count(v)
+		if !ok {
+			return bad("tokens", "a non-negative integer", v)
+		}
+		s.Tokens, s.HasTokens = n, true
+	}
+	if v, ok := m["fail_times"]; ok && v != nil {
+		n, ok := count(v)
+		if !ok {
+			return bad("fail_times", "a non-negative integer", v)
+		}
+		s.FailTimes = n
+	}
+	if v, ok := m["fail_on"]; ok && v != nil {
+		str, ok := v.(string)
+		if !ok {
+			return bad("fail_on", "a string", v)
+		}
+		s.FailOn = str
+	}
+	if v, ok := m["output"]; ok {
+		raw, err := toJSON(v)
+		if err != nil {
+			return bad("output", "a JSON value", v)
+		}
+		s.Output = raw
+	}
+	if v, ok := m["call_tools"]; ok && v != nil {
+		switch t := v.(type) {
+		case string:
+			if t != "all" {
+				return bad("call_tools", `"all" or a list of tool names`, v)
+			}
+			s.CallAllTools = true
+		case []string:
+			s.CallTools = slices.Clone(t)
+		case []any:
+			for _, e := range t {
+				name, ok := e.(string)
+				if !ok {
+					return bad("call_tools", `"all" or a list of tool names`, v)
+				}
+				s.CallTools = append(s.CallTools, name)
+			}
+		default:
+			return bad("call_tools", `"all" or a list of tool names`, v)
+		}
+	}
+	return s, nil
+}
+
+// toJSON marshals a settings value; a json.RawMessage (from a Go caller)
+// is taken as is.
+func toJSON(v any) (json.RawMessage, error) {
+	switch t := v.(type) {
+	case json.RawMessage:
+		if !json.Valid(t) {
+			return nil, errors.New("invalid JSON")
+		}
+		return t, nil
+	}
+	return json.Marshal(v)
+}
+
+func number(v any) (float64, bool) {
+	var f float64
+	switch n := v.(type) {
+	case int:
+		f = float64(n)
+	case int8:
+		f = float64(n)
+	case int16:
+		f = float64(n)
+	case int32:
+		f = float64(n)
+	case int64:
+		f = float64(n)
+	case uint:
+		f = float64(n)
+	case uint8:
+		f = float64(n)
+	case uint16:
+		f = float64(n)
+	case uint32:
+		f = float64(n)
+	case uint64:
+		f = float64(n)
+	case float32:
+		f = float64(n)
+	case float64:
+		f = n
+	case json.Number:
+		var err error
+		if f, err = n.Float64(); err != nil {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// count reads a non-negative integer; a float must be integral (YAML and
+// JSON decoders give 3 as 3.0).
+func count(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, n >= 0
+	case uint64:
+		return int64(n), n <= math.MaxInt64
+	case json.Number:
+		if i, err := n.Int64(); err == nil {
+			return i, i >= 0
+		}
+	}
+	f, ok := number(v)
+	if !ok || f < 0 || f != math.Trunc(f) || f >= math.MaxInt64 {
+		return 0, false
+	}
+	return int64(f), true
+}

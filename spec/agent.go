@@ -1,0 +1,638 @@
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/svc-dev/svc"
+)
+
+var agentKeys = []string{
+	"version", "name", "model", "fallback_models", "instructions", "input_type", "output_type",
+	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level", "context_passer",
+}
+
+var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix"}
+
+// MCP transports.
+const (
+	TransportStdio = "stdio"
+	TransportHTTP  = "http"
+	TransportSSE   = "sse"
+)
+
+// agentDecoder turns one agent file into an svc.Agent.
+type agentDecoder struct {
+	*decoder
+	env Env
+	// readFile reads $ref'd schema files; tests and the fuzz target swap it.
+	readFile func(path string) ([]byte, error)
+	root     *yaml.Node
+	fs       map[string]field
+	// lists holds the decoded string lists by key, so that errors about
+	// one element (from svc.Agent.Validate, say) point at its line.
+	lists map[string][]item
+}
+
+// decodedAgent is an agent and where its name came from, for duplicate
+// reports.
+type decodedAgent struct {
+	agent    svc.Agent
+	nameLine int
+}
+
+// decodeAgent decodes the agent spec data, read from file. The agent is
+// usable only when there are no errors.
+func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byte, error)) (decodedAgent, []*Error) {
+	root, perr := parseMapping(file, data, "an agent spec: a mapping starting with version: 1")
+	if perr != nil {
+		return decodedAgent{}, []*Error{perr}
+	}
+	d := &agentDecoder{
+		decoder:  newDecoder(file, len(data)),
+		env:      env,
+		readFile: readFile,
+		root:     root,
+		lists:    map[string][]item{},
+	}
+	d.fs = d.fields(root, "", agentKeys)
+	d.version(root, d.fs)
+
+	out := decodedAgent{nameLine: root.Line}
+	a := &out.agent
+	stem := stemOf(file)
+	a.Name = stem
+	if f, ok := d.get("name"); ok {
+		out.nameLine = f.val.Line
+		if name, ok := d.str(f.val, "name"); ok {
+			a.Name = name
+			if name != stem {
+				d.fail(f.val, "name", "%q does not match the file name %s: an agent's file is named after it", name, filepath.Base(file))
+			}
+		}
+	}
+	if f, ok := d.get("model"); ok {
+		a.Model, _ = d.str(f.val, "model")
+	} else {
+		d.fail(root, "model", "missing: name the model as provider:name, e.g. `model: test:echo`")
+	}
+	if f, ok := d.get("fallback_models"); ok {
+		d.lists["fallback_models"] = d.strList(f.val, "fallback_models")
+		for _, it := range d.lists["fallback_models"] {
+			a.FallbackModels = append(a.FallbackModels, it.Value)
+		}
+	}
+	if f, ok := d.get("instructions"); ok {
+		a.Instructions, _ = d.str(f.val, "instructions")
+	}
+	if f, ok := d.get("trust_level"); ok {
+		if s, ok := d.str(f.val, "trust_level"); ok {
+			a.TrustLevel = svc.TrustLevel(s)
+		}
+	}
+	if f, ok := d.get("context_passer"); ok {
+		if r := resolve(f.val); r.Kind == yaml.ScalarNode && r.ShortTag() == "!!str" {
+			a.ContextPasser = r.Value // Validate rejects anything but "full"
+		} else {
+			d.fail(f.val, "context_passer", "want null or \"full\", got %s", describe(f.val))
+		}
+	}
+	a.InputType = d.schema("input_type")
+	a.OutputType = d.schema("output_type")
+	a.Tools = d.tools(a)
+	if f, ok := d.get("mcp_servers"); ok {
+		a.MCPServers = d.mcpServers(f.val)
+	}
+	a.BuiltinTools = d.builtins()
+	if f, ok := d.get("model_settings"); ok {
+		if resolve(f.val).Kind != yaml.MappingNode {
+			d.fail(f.val, "model_settings", "want a mapping, got %s", describe(f.val))
+		} else if v, ok := d.goValue(f.val, "model_settings"); ok {
+			a.ModelSettings = v.(map[string]any)
+		}
+	}
+
+	d.check(a)
+	// Validate stops at its first problem and knows no lines, so the checks
+	// above repeat its rules key by key; it stays as the backstop that keeps
+	// this package in step with what a runtime will accept.
+	if err := a.Validate(); err != nil {
+		d.validateError(err, a.Name)
+	}
+	d.checkModels(a)
+
+	return out, d.finish()
+}
+
+// get returns a key's field when the key is present and not null; null
+// means "not set" for every optional key.
+func (d *agentDecoder) get(key string) (field, bool) {
+	f, ok := d.fs[key]
+	if !ok || isNull(f.val) {
+		return field{}, false
+	}
+	return f, true
+}
+
+func stemOf(file string) string {
+	base := filepath.Base(file)
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// tools looks the tool names up in the environment and checks each against
+// the agent's trust level, which is why it runs after trust_level is read.
+func (d *agentDecoder) tools(a *svc.Agent) []svc.Tool {
+	f, ok := d.get("tools")
+	if !ok {
+		return nil
+	}
+	items := d.strList(f.val, "tools")
+	d.lists["tools"] = items
+	trust := a.Trust()
+	var out []svc.Tool
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seen[it.Value] {
+			d.fail(it.Node, it.Key, "tool %s is listed twice", it.Value)
+			continue
+		}
+		seen[it.Value] = true
+		t := d.env.Tools[it.Value]
+		if t == nil {
+			d.fail(it.Node, it.Key, "unknown tool %q (%s)", it.Value, known(toolNames(d.env.Tools), "known tools", "no tools are registered"))
+			continue
+		}
+		if trust.Valid() && !trust.Allows(t.Access()) {
+			d.fail(it.Node, it.Key, "tool %s needs %s access; %s", it.Value, t.Access(), trustAdvice(a, t.Access()))
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func toolNames(m map[string]svc.Tool) []string {
+	names := make([]string, 0, len(m))
+	for n, t := range m {
+		if t != nil {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func known(names []string, label, none string) string {
+	if len(names) == 0 {
+		return none
+	}
+	names = slices.Clone(names)
+	slices.Sort(names)
+	return label + ": " + strings.Join(names, ", ")
+}
+
+// trustAdvice says what the agent's trust level allows and which level the
+// tool needs, so the fix is in the message.
+func trustAdvice(a *svc.Agent, need svc.Access) string {
+	level := string(a.Trust())
+	if a.TrustLevel == "" {
+		level += " (the default)"
+	}
+	var allows string
+	switch a.Trust() {
+	case svc.TrustSandbox:
+		allows = "allows no tools"
+	case svc.TrustLow:
+		allows = "allows read-only tools"
+	case svc.TrustMedium:
+		allows = "allows read-only and network tools"
+	default:
+		allows = "allows every tool"
+	}
+	use := fmt.Sprintf("use %s or higher", need.MinTrust())
+	if need.MinTrust() == svc.TrustHigh {
+		use = "use high"
+	}
+	return fmt.Sprintf("trust_level %s %s (%s)", level, allows, use)
+}
+
+func (d *agentDecoder) builtins() []string {
+	f, ok := d.get("builtin_tools")
+	if !ok {
+		return nil
+	}
+	items := d.strList(f.val, "builtin_tools")
+	d.lists["builtin_tools"] = items
+	var out []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		switch {
+		case seen[it.Value]:
+			d.fail(it.Node, it.Key, "builtin tool %s is listed twice", it.Value)
+		case !slices.Contains(d.env.Builtins, it.Value):
+			d.fail(it.Node, it.Key, "unknown builtin tool %q (%s)", it.Value,
+				known(d.env.Builtins, "known builtin tools", "this build has no builtin tools"))
+		default:
+			out = append(out, it.Value)
+		}
+		seen[it.Value] = true
+	}
+	return out
+}
+
+// check applies the rules of svc.Agent.Validate, each at its key's line.
+func (d *agentDecoder) check(a *svc.Agent) {
+	at := func(key string) *yaml.Node {
+		if f, ok := d.fs[key]; ok {
+			return f.val
+		}
+		return d.root
+	}
+	if !d.failed("name") && !svc.ValidName(a.Name) {
+		msg := "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit"
+		if _, ok := d.fs["name"]; !ok {
+			msg += " (the name comes from the file name)"
+		}
+		d.fail(at("name"), "name", msg, a.Name)
+	}
+	if !d.failed("model") {
+		if _, _, err := svc.ParseModelID(a.Model); err != nil {
+			d.fail(at("model"), "model", "%v", err)
+		}
+	}
+	for _, it := range d.lists["fallback_models"] {
+		if _, _, err := svc.ParseModelID(it.Value); err != nil {
+			d.fail(it.Node, it.Key, "%v", err)
+		}
+	}
+	if !d.failed("trust_level") && a.TrustLevel != "" && !a.TrustLevel.Valid() {
+		d.fail(at("trust_level"), "trust_level", "%q: want high, medium, low or sandbox", a.TrustLevel)
+	}
+	if !d.failed("context_passer") && a.ContextPasser != svc.ContextNone && a.ContextPasser != svc.ContextFull {
+		d.fail(at("context_passer"), "context_passer", "%q: want null or \"full\"", a.ContextPasser)
+	}
+}
+
+// checkModels asks the environment whether each model identifier resolves.
+// Identifiers that are already reported (malformed, wrong type) are skipped.
+func (d *agentDecoder) checkModels(a *svc.Agent) {
+	if d.env.CheckModel == nil {
+		return
+	}
+	check := func(n *yaml.Node, key, id string) {
+		if d.failed(key) {
+			return
+		}
+		if _, _, err := svc.ParseModelID(id); err != nil {
+			return
+		}
+		if err := d.env.CheckModel(id); err != nil {
+			d.fail(n, key, "model %s: %v", id, err)
+		}
+	}
+	if f, ok := d.get("model"); ok {
+		check(f.val, "model", a.Model)
+	}
+	for _, it := range d.lists["fallback_models"] {
+		check(it.Node, it.Key, it.Value)
+	}
+}
+
+// validateKeyRE splits what svc.Agent.Validate says after "agent NAME: "
+// into the key it is about, an optional list index and the rest.
+var validateKeyRE = regexp.MustCompile(`^([a-z_]+)(?:\[(\d+)\])?(?::? )?(.*)$`)
+
+// validateError reports an error of svc.Agent.Validate at the line of the
+// key it is about. Validate knows no lines; its messages name the key
+// first ("agent triage: fallback_models[1]: model ..."), which is parsed
+// here. A message this does not understand is reported at the top of the
+// file rather than dropped.
+func (d *agentDecoder) validateError(err error, name string) {
+	msg := err.Error()
+	var e *svc.Error
+	if errors.As(err, &e) && e.Message != "" {
+		msg = e.Message
+	}
+	var key, rest string
+	index := -1
+	if r, ok := strings.CutPrefix(msg, "agent name "); ok {
+		key, rest = "name", r
+	} else {
+		r := strings.TrimPrefix(msg, "agent "+name+": ")
+		m := validateKeyRE.FindStringSubmatch(r)
+		if m == nil {
+			d.fail(d.root, "", "%s", msg)
+			return
+		}
+		key, rest = m[1], m[3]
+		if m[2] != "" {
+			index, _ = strconv.Atoi(m[2])
+		}
+		if key == "tool" { // "tool "x" listed twice"
+			key, rest = "tools", r
+		}
+		if !slices.Contains(agentKeys, key) {
+			d.fail(d.root, "", "%s", r)
+			return
+		}
+	}
+	if rest == "" {
+		rest = msg
+	}
+	if d.failed(key) {
+		return // already reported, more precisely, while decoding
+	}
+	if items := d.lists[key]; index >= 0 && index < len(items) {
+		d.fail(items[index].Node, items[index].Key, "%s", rest)
+		return
+	}
+	if f, ok := d.fs[key]; ok {
+		d.fail(f.val, key, "%s", rest)
+		return
+	}
+	if key == "name" {
+		rest += " (the name comes from the file name)"
+	}
+	d.fail(d.root, key, "%s", rest)
+}
+
+// schema decodes input_type or output_type: a JSON Schema written as YAML
+// (a mapping, or true/false), or {$ref: file} naming a JSON or YAML file
+// beside the spec, which is read and inlined.
+func (d *agentDecoder) schema(key string) json.RawMessage {
+	f, ok := d.get(key)
+	if !ok {
+		return nil
+	}
+	r := resolve(f.val)
+	if r.Kind == yaml.ScalarNode && r.ShortTag() == "!!bool" {
+		var b bool
+		_ = r.Decode(&b)
+		return json.RawMessage(strconv.FormatBool(b))
+	}
+	if r.Kind != yaml.MappingNode {
+		d.fail(f.val, key, "want a mapping (a JSON Schema), got %s", describe(f.val))
+		return nil
+	}
+
+	var raw json.RawMessage
+	at := f.val
+	if ref, refNode, isFile := d.fileRef(r, key); refNode != nil {
+		if !isFile {
+			return nil // reported
+		}
+		at = refNode
+		if raw = d.loadRef(refNode, key, ref); raw == nil {
+			return nil
+		}
+	} else if raw, ok = d.jsonValue(f.val, key); !ok {
+		return nil
+	}
+	if err := checkSchema(raw); err != nil {
+		d.fail(at, key, "not a valid JSON Schema: %v", err)
+		return nil
+	}
+	return raw
+}
+
+// fileRef finds a top-level $ref naming a file. It returns the $ref's value
+// node when there is a $ref (nil otherwise), and whether it names a file
+// that can be loaded. A "#..." reference is the schema's own business and
+// is left in place.
+func (d *agentDecoder) fileRef(m *yaml.Node, key string) (ref string, node *yaml.Node, isFile bool) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := resolve(m.Content[i]); k.Kind != yaml.ScalarNode || k.Value != "$ref" {
+			continue
+		}
+		node = m.Content[i+1]
+		ref, ok := d.str(node, key+".$ref")
+		switch {
+		case !ok:
+			return "", node, false
+		case strings.HasPrefix(ref, "#"):
+			return "", nil, false
+		case strings.Contains(ref, "://"):
+			d.fail(node, key+".$ref", "remote schema %q is not supported: save it beside the spec and refer to the file", ref)
+			return "", node, false
+		case ref == "":
+			d.fail(node, key+".$ref", "want a file path relative to this file")
+			return "", node, false
+		case len(m.Content) > 2:
+			d.fail(node, key+".$ref", "a $ref to a file must be the only key of %s", key)
+			return "", node, false
+		}
+		return ref, node, true
+	}
+	return "", nil, false
+}
+
+// loadRef reads the schema file ref names, relative to the spec's directory.
+// Errors inside that file name that file and its lines.
+func (d *agentDecoder) loadRef(n *yaml.Node, key, ref string) json.RawMessage {
+	path := ref
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(filepath.Dir(d.file), ref)
+	}
+	data, err := d.readFile(path)
+	if err != nil {
+		msg := err.Error()
+		var se *Error
+		if errors.As(err, &se) {
+			msg = se.Msg
+		}
+		d.fail(n, key+".$ref", "cannot read %s: %s", path, msg)
+		return nil
+	}
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		return d.jsonSchemaFile(path, data)
+	}
+	root, perr := parseMapping(path, data, "a JSON Schema mapping")
+	if perr != nil {
+		d.errs = append(d.errs, perr)
+		return nil
+	}
+	sub := newDecoder(path, len(data))
+	raw, ok := sub.jsonValue(root, "")
+	d.errs = append(d.errs, sub.errs...)
+	if !ok {
+		return nil
+	}
+	return raw
+}
+
+func (d *agentDecoder) jsonSchemaFile(path string, data []byte) json.RawMessage {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		e := &Error{File: path, Msg: "invalid JSON: " + err.Error()}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			e.Line = 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+		}
+		d.errs = append(d.errs, e)
+		return nil
+	}
+	switch v.(type) {
+	case map[string]any, bool:
+	default:
+		d.errs = append(d.errs, &Error{File: path, Line: 1, Msg: "want a JSON Schema: an object (or true or false)"})
+		return nil
+	}
+	var buf bytes.Buffer
+	_ = json.Compact(&buf, data) // valid: just unmarshalled
+	return buf.Bytes()
+}
+
+// checkSchema rejects what the JSON Schema validator could not use later:
+// malformed keywords, bad regular expressions, dangling references.
+func checkSchema(raw json.RawMessage) error {
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return err
+	}
+	if _, err := s.Resolve(nil); err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), "jsonschema.Schema: <anonymous schema>: ", ""))
+	}
+	return nil
+}
+
+// mcpServers decodes the list of MCP tool servers and checks that each has
+// what its transport needs and nothing that transport would ignore.
+func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
+	r := resolve(n)
+	if r.Kind != yaml.SequenceNode {
+		d.fail(n, "mcp_servers", "want a list of servers, got %s", describe(n))
+		return nil
+	}
+	var out []svc.MCPServer
+	names := map[string]int{} // name → line
+	for i, e := range r.Content {
+		path := fmt.Sprintf("mcp_servers[%d]", i)
+		m := resolve(e)
+		if m.Kind != yaml.MappingNode {
+			d.fail(e, path, "want a mapping with name and transport, got %s", describe(e))
+			continue
+		}
+		nerr := len(d.errs)
+		fs := d.fields(m, path, mcpKeys)
+		get := func(k string) (*yaml.Node, bool) {
+			f, ok := fs[k]
+			if !ok || isNull(f.val) {
+				return nil, false
+			}
+			return f.val, true
+		}
+		str := func(k string) string {
+			if v, ok := get(k); ok {
+				s, _ := d.str(v, path+"."+k)
+				return s
+			}
+			return ""
+		}
+		s := svc.MCPServer{
+			Name: str("name"), Transport: str("transport"),
+			Command: str("command"), URL: str("url"), Prefix: str("prefix"),
+		}
+		if v, ok := get("name"); !ok {
+			d.fail(m, path+".name", "missing: every server needs a name")
+		} else if !d.failed(path + ".name") {
+			if !svc.ValidName(s.Name) {
+				d.fail(v, path+".name", "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit", s.Name)
+			} else if line, dup := names[s.Name]; dup {
+				d.fail(v, path+".name", "server %s is already defined at line %d", s.Name, line)
+			} else {
+				names[s.Name] = v.Line
+			}
+		}
+		if v, ok := get("args"); ok {
+			s.Args = d.scalarList(v, path+".args")
+		}
+		if v, ok := get("env"); ok {
+			s.Env = d.envMap(v, path+".env")
+		}
+		if v, ok := get("prefix"); ok && s.Prefix != "" && !svc.ValidName(s.Prefix) {
+			d.fail(v, path+".prefix", "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit", s.Prefix)
+		}
+
+		tv, hasTransport := get("transport")
+		switch {
+		case !hasTransport:
+			d.fail(m, path+".transport", "missing: want stdio, http or sse")
+		case s.Transport == TransportStdio:
+			if _, ok := get("command"); !ok {
+				d.fail(m, path+".command", "missing: the stdio transport runs a command")
+			}
+			if v, ok := get("url"); ok {
+				d.fail(v, path+".url", "not used by the stdio transport (it is for http and sse)")
+			}
+		case s.Transport == TransportHTTP || s.Transport == TransportSSE:
+			if v, ok := get("url"); !ok {
+				d.fail(m, path+".url", "missing: the %s transport connects to a URL", s.Transport)
+			} else if s.URL != "" {
+				if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					d.fail(v, path+".url", "%q: want an http:// or https:// URL", s.URL)
+				}
+			}
+			for _, k := range []string{"command", "args", "env"} {
+				if v, ok := get(k); ok {
+					d.fail(v, path+"."+k, "not used by the %s transport (it is for stdio)", s.Transport)
+				}
+			}
+		case s.Transport != "":
+			d.fail(tv, path+".transport", "%q: want stdio, http or sse", s.Transport)
+		}
+		if len(d.errs) == nerr {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// scalarList decodes command arguments: scalars of any type, as written.
+func (d *decoder) scalarList(n *yaml.Node, key string) []string {
+	r := resolve(n)
+	if r.Kind != yaml.SequenceNode {
+		d.fail(n, key, "want a list of strings, got %s", describe(n))
+		return nil
+	}
+	out := make([]string, 0, len(r.Content))
+	for i, e := range r.Content {
+		if s, ok := d.scalarText(e, fmt.Sprintf("%s[%d]", key, i)); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// envMap decodes environment variables: names to scalars, as written.
+func (d *decoder) envMap(n *yaml.Node, key string) map[string]string {
+	r := resolve(n)
+	if r.Kind != yaml.MappingNode {
+		d.fail(n, key, "want a mapping of variable names to values, got %s", describe(n))
+		return nil
+	}
+	out := make(map[string]string, len(r.Content)/2)
+	for i := 0; i+1 < len(r.Content); i += 2 {
+		name, ok := mapKey(d, r.Content[i], key, out)
+		if !ok {
+			continue
+		}
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			d.fail(r.Content[i], key, "%q is not a valid environment variable name", name)
+			continue
+		}
+		if v, ok := d.scalarText(r.Content[i+1], join(key, name)); ok {
+			out[name] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,210 @@
+// Package spec loads and validates the YAML specs of a specs directory:
+// agents (DIR/agents/*.yaml) and runtime options (DIR/runtime.yaml). Every
+// problem is reported with its file, line and key.
+package spec
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/svc-dev/svc"
+)
+
+// Env is what specs are checked against: the names they may use.
+type Env struct {
+	// Tools are the registered function tools, by name.
+	Tools map[string]svc.Tool
+	// Builtins are the builtin tool names available (spawn_agents, ...).
+	Builtins []string
+	// CheckModel, when set, reports whether a provider:name identifier
+	// resolves (a known provider, a model it serves).
+	CheckModel func(id string) error
+}
+
+// Set is the content of a specs directory.
+type Set struct {
+	// Dir is the directory as given.
+	Dir string
+	// Agents are sorted by file name, which is their name.
+	Agents []svc.Agent
+	// Files maps each agent's name to its file.
+	Files map[string]string
+	// Options are the runtime options of runtime.yaml, or the defaults
+	// when there is none (HasOptions false).
+	Options    svc.Options
+	HasOptions bool
+}
+
+// FileResult is the outcome of checking one file; Err nil means it is fine.
+type FileResult struct {
+	File string
+	Err  error
+}
+
+// Layout of a specs directory.
+const (
+	AgentsDir   = "agents"
+	RuntimeFile = "runtime.yaml"
+)
+
+// TODO(groups): read DIR/groups/*.yaml once group topologies land; until
+// then the groups directory is ignored by Load and Validate alike.
+
+// Load reads every spec under dir. It is all or nothing: when any file has
+// a problem it returns no Set and an errors.Join of *Error values, each
+// naming its file. A dir that is missing or not a directory gives an error
+// for which IsRootError holds.
+func Load(dir string, env Env) (*Set, error) {
+	sc, err := scan(dir, env)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, r := range sc.results {
+		for _, e := range r.errs {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	set := &Set{Dir: dir, Files: map[string]string{}, Options: sc.options, HasOptions: sc.hasOptions}
+	for _, r := range sc.results {
+		if r.agent != nil {
+			set.Agents = append(set.Agents, *r.agent)
+			set.Files[r.agent.Name] = r.file
+		}
+	}
+	return set, nil
+}
+
+// Validate checks every spec under dir and reports on each file:
+// runtime.yaml first when there is one, then the agents by file name. Its
+// error is only for a dir that cannot be read (IsRootError holds).
+func Validate(dir string, env Env) ([]FileResult, error) {
+	sc, err := scan(dir, env)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FileResult, len(sc.results))
+	for i, r := range sc.results {
+		out[i] = FileResult{File: r.file, Err: joinErrors(r.errs)}
+	}
+	return out, nil
+}
+
+type scanned struct {
+	file  string
+	agent *svc.Agent // nil for runtime.yaml and for a file with errors
+	errs  []*Error
+}
+
+type scanResult struct {
+	results    []scanned
+	options    svc.Options
+	hasOptions bool
+}
+
+func scan(dir string, env Env) (scanResult, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return scanResult{}, &rootError{dir: dir, err: err}
+	}
+	if !info.IsDir() {
+		return scanResult{}, &rootError{dir: dir, err: errors.New("not a directory")}
+	}
+	sc := scanResult{options: svc.DefaultOptions()}
+
+	rt := filepath.Join(dir, RuntimeFile)
+	if _, err := os.Lstat(rt); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		sc.hasOptions = true
+		r := scanned{file: rt}
+		if data, err := readSpecFile(rt); err != nil {
+			r.errs = append(r.errs, asSpecError(rt, err))
+		} else if o, errs := decodeOptions(rt, data); len(errs) > 0 {
+			r.errs = errs
+		} else {
+			sc.options = o
+		}
+		sc.results = append(sc.results, r)
+	}
+
+	agents := filepath.Join(dir, AgentsDir)
+	entries, err := os.ReadDir(agents)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return sc, nil
+	case err != nil:
+		sc.results = append(sc.results, scanned{file: agents, errs: []*Error{{File: agents, Msg: describeFSError(err), cause: err}}})
+		return sc, nil
+	}
+	defined := map[string]string{} // agent name → file
+	for _, e := range entries {
+		name := e.Name()
+		ext := filepath.Ext(name)
+		// Dot files are editor and VCS droppings (.#triage.yaml), not specs.
+		if e.IsDir() || strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		file := filepath.Join(agents, name)
+		r := scanned{file: file}
+		data, err := readSpecFile(file)
+		if err != nil {
+			r.errs = append(r.errs, asSpecError(file, err))
+			sc.results = append(sc.results, r)
+			continue
+		}
+		dec, errs := decodeAgent(file, data, env, readSpecFile)
+		r.errs = errs
+		if n := dec.agent.Name; n != "" {
+			if other, dup := defined[n]; dup {
+				r.errs = append(r.errs, &Error{File: file, Line: dec.nameLine, Key: "name",
+					Msg: "agent " + n + " is already defined in " + other})
+			} else {
+				defined[n] = file
+			}
+		}
+		if len(r.errs) == 0 {
+			a := dec.agent
+			r.agent = &a
+		}
+		sc.results = append(sc.results, r)
+	}
+	return sc, nil
+}
+
+// asSpecError returns err as an *Error about file.
+func asSpecError(file string, err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{File: file, Msg: describeFSError(err), cause: err}
+}
+
+// describeFSError drops the path from an fs error: the *Error names it.
+func describeFSError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// joinErrors returns nil, the single error, or errors.Join of several.
+func joinErrors(errs []*Error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	es := make([]error, len(errs))
+	for i, e := range errs {
+		es[i] = e
+	}
+	return errors.Join(es...)
+}

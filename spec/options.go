@@ -1,0 +1,152 @@
+package spec
+
+import (
+	"io"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/svc-dev/svc"
+)
+
+// SpecVersion is the only `version:` this build reads.
+const SpecVersion = 1
+
+var optionKeys = []string{
+	"version", "timeout_seconds", "max_spawn_depth", "retry_max_attempts",
+	"retry_backoff_factor", "token_budget", "mcp_eager_start",
+}
+
+// LoadOptions reads a runtime.yaml: `version: 1` and any of the option names
+// of svc.Options. Options it leaves out, or sets to null, keep the defaults
+// of svc.DefaultOptions. The result passes svc.Options.Validate; every
+// error is an *Error (joined when there are several).
+func LoadOptions(path string) (svc.Options, error) {
+	data, err := readSpecFile(path)
+	if err != nil {
+		return svc.Options{}, err
+	}
+	o, errs := decodeOptions(path, data)
+	if len(errs) > 0 {
+		return svc.Options{}, joinErrors(errs)
+	}
+	return o, nil
+}
+
+func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
+	root, perr := parseMapping(file, data, "a mapping of runtime options with version: 1")
+	if perr != nil {
+		return svc.Options{}, []*Error{perr}
+	}
+	d := newDecoder(file, len(data))
+	fs := d.fields(root, "", optionKeys)
+	d.version(root, fs)
+
+	o := svc.DefaultOptions()
+	set := func(key string, decode func(f field)) {
+		if f, ok := fs[key]; ok && !isNull(f.val) {
+			decode(f)
+		}
+	}
+	set("timeout_seconds", func(f field) {
+		if v, ok := d.number(f.val, "timeout_seconds"); ok {
+			o.TimeoutSeconds = v
+		}
+	})
+	set("max_spawn_depth", func(f field) {
+		if v, ok := d.intValue(f.val, "max_spawn_depth"); ok {
+			o.MaxSpawnDepth = v
+		}
+	})
+	set("retry_max_attempts", func(f field) {
+		if v, ok := d.intValue(f.val, "retry_max_attempts"); ok {
+			o.RetryMaxAttempts = v
+		}
+	})
+	set("retry_backoff_factor", func(f field) {
+		if v, ok := d.number(f.val, "retry_backoff_factor"); ok {
+			o.RetryBackoffFactor = v
+		}
+	})
+	set("token_budget", func(f field) {
+		if v, ok := d.integer(f.val, "token_budget"); ok {
+			o.TokenBudget = v
+		}
+	})
+	set("mcp_eager_start", func(f field) {
+		if v, ok := d.boolean(f.val, "mcp_eager_start"); ok {
+			o.MCPEagerStart = v
+		}
+	})
+	if len(d.errs) > 0 {
+		return svc.Options{}, d.finish()
+	}
+	if err := o.Validate(); err != nil {
+		// Options.Validate names the option first ("timeout_seconds 0: must
+		// be ..."); point at that key's line.
+		msg := svc.ErrorInfoOf(err).Message
+		key, _, _ := strings.Cut(msg, " ")
+		if f, ok := fs[key]; ok {
+			d.fail(f.val, key, "%s", strings.TrimPrefix(msg, key+" "))
+		} else {
+			d.fail(root, "", "%s", msg)
+		}
+		return svc.Options{}, d.errs
+	}
+	return o, nil
+}
+
+// intValue decodes an int, the type of the int options.
+func (d *decoder) intValue(n *yaml.Node, key string) (int, bool) {
+	v, ok := d.integer(n, key)
+	if ok && int64(int(v)) != v {
+		d.fail(n, key, "%d is out of range", v)
+		return 0, false
+	}
+	return int(v), ok
+}
+
+// version checks the `version: 1` every spec file starts with.
+func (d *decoder) version(root *yaml.Node, fs map[string]field) {
+	f, ok := fs["version"]
+	if !ok {
+		d.fail(root, "version", "missing: add `version: %d`", SpecVersion)
+		return
+	}
+	r := resolve(f.val)
+	var v int64
+	if r.Kind == yaml.ScalarNode && r.ShortTag() == "!!int" && r.Decode(&v) == nil && v == SpecVersion {
+		return
+	}
+	d.fail(f.val, "version", "want %d, got %s (this build reads version %d specs)", SpecVersion, describe(f.val), SpecVersion)
+}
+
+// maxFileSize bounds what is read of one spec or schema file: far above
+// any real spec, and low enough that a mistaken path (a log, a device) is
+// refused instead of read into memory.
+const maxFileSize = 4 << 20
+
+// readSpecFile reads a regular file of at most maxFileSize bytes.
+func readSpecFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: describeFSError(err), cause: err}
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, &Error{File: path, Msg: describeFSError(err), cause: err}
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &Error{File: path, Msg: "not a regular file"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, &Error{File: path, Msg: describeFSError(err), cause: err}
+	}
+	if len(data) > maxFileSize {
+		return nil, &Error{File: path, Msg: "file too large (the limit is 4 MiB)"}
+	}
+	return data, nil
+}

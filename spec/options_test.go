@@ -1,0 +1,94 @@
+package spec
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/svc-dev/svc"
+)
+
+func TestLoadOptions(t *testing.T) {
+	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MCPEagerStart: true}
+	cases := []struct {
+		name string
+		yaml string
+		want svc.Options
+	}{
+		{"defaults", "version: 1\n", svc.DefaultOptions()},
+		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmcp_eager_start: true\n", full},
+		{"nulls keep defaults", "version: 1\ntimeout_seconds: ~\ntoken_budget: null\n", svc.DefaultOptions()},
+		{"integer timeout", "version: 1\ntimeout_seconds: 60\n", func() svc.Options { o := svc.DefaultOptions(); o.TimeoutSeconds = 60; return o }()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			writeTree(t, map[string]string{"runtime.yaml": c.yaml})
+			got, err := LoadOptions("runtime.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("options = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		line       int
+		key, msg   string
+	}{
+		{"missing version", "timeout_seconds: 3\n", 1, "version", "missing"},
+		{"version 3", "version: 3\n", 1, "version", "want 1, got the integer 3"},
+		{"unknown key", "version: 1\ntimeout: 3\n", 2, "timeout", "unknown key; did you mean \"timeout_seconds\"?"},
+		{"wrong type", "version: 1\nmax_spawn_depth: \"4\"\n", 2, "max_spawn_depth", `want an integer, got the string "4"`},
+		{"float for int", "version: 1\nretry_max_attempts: 1.5\n", 2, "retry_max_attempts", "want an integer, got the number 1.5"},
+		{"bool", "version: 1\nmcp_eager_start: yes\n", 2, "mcp_eager_start", `want true or false, got the string "yes"`},
+		{"zero timeout", "version: 1\n\ntimeout_seconds: 0\n", 3, "timeout_seconds", "0: must be a positive number"},
+		{"infinite timeout", "version: 1\ntimeout_seconds: .inf\n", 2, "timeout_seconds", "must be a positive number"},
+		{"negative depth", "version: 1\nmax_spawn_depth: -1\n", 2, "max_spawn_depth", "must be 0 or more"},
+		{"no attempts", "version: 1\nretry_max_attempts: 0\n", 2, "retry_max_attempts", "must be 1 or more"},
+		{"shrinking backoff", "version: 1\nretry_backoff_factor: 0.5\n", 2, "retry_backoff_factor", "must be 1 or more"},
+		{"negative budget", "version: 1\ntoken_budget: -5\n", 2, "token_budget", "must be 0 (none) or more"},
+		{"repeated", "version: 1\ntoken_budget: 5\ntoken_budget: 6\n", 3, "token_budget", "repeated (first at line 2)"},
+		{"a list", "- version: 1\n", 1, "", "want a mapping of runtime options"},
+		{"syntax", "version: 1\ntoken_budget: [\n", 3, "", "invalid YAML"}, // yaml names the end of the file
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			writeTree(t, map[string]string{"specs/runtime.yaml": c.yaml})
+			_, err := LoadOptions("specs/runtime.yaml")
+			errs := specErrors(t, err)
+			if len(errs) != 1 {
+				t.Fatalf("want exactly 1 error:%s", dumpErrors(errs))
+			}
+			e := errs[0]
+			if e.File != "specs/runtime.yaml" || e.Line != c.line || e.Key != c.key || !strings.Contains(e.Msg, c.msg) {
+				t.Fatalf("error = %#v\nwant line %d, key %q, message containing %q", e, c.line, c.key, c.msg)
+			}
+			// Load reports the same error for the directory.
+			if _, err := Load("specs", Env{}); err == nil || err.Error() != e.Error() {
+				t.Errorf("Load: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadOptionsMissingFile(t *testing.T) {
+	writeTree(t, nil)
+	_, err := LoadOptions("nope/runtime.yaml")
+	var e *Error
+	if !errors.As(err, &e) || e.File != "nope/runtime.yaml" || !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, svc.ErrSpecValidation) {
+		t.Fatalf("err = %v", err)
+	}
+	if err := os.Mkdir("dir", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOptions("dir"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("LoadOptions(dir) = %v", err)
+	}
+}

@@ -1,0 +1,448 @@
+// Package supervisor is the runtime: it builds the actor system and the
+// supervision tree (run shards → run actors → invocation actors), applies the
+// policies (budget, depth, retry, timeout, cancellation) and offers Run and
+// Gather as a svc.Backend, with Shutdown to stop it all.
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/actors"
+	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/model"
+)
+
+// Config configures a Runtime. The zero value is usable: default options,
+// the default model registry (the test provider), no events, no logs.
+type Config struct {
+	// Options are the runtime options; zero fields are not defaulted, so
+	// start from svc.DefaultOptions(). A zero Options means all defaults.
+	Options svc.Options
+	// Models resolves provider:name identifiers; model.Default() when nil.
+	Models *model.Registry
+	// Emitter receives every runtime event; nothing is emitted when nil.
+	Emitter svc.Emitter
+	// Logger receives the runtime's and the actor system's logs.
+	Logger *zap.Logger
+	// MeterProvider, when set, receives the actor system's own metrics.
+	MeterProvider metric.MeterProvider
+	// Shards is the number of run-supervising actors; 4×GOMAXPROCS when 0.
+	Shards int
+}
+
+// Runtime runs agents. It implements svc.Backend. Create it with New and stop
+// it with Shutdown.
+type Runtime struct {
+	opts    svc.Options
+	models  *model.Registry
+	emitter svc.Emitter
+	log     *zap.Logger
+
+	system *actor.ActorSystem
+	shards []*actor.PID
+	next   atomic.Uint64
+	env    *actors.Env
+	work   sync.WaitGroup
+
+	agents atomic.Pointer[registry]
+	regMu  sync.Mutex // serialises writers of agents
+
+	// inflight counts calls between admission and reply, so Shutdown can
+	// wait for them to drain before it stops the actors.
+	inflight sync.WaitGroup
+	mu       sync.RWMutex // guards closed against admissions racing Shutdown
+	closed   bool
+	stopOnce sync.Once
+}
+
+type registry struct {
+	byName map[string]*agent.Compiled
+	names  []string
+}
+
+// New starts a runtime.
+func New(cfg Config) (*Runtime, error) {
+	opts := cfg.Options
+	if opts == (svc.Options{}) {
+		opts = svc.DefaultOptions()
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Models == nil {
+		cfg.Models = model.Default()
+	}
+	if cfg.Emitter == nil {
+		cfg.Emitter = svc.NopEmitter{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 4 * runtime.GOMAXPROCS(0)
+	}
+	rt := &Runtime{opts: opts, models: cfg.Models, emitter: cfg.Emitter, log: cfg.Logger}
+	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}})
+	confOpts := []actor.ConfigOption{
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(newZapHandler(cfg.Logger.Named("actor")))
+		}),
+		// Dead letters are expected after a cancel; keep the throttle window
+		// short so its timer goroutine does not outlive Shutdown by much.
+		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
+		actor.WithDeadLetterRequestLogging(false),
+	}
+	if cfg.MeterProvider != nil {
+		confOpts = append(confOpts, actor.WithMetricProviders(cfg.MeterProvider))
+	}
+	rt.system = actor.NewActorSystem(confOpts...)
+	rt.env = &actors.Env{Emitter: rt.emitter, Options: opts, Work: &rt.work}
+	props := actor.PropsFromProducer(actors.NewShard(rt.env))
+	for i := 0; i < cfg.Shards; i++ {
+		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
+		if err != nil {
+			rt.system.Shutdown()
+			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
+		}
+		rt.shards = append(rt.shards, pid)
+	}
+	return rt, nil
+}
+
+// Options returns the runtime's options.
+func (rt *Runtime) Options() svc.Options { return rt.opts }
+
+// Register compiles and adds agents. The runtime keeps its own copy of
+// each definition; registering a name that exists is an error (use Replace).
+func (rt *Runtime) Register(agents ...svc.Agent) error {
+	rt.regMu.Lock()
+	defer rt.regMu.Unlock()
+	cur := rt.agents.Load()
+	compiled, err := rt.compile(agents)
+	if err != nil {
+		return err
+	}
+	next := &registry{byName: make(map[string]*agent.Compiled, len(cur.byName)+len(compiled))}
+	for n, c := range cur.byName {
+		next.byName[n] = c
+	}
+	for _, c := range compiled {
+		if _, dup := next.byName[c.Def.Name]; dup {
+			return svc.Errorf(svc.KindSpecValidation, "agent %s is already registered", c.Def.Name)
+		}
+		next.byName[c.Def.Name] = c
+	}
+	next.names = sortedNames(next.byName)
+	rt.agents.Store(next)
+	return nil
+}
+
+// Replace swaps the whole set of agents atomically: runs in flight finish on
+// the definitions they started with. On error nothing changes.
+func (rt *Runtime) Replace(agents []svc.Agent) error {
+	rt.regMu.Lock()
+	defer rt.regMu.Unlock()
+	compiled, err := rt.compile(agents)
+	if err != nil {
+		return err
+	}
+	next := &registry{byName: make(map[string]*agent.Compiled, len(compiled))}
+	for _, c := range compiled {
+		if _, dup := next.byName[c.Def.Name]; dup {
+			return svc.Errorf(svc.KindSpecValidation, "agent %s is defined twice", c.Def.Name)
+		}
+		next.byName[c.Def.Name] = c
+	}
+	next.names = sortedNames(next.byName)
+	rt.agents.Store(next)
+	return nil
+}
+
+func (rt *Runtime) compile(agents []svc.Agent) ([]*agent.Compiled, error) {
+	out := make([]*agent.Compiled, 0, len(agents))
+	for _, a := range agents {
+		c, err := agent.Compile(a, rt.models)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func sortedNames(m map[string]*agent.Compiled) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Agent returns a copy of a registered agent's definition.
+func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
+	c, ok := rt.agents.Load().byName[name]
+	if !ok {
+		return svc.Agent{}, false
+	}
+	return c.Def.Clone(), true
+}
+
+func (rt *Runtime) lookup(name string) (*agent.Compiled, error) {
+	c, ok := rt.agents.Load().byName[name]
+	if !ok {
+		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: fmt.Sprintf("unknown agent %q", name)}
+	}
+	return c, nil
+}
+
+// Agents lists the registered agent names, sorted.
+func (rt *Runtime) Agents(context.Context) ([]string, error) {
+	return slices.Clone(rt.agents.Load().names), nil
+}
+
+// AgentSchema returns the input and output JSON Schemas of an agent.
+func (rt *Runtime) AgentSchema(_ context.Context, name string) (svc.AgentSchema, error) {
+	c, err := rt.lookup(name)
+	if err != nil {
+		return svc.AgentSchema{}, err
+	}
+	s := svc.AgentSchema{Name: name, Input: svc.AnySchema, Output: svc.AnySchema}
+	if len(c.Def.InputType) > 0 {
+		s.Input = slices.Clone(c.Def.InputType)
+	}
+	if len(c.Def.OutputType) > 0 {
+		s.Output = slices.Clone(c.Def.OutputType)
+	}
+	return s, nil
+}
+
+// Ready is nil while the runtime accepts runs.
+func (rt *Runtime) Ready(context.Context) error {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	if rt.closed {
+		return svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")
+	}
+	return nil
+}
+
+// Close shuts the runtime down, waiting up to 30 s for runs to finish.
+func (rt *Runtime) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return rt.Shutdown(ctx)
+}
+
+// admit registers a call in flight, or refuses it once Shutdown began.
+func (rt *Runtime) admit() error {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	if rt.closed {
+		return svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")
+	}
+	rt.inflight.Add(1)
+	return nil
+}
+
+// Run runs one task on an agent and waits for the result.
+func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
+	c, err := rt.lookup(name)
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	t, err := prepare(c, task, svc.RequestIDFrom(ctx), -1)
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	depth, err := rt.checkDepth(ctx, c, t)
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	res, err := rt.start(ctx, &actors.StartRun{
+		Agent: c, Tasks: []actors.Task{t}, MaxConcurrency: 1, Depth: depth,
+	})
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	r := res[0]
+	if r.Error != nil {
+		// Rejections and the run's own timeout are errors of the call, not
+		// failed results (DESIGN.md, "Failures inside an agent run").
+		switch svc.Kind(r.Error.Type) {
+		case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindCancelled:
+			return svc.AgentResult{}, &svc.Error{Kind: svc.Kind(r.Error.Type), Message: r.Error.Message,
+				Reason: r.Error.Reason, Agent: name, TaskID: r.TaskID}
+		}
+	}
+	return r, nil
+}
+
+// Gather runs many tasks on one agent, at most maxConcurrency at once, and
+// returns the results in task order.
+func (rt *Runtime) Gather(ctx context.Context, name string, tasks []svc.TaskSpec, maxConcurrency int) ([]svc.AgentResult, error) {
+	c, err := rt.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	conc, err := svc.CheckGatherConcurrency(maxConcurrency)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "gather")
+	}
+	batch := svc.RequestIDFrom(ctx)
+	if batch == "" {
+		batch = newID()
+	}
+	prepared := make([]actors.Task, len(tasks))
+	for i, task := range tasks {
+		if prepared[i], err = prepare(c, task, batch, i); err != nil {
+			return nil, err
+		}
+	}
+	depth, err := rt.checkDepth(ctx, c, actors.Task{Trace: batch})
+	if err != nil {
+		return nil, err
+	}
+	return rt.start(ctx, &actors.StartRun{
+		Agent: c, Tasks: prepared, MaxConcurrency: min(conc, len(prepared)), Depth: depth,
+		Batch: true, BatchTrace: batch,
+	})
+}
+
+// prepare assigns ids and checks the input of one task. index is the task's
+// place in a gather, or -1 for a single run.
+func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (actors.Task, error) {
+	t := actors.Task{ID: task.ID, Trace: task.RequestID, Input: task.Input}
+	if t.ID == "" {
+		t.ID = newID()
+	}
+	if t.Trace == "" {
+		t.Trace = trace
+	}
+	if t.Trace == "" {
+		t.Trace = newID()
+	}
+	if len(t.Input) == 0 {
+		t.Input = json.RawMessage("null")
+	}
+	if err := c.ValidateInput(t.Input); err != nil {
+		if index >= 0 {
+			var e *svc.Error
+			if errors.As(err, &e) {
+				e2 := *e
+				e2.Message = fmt.Sprintf("tasks[%d]: %s", index, e.Message)
+				e2.TaskID = t.ID
+				return t, &e2
+			}
+		}
+		return t, err
+	}
+	return t, nil
+}
+
+// checkDepth finds the depth of a new run from ctx (one below the invocation
+// that starts it) and refuses it past max_spawn_depth, emitting
+// depth_limit_exceeded first.
+func (rt *Runtime) checkDepth(ctx context.Context, c *agent.Compiled, t actors.Task) (int, error) {
+	depth := svc.DepthFrom(ctx) + 1
+	if depth <= rt.opts.MaxSpawnDepth {
+		return depth, nil
+	}
+	rt.emitter.Emit(svc.RuntimeEvent{
+		EventType: svc.EventDepthLimitExceeded, Timestamp: time.Now().UTC(), AgentName: c.Def.Name,
+		TaskID: t.ID, TraceID: t.Trace, ParentTraceID: svc.ParentTraceFrom(ctx),
+		Payload: svc.Payload{"limit": rt.opts.MaxSpawnDepth, "depth": depth},
+	})
+	return 0, &svc.Error{Kind: svc.KindDepthLimit, Agent: c.Def.Name, TaskID: t.ID, Reason: "depth_limit",
+		Message: fmt.Sprintf("agent %s: spawn depth %d exceeds max_spawn_depth %d", c.Def.Name, depth, rt.opts.MaxSpawnDepth)}
+}
+
+// start hands a run to a shard and waits for its reply. The run's context is
+// the caller's: when the caller goes away, in-flight model and tool calls
+// are cancelled through it.
+func (rt *Runtime) start(ctx context.Context, req *actors.StartRun) ([]svc.AgentResult, error) {
+	if err := rt.admit(); err != nil {
+		return nil, err
+	}
+	defer rt.inflight.Done()
+	req.ParentTrace = svc.ParentTraceFrom(ctx)
+	if b, ok := ctx.Value(budgetKey{}).(*actors.Budget); ok {
+		req.Budget = b // nested run: charge the enclosing request's budget
+	} else if b := actors.NewBudget(rt.opts.TokenBudget, rt.emitter); b != nil {
+		req.Budget = b
+		ctx = context.WithValue(ctx, budgetKey{}, b)
+	}
+	req.Ctx = ctx
+	reply := make(chan actors.RunReply, 1)
+	req.Reply = reply
+	shard := rt.shards[rt.next.Add(1)%uint64(len(rt.shards))]
+	rt.system.Root.Send(shard, req)
+	// The run actor always replies: with results, or with an error when the
+	// runtime stops under it. Cancelling ctx makes it finish early.
+	r := <-reply
+	return r.Results, r.Err
+}
+
+type budgetKey struct{}
+
+// Shutdown stops the runtime: new calls are refused with ShuttingDownError,
+// calls in flight are given until ctx ends to finish, then every run is
+// cancelled, its goroutines are awaited and the actor system is stopped.
+// It is safe to call more than once.
+func (rt *Runtime) Shutdown(ctx context.Context) error {
+	var err error
+	rt.stopOnce.Do(func() {
+		rt.mu.Lock()
+		rt.closed = true
+		rt.mu.Unlock()
+
+		drained := make(chan struct{})
+		go func() { rt.inflight.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			// Out of patience: cancel what is left; each run replies once its
+			// invocations see the cancelled context.
+			for _, s := range rt.shards {
+				rt.system.Root.Send(s, &actors.ShutdownRuns{})
+			}
+			<-drained
+			err = fmt.Errorf("supervisor: shutdown: runs cancelled: %w", ctx.Err())
+		}
+		rt.work.Wait()
+		for _, s := range rt.shards {
+			_ = rt.system.Root.StopFuture(s).Wait()
+		}
+		rt.system.Shutdown()
+	})
+	return err
+}
+
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+var _ svc.Backend = (*Runtime)(nil)
