@@ -67,9 +67,11 @@ func (a *invocation) startAttempt(c actor.Context) {
 	if st.attempt == 1 {
 		st.start = time.Now()
 		st.ctx, st.cancel = context.WithTimeout(st.runCtx, st.env.Options.Timeout())
-		st.emit(svc.EventAgentSpawned, svc.Payload{
-			"backend": svc.BackendLocal, "trust_level": string(st.run.Agent.Def.Trust()),
-		})
+		if !st.env.Silent {
+			st.emit(svc.EventAgentSpawned, svc.Payload{
+				"backend": svc.BackendLocal, "trust_level": string(st.run.Agent.Def.Trust()),
+			})
+		}
 	}
 	backoff := st.env.Options.Backoff(st.attempt)
 	inv := &agent.Invocation{
@@ -81,7 +83,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 	}
 	self, root, ctx := c.Self(), c.ActorSystem().Root, st.ctx
 	st.env.Work.Add(1)
-	go func() {
+	st.env.Pool.Go(func() {
 		defer st.env.Work.Done()
 		var d workDone
 		if backoff > 0 {
@@ -97,7 +99,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 		}
 		d.out, d.err = runLoop(ctx, inv)
 		root.Send(self, &d)
-	}()
+	})
 }
 
 // runLoop runs the agent loop, turning a panic in user code (a tool, a hook,
@@ -136,10 +138,12 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	if err == nil {
 		res.Success = true
 		res.Output = d.out.Output
-		st.emit(svc.EventAgentCompleted, svc.Payload{
-			"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
-			"backend": svc.BackendLocal, "model": st.model,
-		})
+		if !st.env.Silent {
+			st.emit(svc.EventAgentCompleted, svc.Payload{
+				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
+				"backend": svc.BackendLocal, "model": st.model,
+			})
+		}
 	} else {
 		err = st.describe(err)
 		res.Error = svc.ErrorInfoOf(err)

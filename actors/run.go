@@ -15,15 +15,27 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/internal/gopool"
 )
 
 // Env is what every actor of one runtime shares.
 type Env struct {
 	Emitter svc.Emitter
+	// Silent is true when Emitter drops everything, so the hot path can skip
+	// building events nobody receives.
+	Silent  bool
 	Options svc.Options
 	// Work tracks the goroutines that run agent loops, so Shutdown can wait
 	// for them.
 	Work *sync.WaitGroup
+	// Pool runs the agent loops and, through Dispatcher, the mailboxes.
+	Pool *gopool.Pool
+	// Dispatcher is given to every actor this package spawns.
+	Dispatcher actor.Dispatcher
+}
+
+func (e *Env) props(p actor.Producer) *actor.Props {
+	return actor.PropsFromProducer(p, actor.WithDispatcher(e.Dispatcher))
 }
 
 // Task is one prepared task of a run: ids assigned, input checked.
@@ -78,7 +90,7 @@ func (s *Shard) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *StartRun:
 		r := &runActor{env: s.env, req: m}
-		pid := c.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
+		pid := c.Spawn(s.env.props(func() actor.Actor { return r }))
 		s.runs[pid] = struct{}{}
 	case runEnded:
 		delete(s.runs, m.pid)
@@ -157,7 +169,7 @@ func (r *runActor) Receive(c actor.Context) {
 func (r *runActor) fill(c actor.Context) {
 	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
 		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, index: r.next, task: &r.req.Tasks[r.next]}
-		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return &invocation{st: st} }))
+		c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
 		r.next++
 		r.inflight++
 	}

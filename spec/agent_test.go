@@ -42,7 +42,7 @@ const categoryJSON = `{
 
 func TestLoadDesignExample(t *testing.T) {
 	writeTree(t, map[string]string{
-		"specs/agents/triage.yaml":     triageYAML,
+		"specs/agents/triage.yaml":    triageYAML,
 		"specs/schemas/category.json": categoryJSON,
 	})
 	env := testEnv()
@@ -378,7 +378,7 @@ func TestSchemaRefErrorsNameTheSchemaFile(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			writeTree(t, map[string]string{
-				"specs/agents/a.yaml": "version: 1\nmodel: test:echo\noutput_type: {$ref: ../schemas/" + c.file + "}\n",
+				"specs/agents/a.yaml":     "version: 1\nmodel: test:echo\noutput_type: {$ref: ../schemas/" + c.file + "}\n",
 				"specs/schemas/" + c.file: c.content,
 			})
 			res, err := Validate("specs", Env{})
@@ -462,5 +462,23 @@ input_type: {}
 				t.Fatalf("%v: want line %d, key %q, message containing %q (from %q)", e, c.line, c.key, c.msg, err)
 			}
 		})
+	}
+}
+
+func TestErrorsPerFileAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("version: 1\nmodel: test:echo\n")
+	for i := range 120 {
+		fmt.Fprintf(&b, "unknown_%03d: 1\n", i)
+	}
+	_, errs := decodeAgent("agents/x.yaml", []byte(b.String()), Env{}, readSpecFile)
+	if len(errs) != maxErrors+1 {
+		t.Fatalf("%d errors, want %d", len(errs), maxErrors+1)
+	}
+	if errs[0].Line != 3 || errs[maxErrors-1].Line != 3+maxErrors-1 {
+		t.Errorf("not the first errors in document order: %v … %v", errs[0], errs[maxErrors-1])
+	}
+	if last := errs[maxErrors]; last.Msg != "70 more errors not shown" {
+		t.Errorf("last error = %v", last)
 	}
 }

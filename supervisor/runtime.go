@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
 )
 
@@ -59,6 +60,7 @@ type Runtime struct {
 	next   atomic.Uint64
 	env    *actors.Env
 	work   sync.WaitGroup
+	pool   *gopool.Pool
 
 	agents atomic.Pointer[registry]
 	regMu  sync.Mutex // serialises writers of agents
@@ -112,12 +114,16 @@ func New(cfg Config) (*Runtime, error) {
 		confOpts = append(confOpts, actor.WithMetricProviders(cfg.MeterProvider))
 	}
 	rt.system = actor.NewActorSystem(confOpts...)
-	rt.env = &actors.Env{Emitter: rt.emitter, Options: opts, Work: &rt.work}
-	props := actor.PropsFromProducer(actors.NewShard(rt.env))
+	rt.pool = gopool.New(5 * time.Second)
+	_, silent := rt.emitter.(svc.NopEmitter)
+	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
+		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}}
+	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
 		if err != nil {
 			rt.system.Shutdown()
+			rt.pool.Close()
 			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
 		}
 		rt.shards = append(rt.shards, pid)
@@ -433,6 +439,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
 		rt.system.Shutdown()
+		rt.pool.Close()
 	})
 	return err
 }

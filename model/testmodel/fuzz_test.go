@@ -19,7 +19,7 @@ func FuzzGenerate(f *testing.F) {
 	f.Add(`{"fail_times":1.5}`, `[]`, ``)
 	f.Fuzz(func(t *testing.T, settings, input, toolSchema string) {
 		var m map[string]any
-		dec := json.NewDecoder(stringsReader(settings))
+		dec := json.NewDecoder(strings.NewReader(settings))
 		dec.UseNumber()
 		if dec.Decode(&m) != nil {
 			return
@@ -44,5 +44,3 @@ func FuzzGenerate(f *testing.F) {
 		}
 	})
 }
-
-func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
