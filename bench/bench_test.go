@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/testmodel"
 	"github.com/svc-dev/svc/supervisor"
 )
@@ -97,46 +97,71 @@ func BenchmarkGatherEcho(b *testing.B) {
 
 // BenchmarkGatherLatency is benchmark 11b: 10,000 tasks whose model sleeps
 // 100 ms, all in flight at once, against the same sleeps in an errgroup; and
-// the heap plus stack each in-flight run costs.
+// the heap plus stack each in-flight run costs, sampled once every model
+// call is in flight (in a separate gather, so the sampling's GC does not
+// count in the wall time).
 func BenchmarkGatherLatency(b *testing.B) {
 	const n = 10_000
 	settings := map[string]any{"latency_ms": 100}
 	ts := tasks(n)
-	rt := newRuntime(b, svc.Agent{Name: "sleepy", Model: "test:echo", ModelSettings: settings})
+	// The probe model holds every call until all n are in flight, so the
+	// memory sample sees n live runs whatever the spawn rate.
+	var inflight atomic.Int64
+	allIn := make(chan struct{}, 1)
+	var release chan struct{}
+	reg := model.NewRegistry()
+	reg.Register("test", testmodel.New)
+	reg.Register("probe", func(string) (svc.Model, error) {
+		m, _ := testmodel.New("echo")
+		return svc.ModelFunc(func(ctx context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
+			if inflight.Add(1) == n {
+				allIn <- struct{}{}
+			}
+			<-release
+			return m.Generate(ctx, req)
+		}), nil
+	})
+	rt, err := supervisor.New(supervisor.Config{Models: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rt.Close() })
+	if err := rt.Register(
+		svc.Agent{Name: "sleepy", Model: "test:echo", ModelSettings: settings},
+		svc.Agent{Name: "probed", Model: "probe:echo", ModelSettings: settings},
+	); err != nil {
+		b.Fatal(err)
+	}
 	m, _ := testmodel.New("echo")
 	var rtDur, bareDur time.Duration
 	var perRun float64
 	for i := 0; i < b.N; i++ {
+		// Memory: sample once when all n model calls are sleeping.
 		base := inuse()
-		var peak atomic.Uint64
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { // sample memory while the runs are in flight
-			defer wg.Done()
-			t := time.NewTicker(10 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					if v := inuse(); v > peak.Load() {
-						peak.Store(v)
-					}
-				}
-			}
+		inflight.Store(0)
+		release = make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := rt.Gather(context.Background(), "probed", ts, n)
+			done <- err
 		}()
+		<-allIn
+		perRun += float64(inuse()-base) / n
+		if testing.Verbose() {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			b.Logf("heap %d KiB, stack %d KiB, goroutines %d", ms.HeapInuse>>10, ms.StackInuse>>10, runtime.NumGoroutine())
+		}
+		close(release)
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+
 		start := time.Now()
 		res, err := rt.Gather(context.Background(), "sleepy", ts, n)
 		rtDur += time.Since(start)
-		close(stop)
-		wg.Wait()
 		if err != nil || !res[0].Success {
 			b.Fatal(err)
-		}
-		if p := peak.Load(); p > base {
-			perRun += float64(p-base) / n
 		}
 
 		start = time.Now()

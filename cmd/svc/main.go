@@ -24,19 +24,47 @@ func (e *exitError) Error() string {
 	return e.err.Error()
 }
 
-func main() {
-	root := newRoot()
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.err != nil {
-				fmt.Fprintln(os.Stderr, "svc:", ee.err)
-			}
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "svc:", err)
-		os.Exit(1)
+// runError marks an error returned by a command's own RunE, so that main can
+// tell it from the errors cobra returns before any RunE runs (unknown
+// command or flag, bad flag value, wrong number of arguments, missing
+// required flag), which are all bad usage.
+type runError struct{ err error }
+
+func (e *runError) Error() string { return e.err.Error() }
+func (e *runError) Unwrap() error { return e.err }
+
+// exitCode is the process exit status for what Execute returned: the code of
+// an exitError, 1 for any other failure of a command, 2 for bad usage.
+func exitCode(err error) int {
+	var ee *exitError
+	var re *runError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &re):
+		return 1
 	}
+	return 2
+}
+
+func main() {
+	cmd, err := newRoot().ExecuteC()
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	var re *runError
+	switch {
+	case errors.As(err, &ee) && ee.err == nil:
+		// The command already said what happened (a failed result, say).
+	case errors.As(err, &ee), errors.As(err, &re):
+		fmt.Fprintln(os.Stderr, "svc:", err)
+	default:
+		fmt.Fprintf(os.Stderr, "svc: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	}
+	os.Exit(exitCode(err))
 }
 
 func newRoot() *cobra.Command {
@@ -53,5 +81,17 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServe(), newRun(), newValidate(), newVersion())
+	for _, c := range root.Commands() {
+		if c.RunE == nil {
+			continue
+		}
+		runE := c.RunE
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if err := runE(cmd, args); err != nil {
+				return &runError{err: err}
+			}
+			return nil
+		}
+	}
 	return root
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/http/client"
@@ -89,15 +88,18 @@ func (r *runCmd) run(cmd *cobra.Command, agentName string) error {
 		}
 		b = c
 	} else {
-		r.logLevel = "warn"
+		// In process, the log (and the events in it) goes to stderr at warn
+		// level and above unless --log-level asks otherwise: the result on
+		// stdout is what a run is for.
+		if !cmd.Flags().Changed("log-level") {
+			r.logLevel = "warn"
+		}
 		log, err := r.logger()
 		if err != nil {
 			return usage(err)
 		}
 		defer func() { _ = log.Sync() }()
-		// In process, events go to the log at warn level and above only:
-		// stdout carries the result.
-		rt, _, err := r.buildRuntime(cmd.Flags(), log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)), nil)
+		rt, _, err := r.buildRuntime(cmd.Flags(), log, nil)
 		if err != nil {
 			return err
 		}

@@ -112,7 +112,9 @@ func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.E
 	}
 	opts := f.options(fs, set)
 	if err := opts.Validate(); err != nil {
-		return nil, nil, err
+		// runtime.yaml was validated by the loader, so a bad value here
+		// came from a flag: bad usage, like a bad specs directory.
+		return nil, nil, &exitError{code: 2, err: fmt.Errorf("runtime options: %w", err)}
 	}
 	if em == nil {
 		em = emitters.NewLog(log)

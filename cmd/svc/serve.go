@@ -93,6 +93,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// Give the signals back: a second SIGINT or SIGTERM during the grace
+	// period kills the process instead of being swallowed.
+	stop()
 	log.Info("svc shutting down", zap.Duration("grace", s.grace))
 	graceCtx, cancel := context.WithTimeout(context.Background(), s.grace)
 	defer cancel()
@@ -102,7 +105,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return err
 	}
 	if serr != nil || rerr != nil {
-		return &exitError{code: 1, err: errors.Join(serr, rerr)}
+		return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, errors.Join(serr, rerr))}
 	}
 	log.Info("svc stopped")
 	return nil

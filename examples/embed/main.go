@@ -44,35 +44,10 @@ type Greeting struct {
 }
 
 func run(addr, apiKey string, logger *zap.Logger) error {
-	rt, err := supervisor.New(supervisor.Config{Emitter: emitters.NewLog(logger), Logger: logger})
+	rt, host, err := newHost(apiKey, logger)
 	if err != nil {
 		return err
 	}
-	greet := tools.MustFunc("greet", "Greets someone by name.", svc.AccessRead,
-		func(_ context.Context, g Greeting) (string, error) { return "hello, " + g.Name, nil })
-	if err := rt.Register(
-		svc.Agent{Name: "echo", Model: "test:echo"},
-		svc.Agent{Name: "greeter", Model: "test:echo", Tools: []svc.Tool{greet}, TrustLevel: svc.TrustLow,
-			ModelSettings: map[string]any{"call_tools": "all"}},
-	); err != nil {
-		return err
-	}
-	agents, err := server.NewRouter(rt, server.WithLogger(logger))
-	if err != nil {
-		return err
-	}
-
-	host := chi.NewRouter()
-	host.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("host app\n")) })
-	// The host's own handler, reporting a domain error the svc way.
-	host.Get("/teapot", server.Handle(func(w http.ResponseWriter, r *http.Request) error {
-		return svc.Errorf(svc.KindRegistry, "no teapot here")
-	}).ServeHTTP)
-	host.Route("/svc", func(r chi.Router) {
-		r.Use(requireKey(apiKey)) // auth is the host's concern
-		r.Mount("/", agents)
-	})
-
 	srv := &http.Server{Addr: addr, Handler: host, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -97,6 +72,41 @@ func run(addr, apiKey string, logger *zap.Logger) error {
 		return err
 	}
 	return errors.Join(serr, rerr)
+}
+
+// newHost builds the runtime with its agents and the host's router with
+// the svc router mounted under /svc.
+func newHost(apiKey string, logger *zap.Logger) (*supervisor.Runtime, http.Handler, error) {
+	rt, err := supervisor.New(supervisor.Config{Emitter: emitters.NewLog(logger), Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	greet := tools.MustFunc("greet", "Greets someone by name.", svc.AccessRead,
+		func(_ context.Context, g Greeting) (string, error) { return "hello, " + g.Name, nil })
+	if err := rt.Register(
+		svc.Agent{Name: "echo", Model: "test:echo"},
+		svc.Agent{Name: "greeter", Model: "test:echo", Tools: []svc.Tool{greet}, TrustLevel: svc.TrustLow,
+			ModelSettings: map[string]any{"call_tools": "all"}},
+	); err != nil {
+		_ = rt.Close()
+		return nil, nil, err
+	}
+	agents, err := server.NewRouter(rt, server.WithLogger(logger))
+	if err != nil {
+		_ = rt.Close()
+		return nil, nil, err
+	}
+	host := chi.NewRouter()
+	host.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("host app\n")) })
+	// The host's own handler, reporting a domain error the svc way.
+	host.Get("/teapot", server.Handle(func(w http.ResponseWriter, r *http.Request) error {
+		return svc.Errorf(svc.KindRegistry, "no teapot here")
+	}).ServeHTTP)
+	host.Route("/svc", func(r chi.Router) {
+		r.Use(requireKey(apiKey)) // auth is the host's concern
+		r.Mount("/", agents)
+	})
+	return rt, host, nil
 }
 
 // requireKey is the host's auth middleware.

@@ -14,13 +14,17 @@
 //	mux.Use(hostAuth)             // auth, rate limits: the host's concern
 //	mux.Mount("/svc", rt)
 //	srv := &http.Server{Addr: ":8080", Handler: mux}
-//	srv.RegisterOnShutdown(func() { runtime.Shutdown(context.Background()) })
+//	go srv.ListenAndServe()
+//	<-stop
+//	srv.Shutdown(ctx)     // stop accepting, let in-flight runs answer
+//	runtime.Shutdown(ctx) // then release tool subprocesses and brokers
 //
 // The router adds no authentication and no request-id middleware: a request
 // id set by the host (X-Request-Id) is honoured and promoted to the run's
-// trace id. The runtime is the host's to shut down, after the HTTP server
-// has stopped taking requests (RegisterOnShutdown above, or an errgroup that
-// calls srv.Shutdown and then the runtime's Shutdown).
+// trace id. The runtime is the host's to shut down. Registering its
+// Shutdown with srv.RegisterOnShutdown also works, but runs it as soon as
+// the server stops listening, so in-flight runs are cancelled rather than
+// drained.
 //
 // # Errors
 //

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The tests run the real binary, built once here, as a user would: flags,
+// exit codes, stdout and stderr are the interface under test.
+var svcBin string
+
+// exampleSpecs is the examples directory, relative to this package.
+const exampleSpecs = "../../examples/specs"
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "svc-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	svcBin = filepath.Join(dir, "svc")
+	args := []string{"build", "-o", svcBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "go build:", err)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is what one finished svc process left behind.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// svcExec runs svc to completion (at most 30 s) with args, the given extra
+// environment and stdin.
+func svcExec(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, svcBin, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("svc %s: %v", strings.Join(args, " "), err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("svc %s did not finish within 30s; stderr:\n%s", strings.Join(args, " "), stderr.String())
+	}
+	r := result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+	checkNoRace(t, r.stderr)
+	return r
+}
+
+// cleanEnv is the test's environment without the variables svc reads, so
+// that a developer's SVC_AUTH_TOKEN cannot change what the tests see. A race
+// build sleeps a second at exit by default to catch late reports; the tests
+// start dozens of processes, so they trade that for speed.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SVC_") && !strings.HasPrefix(kv, "GORACE=") {
+			env = append(env, kv)
+		}
+	}
+	if raceEnabled {
+		env = append(env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
+	return env
+}
+
+func checkNoRace(t *testing.T, stderr string) {
+	t.Helper()
+	if strings.Contains(stderr, "WARNING: DATA RACE") {
+		t.Errorf("svc reported a data race:\n%s", stderr)
+	}
+}
+
+// syncBuffer collects a process's stderr while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// serveProc is a running `svc serve`.
+type serveProc struct {
+	url    string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{} // closed once the process has exited
+	code   int           // the exit code, valid once done is closed
+}
+
+// servingURL finds the address in the "svc serving" log line, in either
+// log format (console: "url": "...", json: "url":"...").
+var servingURL = regexp.MustCompile(`svc serving.*?"url": ?"(http://127\.0\.0\.1:[0-9]+)"`)
+
+// startServe starts `svc serve` on a free port of 127.0.0.1 and waits for
+// it to log its address. The process is killed when the test ends.
+func startServe(t *testing.T, env []string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(svcBin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...)...)
+	cmd.Env = append(cleanEnv(), env...)
+	s := &serveProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			s.code = ee.ExitCode()
+		} else if err != nil {
+			s.code = -1
+		}
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+		checkNoRace(t, s.stderr.String())
+		if t.Failed() {
+			t.Logf("svc serve stderr:\n%s", s.stderr.String())
+		}
+	})
+	s.waitLog(t, servingURL, 20*time.Second)
+	s.url = servingURL.FindStringSubmatch(s.stderr.String())[1]
+	return s
+}
+
+// waitLog polls stderr until re matches, failing the test if the process
+// exits first or nothing matches within limit.
+func (s *serveProc) waitLog(t *testing.T, re *regexp.Regexp, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !re.MatchString(s.stderr.String()) {
+		select {
+		case <-s.done:
+			if re.MatchString(s.stderr.String()) {
+				return
+			}
+			t.Fatalf("svc serve exited with %d before logging %s; stderr:\n%s", s.code, re, s.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("svc serve logged no %s within %v; stderr:\n%s", re, limit, s.stderr.String())
+		}
+	}
+}
+
+// signal sends sig to the server process.
+func (s *serveProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait waits at most limit for the process to exit and returns its code.
+func (s *serveProc) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-s.done:
+		return s.code
+	case <-time.After(limit):
+		t.Fatalf("svc serve still running %v later; stderr:\n%s", limit, s.stderr.String())
+		return 0
+	}
+}
+
+// httpClient keeps no idle connections, so no transport goroutine outlives
+// a test (goleak).
+var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// writeSpecs creates a specs directory from file name → content (paths
+// relative to it, such as "agents/x.yaml").
+func writeSpecs(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, 0},
+		{"cobra usage", errors.New(`unknown flag: --x`), 2},
+		{"command failure", &runError{err: errors.New("listen: in use")}, 1},
+		{"exit error", &exitError{code: 2, err: errors.New("bad specs")}, 2},
+		{"exit error in run error", &runError{err: &exitError{code: 1}}, 1},
+		{"usage exit in run error", &runError{err: fmt.Errorf("x: %w", &exitError{code: 2})}, 2},
+	}
+	for _, tt := range tests {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("%s: exitCode = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package supervisor_test
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/http/client"
+	"github.com/svc-dev/svc/http/client/clienttest"
+	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/supervisor"
+)
+
+// fixture is the runtime the client contract suite expects: echo, fail and
+// slow agents on the test provider.
+func fixture(t *testing.T) *supervisor.Runtime {
+	return newRuntime(t, svc.Options{}, nil, nil,
+		svc.Agent{Name: "echo", Model: "test:echo"},
+		svc.Agent{Name: "fail", Model: "test:fail"},
+		svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 10000}},
+	)
+}
+
+func router(t *testing.T, b svc.Backend) *httptest.Server {
+	h, err := server.NewRouter(b, server.WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestBackendContract runs the one client contract suite against the
+// runtime itself and against every client in front of it.
+func TestBackendContract(t *testing.T) {
+	t.Run("Runtime", func(t *testing.T) {
+		clienttest.Run(t, func(t *testing.T) svc.Backend { return fixture(t) })
+	})
+	t.Run("HTTPClient", func(t *testing.T) {
+		clienttest.Run(t, func(t *testing.T) svc.Backend {
+			c, err := client.New(router(t, fixture(t)).URL + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		})
+	})
+	t.Run("LocalOverRuntime", func(t *testing.T) {
+		clienttest.Run(t, func(t *testing.T) svc.Backend {
+			c, err := client.NewLocal(client.OverBackend(fixture(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		})
+	})
+	t.Run("LocalOverRouter", func(t *testing.T) {
+		clienttest.Run(t, func(t *testing.T) svc.Backend {
+			h, err := server.NewRouter(fixture(t), server.WithLogger(zap.NewNop()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := client.NewLocal(client.OverHandler(h))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		})
+	})
+}
