@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -44,6 +45,9 @@ func (t TrustLevel) Valid() bool {
 
 // Allows reports whether an agent at trust level t may call a tool needing a.
 func (t TrustLevel) Allows(a Access) bool {
+	if a < AccessRead || a > AccessWrite {
+		return false // an access we do not know is never allowed
+	}
 	switch t {
 	case TrustHigh:
 		return a <= AccessWrite
@@ -173,8 +177,13 @@ func (a Agent) Clone() Agent {
 	return c
 }
 
+// cloneAny deep-copies the maps and slices of a settings value, whatever
+// their element types, so no registered agent shares them with its caller.
+// The common JSON shapes take a fast path; anything else goes by reflection.
 func cloneAny(v any) any {
 	switch x := v.(type) {
+	case nil, string, bool, float64, int, int64, json.Number:
+		return v
 	case map[string]any:
 		if x == nil {
 			return x
@@ -185,13 +194,45 @@ func cloneAny(v any) any {
 		}
 		return m
 	case []any:
+		if x == nil {
+			return x
+		}
 		s := make([]any, len(x))
 		for i, e := range x {
 			s[i] = cloneAny(e)
 		}
 		return s
-	case []string:
-		return slices.Clone(x)
+	}
+	return cloneValue(reflect.ValueOf(v)).Interface()
+}
+
+func cloneValue(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		m := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			m.SetMapIndex(it.Key(), cloneValue(it.Value()))
+		}
+		return m
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		s := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := 0; i < v.Len(); i++ {
+			s.Index(i).Set(cloneValue(v.Index(i)))
+		}
+		return s
+	case reflect.Interface:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.New(v.Type()).Elem()
+		c.Set(cloneValue(v.Elem()))
+		return c
 	}
 	return v
 }

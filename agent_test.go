@@ -278,3 +278,31 @@ func TestTrustLevelAllows(t *testing.T) {
 		}
 	}
 }
+
+// Settings set from Go may hold any map or slice type; none may be shared
+// between a registered agent and its caller.
+func TestCloneDeepForAnyShape(t *testing.T) {
+	a := svc.Agent{Name: "a", Model: "test:echo", ModelSettings: map[string]any{
+		"headers": map[string]string{"x": "1"},
+		"stops":   []map[string]any{{"s": []int{1}}},
+	}}
+	c := a.Clone()
+	a.ModelSettings["headers"].(map[string]string)["x"] = "2"
+	a.ModelSettings["stops"].([]map[string]any)[0]["s"].([]int)[0] = 9
+	if c.ModelSettings["headers"].(map[string]string)["x"] != "1" {
+		t.Error("map[string]string shared with the clone")
+	}
+	if c.ModelSettings["stops"].([]map[string]any)[0]["s"].([]int)[0] != 1 {
+		t.Error("nested []int shared with the clone")
+	}
+}
+
+func TestUnknownAccessNeverAllowed(t *testing.T) {
+	for _, lvl := range []svc.TrustLevel{svc.TrustSandbox, svc.TrustLow, svc.TrustMedium, svc.TrustHigh} {
+		for _, a := range []svc.Access{0, -1, svc.AccessWrite + 1} {
+			if lvl.Allows(a) {
+				t.Errorf("%s allows unknown access %d", lvl, a)
+			}
+		}
+	}
+}

@@ -33,6 +33,7 @@ const (
 	KindTimeout          Kind = "TimeoutError"
 	KindCancelled        Kind = "CancelledError"
 	KindShuttingDown     Kind = "ShuttingDownError"
+	KindUnauthorized     Kind = "UnauthorizedError"
 	KindOutputValidation Kind = "OutputValidationError"
 )
 
@@ -42,7 +43,7 @@ var Kinds = []Kind{
 	KindTrustViolation, KindRegistry, KindRunState, KindBudgetExceeded,
 	KindDepthLimit, KindSpawnCycle, KindSpawn, KindToolExecution,
 	KindAllAgentsFailed, KindModel, KindTimeout, KindCancelled,
-	KindShuttingDown, KindOutputValidation,
+	KindShuttingDown, KindOutputValidation, KindUnauthorized,
 }
 
 // Parent is the kind this kind specialises: TopologyError and
@@ -79,6 +80,7 @@ var (
 	ErrTimeout          = &Error{Kind: KindTimeout}
 	ErrCancelled        = &Error{Kind: KindCancelled}
 	ErrShuttingDown     = &Error{Kind: KindShuttingDown}
+	ErrUnauthorized     = &Error{Kind: KindUnauthorized}
 	ErrOutputValidation = &Error{Kind: KindOutputValidation}
 )
 
@@ -142,10 +144,13 @@ func (e *Error) Is(target error) bool {
 	return t.Kind == KindRuntime
 }
 
-// KindOf returns the kind of the first *Error in err's chain, KindTimeout
+// KindOf returns "" for nil, the kind of the first *Error in err's chain, KindTimeout
 // for a context deadline, KindCancelled for a context cancellation, and
 // KindRuntime otherwise.
 func KindOf(err error) Kind {
+	if err == nil {
+		return ""
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Kind

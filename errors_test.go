@@ -31,6 +31,7 @@ var sentinels = map[svc.Kind]error{
 	svc.KindCancelled:        svc.ErrCancelled,
 	svc.KindShuttingDown:     svc.ErrShuttingDown,
 	svc.KindOutputValidation: svc.ErrOutputValidation,
+	svc.KindUnauthorized:     svc.ErrUnauthorized,
 }
 
 // ancestors is the hierarchy of DESIGN.md written out by hand, so that a
@@ -193,7 +194,7 @@ func TestKindOf(t *testing.T) {
 		err  error
 		want svc.Kind
 	}{
-		{"nil", nil, svc.KindRuntime},
+		{"nil", nil, ""},
 		{"plain", errors.New("boom"), svc.KindRuntime},
 		{"deadline", context.DeadlineExceeded, svc.KindTimeout},
 		{"ctx deadline", deadline.Err(), svc.KindTimeout},

@@ -2,6 +2,7 @@ package svc
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -123,6 +124,11 @@ func (e *RuntimeEvent) UnmarshalJSON(b []byte) error {
 	var j eventJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
+	}
+	// Events are written in UTC; a time whose UTC form leaves years 0..9999
+	// could be read but never written again.
+	if y := j.Timestamp.UTC().Year(); y < 0 || y > 9999 {
+		return fmt.Errorf("timestamp %s: out of range", j.Timestamp.Format(time.RFC3339))
 	}
 	*e = RuntimeEvent{EventType: j.EventType, Timestamp: j.Timestamp, AgentName: j.AgentName,
 		TraceID: j.TraceID, Payload: j.Payload}

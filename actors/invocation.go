@@ -161,6 +161,10 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 // own deadline is a TimeoutError, a cancelled run a CancelledError.
 func (st *invState) describe(err error) error {
 	name := st.run.Agent.Def.Name
+	if cause := context.Cause(st.runCtx); errors.Is(cause, svc.ErrShuttingDown) {
+		return &svc.Error{Kind: svc.KindShuttingDown, Reason: "shutting_down", Agent: name, TaskID: st.task.ID, Err: err,
+			Message: fmt.Sprintf("agent %s: cancelled: the runtime is shutting down", name)}
+	}
 	switch kind := svc.KindOf(err); {
 	case kind == svc.KindTimeout || errors.Is(err, context.DeadlineExceeded):
 		return &svc.Error{Kind: svc.KindTimeout, Reason: "timeout", Agent: name, TaskID: st.task.ID, Err: err,

@@ -96,13 +96,14 @@ func (s *Shard) Receive(c actor.Context) {
 		delete(s.runs, m.pid)
 	case *ShutdownRuns:
 		for pid := range s.runs {
-			c.Send(pid, cancelRun{})
+			c.Send(pid, cancelRun{cause: svc.ErrShuttingDown})
 		}
 	}
 }
 
-// cancelRun tells a run actor to cancel its in-flight work.
-type cancelRun struct{}
+// cancelRun tells a run actor to cancel its in-flight work; cause says why
+// (svc.ErrShuttingDown when the runtime stops).
+type cancelRun struct{ cause error }
 
 // runEnded tells a shard that one of its runs has replied and is stopping.
 type runEnded struct{ pid *actor.PID }
@@ -121,7 +122,7 @@ type runActor struct {
 	req *StartRun
 
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 
 	results  []svc.AgentResult
 	next     int // index of the next task to start
@@ -134,7 +135,7 @@ type runActor struct {
 func (r *runActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		r.ctx, r.cancel = context.WithCancel(r.req.Ctx)
+		r.ctx, r.cancel = context.WithCancelCause(r.req.Ctx)
 		r.results = make([]svc.AgentResult, len(r.req.Tasks))
 		if r.req.Batch {
 			r.emitBatch(svc.EventBatchStarted, svc.Payload{
@@ -153,10 +154,10 @@ func (r *runActor) Receive(c actor.Context) {
 		r.fill(c)
 		r.maybeFinish(c)
 	case cancelRun:
-		r.cancel()
+		r.cancel(m.cause)
 	case *actor.Stopping:
 		if r.cancel != nil {
-			r.cancel()
+			r.cancel(svc.ErrShuttingDown)
 		}
 		if !r.replied {
 			r.replied = true
@@ -185,7 +186,7 @@ func (r *runActor) maybeFinish(c actor.Context) {
 		})
 	}
 	r.replied = true
-	r.cancel()
+	r.cancel(nil)
 	r.req.Reply <- RunReply{Results: r.results}
 	c.Send(c.Parent(), runEnded{c.Self()})
 	c.Stop(c.Self())

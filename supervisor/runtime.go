@@ -292,7 +292,7 @@ func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc
 		// Rejections and the run's own timeout are errors of the call, not
 		// failed results (DESIGN.md, "Failures inside an agent run").
 		switch svc.Kind(r.Error.Type) {
-		case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindCancelled:
+		case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindCancelled, svc.KindShuttingDown:
 			return svc.AgentResult{}, &svc.Error{Kind: svc.Kind(r.Error.Type), Message: r.Error.Message,
 				Reason: r.Error.Reason, Agent: name, TaskID: r.TaskID}
 		}

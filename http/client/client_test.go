@@ -361,7 +361,7 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindSpawn: svc.ErrSpawn, svc.KindToolExecution: svc.ErrToolExecution,
 		svc.KindAllAgentsFailed: svc.ErrAllAgentsFailed, svc.KindModel: svc.ErrModel,
 		svc.KindTimeout: svc.ErrTimeout, svc.KindCancelled: svc.ErrCancelled,
-		svc.KindShuttingDown: svc.ErrShuttingDown, svc.KindOutputValidation: svc.ErrOutputValidation,
+		svc.KindShuttingDown: svc.ErrShuttingDown, svc.KindOutputValidation: svc.ErrOutputValidation, svc.KindUnauthorized: svc.ErrUnauthorized,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))

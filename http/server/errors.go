@@ -34,6 +34,7 @@ var statusByKind = map[svc.Kind]int{
 	svc.KindModel:            http.StatusBadGateway,
 	svc.KindTimeout:          http.StatusGatewayTimeout,
 	svc.KindShuttingDown:     http.StatusServiceUnavailable,
+	svc.KindUnauthorized:     http.StatusUnauthorized,
 	svc.KindOutputValidation: http.StatusInternalServerError,
 	// 499 (nginx's "client closed request") is not a registered status and
 	// some proxies rewrite it; a cancelled run is a conflict with the run's

@@ -210,7 +210,7 @@ func TestErrorStatuses(t *testing.T) {
 		svc.KindRunState: 409, svc.KindBudgetExceeded: 429, svc.KindDepthLimit: 429,
 		svc.KindSpawnCycle: 429, svc.KindSpawn: 500, svc.KindToolExecution: 500,
 		svc.KindAllAgentsFailed: 500, svc.KindModel: 502, svc.KindTimeout: 504,
-		svc.KindCancelled: 409, svc.KindShuttingDown: 503, svc.KindOutputValidation: 500,
+		svc.KindCancelled: 409, svc.KindShuttingDown: 503, svc.KindOutputValidation: 500, svc.KindUnauthorized: 401,
 		"FrobnicationError": 500, // unknown: falls back to its parent, the base
 	}
 	for _, k := range svc.Kinds {
@@ -499,7 +499,9 @@ func TestStandaloneAuth(t *testing.T) {
 				}
 				return
 			}
-			problem(t, r, 401)
+			if p := problem(t, r, 401); p.Error != "UnauthorizedError" {
+				t.Errorf("error = %q, want UnauthorizedError", p.Error)
+			}
 			if got := r.header.Get("WWW-Authenticate"); got != tc.challenge {
 				t.Errorf("WWW-Authenticate = %q, want %q", got, tc.challenge)
 			}

@@ -68,13 +68,13 @@ func BearerAuth(token string) func(http.Handler) http.Handler {
 			got, ok := bearerToken(r.Header.Get("Authorization"))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="svc"`)
-				writeProblem(w, r, http.StatusUnauthorized, Problem{Detail: "missing bearer token"})
+				writeProblem(w, r, http.StatusUnauthorized, Problem{Error: string(svc.KindUnauthorized), Detail: "missing bearer token"})
 				return
 			}
 			sum := sha256.Sum256([]byte(got))
 			if token == "" || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="svc", error="invalid_token"`)
-				writeProblem(w, r, http.StatusUnauthorized, Problem{Detail: "invalid bearer token"})
+				writeProblem(w, r, http.StatusUnauthorized, Problem{Error: string(svc.KindUnauthorized), Detail: "invalid bearer token"})
 				return
 			}
 			next.ServeHTTP(w, r)
