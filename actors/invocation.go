@@ -20,8 +20,8 @@ type invState struct {
 	env    *Env
 	run    *StartRun
 	runCtx context.Context
-	index  int
 	task   *Task
+	out    *svc.AgentResult // this invocation's slot in the run's results
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -30,7 +30,18 @@ type invState struct {
 	tokens  int64
 	cost    float64
 	model   string
+	self    *actor.PID
+	root    *actor.RootContext
+
+	// inv and done are reused by every attempt: one attempt runs at a time,
+	// and its goroutine hands done over by message before the next starts.
+	inv  agent.Invocation
+	done workDone
 }
+
+// IgnoreDeadLetterLogging: an *invState is also the message that reports a
+// finished invocation to its run actor, which may have stopped meanwhile.
+func (*invState) IgnoreDeadLetterLogging() {}
 
 // workDone carries an attempt's outcome from its goroutine back to the
 // invocation actor.
@@ -74,32 +85,44 @@ func (a *invocation) startAttempt(c actor.Context) {
 		}
 	}
 	backoff := st.env.Options.Backoff(st.attempt)
-	inv := &agent.Invocation{
-		Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
-		ParentTraceID: st.run.ParentTrace, Depth: st.run.Depth, Emitter: st.env.Emitter,
-	}
-	if st.run.Budget != nil {
-		inv.Budget = st.run.Budget.For(st.run.Agent.Def.Name, st.task.ID, st.task.Trace, st.run.ParentTrace)
-	}
-	self, root, ctx := c.Self(), c.ActorSystem().Root, st.ctx
-	st.env.Work.Add(1)
-	st.env.Pool.Go(func() {
-		defer st.env.Work.Done()
-		var d workDone
-		if backoff > 0 {
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				d.err = ctx.Err()
-				root.Send(self, &d)
-				return
-			}
+	if st.attempt == 1 {
+		st.inv = agent.Invocation{
+			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
+			ParentTraceID: st.run.ParentTrace, Depth: st.run.Depth, Emitter: st.env.Emitter,
 		}
-		d.out, d.err = runLoop(ctx, inv)
-		root.Send(self, &d)
-	})
+		if st.run.Budget != nil {
+			st.inv.Budget = st.run.Budget.For(st.run.Agent.Def.Name, st.task.ID, st.task.Trace, st.run.ParentTrace)
+		}
+	}
+	st.self, st.root = c.Self(), c.ActorSystem().Root
+	st.env.Work.Add(1)
+	if backoff > 0 {
+		st.env.Pool.Go(func() { st.work(backoff) })
+	} else {
+		st.env.Pool.Go(st.workNow)
+	}
+}
+
+// workNow runs one attempt, without backoff, on a pooled goroutine.
+func (st *invState) workNow() { st.work(0) }
+
+func (st *invState) work(backoff time.Duration) {
+	defer st.env.Work.Done()
+	d := &st.done
+	*d = workDone{}
+	if backoff > 0 {
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-st.ctx.Done():
+			t.Stop()
+			d.err = st.ctx.Err()
+			st.root.Send(st.self, d)
+			return
+		}
+	}
+	d.out, d.err = runLoop(st.ctx, &st.inv)
+	st.root.Send(st.self, d)
 }
 
 // runLoop runs the agent loop, turning a panic in user code (a tool, a hook,
@@ -153,7 +176,10 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		}
 		st.emit(svc.EventAgentFailed, p)
 	}
-	c.Send(c.Parent(), &invDone{index: st.index, result: res})
+	// The result goes straight into the run's slot for it; the message that
+	// follows hands the slot back to the run actor.
+	*st.out = res
+	c.Send(c.Parent(), st)
 	c.Stop(c.Self())
 }
 

@@ -108,12 +108,6 @@ type cancelRun struct{ cause error }
 // runEnded tells a shard that one of its runs has replied and is stopping.
 type runEnded struct{ pid *actor.PID }
 
-// invDone reports an invocation's final result to its run actor.
-type invDone struct {
-	index  int
-	result svc.AgentResult
-}
-
 // runActor supervises the invocations of one run. It is also their
 // supervisor strategy: a failed attempt is restarted, which is how retries
 // happen.
@@ -144,11 +138,10 @@ func (r *runActor) Receive(c actor.Context) {
 		}
 		r.fill(c)
 		r.maybeFinish(c)
-	case *invDone:
-		r.results[m.index] = m.result
+	case *invState: // an invocation finished and filled its slot
 		r.inflight--
 		r.done++
-		if m.result.Success {
+		if m.out.Success {
 			r.ok++
 		}
 		r.fill(c)
@@ -169,7 +162,7 @@ func (r *runActor) Receive(c actor.Context) {
 // fill starts invocations until the concurrency bound is reached.
 func (r *runActor) fill(c actor.Context) {
 	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
-		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, index: r.next, task: &r.req.Tasks[r.next]}
+		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, task: &r.req.Tasks[r.next], out: &r.results[r.next]}
 		c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
 		r.next++
 		r.inflight++

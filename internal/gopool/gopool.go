@@ -6,74 +6,145 @@ package gopool
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // Pool is an unbounded pool: Go never blocks and never queues; it hands f to
-// an idle worker or starts a new one. Workers idle for longer than the idle
-// timeout exit. The zero value is not usable; use New.
+// an idle worker or starts a new one. Idle workers wait on a stack (the most
+// recently used is reused first, so the rest can age out) and a janitor
+// retires those idle for longer than the idle timeout. There is no timer per
+// task. Use New; stop with Close.
 type Pool struct {
-	work chan func()
-	stop chan struct{}
-	idle time.Duration
-	wg   sync.WaitGroup
-	once sync.Once
-	live atomic.Int64
+	mu     sync.Mutex
+	idle   []*worker // LIFO; idle[0] has waited longest
+	closed bool
+	live   int
+
+	idleFor time.Duration
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
-// Workers is the number of live worker goroutines.
-func (p *Pool) Workers() int { return int(p.live.Load()) }
+type worker struct {
+	ch   chan func() // nil func: exit
+	last time.Time   // when it last became idle
+}
 
 // New returns a pool whose workers exit after idle without work.
 func New(idle time.Duration) *Pool {
-	return &Pool{work: make(chan func()), stop: make(chan struct{}), idle: idle}
+	p := &Pool{idleFor: idle, stop: make(chan struct{})}
+	p.wg.Add(1)
+	go p.janitor()
+	return p
+}
+
+// Workers is the number of live worker goroutines.
+func (p *Pool) Workers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live
 }
 
 // Go runs f on a pooled goroutine. After Close, f runs on a goroutine of its
 // own, so nothing handed to the pool is ever dropped.
 func (p *Pool) Go(f func()) {
-	select {
-	case p.work <- f:
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		w.ch <- f
 		return
-	default:
 	}
+	if p.closed {
+		p.mu.Unlock()
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); f() }()
+		return
+	}
+	p.live++
+	p.mu.Unlock()
 	p.wg.Add(1)
-	p.live.Add(1)
-	go p.worker(f)
+	go p.run(&worker{ch: make(chan func(), 1)}, f)
 }
 
-func (p *Pool) worker(f func()) {
+func (p *Pool) run(w *worker, f func()) {
 	defer p.wg.Done()
-	defer p.live.Add(-1)
-	var t *time.Timer
-	for {
+	for f != nil {
 		f()
-		select {
-		case f = <-p.work:
-			continue
-		default:
+		if !p.park(w) {
+			break
 		}
-		if t == nil {
-			t = time.NewTimer(p.idle)
-		} else {
-			t.Reset(p.idle)
-		}
+		f = <-w.ch
+	}
+	p.mu.Lock()
+	p.live--
+	p.mu.Unlock()
+}
+
+// park puts an idle worker on the stack; false means the pool is closed and
+// the worker should exit.
+func (p *Pool) park(w *worker) bool {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	w.last = now
+	p.idle = append(p.idle, w)
+	return true
+}
+
+// janitor retires workers idle for longer than idleFor.
+func (p *Pool) janitor() {
+	defer p.wg.Done()
+	tick := min(p.idleFor/2, time.Second)
+	if tick <= 0 {
+		tick = time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var old []*worker
+	for {
 		select {
-		case f = <-p.work:
-		case <-t.C:
-			return
 		case <-p.stop:
-			t.Stop()
 			return
+		case now := <-t.C:
+			old = old[:0]
+			p.mu.Lock()
+			n := 0
+			for n < len(p.idle) && now.Sub(p.idle[n].last) > p.idleFor {
+				n++
+			}
+			old = append(old, p.idle[:n]...)
+			m := copy(p.idle, p.idle[n:])
+			clear(p.idle[m:])
+			p.idle = p.idle[:m]
+			p.mu.Unlock()
+			for _, w := range old {
+				w.ch <- nil
+			}
 		}
 	}
 }
 
-// Close makes idle workers exit and waits for all workers to finish what
-// they run. Calling Go after Close still runs f.
+// Close makes idle workers exit and waits for every worker (and function
+// started after Close) to finish. Calling Go after Close still runs f.
 func (p *Pool) Close() {
-	p.once.Do(func() { close(p.stop) })
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		idle := p.idle
+		p.idle = nil
+		p.mu.Unlock()
+		for _, w := range idle {
+			w.ch <- nil
+		}
+		close(p.stop)
+	})
 	p.wg.Wait()
 }
 

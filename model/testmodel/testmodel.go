@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/schema"
@@ -110,8 +111,16 @@ func (m *model) respond(call int64, sp *Settings, req *svc.ModelRequest) (svc.Mo
 // words counts what strings.Fields would return, without allocating.
 func words(b []byte) int64 {
 	n, in := int64(0), false
-	for _, r := range string(b) {
-		space := unicode.IsSpace(r)
+	for i := 0; i < len(b); {
+		var space bool
+		if c := b[i]; c < utf8.RuneSelf {
+			space = c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+			i++
+		} else {
+			r, size := utf8.DecodeRune(b[i:])
+			space = unicode.IsSpace(r)
+			i += size
+		}
 		if !space && !in {
 			n++
 		}
