@@ -23,15 +23,19 @@ type invState struct {
 	task   *Task
 	out    *svc.AgentResult // this invocation's slot in the run's results
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	start   time.Time
-	attempt int
-	tokens  int64
-	cost    float64
-	model   string
-	self    *actor.PID
-	root    *actor.RootContext
+	// ctx, cancel, start and deadline are set by the run actor, which
+	// enforces the deadline; finished is the run actor's too.
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	start    time.Time
+	deadline time.Time
+	finished bool
+	attempt  int
+	tokens   int64
+	cost     float64
+	model    string
+	self     *actor.PID
+	root     *actor.RootContext
 
 	// inv and done are reused by every attempt: one attempt runs at a time,
 	// and its goroutine hands done over by message before the next starts.
@@ -76,8 +80,6 @@ func (a *invocation) startAttempt(c actor.Context) {
 	st := a.st
 	st.attempt++
 	if st.attempt == 1 {
-		st.start = time.Now()
-		st.ctx, st.cancel = context.WithTimeout(st.runCtx, st.env.Options.Timeout())
 		if !st.env.Silent {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
 				"backend": svc.BackendLocal, "trust_level": string(st.run.Agent.Def.Trust()),
@@ -147,7 +149,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	if err != nil && st.ctx.Err() == nil && retryable(err) && st.attempt < st.env.Options.RetryMaxAttempts {
 		panic(&retry{err: err})
 	}
-	st.cancel()
+	st.cancel(nil)
 	res := svc.AgentResult{
 		AgentName: st.run.Agent.Def.Name,
 		TaskID:    st.task.ID,
@@ -187,12 +189,13 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 // own deadline is a TimeoutError, a cancelled run a CancelledError.
 func (st *invState) describe(err error) error {
 	name := st.run.Agent.Def.Name
-	if cause := context.Cause(st.runCtx); errors.Is(cause, svc.ErrShuttingDown) {
+	cause := context.Cause(st.ctx)
+	if errors.Is(cause, svc.ErrShuttingDown) {
 		return &svc.Error{Kind: svc.KindShuttingDown, Reason: "shutting_down", Agent: name, TaskID: st.task.ID, Err: err,
 			Message: fmt.Sprintf("agent %s: cancelled: the runtime is shutting down", name)}
 	}
 	switch kind := svc.KindOf(err); {
-	case kind == svc.KindTimeout || errors.Is(err, context.DeadlineExceeded):
+	case kind == svc.KindTimeout || errors.Is(err, context.DeadlineExceeded) || errors.Is(cause, context.DeadlineExceeded):
 		return &svc.Error{Kind: svc.KindTimeout, Reason: "timeout", Agent: name, TaskID: st.task.ID, Err: err,
 			Message: fmt.Sprintf("agent %s: timed out after %v", name, st.env.Options.Timeout())}
 	case kind == svc.KindCancelled || errors.Is(err, context.Canceled):

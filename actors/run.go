@@ -102,8 +102,17 @@ func (s *Shard) Receive(c actor.Context) {
 }
 
 // cancelRun tells a run actor to cancel its in-flight work; cause says why
-// (svc.ErrShuttingDown when the runtime stops).
+// (svc.ErrShuttingDown when the runtime stops, the caller's context error
+// when the caller went away).
 type cancelRun struct{ cause error }
+
+// IgnoreDeadLetterLogging: a cancel can race the run's own end.
+func (cancelRun) IgnoreDeadLetterLogging() {}
+
+// timeoutTick wakes a run actor when its oldest invocation may be due.
+type timeoutTick struct{}
+
+func (timeoutTick) IgnoreDeadLetterLogging() {}
 
 // runEnded tells a shard that one of its runs has replied and is stopping.
 type runEnded struct{ pid *actor.PID }
@@ -117,6 +126,23 @@ type runActor struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// detached is the parent of the invocations' contexts: it carries the
+	// run's values but not its cancellation, so creating one registers
+	// nothing with the caller's context. The run actor cancels its
+	// invocations itself, by message.
+	detached  context.Context
+	stopWatch func() bool // stops watching the caller's context
+	cancelled error       // the cause, once the run was cancelled
+
+	// pending holds the invocations in flight in start order, which is
+	// deadline order (they share one timeout). One timer, for the oldest,
+	// enforces timeout_seconds for all of them.
+	pending []*invState
+	head    int
+	timer   *time.Timer
+	timerAt time.Time
+	self    *actor.PID
+	root    *actor.RootContext
 
 	results  []svc.AgentResult
 	next     int // index of the next task to start
@@ -130,6 +156,10 @@ func (r *runActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		r.ctx, r.cancel = context.WithCancelCause(r.req.Ctx)
+		r.detached = context.WithoutCancel(r.ctx)
+		r.self, r.root = c.Self(), c.ActorSystem().Root
+		ctx, self, root := r.ctx, r.self, r.root
+		r.stopWatch = context.AfterFunc(ctx, func() { root.Send(self, cancelRun{cause: context.Cause(ctx)}) })
 		r.results = make([]svc.AgentResult, len(r.req.Tasks))
 		if r.req.Batch {
 			r.emitBatch(svc.EventBatchStarted, svc.Payload{
@@ -139,18 +169,23 @@ func (r *runActor) Receive(c actor.Context) {
 		r.fill(c)
 		r.maybeFinish(c)
 	case *invState: // an invocation finished and filled its slot
+		m.finished = true
 		r.inflight--
 		r.done++
 		if m.out.Success {
 			r.ok++
 		}
 		r.fill(c)
+		r.arm()
 		r.maybeFinish(c)
+	case timeoutTick:
+		r.expire()
 	case cancelRun:
-		r.cancel(m.cause)
+		r.cancelAll(m.cause)
 	case *actor.Stopping:
 		if r.cancel != nil {
-			r.cancel(svc.ErrShuttingDown)
+			r.cancelAll(svc.ErrShuttingDown)
+			r.stopTimer()
 		}
 		if !r.replied {
 			r.replied = true
@@ -162,10 +197,91 @@ func (r *runActor) Receive(c actor.Context) {
 // fill starts invocations until the concurrency bound is reached.
 func (r *runActor) fill(c actor.Context) {
 	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
-		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, task: &r.req.Tasks[r.next], out: &r.results[r.next]}
+		now := time.Now()
+		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, task: &r.req.Tasks[r.next], out: &r.results[r.next],
+			start: now, deadline: now.Add(r.env.Options.Timeout())}
+		st.ctx, st.cancel = context.WithCancelCause(r.detached)
+		if r.cancelled != nil {
+			st.cancel(r.cancelled) // the run is over; this task fails at once
+		}
+		r.pending = append(r.pending, st)
 		c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
 		r.next++
 		r.inflight++
+	}
+	r.arm()
+}
+
+// arm drops finished invocations from the front of pending and makes sure
+// the timer fires no later than the oldest one's deadline.
+func (r *runActor) arm() {
+	for r.head < len(r.pending) && r.pending[r.head].finished {
+		r.pending[r.head] = nil
+		r.head++
+	}
+	if r.head > 64 && r.head*2 > len(r.pending) {
+		n := copy(r.pending, r.pending[r.head:])
+		clear(r.pending[n:])
+		r.pending, r.head = r.pending[:n], 0
+	}
+	if r.head == len(r.pending) {
+		return
+	}
+	due := r.pending[r.head].deadline
+	if r.timer != nil && !r.timerAt.IsZero() && !r.timerAt.After(due) {
+		return // it fires early enough; expire re-arms for what remains
+	}
+	r.timerAt = due
+	if r.timer == nil {
+		self, root := r.self, r.root
+		r.timer = time.AfterFunc(time.Until(due), func() { root.Send(self, timeoutTick{}) })
+		return
+	}
+	r.timer.Reset(time.Until(due))
+}
+
+// expire cancels every invocation past its deadline, with
+// context.DeadlineExceeded as the cause, then re-arms the timer.
+func (r *runActor) expire() {
+	r.timerAt = time.Time{}
+	now := time.Now()
+	for r.head < len(r.pending) {
+		st := r.pending[r.head]
+		if !st.finished {
+			if st.deadline.After(now) {
+				break
+			}
+			st.cancel(context.DeadlineExceeded)
+		}
+		r.pending[r.head] = nil
+		r.head++
+	}
+	r.arm()
+}
+
+// cancelAll cancels the run and every invocation in flight with cause.
+func (r *runActor) cancelAll(cause error) {
+	if r.cancelled != nil {
+		return
+	}
+	if cause == nil {
+		cause = context.Canceled
+	}
+	r.cancelled = cause
+	r.cancel(cause)
+	for _, st := range r.pending[r.head:] {
+		if !st.finished {
+			st.cancel(cause)
+		}
+	}
+}
+
+func (r *runActor) stopTimer() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	if r.stopWatch != nil {
+		r.stopWatch()
 	}
 }
 
@@ -179,6 +295,7 @@ func (r *runActor) maybeFinish(c actor.Context) {
 		})
 	}
 	r.replied = true
+	r.stopTimer()
 	r.cancel(nil)
 	r.req.Reply <- RunReply{Results: r.results}
 	c.Send(c.Parent(), runEnded{c.Self()})
