@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/testmodel"
@@ -67,8 +68,12 @@ func BenchmarkGatherEcho(b *testing.B) {
 	if _, err := rt.Gather(context.Background(), "echo", ts, conc); err != nil {
 		b.Fatal(err)
 	}
+	compiled, err := agent.Compile(svc.Agent{Name: "echo", Model: "test:echo"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
-	var rtDur, bareDur time.Duration
+	var rtDur, bareDur, loopDur time.Duration
 	for i := 0; i < b.N; i++ {
 		runtime.GC()
 		start := time.Now()
@@ -94,12 +99,32 @@ func BenchmarkGatherEcho(b *testing.B) {
 			b.Fatal(err)
 		}
 		bareDur += time.Since(start)
+
+		// A second reference: the whole agent loop (what an invocation
+		// runs) in the same errgroup, so the actors' own cost shows apart.
+		runtime.GC()
+		start = time.Now()
+		var g2 errgroup.Group
+		g2.SetLimit(conc)
+		for j := range ts {
+			g2.Go(func() error {
+				o, err := agent.Run(context.Background(), &agent.Invocation{Agent: compiled, Input: ts[j].Input,
+					TaskID: ts[j].ID, TraceID: "t", Emitter: svc.NopEmitter{}})
+				out[j] = o.Output
+				return err
+			})
+		}
+		if err := g2.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		loopDur += time.Since(start)
 	}
 	rtRate := float64(n*b.N) / rtDur.Seconds()
 	bareRate := float64(n*b.N) / bareDur.Seconds()
 	b.ReportMetric(rtRate, "runtime_inv/s")
 	b.ReportMetric(bareRate, "bare_inv/s")
 	b.ReportMetric(rtRate/bareRate, "ratio")
+	b.ReportMetric(float64(n*b.N)/loopDur.Seconds(), "loop_inv/s")
 }
 
 // BenchmarkGatherLatency is benchmark 11b: 10,000 tasks whose model sleeps
@@ -128,28 +153,26 @@ func BenchmarkGatherLatency(b *testing.B) {
 			return m.Generate(ctx, req)
 		}), nil
 	})
-	rt, err := supervisor.New(supervisor.Config{Models: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = rt.Close() })
-	if err := rt.Register(
-		svc.Agent{Name: "sleepy", Model: "test:echo", ModelSettings: settings},
-		svc.Agent{Name: "probed", Model: "probe:echo", ModelSettings: settings},
-	); err != nil {
-		b.Fatal(err)
-	}
+	rt := newRuntime(b, svc.Agent{Name: "sleepy", Model: "test:echo", ModelSettings: settings})
 	m, _ := testmodel.New("echo")
 	var rtDur, bareDur time.Duration
 	var perRun float64
 	for i := 0; i < b.N; i++ {
-		// Memory: sample once when all n model calls are sleeping.
+		// Memory: sample once when all n model calls are parked, in a runtime
+		// of its own so that the base counts none of its goroutines.
 		base := inuse()
+		prt, err := supervisor.New(supervisor.Config{Models: reg})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := prt.Register(svc.Agent{Name: "probed", Model: "probe:echo", ModelSettings: settings}); err != nil {
+			b.Fatal(err)
+		}
 		inflight.Store(0)
 		release = make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			_, err := rt.Gather(context.Background(), "probed", ts, n)
+			_, err := prt.Gather(context.Background(), "probed", ts, n)
 			done <- err
 		}()
 		<-allIn
@@ -163,6 +186,7 @@ func BenchmarkGatherLatency(b *testing.B) {
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
+		_ = prt.Close()
 
 		start := time.Now()
 		res, err := rt.Gather(context.Background(), "sleepy", ts, n)
