@@ -6,6 +6,8 @@ import "context"
 // clients. The HTTP router serves a Backend; the HTTP client is one.
 // Every call blocks until it has an answer or ctx ends.
 type Backend interface {
+	GroupBackend
+
 	// Agents lists the registered agent names, sorted.
 	Agents(ctx context.Context) ([]string, error)
 	// AgentSchema returns the JSON Schemas of an agent's input and output.
