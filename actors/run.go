@@ -59,7 +59,19 @@ type StartRun struct {
 	Depth       int
 	ParentTrace string
 	Budget      *Budget // nil: no budget
-	Reply       chan<- RunReply
+	// Progress, when set, counts this run's invocations.
+	Progress *Progress
+	// Reply receives the outcome of a top-level run. A run started by a
+	// group actor has none: it reports to its parent with a *RunFinished
+	// carrying Tag instead.
+	Reply chan<- RunReply
+	Tag   string
+}
+
+// RunFinished is how a run started under a group actor reports.
+type RunFinished struct {
+	Tag     string
+	Results []svc.AgentResult
 }
 
 // RunReply is the outcome of a run: one result per task, in task order.
@@ -91,6 +103,10 @@ func (s *Shard) Receive(c actor.Context) {
 	case *StartRun:
 		r := &runActor{env: s.env, req: m}
 		pid := c.Spawn(s.env.props(func() actor.Actor { return r }))
+		s.runs[pid] = struct{}{}
+	case *StartGroup:
+		g := &groupActor{env: s.env, req: m}
+		pid := c.Spawn(s.env.props(func() actor.Actor { return g }))
 		s.runs[pid] = struct{}{}
 	case runEnded:
 		delete(s.runs, m.pid)
@@ -161,6 +177,7 @@ func (r *runActor) Receive(c actor.Context) {
 		ctx, self, root := r.ctx, r.self, r.root
 		r.stopWatch = context.AfterFunc(ctx, func() { root.Send(self, cancelRun{cause: context.Cause(ctx)}) })
 		r.results = make([]svc.AgentResult, len(r.req.Tasks))
+		r.req.Progress.Add(len(r.req.Tasks), 0, 0, 0)
 		if r.req.Batch {
 			r.emitBatch(svc.EventBatchStarted, svc.Payload{
 				"task_count": len(r.req.Tasks), "max_concurrency": r.req.MaxConcurrency,
@@ -174,6 +191,9 @@ func (r *runActor) Receive(c actor.Context) {
 		r.done++
 		if m.out.Success {
 			r.ok++
+			r.req.Progress.Add(0, -1, 1, 0)
+		} else {
+			r.req.Progress.Add(0, -1, 0, 1)
 		}
 		r.fill(c)
 		r.arm()
@@ -187,7 +207,7 @@ func (r *runActor) Receive(c actor.Context) {
 			r.cancelAll(svc.ErrShuttingDown)
 			r.stopTimer()
 		}
-		if !r.replied {
+		if !r.replied && r.req.Reply != nil {
 			r.replied = true
 			r.req.Reply <- RunReply{Err: svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")}
 		}
@@ -208,6 +228,7 @@ func (r *runActor) fill(c actor.Context) {
 		c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
 		r.next++
 		r.inflight++
+		r.req.Progress.Add(0, 1, 0, 0)
 	}
 	r.arm()
 }
@@ -297,8 +318,12 @@ func (r *runActor) maybeFinish(c actor.Context) {
 	r.replied = true
 	r.stopTimer()
 	r.cancel(nil)
-	r.req.Reply <- RunReply{Results: r.results}
-	c.Send(c.Parent(), runEnded{c.Self()})
+	if r.req.Reply != nil {
+		r.req.Reply <- RunReply{Results: r.results}
+		c.Send(c.Parent(), runEnded{c.Self()})
+	} else {
+		c.Send(c.Parent(), &RunFinished{Tag: r.req.Tag, Results: r.results})
+	}
 	c.Stop(c.Self())
 }
 

@@ -11,7 +11,10 @@ import (
 // Error is one problem in one spec file. Every error from Load, Validate
 // and LoadOptions about a file's content is an *Error (several are joined
 // with errors.Join), and all of them are SpecValidationErrors:
-// errors.Is(err, svc.ErrSpecValidation) holds.
+// errors.Is(err, svc.ErrSpecValidation) holds. The problems group.Compile
+// finds in a group file (unknown agents, cycles, bad CEL, ...) are
+// TopologyErrors as well: errors.Is(err, svc.ErrTopology) holds for them,
+// and errors.As finds the *group.Error.
 type Error struct {
 	// File is the file's path, joined to the directory as the caller gave it.
 	File string
@@ -24,6 +27,9 @@ type Error struct {
 
 	// cause is the underlying error (an fs error, say), kept for errors.Is.
 	cause error
+	// kind is the error's kind: KindSpecValidation when empty, or
+	// KindTopology, a kind of SpecValidationError.
+	kind svc.Kind
 }
 
 // Error formats the problem as "file:line: key: msg", leaving out a zero
@@ -43,22 +49,30 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Is makes every *Error a SpecValidationError (and so an AgentRuntimeError).
+// Kind is SpecValidationError, or TopologyError for a group whose graph
+// does not hold together.
+func (e *Error) Kind() svc.Kind {
+	if e.kind == "" {
+		return svc.KindSpecValidation
+	}
+	return e.kind
+}
+
+// Is makes every *Error a SpecValidationError (and so an AgentRuntimeError),
+// and a TopologyError when it is one.
 func (e *Error) Is(target error) bool {
-	return specKind.Is(target)
+	return (&svc.Error{Kind: e.Kind()}).Is(target)
 }
 
 // Unwrap exposes the cause, if any, and a *svc.Error of kind
 // SpecValidationError so that svc.KindOf and errors.As find the kind.
 func (e *Error) Unwrap() []error {
-	kind := &svc.Error{Kind: svc.KindSpecValidation, Message: e.Error()}
+	kind := &svc.Error{Kind: e.Kind(), Message: e.Error()}
 	if e.cause != nil {
 		return []error{kind, e.cause}
 	}
 	return []error{kind}
 }
-
-var specKind = &svc.Error{Kind: svc.KindSpecValidation}
 
 // rootError is a problem with the specs directory itself (missing, not a
 // directory, unreadable): nothing in it could be checked.

@@ -2,9 +2,12 @@ package spec
 
 import (
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"strings"
 	"testing"
+
+	"github.com/svc-dev/svc"
 )
 
 // fuzzRefs stands in for the file system: $ref'd schema files come from
@@ -91,6 +94,50 @@ func FuzzDecodeOptions(f *testing.F) {
 		}
 		if err := o.Validate(); err != nil {
 			t.Fatalf("accepted invalid options %+v: %v", o, err)
+		}
+	})
+}
+
+func FuzzDecodeGroup(f *testing.F) {
+	for _, seed := range []string{
+		supportYAML,
+		teamYAML,
+		"version: 1\nnodes: {a: {agent: a}, b: {agent: b}}\nedges: [{from: a, to: b}, {from: b, to: a}]\n",
+		"version: 1\nnodes: {a: {agent: a}, b: {agent: b}}\nedges: [{from: a, to: b, when: 'output.x ==', fan_out: '1'}]\n",
+		"version: 1\nkind: team\ncoordinator: a\ndelegates: [a, a]\nmax_rounds: 0\n",
+		"version: 1\nnodes: &n {a: {agent: *n}}\n",
+		"version: 1\nnodes: {<<: {a: {agent: x}}}\n",
+		"- [\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const file = "specs/groups/x.yaml"
+		dec, errs := decodeGroup(file, data)
+		lines := 1 + strings.Count(string(data), "\n")
+		check := func(errs []*Error) {
+			for _, e := range errs {
+				if e.File != file || e.Msg == "" || e.Line < 0 || !strings.HasPrefix(e.Error(), e.File) {
+					t.Fatalf("malformed error %#v", e)
+				}
+			}
+		}
+		check(errs)
+		if len(errs) > 0 {
+			return
+		}
+		g := dec.group
+		if g.Name != "x" || (g.Kind != svc.GroupGraph && g.Kind != svc.GroupTeam) {
+			t.Fatalf("accepted name %q, kind %q", g.Name, g.Kind)
+		}
+		// Whatever Compile says about a well-formed group, every problem
+		// lands on a line of the file and is a TopologyError.
+		cerrs := compileGroup(file, dec, func(name string) bool { return name != "ghost" })
+		check(cerrs)
+		for _, e := range cerrs {
+			if !errors.Is(e, svc.ErrTopology) || e.Line < 1 || e.Line > lines {
+				t.Fatalf("compile error %v: not a TopologyError with a line", e)
+			}
 		}
 	})
 }

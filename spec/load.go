@@ -1,6 +1,7 @@
 // Package spec loads and validates the YAML specs of a specs directory:
-// agents (DIR/agents/*.yaml) and runtime options (DIR/runtime.yaml). Every
-// problem is reported with its file, line and key.
+// agents (DIR/agents/*.yaml), groups of agents (DIR/groups/*.yaml) and
+// runtime options (DIR/runtime.yaml). Every problem is reported with its
+// file, line and key. Watch reloads a directory when its files change.
 package spec
 
 import (
@@ -22,6 +23,9 @@ type Env struct {
 	// CheckModel, when set, reports whether a provider:name identifier
 	// resolves (a known provider, a model it serves).
 	CheckModel func(id string) error
+	// Agents are the names of agents defined elsewhere (registered from
+	// Go) that groups may use besides the agents of the specs directory.
+	Agents []string
 }
 
 // Set is the content of a specs directory.
@@ -32,6 +36,11 @@ type Set struct {
 	Agents []svc.Agent
 	// Files maps each agent's name to its file.
 	Files map[string]string
+	// Groups are sorted by file name, which is their name. Agents and
+	// groups have separate namespaces: a group may share an agent's name.
+	Groups []svc.Group
+	// GroupFiles maps each group's name to its file.
+	GroupFiles map[string]string
 	// Options are the runtime options of runtime.yaml, or the defaults
 	// when there is none (HasOptions false).
 	Options    svc.Options
@@ -47,11 +56,9 @@ type FileResult struct {
 // Layout of a specs directory.
 const (
 	AgentsDir   = "agents"
+	GroupsDir   = "groups"
 	RuntimeFile = "runtime.yaml"
 )
-
-// TODO(groups): read DIR/groups/*.yaml once group topologies land; until
-// then the groups directory is ignored by Load and Validate alike.
 
 // Load reads every spec under dir. It is all or nothing: when any file has
 // a problem it returns no Set and an errors.Join of *Error values, each
@@ -71,19 +78,24 @@ func Load(dir string, env Env) (*Set, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	set := &Set{Dir: dir, Files: map[string]string{}, Options: sc.options, HasOptions: sc.hasOptions}
+	set := &Set{Dir: dir, Files: map[string]string{}, GroupFiles: map[string]string{}, Options: sc.options, HasOptions: sc.hasOptions}
 	for _, r := range sc.results {
-		if r.agent != nil {
+		switch {
+		case r.agent != nil:
 			set.Agents = append(set.Agents, *r.agent)
 			set.Files[r.agent.Name] = r.file
+		case r.group != nil:
+			set.Groups = append(set.Groups, *r.group)
+			set.GroupFiles[r.group.Name] = r.file
 		}
 	}
 	return set, nil
 }
 
 // Validate checks every spec under dir and reports on each file:
-// runtime.yaml first when there is one, then the agents by file name. Its
-// error is only for a dir that cannot be read (IsRootError holds).
+// runtime.yaml first when there is one, then the agents by file name, then
+// the groups by file name. Its error is only for a dir that cannot be read
+// (IsRootError holds).
 func Validate(dir string, env Env) ([]FileResult, error) {
 	sc, err := scan(dir, env)
 	if err != nil {
@@ -98,7 +110,8 @@ func Validate(dir string, env Env) ([]FileResult, error) {
 
 type scanned struct {
 	file  string
-	agent *svc.Agent // nil for runtime.yaml and for a file with errors
+	agent *svc.Agent // set for a good agent file
+	group *svc.Group // set for a good group file
 	errs  []*Error
 }
 
@@ -132,24 +145,51 @@ func scan(dir string, env Env) (scanResult, error) {
 		sc.results = append(sc.results, r)
 	}
 
-	agents := filepath.Join(dir, AgentsDir)
-	entries, err := os.ReadDir(agents)
+	defined := sc.scanAgents(filepath.Join(dir, AgentsDir), env)
+	for _, name := range env.Agents {
+		defined[name] = ""
+	}
+	sc.scanGroups(filepath.Join(dir, GroupsDir), func(name string) bool {
+		_, ok := defined[name]
+		return ok
+	})
+	return sc, nil
+}
+
+// specFiles lists the spec files of sub, sorted by name, adding a result
+// for sub itself when it cannot be read. A missing sub has none.
+func (sc *scanResult) specFiles(sub string) []string {
+	entries, err := os.ReadDir(sub)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return sc, nil
+		return nil
 	case err != nil:
-		sc.results = append(sc.results, scanned{file: agents, errs: []*Error{{File: agents, Msg: describeFSError(err), cause: err}}})
-		return sc, nil
+		sc.results = append(sc.results, scanned{file: sub, errs: []*Error{{File: sub, Msg: describeFSError(err), cause: err}}})
+		return nil
 	}
-	defined := map[string]string{} // agent name → file
+	var files []string
 	for _, e := range entries {
 		name := e.Name()
-		ext := filepath.Ext(name)
 		// Dot files are editor and VCS droppings (.#triage.yaml), not specs.
-		if e.IsDir() || strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+		if e.IsDir() || strings.HasPrefix(name, ".") || !isSpecFile(name) {
 			continue
 		}
-		file := filepath.Join(agents, name)
+		files = append(files, filepath.Join(sub, name))
+	}
+	return files
+}
+
+func isSpecFile(name string) bool {
+	ext := filepath.Ext(name)
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// scanAgents decodes the agent files of sub. It returns the names they
+// define, files with errors included: a group that uses an agent whose
+// file has a mistake should not be told the agent does not exist.
+func (sc *scanResult) scanAgents(sub string, env Env) map[string]string {
+	defined := map[string]string{} // agent name → file
+	for _, file := range sc.specFiles(sub) {
 		r := scanned{file: file}
 		data, err := readSpecFile(file)
 		if err != nil {
@@ -173,7 +213,45 @@ func scan(dir string, env Env) (scanResult, error) {
 		}
 		sc.results = append(sc.results, r)
 	}
-	return sc, nil
+	return defined
+}
+
+// scanGroups decodes the group files of sub and compiles each group
+// against the agents hasAgent knows.
+func (sc *scanResult) scanGroups(sub string, hasAgent func(string) bool) {
+	defined := map[string]string{} // group name → file
+	for _, file := range sc.specFiles(sub) {
+		r := scanned{file: file}
+		data, err := readSpecFile(file)
+		if err != nil {
+			r.errs = append(r.errs, asSpecError(file, err))
+			sc.results = append(sc.results, r)
+			continue
+		}
+		dec, errs := decodeGroup(file, data)
+		r.errs = errs
+		if dec != nil {
+			if n := dec.group.Name; n != "" {
+				if other, dup := defined[n]; dup {
+					r.errs = append(r.errs, &Error{File: file, Line: dec.nameLine, Key: "name",
+						Msg: "group " + n + " is already defined in " + other})
+				} else {
+					defined[n] = file
+				}
+			}
+			// A file that is not the right shape would only give
+			// compile errors that echo its mistakes (an edge left out
+			// for its bad type leaves a node with no way in, say).
+			if len(r.errs) == 0 {
+				r.errs = compileGroup(file, dec, hasAgent)
+			}
+			if len(r.errs) == 0 {
+				g := dec.group
+				r.group = &g
+			}
+		}
+		sc.results = append(sc.results, r)
+	}
 }
 
 // asSpecError returns err as an *Error about file.

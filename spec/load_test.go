@@ -36,12 +36,12 @@ func TestValidateReportsEachFile(t *testing.T) {
 	for _, r := range res {
 		files = append(files, r.File)
 	}
-	want := []string{"specs/runtime.yaml", "specs/agents/a.yml", "specs/agents/b.yaml", "specs/agents/c.yaml"}
+	want := []string{"specs/runtime.yaml", "specs/agents/a.yml", "specs/agents/b.yaml", "specs/agents/c.yaml", "specs/groups/support.yaml"}
 	if !slices.Equal(files, want) {
 		t.Fatalf("files = %q, want %q", files, want)
 	}
 	for _, r := range res {
-		if bad := r.File == "specs/agents/b.yaml"; bad != (r.Err != nil) {
+		if bad := r.File == "specs/agents/b.yaml" || r.File == "specs/groups/support.yaml"; bad != (r.Err != nil) {
 			t.Errorf("%s: err = %v", r.File, r.Err)
 		}
 	}
@@ -51,7 +51,7 @@ func TestValidateReportsEachFile(t *testing.T) {
 }
 
 func TestValidateWithoutRuntimeOrAgents(t *testing.T) {
-	root := writeTree(t, map[string]string{"specs/groups/g.yaml": "x"})
+	root := writeTree(t, map[string]string{"specs/notes/g.yaml": "x", "specs/README.md": "x"})
 	for _, dir := range []string{"specs", filepath.Join(root, "specs")} {
 		res, err := Validate(dir, Env{})
 		if err != nil || len(res) != 0 {

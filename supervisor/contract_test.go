@@ -13,14 +13,30 @@ import (
 	"github.com/svc-dev/svc/supervisor"
 )
 
-// fixture is the runtime the client contract suite expects: echo, fail and
-// slow agents on the test provider.
+// fixture is the runtime the client contract suite expects (see
+// clienttest.Run): echo, fail and slow agents on the test provider, and the
+// groups pair, split and slowpair over them.
 func fixture(t *testing.T) *supervisor.Runtime {
-	return newRuntime(t, svc.Options{}, nil, nil,
+	rt := newRuntime(t, svc.Options{}, nil, nil,
 		svc.Agent{Name: "echo", Model: "test:echo"},
 		svc.Agent{Name: "fail", Model: "test:fail"},
 		svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 10000}},
 	)
+	err := rt.RegisterGroups(
+		svc.Group{Name: "pair",
+			Nodes: []svc.GroupNode{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "echo"}},
+			Edges: []svc.GroupEdge{{From: "a", To: "b"}}},
+		svc.Group{Name: "split",
+			Nodes: []svc.GroupNode{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "echo"}, {Name: "c", Agent: "echo"}},
+			Edges: []svc.GroupEdge{{From: "a", To: "b"}, {From: "a", To: "c"}}},
+		svc.Group{Name: "slowpair",
+			Nodes: []svc.GroupNode{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "slow"}},
+			Edges: []svc.GroupEdge{{From: "a", To: "b"}}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
 }
 
 func router(t *testing.T, b svc.Backend) *httptest.Server {

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,10 +72,6 @@ type Runtime struct {
 	stopOnce sync.Once
 }
 
-type registry struct {
-	byName map[string]*agent.Compiled
-	names  []string
-}
 
 // New starts a runtime.
 func New(cfg Config) (*Runtime, error) {
@@ -100,7 +95,7 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Shards = 4 * runtime.GOMAXPROCS(0)
 	}
 	rt := &Runtime{opts: opts, models: cfg.Models, emitter: cfg.Emitter, log: cfg.Logger}
-	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}})
+	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
 	confOpts := []actor.ConfigOption{
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(newZapHandler(cfg.Logger.Named("actor")))
@@ -134,72 +129,6 @@ func New(cfg Config) (*Runtime, error) {
 // Options returns the runtime's options.
 func (rt *Runtime) Options() svc.Options { return rt.opts }
 
-// Register compiles and adds agents. The runtime keeps its own copy of
-// each definition; registering a name that exists is an error (use Replace).
-func (rt *Runtime) Register(agents ...svc.Agent) error {
-	rt.regMu.Lock()
-	defer rt.regMu.Unlock()
-	cur := rt.agents.Load()
-	compiled, err := rt.compile(agents)
-	if err != nil {
-		return err
-	}
-	next := &registry{byName: make(map[string]*agent.Compiled, len(cur.byName)+len(compiled))}
-	for n, c := range cur.byName {
-		next.byName[n] = c
-	}
-	for _, c := range compiled {
-		if _, dup := next.byName[c.Def.Name]; dup {
-			return svc.Errorf(svc.KindSpecValidation, "agent %s is already registered", c.Def.Name)
-		}
-		next.byName[c.Def.Name] = c
-	}
-	next.names = sortedNames(next.byName)
-	rt.agents.Store(next)
-	return nil
-}
-
-// Replace swaps the whole set of agents atomically: runs in flight finish on
-// the definitions they started with. On error nothing changes.
-func (rt *Runtime) Replace(agents []svc.Agent) error {
-	rt.regMu.Lock()
-	defer rt.regMu.Unlock()
-	compiled, err := rt.compile(agents)
-	if err != nil {
-		return err
-	}
-	next := &registry{byName: make(map[string]*agent.Compiled, len(compiled))}
-	for _, c := range compiled {
-		if _, dup := next.byName[c.Def.Name]; dup {
-			return svc.Errorf(svc.KindSpecValidation, "agent %s is defined twice", c.Def.Name)
-		}
-		next.byName[c.Def.Name] = c
-	}
-	next.names = sortedNames(next.byName)
-	rt.agents.Store(next)
-	return nil
-}
-
-func (rt *Runtime) compile(agents []svc.Agent) ([]*agent.Compiled, error) {
-	out := make([]*agent.Compiled, 0, len(agents))
-	for _, a := range agents {
-		c, err := agent.Compile(a, rt.models)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func sortedNames(m map[string]*agent.Compiled) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
 
 // Agent returns a copy of a registered agent's definition.
 func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
@@ -277,27 +206,7 @@ func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc
 	if err != nil {
 		return svc.AgentResult{}, err
 	}
-	depth, err := rt.checkDepth(ctx, c, t)
-	if err != nil {
-		return svc.AgentResult{}, err
-	}
-	res, err := rt.start(ctx, &actors.StartRun{
-		Agent: c, Tasks: []actors.Task{t}, MaxConcurrency: 1, Depth: depth,
-	})
-	if err != nil {
-		return svc.AgentResult{}, err
-	}
-	r := res[0]
-	if r.Error != nil {
-		// Rejections and the run's own timeout are errors of the call, not
-		// failed results (DESIGN.md, "Failures inside an agent run").
-		switch svc.Kind(r.Error.Type) {
-		case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindCancelled, svc.KindShuttingDown:
-			return svc.AgentResult{}, &svc.Error{Kind: svc.Kind(r.Error.Type), Message: r.Error.Message,
-				Reason: r.Error.Reason, Agent: name, TaskID: r.TaskID}
-		}
-	}
-	return r, nil
+	return rt.runCompiled(ctx, c, t)
 }
 
 // Gather runs many tasks on one agent, at most maxConcurrency at once, and
@@ -324,7 +233,7 @@ func (rt *Runtime) Gather(ctx context.Context, name string, tasks []svc.TaskSpec
 			return nil, err
 		}
 	}
-	depth, err := rt.checkDepth(ctx, c, actors.Task{Trace: batch})
+	depth, err := rt.checkDepth(ctx, c.Def.Name, actors.Task{Trace: batch})
 	if err != nil {
 		return nil, err
 	}
@@ -368,18 +277,18 @@ func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (act
 // checkDepth finds the depth of a new run from ctx (one below the invocation
 // that starts it) and refuses it past max_spawn_depth, emitting
 // depth_limit_exceeded first.
-func (rt *Runtime) checkDepth(ctx context.Context, c *agent.Compiled, t actors.Task) (int, error) {
+func (rt *Runtime) checkDepth(ctx context.Context, name string, t actors.Task) (int, error) {
 	depth := svc.DepthFrom(ctx) + 1
 	if depth <= rt.opts.MaxSpawnDepth {
 		return depth, nil
 	}
 	rt.emitter.Emit(svc.RuntimeEvent{
-		EventType: svc.EventDepthLimitExceeded, Timestamp: time.Now().UTC(), AgentName: c.Def.Name,
+		EventType: svc.EventDepthLimitExceeded, Timestamp: time.Now().UTC(), AgentName: name,
 		TaskID: t.ID, TraceID: t.Trace, ParentTraceID: svc.ParentTraceFrom(ctx),
 		Payload: svc.Payload{"limit": rt.opts.MaxSpawnDepth, "depth": depth},
 	})
-	return 0, &svc.Error{Kind: svc.KindDepthLimit, Agent: c.Def.Name, TaskID: t.ID, Reason: "depth_limit",
-		Message: fmt.Sprintf("agent %s: spawn depth %d exceeds max_spawn_depth %d", c.Def.Name, depth, rt.opts.MaxSpawnDepth)}
+	return 0, &svc.Error{Kind: svc.KindDepthLimit, Agent: name, TaskID: t.ID, Reason: "depth_limit",
+		Message: fmt.Sprintf("%s: spawn depth %d exceeds max_spawn_depth %d", name, depth, rt.opts.MaxSpawnDepth)}
 }
 
 // start hands a run to a shard and waits for its reply. The run's context is
@@ -391,17 +300,12 @@ func (rt *Runtime) start(ctx context.Context, req *actors.StartRun) ([]svc.Agent
 	}
 	defer rt.inflight.Done()
 	req.ParentTrace = svc.ParentTraceFrom(ctx)
-	if b, ok := ctx.Value(budgetKey{}).(*actors.Budget); ok {
-		req.Budget = b // nested run: charge the enclosing request's budget
-	} else if b := actors.NewBudget(rt.opts.TokenBudget, rt.emitter); b != nil {
-		req.Budget = b
-		ctx = context.WithValue(ctx, budgetKey{}, b)
-	}
+	ctx, req.Budget = rt.withBudget(ctx)
+	req.Progress = actors.NewProgress(svc.ProgressFrom(ctx))
 	req.Ctx = ctx
 	reply := make(chan actors.RunReply, 1)
 	req.Reply = reply
-	shard := rt.shards[rt.next.Add(1)%uint64(len(rt.shards))]
-	rt.system.Root.Send(shard, req)
+	rt.system.Root.Send(rt.shard(), req)
 	// The run actor always replies: with results, or with an error when the
 	// runtime stops under it. Cancelling ctx makes it finish early.
 	r := <-reply
@@ -409,6 +313,24 @@ func (rt *Runtime) start(ctx context.Context, req *actors.StartRun) ([]svc.Agent
 }
 
 type budgetKey struct{}
+
+// withBudget returns the budget of the request ctx belongs to: the
+// enclosing request's for a nested run, else a new one (nil: no budget).
+func (rt *Runtime) withBudget(ctx context.Context) (context.Context, *actors.Budget) {
+	if b, ok := ctx.Value(budgetKey{}).(*actors.Budget); ok {
+		return ctx, b
+	}
+	b := actors.NewBudget(rt.opts.TokenBudget, rt.emitter)
+	if b == nil {
+		return ctx, nil
+	}
+	return context.WithValue(ctx, budgetKey{}, b), b
+}
+
+// shard picks the next run shard, round robin.
+func (rt *Runtime) shard() *actor.PID {
+	return rt.shards[rt.next.Add(1)%uint64(len(rt.shards))]
+}
 
 // Shutdown stops the runtime: new calls are refused with ShuttingDownError,
 // calls in flight are given until ctx ends to finish, then every run is

@@ -176,16 +176,22 @@ type runRequest struct {
 // in the body and in the X-Request-Id header, and becomes the run's trace
 // id unless the task carries its own.
 func (c *Client) Run(ctx context.Context, agent string, task svc.TaskSpec) (svc.AgentResult, error) {
-	id := task.RequestID
-	if id == "" {
-		id = svc.RequestIDFrom(ctx)
-	}
-	if id == "" {
-		id = newRequestID()
-	}
+	id := runRequestID(ctx, task)
 	var res svc.AgentResult
 	err := c.call(ctx, http.MethodPost, "/agents/"+url.PathEscape(agent)+"/run", id, runRequest{Task: task, RequestID: id}, &res)
 	return res, err
+}
+
+// runRequestID is the request id of a run: task.RequestID, else
+// svc.RequestIDFrom(ctx), else a new UUIDv7.
+func runRequestID(ctx context.Context, task svc.TaskSpec) string {
+	if task.RequestID != "" {
+		return task.RequestID
+	}
+	if id := svc.RequestIDFrom(ctx); id != "" {
+		return id
+	}
+	return newRequestID()
 }
 
 // Gather runs tasks on the agent, at most maxConcurrency at once (0: the

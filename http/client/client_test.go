@@ -147,6 +147,15 @@ func callAll(t *testing.T, b svc.Backend) {
 	if err := b.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.Groups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.GroupTopology(ctx, "pair"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.RunGroup(ctx, "pair", svc.TaskSpec{Input: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestAuthHeader(t *testing.T) {
@@ -164,8 +173,8 @@ func TestAuthHeader(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			callAll(t, newClient(t, srv.URL, tc.opts...))
 			reqs := rec.take()
-			if len(reqs) != 5 {
-				t.Fatalf("%d requests, want 5", len(reqs))
+			if len(reqs) != 8 {
+				t.Fatalf("%d requests, want 8", len(reqs))
 			}
 			for _, r := range reqs {
 				if r.auth != tc.want {
@@ -189,32 +198,27 @@ func TestRunRequestID(t *testing.T) {
 		{"context", svc.WithRequestID(t.Context(), "ctx-id"), svc.TaskSpec{}, "ctx-id"},
 		{"new", t.Context(), svc.TaskSpec{}, ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.task.Input = json.RawMessage(`1`)
-			res, err := c.Run(tc.ctx, "echo", tc.task)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := rec.take()[0]
-			var body struct {
-				Task      svc.TaskSpec `json:"task"`
-				RequestID string       `json:"request_id"`
-			}
-			if err := json.Unmarshal(r.body, &body); err != nil {
-				t.Fatalf("body %s: %v", r.body, err)
-			}
-			if r.requestID != body.RequestID || res.Metadata.TraceID != body.RequestID {
-				t.Errorf("header %q, body request_id %q, trace_id %q: want all equal", r.requestID, body.RequestID, res.Metadata.TraceID)
-			}
-			if body.Task.RequestID != tc.task.RequestID {
-				t.Errorf("task.request_id sent as %q, want it untouched (%q)", body.Task.RequestID, tc.task.RequestID)
-			}
-			if u, err := uuid.Parse(body.RequestID); tc.want == "" && (err != nil || u.Version() != 7) {
-				t.Errorf("request id %q, want a new UUIDv7", body.RequestID)
-			} else if tc.want != "" && body.RequestID != tc.want {
-				t.Errorf("request id %q, want %q", body.RequestID, tc.want)
-			}
-		})
+		// Group runs choose and send their request id as agent runs do.
+		for _, target := range []string{"agent", "group"} {
+			t.Run(tc.name+"/"+target, func(t *testing.T) {
+				tc.task.Input = json.RawMessage(`1`)
+				var trace string
+				if target == "agent" {
+					res, err := c.Run(tc.ctx, "echo", tc.task)
+					if err != nil {
+						t.Fatal(err)
+					}
+					trace = res.Metadata.TraceID
+				} else {
+					res, err := c.RunGroup(tc.ctx, "split", tc.task)
+					if err != nil {
+						t.Fatal(err)
+					}
+					trace = res.Group.Metadata.TraceID
+				}
+				checkRunRequest(t, rec.take()[0], tc.task, trace, tc.want)
+			})
+		}
 	}
 
 	// A gather sends the context's id as the batch id, and no header without one.
@@ -235,6 +239,31 @@ func TestRunRequestID(t *testing.T) {
 	var g svc.GatherRequest
 	if err := json.Unmarshal(r.body, &g); err != nil || g.MaxConcurrency != 5 || len(g.Tasks) != 1 {
 		t.Errorf("gather body %s", r.body)
+	}
+}
+
+// checkRunRequest checks what a run sent: the same request id in the
+// header and the envelope, the task's own request_id untouched, and the id
+// want ("" for a new UUIDv7) that came back as the trace id.
+func checkRunRequest(t *testing.T, r recorded, task svc.TaskSpec, trace, want string) {
+	t.Helper()
+	var body struct {
+		Task      svc.TaskSpec `json:"task"`
+		RequestID string       `json:"request_id"`
+	}
+	if err := json.Unmarshal(r.body, &body); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	if r.requestID != body.RequestID || trace != body.RequestID {
+		t.Errorf("header %q, body request_id %q, trace_id %q: want all equal", r.requestID, body.RequestID, trace)
+	}
+	if body.Task.RequestID != task.RequestID {
+		t.Errorf("task.request_id sent as %q, want it untouched (%q)", body.Task.RequestID, task.RequestID)
+	}
+	if u, err := uuid.Parse(body.RequestID); want == "" && (err != nil || u.Version() != 7) {
+		t.Errorf("request id %q, want a new UUIDv7", body.RequestID)
+	} else if want != "" && body.RequestID != want {
+		t.Errorf("request id %q, want %q", body.RequestID, want)
 	}
 }
 
@@ -288,6 +317,9 @@ func TestTimeout(t *testing.T) {
 		check(t, err, time.Since(start))
 		start = time.Now()
 		_, err = c.Gather(t.Context(), "echo", []svc.TaskSpec{{Input: json.RawMessage(`1`)}}, 0)
+		check(t, err, time.Since(start))
+		start = time.Now()
+		_, err = c.RunGroup(t.Context(), "pair", svc.TaskSpec{Input: json.RawMessage(`1`)})
 		check(t, err, time.Since(start))
 	})
 	t.Run("earlier context deadline wins", func(t *testing.T) {
@@ -372,28 +404,39 @@ func TestErrorRebuild(t *testing.T) {
 	for cname, c := range clients {
 		for _, kind := range append(svc.Kinds, "FrobnicationError") {
 			t.Run(cname+"/"+string(kind), func(t *testing.T) {
-				_, err := c.Run(t.Context(), "err", svc.TaskSpec{ID: "t1", Input: json.RawMessage(fmt.Sprintf("%q", kind))})
-				var e *svc.Error
-				if !errors.As(err, &e) {
-					t.Fatalf("error %v (%T), want an *svc.Error", err, err)
-				}
-				if e.Kind != kind || e.Message != "boom: "+string(kind) || e.Agent != "err" || e.TaskID != "t1" || e.Reason != "because" {
-					t.Errorf("rebuilt %+v", e)
-				}
-				if !errors.Is(err, svc.ErrRuntime) {
-					t.Error("does not match ErrRuntime")
-				}
-				if s, known := sentinels[kind]; known && !errors.Is(err, s) {
-					t.Errorf("does not match its sentinel")
-				}
-				if kind == "FrobnicationError" && (errors.Is(err, svc.ErrModel) || errors.Is(err, svc.ErrSpecValidation)) {
-					t.Error("an unknown kind matches a specific sentinel")
-				}
+				task := svc.TaskSpec{ID: "t1", Input: json.RawMessage(fmt.Sprintf("%q", kind))}
+				_, err := c.Run(t.Context(), "err", task)
+				checkRebuilt(t, err, kind, sentinels)
+				// The fake's group "err" runs agent err on the same task.
+				_, err = c.RunGroup(t.Context(), "err", task)
+				checkRebuilt(t, err, kind, sentinels)
 			})
 		}
 	}
 	if len(sentinels) != len(svc.Kinds) {
 		t.Errorf("the test knows %d kinds, the root package %d", len(sentinels), len(svc.Kinds))
+	}
+}
+
+// checkRebuilt checks that err is the fake agent err's error of kind,
+// rebuilt whole.
+func checkRebuilt(t *testing.T, err error, kind svc.Kind, sentinels map[svc.Kind]error) {
+	t.Helper()
+	var e *svc.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T), want an *svc.Error", err, err)
+	}
+	if e.Kind != kind || e.Message != "boom: "+string(kind) || e.Agent != "err" || e.TaskID != "t1" || e.Reason != "because" {
+		t.Errorf("rebuilt %+v", e)
+	}
+	if !errors.Is(err, svc.ErrRuntime) {
+		t.Error("does not match ErrRuntime")
+	}
+	if s, known := sentinels[kind]; known && !errors.Is(err, s) {
+		t.Errorf("does not match its sentinel")
+	}
+	if kind == "FrobnicationError" && (errors.Is(err, svc.ErrModel) || errors.Is(err, svc.ErrSpecValidation)) {
+		t.Error("an unknown kind matches a specific sentinel")
 	}
 }
 
@@ -433,6 +476,22 @@ func TestNonProblemErrors(t *testing.T) {
 }
 
 func TestBadSuccessResponses(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"null", `null`},
+		{"array", `[1]`},
+		{"not json", `<html>`},
+	} {
+		t.Run("group run/"+tc.name, func(t *testing.T) {
+			srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, tc.body)
+			}))
+			res, err := newClient(t, srv.URL).RunGroup(t.Context(), "g", svc.TaskSpec{Input: json.RawMessage(`1`)})
+			if !errors.Is(err, svc.ErrRuntime) || res.Agent != nil || res.Group != nil {
+				t.Errorf("RunGroup = %+v, %v; want an AgentRuntimeError alone", res, err)
+			}
+		})
+	}
 	for _, tc := range []struct{ name, body string }{
 		{"gather count", `[{"task_id":"only one"}]`},
 		{"not json", `<html>`},
@@ -500,5 +559,22 @@ func TestLocalHandlerTransport(t *testing.T) {
 	case <-handlerDone:
 	case <-time.After(5 * time.Second):
 		t.Error("the handler was not cancelled with the call")
+	}
+}
+
+// TestGroupNameEscaped checks that a group name that needs escaping reaches
+// the backend whole: a name the router did not route would be a 404
+// without a RegistryError.
+func TestGroupNameEscaped(t *testing.T) {
+	c := newClient(t, serve(t, router(t, &fakeBackend{})).URL)
+	for _, name := range []string{"a/b", "x y", "q?r#s", "%2F"} {
+		_, err := c.GroupTopology(t.Context(), name)
+		if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
+			t.Errorf("GroupTopology(%q) = %v, want a RegistryError naming it", name, err)
+		}
+		_, err = c.RunGroup(t.Context(), name, svc.TaskSpec{Input: json.RawMessage(`1`)})
+		if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
+			t.Errorf("RunGroup(%q) = %v, want a RegistryError naming it", name, err)
+		}
 	}
 }

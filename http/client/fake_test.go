@@ -13,7 +13,8 @@ import (
 	svc "github.com/svc-dev/svc"
 )
 
-// fakeBackend serves the clienttest fixture (echo, fail, slow) plus:
+// fakeBackend serves the clienttest fixture (agents echo, fail, slow; the
+// groups of fakegroups_test.go) plus the agents:
 //
 //	budget  a BudgetExceededError
 //	err     an *svc.Error whose kind is the input (a JSON string)

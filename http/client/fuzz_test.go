@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -37,6 +38,47 @@ func FuzzErrorFromResponse(f *testing.F) {
 		}
 		if e.Error() == "" {
 			t.Fatal("empty error message")
+		}
+	})
+}
+
+// FuzzDecodeRunResult checks the decoding of a group run's answer: any body
+// either yields exactly one envelope, the one its "group" key selects, or
+// an error; never a panic.
+func FuzzDecodeRunResult(f *testing.F) {
+	for _, s := range []string{
+		`{"agent_name":"echo","task_id":"t","success":true,"output":1,"error":null,"metadata":{"trace_id":"r"}}`,
+		`{"group":true,"outputs":{"b":{"success":true,"output":1},"c":{"success":false}},"success":false,"metadata":{"group_name":"g"}}`,
+		`{"group":false}`,
+		`{"group":null}`,
+		`{"outputs":{}}`,
+		`null`,
+		` null `,
+		`{}`,
+		`[1]`,
+		`"x"`,
+		`{"group":true,"outputs":[]}`,
+		`{"group":true} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := decodeRunResult(data)
+		if err != nil {
+			if res.Agent != nil || res.Group != nil {
+				t.Fatalf("error %v with a result %+v", err, res)
+			}
+			return
+		}
+		if (res.Agent == nil) == (res.Group == nil) {
+			t.Fatalf("decoded %q to agent %v, group %v: want exactly one", data, res.Agent != nil, res.Group != nil)
+		}
+		var probe map[string]json.RawMessage
+		if err := json.Unmarshal(data, &probe); err != nil {
+			t.Fatalf("accepted %q, which is not a JSON object: %v", data, err)
+		}
+		if _, hasGroup := probe["group"]; hasGroup != (res.Group != nil) {
+			t.Fatalf("body %q: \"group\" present %v, decoded as a group %v", data, hasGroup, res.Group != nil)
 		}
 	})
 }

@@ -23,7 +23,8 @@ import (
 //	raw     a non-domain error whose text must not reach the client
 //	panic   panics with the input (a string value, or an error for "error")
 //
-// It records the last task and request id it saw.
+// Its groups are in fakegroups_test.go. It records the last task and request
+// id it saw.
 type fakeBackend struct {
 	mu        sync.Mutex
 	lastTask  svc.TaskSpec

@@ -5,8 +5,8 @@
 //
 // # Embedded mode
 //
-// NewRouter returns a chi.Router with the agent routes, relative to wherever
-// the host mounts it:
+// NewRouter returns a chi.Router with the agent and group routes, relative
+// to wherever the host mounts it:
 //
 //	rt, err := server.NewRouter(runtime, server.WithLogger(log))
 //	...
@@ -104,12 +104,18 @@ func WithLogger(l *zap.Logger) Option {
 //	GET  /agents/{name}/schema   svc.AgentSchema
 //	POST /agents/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.AgentResult
 //	POST /agents/{name}/gather   svc.GatherRequest → []svc.AgentResult in task order
+//	GET  /groups                 JSON list of group names
+//	GET  /groups/{name}/topology svc.Topology
+//	POST /groups/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.RunResult
 //	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
 //	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready fails
 //
-// A run's trace id is the task's request_id, else the envelope's
-// request_id, else the X-Request-Id header, else a new UUIDv7; it is echoed
-// in the X-Request-Id response header. A gather's batch id is the
+// A group run answers with the plain AgentResult when one terminal node
+// fired and with a GroupResult ({"group": true, ...}) when several did.
+//
+// The trace id of a run (agent or group) is the task's request_id, else the
+// envelope's request_id, else the X-Request-Id header, else a new UUIDv7; it
+// is echoed in the X-Request-Id response header. A gather's batch id is the
 // X-Request-Id header or a new UUIDv7, handed to the backend with
 // svc.WithRequestID; tasks without a request_id take it from there.
 func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
@@ -149,6 +155,9 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/agents/{name}/schema", Handle(h.schema))
 	r.Method(http.MethodPost, "/agents/{name}/run", Handle(h.run))
 	r.Method(http.MethodPost, "/agents/{name}/gather", Handle(h.gather))
+	r.Method(http.MethodGet, "/groups", Handle(h.groups))
+	r.Method(http.MethodGet, "/groups/{name}/topology", Handle(h.topology))
+	r.Method(http.MethodPost, "/groups/{name}/run", Handle(h.runGroup))
 	r.Method(http.MethodGet, "/healthz", Handle(h.healthz))
 	r.Method(http.MethodGet, "/health", Handle(h.healthz))
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
@@ -188,13 +197,28 @@ func (h *handlers) run(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data, err := readBody(w, r, h.maxBody)
+	task, err := h.readTask(w, r)
 	if err != nil {
 		return err
 	}
-	task, envelopeID, err := decodeRunBody(data)
+	res, err := h.b.Run(r.Context(), name, task)
 	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// readTask reads the body of a run (agent or group), gives the task its
+// trace id by the precedence NewRouter documents, and echoes that id in the
+// response header.
+func (h *handlers) readTask(w http.ResponseWriter, r *http.Request) (svc.TaskSpec, error) {
+	data, err := readBody(w, r, h.maxBody)
+	if err != nil {
+		return svc.TaskSpec{}, err
+	}
+	task, envelopeID, err := decodeRunBody(data)
+	if err != nil {
+		return svc.TaskSpec{}, err
 	}
 	switch {
 	case task.RequestID != "":
@@ -204,11 +228,7 @@ func (h *handlers) run(w http.ResponseWriter, r *http.Request) error {
 		task.RequestID = headerRequestID(r)
 	}
 	w.Header().Set(RequestIDHeader, task.RequestID)
-	res, err := h.b.Run(r.Context(), name, task)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, res)
+	return task, nil
 }
 
 func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
@@ -236,6 +256,71 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, results)
 }
 
+func (h *handlers) groups(w http.ResponseWriter, r *http.Request) error {
+	names, err := h.b.Groups(r.Context())
+	if err != nil {
+		return err
+	}
+	if names == nil {
+		names = []string{}
+	}
+	return writeJSON(w, http.StatusOK, names)
+}
+
+func (h *handlers) topology(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "group")
+	if err != nil {
+		return err
+	}
+	t, err := h.b.GroupTopology(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	// Lists are always arrays on the wire, never null, whatever the
+	// backend left empty.
+	t.Nodes = nonNil(t.Nodes)
+	t.Edges = nonNil(t.Edges)
+	t.Entry = nonNil(t.Entry)
+	t.Terminal = nonNil(t.Terminal)
+	return writeJSON(w, http.StatusOK, t)
+}
+
+func (h *handlers) runGroup(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r, "group")
+	if err != nil {
+		return err
+	}
+	task, err := h.readTask(w, r)
+	if err != nil {
+		return err
+	}
+	res, err := h.b.RunGroup(r.Context(), name, task)
+	if err != nil {
+		return err
+	}
+	if (res.Agent == nil) == (res.Group == nil) {
+		// A backend bug, not the caller's: logged, answered with a 500.
+		return fmt.Errorf("server: group %q: the backend returned %s", name, describeRunResult(res))
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// describeRunResult names what is wrong with a RunResult that does not hold
+// exactly one envelope.
+func describeRunResult(res svc.RunResult) string {
+	if res.Agent == nil {
+		return "neither an agent nor a group result"
+	}
+	return "both an agent and a group result"
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
 func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
@@ -255,16 +340,20 @@ func (h *handlers) readyz(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// agentName returns the {name} path parameter, unescaped: chi routes on the
+// agentName returns the {name} path parameter of an agent route.
+func agentName(r *http.Request) (string, error) { return pathName(r, "agent") }
+
+// pathName returns the {name} path parameter, unescaped: chi routes on the
 // raw path when the request has one, and then hands out escaped segments.
-func agentName(r *http.Request) (string, error) {
+// what ("agent", "group") names it in the error.
+func pathName(r *http.Request, what string) (string, error) {
 	name := chi.URLParam(r, "name")
 	if r.URL.RawPath == "" {
 		return name, nil
 	}
 	n, err := url.PathUnescape(name)
 	if err != nil {
-		return "", svc.Errorf(svc.KindSpecValidation, "agent name %q: %v", name, err)
+		return "", svc.Errorf(svc.KindSpecValidation, "%s name %q: %v", what, name, err)
 	}
 	return n, nil
 }

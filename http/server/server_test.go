@@ -289,12 +289,15 @@ func TestRunBodyErrors(t *testing.T) {
 		{"array", `[{"input":1}]`, "must be a JSON object, not an array"},
 		{"string", `"hi"`, "must be a JSON object, not a string"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := problem(t, do(t, srv, "POST", "/agents/echo/run", tc.body), 400)
-			if p.Error != "SpecValidationError" || !strings.Contains(p.Detail, tc.want) {
-				t.Errorf("detail %q (%s), want it to contain %q", p.Detail, p.Error, tc.want)
-			}
-		})
+		// Agent and group runs take the same body.
+		for _, path := range []string{"/agents/echo/run", "/groups/pair/run"} {
+			t.Run(tc.name+path, func(t *testing.T) {
+				p := problem(t, do(t, srv, "POST", path, tc.body), 400)
+				if p.Error != "SpecValidationError" || !strings.Contains(p.Detail, tc.want) {
+					t.Errorf("detail %q (%s), want it to contain %q", p.Detail, p.Error, tc.want)
+				}
+			})
+		}
 	}
 }
 
@@ -341,7 +344,7 @@ func TestPayloadTooLarge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, _ := newRouter(t, tc.opts...)
-			for _, path := range []string{"/agents/echo/run", "/agents/echo/gather"} {
+			for _, path := range []string{"/agents/echo/run", "/agents/echo/gather", "/groups/pair/run"} {
 				b := body(tc.size)
 				if strings.HasSuffix(path, "gather") {
 					b = `{"tasks":[` + b + `]}`
@@ -385,30 +388,44 @@ func TestRunRequestIDPrecedence(t *testing.T) {
 		{"new", `{"input":1}`, "", ""},
 		{"invalid header is replaced", `{"input":1}`, strings.Repeat("x", 129), ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var hdr []string
-			if tc.header != "" {
-				hdr = []string{"X-Request-Id", tc.header}
-			}
-			r := do(t, srv, "POST", "/agents/echo/run", tc.body, hdr...)
-			if r.status != 200 {
-				t.Fatalf("status %d: %s", r.status, r.body)
-			}
-			task, _ := f.seen()
-			got := r.header.Get("X-Request-Id")
-			if task.RequestID != got {
-				t.Errorf("backend saw %q, response header says %q", task.RequestID, got)
-			}
-			if tc.want == "" && !isV7(got) {
-				t.Errorf("request id %q, want a new UUIDv7", got)
-			} else if tc.want != "" && got != tc.want {
-				t.Errorf("request id %q, want %q", got, tc.want)
-			}
-			var res svc.AgentResult
-			if err := json.Unmarshal(r.body, &res); err != nil || res.Metadata.TraceID != got {
-				t.Errorf("trace_id %q, want %q", res.Metadata.TraceID, got)
-			}
-		})
+		// Agent runs and group runs (with one and several terminals)
+		// follow the same precedence.
+		for _, path := range []string{"/agents/echo/run", "/groups/pair/run", "/groups/split/run"} {
+			t.Run(tc.name+path, func(t *testing.T) {
+				var hdr []string
+				if tc.header != "" {
+					hdr = []string{"X-Request-Id", tc.header}
+				}
+				r := do(t, srv, "POST", path, tc.body, hdr...)
+				if r.status != 200 {
+					t.Fatalf("status %d: %s", r.status, r.body)
+				}
+				task, _ := f.seen()
+				got := r.header.Get("X-Request-Id")
+				if task.RequestID != got {
+					t.Errorf("backend saw %q, response header says %q", task.RequestID, got)
+				}
+				if tc.want == "" && !isV7(got) {
+					t.Errorf("request id %q, want a new UUIDv7", got)
+				} else if tc.want != "" && got != tc.want {
+					t.Errorf("request id %q, want %q", got, tc.want)
+				}
+				var res svc.RunResult
+				if err := json.Unmarshal(r.body, &res); err != nil {
+					t.Fatalf("body %s: %v", r.body, err)
+				}
+				trace := ""
+				switch {
+				case res.Agent != nil:
+					trace = res.Agent.Metadata.TraceID
+				case res.Group != nil:
+					trace = res.Group.Metadata.TraceID
+				}
+				if trace != got {
+					t.Errorf("trace_id %q, want %q", trace, got)
+				}
+			})
+		}
 	}
 }
 
@@ -482,6 +499,10 @@ func TestStandaloneAuth(t *testing.T) {
 		{"health open", "/health", "", 200, ""},
 		{"readyz open", "/readyz", "", 200, ""},
 		{"run guarded", "/agents/echo/run", "", 401, `Bearer realm="svc"`},
+		{"groups guarded", "/groups", "", 401, `Bearer realm="svc"`},
+		{"topology guarded", "/groups/pair/topology", "", 401, `Bearer realm="svc"`},
+		{"group run guarded", "/groups/pair/run", "", 401, `Bearer realm="svc"`},
+		{"group run with token", "/groups/pair/run", "Bearer s3cret", 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			method, body := "GET", ""

@@ -18,13 +18,28 @@ import (
 
 // Run runs the contract suite. newBackend is called once per subtest and
 // must return a backend serving this fixture, and register its own cleanup
-// (t.Cleanup) if it needs one; Run does not Close it:
+// (t.Cleanup) if it needs one; Run does not Close it.
+//
+// Agents:
 //
 //	echo  model test:echo: the output is the input
 //	fail  model test:fail: every run fails (success false, error type ModelError)
 //	slow  model test:echo with model_settings latency_ms 10000
 //
-// Other agents may exist, but none named "nope".
+// Groups, of kind graph, with unconditional edges:
+//
+//	pair      nodes a: echo, b: echo; edge a → b             (one terminal)
+//	split     nodes a: echo, b: echo, c: echo; a → b, a → c  (two terminals)
+//	slowpair  nodes a: echo, b: slow; edge a → b
+//
+// In Go:
+//
+//	svc.Group{Name: "split",
+//		Nodes: []svc.GroupNode{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "echo"}, {Name: "c", Agent: "echo"}},
+//		Edges: []svc.GroupEdge{{From: "a", To: "b"}, {From: "a", To: "c"}}}
+//
+// Other agents and groups may exist, but neither an agent nor a group named
+// "nope".
 func Run(t *testing.T, newBackend func(t *testing.T) svc.Backend) {
 	t.Helper()
 	tests := []struct {
@@ -45,6 +60,13 @@ func Run(t *testing.T, newBackend func(t *testing.T) svc.Backend) {
 		{"GatherConcurrency", testGatherConcurrency},
 		{"GatherRejections", testGatherRejections},
 		{"Ready", testReady},
+		{"Groups", testGroups},
+		{"GroupTopology", testGroupTopology},
+		{"GroupUnknown", testGroupUnknown},
+		{"RunGroupPair", testRunGroupPair},
+		{"RunGroupTraceID", testRunGroupTraceID},
+		{"RunGroupSplit", testRunGroupSplit},
+		{"RunGroupCancelled", testRunGroupCancelled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

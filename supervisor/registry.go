@@ -1,0 +1,159 @@
+package supervisor
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/group"
+)
+
+// registry is one immutable snapshot of the definitions: agents and the
+// groups over them. Writers build a new snapshot and swap it in, so a run
+// resolves every name it needs from the snapshot it started with.
+type registry struct {
+	byName     map[string]*agent.Compiled
+	names      []string
+	groups     map[string]*compiledGroup
+	groupNames []string
+}
+
+// compiledGroup is a registered group: its checked graph, or for a team the
+// coordinator compiled with its delegate tool.
+type compiledGroup struct {
+	def   svc.Group
+	graph *group.Graph
+	team  *agent.Compiled
+}
+
+func (r *registry) hasAgent(name string) bool { _, ok := r.byName[name]; return ok }
+
+func (r *registry) withAgents(agents []*agent.Compiled) (*registry, error) {
+	next := &registry{byName: maps.Clone(r.byName), groups: r.groups, groupNames: r.groupNames}
+	for _, c := range agents {
+		if _, dup := next.byName[c.Def.Name]; dup {
+			return nil, svc.Errorf(svc.KindSpecValidation, "agent %s is already registered", c.Def.Name)
+		}
+		next.byName[c.Def.Name] = c
+	}
+	next.names = sortedKeys(next.byName)
+	return next, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Register compiles and adds agents. The runtime keeps its own copy of
+// each definition; registering a name that exists is an error (use Replace).
+func (rt *Runtime) Register(agents ...svc.Agent) error {
+	rt.regMu.Lock()
+	defer rt.regMu.Unlock()
+	compiled, err := rt.compile(agents)
+	if err != nil {
+		return err
+	}
+	next, err := rt.agents.Load().withAgents(compiled)
+	if err != nil {
+		return err
+	}
+	rt.agents.Store(next)
+	return nil
+}
+
+// RegisterGroups checks and adds groups over the registered agents.
+func (rt *Runtime) RegisterGroups(groups ...svc.Group) error {
+	rt.regMu.Lock()
+	defer rt.regMu.Unlock()
+	cur := rt.agents.Load()
+	next := &registry{byName: cur.byName, names: cur.names, groups: maps.Clone(cur.groups)}
+	for _, g := range groups {
+		if _, dup := next.groups[g.Name]; dup {
+			return svc.Errorf(svc.KindSpecValidation, "group %s is already registered", g.Name)
+		}
+		cg, err := rt.compileGroup(g, next)
+		if err != nil {
+			return err
+		}
+		next.groups[g.Name] = cg
+	}
+	next.groupNames = sortedKeys(next.groups)
+	rt.agents.Store(next)
+	return nil
+}
+
+// Replace swaps the whole set of agents and groups atomically: runs in
+// flight finish on the definitions they started with. On error nothing
+// changes.
+func (rt *Runtime) Replace(agents []svc.Agent, groups []svc.Group) error {
+	rt.regMu.Lock()
+	defer rt.regMu.Unlock()
+	compiled, err := rt.compile(agents)
+	if err != nil {
+		return err
+	}
+	empty := &registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}}
+	next, err := empty.withAgents(compiled)
+	if err != nil {
+		return err
+	}
+	next.groups = make(map[string]*compiledGroup, len(groups))
+	for _, g := range groups {
+		if _, dup := next.groups[g.Name]; dup {
+			return svc.Errorf(svc.KindSpecValidation, "group %s is defined twice", g.Name)
+		}
+		cg, err := rt.compileGroup(g, next)
+		if err != nil {
+			return err
+		}
+		next.groups[g.Name] = cg
+	}
+	next.groupNames = sortedKeys(next.groups)
+	rt.agents.Store(next)
+	return nil
+}
+
+func (rt *Runtime) compile(agents []svc.Agent) ([]*agent.Compiled, error) {
+	out := make([]*agent.Compiled, 0, len(agents))
+	for _, a := range agents {
+		c, err := agent.Compile(a, rt.models)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// compileGroup checks g against the agents of reg; a team also gets its
+// coordinator compiled with the delegate tool.
+func (rt *Runtime) compileGroup(g svc.Group, reg *registry) (*compiledGroup, error) {
+	gr, err := group.Compile(g, reg.hasAgent)
+	if err != nil {
+		return nil, err
+	}
+	cg := &compiledGroup{def: gr.Def, graph: gr}
+	if gr.Def.EffectiveKind() != svc.GroupTeam {
+		return cg, nil
+	}
+	coord := reg.byName[gr.Def.Coordinator].Def.Clone()
+	coord.Tools = append(slices.Clone(coord.Tools), newDelegateTool(rt, gr.Def))
+	team, err := agent.Compile(coord, rt.models)
+	if err != nil {
+		var e *svc.Error
+		if errors.As(err, &e) {
+			return nil, &svc.Error{Kind: svc.KindTopology, Message: "group " + g.Name + ": coordinator: " + e.Message, Err: err}
+		}
+		return nil, err
+	}
+	cg.team = team
+	return cg, nil
+}
