@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -245,16 +246,56 @@ func (x *expr) eval(v Vars) (ref.Val, string) {
 }
 
 // decodeJSON decodes raw for CEL: objects, arrays, strings, bools, null and
-// numbers as float64, which is how CEL itself models JSON.
+// numbers as float64, which is how CEL itself models JSON. Integers too
+// large for a float64 to hold exactly (beyond 2^53) stay int64 or uint64,
+// so ids pass through expressions unchanged.
 func decodeJSON(raw json.RawMessage) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	return v, nil
+	if _, err := d.Token(); err != io.EOF {
+		return nil, fmt.Errorf("data after the JSON value")
+	}
+	return numbers(v), nil
+}
+
+// maxExactInt is the largest integer every smaller one of which a float64
+// holds exactly.
+const maxExactInt = 1 << 53
+
+// numbers replaces the json.Numbers in v, in place.
+func numbers(v any) any {
+	switch t := v.(type) {
+	case json.Number:
+		s := string(t)
+		if !strings.ContainsAny(s, ".eE") && len(s) > 15 {
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+				if i > maxExactInt || i < -maxExactInt {
+					return i
+				}
+			} else if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+				return u
+			}
+		}
+		// Beyond float64's range this is ±Inf, which JSON output rejects.
+		f, _ := strconv.ParseFloat(s, 64)
+		return f
+	case map[string]any:
+		for k, e := range t {
+			t[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range t {
+			t[i] = numbers(e)
+		}
+	}
+	return v
 }
 
 // Fires reports whether the edge fires: true without a When expression,

@@ -70,6 +70,8 @@ func TestFires(t *testing.T) {
 		{"not a bool at run time", `output.flag`, group.Vars{Output: raw(`{"flag":"yes"}`)}, false, "output.flag gave string, want bool"},
 		{"output not JSON", `output.ok`, group.Vars{Output: raw(`{"ok":`)}, false, "output is not JSON"},
 		{"input not JSON", `input.ok`, group.Vars{Input: raw(`nope`)}, false, "input is not JSON"},
+		{"trailing data", `output.ok`, group.Vars{Output: raw(`{"ok":true} {}`)}, false, "output is not JSON: data after the JSON value"},
+		{"big integer compares", `output.id == 9007199254740993`, group.Vars{Output: raw(`{"id": 9007199254740993}`)}, true, ""},
 		{"runaway", `lists.range(100000).map(x, lists.range(1000).map(y, y)).size() > 0`, group.Vars{}, false, "cost limit exceeded"},
 	}
 	for _, tt := range tests {
@@ -101,6 +103,8 @@ func TestItems(t *testing.T) {
 		{"objects", `output.items`, group.Vars{Output: raw(`{"items":[{"id":1},{"id":2}]}`)}, []string{`{"id":1}`, `{"id":2}`}, ""},
 		{"every JSON shape, integers kept", `output`, group.Vars{Output: raw(`[1, 2.5, "x", null, true, {"a":[1,-0.5]}, 1e3]`)},
 			[]string{`1`, `2.5`, `"x"`, `null`, `true`, `{"a":[1,-0.5]}`, `1000`}, ""},
+		{"big integers stay exact", `output.ids`, group.Vars{Output: raw(`{"ids":[9007199254740993, -9007199254740993, 18446744073709551615, 9007199254740992, 12345678901234567890123]}`)},
+			[]string{`9007199254740993`, `-9007199254740993`, `18446744073709551615`, `9007199254740992`, `1.2345678901234568e+22`}, ""},
 		{"split", `output.text.split(",")`, group.Vars{Output: raw(`{"text":"a,b"}`)}, []string{`"a"`, `"b"`}, ""},
 		{"ints", `lists.range(3)`, group.Vars{}, []string{`0`, `1`, `2`}, ""},
 		{"computed", `output.map(x, x * 2.0)`, group.Vars{Output: raw(`[1, 1.5]`)}, []string{`2`, `3`}, ""},
@@ -171,6 +175,7 @@ func TestBuildInput(t *testing.T) {
 		{"non-string keys", svc.GroupEdge{Input: `{1: "a", true: "b"}`}, group.Vars{}, `{"1":"a","true":"b"}`, ""},
 		{"null output", svc.GroupEdge{Input: `{"was": output}`}, group.Vars{}, `{"was":null}`, ""},
 		{"missing key", svc.GroupEdge{Input: `output.missing`}, group.Vars{Output: raw(`{}`)}, "", "evaluating output.missing: no such key: missing"},
+		{"not JSON: number out of range", svc.GroupEdge{Input: `output`}, group.Vars{Output: raw(`1e400`)}, "", "output: +Inf is not a JSON number"},
 		{"not JSON: infinity", svc.GroupEdge{Input: `1.0 / 0.0`}, group.Vars{}, "", "1.0 / 0.0: +Inf is not a JSON number"},
 		{"not JSON: double key", svc.GroupEdge{Input: `{1.5: "a"}`}, group.Vars{}, "", "a map key of type double is not a JSON object key"},
 		{"item not JSON", svc.GroupEdge{FanOut: "output", Input: `item`}, group.Vars{Item: raw(`{`)}, "", "item is not JSON"},

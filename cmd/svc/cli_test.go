@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/svc-dev/svc"
 )
 
@@ -311,4 +313,87 @@ func compactJSON(t *testing.T, v json.RawMessage) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func TestValidateGroups(t *testing.T) {
+	t.Parallel()
+	dir := writeSpecs(t, map[string]string{
+		"agents/triage.yaml":  "version: 1\nname: triage\nmodel: test:echo\n",
+		"agents/billing.yaml": "version: 1\nname: billing\nmodel: test:echo\n",
+		"groups/support.yaml": `version: 1
+nodes:
+  triage: {agent: triage}
+  billing: {agent: billing}
+edges:
+  - {from: triage, to: billing, when: 'output.category == "billing"'}
+`,
+		"groups/crew.yml": "version: 1\nkind: team\ncoordinator: triage\ndelegates: [billing]\n",
+		// Line 6: an edge to a node the group does not have.
+		"groups/broken.yaml": `version: 1
+nodes:
+  triage: {agent: triage}
+edges:
+  - from: triage
+    to: nowhere
+`,
+		// Line 3: CEL that does not compile.
+		"groups/badcel.yaml": "version: 1\nnodes: {a: {agent: triage}, b: {agent: billing}}\nedges: [{from: a, to: b, when: 'output.x =='}]\n",
+	})
+	r := svcExec(t, nil, "", "validate", dir)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	g := func(name string) string { return filepath.Join(dir, "groups", name) }
+	want := []string{
+		"[ok] " + filepath.Join(dir, "agents", "billing.yaml"),
+		"[ok] " + filepath.Join(dir, "agents", "triage.yaml"),
+		"[error] " + g("badcel.yaml") + ":3: edges[0].when: does not compile: ",
+		"[error] " + g("broken.yaml") + `:6: edges[0].to: unknown node "nowhere"`,
+		"[ok] " + g("crew.yml"),
+		"[ok] " + g("support.yaml"),
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d (agents, then groups, by file name):\n%s", len(lines), len(want), r.stdout)
+	}
+	for i, w := range want {
+		if lines[i] != w && !(strings.HasPrefix(w, "[error]") && strings.HasPrefix(lines[i], w)) {
+			t.Errorf("line %d: %q\nwant %q", i+1, lines[i], w)
+		}
+	}
+	if !strings.Contains(r.stderr, "2 of 6 files") {
+		t.Errorf("stderr %q does not summarise the errors", r.stderr)
+	}
+}
+
+// TestHelpShowsDefaults checks that every flag of every command is in its
+// --help with its default, so that nobody has to read the source for it.
+func TestHelpShowsDefaults(t *testing.T) {
+	t.Parallel()
+	for _, c := range newRoot().Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		t.Run(c.Name(), func(t *testing.T) {
+			t.Parallel()
+			r := svcExec(t, nil, "", c.Name(), "--help")
+			if r.code != 0 {
+				t.Fatalf("exit %d; stderr: %s", r.code, r.stderr)
+			}
+			c.Flags().VisitAll(func(f *pflag.Flag) {
+				if f.Name == "help" {
+					return
+				}
+				i := strings.Index(r.stdout, "--"+f.Name+" ")
+				if i < 0 {
+					t.Errorf("--%s is not in the help:\n%s", f.Name, r.stdout)
+					return
+				}
+				line, _, _ := strings.Cut(r.stdout[i:], "\n")
+				if !strings.Contains(line, "default") {
+					t.Errorf("--%s does not say its default: %q", f.Name, line)
+				}
+			})
+		})
+	}
 }

@@ -43,10 +43,10 @@ result is still printed) or the call was refused, 2 for bad usage.`,
 	}
 	fs := cmd.Flags()
 	r.register(fs, "")
-	fs.StringVar(&r.input, "input", "", "task input as JSON (@FILE: from a file, -: from stdin)")
+	fs.StringVar(&r.input, "input", "", "task input as JSON (@FILE: from a file, -: from stdin); required, no default")
 	fs.StringVar(&r.taskID, "task-id", "", "task id (default: a new UUIDv7)")
 	fs.StringVar(&r.requestID, "request-id", "", "request id, the trace_id of every event (default: a new UUIDv7)")
-	fs.StringVar(&r.url, "url", "", "run against the server at this URL instead of in process")
+	fs.StringVar(&r.url, "url", "", "run against the server at this URL instead of in process (default: none, in process with --specs)")
 	fs.StringVar(&r.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token for --url (default $SVC_AUTH_TOKEN)")
 	fs.DurationVar(&r.timeout, "timeout", 30*time.Second, "HTTP client timeout for --url")
 	_ = cmd.MarkFlagRequired("input")

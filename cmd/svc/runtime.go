@@ -26,20 +26,36 @@ type runtimeFlags struct {
 	opts      svc.Options
 	logLevel  string
 	logFormat string
+
+	// env is what the specs were loaded against, kept by buildRuntime so
+	// that a reload checks them against the same tools and models.
+	env spec.Env
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
 	d := svc.DefaultOptions()
-	fs.StringVar(&f.specs, "specs", specsDefault, "directory of specs: agents/*.yaml and runtime.yaml")
-	fs.StringVar(&f.filesRoot, "files-root", "", "directory the read_file and write_file tools are confined to (empty: those tools fail)")
+	specsUsage := "directory of specs: agents/*.yaml, groups/*.yaml and runtime.yaml"
+	if specsDefault == "" {
+		specsUsage += " (default: none)"
+	}
+	fs.StringVar(&f.specs, "specs", specsDefault, specsUsage)
+	fs.StringVar(&f.filesRoot, "files-root", "", "directory the read_file and write_file tools are confined to (default: none, those tools fail)")
 	fs.Float64Var(&f.opts.TimeoutSeconds, "timeout-seconds", d.TimeoutSeconds, "seconds one run may take (overrides runtime.yaml)")
 	fs.IntVar(&f.opts.MaxSpawnDepth, "max-spawn-depth", d.MaxSpawnDepth, "deepest nesting of agent invocations (overrides runtime.yaml)")
 	fs.IntVar(&f.opts.RetryMaxAttempts, "retry-max-attempts", d.RetryMaxAttempts, "attempts per invocation, 1 = no retry (overrides runtime.yaml)")
 	fs.Float64Var(&f.opts.RetryBackoffFactor, "retry-backoff-factor", d.RetryBackoffFactor, "growth of the pause between attempts, from 100ms (overrides runtime.yaml)")
-	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens one request may use, 0 = no budget (overrides runtime.yaml)")
-	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)")
+	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens one request may use, 0 = no budget (overrides runtime.yaml)"+zeroDefault(d.TokenBudget == 0, "0"))
+	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)"+zeroDefault(!d.MCPEagerStart, "false"))
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
+}
+
+// zeroDefault spells out a zero default, which pflag leaves out of --help.
+func zeroDefault(zero bool, value string) string {
+	if !zero {
+		return ""
+	}
+	return " (default " + value + ")"
 }
 
 // options merges runtime.yaml (when the set has one) with the flags the user
@@ -106,7 +122,8 @@ func specEnv(models *model.Registry, filesRoot string) spec.Env {
 // buildRuntime loads the specs and starts a runtime with them.
 func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.Emitter) (*supervisor.Runtime, *spec.Set, error) {
 	models := model.Default()
-	set, err := spec.Load(f.specs, specEnv(models, f.filesRoot))
+	f.env = specEnv(models, f.filesRoot)
+	set, err := spec.Load(f.specs, f.env)
 	if err != nil {
 		return nil, nil, specError(f.specs, err)
 	}
@@ -126,6 +143,10 @@ func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.E
 	if err := rt.Register(set.Agents...); err != nil {
 		_ = rt.Close()
 		return nil, nil, fmt.Errorf("register agents from %s: %w", f.specs, err)
+	}
+	if err := rt.RegisterGroups(set.Groups...); err != nil {
+		_ = rt.Close()
+		return nil, nil, fmt.Errorf("register groups from %s: %w", f.specs, err)
 	}
 	return rt, set, nil
 }

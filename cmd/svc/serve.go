@@ -7,14 +7,19 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/spec"
+	"github.com/svc-dev/svc/supervisor"
 )
 
 type serveCmd struct {
@@ -24,6 +29,11 @@ type serveCmd struct {
 	authToken string
 	grace     time.Duration
 	maxBody   int64
+
+	reload        bool
+	reloadDirs    []string
+	reloadInclude []string
+	reloadExclude []string
 }
 
 func newServe() *cobra.Command {
@@ -33,10 +43,17 @@ func newServe() *cobra.Command {
 		Short: "Start the HTTP server on a directory of specs",
 		Long: `Start the standalone HTTP server.
 
-The server loads DIR/agents/*.yaml and DIR/runtime.yaml (--specs), serves the
-routes of docs/api.md, and stops gracefully on SIGINT or SIGTERM: it stops
-accepting connections, lets requests in flight finish within --shutdown-grace,
-then cancels what is left and shuts the runtime down.
+The server loads DIR/agents/*.yaml, DIR/groups/*.yaml and DIR/runtime.yaml
+(--specs), serves the routes of docs/api.md, and stops gracefully on SIGINT or
+SIGTERM: it stops accepting connections, lets requests in flight finish within
+--shutdown-grace, then cancels what is left and shuts the runtime down.
+
+With --reload it watches the specs directory (and each --reload-dir) for
+changes to the files --reload-include matches and --reload-exclude does not,
+and swaps in the new agents and groups at once, without a restart: runs in
+flight finish on the definitions they started with. A change that does not
+validate is logged with its file and line, and the previous definitions stay.
+Runtime options (runtime.yaml) apply at the next start.
 
 With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
 /readyz needs "Authorization: Bearer <token>".`,
@@ -50,12 +67,66 @@ With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
 	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token required on every route but the health checks (default $SVC_AUTH_TOKEN)")
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.BoolVar(&s.reload, "reload", false, "watch the spec files and swap in changed agents and groups without a restart (default false)")
+	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
+	fs.StringSliceVar(&s.reloadInclude, "reload-include", spec.DefaultWatchInclude, "glob of the files --reload watches, matched against the base name and the path relative to the watched directory; repeatable")
+	fs.StringSliceVar(&s.reloadExclude, "reload-exclude", nil, "glob of files --reload ignores even though --reload-include matches them; repeatable (default: none)")
 	return cmd
+}
+
+// checkReloadFlags refuses reload flags without --reload, and bad globs,
+// before anything starts: both are mistakes in the command line.
+func (s *serveCmd) checkReloadFlags(fs *pflag.FlagSet) error {
+	if !s.reload {
+		for _, name := range []string{"reload-dir", "reload-include", "reload-exclude"} {
+			if fs.Changed(name) {
+				return fmt.Errorf("--%s needs --reload", name)
+			}
+		}
+		return nil
+	}
+	for _, p := range append(slices.Clone(s.reloadInclude), s.reloadExclude...) {
+		if _, err := filepath.Match(p, ""); err != nil {
+			return fmt.Errorf("--reload-include/--reload-exclude %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// watch starts the watcher of --reload. Each change that loads swaps the
+// runtime's agents and groups; one that does not is logged, and the
+// runtime keeps what it has.
+func (s *serveCmd) watch(ctx context.Context, fs *pflag.FlagSet, rt *supervisor.Runtime, log *zap.Logger) (*spec.Watcher, error) {
+	cfg := spec.WatchConfig{
+		Dir:     s.specs,
+		Env:     s.env,
+		Dirs:    s.reloadDirs,
+		Include: s.reloadInclude,
+		Exclude: s.reloadExclude,
+	}
+	started := rt.Options()
+	return spec.Watch(ctx, cfg, func(set *spec.Set, err error) {
+		if err != nil {
+			log.Error("specs reload failed; still serving the previous definitions", zap.String("specs", s.specs), zap.Error(err))
+			return
+		}
+		if err := rt.Replace(set.Agents, set.Groups); err != nil {
+			log.Error("specs reload refused by the runtime; still serving the previous definitions", zap.String("specs", s.specs), zap.Error(err))
+			return
+		}
+		if o := s.options(fs, set); o != started {
+			log.Warn("runtime options changed in runtime.yaml; they apply at the next start", zap.Stringer("options", o), zap.Stringer("running", started))
+		}
+		log.Info("specs reloaded", zap.String("specs", s.specs), zap.Int("agents", len(set.Agents)), zap.Int("groups", len(set.Groups)))
+	})
 }
 
 func (s *serveCmd) run(cmd *cobra.Command) error {
 	log, err := s.logger()
 	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if err := s.checkReloadFlags(cmd.Flags()); err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	defer func() { _ = log.Sync() }()
@@ -77,22 +148,41 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return &exitError{code: 1, err: fmt.Errorf("listen: %w", err)}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	stopWatch := func() {}
 	// The runtime's Shutdown releases what it holds; the server calls it
 	// once connections have drained (or the grace period ran out).
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	names, _ := rt.Agents(ctx)
+	if s.reload {
+		// The watcher is stopped, and waited for, before the runtime shuts
+		// down, so that no reload lands in the middle of the shutdown.
+		watchCtx, cancelWatch := context.WithCancel(ctx)
+		w, err := s.watch(watchCtx, cmd.Flags(), rt, log)
+		if err != nil {
+			cancelWatch()
+			_ = ln.Close()
+			_ = rt.Close()
+			return &exitError{code: 2, err: err}
+		}
+		stopWatch = func() { cancelWatch(); w.Wait() }
+		defer stopWatch() // idempotent: for the paths out that skip the calls below
+	}
+	agents, _ := rt.Agents(ctx)
+	groups, _ := rt.Groups(ctx)
 	log.Info("svc serving", zap.String("url", "http://"+ln.Addr().String()), zap.String("specs", set.Dir),
-		zap.Strings("agents", names), zap.Stringer("options", rt.Options()), zap.Bool("auth", s.authToken != ""))
+		zap.Strings("agents", agents), zap.Strings("groups", groups), zap.Stringer("options", rt.Options()),
+		zap.Bool("auth", s.authToken != ""), zap.Bool("reload", s.reload))
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
+		stopWatch()
 		_ = rt.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	stopWatch()
 	// Give the signals back: a second SIGINT or SIGTERM during the grace
 	// period kills the process instead of being swallowed.
 	stop()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -394,6 +395,10 @@ func TestServeStartupErrors(t *testing.T) {
 		"agents/ok.yaml":  "version: 1\nname: ok\nmodel: test:echo\n",
 		"agents/bad.yaml": "version: 1\nname: bad\nmodel: test:echo\n\nunknown_field: true\n",
 	})
+	badGroup := writeSpecs(t, map[string]string{
+		"agents/ok.yaml":  "version: 1\nname: ok\nmodel: test:echo\n",
+		"groups/bad.yaml": "version: 1\nnodes:\n  a: {agent: ok}\n  b: {agent: missing}\n",
+	})
 	badRuntime := writeSpecs(t, map[string]string{
 		"runtime.yaml":   "version: 1\nretry_max_attempts: 0\n",
 		"agents/ok.yaml": "version: 1\nname: ok\nmodel: test:echo\n",
@@ -414,6 +419,9 @@ func TestServeStartupErrors(t *testing.T) {
 	}{
 		{"bad agent file", []string{"--specs", badDir}, 2, filepath.Join(badDir, "agents", "bad.yaml") + ":5"},
 		{"bad runtime.yaml", []string{"--specs", badRuntime}, 2, filepath.Join(badRuntime, "runtime.yaml") + ":2"},
+		{"bad group file", []string{"--specs", badGroup}, 2, filepath.Join(badGroup, "groups", "bad.yaml") + `:4: nodes.b.agent: unknown agent "missing"`},
+		{"reload flag without --reload", []string{"--specs", exampleSpecs, "--reload-dir", "x"}, 2, "--reload-dir needs --reload"},
+		{"bad reload glob", []string{"--specs", exampleSpecs, "--reload", "--reload-exclude", "[x"}, 2, `"[x"`},
 		{"missing specs dir", []string{"--specs", filepath.Join(t.TempDir(), "none")}, 2, "none"},
 		{"bad option flag", []string{"--specs", exampleSpecs, "--retry-backoff-factor", "0.5"}, 2, "retry_backoff_factor"},
 		{"bad flag value", []string{"--specs", exampleSpecs, "--shutdown-grace", "soon"}, 2, "--shutdown-grace"},
@@ -435,5 +443,109 @@ func TestServeStartupErrors(t *testing.T) {
 				t.Errorf("serve started anyway:\n%s", r.stderr)
 			}
 		})
+	}
+}
+
+// runOutput runs agent over HTTP and returns its output as compact JSON.
+func runOutput(t *testing.T, url, agent string) string {
+	t.Helper()
+	resp, body := do(t, context.Background(), http.MethodPost, url+"/agents/"+agent+"/run", `{"input":1}`, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("run %s: status %d: %s", agent, resp.StatusCode, body)
+	}
+	return compactJSON(t, decodeResult(t, string(body)).Output)
+}
+
+// eventually polls cond until it holds, failing the test after limit.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestServeReload(t *testing.T) {
+	t.Parallel()
+	fixed := func(out string) string {
+		return "version: 1\nname: fixed\nmodel: test:echo\nmodel_settings: {output: " + out + "}\n"
+	}
+	dir := writeSpecs(t, map[string]string{
+		"agents/fixed.yaml": fixed(`"one"`),
+		"agents/slow.yaml":  "version: 1\nname: slow\nmodel: test:echo\nmodel_settings: {latency_ms: 1500, output: old}\n",
+	})
+	s := startServe(t, nil, "--specs", dir, "--reload")
+	if got := runOutput(t, s.url, "fixed"); got != `"one"` {
+		t.Fatalf("output %s before any change", got)
+	}
+
+	// A run in flight keeps the definition it started with.
+	slowOut := make(chan string, 1)
+	go func() {
+		resp, err := httpClient.Post(s.url+"/agents/slow/run", "application/json", strings.NewReader(`{"input":1}`))
+		if err != nil {
+			slowOut <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var res svc.AgentResult
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			slowOut <- err.Error()
+			return
+		}
+		slowOut <- string(res.Output)
+	}()
+	s.waitLog(t, spawned, 10*time.Second)
+
+	agentFile := filepath.Join(dir, "agents", "fixed.yaml")
+	writeFile(t, agentFile, fixed(`"two"`))
+	writeFile(t, filepath.Join(dir, "agents", "slow.yaml"), "version: 1\nname: slow\nmodel: test:echo\nmodel_settings: {output: new}\n")
+	eventually(t, 10*time.Second, "the new output", func() bool { return runOutput(t, s.url, "fixed") == `"two"` })
+	s.waitLog(t, regexp.MustCompile(`specs reloaded.*"agents": 2.*"groups": 0`), 5*time.Second)
+	if got := <-slowOut; got != `"old"` {
+		t.Errorf("the run in flight during the reload answered %s, want its starting definition's \"old\"", got)
+	}
+	if got := runOutput(t, s.url, "slow"); got != `"new"` {
+		t.Errorf("slow after the reload: %s", got)
+	}
+
+	// A group appears.
+	writeFile(t, filepath.Join(dir, "groups", "pipe.yaml"), "version: 1\nnodes: {a: {agent: fixed}, b: {agent: slow}}\nedges: [{from: a, to: b}]\n")
+	eventually(t, 10*time.Second, "the new group", func() bool {
+		_, body := get(t, s.url+"/groups", nil)
+		return string(body) == `["pipe"]`
+	})
+
+	// A broken agent file: the error with its file and line is logged, and
+	// the previous definitions keep serving.
+	writeFile(t, agentFile, "version: 1\nname: fixed\nmodel: test:echo\n\nmodel_setings: {output: three}\n")
+	s.waitLog(t, regexp.MustCompile(`(?s)ERROR.*specs reload failed.*`+regexp.QuoteMeta(agentFile+":5: model_setings")), 10*time.Second)
+	if got := runOutput(t, s.url, "fixed"); got != `"two"` {
+		t.Errorf("after a bad change: output %s, want the previous definition's \"two\"", got)
+	}
+	// So does a group whose topology is wrong.
+	groupFile := filepath.Join(dir, "groups", "pipe.yaml")
+	writeFile(t, groupFile, "version: 1\nnodes: {a: {agent: fixed}, b: {agent: slow}}\nedges:\n  - {from: a, to: c}\n")
+	s.waitLog(t, regexp.MustCompile(regexp.QuoteMeta(groupFile+`:4: edges[0].to: unknown node \"c\"`)), 10*time.Second)
+	if _, body := get(t, s.url+"/groups", nil); string(body) != `["pipe"]` {
+		t.Errorf("groups after a bad change: %s", body)
+	}
+
+	s.signal(t, syscall.SIGINT)
+	if code := s.wait(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGINT, want 0", code)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

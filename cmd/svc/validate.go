@@ -14,9 +14,13 @@ func newValidate() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate DIR",
 		Short: "Check the spec files of a directory",
-		Long: `Check DIR/runtime.yaml and DIR/agents/*.yaml without running anything.
+		Long: `Check DIR/runtime.yaml, DIR/agents/*.yaml and DIR/groups/*.yaml without
+running anything. Groups are checked against the agents of DIR: the agents
+their nodes name, their edges, cycles, entry and terminal nodes, and their
+CEL expressions.
 
-Prints one line per file: "[ok] FILE" or "[error] FILE:LINE: message".
+Prints one line per file (runtime.yaml, then the agents, then the groups):
+"[ok] FILE" or "[error] FILE:LINE: message".
 Exit status: 0 when every file is valid, 1 when any is not, 2 when DIR is
 missing or not a directory.`,
 		Args: cobra.ExactArgs(1),
@@ -41,6 +45,6 @@ missing or not a directory.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&filesRoot, "files-root", "", "directory the file tools are confined to (as for serve)")
+	cmd.Flags().StringVar(&filesRoot, "files-root", "", "directory the file tools are confined to, as for serve (default: none)")
 	return cmd
 }
