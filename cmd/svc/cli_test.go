@@ -28,14 +28,32 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// exampleFiles lists the spec files of examples/specs that validate checks.
+// exampleFiles lists the spec files of examples/specs that validate checks,
+// in its order: runtime.yaml, the agents, the groups.
 func exampleFiles(t *testing.T) []string {
 	t.Helper()
-	agents, err := filepath.Glob(filepath.Join(exampleSpecs, "agents", "*.yaml"))
-	if err != nil || len(agents) != 4 {
-		t.Fatalf("examples/specs/agents has %v (%v), want the 4 example agents", agents, err)
+	files := []string{filepath.Join(exampleSpecs, "runtime.yaml")}
+	for _, sub := range []string{"agents", "groups"} {
+		found, err := filepath.Glob(filepath.Join(exampleSpecs, sub, "*.yaml"))
+		if err != nil || len(found) == 0 {
+			t.Fatalf("examples/specs/%s has %v (%v), want example specs", sub, found, err)
+		}
+		files = append(files, found...) // Glob sorts
 	}
-	return append([]string{filepath.Join(exampleSpecs, "runtime.yaml")}, agents...)
+	return files
+}
+
+// exampleNames are the names of the example specs of kind sub (agents or
+// groups), sorted: their file stems.
+func exampleNames(t *testing.T, sub string) []string {
+	t.Helper()
+	var names []string
+	for _, f := range exampleFiles(t) {
+		if filepath.Base(filepath.Dir(f)) == sub {
+			names = append(names, strings.TrimSuffix(filepath.Base(f), ".yaml"))
+		}
+	}
+	return names
 }
 
 func TestValidateExamples(t *testing.T) {
@@ -49,8 +67,6 @@ func TestValidateExamples(t *testing.T) {
 		want = append(want, "[ok] "+f)
 	}
 	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	slices.Sort(got)
-	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("stdout lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -380,16 +396,19 @@ func TestHelpShowsDefaults(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("exit %d; stderr: %s", r.code, r.stderr)
 			}
+			_, flags, ok := strings.Cut(r.stdout, "\nFlags:\n")
+			if !ok {
+				t.Fatalf("no Flags section:\n%s", r.stdout)
+			}
 			c.Flags().VisitAll(func(f *pflag.Flag) {
 				if f.Name == "help" {
 					return
 				}
-				i := strings.Index(r.stdout, "--"+f.Name+" ")
-				if i < 0 {
+				line := regexp.MustCompile(`(?m)^ +(-\w, )?--` + regexp.QuoteMeta(f.Name) + ` .*$`).FindString(flags)
+				if line == "" {
 					t.Errorf("--%s is not in the help:\n%s", f.Name, r.stdout)
 					return
 				}
-				line, _, _ := strings.Cut(r.stdout[i:], "\n")
 				if !strings.Contains(line, "default") {
 					t.Errorf("--%s does not say its default: %q", f.Name, line)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
@@ -130,7 +131,17 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return &exitError{code: 2, err: err}
 	}
 	defer func() { _ = log.Sync() }()
-	rt, set, err := s.buildRuntime(cmd.Flags(), log, nil)
+	// Events reach the log through a queue, so a slow stderr (a full pipe,
+	// a paused terminal) never holds up a run; the deferred Close, which
+	// runs after the runtime's shutdown, writes out what is queued.
+	events := emitters.NewAsync(emitters.NewLog(log), 0)
+	defer func() {
+		events.Close()
+		if d := events.Dropped(); d > 0 {
+			log.Warn("events dropped because the log could not keep up", zap.Int64("dropped", d))
+		}
+	}()
+	rt, set, err := s.buildRuntime(cmd.Flags(), log, events)
 	if err != nil {
 		return err
 	}

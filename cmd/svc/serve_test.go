@@ -103,8 +103,21 @@ func TestServeExamples(t *testing.T) {
 		if err := json.Unmarshal(body, &names); err != nil {
 			t.Fatalf("%v: %s", err, body)
 		}
-		if want := []string{"clock", "echo", "resilient", "triage"}; !slices.Equal(names, want) {
+		if want := exampleNames(t, "agents"); !slices.Equal(names, want) {
 			t.Errorf("agents %v, want %v", names, want)
+		}
+	})
+	t.Run("groups", func(t *testing.T) {
+		resp, body := get(t, s.url+"/groups", nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		var names []string
+		if err := json.Unmarshal(body, &names); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+		if want := exampleNames(t, "groups"); !slices.Equal(names, want) {
+			t.Errorf("groups %v, want %v", names, want)
 		}
 	})
 	t.Run("run over HTTP", func(t *testing.T) {
@@ -516,7 +529,7 @@ func TestServeReload(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "groups", "pipe.yaml"), "version: 1\nnodes: {a: {agent: fixed}, b: {agent: slow}}\nedges: [{from: a, to: b}]\n")
 	eventually(t, 10*time.Second, "the new group", func() bool {
 		_, body := get(t, s.url+"/groups", nil)
-		return string(body) == `["pipe"]`
+		return strings.TrimSpace(string(body)) == `["pipe"]`
 	})
 
 	// A broken agent file: the error with its file and line is logged, and
@@ -530,7 +543,7 @@ func TestServeReload(t *testing.T) {
 	groupFile := filepath.Join(dir, "groups", "pipe.yaml")
 	writeFile(t, groupFile, "version: 1\nnodes: {a: {agent: fixed}, b: {agent: slow}}\nedges:\n  - {from: a, to: c}\n")
 	s.waitLog(t, regexp.MustCompile(regexp.QuoteMeta(groupFile+`:4: edges[0].to: unknown node \"c\"`)), 10*time.Second)
-	if _, body := get(t, s.url+"/groups", nil); string(body) != `["pipe"]` {
+	if _, body := get(t, s.url+"/groups", nil); strings.TrimSpace(string(body)) != `["pipe"]` {
 		t.Errorf("groups after a bad change: %s", body)
 	}
 
