@@ -72,7 +72,6 @@ type Runtime struct {
 	stopOnce sync.Once
 }
 
-
 // New starts a runtime.
 func New(cfg Config) (*Runtime, error) {
 	opts := cfg.Options
@@ -128,7 +127,6 @@ func New(cfg Config) (*Runtime, error) {
 
 // Options returns the runtime's options.
 func (rt *Runtime) Options() svc.Options { return rt.opts }
-
 
 // Agent returns a copy of a registered agent's definition.
 func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
