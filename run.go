@@ -1,0 +1,174 @@
+package svc
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// RunState is the coarse lifecycle state of a submitted run:
+//
+//	pending → running → completed | failed | cancelled
+//	pending → cancelled
+//
+// Terminal states are final: every RunStore refuses to leave them.
+type RunState string
+
+// Run states.
+const (
+	RunPending   RunState = "pending"
+	RunRunning   RunState = "running"
+	RunCompleted RunState = "completed"
+	RunFailed    RunState = "failed"
+	RunCancelled RunState = "cancelled"
+)
+
+// Terminal reports whether s is final.
+func (s RunState) Terminal() bool {
+	return s == RunCompleted || s == RunFailed || s == RunCancelled
+}
+
+// Valid reports whether s is one of the five states.
+func (s RunState) Valid() bool {
+	switch s {
+	case RunPending, RunRunning, RunCompleted, RunFailed, RunCancelled:
+		return true
+	}
+	return false
+}
+
+// CanMove reports whether a run may go from s to next.
+func (s RunState) CanMove(next RunState) bool {
+	switch s {
+	case RunPending:
+		return next == RunRunning || next == RunCancelled
+	case RunRunning:
+		return next == RunCompleted || next == RunFailed || next == RunCancelled
+	}
+	return false
+}
+
+// RunEventType is the type of a RunEvent.
+type RunEventType string
+
+// Run event types.
+const (
+	RunAgentStarted   RunEventType = "agent_started"
+	RunAgentCompleted RunEventType = "agent_completed"
+	RunAgentFailed    RunEventType = "agent_failed"
+	RunGroupCompleted RunEventType = "group_completed"
+	RunRunCancelled   RunEventType = "run_cancelled"
+)
+
+// RunEvent is one frame of a run's event stream (GET /runs/{id}/stream).
+// Seq numbers a run's events from 1 in the order the store took them; it is
+// the SSE frame id.
+type RunEvent struct {
+	Seq       int64        `json:"seq"`
+	Type      RunEventType `json:"type"`
+	RunID     string       `json:"run_id"`
+	Agent     string       `json:"agent"`   // "" (null) for run-level events
+	TaskID    string       `json:"task_id"` // "" (null) for run-level events
+	Error     string       `json:"error"`   // set on agent_failed only
+	Timestamp time.Time    `json:"timestamp"`
+}
+
+type runEventJSON struct {
+	Seq       int64        `json:"seq"`
+	Type      RunEventType `json:"type"`
+	RunID     string       `json:"run_id"`
+	Agent     *string      `json:"agent"`
+	TaskID    *string      `json:"task_id"`
+	Error     *string      `json:"error"`
+	Timestamp time.Time    `json:"timestamp"`
+}
+
+// MarshalJSON writes empty agent, task_id and error as null.
+func (e RunEvent) MarshalJSON() ([]byte, error) {
+	return json.Marshal(runEventJSON{Seq: e.Seq, Type: e.Type, RunID: e.RunID, Agent: nullable(e.Agent),
+		TaskID: nullable(e.TaskID), Error: nullable(e.Error), Timestamp: e.Timestamp.UTC()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *RunEvent) UnmarshalJSON(b []byte) error {
+	var j runEventJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = RunEvent{Seq: j.Seq, Type: j.Type, RunID: j.RunID, Timestamp: j.Timestamp}
+	if j.Agent != nil {
+		e.Agent = *j.Agent
+	}
+	if j.TaskID != nil {
+		e.TaskID = *j.TaskID
+	}
+	if j.Error != nil {
+		e.Error = *j.Error
+	}
+	return nil
+}
+
+// RunStatus is what GET /runs/{id}/status serves.
+type RunStatus struct {
+	RunID    string       `json:"run_id"`
+	State    RunState     `json:"state"`
+	Progress *RunProgress `json:"progress"` // null until the first update
+}
+
+// RunRecord is everything a RunStore keeps about one run but its events.
+type RunRecord struct {
+	RunID  string `json:"run_id"`
+	Target string `json:"target"`
+	Kind   string `json:"kind"` // "agent" or "group"
+	State  RunState
+	// Progress is nil until the first SetProgress.
+	Progress *RunProgress
+	// Result is the AgentResult or GroupResult JSON, served verbatim; nil
+	// until set.
+	Result json.RawMessage
+	// Reason says why a run failed or was cancelled ("interrupted", ...).
+	Reason    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Status is the record's RunStatus.
+func (r *RunRecord) Status() RunStatus {
+	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress}
+}
+
+// RunStore persists submitted runs. Implementations are safe for concurrent
+// use and enforce the state machine themselves: a transition RunState.CanMove
+// refuses, and any change to a run in a terminal state (state, result,
+// progress, a new event), fails with a RunStateError. An unknown run id is a
+// RegistryError. Package stores/storetest is the contract suite every
+// implementation passes.
+type RunStore interface {
+	// Create registers a new run in state pending. A duplicate id is a
+	// RunStateError.
+	Create(ctx context.Context, rec RunRecord) error
+	// Get returns a run's record.
+	Get(ctx context.Context, runID string) (RunRecord, error)
+	// SetState moves a run to next. reason is kept with the record; final,
+	// when not nil, is appended as the run's last event in the same atomic
+	// step (run_cancelled, group_completed), so no event can follow it.
+	SetState(ctx context.Context, runID string, next RunState, reason string, final *RunEvent) error
+	// SetProgress replaces a run's progress.
+	SetProgress(ctx context.Context, runID string, p RunProgress) error
+	// SetResult stores a run's result, before its terminal state.
+	SetResult(ctx context.Context, runID string, result json.RawMessage) error
+	// Append adds an event and returns its sequence number (from 1).
+	Append(ctx context.Context, runID string, ev RunEvent) (int64, error)
+	// Events returns the events with Seq > after, in order.
+	Events(ctx context.Context, runID string, after int64) ([]RunEvent, error)
+	// Stream delivers the events with Seq > after, then the new ones as
+	// they are appended, and closes the channel once the run is terminal and
+	// all its events were sent, or when ctx ends.
+	Stream(ctx context.Context, runID string, after int64) (<-chan RunEvent, error)
+	// Interrupt marks every pending or running run failed with reason
+	// "interrupted" (at startup, for runs a dead process left behind) and
+	// returns how many it marked.
+	Interrupt(ctx context.Context) (int, error)
+	// Close releases the store; it is idempotent.
+	Close() error
+}
