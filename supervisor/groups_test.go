@@ -367,3 +367,50 @@ func TestTeamMaxRounds(t *testing.T) {
 		t.Fatalf("tool_call_failed = %d, want 1", n)
 	}
 }
+
+// Budget and depth apply inside groups and teams as for single runs.
+func TestGroupBudgetAndTeamDepth(t *testing.T) {
+	o := opts(func(o *svc.Options) { o.TokenBudget = 15; o.MaxSpawnDepth = 0 })
+	rec := &emittertest.Recorder{}
+	rt := newRuntime(t, o, rec, nil, echo("spend", map[string]any{"tokens": 10}),
+		svc.Agent{Name: "lead", Model: "test:echo", TrustLevel: svc.TrustLow, ModelSettings: map[string]any{"call_tools": "all"}},
+		echo("helper", nil))
+	g := mustGroup(t, group.New("g").Node("a", "spend").Node("b", "spend").Edge("a", "b"))
+	if err := rt.RegisterGroups(g, group.Team("t", "lead", []string{"helper"}, 2)); err != nil {
+		t.Fatal(err)
+	}
+	// Two nodes of 10 tokens each share one budget of 15: the second fails.
+	if _, err := rt.RunGroup(context.Background(), "g", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrBudgetExceeded) {
+		t.Fatalf("group over budget: %v", err)
+	}
+	// max_spawn_depth 0: the team's coordinator runs, its delegate may not.
+	res, err := rt.RunGroup(context.Background(), "t", svc.TaskSpec{Input: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.OfType(svc.EventDepthLimitExceeded)) != 1 || !strings.Contains(string(res.Agent.Output), "max_spawn_depth") {
+		t.Fatalf("delegate past max_spawn_depth: %s", res.Agent.Output)
+	}
+}
+
+func TestGatherProgress(t *testing.T) {
+	var mu sync.Mutex
+	var last svc.RunProgress
+	var maxRunning int
+	ctx := svc.WithProgress(context.Background(), func(p svc.RunProgress) {
+		mu.Lock()
+		last = p
+		maxRunning = max(maxRunning, p.Running)
+		mu.Unlock()
+	})
+	rt := newRuntime(t, svc.Options{}, nil, nil, echo("e", map[string]any{"fail_on": "x"}))
+	tasks := []svc.TaskSpec{{Input: json.RawMessage(`1`)}, {Input: json.RawMessage(`"x"`)}, {Input: json.RawMessage(`3`)}}
+	if _, err := rt.Gather(ctx, "e", tasks, 2); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last != (svc.RunProgress{Total: 3, Completed: 2, Failed: 1}) || maxRunning < 1 || maxRunning > 2 {
+		t.Fatalf("progress = %+v, max running %d", last, maxRunning)
+	}
+}

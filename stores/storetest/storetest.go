@@ -1,0 +1,1004 @@
+// Package storetest is the contract suite every svc.RunStore passes.
+//
+// A store's tests call Run with a function that opens a fresh, empty store;
+// persistent stores also call RunReopen, which opens a store twice on the
+// same directory and checks that everything was kept. Each subtest opens its
+// own store and closes it when it ends (Close is idempotent, so open may
+// register its own Cleanup too).
+//
+// Beyond the svc.RunStore doc comments, the suite holds stores to these
+// rules, so that callers see the same behaviour whatever the store:
+//
+//   - Create keeps RunID, Target, Kind and CreatedAt (now when zero), starts
+//     the run pending with no progress, result or reason, and sets UpdatedAt
+//     to CreatedAt. The suite never passes a State to Create.
+//   - SetState, SetProgress and SetResult set UpdatedAt to the time of the
+//     change; a refused call changes nothing.
+//   - Append and SetState's final event: the store assigns Seq (the caller's
+//     is ignored) and RunID, and keeps Type, Agent, TaskID, Error and
+//     Timestamp, setting Timestamp to now when it is zero.
+//   - Times are kept to the microsecond at least. The suite passes times
+//     already truncated to microseconds and compares them with time.Equal, so
+//     a store may return them in any location.
+//   - Results are kept byte-exact, and a store does not share memory with
+//     its callers: changing a slice after SetResult, or one Get returned,
+//     changes nothing stored. The same holds for Progress.
+//   - Events on a run that has none is empty, not an error.
+//   - Stream's channel also closes when the run becomes terminal by
+//     Interrupt, and when the store is closed.
+//   - After Close, every method returns an error.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc"
+)
+
+// Wait bounds every wait of the suite for a stream event or a channel close;
+// a store that needs longer is broken, not slow.
+const Wait = 10 * time.Second
+
+// ConcurrentRuns and EventsPerRun size the concurrency test.
+const (
+	ConcurrentRuns = 100
+	EventsPerRun   = 50
+)
+
+// states lists the five run states in lifecycle order.
+var states = []svc.RunState{svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled}
+
+// base is a fixed time in the past with a sub-millisecond part, so a store
+// keeping only milliseconds fails the time checks.
+var base = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.UTC)
+
+// ts returns the i-th test timestamp, truncated to microseconds.
+func ts(i int) time.Time {
+	return base.Add(time.Duration(i)*time.Millisecond + 123*time.Microsecond)
+}
+
+// Run runs the contract suite; open returns a fresh, empty store.
+func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s svc.RunStore)
+	}{
+		{"Create", testCreate},
+		{"DuplicateCreate", testDuplicateCreate},
+		{"UnknownRun", testUnknownRun},
+		{"Transitions", testTransitions},
+		{"InvalidStates", testInvalidStates},
+		{"TerminalIsFinal", testTerminalIsFinal},
+		{"Progress", testProgress},
+		{"Result", testResult},
+		{"Append", testAppend},
+		{"SeqPerRun", testSeqPerRun},
+		{"FinalEvent", testFinalEvent},
+		{"StreamLive", testStreamLive},
+		{"StreamResume", testStreamResume},
+		{"StreamTerminal", testStreamTerminal},
+		{"StreamContextCancel", testStreamContextCancel},
+		{"StreamEndsOnInterrupt", testStreamEndsOnInterrupt},
+		{"StreamEndsOnClose", testStreamEndsOnClose},
+		{"Interrupt", testInterrupt},
+		{"Concurrent", testConcurrent},
+		{"Close", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// RunReopen checks that a persistent store keeps everything across a close
+// and a reopen: open returns a store kept in dir (a fresh t.TempDir() the
+// first time), and is called again on the same dir once the previous store
+// is closed.
+func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
+	t.Helper()
+	ctx := t.Context()
+	dir := t.TempDir()
+
+	s := open(t, dir)
+	// One run in each state, with progress, results, reasons and events.
+	create(t, s, "p")
+	mustOK(t, "SetProgress", s.SetProgress(ctx, "p", svc.RunProgress{Total: 2}))
+
+	drive(t, s, "r", svc.RunRunning)
+	mustOK(t, "SetProgress", s.SetProgress(ctx, "r", svc.RunProgress{Total: 3, Completed: 1, Failed: 1, Running: 1}))
+	appendN(t, s, "r", 3)
+
+	drive(t, s, "c", svc.RunRunning)
+	appendN(t, s, "c", 2)
+	mustOK(t, "SetResult", s.SetResult(ctx, "c", json.RawMessage(`{"output": "é\u00e9" , "n":[1, 2]}`)))
+	mustOK(t, "SetState", s.SetState(ctx, "c", svc.RunCompleted, "", &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: ts(50)}))
+
+	drive(t, s, "f", svc.RunRunning)
+	mustAppend(t, s, "f", svc.RunEvent{Type: svc.RunAgentFailed, Agent: "a", TaskID: "t1", Error: "boom", Timestamp: ts(7)}, 1)
+	mustOK(t, "SetState", s.SetState(ctx, "f", svc.RunFailed, "boom", nil))
+
+	drive(t, s, "x", svc.RunRunning)
+	mustOK(t, "SetState", s.SetState(ctx, "x", svc.RunCancelled, "user", &svc.RunEvent{Type: svc.RunRunCancelled, Timestamp: ts(9)}))
+
+	ids := []string{"p", "r", "c", "f", "x"}
+	records := map[string]svc.RunRecord{}
+	events := map[string][]svc.RunEvent{}
+	for _, id := range ids {
+		records[id] = get(t, s, id)
+		events[id] = eventsOf(t, s, id, 0)
+	}
+	mustOK(t, "Close", s.Close())
+
+	s = open(t, dir)
+	for _, id := range ids {
+		checkRecord(t, "after reopen, "+id, get(t, s, id), records[id])
+		checkEvents(t, "after reopen, "+id, eventsOf(t, s, id, 0), events[id])
+	}
+	// The reopened store goes on where the first left off.
+	mustAppend(t, s, "r", svc.RunEvent{Type: svc.RunAgentStarted, Agent: "b", Timestamp: ts(60)}, 4)
+	mustKind(t, "Create duplicate after reopen", s.Create(ctx, svc.RunRecord{RunID: "c", Target: "t", Kind: "agent"}), svc.ErrRunState)
+	mustKind(t, "Append to a terminal run after reopen", appendErr(s, "c"), svc.ErrRunState)
+	create(t, s, "n")
+	n, err := s.Interrupt(ctx)
+	mustOK(t, "Interrupt", err)
+	if n != 3 {
+		t.Errorf("Interrupt after reopen = %d, want 3 (p, r, n)", n)
+	}
+	mustOK(t, "Close", s.Close())
+
+	s = open(t, dir)
+	defer func() { mustOK(t, "Close", s.Close()) }()
+	for _, id := range []string{"p", "r", "n"} {
+		rec := get(t, s, id)
+		if rec.State != svc.RunFailed || rec.Reason != "interrupted" {
+			t.Errorf("%s after interrupt and reopen: state %q reason %q, want failed, interrupted", id, rec.State, rec.Reason)
+		}
+	}
+	for _, id := range []string{"c", "f", "x"} {
+		checkRecord(t, "terminal run after two reopens, "+id, get(t, s, id), records[id])
+		checkEvents(t, "terminal run after two reopens, "+id, eventsOf(t, s, id, 0), events[id])
+	}
+	if got := eventsOf(t, s, "r", 0); len(got) != 4 {
+		t.Errorf("r has %d events after two reopens, want 4", len(got))
+	}
+}
+
+func testCreate(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	created := ts(0)
+	mustOK(t, "Create", s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "echo", Kind: "agent", CreatedAt: created}))
+	checkRecord(t, "Get after Create", get(t, s, "r1"), svc.RunRecord{
+		RunID: "r1", Target: "echo", Kind: "agent", State: svc.RunPending, CreatedAt: created, UpdatedAt: created,
+	})
+
+	// A zero CreatedAt is the time of the call.
+	before := time.Now().Truncate(time.Microsecond)
+	mustOK(t, "Create", s.Create(ctx, svc.RunRecord{RunID: "r2", Target: "pipeline", Kind: "group"}))
+	after := time.Now()
+	got := get(t, s, "r2")
+	if got.CreatedAt.Before(before) || got.CreatedAt.After(after) {
+		t.Errorf("CreatedAt = %v, want the time of Create, in [%v, %v]", got.CreatedAt, before, after)
+	}
+	if !got.UpdatedAt.Equal(got.CreatedAt) {
+		t.Errorf("UpdatedAt = %v, want CreatedAt %v", got.UpdatedAt, got.CreatedAt)
+	}
+	if got.State != svc.RunPending || got.Target != "pipeline" || got.Kind != "group" {
+		t.Errorf("Get = %+v, want a pending group run of pipeline", got)
+	}
+}
+
+func testDuplicateCreate(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	mustOK(t, "Create", s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "a", Kind: "agent", CreatedAt: ts(0)}))
+	want := get(t, s, "r1")
+	mustKind(t, "duplicate Create", s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "b", Kind: "group", CreatedAt: ts(1)}), svc.ErrRunState)
+	checkRecord(t, "after a refused duplicate", get(t, s, "r1"), want)
+	// The same for a run that has moved on.
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunRunning, "", nil))
+	mustKind(t, "duplicate Create of a running run", s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "b", Kind: "agent"}), svc.ErrRunState)
+	if got := get(t, s, "r1"); got.State != svc.RunRunning || got.Target != "a" {
+		t.Errorf("after a refused duplicate: %+v, want the running run of a", got)
+	}
+}
+
+func testUnknownRun(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	// A known run, so that a store answering "unknown" only when empty fails.
+	drive(t, s, "known", svc.RunRunning)
+	const id = "missing"
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Get", func() error { _, err := s.Get(ctx, id); return err }},
+		{"SetState", func() error { return s.SetState(ctx, id, svc.RunRunning, "", nil) }},
+		{"SetStateFinal", func() error {
+			return s.SetState(ctx, id, svc.RunCancelled, "", &svc.RunEvent{Type: svc.RunRunCancelled})
+		}},
+		{"SetProgress", func() error { return s.SetProgress(ctx, id, svc.RunProgress{Total: 1}) }},
+		{"SetResult", func() error { return s.SetResult(ctx, id, json.RawMessage(`{}`)) }},
+		{"Append", func() error { _, err := s.Append(ctx, id, svc.RunEvent{Type: svc.RunAgentStarted}); return err }},
+		{"Events", func() error { _, err := s.Events(ctx, id, 0); return err }},
+		{"Stream", func() error {
+			ch, err := s.Stream(ctx, id, 0)
+			if ch != nil {
+				return errors.New("Stream returned a channel with its error")
+			}
+			return err
+		}},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			mustKind(t, c.name+" of an unknown run", err, svc.ErrRegistry)
+			if errors.Is(err, svc.ErrRunState) {
+				t.Errorf("%s of an unknown run: %v is also a RunStateError", c.name, err)
+			}
+		})
+	}
+	if _, err := s.Get(ctx, id); err == nil {
+		t.Errorf("calls on an unknown run created it")
+	}
+}
+
+func testTransitions(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	for _, from := range states {
+		for _, to := range states {
+			t.Run(fmt.Sprintf("%s_to_%s", from, to), func(t *testing.T) {
+				id := fmt.Sprintf("%s-%s", from, to)
+				drive(t, s, id, from)
+				before := get(t, s, id)
+				err := s.SetState(ctx, id, to, "why", nil)
+				if !from.CanMove(to) {
+					mustKind(t, fmt.Sprintf("SetState %s → %s", from, to), err, svc.ErrRunState)
+					checkRecord(t, "after a refused transition", get(t, s, id), before)
+					return
+				}
+				mustOK(t, fmt.Sprintf("SetState %s → %s", from, to), err)
+				got := get(t, s, id)
+				if got.State != to || got.Reason != "why" {
+					t.Errorf("after %s → %s: state %q reason %q, want %q, %q", from, to, got.State, got.Reason, to, "why")
+				}
+				if !got.UpdatedAt.After(before.CreatedAt) {
+					t.Errorf("UpdatedAt %v not after CreatedAt %v", got.UpdatedAt, before.CreatedAt)
+				}
+			})
+		}
+	}
+}
+
+func testInvalidStates(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	for _, from := range []svc.RunState{svc.RunPending, svc.RunRunning} {
+		for _, to := range []svc.RunState{"", "bogus", "RUNNING"} {
+			id := fmt.Sprintf("%s-%q", from, to)
+			drive(t, s, id, from)
+			before := get(t, s, id)
+			mustKind(t, fmt.Sprintf("SetState %s → %q", from, to), s.SetState(ctx, id, to, "", nil), svc.ErrRunState)
+			checkRecord(t, "after a refused transition", get(t, s, id), before)
+		}
+	}
+}
+
+func testTerminalIsFinal(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	for _, final := range []svc.RunState{svc.RunCompleted, svc.RunFailed, svc.RunCancelled} {
+		t.Run(string(final), func(t *testing.T) {
+			id := "run-" + string(final)
+			drive(t, s, id, svc.RunRunning)
+			mustOK(t, "SetProgress", s.SetProgress(ctx, id, svc.RunProgress{Total: 2, Completed: 1, Running: 1}))
+			mustOK(t, "SetResult", s.SetResult(ctx, id, json.RawMessage(`{"output":"first"}`)))
+			appendN(t, s, id, 2)
+			mustOK(t, "SetState", s.SetState(ctx, id, final, "done", nil))
+			rec, evs := get(t, s, id), eventsOf(t, s, id, 0)
+
+			calls := []struct {
+				name string
+				err  error
+			}{
+				{"SetResult", s.SetResult(ctx, id, json.RawMessage(`{"output":"late"}`))},
+				{"SetProgress", s.SetProgress(ctx, id, svc.RunProgress{Total: 9})},
+				{"Append", appendErr(s, id)},
+				{"SetState with a final event", s.SetState(ctx, id, svc.RunCancelled, "late", &svc.RunEvent{Type: svc.RunRunCancelled})},
+			}
+			for _, to := range states {
+				calls = append(calls, struct {
+					name string
+					err  error
+				}{"SetState " + string(to), s.SetState(ctx, id, to, "late", nil)})
+			}
+			for _, c := range calls {
+				mustKind(t, c.name+" after "+string(final), c.err, svc.ErrRunState)
+			}
+			checkRecord(t, "terminal record", get(t, s, id), rec)
+			checkEvents(t, "terminal events", eventsOf(t, s, id, 0), evs)
+		})
+	}
+}
+
+func testProgress(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	create(t, s, "r1")
+	if p := get(t, s, "r1").Progress; p != nil {
+		t.Fatalf("Progress before the first SetProgress = %+v, want nil", *p)
+	}
+	// A zero progress is still a progress: not null any more.
+	mustOK(t, "SetProgress", s.SetProgress(ctx, "r1", svc.RunProgress{}))
+	if p := get(t, s, "r1").Progress; p == nil || *p != (svc.RunProgress{}) {
+		t.Fatalf("Progress after SetProgress(zero) = %v, want a zero progress", p)
+	}
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunRunning, "", nil))
+	for _, want := range []svc.RunProgress{
+		{Total: 3, Completed: 1, Failed: 1, Running: 1},
+		{Total: 5, Completed: 4, Failed: 0, Running: 1},
+	} {
+		before := get(t, s, "r1")
+		mustOK(t, "SetProgress", s.SetProgress(ctx, "r1", want))
+		got := get(t, s, "r1")
+		if got.Progress == nil || *got.Progress != want {
+			t.Fatalf("Progress = %v, want %+v", got.Progress, want)
+		}
+		if got.UpdatedAt.Before(before.UpdatedAt) {
+			t.Errorf("UpdatedAt went back from %v to %v", before.UpdatedAt, got.UpdatedAt)
+		}
+		if st := got.Status(); st.RunID != "r1" || st.State != svc.RunRunning || st.Progress == nil || *st.Progress != want {
+			t.Errorf("Status = %+v", st)
+		}
+		// The caller's copy is its own.
+		got.Progress.Total = 1000
+		if p := get(t, s, "r1").Progress; p == nil || *p != want {
+			t.Errorf("changing the Progress Get returned changed the store: %v", p)
+		}
+	}
+	// Progress is kept through the end of the run.
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunCompleted, "", nil))
+	if p := get(t, s, "r1").Progress; p == nil || p.Total != 5 || p.Completed != 4 {
+		t.Errorf("Progress after completion = %v, want the last one", p)
+	}
+}
+
+func testResult(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	create(t, s, "r1")
+	if r := get(t, s, "r1").Result; len(r) != 0 {
+		t.Fatalf("Result before SetResult = %q, want none", r)
+	}
+	// Odd spacing, key order and escapes: the store keeps bytes, not JSON.
+	first := json.RawMessage("{\"z\": 1,\n  \"a\" : [ 2, \"\u00e9\\u00e9\" ],\t\"s\":\"<&>\" }")
+	in := bytes.Clone(first)
+	mustOK(t, "SetResult", s.SetResult(ctx, "r1", in))
+	in[1] = 'X' // the store must have kept its own copy
+	got := get(t, s, "r1").Result
+	if !bytes.Equal(got, first) {
+		t.Fatalf("Result = %q, want %q byte for byte", got, first)
+	}
+	got[1] = 'Y'
+	if got := get(t, s, "r1").Result; !bytes.Equal(got, first) {
+		t.Fatalf("changing the Result Get returned changed the store: %q", got)
+	}
+
+	// A second SetResult replaces the first, and the result outlives the end.
+	second := json.RawMessage(`{"output":"second","usage":{"tokens":12}}`)
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunRunning, "", nil))
+	mustOK(t, "SetResult", s.SetResult(ctx, "r1", second))
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunCompleted, "", nil))
+	if got := get(t, s, "r1").Result; !bytes.Equal(got, second) {
+		t.Fatalf("Result after completion = %q, want %q", got, second)
+	}
+
+	// A large result round trips too.
+	big := json.RawMessage(fmt.Sprintf(`{"output":%q}`, bytes.Repeat([]byte("x"), 1<<20)))
+	drive(t, s, "r2", svc.RunRunning)
+	mustOK(t, "SetResult", s.SetResult(ctx, "r2", big))
+	if got := get(t, s, "r2").Result; !bytes.Equal(got, big) {
+		t.Fatalf("a 1 MiB Result came back with %d bytes", len(got))
+	}
+}
+
+func testAppend(t *testing.T, s svc.RunStore) {
+	drive(t, s, "r1", svc.RunRunning)
+	if evs := eventsOf(t, s, "r1", 0); len(evs) != 0 {
+		t.Fatalf("Events of a run without events = %v, want none", evs)
+	}
+	in := []svc.RunEvent{
+		{Seq: 99, RunID: "wrong", Type: svc.RunAgentStarted, Agent: "planner", TaskID: "t1", Timestamp: ts(1)},
+		{Type: svc.RunAgentFailed, Agent: "planner", TaskID: "t1", Error: "model: boom", Timestamp: ts(2)},
+		{Type: svc.RunAgentStarted, Agent: "writer", TaskID: "t2", Timestamp: ts(3).In(time.FixedZone("X", 3600))},
+		{Type: svc.RunAgentCompleted, Agent: "writer", TaskID: "t2", Timestamp: ts(4)},
+	}
+	var want []svc.RunEvent
+	for i, ev := range in {
+		mustAppend(t, s, "r1", ev, int64(i+1))
+		ev.Seq, ev.RunID = int64(i+1), "r1"
+		want = append(want, ev)
+	}
+	checkEvents(t, "Events(0)", eventsOf(t, s, "r1", 0), want)
+	for after := int64(0); after <= 5; after++ {
+		checkEvents(t, fmt.Sprintf("Events(%d)", after), eventsOf(t, s, "r1", after), want[min(after, 4):])
+	}
+	checkEvents(t, "Events(1000)", eventsOf(t, s, "r1", 1000), nil)
+
+	// A zero timestamp is the time of the append.
+	before := time.Now().Truncate(time.Microsecond)
+	mustAppend(t, s, "r1", svc.RunEvent{Type: svc.RunAgentStarted, Agent: "x"}, 5)
+	after := time.Now()
+	evs := eventsOf(t, s, "r1", 4)
+	if len(evs) != 1 || evs[0].Timestamp.Before(before) || evs[0].Timestamp.After(after) {
+		t.Errorf("event appended with a zero timestamp: %+v, want its timestamp in [%v, %v]", evs, before, after)
+	}
+
+	// Appending to a pending run is allowed (the run is not terminal).
+	create(t, s, "r2")
+	mustAppend(t, s, "r2", svc.RunEvent{Type: svc.RunAgentStarted, Timestamp: ts(1)}, 1)
+}
+
+func testSeqPerRun(t *testing.T, s svc.RunStore) {
+	drive(t, s, "a", svc.RunRunning)
+	drive(t, s, "b", svc.RunRunning)
+	for i := 1; i <= 3; i++ {
+		mustAppend(t, s, "a", svc.RunEvent{Type: svc.RunAgentStarted, Agent: fmt.Sprint("a", i), Timestamp: ts(i)}, int64(i))
+		mustAppend(t, s, "b", svc.RunEvent{Type: svc.RunAgentStarted, Agent: fmt.Sprint("b", i), Timestamp: ts(i)}, int64(i))
+	}
+	for _, id := range []string{"a", "b"} {
+		evs := eventsOf(t, s, id, 0)
+		if len(evs) != 3 {
+			t.Fatalf("%s has %d events, want 3", id, len(evs))
+		}
+		for i, ev := range evs {
+			if ev.Seq != int64(i+1) || ev.RunID != id || ev.Agent != fmt.Sprint(id, i+1) {
+				t.Errorf("%s event %d = %+v", id, i, ev)
+			}
+		}
+	}
+}
+
+func testFinalEvent(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	tests := []struct {
+		name   string
+		from   svc.RunState
+		to     svc.RunState
+		events int
+		final  svc.RunEventType
+	}{
+		{"cancel running", svc.RunRunning, svc.RunCancelled, 2, svc.RunRunCancelled},
+		{"cancel pending", svc.RunPending, svc.RunCancelled, 0, svc.RunRunCancelled},
+		{"group completed", svc.RunRunning, svc.RunCompleted, 3, svc.RunGroupCompleted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := tc.name
+			drive(t, s, id, tc.from)
+			appendN(t, s, id, tc.events)
+			final := svc.RunEvent{Seq: 42, Type: tc.final, Timestamp: ts(100)}
+			mustOK(t, "SetState with a final event", s.SetState(ctx, id, tc.to, "user", &final))
+			evs := eventsOf(t, s, id, 0)
+			if len(evs) != tc.events+1 {
+				t.Fatalf("%d events after SetState with a final event, want %d", len(evs), tc.events+1)
+			}
+			want := svc.RunEvent{Seq: int64(tc.events + 1), Type: tc.final, RunID: id, Timestamp: ts(100)}
+			checkEvents(t, "final event", evs[tc.events:], []svc.RunEvent{want})
+			if rec := get(t, s, id); rec.State != tc.to || rec.Reason != "user" {
+				t.Errorf("record after SetState: state %q reason %q", rec.State, rec.Reason)
+			}
+			mustKind(t, "Append after the final event", appendErr(s, id), svc.ErrRunState)
+		})
+	}
+
+	// A refused transition appends nothing.
+	drive(t, s, "refused", svc.RunRunning)
+	appendN(t, s, "refused", 1)
+	mustKind(t, "SetState running → pending with a final event",
+		s.SetState(ctx, "refused", svc.RunPending, "", &svc.RunEvent{Type: svc.RunRunCancelled}), svc.ErrRunState)
+	if evs := eventsOf(t, s, "refused", 0); len(evs) != 1 {
+		t.Errorf("a refused SetState appended its final event: %+v", evs)
+	}
+
+	// A zero timestamp on the final event is the time of the call.
+	drive(t, s, "now", svc.RunRunning)
+	before := time.Now().Truncate(time.Microsecond)
+	mustOK(t, "SetState", s.SetState(ctx, "now", svc.RunCancelled, "", &svc.RunEvent{Type: svc.RunRunCancelled}))
+	after := time.Now()
+	if evs := eventsOf(t, s, "now", 0); len(evs) != 1 || evs[0].Timestamp.Before(before) || evs[0].Timestamp.After(after) {
+		t.Errorf("final event with a zero timestamp: %+v, want its timestamp in [%v, %v]", evs, before, after)
+	}
+}
+
+func testStreamLive(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	drive(t, s, "r1", svc.RunRunning)
+	want := appendN(t, s, "r1", 2)
+	ch, err := s.Stream(ctx, "r1", 0)
+	mustOK(t, "Stream", err)
+	checkEvents(t, "replayed history", receiveN(t, ch, 2), want)
+
+	// Another goroutine appends, one event at a time: each must reach the
+	// stream before the next is written, so the stream follows live rather
+	// than replaying at the end.
+	step := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for i := 3; i <= 5; i++ {
+			<-step
+			if _, err := s.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted, Agent: fmt.Sprint("live", i), Timestamp: ts(i)}); err != nil {
+				done <- err
+				return
+			}
+		}
+		<-step
+		done <- s.SetState(ctx, "r1", svc.RunCompleted, "", &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: ts(6)})
+	}()
+	for i := 3; i <= 5; i++ {
+		step <- struct{}{}
+		ev := receiveN(t, ch, 1)[0]
+		if ev.Seq != int64(i) || ev.Agent != fmt.Sprint("live", i) || ev.RunID != "r1" {
+			t.Fatalf("live event %d = %+v", i, ev)
+		}
+	}
+	step <- struct{}{}
+	ev := receiveN(t, ch, 1)[0]
+	if ev.Seq != 6 || ev.Type != svc.RunGroupCompleted {
+		t.Fatalf("last event = %+v, want group_completed with seq 6", ev)
+	}
+	expectClosed(t, ch)
+	if err := <-done; err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+
+	// A run ended without a final event closes the stream too.
+	drive(t, s, "r2", svc.RunRunning)
+	ch, err = s.Stream(ctx, "r2", 0)
+	mustOK(t, "Stream", err)
+	mustAppend(t, s, "r2", svc.RunEvent{Type: svc.RunAgentStarted, Timestamp: ts(1)}, 1)
+	receiveN(t, ch, 1)
+	mustOK(t, "SetState", s.SetState(ctx, "r2", svc.RunFailed, "boom", nil))
+	expectClosed(t, ch)
+
+	// A stream opened on a pending run follows it through running.
+	create(t, s, "r3")
+	ch, err = s.Stream(ctx, "r3", 0)
+	mustOK(t, "Stream", err)
+	mustOK(t, "SetState", s.SetState(ctx, "r3", svc.RunRunning, "", nil))
+	mustAppend(t, s, "r3", svc.RunEvent{Type: svc.RunAgentStarted, Timestamp: ts(1)}, 1)
+	receiveN(t, ch, 1)
+	mustOK(t, "SetState", s.SetState(ctx, "r3", svc.RunCancelled, "", &svc.RunEvent{Type: svc.RunRunCancelled, Timestamp: ts(2)}))
+	if ev := receiveN(t, ch, 1)[0]; ev.Type != svc.RunRunCancelled || ev.Seq != 2 {
+		t.Fatalf("last event = %+v, want run_cancelled with seq 2", ev)
+	}
+	expectClosed(t, ch)
+}
+
+func testStreamResume(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	drive(t, s, "r1", svc.RunRunning)
+	all := appendN(t, s, "r1", 4)
+	ch, err := s.Stream(ctx, "r1", 2)
+	mustOK(t, "Stream", err)
+	checkEvents(t, "resumed after 2", receiveN(t, ch, 2), all[2:])
+	mustAppend(t, s, "r1", svc.RunEvent{Type: svc.RunAgentCompleted, Agent: "z", Timestamp: ts(9)}, 5)
+	if ev := receiveN(t, ch, 1)[0]; ev.Seq != 5 || ev.Agent != "z" {
+		t.Fatalf("live event after resume = %+v", ev)
+	}
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunCompleted, "", nil))
+	expectClosed(t, ch)
+
+	// Resuming after the last event of an ended run sends nothing and closes.
+	ch, err = s.Stream(ctx, "r1", 5)
+	mustOK(t, "Stream", err)
+	expectClosed(t, ch)
+	// Resuming past the end is the same.
+	ch, err = s.Stream(ctx, "r1", 100)
+	mustOK(t, "Stream", err)
+	expectClosed(t, ch)
+}
+
+func testStreamTerminal(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	drive(t, s, "r1", svc.RunRunning)
+	want := appendN(t, s, "r1", 3)
+	mustOK(t, "SetState", s.SetState(ctx, "r1", svc.RunCancelled, "", &svc.RunEvent{Type: svc.RunRunCancelled, Timestamp: ts(10)}))
+	want = append(want, svc.RunEvent{Seq: 4, Type: svc.RunRunCancelled, RunID: "r1", Timestamp: ts(10)})
+	for after := int64(0); after <= 4; after++ {
+		ch, err := s.Stream(ctx, "r1", after)
+		mustOK(t, "Stream", err)
+		checkEvents(t, fmt.Sprintf("replay of an ended run after %d", after), receiveN(t, ch, int(4-after)), want[after:])
+		expectClosed(t, ch)
+	}
+	// An ended run without events.
+	drive(t, s, "r2", svc.RunCancelled)
+	ch, err := s.Stream(ctx, "r2", 0)
+	mustOK(t, "Stream", err)
+	expectClosed(t, ch)
+}
+
+func testStreamContextCancel(t *testing.T, s svc.RunStore) {
+	drive(t, s, "r1", svc.RunRunning)
+	// An idle stream ends when its context does.
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := s.Stream(ctx, "r1", 0)
+	mustOK(t, "Stream", err)
+	cancel()
+	expectClosed(t, ch)
+
+	// So does one whose reader stopped reading with events pending: the
+	// store must not block forever on the send.
+	appendN(t, s, "r1", 20)
+	ctx, cancel = context.WithCancel(t.Context())
+	ch, err = s.Stream(ctx, "r1", 0)
+	mustOK(t, "Stream", err)
+	receiveN(t, ch, 1)
+	cancel()
+	drainClosed(t, ch, 19)
+
+	// A stream on a context already cancelled ends at once.
+	ch, err = s.Stream(ctx, "r1", 0)
+	if err == nil {
+		drainClosed(t, ch, 20)
+	}
+}
+
+func testStreamEndsOnInterrupt(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	drive(t, s, "r1", svc.RunRunning)
+	ch, err := s.Stream(ctx, "r1", 0)
+	mustOK(t, "Stream", err)
+	if _, err := s.Interrupt(ctx); err != nil {
+		t.Fatalf("Interrupt: %v", err)
+	}
+	expectClosed(t, ch)
+}
+
+func testStreamEndsOnClose(t *testing.T, s svc.RunStore) {
+	drive(t, s, "r1", svc.RunRunning)
+	ch, err := s.Stream(t.Context(), "r1", 0)
+	mustOK(t, "Stream", err)
+	mustOK(t, "Close", s.Close())
+	expectClosed(t, ch)
+}
+
+func testInterrupt(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	for _, st := range states {
+		drive(t, s, string(st), st)
+	}
+	mustOK(t, "SetProgress", s.SetProgress(ctx, string(svc.RunRunning), svc.RunProgress{Total: 4, Running: 2}))
+	appendN(t, s, string(svc.RunRunning), 2)
+	before := map[string]svc.RunRecord{}
+	events := map[string][]svc.RunEvent{}
+	for _, st := range states {
+		before[string(st)] = get(t, s, string(st))
+		events[string(st)] = eventsOf(t, s, string(st), 0)
+	}
+	n, err := s.Interrupt(ctx)
+	mustOK(t, "Interrupt", err)
+	if n != 2 {
+		t.Errorf("Interrupt = %d, want 2 (the pending and the running run)", n)
+	}
+	for _, st := range states {
+		id := string(st)
+		got := get(t, s, id)
+		if st.Terminal() {
+			checkRecord(t, "terminal run after Interrupt", got, before[id])
+		} else {
+			if got.State != svc.RunFailed || got.Reason != "interrupted" {
+				t.Errorf("%s run after Interrupt: state %q reason %q, want failed, interrupted", id, got.State, got.Reason)
+			}
+			if (got.Progress == nil) != (before[id].Progress == nil) {
+				t.Errorf("%s run after Interrupt: progress %v, was %v", id, got.Progress, before[id].Progress)
+			}
+			mustKind(t, "Append to an interrupted run", appendErr(s, id), svc.ErrRunState)
+		}
+		checkEvents(t, id+" events after Interrupt", eventsOf(t, s, id, 0), events[id])
+	}
+	n, err = s.Interrupt(ctx)
+	mustOK(t, "Interrupt", err)
+	if n != 0 {
+		t.Errorf("second Interrupt = %d, want 0", n)
+	}
+}
+
+func testConcurrent(t *testing.T, s svc.RunStore) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range ConcurrentRuns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("c%03d", i)
+			if err := s.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: "agent"}); err != nil {
+				t.Errorf("Create %s: %v", id, err)
+				return
+			}
+			ch, err := s.Stream(ctx, id, 0)
+			if err != nil {
+				t.Errorf("Stream %s: %v", id, err)
+				return
+			}
+			// The reader checks that the live stream sees every event, in
+			// order, and ends on the final one.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var n int64
+				for ev := range ch {
+					n++
+					if ev.Seq != n || ev.RunID != id {
+						t.Errorf("stream %s: event %d = %+v", id, n, ev)
+					}
+				}
+				if n != EventsPerRun+1 {
+					t.Errorf("stream %s ended after %d events, want %d", id, n, EventsPerRun+1)
+				}
+			}()
+			if err := s.SetState(ctx, id, svc.RunRunning, "", nil); err != nil {
+				t.Errorf("SetState %s running: %v", id, err)
+				return
+			}
+			for j := 1; j <= EventsPerRun; j++ {
+				seq, err := s.Append(ctx, id, svc.RunEvent{Type: svc.RunAgentStarted, Agent: fmt.Sprintf("a%02d", j), Timestamp: ts(j)})
+				if err != nil || seq != int64(j) {
+					t.Errorf("Append %s #%d = %d, %v", id, j, seq, err)
+					return
+				}
+				if j%10 == 0 {
+					if err := s.SetProgress(ctx, id, svc.RunProgress{Total: EventsPerRun, Completed: j}); err != nil {
+						t.Errorf("SetProgress %s: %v", id, err)
+					}
+				}
+			}
+			if err := s.SetState(ctx, id, svc.RunCompleted, "", &svc.RunEvent{Type: svc.RunGroupCompleted}); err != nil {
+				t.Errorf("SetState %s completed: %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for i := range ConcurrentRuns {
+		id := fmt.Sprintf("c%03d", i)
+		rec := get(t, s, id)
+		if rec.State != svc.RunCompleted || rec.Progress == nil || rec.Progress.Completed != EventsPerRun {
+			t.Errorf("%s: state %q progress %v", id, rec.State, rec.Progress)
+		}
+		evs := eventsOf(t, s, id, 0)
+		if len(evs) != EventsPerRun+1 {
+			t.Errorf("%s has %d events, want %d", id, len(evs), EventsPerRun+1)
+			continue
+		}
+		for j, ev := range evs[:EventsPerRun] {
+			if ev.Seq != int64(j+1) || ev.Agent != fmt.Sprintf("a%02d", j+1) {
+				t.Errorf("%s event %d = %+v", id, j, ev)
+				break
+			}
+		}
+		if last := evs[EventsPerRun]; last.Type != svc.RunGroupCompleted || last.Seq != EventsPerRun+1 {
+			t.Errorf("%s last event = %+v", id, last)
+		}
+	}
+}
+
+func testClose(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	drive(t, s, "r1", svc.RunRunning)
+	mustOK(t, "first Close", s.Close())
+	mustOK(t, "second Close", s.Close())
+	if _, err := s.Get(ctx, "r1"); err == nil {
+		t.Errorf("Get after Close succeeded")
+	}
+	if err := s.Create(ctx, svc.RunRecord{RunID: "r2", Target: "a", Kind: "agent"}); err == nil {
+		t.Errorf("Create after Close succeeded")
+	}
+	if _, err := s.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted}); err == nil {
+		t.Errorf("Append after Close succeeded")
+	}
+	if ch, err := s.Stream(ctx, "r1", 0); err == nil {
+		// A store may hand out a channel that is already closed.
+		expectClosed(t, ch)
+	}
+}
+
+// create makes a pending agent run created at ts(0).
+func create(t *testing.T, s svc.RunStore, id string) {
+	t.Helper()
+	mustOK(t, "Create "+id, s.Create(t.Context(), svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", CreatedAt: ts(0)}))
+}
+
+// drive creates run id and moves it to state by the legal path.
+func drive(t *testing.T, s svc.RunStore, id string, state svc.RunState) {
+	t.Helper()
+	create(t, s, id)
+	var path []svc.RunState
+	switch state {
+	case svc.RunPending:
+	case svc.RunCancelled:
+		path = []svc.RunState{svc.RunCancelled}
+	default:
+		path = []svc.RunState{svc.RunRunning}
+		if state != svc.RunRunning {
+			path = append(path, state)
+		}
+	}
+	for _, st := range path {
+		mustOK(t, fmt.Sprintf("SetState %s → %s", id, st), s.SetState(t.Context(), id, st, "", nil))
+	}
+}
+
+// appendN appends n agent events to run id and returns them as stored.
+func appendN(t *testing.T, s svc.RunStore, id string, n int) []svc.RunEvent {
+	t.Helper()
+	evs := eventsOf(t, s, id, 0)
+	next := int64(len(evs)) + 1
+	var out []svc.RunEvent
+	for i := range n {
+		ev := svc.RunEvent{Type: svc.RunAgentStarted, Agent: fmt.Sprint("agent", i), TaskID: fmt.Sprint("task", i), Timestamp: ts(i)}
+		mustAppend(t, s, id, ev, next)
+		ev.Seq, ev.RunID = next, id
+		out = append(out, ev)
+		next++
+	}
+	return out
+}
+
+func mustAppend(t *testing.T, s svc.RunStore, id string, ev svc.RunEvent, wantSeq int64) {
+	t.Helper()
+	seq, err := s.Append(t.Context(), id, ev)
+	mustOK(t, "Append to "+id, err)
+	if seq != wantSeq {
+		t.Fatalf("Append to %s = seq %d, want %d", id, seq, wantSeq)
+	}
+}
+
+func appendErr(s svc.RunStore, id string) error {
+	_, err := s.Append(context.Background(), id, svc.RunEvent{Type: svc.RunAgentStarted, Agent: "late", Timestamp: ts(1000)})
+	return err
+}
+
+func get(t *testing.T, s svc.RunStore, id string) svc.RunRecord {
+	t.Helper()
+	rec, err := s.Get(t.Context(), id)
+	mustOK(t, "Get "+id, err)
+	return rec
+}
+
+func eventsOf(t *testing.T, s svc.RunStore, id string, after int64) []svc.RunEvent {
+	t.Helper()
+	evs, err := s.Events(t.Context(), id, after)
+	mustOK(t, fmt.Sprintf("Events(%s, %d)", id, after), err)
+	return evs
+}
+
+func mustOK(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func mustKind(t *testing.T, what string, err, kind error) {
+	t.Helper()
+	if !errors.Is(err, kind) {
+		t.Errorf("%s: err = %v (kind %q), want a %s", what, err, svc.KindOf(err), kind)
+	}
+}
+
+// receiveN reads n events from ch, failing if it closes or stalls first.
+func receiveN(t *testing.T, ch <-chan svc.RunEvent, n int) []svc.RunEvent {
+	t.Helper()
+	timer := time.NewTimer(Wait)
+	defer timer.Stop()
+	out := make([]svc.RunEvent, 0, n)
+	for len(out) < n {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatalf("stream closed after %d of %d events: %+v", len(out), n, out)
+			}
+			out = append(out, ev)
+		case <-timer.C:
+			t.Fatalf("stream stalled after %d of %d events", len(out), n)
+		}
+	}
+	return out
+}
+
+// expectClosed fails unless ch closes, with no further event, within Wait.
+func expectClosed(t *testing.T, ch <-chan svc.RunEvent) {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if ok {
+			t.Fatalf("stream sent %+v, want it closed", ev)
+		}
+	case <-time.After(Wait):
+		t.Fatalf("stream still open after %v", Wait)
+	}
+}
+
+// drainClosed reads at most max events from ch and fails unless it closes.
+func drainClosed(t *testing.T, ch <-chan svc.RunEvent, max int) {
+	t.Helper()
+	timer := time.NewTimer(Wait)
+	defer timer.Stop()
+	for n := 0; ; n++ {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			if n >= max {
+				t.Fatalf("stream sent more than %d events after its context ended", max)
+			}
+		case <-timer.C:
+			t.Fatalf("stream still open %v after its context ended", Wait)
+		}
+	}
+}
+
+func checkRecord(t *testing.T, what string, got, want svc.RunRecord) {
+	t.Helper()
+	var diffs []string
+	diff := func(field string, g, w any) { diffs = append(diffs, fmt.Sprintf("%s = %v, want %v", field, g, w)) }
+	if got.RunID != want.RunID {
+		diff("RunID", got.RunID, want.RunID)
+	}
+	if got.Target != want.Target {
+		diff("Target", got.Target, want.Target)
+	}
+	if got.Kind != want.Kind {
+		diff("Kind", got.Kind, want.Kind)
+	}
+	if got.State != want.State {
+		diff("State", got.State, want.State)
+	}
+	if got.Reason != want.Reason {
+		diff("Reason", got.Reason, want.Reason)
+	}
+	if (got.Progress == nil) != (want.Progress == nil) || got.Progress != nil && *got.Progress != *want.Progress {
+		diff("Progress", got.Progress, want.Progress)
+	}
+	if !bytes.Equal(got.Result, want.Result) {
+		diff("Result", string(got.Result), string(want.Result))
+	}
+	if !got.CreatedAt.Equal(want.CreatedAt) {
+		diff("CreatedAt", got.CreatedAt, want.CreatedAt)
+	}
+	if !got.UpdatedAt.Equal(want.UpdatedAt) {
+		diff("UpdatedAt", got.UpdatedAt, want.UpdatedAt)
+	}
+	for _, d := range diffs {
+		t.Errorf("%s: %s", what, d)
+	}
+}
+
+func checkEvents(t *testing.T, what string, got, want []svc.RunEvent) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d events %+v, want %d %+v", what, len(got), got, len(want), want)
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Seq != w.Seq || g.Type != w.Type || g.RunID != w.RunID || g.Agent != w.Agent ||
+			g.TaskID != w.TaskID || g.Error != w.Error || !g.Timestamp.Equal(w.Timestamp) {
+			t.Errorf("%s: event %d = %+v, want %+v", what, i, g, w)
+		}
+	}
+}
