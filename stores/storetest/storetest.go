@@ -113,8 +113,14 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()
+	reopen := func() svc.RunStore {
+		s := open(t, dir)
+		// Closed here too, should a check stop the test early.
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
 
-	s := open(t, dir)
+	s := reopen()
 	// One run in each state, with progress, results, reasons and events.
 	create(t, s, "p")
 	mustOK(t, "SetProgress", s.SetProgress(ctx, "p", svc.RunProgress{Total: 2}))
@@ -144,7 +150,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	}
 	mustOK(t, "Close", s.Close())
 
-	s = open(t, dir)
+	s = reopen()
 	for _, id := range ids {
 		checkRecord(t, "after reopen, "+id, get(t, s, id), records[id])
 		checkEvents(t, "after reopen, "+id, eventsOf(t, s, id, 0), events[id])
@@ -161,7 +167,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	}
 	mustOK(t, "Close", s.Close())
 
-	s = open(t, dir)
+	s = reopen()
 	defer func() { mustOK(t, "Close", s.Close()) }()
 	for _, id := range []string{"p", "r", "n"} {
 		rec := get(t, s, id)
@@ -237,7 +243,7 @@ func testUnknownRun(t *testing.T, s svc.RunStore) {
 		{"Stream", func() error {
 			ch, err := s.Stream(ctx, id, 0)
 			if ch != nil {
-				return errors.New("Stream returned a channel with its error")
+				return errors.New("stream: a channel returned with an error")
 			}
 			return err
 		}},
@@ -634,23 +640,26 @@ func testStreamContextCancel(t *testing.T, s svc.RunStore) {
 	ctx, cancel := context.WithCancel(t.Context())
 	ch, err := s.Stream(ctx, "r1", 0)
 	mustOK(t, "Stream", err)
+	awaitIdle(t, s, ch, "r1")
 	cancel()
 	expectClosed(t, ch)
 
 	// So does one whose reader stopped reading with events pending: the
-	// store must not block forever on the send.
-	appendN(t, s, "r1", 20)
+	// store must not block on the send. A store that sends while the reader
+	// drains picks the send or the cancellation at random, so it may send
+	// a few more events but not half of the backlog (odds 2^-50).
+	appendN(t, s, "r1", 100)
 	ctx, cancel = context.WithCancel(t.Context())
 	ch, err = s.Stream(ctx, "r1", 0)
 	mustOK(t, "Stream", err)
-	receiveN(t, ch, 1)
+	receiveN(t, ch, 2)
 	cancel()
-	drainClosed(t, ch, 19)
+	drainClosed(t, ch, 50)
 
 	// A stream on a context already cancelled ends at once.
 	ch, err = s.Stream(ctx, "r1", 0)
 	if err == nil {
-		drainClosed(t, ch, 20)
+		drainClosed(t, ch, 50)
 	}
 }
 
@@ -659,6 +668,7 @@ func testStreamEndsOnInterrupt(t *testing.T, s svc.RunStore) {
 	drive(t, s, "r1", svc.RunRunning)
 	ch, err := s.Stream(ctx, "r1", 0)
 	mustOK(t, "Stream", err)
+	awaitIdle(t, s, ch, "r1")
 	if _, err := s.Interrupt(ctx); err != nil {
 		t.Fatalf("Interrupt: %v", err)
 	}
@@ -669,6 +679,7 @@ func testStreamEndsOnClose(t *testing.T, s svc.RunStore) {
 	drive(t, s, "r1", svc.RunRunning)
 	ch, err := s.Stream(t.Context(), "r1", 0)
 	mustOK(t, "Stream", err)
+	awaitIdle(t, s, ch, "r1")
 	mustOK(t, "Close", s.Close())
 	expectClosed(t, ch)
 }
@@ -898,6 +909,21 @@ func mustKind(t *testing.T, what string, err, kind error) {
 	if !errors.Is(err, kind) {
 		t.Errorf("%s: err = %v (kind %q), want a %s", what, err, svc.KindOf(err), kind)
 	}
+}
+
+// awaitIdle appends an event to run id, reads it from ch, and gives the
+// stream a moment to go back to waiting, so that what the caller does next
+// must wake a waiting stream rather than be seen by one still replaying. A
+// correct store passes without the pause; it only makes a missing wake-up
+// show every time instead of sometimes.
+func awaitIdle(t *testing.T, s svc.RunStore, ch <-chan svc.RunEvent, id string) {
+	t.Helper()
+	seq, err := s.Append(t.Context(), id, svc.RunEvent{Type: svc.RunAgentStarted, Agent: "idle", Timestamp: ts(0)})
+	mustOK(t, "Append", err)
+	if ev := receiveN(t, ch, 1)[0]; ev.Seq != seq {
+		t.Fatalf("stream sent %+v, want seq %d", ev, seq)
+	}
+	time.Sleep(20 * time.Millisecond)
 }
 
 // receiveN reads n events from ch, failing if it closes or stalls first.

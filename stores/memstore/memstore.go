@@ -1,0 +1,311 @@
+// Package memstore is the in-memory svc.RunStore: one mutex over a map of
+// runs, each with its event slice. It keeps nothing across restarts, so it
+// suits tests and single-process deployments that do not need durability.
+//
+// Streams wait on a per-run notification channel that every change closes
+// and replaces (a broadcast), so a stream wakes only when its run changed:
+// no polling, and no goroutine per append.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc"
+)
+
+// Store is an in-memory svc.RunStore. The zero value is not usable; call New.
+type Store struct {
+	mu     sync.Mutex
+	runs   map[string]*run
+	closed bool
+	done   chan struct{} // closed by Close, ends every stream
+	// streams counts live stream goroutines so Close can wait for them.
+	streams sync.WaitGroup
+}
+
+type run struct {
+	rec svc.RunRecord
+	// events[i] has Seq i+1. Elements are never rewritten once appended, so
+	// a stream may read a prefix of the slice after releasing the lock.
+	events []svc.RunEvent
+	// changed is closed and replaced whenever events are appended or the
+	// state changes, waking every stream of the run at once.
+	changed chan struct{}
+	// watched says a stream holds changed; without one, a change need not
+	// replace it (appends with nobody streaming allocate nothing for it).
+	watched bool
+}
+
+var _ svc.RunStore = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{runs: map[string]*run{}, done: make(chan struct{})}
+}
+
+// Create registers a new pending run; see svc.RunStore.
+func (s *Store) Create(_ context.Context, rec svc.RunRecord) error {
+	if rec.RunID == "" {
+		return svc.Errorf(svc.KindSpecValidation, "memstore: empty run id")
+	}
+	created := now()
+	if !rec.CreatedAt.IsZero() {
+		created = normTime(rec.CreatedAt)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed()
+	}
+	if r, ok := s.runs[rec.RunID]; ok {
+		return svc.Errorf(svc.KindRunState, "memstore: run %q already exists (%s)", rec.RunID, r.rec.State)
+	}
+	s.runs[rec.RunID] = &run{
+		rec: svc.RunRecord{
+			RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
+			CreatedAt: created, UpdatedAt: created,
+		},
+		changed: make(chan struct{}),
+	}
+	return nil
+}
+
+// Get returns a copy of a run's record.
+func (s *Store) Get(_ context.Context, runID string) (svc.RunRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookup(runID)
+	if err != nil {
+		return svc.RunRecord{}, err
+	}
+	rec := r.rec
+	if rec.Progress != nil {
+		p := *rec.Progress
+		rec.Progress = &p
+	}
+	rec.Result = cloneBytes(rec.Result)
+	return rec, nil
+}
+
+// SetState moves a run to next, appending final as its last event when not
+// nil; see svc.RunStore.
+func (s *Store) SetState(_ context.Context, runID string, next svc.RunState, reason string, final *svc.RunEvent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookup(runID)
+	if err != nil {
+		return err
+	}
+	if !r.rec.State.CanMove(next) {
+		return svc.Errorf(svc.KindRunState, "memstore: run %q is %s, cannot move to %q", runID, r.rec.State, next)
+	}
+	r.rec.State, r.rec.Reason, r.rec.UpdatedAt = next, reason, now()
+	if final != nil {
+		r.add(*final)
+	}
+	r.broadcast()
+	return nil
+}
+
+// SetProgress replaces a run's progress.
+func (s *Store) SetProgress(_ context.Context, runID string, p svc.RunProgress) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.live(runID, "progress")
+	if err != nil {
+		return err
+	}
+	r.rec.Progress, r.rec.UpdatedAt = &p, now()
+	return nil
+}
+
+// SetResult stores a copy of a run's result.
+func (s *Store) SetResult(_ context.Context, runID string, result json.RawMessage) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.live(runID, "a result")
+	if err != nil {
+		return err
+	}
+	r.rec.Result, r.rec.UpdatedAt = cloneBytes(result), now()
+	return nil
+}
+
+// Append adds an event to a run that is not terminal and returns its Seq.
+func (s *Store) Append(_ context.Context, runID string, ev svc.RunEvent) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.live(runID, "events")
+	if err != nil {
+		return 0, err
+	}
+	seq := r.add(ev)
+	r.broadcast()
+	return seq, nil
+}
+
+// Events returns a copy of a run's events with Seq > after.
+func (s *Store) Events(_ context.Context, runID string, after int64) ([]svc.RunEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	return append([]svc.RunEvent(nil), r.since(after)...), nil
+}
+
+// Stream sends a run's events with Seq > after, then follows it until it is
+// terminal, ctx ends or the store is closed; see svc.RunStore.
+func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan svc.RunEvent)
+	s.streams.Add(1)
+	go s.follow(ctx, r, after, out)
+	return out, nil
+}
+
+func (s *Store) follow(ctx context.Context, r *run, after int64, out chan<- svc.RunEvent) {
+	defer s.streams.Done()
+	defer close(out)
+	for {
+		s.mu.Lock()
+		pending, terminal, changed := r.since(after), r.rec.State.Terminal(), r.changed
+		r.watched = true
+		s.mu.Unlock()
+		for _, ev := range pending {
+			select {
+			case out <- ev:
+				after = ev.Seq
+			case <-ctx.Done():
+				return
+			case <-s.done:
+				return
+			}
+		}
+		// The state and the events were read together: a terminal run has
+		// no event left to send.
+		if terminal {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// Interrupt fails every pending or running run with reason "interrupted".
+func (s *Store) Interrupt(_ context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, errClosed()
+	}
+	n, t := 0, now()
+	for _, r := range s.runs {
+		if r.rec.State.Terminal() {
+			continue
+		}
+		r.rec.State, r.rec.Reason, r.rec.UpdatedAt = svc.RunFailed, "interrupted", t
+		r.broadcast()
+		n++
+	}
+	return n, nil
+}
+
+// Close ends every stream and waits for their goroutines; later calls are
+// no-ops. Every other method fails once the store is closed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.streams.Wait()
+	return nil
+}
+
+// lookup returns a run; s.mu is held.
+func (s *Store) lookup(runID string) (*run, error) {
+	if s.closed {
+		return nil, errClosed()
+	}
+	r, ok := s.runs[runID]
+	if !ok {
+		return nil, svc.Errorf(svc.KindRegistry, "memstore: unknown run %q", runID)
+	}
+	return r, nil
+}
+
+// live returns a run that may still change; s.mu is held. what names the
+// change refused for a terminal run.
+func (s *Store) live(runID, what string) (*run, error) {
+	r, err := s.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	if r.rec.State.Terminal() {
+		return nil, svc.Errorf(svc.KindRunState, "memstore: run %q is %s and takes no more %s", runID, r.rec.State, what)
+	}
+	return r, nil
+}
+
+// add appends ev with the next Seq and returns it.
+func (r *run) add(ev svc.RunEvent) int64 {
+	ev.Seq, ev.RunID = int64(len(r.events))+1, r.rec.RunID
+	if ev.Timestamp.IsZero() {
+		ev.Timestamp = now()
+	} else {
+		ev.Timestamp = normTime(ev.Timestamp)
+	}
+	r.events = append(r.events, ev)
+	return ev.Seq
+}
+
+// since returns the events with Seq > after, sharing r.events.
+func (r *run) since(after int64) []svc.RunEvent {
+	after = max(after, 0)
+	if after >= int64(len(r.events)) {
+		return nil
+	}
+	return r.events[after:len(r.events):len(r.events)]
+}
+
+func (r *run) broadcast() {
+	if !r.watched {
+		return
+	}
+	close(r.changed)
+	r.changed, r.watched = make(chan struct{}), false
+}
+
+// normTime keeps times in UTC to the microsecond, the precision every store
+// guarantees, so switching stores never changes what callers read.
+func normTime(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
+
+func now() time.Time { return normTime(time.Now()) }
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return bytes.Clone(b)
+}
+
+func errClosed() error { return svc.Errorf(svc.KindShuttingDown, "memstore: store is closed") }

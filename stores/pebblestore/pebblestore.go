@@ -1,0 +1,617 @@
+// Package pebblestore is a svc.RunStore kept in a Pebble database, the pure-Go
+// LSM of RocksDB lineage, in one directory owned by one process.
+//
+// Layout: "run/<id>" holds a run's record as JSON, "ev/<id>/<seq>" (seq
+// zero-padded to 20 digits, so keys sort by sequence number) holds each of its
+// events as JSON. Pebble has no transactions, so every change is a read, a
+// check against the state machine and one Batch applied with Sync, all under
+// the store's write lock: nothing interleaves between the check and the
+// write. A call returns once its batch is fsynced, so an acknowledged change
+// survives a crash; concurrent writers share fsyncs.
+//
+// Pebble locks its directory, so the process that opened the store sees every
+// write; Stream replays the stored events and then follows in-process
+// notifications rather than polling.
+package pebblestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/svc-dev/svc"
+)
+
+const (
+	runPrefix = "run/"
+	evPrefix  = "ev/"
+	seqDigits = 20 // enough for any int64
+	// slowDisk is how long a write may take before pebble reports the disk
+	// slow (pebble's own default).
+	slowDisk = 5 * time.Second
+)
+
+// Store is a Pebble-backed svc.RunStore. It is safe for concurrent use.
+type Store struct {
+	db       *pebble.DB
+	fsCloser io.Closer
+	dir      string
+
+	// mu serialises writers (read-check-write) against each other and lets
+	// readers run together; Close takes it to flip closed, so no operation
+	// touches db once Close has begun closing it.
+	mu     sync.RWMutex
+	closed bool
+	done   chan struct{}  // closed by Close: stops Stream goroutines
+	wg     sync.WaitGroup // Stream goroutines and writes waiting for fsync
+
+	subMu sync.Mutex
+	subs  map[string]map[*subscriber]struct{}
+}
+
+// subscriber wakes one Stream goroutine; the buffer of one coalesces bursts
+// so writers never block on a slow reader.
+type subscriber struct{ wake chan struct{} }
+
+var _ svc.RunStore = (*Store)(nil)
+
+// Open opens (creating if needed) the store in directory dir. Only one Store
+// may hold a directory at a time.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, svc.Errorf(svc.KindSpecValidation, "pebblestore: empty directory")
+	}
+	// The disk-health wrapper is pebble's default FS, built here because
+	// pebble leaks its ticker goroutine when Open fails; the store closes it.
+	fs, fsCloser := vfs.WithDiskHealthChecks(vfs.Default, slowDisk, nil, func(info vfs.DiskSlowInfo) {
+		pebble.DefaultLogger.Errorf("pebblestore: slow disk under %q: %s", dir, info)
+	})
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: quietLogger{}})
+	if err != nil {
+		_ = fsCloser.Close()
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q", dir))
+	}
+	return &Store{db: db, fsCloser: fsCloser, dir: dir, done: make(chan struct{}),
+		subs: map[string]map[*subscriber]struct{}{}}, nil
+}
+
+// Dir is the directory the store was opened on.
+func (s *Store) Dir() string { return s.dir }
+
+// Close stops every Stream, waits for their goroutines and closes the
+// database. A second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	// Stream goroutines read the database and writers may still wait for
+	// their fsync; pebble must not be closed under either.
+	s.wg.Wait()
+	err := s.db.Close()
+	_ = s.fsCloser.Close()
+	if err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: close %q", s.dir))
+	}
+	return nil
+}
+
+// Create registers rec as a new pending run.
+func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec.RunID == "" {
+		return svc.Errorf(svc.KindSpecValidation, "pebblestore: run id is empty")
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = time.Now()
+	}
+	// A new run starts bare whatever the caller filled in.
+	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
+	return s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+		switch _, err := s.load(rec.RunID); {
+		case err == nil:
+			return nil, svc.Errorf(svc.KindRunState, "run %q already exists", rec.RunID)
+		case !errors.Is(err, svc.ErrRegistry):
+			return nil, err
+		}
+		return []string{rec.RunID}, putRecord(b, &stored{RunRecord: rec})
+	})
+}
+
+// Get returns the record of runID.
+func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return svc.RunRecord{}, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return svc.RunRecord{}, errClosed()
+	}
+	st, err := s.load(runID)
+	if err != nil {
+		return svc.RunRecord{}, err
+	}
+	return st.RunRecord, nil
+}
+
+// SetState moves runID to next, appending final in the same batch.
+func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, reason string, final *svc.RunEvent) error {
+	return s.update(ctx, runID, func(st *stored, b *pebble.Batch) error {
+		if !st.State.CanMove(next) {
+			return svc.Errorf(svc.KindRunState, "run %q cannot move from %s to %s", runID, st.State, next)
+		}
+		st.State = next
+		st.Reason = reason
+		if final != nil {
+			if _, err := appendEvent(b, st, *final); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SetProgress replaces the progress of runID.
+func (s *Store) SetProgress(ctx context.Context, runID string, p svc.RunProgress) error {
+	return s.update(ctx, runID, func(st *stored, _ *pebble.Batch) error {
+		if err := refuseTerminal(st, "progress"); err != nil {
+			return err
+		}
+		st.Progress = &p
+		return nil
+	})
+}
+
+// SetResult stores the result of runID, which must be valid JSON; it is kept
+// byte for byte.
+func (s *Store) SetResult(ctx context.Context, runID string, result json.RawMessage) error {
+	if !json.Valid(result) {
+		return svc.Errorf(svc.KindSpecValidation, "pebblestore: result of run %q is not valid JSON", runID)
+	}
+	return s.update(ctx, runID, func(st *stored, _ *pebble.Batch) error {
+		if err := refuseTerminal(st, "result"); err != nil {
+			return err
+		}
+		st.Result = append(json.RawMessage(nil), result...)
+		return nil
+	})
+}
+
+// Append adds ev to runID's events and returns its sequence number. The
+// store sets Seq and RunID, and Timestamp when it is zero.
+func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int64, error) {
+	var seq int64
+	err := s.update(ctx, runID, func(st *stored, b *pebble.Batch) error {
+		if err := refuseTerminal(st, "event"); err != nil {
+			return err
+		}
+		var err error
+		seq, err = appendEvent(b, st, ev)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+// Events returns runID's events with Seq > after, in order.
+func (s *Store) Events(ctx context.Context, runID string, after int64) ([]svc.RunEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed()
+	}
+	if _, err := s.load(runID); err != nil {
+		return nil, err
+	}
+	return s.events(runID, after)
+}
+
+// Stream replays runID's events with Seq > after and follows new ones until
+// the run is terminal and every event was sent, ctx ends or the store
+// closes. The caller must drain the channel or cancel ctx.
+func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sub := &subscriber{wake: make(chan struct{}, 1)}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed()
+	}
+	if _, err := s.load(runID); err != nil {
+		return nil, err
+	}
+	// Subscribe before the goroutine's first read so no write between that
+	// read and the wait goes unnoticed.
+	s.subscribe(runID, sub)
+	out := make(chan svc.RunEvent)
+	// wg.Add under the read lock: Close cannot be waiting yet.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer s.unsubscribe(runID, sub)
+		s.follow(ctx, runID, after, sub, out)
+	}()
+	return out, nil
+}
+
+func (s *Store) follow(ctx context.Context, runID string, last int64, sub *subscriber, out chan<- svc.RunEvent) {
+	for {
+		evs, terminal, err := s.snapshot(runID, last)
+		if err != nil {
+			// The store closed, or the run vanished: end the stream, as
+			// the channel cannot carry an error.
+			return
+		}
+		for _, ev := range evs {
+			select {
+			case out <- ev:
+				last = ev.Seq
+			case <-ctx.Done():
+				return
+			case <-s.done:
+				return
+			}
+		}
+		if terminal {
+			return
+		}
+		select {
+		case <-sub.wake:
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// snapshot reads the run's state and its events after last under the read
+// lock, so no writer lands between the two: a terminal state read here means
+// every event is in evs or was already sent.
+func (s *Store) snapshot(runID string, last int64) ([]svc.RunEvent, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false, errClosed()
+	}
+	st, err := s.load(runID)
+	if err != nil {
+		return nil, false, err
+	}
+	evs, err := s.events(runID, last)
+	return evs, st.State.Terminal(), err
+}
+
+// Interrupt fails every pending or running run with reason "interrupted" in
+// one batch.
+func (s *Store) Interrupt(ctx context.Context) (int, error) {
+	var ids []string
+	err := s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(runPrefix), UpperBound: prefixEnd(runPrefix)})
+		if err != nil {
+			return nil, svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs")
+		}
+		now := time.Now().UTC()
+		for ok := it.First(); ok; ok = it.Next() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return nil, svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs")
+			}
+			st, err := decodeRecord(v)
+			if err != nil {
+				_ = it.Close()
+				return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode %q", it.Key()))
+			}
+			if st.State.Terminal() {
+				continue
+			}
+			st.State, st.Reason, st.UpdatedAt = svc.RunFailed, "interrupted", now
+			if err := putRecord(b, st); err != nil {
+				_ = it.Close()
+				return nil, err
+			}
+			ids = append(ids, st.RunID)
+		}
+		if err := it.Close(); err != nil {
+			return nil, svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs")
+		}
+		return ids, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// update runs fn on runID's record under the write lock and writes the
+// record back with whatever fn added to the batch.
+func (s *Store) update(ctx context.Context, runID string, fn func(*stored, *pebble.Batch) error) error {
+	return s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+		st, err := s.load(runID)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(st, b); err != nil {
+			return nil, err
+		}
+		st.UpdatedAt = time.Now().UTC()
+		return []string{runID}, putRecord(b, st)
+	})
+}
+
+// write is every change: prepare reads, checks and fills a batch under the
+// write lock and names the runs it changes; the batch is applied before the
+// lock is released, so the next writer's check sees it, and the caller then
+// waits for the WAL fsync outside the lock. Concurrent writers thereby
+// share fsyncs (pebble groups the syncs of batches queued together) while
+// each call still returns only once its change is durable.
+func (s *Store) write(ctx context.Context, prepare func(*pebble.Batch) ([]string, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed()
+	}
+	b := s.db.NewBatch()
+	ids, err := prepare(b)
+	if err == nil && len(ids) == 0 {
+		s.mu.Unlock()
+		_ = b.Close()
+		return nil
+	}
+	if err == nil {
+		if err = s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+			err = svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write %q", ids))
+		}
+	}
+	if err != nil {
+		s.mu.Unlock()
+		_ = b.Close()
+		return err
+	}
+	// Close waits for this sync before closing the database.
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	err = b.SyncWait()
+	_ = b.Close()
+	if err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: sync %q", ids))
+	}
+	// Streams are woken once the change is durable (a stream woken by
+	// another write may see it a little earlier, as pebble makes a batch
+	// visible before its fsync).
+	for _, id := range ids {
+		s.notify(id)
+	}
+	return nil
+}
+
+// load reads runID's record; the caller holds mu.
+func (s *Store) load(runID string) (*stored, error) {
+	v, closer, err := s.db.Get(runKey(runID))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, svc.Errorf(svc.KindRegistry, "run %q not found", runID)
+	}
+	if err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read run %q", runID))
+	}
+	defer closer.Close()
+	st, err := decodeRecord(v)
+	if err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode run %q", runID))
+	}
+	return st, nil
+}
+
+// events reads runID's events after seq after; the caller holds mu.
+func (s *Store) events(runID string, after int64) ([]svc.RunEvent, error) {
+	if after < 0 {
+		after = 0
+	}
+	prefix := evPrefix + runID + "/"
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: eventKey(runID, after+1),
+		UpperBound: prefixEnd(prefix),
+	})
+	if err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read events of %q", runID))
+	}
+	var evs []svc.RunEvent
+	for ok := it.First(); ok; ok = it.Next() {
+		// Ids may contain "/", so run "a" sees the keys of run "a/b" in its
+		// range; those are longer than prefix+seq and are skipped.
+		if len(it.Key()) != len(prefix)+seqDigits {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err == nil {
+			var ev svc.RunEvent
+			if err = json.Unmarshal(v, &ev); err == nil {
+				evs = append(evs, ev)
+				continue
+			}
+		}
+		_ = it.Close()
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read event %q", it.Key()))
+	}
+	if err := it.Close(); err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read events of %q", runID))
+	}
+	return evs, nil
+}
+
+func (s *Store) subscribe(runID string, sub *subscriber) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	m := s.subs[runID]
+	if m == nil {
+		m = map[*subscriber]struct{}{}
+		s.subs[runID] = m
+	}
+	m[sub] = struct{}{}
+}
+
+func (s *Store) unsubscribe(runID string, sub *subscriber) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	delete(s.subs[runID], sub)
+	if len(s.subs[runID]) == 0 {
+		delete(s.subs, runID)
+	}
+}
+
+func (s *Store) notify(runID string) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	for sub := range s.subs[runID] {
+		select {
+		case sub.wake <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// stored is the on-disk form of a run: the record plus the last sequence
+// number handed out, so Append needs no scan.
+type stored struct {
+	svc.RunRecord
+	LastSeq int64
+}
+
+// recordJSON fixes the on-disk field names independently of RunRecord's
+// tags. Result is []byte (base64 in JSON) because encoding/json would
+// compact a RawMessage and the result must be served byte for byte.
+type recordJSON struct {
+	RunID     string           `json:"run_id"`
+	Target    string           `json:"target"`
+	Kind      string           `json:"kind"`
+	State     svc.RunState     `json:"state"`
+	Progress  *svc.RunProgress `json:"progress,omitempty"`
+	Result    []byte           `json:"result,omitempty"`
+	Reason    string           `json:"reason,omitempty"`
+	CreatedAt time.Time        `json:"created_at"`
+	UpdatedAt time.Time        `json:"updated_at"`
+	LastSeq   int64            `json:"last_seq"`
+}
+
+func encodeRecord(st *stored) ([]byte, error) {
+	return json.Marshal(recordJSON{
+		RunID: st.RunID, Target: st.Target, Kind: st.Kind, State: st.State, Progress: st.Progress,
+		Result: st.Result, Reason: st.Reason, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
+	})
+}
+
+// decodeRecord parses a stored record, refusing one that could not have
+// been written by encodeRecord.
+func decodeRecord(b []byte) (*stored, error) {
+	var j recordJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, err
+	}
+	if j.RunID == "" || !j.State.Valid() || j.LastSeq < 0 {
+		return nil, fmt.Errorf("corrupt record (run_id %q, state %q, last_seq %d)", j.RunID, j.State, j.LastSeq)
+	}
+	st := &stored{LastSeq: j.LastSeq, RunRecord: svc.RunRecord{
+		RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
+		Reason: j.Reason, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
+	}}
+	if j.Result != nil {
+		st.Result = json.RawMessage(j.Result)
+	}
+	return st, nil
+}
+
+func putRecord(b *pebble.Batch, st *stored) error {
+	v, err := encodeRecord(st)
+	if err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: encode run %q", st.RunID))
+	}
+	return b.Set(runKey(st.RunID), v, nil)
+}
+
+// appendEvent numbers ev after st's last event and adds it to b.
+func appendEvent(b *pebble.Batch, st *stored, ev svc.RunEvent) (int64, error) {
+	st.LastSeq++
+	ev.Seq = st.LastSeq
+	ev.RunID = st.RunID
+	if ev.Timestamp.IsZero() {
+		ev.Timestamp = time.Now()
+	}
+	v, err := json.Marshal(ev)
+	if err != nil {
+		return 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: encode event of %q", st.RunID))
+	}
+	if err := b.Set(eventKey(st.RunID, ev.Seq), v, nil); err != nil {
+		return 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write event of %q", st.RunID))
+	}
+	return ev.Seq, nil
+}
+
+func refuseTerminal(st *stored, what string) error {
+	if st.State.Terminal() {
+		return svc.Errorf(svc.KindRunState, "run %q is %s: %s refused", st.RunID, st.State, what)
+	}
+	return nil
+}
+
+func runKey(runID string) []byte { return []byte(runPrefix + runID) }
+
+func eventKey(runID string, seq int64) []byte {
+	k := make([]byte, 0, len(evPrefix)+len(runID)+1+seqDigits)
+	k = append(k, evPrefix...)
+	k = append(k, runID...)
+	k = append(k, '/')
+	n := strconv.AppendInt(nil, seq, 10)
+	for range seqDigits - len(n) {
+		k = append(k, '0')
+	}
+	return append(k, n...)
+}
+
+// prefixEnd is the first key after every key starting with prefix; prefixes
+// here end in '/', which has a successor byte.
+func prefixEnd(prefix string) []byte {
+	end := []byte(prefix)
+	end[len(end)-1]++
+	return end
+}
+
+func errClosed() error { return svc.Errorf(svc.KindShuttingDown, "pebblestore: store is closed") }
+
+// quietLogger drops pebble's informational chatter (a library must not
+// write to the process log on every open) and keeps its errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+
+func (quietLogger) Errorf(format string, args ...any) { pebble.DefaultLogger.Errorf(format, args...) }
+
+func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fatalf(format, args...) }

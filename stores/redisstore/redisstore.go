@@ -1,0 +1,499 @@
+// Package redisstore is a svc.RunStore kept in Redis, shared by every process
+// that opens it with the same server and key prefix.
+//
+// Layout, for a run id under prefix P (default "svc:runs"):
+//
+//	P:<id>         hash    the record: run_id, target, kind, state, reason,
+//	                       created_at, updated_at (RFC 3339, UTC), seq (the
+//	                       last sequence number), progress (JSON) and result
+//	                       (the bytes given), the last two once set
+//	P:<id>:events  stream  the events; event n has the entry id "n-0" and the
+//	                       fields type, agent, task_id, error, ts. The
+//	                       transition to a terminal state adds the entry
+//	                       "n-1" (field "end"), n being the last event's seq,
+//	                       which wakes and ends every stream reader
+//	P::active      set     ids of the runs not yet terminal, for Interrupt
+//
+// Every change is one Lua script that checks the state machine and writes, so
+// the rules hold across processes: no change after a terminal state, and a
+// final event is appended in the same step as the transition. Once a run is
+// terminal its two keys get Options.TTL. Streams follow the events streams
+// with XREAD BLOCK, so they see writes made by any process; one blocking
+// reader per Store serves all of them (see stream.go).
+//
+// Run ids must not contain ':' (they would collide with another run's keys);
+// Create refuses them. The scripts touch a run's keys and the active set
+// together, so a Redis Cluster is not supported.
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/svc-dev/svc"
+)
+
+// DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
+const DefaultKeyPrefix = "svc:runs"
+
+const (
+	// block is how long one XREAD of the hub waits before it looks again at
+	// which runs to follow.
+	block = time.Second
+	// readBatch caps the entries one XREAD or XRANGE returns.
+	readBatch = 256
+	// pingTimeout bounds the reachability check of Open.
+	pingTimeout = 5 * time.Second
+)
+
+// Options configures Open. Exactly one of URL and Client must be set.
+type Options struct {
+	// URL is a redis:// or rediss:// URL (see redis.ParseURL); the store
+	// creates its own client and Close disconnects it.
+	URL string
+	// Client is an existing client; the store never closes it.
+	Client redis.UniversalClient
+	// KeyPrefix starts every key; trailing colons are stripped. Empty means
+	// DefaultKeyPrefix.
+	KeyPrefix string
+	// TTL is set on a run's keys once it is terminal; 0 keeps runs forever.
+	TTL time.Duration
+}
+
+// Store is a Redis-backed svc.RunStore. It is safe for concurrent use, and
+// several Stores, in one process or many, may share a server and prefix.
+type Store struct {
+	c      redis.UniversalClient
+	owned  bool // c was created by Open: Close closes it
+	prefix string
+	ttl    time.Duration
+
+	// mu is held shared by every call and exclusively by Close, so Close
+	// never closes the client under a command and no Stream starts after it.
+	mu     sync.RWMutex
+	closed bool
+	ctx    context.Context    // ends at Close; every Stream and the hub watch it
+	stop   context.CancelFunc // ends ctx
+	wg     sync.WaitGroup     // Stream goroutines and the hub
+
+	// The hub (stream.go) follows the runs Streams wait on.
+	hubMu      sync.Mutex
+	watching   map[string]*watched // run id → its readers
+	hubStarted bool
+	hubBlocked bool          // the hub is in (or about to enter) XREAD
+	hubKick    chan struct{} // wakes an idle hub
+	wakeKey    string        // interrupts a blocked hub
+}
+
+var _ svc.RunStore = (*Store)(nil)
+
+// Open connects to Redis (checking it answers PING) and returns the store.
+func Open(opts Options) (*Store, error) {
+	if (opts.URL == "") == (opts.Client == nil) {
+		return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: give exactly one of URL and Client")
+	}
+	if opts.TTL < 0 {
+		return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: negative TTL %v", opts.TTL)
+	}
+	prefix := strings.TrimRight(opts.KeyPrefix, ":")
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	c, owned, where := opts.Client, false, "the given client"
+	if opts.URL != "" {
+		where = redactURL(opts.URL)
+		o, err := redis.ParseURL(opts.URL)
+		if err != nil {
+			// ParseURL's message may quote the URL; Redact hides a password.
+			return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: bad URL %s: %s", where, redactErr(err, opts.URL))
+		}
+		c, owned = redis.NewClient(o), true
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		if owned {
+			_ = c.Close()
+		}
+		return nil, svc.Errorf(svc.KindRuntime, "redisstore: cannot reach redis at %s: %s", where, redactErr(err, opts.URL))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, ctx: ctx, stop: stop,
+		watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}, nil
+}
+
+// KeyPrefix is the prefix of the store's keys, trailing colons stripped.
+func (s *Store) KeyPrefix() string { return s.prefix }
+
+// Close ends every Stream and closes the client if Open created it. A second
+// Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.stop()
+	s.mu.Unlock()
+	s.hubMu.Lock()
+	blocked := s.hubBlocked
+	s.hubMu.Unlock()
+	if blocked {
+		// Spare Close the rest of the hub's XREAD block.
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		s.wakeHub(ctx)
+		cancel()
+	}
+	s.wg.Wait()
+	if !s.owned {
+		return nil
+	}
+	if err := s.c.Close(); err != nil {
+		return svc.Wrap(svc.KindRuntime, err, "redisstore: close client")
+	}
+	return nil
+}
+
+// Create registers rec as a new pending run.
+func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
+	if rec.RunID == "" || strings.Contains(rec.RunID, ":") {
+		return svc.Errorf(svc.KindSpecValidation, "redisstore: bad run id %q (empty or containing ':')", rec.RunID)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = time.Now()
+	}
+	created := formatTime(rec.CreatedAt)
+	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
+		n, err := createScript.Run(ctx, s.c, s.keys(rec.RunID), rec.RunID,
+			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
+			"reason", "", "created_at", created, "updated_at", created, "seq", 0).Int()
+		if err != nil {
+			return s.fail(err, "create", rec.RunID)
+		}
+		if n == 0 {
+			return svc.Errorf(svc.KindRunState, "run %q already exists", rec.RunID)
+		}
+		return nil
+	})
+}
+
+// Get returns the record of runID.
+func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
+	var rec svc.RunRecord
+	err := s.do(ctx, runID, func(ctx context.Context) error {
+		h, err := s.c.HGetAll(ctx, s.recKey(runID)).Result()
+		if err != nil {
+			return s.fail(err, "read", runID)
+		}
+		if len(h) == 0 {
+			return notFound(runID)
+		}
+		if rec, err = decodeRecord(h); err != nil {
+			return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode run %q", runID))
+		}
+		return nil
+	})
+	return rec, err
+}
+
+// SetState moves runID to next, appending final in the same script.
+func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, reason string, final *svc.RunEvent) error {
+	args := []any{runID, string(next), reason, formatTime(time.Now()), s.ttl.Milliseconds()}
+	if final != nil {
+		args = append(args, eventFields(*final)...)
+	}
+	return s.do(ctx, runID, func(ctx context.Context) error {
+		r, err := s.run(ctx, setStateScript, runID, "state", args...)
+		if err == nil && r.code == 2 {
+			return svc.Errorf(svc.KindRunState, "run %q cannot move from %s to %s", runID, r.state, next)
+		}
+		return err
+	})
+}
+
+// SetProgress replaces the progress of runID.
+func (s *Store) SetProgress(ctx context.Context, runID string, p svc.RunProgress) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return svc.Wrap(svc.KindRuntime, err, "redisstore: encode progress")
+	}
+	return s.setField(ctx, runID, "progress", b)
+}
+
+// SetResult stores the result of runID, which must be valid JSON; it is kept
+// byte for byte.
+func (s *Store) SetResult(ctx context.Context, runID string, result json.RawMessage) error {
+	if !json.Valid(result) {
+		return svc.Errorf(svc.KindSpecValidation, "redisstore: result of run %q is not valid JSON", runID)
+	}
+	return s.setField(ctx, runID, "result", []byte(result))
+}
+
+func (s *Store) setField(ctx context.Context, runID, field string, v []byte) error {
+	return s.do(ctx, runID, func(ctx context.Context) error {
+		r, err := s.run(ctx, setFieldScript, runID, field, field, v, formatTime(time.Now()))
+		if err == nil && r.code == 2 {
+			return refused(runID, r, field)
+		}
+		return err
+	})
+}
+
+// Append adds ev to runID's events and returns its sequence number. The
+// store sets Seq and RunID, and Timestamp when it is zero.
+func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int64, error) {
+	var seq int64
+	err := s.do(ctx, runID, func(ctx context.Context) error {
+		r, err := s.run(ctx, appendScript, runID, "event", eventFields(ev)...)
+		if err == nil && r.code == 2 {
+			return refused(runID, r, "event")
+		}
+		seq = r.seq
+		return err
+	})
+	return seq, err
+}
+
+// Events returns runID's events with Seq > after, in order.
+func (s *Store) Events(ctx context.Context, runID string, after int64) ([]svc.RunEvent, error) {
+	var evs []svc.RunEvent
+	err := s.do(ctx, runID, func(ctx context.Context) error {
+		after = max(after, 0)
+		if after == math.MaxInt64 {
+			after-- // nothing follows; keeps after+1 from overflowing
+		}
+		var exists *redis.IntCmd
+		var rng *redis.XMessageSliceCmd
+		// MULTI/EXEC: the existence check and the read see the same moment.
+		_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			exists = p.Exists(ctx, s.recKey(runID))
+			rng = p.XRange(ctx, s.evKey(runID), seqID(after+1, 0), "+")
+			return nil
+		})
+		if err != nil {
+			return s.fail(err, "read events of", runID)
+		}
+		if exists.Val() == 0 {
+			return notFound(runID)
+		}
+		for _, m := range rng.Val() {
+			ev, end, err := decodeEntry(m.ID, m.Values)
+			if err != nil {
+				return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode event %s of run %q", m.ID, runID))
+			}
+			if !end {
+				ev.RunID = runID
+				evs = append(evs, ev)
+			}
+		}
+		return nil
+	})
+	return evs, err
+}
+
+// Interrupt fails every pending or running run with reason "interrupted".
+// It acts on every run under the prefix, so with several processes sharing
+// a prefix it must only run when none of them has runs in flight.
+func (s *Store) Interrupt(ctx context.Context) (int, error) {
+	n := 0
+	err := s.do(ctx, "", func(ctx context.Context) error {
+		active := s.prefix + "::active"
+		now := formatTime(time.Now())
+		// SSCAN visits every member present throughout, even as the script
+		// removes the ones it handles.
+		it := s.c.SScan(ctx, active, 0, "", readBatch).Iterator()
+		for it.Next(ctx) {
+			id := it.Val()
+			done, err := interruptScript.Run(ctx, s.c, s.keys(id), id, now, s.ttl.Milliseconds()).Int()
+			if err != nil {
+				return s.fail(err, "interrupt", id)
+			}
+			n += done
+		}
+		if err := it.Err(); err != nil {
+			return svc.Wrap(svc.KindRuntime, err, "redisstore: scan active runs")
+		}
+		return nil
+	})
+	return n, err
+}
+
+// do runs fn unless the store is closed, holding the read lock so Close
+// waits for it, and answers an id that cannot name a run with RegistryError.
+func (s *Store) do(ctx context.Context, runID string, fn func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed()
+	}
+	if strings.Contains(runID, ":") {
+		return notFound(runID)
+	}
+	return fn(ctx)
+}
+
+// reply is what a change script answers: {0, seq} on success, {1, 0} for
+// an unknown run, {2, state code} for a refused change.
+type reply struct {
+	code  int64
+	seq   int64
+	state svc.RunState // the run's state, on a refusal
+}
+
+// run executes a change script on runID; what names the change in errors.
+func (s *Store) run(ctx context.Context, script *redis.Script, runID, what string, args ...any) (reply, error) {
+	res, err := script.Run(ctx, s.c, s.keys(runID), args...).Int64Slice()
+	if err != nil {
+		return reply{}, s.fail(err, "write "+what+" of", runID)
+	}
+	if len(res) != 2 || res[0] < 0 || res[0] > 2 {
+		return reply{}, svc.Errorf(svc.KindRuntime, "redisstore: write %s of run %q: unexpected reply %v", what, runID, res)
+	}
+	r := reply{code: res[0]}
+	switch r.code {
+	case 0:
+		r.seq = res[1]
+	case 1:
+		return r, notFound(runID)
+	case 2:
+		r.state = stateNames[res[1]]
+	}
+	return r, nil
+}
+
+// refused is the RunStateError for a change the script refused because the
+// run is terminal.
+func refused(runID string, r reply, what string) error {
+	return svc.Errorf(svc.KindRunState, "run %q is %s: %s refused", runID, r.state, what)
+}
+
+func (s *Store) fail(err error, what, runID string) error {
+	return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: %s run %q", what, runID))
+}
+
+func (s *Store) recKey(runID string) string { return s.prefix + ":" + runID }
+func (s *Store) evKey(runID string) string  { return s.prefix + ":" + runID + ":events" }
+
+// keys are the KEYS of every script: record, events, active set.
+func (s *Store) keys(runID string) []string {
+	return []string{s.recKey(runID), s.evKey(runID), s.prefix + "::active"}
+}
+
+// stateNames decodes the state a script reports with a refusal (scripts
+// return numbers, so the Int64Slice reply stays uniform).
+var stateNames = map[int64]svc.RunState{1: svc.RunPending, 2: svc.RunRunning, 3: svc.RunCompleted, 4: svc.RunFailed, 5: svc.RunCancelled}
+
+func notFound(runID string) error { return svc.Errorf(svc.KindRegistry, "run %q not found", runID) }
+
+func errClosed() error { return svc.Errorf(svc.KindShuttingDown, "redisstore: store is closed") }
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func seqID(seq int64, sub int) string { return strconv.FormatInt(seq, 10) + "-" + strconv.Itoa(sub) }
+
+func parseInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// eventFields are the stream fields of ev; empty ones are left out.
+func eventFields(ev svc.RunEvent) []any {
+	if ev.Timestamp.IsZero() {
+		ev.Timestamp = time.Now()
+	}
+	f := []any{"type", string(ev.Type), "ts", formatTime(ev.Timestamp)}
+	for _, kv := range [][2]string{{"agent", ev.Agent}, {"task_id", ev.TaskID}, {"error", ev.Error}} {
+		if kv[1] != "" {
+			f = append(f, kv[0], kv[1])
+		}
+	}
+	return f
+}
+
+// decodeEntry parses an events stream entry: an event ("<seq>-0") or the
+// end marker ("<seq>-1"). RunID is left to the caller.
+func decodeEntry(id string, values map[string]any) (ev svc.RunEvent, end bool, err error) {
+	seqPart, sub, ok := strings.Cut(id, "-")
+	seq, err := strconv.ParseInt(seqPart, 10, 64)
+	if !ok || err != nil || seq < 0 {
+		return ev, false, fmt.Errorf("bad entry id %q", id)
+	}
+	str := func(k string) string { v, _ := values[k].(string); return v }
+	switch sub {
+	case "1":
+		if _, ok := values["end"]; !ok {
+			return ev, false, fmt.Errorf("entry %q: marker without end field", id)
+		}
+		return ev, true, nil
+	case "0":
+	default:
+		return ev, false, fmt.Errorf("bad entry id %q", id)
+	}
+	if seq == 0 || str("type") == "" {
+		return ev, false, fmt.Errorf("entry %q: no event", id)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, str("ts"))
+	if err != nil {
+		return ev, false, fmt.Errorf("entry %q: timestamp: %w", id, err)
+	}
+	return svc.RunEvent{Seq: seq, Type: svc.RunEventType(str("type")), Agent: str("agent"),
+		TaskID: str("task_id"), Error: str("error"), Timestamp: ts}, false, nil
+}
+
+// decodeRecord parses a record hash.
+func decodeRecord(h map[string]string) (svc.RunRecord, error) {
+	rec := svc.RunRecord{RunID: h["run_id"], Target: h["target"], Kind: h["kind"], State: svc.RunState(h["state"]), Reason: h["reason"]}
+	if rec.RunID == "" || !rec.State.Valid() {
+		return svc.RunRecord{}, fmt.Errorf("corrupt record (run_id %q, state %q)", rec.RunID, rec.State)
+	}
+	var err error
+	if rec.CreatedAt, err = time.Parse(time.RFC3339Nano, h["created_at"]); err != nil {
+		return svc.RunRecord{}, fmt.Errorf("created_at: %w", err)
+	}
+	if rec.UpdatedAt, err = time.Parse(time.RFC3339Nano, h["updated_at"]); err != nil {
+		return svc.RunRecord{}, fmt.Errorf("updated_at: %w", err)
+	}
+	if p, ok := h["progress"]; ok {
+		rec.Progress = new(svc.RunProgress)
+		if err := json.Unmarshal([]byte(p), rec.Progress); err != nil {
+			return svc.RunRecord{}, fmt.Errorf("progress: %w", err)
+		}
+	}
+	if r, ok := h["result"]; ok {
+		rec.Result = json.RawMessage(r)
+	}
+	return rec, nil
+}
+
+// redactURL names a URL without its password, for errors.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return strconv.Quote(u.Redacted())
+}
+
+// redactErr is err's text with any password of raw masked.
+func redactErr(err error, raw string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return msg
+}

@@ -1,0 +1,602 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/redisstore"
+	"github.com/svc-dev/svc/stores/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// startRedis runs a throwaway redis-server on a free loopback port for the
+// test and returns its redis:// URL. CI installs redis-server, so a missing
+// binary fails rather than skips.
+func startRedis(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found (%v): install redis-server (apt-get install -y redis-server)", err)
+	}
+	// The port is free when picked but may be taken before redis binds it;
+	// a few attempts make that race harmless.
+	var lastErr error
+	for range 3 {
+		url, err := tryStartRedis(t, bin)
+		if err == nil {
+			return url
+		}
+		lastErr = err
+	}
+	t.Fatalf("starting redis-server: %v", lastErr)
+	return ""
+}
+
+func tryStartRedis(t testing.TB, bin string) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "redis.log")
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", logFile)
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return "redis://127.0.0.1:" + port, nil
+		}
+		select {
+		case werr := <-exited:
+			exited <- werr // for the cleanup
+			log, _ := os.ReadFile(logFile)
+			return "", fmt.Errorf("redis-server exited (%v): %s", werr, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("redis-server on port %s does not answer PING: %v", port, err)
+		}
+	}
+}
+
+var prefixes atomic.Int64
+
+// uniquePrefix keeps the stores of one server apart.
+func uniquePrefix() string { return fmt.Sprintf("test%d", prefixes.Add(1)) }
+
+func open(t testing.TB, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// rawClient is a plain client on the server, to look at keys.
+func rawClient(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestContract(t *testing.T) {
+	url := startRedis(t)
+	storetest.Run(t, func(t *testing.T) svc.RunStore {
+		return open(t, redisstore.Options{URL: url, KeyPrefix: uniquePrefix()})
+	})
+}
+
+// The same suite with a TTL and a store given a client: the TTL must not
+// change anything while runs live, and a given client must work throughout.
+func TestContractClientTTL(t *testing.T) {
+	url := startRedis(t)
+	c := rawClient(t, url)
+	storetest.Run(t, func(t *testing.T) svc.RunStore {
+		return open(t, redisstore.Options{Client: c, KeyPrefix: uniquePrefix(), TTL: time.Hour})
+	})
+}
+
+func TestOpenErrors(t *testing.T) {
+	url := startRedis(t)
+	c := rawClient(t, url)
+	closed := freeClosedPort(t)
+	tests := []struct {
+		name  string
+		opts  redisstore.Options
+		kind  error
+		want  string // in the message
+		avoid string // never in the message
+	}{
+		{"neither URL nor client", redisstore.Options{}, svc.ErrSpecValidation, "exactly one of URL and Client", ""},
+		{"both URL and client", redisstore.Options{URL: url, Client: c}, svc.ErrSpecValidation, "exactly one of URL and Client", ""},
+		{"negative TTL", redisstore.Options{URL: url, TTL: -time.Second}, svc.ErrSpecValidation, "negative TTL", ""},
+		{"wrong scheme", redisstore.Options{URL: "http://127.0.0.1:6379"}, svc.ErrSpecValidation, "bad URL", ""},
+		{"not a URL", redisstore.Options{URL: "::nonsense"}, svc.ErrSpecValidation, "bad URL", ""},
+		{"bad db", redisstore.Options{URL: "redis://:hunter2@127.0.0.1:6379/notanumber"}, svc.ErrSpecValidation, "bad URL", "hunter2"},
+		{"nobody listening", redisstore.Options{URL: "redis://:hunter2@127.0.0.1:" + closed}, svc.ErrRuntime, "cannot reach redis at", "hunter2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := redisstore.Open(tc.opts)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Open = %v (%s), want a %v saying %q", err, svc.KindOf(err), tc.kind, tc.want)
+			}
+			if tc.avoid != "" && strings.Contains(err.Error(), tc.avoid) {
+				t.Errorf("Open error %q leaks %q", err, tc.avoid)
+			}
+		})
+	}
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("the client given to a refused Open no longer works: %v", err)
+	}
+}
+
+// freeClosedPort is a loopback port nobody listens on (any more).
+func freeClosedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func TestKeyPrefix(t *testing.T) {
+	url := startRedis(t)
+	raw := rawClient(t, url)
+	ctx := t.Context()
+	tests := []struct{ in, want string }{
+		{"", redisstore.DefaultKeyPrefix},
+		{"app:runs", "app:runs"},
+		{"app:runs:", "app:runs"},
+		{"other::", "other"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			s := open(t, redisstore.Options{URL: url, KeyPrefix: tc.in})
+			if got := s.KeyPrefix(); got != tc.want {
+				t.Fatalf("KeyPrefix = %q, want %q", got, tc.want)
+			}
+			id := "run-" + uniquePrefix()
+			if err := s.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: "agent"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Append(ctx, id, svc.RunEvent{Type: svc.RunAgentStarted}); err != nil {
+				t.Fatal(err)
+			}
+			for key, typ := range map[string]string{tc.want + ":" + id: "hash", tc.want + ":" + id + ":events": "stream"} {
+				if got := raw.Type(ctx, key).Val(); got != typ {
+					t.Errorf("TYPE %s = %q, want %q", key, got, typ)
+				}
+			}
+		})
+	}
+}
+
+func TestRunIDWithColon(t *testing.T) {
+	s := open(t, redisstore.Options{URL: startRedis(t), KeyPrefix: uniquePrefix()})
+	ctx := t.Context()
+	if err := s.Create(ctx, svc.RunRecord{RunID: "a:events", Target: "t"}); !errors.Is(err, svc.ErrSpecValidation) {
+		t.Errorf("Create with ':' in the id = %v, want a SpecValidationError", err)
+	}
+	if err := s.Create(ctx, svc.RunRecord{RunID: "a", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "a:events"); !errors.Is(err, svc.ErrRegistry) {
+		t.Errorf("Get of an id with ':' = %v, want a RegistryError", err)
+	}
+	if _, err := s.Stream(ctx, "a:events", 0); !errors.Is(err, svc.ErrRegistry) {
+		t.Errorf("Stream of an id with ':' = %v, want a RegistryError", err)
+	}
+}
+
+func TestTTL(t *testing.T) {
+	url := startRedis(t)
+	raw := rawClient(t, url)
+	ctx := t.Context()
+	ttlOf := func(t *testing.T, key string) time.Duration {
+		t.Helper()
+		d, err := raw.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	tests := []struct {
+		name string
+		ttl  time.Duration
+		end  func(s *redisstore.Store, id string) error
+	}{
+		{"completed", time.Minute, func(s *redisstore.Store, id string) error {
+			return s.SetState(ctx, id, svc.RunCompleted, "", &svc.RunEvent{Type: svc.RunGroupCompleted})
+		}},
+		{"failed without final event", time.Minute, func(s *redisstore.Store, id string) error {
+			return s.SetState(ctx, id, svc.RunFailed, "boom", nil)
+		}},
+		{"interrupted", time.Minute, func(s *redisstore.Store, _ string) error {
+			_, err := s.Interrupt(ctx)
+			return err
+		}},
+		{"no ttl", 0, func(s *redisstore.Store, id string) error {
+			return s.SetState(ctx, id, svc.RunCancelled, "", &svc.RunEvent{Type: svc.RunRunCancelled})
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := uniquePrefix()
+			s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, TTL: tc.ttl})
+			const id = "r1"
+			rec, evs := prefix+":"+id, prefix+":"+id+":events"
+			if err := s.Create(ctx, svc.RunRecord{RunID: id, Target: "t", Kind: "agent"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetState(ctx, id, svc.RunRunning, "", nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Append(ctx, id, svc.RunEvent{Type: svc.RunAgentStarted}); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{rec, evs} {
+				if d := ttlOf(t, k); d != -1 {
+					t.Errorf("PTTL %s of a running run = %v, want none (-1)", k, d)
+				}
+			}
+			if err := tc.end(s, id); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{rec, evs} {
+				d := ttlOf(t, k)
+				if tc.ttl == 0 && d != -1 || tc.ttl > 0 && (d <= 0 || d > tc.ttl) {
+					t.Errorf("PTTL %s of an ended run = %v, want %v", k, d, tc.ttl)
+				}
+			}
+		})
+	}
+
+	// A short TTL really removes the run.
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: uniquePrefix(), TTL: 50 * time.Millisecond})
+	if err := s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetState(ctx, "r1", svc.RunCancelled, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err := s.Get(ctx, "r1")
+		if errors.Is(err, svc.ErrRegistry) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Get 10 s after a 50 ms TTL = %v, want a RegistryError", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCloseKeepsGivenClient(t *testing.T) {
+	url := startRedis(t)
+	c := rawClient(t, url)
+	s := open(t, redisstore.Options{Client: c, KeyPrefix: uniquePrefix()})
+	if err := s.Create(t.Context(), svc.RunRecord{RunID: "r1", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("the given client after Close: %v", err)
+	}
+	if _, err := s.Get(t.Context(), "r1"); !errors.Is(err, svc.ErrShuttingDown) {
+		t.Errorf("Get after Close = %v, want a ShuttingDownError", err)
+	}
+}
+
+func TestCloseDisconnectsOwnClient(t *testing.T) {
+	url := startRedis(t)
+	raw := rawClient(t, url)
+	name := "svc-" + uniquePrefix()
+	s := open(t, redisstore.Options{URL: url + "?client_name=" + name, KeyPrefix: uniquePrefix()})
+	ctx := t.Context()
+	if err := s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	connected := func() bool {
+		list, err := raw.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(list, "name="+name+" ")
+	}
+	if !connected() {
+		t.Fatalf("no connection named %s before Close", name)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); connected(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the store's own connection is still open 10 s after Close")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two stores with their own clients, as two processes would have: one
+// streams live what the other writes, and the state machine holds between
+// them.
+func TestCrossProcess(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	writer := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	reader := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	ctx := t.Context()
+
+	if err := writer.Create(ctx, svc.RunRecord{RunID: "r1", Target: "t", Kind: "group"}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := reader.Stream(ctx, "r1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.SetState(ctx, "r1", svc.RunRunning, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	receive := func() (svc.RunEvent, bool) {
+		select {
+		case ev, ok := <-ch:
+			return ev, ok
+		case <-time.After(10 * time.Second):
+			t.Fatal("the reader's stream stalled")
+			return svc.RunEvent{}, false
+		}
+	}
+	// One event at a time: each reaches the other store before the next is
+	// written, so it is followed live, not replayed.
+	for i := int64(1); i <= 3; i++ {
+		seq, err := writer.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted, Agent: fmt.Sprint("a", i)})
+		if err != nil || seq != i {
+			t.Fatalf("Append = %d, %v", seq, err)
+		}
+		if ev, ok := receive(); !ok || ev.Seq != i || ev.Agent != fmt.Sprint("a", i) || ev.RunID != "r1" {
+			t.Fatalf("reader got %+v (open %v), want event %d", ev, ok, i)
+		}
+	}
+	if rec, err := reader.Get(ctx, "r1"); err != nil || rec.State != svc.RunRunning {
+		t.Fatalf("reader Get = %+v, %v", rec, err)
+	}
+	if err := writer.SetState(ctx, "r1", svc.RunCompleted, "", &svc.RunEvent{Type: svc.RunGroupCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := receive(); !ok || ev.Seq != 4 || ev.Type != svc.RunGroupCompleted {
+		t.Fatalf("reader got %+v (open %v), want group_completed 4", ev, ok)
+	}
+	if ev, ok := receive(); ok {
+		t.Fatalf("reader got %+v after the final event, want the stream closed", ev)
+	}
+	// The terminal rule binds the other store too.
+	if _, err := reader.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted}); !errors.Is(err, svc.ErrRunState) {
+		t.Errorf("Append from the other store after the end = %v, want a RunStateError", err)
+	}
+}
+
+// Racing transitions from two stores: for each run exactly one of
+// "complete" and "cancel" wins, and only the winner's final event exists.
+func TestCrossProcessRace(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	a := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	b := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	ctx := t.Context()
+	const runs = 50
+	for i := range runs {
+		id := fmt.Sprint("r", i)
+		if err := a.Create(ctx, svc.RunRecord{RunID: id, Target: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SetState(ctx, id, svc.RunRunning, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	wins := make([][2]bool, runs)
+	for i := range runs {
+		id := fmt.Sprint("r", i)
+		for j, tr := range []struct {
+			s     *redisstore.Store
+			state svc.RunState
+			typ   svc.RunEventType
+		}{{a, svc.RunCompleted, svc.RunGroupCompleted}, {b, svc.RunCancelled, svc.RunRunCancelled}} {
+			wg.Go(func() {
+				err := tr.s.SetState(ctx, id, tr.state, "", &svc.RunEvent{Type: tr.typ})
+				switch {
+				case err == nil:
+					wins[i][j] = true
+				case !errors.Is(err, svc.ErrRunState):
+					t.Errorf("SetState %s %s: %v", id, tr.state, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i := range runs {
+		id := fmt.Sprint("r", i)
+		if wins[i][0] == wins[i][1] {
+			t.Errorf("%s: complete won %v, cancel won %v; want exactly one", id, wins[i][0], wins[i][1])
+			continue
+		}
+		rec, err := a.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := b.Events(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, typ := svc.RunCompleted, svc.RunGroupCompleted
+		if wins[i][1] {
+			want, typ = svc.RunCancelled, svc.RunRunCancelled
+		}
+		if rec.State != want || len(evs) != 1 || evs[0].Type != typ {
+			t.Errorf("%s: state %s, events %+v; want %s with one %s", id, rec.State, evs, want, typ)
+		}
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	url := startRedis(b)
+	s := open(b, redisstore.Options{URL: url})
+	ctx := context.Background()
+	if err := s.Create(ctx, svc.RunRecord{RunID: "bench", Target: "echo", Kind: "agent"}); err != nil {
+		b.Fatal(err)
+	}
+	ev := svc.RunEvent{Type: svc.RunAgentStarted, Agent: "echo", TaskID: "t1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Append(ctx, "bench", ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+}
+
+// More events than one read returns: replay and a live burst both arrive
+// whole and in order, for a reader and for one resuming halfway.
+func TestStreamManyEvents(t *testing.T) {
+	s := open(t, redisstore.Options{URL: startRedis(t), KeyPrefix: uniquePrefix()})
+	ctx := t.Context()
+	const history, burst = 600, 700
+	if err := s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	for range history {
+		if _, err := s.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from0, err := s.Stream(ctx, "r1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from300, err := s.Stream(ctx, "r1", 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range burst {
+			if _, err := s.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := s.SetState(ctx, "r1", svc.RunCancelled, "", &svc.RunEvent{Type: svc.RunRunCancelled}); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, tc := range []struct {
+		ch    <-chan svc.RunEvent
+		after int64
+	}{{from0, 0}, {from300, 300}} {
+		want := tc.after + 1
+		timeout := time.After(30 * time.Second)
+	read:
+		for {
+			select {
+			case ev, ok := <-tc.ch:
+				if !ok {
+					break read
+				}
+				if ev.Seq != want {
+					t.Fatalf("stream after %d: got seq %d, want %d", tc.after, ev.Seq, want)
+				}
+				want++
+			case <-timeout:
+				t.Fatalf("stream after %d stalled at seq %d", tc.after, want)
+			}
+		}
+		if want != history+burst+2 {
+			t.Errorf("stream after %d ended before seq %d", tc.after, want)
+		}
+	}
+}
+
+// A Stream opened while the store's hub blocks on another run's stream
+// interrupts it: its first live event does not wait out the block (1 s).
+func TestStreamJoinsBlockedHub(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	writer := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	ctx := t.Context()
+	for _, id := range []string{"idle", "busy"} {
+		if err := s.Create(ctx, svc.RunRecord{RunID: id, Target: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Stream(ctx, "idle", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		ch, err := s.Stream(ctx, "busy", int64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := writer.Append(ctx, "busy", svc.RunEvent{Type: svc.RunAgentStarted}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("stream stalled")
+		}
+		// Half the block: generous for a round trip, short of a timeout.
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("join #%d: first live event after %v, want it well under the 1 s block", i, d)
+		}
+	}
+}

@@ -1,0 +1,713 @@
+// Package sqlitestore is the svc.RunStore kept in one SQLite file, through
+// the pure-Go modernc.org/sqlite driver (no cgo).
+//
+// The file is in WAL mode, so readers (Get, Events, streams) never wait for
+// the writer. Writes go through one connection, which queues this process's
+// writers in Go rather than in SQLite's sleeping busy handler; busy_timeout
+// covers other processes writing the same file. synchronous=NORMAL: a
+// process crash loses nothing committed, a power cut may lose the last
+// commits.
+//
+// The state machine is enforced in SQL: every change is a conditional UPDATE
+// (or INSERT … SELECT) that matches only runs in a state that allows it, so
+// a late writer in any process is refused by the store itself.
+//
+// Streams replay from the run_events table and then wait for a signal from
+// this process's writers, with a slow poll (PollInterval) for writers in
+// other processes.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/svc-dev/svc"
+)
+
+// PollInterval is how often a waiting stream re-reads its run, to see
+// changes made by other processes sharing the file; changes made through
+// the same Store wake it at once.
+const PollInterval = 250 * time.Millisecond
+
+// busyTimeoutMS bounds how long a statement waits for another process's
+// write lock before failing.
+const busyTimeoutMS = 5000
+
+// schemaVersion is stored in PRAGMA user_version; a file from a newer
+// version is refused rather than misread.
+const schemaVersion = 1
+
+// pageSize is how many events a stream reads per query, bounding its memory
+// on long histories.
+const pageSize = 512
+
+const schema = `
+CREATE TABLE IF NOT EXISTS runs (
+	run_id     TEXT PRIMARY KEY,
+	target     TEXT NOT NULL,
+	kind       TEXT NOT NULL,
+	state      TEXT NOT NULL,
+	progress   TEXT,             -- RunProgress JSON, NULL until the first update
+	result     BLOB,             -- served verbatim, NULL until set
+	reason     TEXT NOT NULL DEFAULT '',
+	created_at INTEGER NOT NULL, -- Unix microseconds
+	updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_state ON runs (state);
+CREATE TABLE IF NOT EXISTS run_events (
+	run_id  TEXT NOT NULL,
+	seq     INTEGER NOT NULL,
+	type    TEXT NOT NULL,
+	agent   TEXT NOT NULL,
+	task_id TEXT NOT NULL,
+	error   TEXT NOT NULL,
+	ts      INTEGER NOT NULL,    -- Unix microseconds
+	PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+`
+
+// SQL statements. ?1 is always the run id. A state list of two is enough:
+// no state is reachable from more than two others.
+const (
+	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at)
+		VALUES (?1, ?2, ?3, 'pending', ?4, ?4) ON CONFLICT (run_id) DO NOTHING`
+	sqlGet = `SELECT target, kind, state, progress, result, reason, created_at, updated_at
+		FROM runs WHERE run_id = ?1`
+	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
+	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
+		WHERE run_id = ?1 AND state IN (?5, ?6)`
+	sqlSetProgress = `UPDATE runs SET progress = ?2, updated_at = ?3
+		WHERE run_id = ?1 AND state IN ('pending', 'running')`
+	sqlSetResult = `UPDATE runs SET result = ?2, updated_at = ?3
+		WHERE run_id = ?1 AND state IN ('pending', 'running')`
+	// sqlAppend numbers and inserts an event in one statement, and only
+	// while the run is not terminal: the statement takes the write lock
+	// before it reads, so no other writer can slip in between.
+	sqlAppend = `INSERT INTO run_events (run_id, seq, type, agent, task_id, error, ts)
+		SELECT ?1, COALESCE((SELECT MAX(seq) FROM run_events WHERE run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6
+		FROM runs WHERE run_id = ?1 AND state IN ('pending', 'running')
+		RETURNING seq`
+	// sqlAppendFinal appends SetState's final event inside its transaction,
+	// after the state has already moved to terminal.
+	sqlAppendFinal = `INSERT INTO run_events (run_id, seq, type, agent, task_id, error, ts)
+		VALUES (?1, COALESCE((SELECT MAX(seq) FROM run_events WHERE run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6)`
+	// sqlEvents reads a run's state with a page of its events, from one
+	// snapshot: when the state is terminal, the events are complete. A run
+	// without events yields one row of NULL events; an unknown run, none.
+	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts
+		FROM runs r LEFT JOIN run_events e ON e.run_id = r.run_id AND e.seq > ?2
+		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
+	sqlInterrupt = `UPDATE runs SET state = 'failed', reason = 'interrupted', updated_at = ?1
+		WHERE state IN ('pending', 'running') RETURNING run_id`
+)
+
+// Store is a svc.RunStore in one SQLite file. It is safe for concurrent
+// use, and several processes may share the file.
+type Store struct {
+	path string
+	// writer has a single connection, so this process's writes queue in
+	// database/sql instead of spinning in SQLite's busy handler.
+	writer *sql.DB
+	// reader is a small pool of query-only connections; WAL lets them read
+	// while the writer writes.
+	reader *sql.DB
+	stmt   statements
+
+	notify notifier
+	poll   time.Duration // PollInterval; tests raise it to prove the signals
+	// closeMu orders Stream's registration of a goroutine against Close.
+	closeMu sync.Mutex
+	closed  atomic.Bool
+	done    chan struct{} // closed by Close, ends every stream
+	streams sync.WaitGroup
+}
+
+var _ svc.RunStore = (*Store)(nil)
+
+// Open opens the store in the file at path, creating the file and its
+// tables if needed. The directory must exist.
+func Open(path string) (*Store, error) {
+	abs, err := checkPath(path)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) error {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: open %q", path))
+	}
+	// An absolute path never starts with "file:", so the driver passes it
+	// to SQLite as a plain file name, not a URI.
+	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)", busyTimeoutMS)
+	writer, err := sql.Open("sqlite", abs+"?"+params+"&_txlock=immediate")
+	if err != nil {
+		return nil, fail(err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+	if err := initSchema(writer); err != nil {
+		writer.Close()
+		return nil, fail(err)
+	}
+	reader, err := sql.Open("sqlite", abs+"?"+params+"&_pragma=query_only(1)")
+	if err != nil {
+		writer.Close()
+		return nil, fail(err)
+	}
+	reader.SetMaxOpenConns(4)
+	reader.SetMaxIdleConns(4)
+	s := &Store{
+		path: path, writer: writer, reader: reader, poll: PollInterval,
+		notify: notifier{chans: map[string]chan struct{}{}}, done: make(chan struct{}),
+	}
+	if err := s.stmt.prepare(writer, reader); err != nil {
+		_ = s.stmt.close()
+		reader.Close()
+		writer.Close()
+		return nil, fail(err)
+	}
+	return s, nil
+}
+
+// statements are prepared once: preparing costs as much as running these
+// small statements. database/sql prepares each again, lazily, on every
+// connection of its pool that runs it.
+type statements struct {
+	create, setState, setProgress, setResult, append, appendFinal *sql.Stmt // writer
+	get, state, events                                            *sql.Stmt // reader
+}
+
+func (st *statements) prepare(writer, reader *sql.DB) error {
+	for _, p := range []struct {
+		db    *sql.DB
+		query string
+		stmt  **sql.Stmt
+	}{
+		{writer, sqlCreate, &st.create},
+		{writer, sqlSetState, &st.setState},
+		{writer, sqlSetProgress, &st.setProgress},
+		{writer, sqlSetResult, &st.setResult},
+		{writer, sqlAppend, &st.append},
+		{writer, sqlAppendFinal, &st.appendFinal},
+		{reader, sqlGet, &st.get},
+		{reader, sqlState, &st.state},
+		{reader, sqlEvents, &st.events},
+	} {
+		stmt, err := p.db.Prepare(p.query)
+		if err != nil {
+			return err
+		}
+		*p.stmt = stmt
+	}
+	return nil
+}
+
+func (st *statements) close() error {
+	var errs []error
+	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.setProgress, st.setResult, st.append, st.appendFinal, st.get, st.state, st.events} {
+		if stmt != nil {
+			errs = append(errs, stmt.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkPath refuses what SQLite would misread or fail on with a vague
+// message, and returns the absolute path.
+func checkPath(path string) (string, error) {
+	bad := func(why string) error {
+		return svc.Errorf(svc.KindRuntime, "sqlitestore: open %q: %s", path, why)
+	}
+	switch {
+	case path == "":
+		return "", bad("empty path")
+	case path == ":memory:" || strings.HasPrefix(path, "file:"):
+		return "", bad("want a file path (for a store in memory, use memstore)")
+	case strings.ContainsRune(path, '?'):
+		return "", bad("a file path may not contain '?'")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: open %q", path))
+	}
+	dir := filepath.Dir(abs)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		why := "cannot read its directory"
+		if errors.Is(err, fs.ErrNotExist) {
+			why = "its directory does not exist"
+		}
+		return "", svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: open %q: %s", path, why))
+	}
+	if !fi.IsDir() {
+		return "", bad(dir + " is not a directory")
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return "", bad("is a directory")
+	}
+	return abs, nil
+}
+
+// initSchema turns on WAL, creates the tables and checks the schema version.
+func initSchema(db *sql.DB) error {
+	var mode string
+	if err := db.QueryRow("PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("cannot turn on WAL mode (journal_mode is %s)", mode)
+	}
+	var version int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
+		return err
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("schema version %d is newer than this build's %d", version, schemaVersion)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(schema); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Path returns the path the store was opened with.
+func (s *Store) Path() string { return s.path }
+
+// Create registers a new pending run; see svc.RunStore.
+func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if rec.RunID == "" {
+		return svc.Errorf(svc.KindSpecValidation, "sqlitestore: empty run id")
+	}
+	created := time.Now()
+	if !rec.CreatedAt.IsZero() {
+		created = rec.CreatedAt
+	}
+	res, err := s.stmt.create.ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+	if err != nil {
+		return s.fail(ctx, err, "create run %q", rec.RunID)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.fail(ctx, err, "create run %q", rec.RunID)
+	} else if n == 0 {
+		return svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
+	}
+	return nil
+}
+
+// Get returns a run's record.
+func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
+	if err := s.check(); err != nil {
+		return svc.RunRecord{}, err
+	}
+	rec := svc.RunRecord{RunID: runID}
+	var (
+		state            string
+		progress         sql.NullString
+		result           []byte // NULL scans as nil: no result yet
+		created, updated int64
+	)
+	err := s.stmt.get.QueryRowContext(ctx, runID).Scan(
+		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return svc.RunRecord{}, unknown(runID)
+	}
+	if err != nil {
+		return svc.RunRecord{}, s.fail(ctx, err, "get run %q", runID)
+	}
+	rec.State, rec.Result = svc.RunState(state), result
+	rec.CreatedAt, rec.UpdatedAt = fromMicros(created), fromMicros(updated)
+	if progress.Valid {
+		var p svc.RunProgress
+		if err := json.Unmarshal([]byte(progress.String), &p); err != nil {
+			return svc.RunRecord{}, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: run %q: corrupt progress", runID))
+		}
+		rec.Progress = &p
+	}
+	return rec, nil
+}
+
+// SetState moves a run to next, appending final as its last event in the
+// same transaction when not nil; see svc.RunStore.
+func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, reason string, final *svc.RunEvent) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	// The states next may be reached from, per the root state machine.
+	var from []any
+	for _, st := range []svc.RunState{svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled} {
+		if st.CanMove(next) {
+			from = append(from, string(st))
+		}
+	}
+	if len(from) == 0 {
+		// Nothing moves to next; say why for this run.
+		return s.refuse(ctx, runID, fmt.Sprintf("cannot move to %q", next))
+	}
+	for len(from) < 2 {
+		from = append(from, from[0])
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail(ctx, err, "set state of run %q", runID)
+	}
+	defer tx.Rollback()
+	now := micros(time.Now())
+	res, err := tx.StmtContext(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1])
+	if err != nil {
+		return s.fail(ctx, err, "set state of run %q", runID)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.fail(ctx, err, "set state of run %q", runID)
+	} else if n == 0 {
+		return s.refuse(ctx, runID, fmt.Sprintf("cannot move to %q", next))
+	}
+	if final != nil {
+		if _, err := tx.StmtContext(ctx, s.stmt.appendFinal).ExecContext(ctx, eventArgs(runID, *final)...); err != nil {
+			return s.fail(ctx, err, "append the final event of run %q", runID)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail(ctx, err, "set state of run %q", runID)
+	}
+	s.notify.signal(runID)
+	return nil
+}
+
+// SetProgress replaces a run's progress.
+func (s *Store) SetProgress(ctx context.Context, runID string, p svc.RunProgress) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return svc.Wrap(svc.KindRuntime, err, "sqlitestore: encode progress")
+	}
+	return s.update(ctx, runID, s.stmt.setProgress, "progress", string(b))
+}
+
+// SetResult stores a run's result, byte for byte.
+func (s *Store) SetResult(ctx context.Context, runID string, result json.RawMessage) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.update(ctx, runID, s.stmt.setResult, "a result", []byte(result))
+}
+
+// update runs a conditional UPDATE of a run that is not terminal.
+func (s *Store) update(ctx context.Context, runID string, stmt *sql.Stmt, what string, value any) error {
+	res, err := stmt.ExecContext(ctx, runID, value, micros(time.Now()))
+	if err != nil {
+		return s.fail(ctx, err, "set %s of run %q", what, runID)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.fail(ctx, err, "set %s of run %q", what, runID)
+	} else if n == 0 {
+		return s.refuse(ctx, runID, "takes no more "+what)
+	}
+	return nil
+}
+
+// Append adds an event to a run that is not terminal and returns its Seq.
+func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var seq int64
+	err := s.stmt.append.QueryRowContext(ctx, eventArgs(runID, ev)...).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, s.refuse(ctx, runID, "takes no more events")
+	}
+	if err != nil {
+		return 0, s.fail(ctx, err, "append to run %q", runID)
+	}
+	s.notify.signal(runID)
+	return seq, nil
+}
+
+// Events returns the events with Seq > after, in order.
+func (s *Store) Events(ctx context.Context, runID string, after int64) ([]svc.RunEvent, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []svc.RunEvent
+	for {
+		_, page, err := s.page(ctx, runID, after)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < pageSize {
+			return out, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// page reads a run's state and up to pageSize of its events with
+// Seq > after, consistently; an unknown run is a RegistryError.
+func (s *Store) page(ctx context.Context, runID string, after int64) (svc.RunState, []svc.RunEvent, error) {
+	rows, err := s.stmt.events.QueryContext(ctx, runID, max(after, 0), pageSize)
+	if err != nil {
+		return "", nil, s.fail(ctx, err, "read events of run %q", runID)
+	}
+	defer rows.Close()
+	var (
+		state string
+		found bool
+		out   []svc.RunEvent
+	)
+	for rows.Next() {
+		var (
+			seq, ts                    sql.NullInt64
+			typ, agent, taskID, errMsg sql.NullString
+		)
+		if err := rows.Scan(&state, &seq, &typ, &agent, &taskID, &errMsg, &ts); err != nil {
+			return "", nil, s.fail(ctx, err, "read events of run %q", runID)
+		}
+		found = true
+		if !seq.Valid {
+			continue // the run has no event after the cursor
+		}
+		out = append(out, svc.RunEvent{
+			Seq: seq.Int64, Type: svc.RunEventType(typ.String), RunID: runID, Agent: agent.String,
+			TaskID: taskID.String, Error: errMsg.String, Timestamp: fromMicros(ts.Int64),
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return "", nil, s.fail(ctx, err, "read events of run %q", runID)
+	}
+	if !found {
+		return "", nil, unknown(runID)
+	}
+	return svc.RunState(state), out, nil
+}
+
+// Stream sends a run's events with Seq > after, then follows it until it is
+// terminal, ctx ends or the store is closed; see svc.RunStore. A read error
+// mid-stream closes the channel early.
+func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error) {
+	if _, err := s.state(ctx, runID); err != nil {
+		return nil, err
+	}
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make(chan svc.RunEvent)
+	s.streams.Add(1)
+	go s.follow(ctx, runID, after, out)
+	return out, nil
+}
+
+func (s *Store) follow(ctx context.Context, runID string, after int64, out chan<- svc.RunEvent) {
+	defer s.streams.Done()
+	defer close(out)
+	poll := time.NewTicker(s.poll)
+	defer poll.Stop()
+	for {
+		// Register before reading, so a change committed after the read
+		// signals this very channel.
+		woken := s.notify.wait(runID)
+		var state svc.RunState
+		for {
+			// The first page's state is the one that counts: read with
+			// the events, it is terminal only once all of them are in.
+			st, page, err := s.page(ctx, runID, after)
+			if err != nil {
+				return
+			}
+			if state == "" {
+				state = st
+			}
+			for _, ev := range page {
+				select {
+				case out <- ev:
+					after = ev.Seq
+				case <-ctx.Done():
+					return
+				case <-s.done:
+					return
+				}
+			}
+			if len(page) < pageSize {
+				break
+			}
+		}
+		if state.Terminal() {
+			return
+		}
+		select {
+		case <-woken:
+		case <-poll.C:
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// Interrupt fails every pending or running run with reason "interrupted".
+func (s *Store) Interrupt(ctx context.Context) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	rows, err := s.writer.QueryContext(ctx, sqlInterrupt, micros(time.Now()))
+	if err != nil {
+		return 0, s.fail(ctx, err, "interrupt runs")
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, s.fail(ctx, err, "interrupt runs")
+		}
+		ids = append(ids, id)
+	}
+	// The UPDATE commits when its rows are exhausted and closed.
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, s.fail(ctx, err, "interrupt runs")
+	}
+	for _, id := range ids {
+		s.notify.signal(id)
+	}
+	return len(ids), nil
+}
+
+// Close ends every stream, waits for their goroutines and closes the file;
+// later calls are no-ops. Every other method fails once the store is closed.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed.Swap(true) {
+		s.closeMu.Unlock()
+		return nil
+	}
+	close(s.done)
+	s.closeMu.Unlock()
+	s.streams.Wait()
+	err := errors.Join(s.stmt.close(), s.reader.Close(), s.writer.Close())
+	if err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: close %q", s.path))
+	}
+	return nil
+}
+
+// state reads a run's state; an unknown run is a RegistryError.
+func (s *Store) state(ctx context.Context, runID string) (svc.RunState, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	var state string
+	err := s.stmt.state.QueryRowContext(ctx, runID).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", unknown(runID)
+	}
+	if err != nil {
+		return "", s.fail(ctx, err, "read run %q", runID)
+	}
+	return svc.RunState(state), nil
+}
+
+// refuse explains why a conditional write matched no row: the run is
+// unknown (RegistryError) or its state forbids the change (RunStateError).
+func (s *Store) refuse(ctx context.Context, runID, why string) error {
+	state, err := s.state(ctx, runID)
+	if err != nil {
+		return err
+	}
+	return svc.Errorf(svc.KindRunState, "sqlitestore: run %q is %s and %s", runID, state, why)
+}
+
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return svc.Errorf(svc.KindShuttingDown, "sqlitestore: %q is closed", s.path)
+	}
+	return nil
+}
+
+// fail wraps a database error once, naming the operation. When the
+// caller's context ended, that is the cause that matters: the error is a
+// CancelledError or TimeoutError wrapping the context's error.
+func (s *Store) fail(ctx context.Context, err error, format string, args ...any) error {
+	msg := "sqlitestore: " + fmt.Sprintf(format, args...)
+	if cerr := ctx.Err(); cerr != nil {
+		return svc.Wrap(svc.KindOf(cerr), cerr, msg)
+	}
+	if s.closed.Load() {
+		return svc.Wrap(svc.KindShuttingDown, err, msg)
+	}
+	return svc.Wrap(svc.KindRuntime, err, msg)
+}
+
+func unknown(runID string) error {
+	return svc.Errorf(svc.KindRegistry, "sqlitestore: unknown run %q", runID)
+}
+
+// eventArgs are the arguments of sqlAppend and sqlAppendFinal.
+func eventArgs(runID string, ev svc.RunEvent) []any {
+	ts := ev.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	return []any{runID, string(ev.Type), ev.Agent, ev.TaskID, ev.Error, micros(ts)}
+}
+
+// micros is the stored form of a time: Unix microseconds, the precision the
+// RunStore contract asks for.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// notifier wakes this process's streams when a run changes. Each run with a
+// waiting stream has a channel, closed (waking every waiter) and forgotten
+// on the next change; a run nobody waits on costs nothing.
+type notifier struct {
+	mu    sync.Mutex
+	chans map[string]chan struct{}
+}
+
+// wait returns a channel closed at the next signal for runID.
+func (n *notifier) wait(runID string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, ok := n.chans[runID]
+	if !ok {
+		c = make(chan struct{})
+		n.chans[runID] = c
+	}
+	return c
+}
+
+func (n *notifier) signal(runID string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.chans[runID]; ok {
+		close(c)
+		delete(n.chans, runID)
+	}
+}
