@@ -17,11 +17,10 @@ import (
 // clock and the tokens spent so far belong to the invocation, not to one
 // attempt.
 type invState struct {
-	env    *Env
-	run    *StartRun
-	runCtx context.Context
-	task   *Task
-	out    *svc.AgentResult // this invocation's slot in the run's results
+	env  *Env
+	run  *StartRun
+	task *Task
+	out  *svc.AgentResult // this invocation's slot in the run's results
 
 	// ctx, cancel, start and deadline are set by the run actor, which
 	// enforces the deadline; finished is the run actor's too.

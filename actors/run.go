@@ -218,7 +218,7 @@ func (r *runActor) Receive(c actor.Context) {
 func (r *runActor) fill(c actor.Context) {
 	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
 		now := time.Now()
-		st := &invState{env: r.env, run: r.req, runCtx: r.ctx, task: &r.req.Tasks[r.next], out: &r.results[r.next],
+		st := &invState{env: r.env, run: r.req, task: &r.req.Tasks[r.next], out: &r.results[r.next],
 			start: now, deadline: now.Add(r.env.Options.Timeout())}
 		st.ctx, st.cancel = context.WithCancelCause(r.detached)
 		if r.cancelled != nil {

@@ -75,9 +75,18 @@ func (rt *Runtime) RegisterGroups(groups ...svc.Group) error {
 	defer rt.regMu.Unlock()
 	cur := rt.agents.Load()
 	next := &registry{byName: cur.byName, names: cur.names, groups: maps.Clone(cur.groups)}
+	if err := rt.addGroups(next, groups); err != nil {
+		return err
+	}
+	rt.agents.Store(next)
+	return nil
+}
+
+// addGroups compiles groups against next's agents and adds them to next.
+func (rt *Runtime) addGroups(next *registry, groups []svc.Group) error {
 	for _, g := range groups {
 		if _, dup := next.groups[g.Name]; dup {
-			return svc.Errorf(svc.KindSpecValidation, "group %s is already registered", g.Name)
+			return svc.Errorf(svc.KindSpecValidation, "group %s is defined twice", g.Name)
 		}
 		cg, err := rt.compileGroup(g, next)
 		if err != nil {
@@ -86,7 +95,6 @@ func (rt *Runtime) RegisterGroups(groups ...svc.Group) error {
 		next.groups[g.Name] = cg
 	}
 	next.groupNames = sortedKeys(next.groups)
-	rt.agents.Store(next)
 	return nil
 }
 
@@ -106,17 +114,9 @@ func (rt *Runtime) Replace(agents []svc.Agent, groups []svc.Group) error {
 		return err
 	}
 	next.groups = make(map[string]*compiledGroup, len(groups))
-	for _, g := range groups {
-		if _, dup := next.groups[g.Name]; dup {
-			return svc.Errorf(svc.KindSpecValidation, "group %s is defined twice", g.Name)
-		}
-		cg, err := rt.compileGroup(g, next)
-		if err != nil {
-			return err
-		}
-		next.groups[g.Name] = cg
+	if err := rt.addGroups(next, groups); err != nil {
+		return err
 	}
-	next.groupNames = sortedKeys(next.groups)
 	rt.agents.Store(next)
 	return nil
 }
