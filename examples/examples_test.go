@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
@@ -21,6 +22,8 @@ import (
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func serve(t *testing.T) string {
 	t.Helper()
