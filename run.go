@@ -172,3 +172,39 @@ type RunStore interface {
 	// Close releases the store; it is idempotent.
 	Close() error
 }
+
+// SubmitRequest is the body of POST /submit: a target (an agent or group
+// name), the task, and optionally which kind of target it is ("agent" or
+// "group"), required only when a name is both.
+type SubmitRequest struct {
+	Target string   `json:"target"`
+	Task   TaskSpec `json:"task"`
+	Kind   string   `json:"kind,omitempty"`
+}
+
+// Target kinds of a SubmitRequest and a RunRecord.
+const (
+	KindAgent = "agent"
+	KindGroup = "group"
+)
+
+// RunBackend is the asynchronous half of the call surface: submit a run,
+// then come back for it. The runtime implements it over a RunStore.
+type RunBackend interface {
+	// Submit checks the request (unknown or ambiguous targets and bad input
+	// are refused before anything is stored), records the run as pending,
+	// starts it and returns its id.
+	Submit(ctx context.Context, req SubmitRequest) (string, error)
+	// RunStatus returns a run's state and live progress.
+	RunStatus(ctx context.Context, runID string) (RunStatus, error)
+	// RunResult returns the stored AgentResult or GroupResult JSON,
+	// verbatim; a RunStateError while the run is pending or running, or
+	// when it was cancelled.
+	RunResult(ctx context.Context, runID string) (json.RawMessage, error)
+	// CancelRun cancels a run: idempotent for a known run, RegistryError for
+	// an unknown one.
+	CancelRun(ctx context.Context, runID string) error
+	// RunEvents streams a run's events after the sequence number after:
+	// history first, then live, closing after the terminal state.
+	RunEvents(ctx context.Context, runID string, after int64) (<-chan RunEvent, error)
+}
