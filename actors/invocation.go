@@ -35,6 +35,7 @@ type invState struct {
 	model    string
 	self     *actor.PID
 	root     *actor.RootContext
+	sink     RunSink // the submitted run's event stream, if any
 
 	// inv and done are reused by every attempt: one attempt runs at a time,
 	// and its goroutine hands done over by message before the next starts.
@@ -79,6 +80,8 @@ func (a *invocation) startAttempt(c actor.Context) {
 	st := a.st
 	st.attempt++
 	if st.attempt == 1 {
+		st.sink = sinkFrom(st.ctx)
+		st.runEvent(svc.RunAgentStarted, "")
 		if !st.env.Silent {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
 				"backend": svc.BackendLocal, "trust_level": string(st.run.Agent.Def.Trust()),
@@ -162,6 +165,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	if err == nil {
 		res.Success = true
 		res.Output = d.out.Output
+		st.runEvent(svc.RunAgentCompleted, "")
 		if !st.env.Silent {
 			st.emit(svc.EventAgentCompleted, svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
@@ -176,6 +180,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 			p["reason"] = res.Error.Reason
 		}
 		st.emit(svc.EventAgentFailed, p)
+		st.runEvent(svc.RunAgentFailed, err.Error())
 	}
 	// The result goes straight into the run's slot for it; the message that
 	// follows hands the slot back to the run actor.
@@ -223,3 +228,27 @@ func (st *invState) emit(t svc.EventType, p svc.Payload) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// RunSink receives the run events (agent_started, agent_completed,
+// agent_failed) of the invocations of a submitted run. It is called from
+// actors: it must not block.
+type RunSink func(svc.RunEvent)
+
+type sinkKey struct{}
+
+// WithRunSink returns ctx carrying sink: every invocation run under ctx,
+// nested ones included, reports its run events to it.
+func WithRunSink(ctx context.Context, sink RunSink) context.Context {
+	return context.WithValue(ctx, sinkKey{}, sink)
+}
+
+func sinkFrom(ctx context.Context) RunSink {
+	s, _ := ctx.Value(sinkKey{}).(RunSink)
+	return s
+}
+
+func (st *invState) runEvent(t svc.RunEventType, errText string) {
+	if st.sink != nil {
+		st.sink(svc.RunEvent{Type: t, Agent: st.run.Agent.Def.Name, TaskID: st.task.ID, Error: errText, Timestamp: time.Now().UTC()})
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/stores/memstore"
 )
 
 // Config configures a Runtime. The zero value is usable: default options,
@@ -44,6 +45,11 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// Shards is the number of run-supervising actors; 4×GOMAXPROCS when 0.
 	Shards int
+	// Store keeps submitted runs. When nil the runtime uses an in-memory
+	// store of its own, closed by Shutdown; a store given here is the
+	// caller's to close. At start, runs a previous process left pending or
+	// running are marked failed ("interrupted").
+	Store svc.RunStore
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -62,7 +68,11 @@ type Runtime struct {
 	pool   *gopool.Pool
 
 	agents atomic.Pointer[registry]
-	regMu  sync.Mutex // serialises writers of agents
+
+	store     svc.RunStore
+	ownStore  bool
+	submitted sync.Map   // run id → context.CancelCauseFunc
+	regMu     sync.Mutex // serialises writers of agents
 
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.
@@ -93,7 +103,14 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Shards <= 0 {
 		cfg.Shards = 4 * runtime.GOMAXPROCS(0)
 	}
-	rt := &Runtime{opts: opts, models: cfg.Models, emitter: cfg.Emitter, log: cfg.Logger}
+	rt := &Runtime{opts: opts, models: cfg.Models, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store}
+	if rt.store == nil {
+		rt.store, rt.ownStore = memstore.New(), true
+	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
+		return nil, fmt.Errorf("supervisor: recover runs: %w", err)
+	} else if n > 0 {
+		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
+	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
 	confOpts := []actor.ConfigOption{
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -360,6 +377,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		}
 		rt.system.Shutdown()
 		rt.pool.Close()
+		if rt.ownStore {
+			_ = rt.store.Close()
+		}
 	})
 	return err
 }

@@ -1,0 +1,281 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/actors"
+)
+
+// Submitted runs: Submit records a run in the RunStore and starts it under a
+// context of its own (the request that submitted it may end at once); the
+// run's invocations report their run events to a per-run writer that
+// appends them to the store in order, off the actors' path; CancelRun
+// records the cancellation (with run_cancelled as the run's last event)
+// before it cancels the work, so the store refuses anything that finishes
+// late.
+
+// Submit checks and records a run, starts it and returns its id.
+func (rt *Runtime) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
+	reg := rt.agents.Load()
+	_, isAgent := reg.byName[req.Target]
+	_, isGroup := reg.groups[req.Target]
+	kind := req.Kind
+	switch {
+	case kind != "" && kind != svc.KindAgent && kind != svc.KindGroup:
+		return "", svc.Errorf(svc.KindSpecValidation, "kind %q: want agent or group", kind)
+	case kind == svc.KindAgent && !isAgent, kind == svc.KindGroup && !isGroup, !isAgent && !isGroup:
+		return "", &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown %starget %q", kindWord(kind), req.Target)}
+	case kind == "" && isAgent && isGroup:
+		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: say which with kind", req.Target)
+	case kind == "" && isAgent:
+		kind = svc.KindAgent
+	case kind == "":
+		kind = svc.KindGroup
+	}
+	task := req.Task
+	if task.ID == "" {
+		task.ID = newID()
+	}
+	if task.RequestID == "" {
+		task.RequestID = svc.RequestIDFrom(ctx)
+	}
+	if task.RequestID == "" {
+		task.RequestID = newID()
+	}
+	if err := rt.checkInput(reg, kind, req.Target, task); err != nil {
+		return "", err
+	}
+	if err := rt.admit(); err != nil {
+		return "", err
+	}
+	id := newID()
+	now := time.Now().UTC()
+	if err := rt.store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, CreatedAt: now}); err != nil {
+		rt.inflight.Done()
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	rt.submitted.Store(id, cancel)
+	w := newRunWriter(rt.store, id)
+	runCtx = actors.WithRunSink(runCtx, w.event)
+	runCtx = svc.WithProgress(runCtx, w.progress)
+	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
+	return id, nil
+}
+
+func kindWord(kind string) string {
+	if kind == "" {
+		return ""
+	}
+	return kind + " "
+}
+
+// checkInput refuses a task the target's entry agents would refuse, before
+// anything is stored.
+func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskSpec) error {
+	if kind == svc.KindAgent {
+		_, err := prepare(reg.byName[target], task, task.RequestID, -1)
+		return err
+	}
+	g := reg.groups[target]
+	if g.team != nil {
+		_, err := prepare(g.team, task, task.RequestID, -1)
+		return err
+	}
+	for _, e := range g.graph.Entry {
+		if _, err := prepare(reg.byName[g.graph.Nodes[e].Agent], task, task.RequestID, -1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// execute runs a submitted run to its end and records the outcome. It owns
+// the writer and is owned by the runtime (inflight), which waits for it.
+func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id, kind, target string, task svc.TaskSpec) {
+	defer rt.inflight.Done()
+	defer rt.submitted.Delete(id)
+	defer cancel(nil)
+	bg := context.Background()
+	if err := rt.store.SetState(bg, id, svc.RunRunning, "", nil); err != nil {
+		w.close()
+		return // cancelled while pending
+	}
+	var (
+		result  any
+		success bool
+		err     error
+	)
+	if kind == svc.KindAgent {
+		var r svc.AgentResult
+		r, err = rt.Run(ctx, target, task)
+		result, success = r, r.Success
+	} else {
+		var r svc.RunResult
+		r, err = rt.RunGroup(ctx, target, task)
+		result, success = r, r.Success()
+	}
+	w.close() // every run event is in the store before the terminal state
+	reason := ""
+	if err != nil {
+		success = false
+		reason = svc.ReasonOf(err)
+		result = svc.AgentResult{AgentName: target, TaskID: task.ID, Error: svc.ErrorInfoOf(err),
+			Metadata: svc.ResultMetadata{TraceID: task.RequestID, Backend: svc.BackendLocal}}
+	}
+	if errors.Is(context.Cause(ctx), errRunCancelled) {
+		return // CancelRun recorded the end already
+	}
+	body, merr := json.Marshal(result)
+	if merr != nil {
+		body, _ = json.Marshal(svc.AgentResult{AgentName: target, TaskID: task.ID, Error: svc.ErrorInfoOf(merr)})
+	}
+	state := svc.RunCompleted
+	if !success {
+		state = svc.RunFailed
+	}
+	var final *svc.RunEvent
+	if kind == svc.KindGroup {
+		final = &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: time.Now().UTC()}
+	}
+	// A refusal here means the run was cancelled meanwhile: the cancel won.
+	if err := rt.store.SetResult(bg, id, body); err == nil {
+		_ = rt.store.SetState(bg, id, state, reason, final)
+	}
+}
+
+var errRunCancelled = errors.New("run cancelled by request")
+
+// CancelRun cancels a submitted run: the store records the cancellation and
+// run_cancelled first, then the run's work is cancelled. Idempotent.
+func (rt *Runtime) CancelRun(ctx context.Context, id string) error {
+	rec, err := rt.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec.State.Terminal() {
+		return nil
+	}
+	final := &svc.RunEvent{Type: svc.RunRunCancelled, Timestamp: time.Now().UTC()}
+	if err := rt.store.SetState(ctx, id, svc.RunCancelled, "cancelled", final); err != nil && !errors.Is(err, svc.ErrRunState) {
+		return err
+	}
+	if c, ok := rt.submitted.Load(id); ok {
+		c.(context.CancelCauseFunc)(errRunCancelled)
+	}
+	return nil
+}
+
+// RunStatus returns a run's state and progress.
+func (rt *Runtime) RunStatus(ctx context.Context, id string) (svc.RunStatus, error) {
+	rec, err := rt.store.Get(ctx, id)
+	if err != nil {
+		return svc.RunStatus{}, err
+	}
+	return rec.Status(), nil
+}
+
+// RunResult returns a finished run's stored result.
+func (rt *Runtime) RunResult(ctx context.Context, id string) (json.RawMessage, error) {
+	rec, err := rt.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case rec.State == svc.RunCancelled:
+		return nil, svc.Errorf(svc.KindRunState, "run %s was cancelled: it has no result", id)
+	case !rec.State.Terminal() || len(rec.Result) == 0:
+		return nil, svc.Errorf(svc.KindRunState, "run %s is %s: no result yet", id, rec.State)
+	}
+	return rec.Result, nil
+}
+
+// RunEvents streams a run's events after the sequence number after.
+func (rt *Runtime) RunEvents(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
+	return rt.store.Stream(ctx, id, after)
+}
+
+// runWriter takes a submitted run's events and progress from the actors
+// without blocking them (an unbounded queue: nothing is dropped) and writes
+// them to the store in order from one goroutine.
+type runWriter struct {
+	store svc.RunStore
+	id    string
+
+	mu       sync.Mutex
+	events   []svc.RunEvent
+	prog     *svc.RunProgress
+	closed   bool
+	wake     chan struct{}
+	finished chan struct{}
+}
+
+func newRunWriter(store svc.RunStore, id string) *runWriter {
+	w := &runWriter{store: store, id: id, wake: make(chan struct{}, 1), finished: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *runWriter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *runWriter) event(ev svc.RunEvent) {
+	w.mu.Lock()
+	if !w.closed {
+		w.events = append(w.events, ev)
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *runWriter) progress(p svc.RunProgress) {
+	w.mu.Lock()
+	if !w.closed {
+		w.prog = &p
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+// close writes out what is queued and stops the goroutine.
+func (w *runWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.signal()
+	<-w.finished
+}
+
+func (w *runWriter) run() {
+	defer close(w.finished)
+	ctx := context.Background()
+	for range w.wake {
+		w.mu.Lock()
+		evs, prog, closed := w.events, w.prog, w.closed
+		w.events, w.prog = nil, nil
+		w.mu.Unlock()
+		if prog != nil {
+			_ = w.store.SetProgress(ctx, w.id, *prog)
+		}
+		for _, ev := range evs {
+			// A refusal means the run is already terminal (cancelled):
+			// nothing may follow run_cancelled.
+			_, _ = w.store.Append(ctx, w.id, ev)
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+var _ svc.RunBackend = (*Runtime)(nil)
