@@ -148,7 +148,7 @@ var servingURL = regexp.MustCompile(`svc serving.*?"url": ?"(http://127\.0\.0\.1
 // it to log its address. The process is killed when the test ends.
 func startServe(t *testing.T, env []string, args ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(svcBin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...)...)
+	cmd := exec.Command(svcBin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", t.TempDir()}, args...)...)
 	cmd.Env = append(cleanEnv(), env...)
 	s := &serveProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr

@@ -30,6 +30,8 @@ type runtimeFlags struct {
 	// env is what the specs were loaded against, kept by buildRuntime so
 	// that a reload checks them against the same tools and models.
 	env spec.Env
+	// store keeps submitted runs; nil means the runtime's own, in memory.
+	store svc.RunStore
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
@@ -136,7 +138,7 @@ func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.E
 	if em == nil {
 		em = emitters.NewLog(log)
 	}
-	rt, err := supervisor.New(supervisor.Config{Options: opts, Models: models, Emitter: em, Logger: log})
+	rt, err := supervisor.New(supervisor.Config{Options: opts, Models: models, Emitter: em, Logger: log, Store: f.store})
 	if err != nil {
 		return nil, nil, err
 	}

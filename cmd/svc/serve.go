@@ -30,6 +30,8 @@ type serveCmd struct {
 	authToken string
 	grace     time.Duration
 	maxBody   int64
+	storeSpec string
+	dataDir   string
 
 	reload        bool
 	reloadDirs    []string
@@ -68,6 +70,8 @@ With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
 	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token required on every route but the health checks (default $SVC_AUTH_TOKEN)")
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
+	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run store")
 	fs.BoolVar(&s.reload, "reload", false, "watch the spec files and swap in changed agents and groups without a restart (default false)")
 	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
 	fs.StringSliceVar(&s.reloadInclude, "reload-include", spec.DefaultWatchInclude, "glob of the files --reload watches, matched against the base name and the path relative to the watched directory; repeatable")
@@ -134,6 +138,18 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	// Events reach the log through a queue, so a slow stderr (a full pipe,
 	// a paused terminal) never holds up a run; the deferred Close, which
 	// runs after the runtime's shutdown, writes out what is queued.
+	store, where, err := openStore(s.storeSpec, s.dataDir)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// Closed last, after the runtime has stopped writing to it.
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Warn("closing the run store", zap.Error(err))
+		}
+	}()
+	s.store = store
+	log.Info("run store", zap.String("store", where))
 	events := emitters.NewAsync(emitters.NewLog(log), 0)
 	defer func() {
 		events.Close()

@@ -441,11 +441,13 @@ func TestServeStartupErrors(t *testing.T) {
 		{"bad log format", []string{"--specs", exampleSpecs, "--log-format", "xml"}, 2, "--log-format"},
 		{"stray argument", []string{"--specs", exampleSpecs, "extra"}, 2, "extra"},
 		{"port in use", []string{"--specs", exampleSpecs, "--port", busy}, 1, "listen"},
+		{"bad store", []string{"--specs", exampleSpecs, "--store", "mongo://x"}, 2, "--store"},
+		{"store path missing", []string{"--specs", exampleSpecs, "--store", "sqlite:/nonexistent/dir/runs.db"}, 2, "/nonexistent/dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := svcExec(t, nil, "", append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, tt.args...)...)
+			r := svcExec(t, nil, "", append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", t.TempDir()}, tt.args...)...)
 			if r.code != tt.wantCode {
 				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, tt.wantCode, r.stderr)
 			}
