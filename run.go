@@ -180,6 +180,10 @@ type SubmitRequest struct {
 	Target string   `json:"target"`
 	Task   TaskSpec `json:"task"`
 	Kind   string   `json:"kind,omitempty"`
+	// IdempotencyKey (the Idempotency-Key header) makes a retried submit
+	// safe: the same key with the same request returns the first run's id;
+	// with a different request it is a RunStateError.
+	IdempotencyKey string `json:"-"`
 }
 
 // Target kinds of a SubmitRequest and a RunRecord.

@@ -71,8 +71,10 @@ type Runtime struct {
 
 	store     svc.RunStore
 	ownStore  bool
-	submitted sync.Map   // run id → context.CancelCauseFunc
-	regMu     sync.Mutex // serialises writers of agents
+	submitted sync.Map // run id → context.CancelCauseFunc
+	idemMu    sync.Mutex
+	idem      map[string]idemEntry // Idempotency-Key → first run
+	regMu     sync.Mutex           // serialises writers of agents
 
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.

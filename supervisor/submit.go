@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,42 @@ import (
 
 // Submit checks and records a run, starts it and returns its id.
 func (rt *Runtime) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
+	if req.IdempotencyKey == "" {
+		return rt.submit(ctx, req)
+	}
+	// Keyed submits are serialised so two retries racing each other still
+	// make one run. The keys live in memory: a restart forgets them.
+	body, _ := json.Marshal(struct {
+		T string       `json:"t"`
+		K string       `json:"k"`
+		R svc.TaskSpec `json:"r"`
+	}{req.Target, req.Kind, req.Task})
+	sum := sha256.Sum256(body)
+	rt.idemMu.Lock()
+	defer rt.idemMu.Unlock()
+	if e, ok := rt.idem[req.IdempotencyKey]; ok {
+		if e.sum != sum {
+			return "", svc.Errorf(svc.KindRunState, "Idempotency-Key %q was used for a different request (run %s)", req.IdempotencyKey, e.runID)
+		}
+		return e.runID, nil
+	}
+	id, err := rt.submit(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	if rt.idem == nil {
+		rt.idem = map[string]idemEntry{}
+	}
+	rt.idem[req.IdempotencyKey] = idemEntry{sum: sum, runID: id}
+	return id, nil
+}
+
+type idemEntry struct {
+	sum   [32]byte
+	runID string
+}
+
+func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
 	reg := rt.agents.Load()
 	_, isAgent := reg.byName[req.Target]
 	_, isGroup := reg.groups[req.Target]
