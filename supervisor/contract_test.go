@@ -1,7 +1,10 @@
 package supervisor_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap"
@@ -87,4 +90,62 @@ func TestBackendContract(t *testing.T) {
 			return c
 		})
 	})
+}
+
+// TestRunBackendContract runs the submitted-runs contract suite against the
+// runtime and the clients in front of it.
+func TestRunBackendContract(t *testing.T) {
+	t.Run("Runtime", func(t *testing.T) {
+		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend { return fixture(t) })
+	})
+	t.Run("HTTPClient", func(t *testing.T) {
+		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend {
+			c, err := client.New(router(t, fixture(t)).URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		})
+	})
+	t.Run("LocalOverRouter", func(t *testing.T) {
+		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend {
+			h, err := server.NewRouter(fixture(t), server.WithLogger(zap.NewNop()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := client.NewLocal(client.OverHandler(h))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		})
+	})
+}
+
+func TestIdempotencyKeyOverHTTP(t *testing.T) {
+	srv := router(t, fixture(t))
+	post := func(body, key string) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/submit", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r struct {
+			RunID string `json:"run_id"`
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		return resp.StatusCode, r.RunID + r.Error
+	}
+	s1, id1 := post(`{"target":"echo","task":{"input":1}}`, "abc")
+	s2, id2 := post(`{"target":"echo","task":{"input":1}}`, "abc")
+	if s1 != 202 || s2 != 202 || id1 != id2 || id1 == "" {
+		t.Fatalf("same key and body: %d %s / %d %s", s1, id1, s2, id2)
+	}
+	if s3, e := post(`{"target":"echo","task":{"input":2}}`, "abc"); s3 != 409 || e != "RunStateError" {
+		t.Fatalf("same key, other body: %d %s", s3, e)
+	}
 }

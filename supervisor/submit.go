@@ -27,12 +27,15 @@ func (rt *Runtime) Submit(ctx context.Context, req svc.SubmitRequest) (string, e
 		return rt.submit(ctx, req)
 	}
 	// Keyed submits are serialised so two retries racing each other still
-	// make one run. The keys live in memory: a restart forgets them.
+	// make one run. The keys live in memory: a restart forgets them. The
+	// request id is tracing, not content: a retry may carry a new one.
+	task := req.Task
+	task.RequestID = ""
 	body, _ := json.Marshal(struct {
 		T string       `json:"t"`
 		K string       `json:"k"`
 		R svc.TaskSpec `json:"r"`
-	}{req.Target, req.Kind, req.Task})
+	}{req.Target, req.Kind, task})
 	sum := sha256.Sum256(body)
 	rt.idemMu.Lock()
 	defer rt.idemMu.Unlock()

@@ -3,6 +3,12 @@
 // host that mounts the router), and Local calls a backend or an HTTP handler
 // in the same process, without a network.
 //
+// Both also implement svc.RunBackend, the asynchronous runs: Submit takes a
+// run and returns its id at once, RunStatus, RunResult, CancelRun and
+// RunEvents (a server-sent event stream over HTTP) come back for it. The
+// package function Submit, and SubmitRun on either client, return a Run
+// handle whose Result waits for the end.
+//
 // Errors the server answers with a problem+json body come back as the same
 // *svc.Error kind the server raised, so errors.Is(err, svc.ErrBudgetExceeded)
 // works across the wire. A failed run is not an error: it is an

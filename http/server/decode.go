@@ -193,3 +193,41 @@ func jsonKind(c byte) string {
 	}
 	return "a number"
 }
+
+// submitEnvelope is the body of POST /submit: an svc.SubmitRequest, plus the
+// request_id the HTTP client sends, as in the body of a run.
+type submitEnvelope struct {
+	Target    string        `json:"target"`
+	Task      *svc.TaskSpec `json:"task"`
+	Kind      string        `json:"kind"`
+	RequestID string        `json:"request_id"`
+}
+
+// decodeSubmitBody decodes and checks the body of POST /submit: a target,
+// a task with an input, and a kind that is empty, "agent" or "group". It
+// returns the request and the body's request_id. Every error is a
+// SpecValidationError naming the offending field or offset.
+func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
+	if _, err := topLevelObject(data); err != nil {
+		return svc.SubmitRequest{}, "", err
+	}
+	var env submitEnvelope
+	if err := strictUnmarshal(data, &env); err != nil {
+		return svc.SubmitRequest{}, "", err
+	}
+	if strings.TrimSpace(env.Target) == "" {
+		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "target is required")
+	}
+	if env.Task == nil {
+		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "task is required: a TaskSpec object")
+	}
+	if err := checkTask(*env.Task, "task."); err != nil {
+		return svc.SubmitRequest{}, "", err
+	}
+	switch env.Kind {
+	case "", svc.KindAgent, svc.KindGroup:
+	default:
+		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "kind %q: want %q or %q", env.Kind, svc.KindAgent, svc.KindGroup)
+	}
+	return svc.SubmitRequest{Target: env.Target, Task: *env.Task, Kind: env.Kind}, env.RequestID, nil
+}

@@ -50,6 +50,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -69,8 +70,9 @@ const RequestIDHeader = "X-Request-Id"
 type Option func(*config) error
 
 type config struct {
-	maxBody int64
-	log     *zap.Logger
+	maxBody   int64
+	log       *zap.Logger
+	heartbeat time.Duration
 }
 
 // WithMaxBodyBytes bounds request bodies to n bytes (default 1 MiB); a
@@ -110,10 +112,20 @@ func WithLogger(l *zap.Logger) Option {
 //	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
 //	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready fails
 //
+// When b also implements svc.RunBackend, the asynchronous runs are served
+// too (without it, these routes answer 404):
+//
+//	POST /submit                 svc.SubmitRequest (plus an optional "request_id") → 202 {"run_id": "..."}, Location: .../runs/{id}/status
+//	GET  /runs/{id}/status       svc.RunStatus
+//	GET  /runs/{id}/result       the stored AgentResult or GroupResult, verbatim; 409 until it is done, and for a cancelled run
+//	POST /runs/{id}/cancel       204; 404 for an unknown run
+//	GET  /runs/{id}/stream       text/event-stream of svc.RunEvent frames (id: seq, event: type, data: JSON),
+//	                             after the Last-Event-ID header or the after query parameter; ": ping" while idle
+//
 // A group run answers with the plain AgentResult when one terminal node
 // fired and with a GroupResult ({"group": true, ...}) when several did.
 //
-// The trace id of a run (agent or group) is the task's request_id, else the
+// The trace id of a run (agent, group or submitted) is the task's request_id, else the
 // envelope's request_id, else the X-Request-Id header, else a new UUIDv7; it
 // is echoed in the X-Request-Id response header. A gather's batch id is the
 // X-Request-Id header or a new UUIDv7, handed to the backend with
@@ -122,7 +134,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	if b == nil {
 		return nil, errors.New("server: NewRouter: nil backend")
 	}
-	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L()}
+	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L(), heartbeat: DefaultHeartbeat}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -161,6 +173,9 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/healthz", Handle(h.healthz))
 	r.Method(http.MethodGet, "/health", Handle(h.healthz))
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
+	if rb, ok := b.(svc.RunBackend); ok {
+		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat})
+	}
 	return r, nil
 }
 

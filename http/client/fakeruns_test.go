@@ -1,0 +1,209 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/memstore"
+)
+
+// fakeRuns is an svc.RunBackend over an svc.Backend and a memstore, with
+// the runtime's rules: targets are checked before anything is stored, a
+// run goes pending → running → completed (its result stored first), an
+// agent run records agent_started and agent_completed or agent_failed, a
+// group run ends with group_completed, and cancel stops the run's context
+// and records cancelled with run_cancelled. Embedding the Backend, it is
+// both.
+type fakeRuns struct {
+	svc.Backend
+	store *memstore.Store
+
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+	wg      sync.WaitGroup
+	// hold, when set, keeps submitted runs pending until it is closed.
+	hold chan struct{}
+}
+
+// newFakeRuns returns a fakeRuns over b, stopped when the test ends.
+func newFakeRuns(t *testing.T, b svc.Backend) *fakeRuns {
+	f := &fakeRuns{Backend: b, store: memstore.New(), cancels: map[string]context.CancelFunc{}}
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *fakeRuns) stop() {
+	f.mu.Lock()
+	for _, c := range f.cancels {
+		c()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+	f.store.Close()
+}
+
+func (f *fakeRuns) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error) {
+	agents, err := f.Agents(ctx)
+	if err != nil {
+		return "", err
+	}
+	groups, err := f.Groups(ctx)
+	if err != nil {
+		return "", err
+	}
+	isAgent, isGroup := slices.Contains(agents, req.Target), slices.Contains(groups, req.Target)
+	switch {
+	case req.Kind == svc.KindAgent && isAgent, req.Kind == "" && isAgent && !isGroup:
+		return svc.KindAgent, nil
+	case req.Kind == svc.KindGroup && isGroup, req.Kind == "" && isGroup && !isAgent:
+		return svc.KindGroup, nil
+	case req.Kind == "" && isAgent && isGroup:
+		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: give kind", req.Target)
+	}
+	return "", svc.Errorf(svc.KindRegistry, "no %s named %q", cmpOr(req.Kind, "agent or group"), req.Target)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (f *fakeRuns) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
+	kind, err := f.kindOf(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	id := uuid.Must(uuid.NewV7()).String()
+	if err := f.store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}); err != nil {
+		return "", err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f.mu.Lock()
+	f.cancels[id] = cancel
+	hold := f.hold
+	f.mu.Unlock()
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer cancel()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-runCtx.Done():
+				return
+			}
+		}
+		f.execute(runCtx, id, kind, req)
+	}()
+	return id, nil
+}
+
+// execute runs a submitted run; store errors after a cancel (the run is
+// terminal) are expected and dropped.
+func (f *fakeRuns) execute(ctx context.Context, id, kind string, req svc.SubmitRequest) {
+	st := f.store
+	if st.SetState(ctx, id, svc.RunRunning, "", nil) != nil {
+		return
+	}
+	ev := func(typ svc.RunEventType, agent, errText string) svc.RunEvent {
+		return svc.RunEvent{Type: typ, RunID: id, Agent: agent, TaskID: req.Task.ID, Error: errText, Timestamp: time.Now()}
+	}
+	var (
+		result any
+		final  *svc.RunEvent
+		failed bool
+	)
+	if kind == svc.KindAgent {
+		_, _ = st.Append(ctx, id, ev(svc.RunAgentStarted, req.Target, ""))
+		res, err := f.Run(ctx, req.Target, req.Task)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			res = svc.AgentResult{AgentName: req.Target, TaskID: req.Task.ID, Error: svc.ErrorInfoOf(err)}
+		}
+		if res.Success {
+			_, _ = st.Append(ctx, id, ev(svc.RunAgentCompleted, req.Target, ""))
+		} else {
+			_, _ = st.Append(ctx, id, ev(svc.RunAgentFailed, req.Target, res.Error.Message))
+		}
+		result, failed = res, !res.Success
+	} else {
+		res, err := f.RunGroup(ctx, req.Target, req.Task)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			_ = st.SetState(ctx, id, svc.RunFailed, err.Error(), nil)
+			return
+		}
+		if res.Agent != nil {
+			result = res.Agent
+		} else {
+			result = res.Group
+		}
+		final, failed = &svc.RunEvent{Type: svc.RunGroupCompleted, RunID: id, Timestamp: time.Now()}, !res.Success()
+	}
+	data, _ := json.Marshal(result)
+	if st.SetResult(ctx, id, data) != nil {
+		return
+	}
+	next := svc.RunCompleted
+	if failed {
+		next = svc.RunFailed
+	}
+	_ = st.SetState(ctx, id, next, "", final)
+}
+
+func (f *fakeRuns) RunStatus(ctx context.Context, id string) (svc.RunStatus, error) {
+	rec, err := f.store.Get(ctx, id)
+	if err != nil {
+		return svc.RunStatus{}, err
+	}
+	return rec.Status(), nil
+}
+
+func (f *fakeRuns) RunResult(ctx context.Context, id string) (json.RawMessage, error) {
+	rec, err := f.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !rec.State.Terminal() || rec.State == svc.RunCancelled || rec.Result == nil {
+		return nil, svc.Errorf(svc.KindRunState, "run %q is %s: no result", id, rec.State)
+	}
+	return rec.Result, nil
+}
+
+func (f *fakeRuns) CancelRun(ctx context.Context, id string) error {
+	rec, err := f.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !rec.State.Terminal() {
+		err := f.store.SetState(ctx, id, svc.RunCancelled, "cancelled",
+			&svc.RunEvent{Type: svc.RunRunCancelled, RunID: id, Timestamp: time.Now()})
+		if err != nil && !errors.Is(err, svc.ErrRunState) {
+			return err
+		}
+	}
+	f.mu.Lock()
+	if c := f.cancels[id]; c != nil {
+		c()
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeRuns) RunEvents(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
+	return f.store.Stream(ctx, id, after)
+}

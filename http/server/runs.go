@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// DefaultHeartbeat is how long a run stream stays silent before the router
+// sends a ": ping" comment, unless WithHeartbeat says otherwise. Proxies
+// commonly drop connections idle for 30 to 60 s.
+const DefaultHeartbeat = 15 * time.Second
+
+// LastEventIDHeader is the SSE header a reconnecting client sends with the
+// last sequence number it saw.
+const LastEventIDHeader = "Last-Event-ID"
+
+// WithHeartbeat sets the interval of the heartbeat comments of a run stream
+// (default 15 s). d must be positive.
+func WithHeartbeat(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("server: WithHeartbeat(%v): the interval must be positive", d)
+		}
+		c.heartbeat = d
+		return nil
+	}
+}
+
+// runHandlers serve the asynchronous routes over a svc.RunBackend.
+type runHandlers struct {
+	rb        svc.RunBackend
+	maxBody   int64
+	heartbeat time.Duration
+}
+
+// mountRuns adds the routes of the asynchronous runs to r.
+func mountRuns(r chi.Router, h *runHandlers) {
+	r.Method(http.MethodPost, "/submit", Handle(h.submit))
+	r.Method(http.MethodGet, "/runs/{id}/status", Handle(h.status))
+	r.Method(http.MethodGet, "/runs/{id}/result", Handle(h.result))
+	r.Method(http.MethodPost, "/runs/{id}/cancel", Handle(h.cancel))
+	r.Method(http.MethodGet, "/runs/{id}/stream", Handle(h.stream))
+}
+
+// submitReply is the body of a 202 from POST /submit.
+type submitReply struct {
+	RunID string `json:"run_id"`
+}
+
+func (h *runHandlers) submit(w http.ResponseWriter, r *http.Request) error {
+	data, err := readBody(w, r, h.maxBody)
+	if err != nil {
+		return err
+	}
+	req, envelopeID, err := decodeSubmitBody(data)
+	if err != nil {
+		return err
+	}
+	switch {
+	case req.Task.RequestID != "":
+	case envelopeID != "":
+		req.Task.RequestID = envelopeID
+	default:
+		req.Task.RequestID = headerRequestID(r)
+	}
+	w.Header().Set(RequestIDHeader, req.Task.RequestID)
+	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	id, err := h.rb.Submit(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("server: submit of %q: the backend returned an empty run id", req.Target)
+	}
+	w.Header().Set("Location", mountPrefix(r, "/submit")+"/runs/"+url.PathEscape(id)+"/status")
+	return writeJSON(w, http.StatusAccepted, submitReply{RunID: id})
+}
+
+// runID returns the {id} path parameter, unescaped as pathName does.
+func runID(r *http.Request) (string, error) {
+	id := chi.URLParam(r, "id")
+	if r.URL.RawPath == "" {
+		return id, nil
+	}
+	n, err := url.PathUnescape(id)
+	if err != nil {
+		return "", svc.Errorf(svc.KindSpecValidation, "run id %q: %v", id, err)
+	}
+	return n, nil
+}
+
+// mountPrefix returns the escaped path under which the router is mounted,
+// taken from the request's path minus the route's own suffix, so the
+// Location of a run works wherever a host mounts the router.
+func mountPrefix(r *http.Request, route string) string {
+	return strings.TrimSuffix(r.URL.EscapedPath(), route)
+}
+
+func (h *runHandlers) status(w http.ResponseWriter, r *http.Request) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	st, err := h.rb.RunStatus(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (h *runHandlers) result(w http.ResponseWriter, r *http.Request) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	res, err := h.rb.RunResult(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if !json.Valid(res) {
+		// A backend bug, not the caller's: logged, answered with a 500.
+		return fmt.Errorf("server: run %q: the backend returned a result that is not JSON (%d bytes)", id, len(res))
+	}
+	// Served verbatim: the stored bytes are the result.
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Length", strconv.Itoa(len(res)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(res)
+	return nil
+}
+
+func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	if err := h.rb.CancelRun(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// streamAfter returns the sequence number a stream resumes after: the
+// Last-Event-ID header, else the after query parameter, else 0.
+func streamAfter(r *http.Request) (int64, error) {
+	what, v := LastEventIDHeader, r.Header.Get(LastEventIDHeader)
+	if v == "" {
+		what, v = "after", r.URL.Query().Get("after")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, svc.Errorf(svc.KindSpecValidation, "%s %q: want a non-negative event sequence number", what, v)
+	}
+	return n, nil
+}
+
+func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	after, err := streamAfter(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	// Ending ctx on return also ends the backend's stream when the client
+	// has gone and a write failed.
+	defer cancel()
+	events, err := h.rb.RunEvents(ctx, id, after)
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return fmt.Errorf("server: run stream %q: the response writer cannot flush: %w", id, err)
+	}
+	idle := time.NewTimer(h.heartbeat)
+	defer idle.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			frame, err := sseFrame(ev)
+			if err != nil {
+				return err
+			}
+			if _, err := w.Write(frame); err != nil {
+				return nil // the client has gone
+			}
+			if err := rc.Flush(); err != nil {
+				return nil
+			}
+			idle.Reset(h.heartbeat)
+		case <-idle.C:
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
+				return nil
+			}
+			if err := rc.Flush(); err != nil {
+				return nil
+			}
+			idle.Reset(h.heartbeat)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// sseFrame encodes one run event as an SSE frame whose id is its sequence
+// number. The JSON of a RunEvent has no newline, so it fits one data line.
+func sseFrame(ev svc.RunEvent) ([]byte, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("server: encoding run event %d: %w", ev.Seq, err)
+	}
+	typ := strings.NewReplacer("\r", "", "\n", "").Replace(string(ev.Type))
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, typ, data), nil
+}
