@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,7 +160,18 @@ func BenchmarkStoreAppend(b *testing.B) {
 // run_cancelled, in-memory store.
 func BenchmarkCancel(b *testing.B) {
 	const n = 1000
-	rt, err := supervisor.New(supervisor.Config{})
+	// The work's end: the cancelled invocation's agent_failed event, which
+	// the runtime emits once the model call has returned.
+	var mu sync.Mutex
+	stopped := map[string]time.Time{}
+	em := svc.EmitterFunc(func(ev svc.RuntimeEvent) {
+		if ev.EventType == svc.EventAgentFailed {
+			mu.Lock()
+			stopped[ev.TaskID] = time.Now()
+			mu.Unlock()
+		}
+	})
+	rt, err := supervisor.New(supervisor.Config{Emitter: em})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,11 +179,12 @@ func BenchmarkCancel(b *testing.B) {
 	if err := rt.Register(svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 60000}}); err != nil {
 		b.Fatal(err)
 	}
-	var lat []time.Duration
+	var lat, work []time.Duration
 	for i := 0; i < b.N; i++ {
 		ids := make([]string, n)
 		for j := range ids {
-			if ids[j], err = rt.Submit(context.Background(), svc.SubmitRequest{Target: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}); err != nil {
+			if ids[j], err = rt.Submit(context.Background(), svc.SubmitRequest{Target: "slow",
+				Task: svc.TaskSpec{ID: fmt.Sprint(i, "-", j), Input: json.RawMessage(`1`)}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -184,12 +197,13 @@ func BenchmarkCancel(b *testing.B) {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		for _, id := range ids {
+		for j, id := range ids {
 			ch, err := rt.RunEvents(context.Background(), id, 0)
 			if err != nil {
 				b.Fatal(err)
 			}
 			start := time.Now()
+			task := fmt.Sprint(i, "-", j)
 			if err := rt.CancelRun(context.Background(), id); err != nil {
 				b.Fatal(err)
 			}
@@ -201,8 +215,24 @@ func BenchmarkCancel(b *testing.B) {
 			if last.Type != svc.RunRunCancelled {
 				b.Fatalf("last event %+v", last)
 			}
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				mu.Lock()
+				at, ok := stopped[task]
+				mu.Unlock()
+				if ok {
+					work = append(work, at.Sub(start))
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("run %s: the work did not stop", id)
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
 		}
 	}
+	sort.Slice(work, func(i, j int) bool { return work[i] < work[j] })
+	b.ReportMetric(float64(work[len(work)/2].Microseconds())/1000, "work_stop_p50_ms")
+	b.ReportMetric(float64(work[len(work)*99/100].Microseconds())/1000, "work_stop_p99_ms")
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
