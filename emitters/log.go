@@ -1,5 +1,7 @@
 // Package emitters holds the runtime's event emitters: the log emitter that
-// is always on, and Multi, which fans one event out to several emitters.
+// is always on, Multi, which fans one event out to several emitters, Async,
+// a bounded queue in front of an emitter that may block, and the
+// OpenTelemetry metrics emitter.
 package emitters
 
 import (
