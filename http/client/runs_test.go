@@ -12,13 +12,14 @@ import (
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/http/client/clienttest"
+	"github.com/svc-dev/svc/http/internal/runstest"
 	"github.com/svc-dev/svc/http/server"
 )
 
-// runRouter serves the runs of a fresh fakeRuns, with a quick heartbeat.
+// runRouter serves the runs of a fresh runstest.Runs, with a quick heartbeat.
 func runRouter(t *testing.T) http.Handler {
 	t.Helper()
-	rt, err := server.NewRouter(newFakeRuns(t, &fakeBackend{}), server.WithHeartbeat(50*time.Millisecond))
+	rt, err := server.NewRouter(runstest.New(t, &fakeBackend{}), server.WithHeartbeat(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func runRouter(t *testing.T) http.Handler {
 
 func TestRunContract(t *testing.T) {
 	t.Run("fake", func(t *testing.T) {
-		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend { return newFakeRuns(t, &fakeBackend{}) })
+		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend { return runstest.New(t, &fakeBackend{}) })
 	})
 	t.Run("Client", func(t *testing.T) {
 		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend {
@@ -36,7 +37,7 @@ func TestRunContract(t *testing.T) {
 	})
 	t.Run("Client/standalone with auth", func(t *testing.T) {
 		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend {
-			h, err := server.NewStandalone(newFakeRuns(t, &fakeBackend{}), server.StandaloneConfig{AuthToken: "tok"})
+			h, err := server.NewStandalone(runstest.New(t, &fakeBackend{}), server.StandaloneConfig{AuthToken: "tok"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +62,7 @@ func TestRunContract(t *testing.T) {
 	})
 	t.Run("Local/OverBackend", func(t *testing.T) {
 		clienttest.RunSubmit(t, func(t *testing.T) svc.RunBackend {
-			l, err := client.NewLocal(client.OverBackend(newFakeRuns(t, &fakeBackend{})))
+			l, err := client.NewLocal(client.OverBackend(runstest.New(t, &fakeBackend{})))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,8 +140,8 @@ func TestSubmitRequest(t *testing.T) {
 // TestResultWaitsWithContext: Result polls until the run ends, and gives
 // up with the caller's context.
 func TestResultWaitsWithContext(t *testing.T) {
-	f := newFakeRuns(t, &fakeBackend{})
-	f.hold = make(chan struct{})
+	f := runstest.New(t, &fakeBackend{})
+	f.Hold = make(chan struct{})
 	c := newClient(t, serve(t, runRouter2(t, f)).URL)
 	run, err := c.SubmitRun(t.Context(), "echo", svc.TaskSpec{Input: json.RawMessage(`7`)}, "")
 	if err != nil {
@@ -165,13 +166,13 @@ func TestResultWaitsWithContext(t *testing.T) {
 		}
 		done <- err
 	}()
-	close(f.hold)
+	close(f.Hold)
 	if err := <-done; err != nil {
 		t.Errorf("Result after release: %v", err)
 	}
 }
 
-func runRouter2(t *testing.T, f *fakeRuns) http.Handler {
+func runRouter2(t *testing.T, f *runstest.Runs) http.Handler {
 	t.Helper()
 	rt, err := server.NewRouter(f)
 	if err != nil {

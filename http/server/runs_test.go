@@ -14,14 +14,15 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/http/internal/runstest"
 	"github.com/svc-dev/svc/http/server"
 )
 
-// newRunRouter serves a router over a fresh fakeRuns, with a 50 ms
+// newRunRouter serves a router over a fresh runstest.Runs, with a 50 ms
 // heartbeat, mounted at prefix ("" for the root).
-func newRunRouter(t *testing.T, prefix string) (*httptest.Server, *fakeRuns) {
+func newRunRouter(t *testing.T, prefix string) (*httptest.Server, *runstest.Runs) {
 	t.Helper()
-	f := newFakeRuns(t, &fakeBackend{})
+	f := runstest.New(t, &fakeBackend{})
 	rt, err := server.NewRouter(f, server.WithHeartbeat(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestSubmitTraceID(t *testing.T) {
 
 func TestRunStatusAndResult(t *testing.T) {
 	srv, f := newRunRouter(t, "")
-	f.hold = make(chan struct{})
+	f.Hold = make(chan struct{})
 	id, _ := submit(t, srv, "", `{"target":"echo","task":{"input":{"k":"v"}}}`)
 
 	r := do(t, srv, http.MethodGet, "/runs/"+id+"/status", "")
@@ -179,17 +180,17 @@ func TestRunStatusAndResult(t *testing.T) {
 	if p.Error != string(svc.KindRunState) {
 		t.Errorf("result of a pending run: error %q, want RunStateError", p.Error)
 	}
-	f.setProgress(t, id, svc.RunProgress{Total: 3, Completed: 1, Running: 2})
+	f.SetProgress(t, id, svc.RunProgress{Total: 3, Completed: 1, Running: 2})
 	r = do(t, srv, http.MethodGet, "/runs/"+id+"/status", "")
 	if !strings.Contains(string(r.body), `"progress":{"total":3,"completed":1,"failed":0,"running":2}`) {
 		t.Errorf("status with progress = %s", r.body)
 	}
 
-	close(f.hold)
+	close(f.Hold)
 	if st := waitState(t, srv, "", id); st.State != svc.RunCompleted {
 		t.Fatalf("state = %s", st.State)
 	}
-	rec, err := f.store.Get(t.Context(), id)
+	rec, err := f.Store.Get(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestRunStatusAndResult(t *testing.T) {
 
 func TestCancelRoute(t *testing.T) {
 	srv, f := newRunRouter(t, "")
-	f.hold = make(chan struct{})
+	f.Hold = make(chan struct{})
 	id, _ := submit(t, srv, "", `{"target":"slow","task":{"input":1}}`)
 	for range 2 { // idempotent
 		r := do(t, srv, http.MethodPost, "/runs/"+id+"/cancel", "")
@@ -372,7 +373,7 @@ func TestStreamRejections(t *testing.T) {
 // frames as they happen, then the end of the stream.
 func TestStreamLive(t *testing.T) {
 	srv, f := newRunRouter(t, "")
-	f.hold = make(chan struct{})
+	f.Hold = make(chan struct{})
 	id, _ := submit(t, srv, "", `{"target":"slow","task":{"input":1}}`)
 	resp := openStream(t, t.Context(), srv, "/runs/"+id+"/stream")
 	br := bufio.NewReader(resp.Body)
@@ -382,7 +383,7 @@ func TestStreamLive(t *testing.T) {
 			t.Fatalf("frame on an idle stream = %+v, %v; want the heartbeat", fr, ok)
 		}
 	}
-	close(f.hold)
+	close(f.Hold)
 	var events []string
 	for {
 		fr, ok := nextFrame(t, br)
@@ -409,7 +410,7 @@ func TestStreamLive(t *testing.T) {
 // server's Close would otherwise wait for it, and goleak would see it).
 func TestStreamClientGone(t *testing.T) {
 	srv, f := newRunRouter(t, "")
-	f.hold = make(chan struct{})
+	f.Hold = make(chan struct{})
 	id, _ := submit(t, srv, "", `{"target":"slow","task":{"input":1}}`)
 	ctx, cancel := context.WithCancel(t.Context())
 	resp := openStream(t, ctx, srv, "/runs/"+id+"/stream")

@@ -1,4 +1,7 @@
-package server_test
+// Package runstest provides Runs, a semantic in-memory svc.RunBackend for
+// the tests of the HTTP server and clients: one fake shared by both, so the
+// two suites test against the same rules.
+package runstest
 
 import (
 	"context"
@@ -15,42 +18,42 @@ import (
 	"github.com/svc-dev/svc/stores/memstore"
 )
 
-// fakeRuns is an svc.RunBackend over an svc.Backend and a memstore, with
+// Runs is an svc.RunBackend over an svc.Backend and a memstore, with
 // the runtime's rules: targets are checked before anything is stored, a
 // run goes pending → running → completed (its result stored first), an
 // agent run records agent_started and agent_completed or agent_failed, a
 // group run ends with group_completed, and cancel stops the run's context
 // and records cancelled with run_cancelled. Embedding the Backend, it is
 // both.
-type fakeRuns struct {
+type Runs struct {
 	svc.Backend
-	store *memstore.Store
+	Store *memstore.Store
 
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
 	wg      sync.WaitGroup
-	// hold, when set, keeps submitted runs pending until it is closed.
-	hold chan struct{}
+	// Hold, when set, keeps submitted runs pending until it is closed.
+	Hold chan struct{}
 }
 
-// newFakeRuns returns a fakeRuns over b, stopped when the test ends.
-func newFakeRuns(t *testing.T, b svc.Backend) *fakeRuns {
-	f := &fakeRuns{Backend: b, store: memstore.New(), cancels: map[string]context.CancelFunc{}}
+// New returns a Runs over b, stopped when the test ends.
+func New(t *testing.T, b svc.Backend) *Runs {
+	f := &Runs{Backend: b, Store: memstore.New(), cancels: map[string]context.CancelFunc{}}
 	t.Cleanup(f.stop)
 	return f
 }
 
-func (f *fakeRuns) stop() {
+func (f *Runs) stop() {
 	f.mu.Lock()
 	for _, c := range f.cancels {
 		c()
 	}
 	f.mu.Unlock()
 	f.wg.Wait()
-	f.store.Close()
+	f.Store.Close()
 }
 
-func (f *fakeRuns) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error) {
+func (f *Runs) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error) {
 	agents, err := f.Agents(ctx)
 	if err != nil {
 		return "", err
@@ -78,19 +81,19 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func (f *fakeRuns) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
+func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
 	kind, err := f.kindOf(ctx, req)
 	if err != nil {
 		return "", err
 	}
 	id := uuid.Must(uuid.NewV7()).String()
-	if err := f.store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}); err != nil {
+	if err := f.Store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}); err != nil {
 		return "", err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.mu.Lock()
 	f.cancels[id] = cancel
-	hold := f.hold
+	hold := f.Hold
 	f.mu.Unlock()
 	f.wg.Add(1)
 	go func() {
@@ -110,8 +113,8 @@ func (f *fakeRuns) Submit(ctx context.Context, req svc.SubmitRequest) (string, e
 
 // execute runs a submitted run; store errors after a cancel (the run is
 // terminal) are expected and dropped.
-func (f *fakeRuns) execute(ctx context.Context, id, kind string, req svc.SubmitRequest) {
-	st := f.store
+func (f *Runs) execute(ctx context.Context, id, kind string, req svc.SubmitRequest) {
+	st := f.Store
 	if st.SetState(ctx, id, svc.RunRunning, "", nil) != nil {
 		return
 	}
@@ -165,16 +168,16 @@ func (f *fakeRuns) execute(ctx context.Context, id, kind string, req svc.SubmitR
 	_ = st.SetState(ctx, id, next, "", final)
 }
 
-func (f *fakeRuns) RunStatus(ctx context.Context, id string) (svc.RunStatus, error) {
-	rec, err := f.store.Get(ctx, id)
+func (f *Runs) RunStatus(ctx context.Context, id string) (svc.RunStatus, error) {
+	rec, err := f.Store.Get(ctx, id)
 	if err != nil {
 		return svc.RunStatus{}, err
 	}
 	return rec.Status(), nil
 }
 
-func (f *fakeRuns) RunResult(ctx context.Context, id string) (json.RawMessage, error) {
-	rec, err := f.store.Get(ctx, id)
+func (f *Runs) RunResult(ctx context.Context, id string) (json.RawMessage, error) {
+	rec, err := f.Store.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -184,13 +187,13 @@ func (f *fakeRuns) RunResult(ctx context.Context, id string) (json.RawMessage, e
 	return rec.Result, nil
 }
 
-func (f *fakeRuns) CancelRun(ctx context.Context, id string) error {
-	rec, err := f.store.Get(ctx, id)
+func (f *Runs) CancelRun(ctx context.Context, id string) error {
+	rec, err := f.Store.Get(ctx, id)
 	if err != nil {
 		return err
 	}
 	if !rec.State.Terminal() {
-		err := f.store.SetState(ctx, id, svc.RunCancelled, "cancelled",
+		err := f.Store.SetState(ctx, id, svc.RunCancelled, "cancelled",
 			&svc.RunEvent{Type: svc.RunRunCancelled, RunID: id, Timestamp: time.Now()})
 		if err != nil && !errors.Is(err, svc.ErrRunState) {
 			return err
@@ -204,15 +207,15 @@ func (f *fakeRuns) CancelRun(ctx context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeRuns) RunEvents(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
-	return f.store.Stream(ctx, id, after)
+func (f *Runs) RunEvents(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
+	return f.Store.Stream(ctx, id, after)
 }
 
-// setProgress records progress for a run, as the runtime does while it
+// SetProgress records progress for a run, as the runtime does while it
 // runs.
-func (f *fakeRuns) setProgress(t *testing.T, id string, p svc.RunProgress) {
+func (f *Runs) SetProgress(t *testing.T, id string, p svc.RunProgress) {
 	t.Helper()
-	if err := f.store.SetProgress(t.Context(), id, p); err != nil {
+	if err := f.Store.SetProgress(t.Context(), id, p); err != nil {
 		t.Fatal(err)
 	}
 }
