@@ -109,6 +109,16 @@ type Tool interface {
 	Call(ctx context.Context, args json.RawMessage) (json.RawMessage, error)
 }
 
+// ToolSource provides tools discovered at run time, such as an MCP server's
+// tools. An agent asks its sources at the start of every invocation, so a
+// source that starts lazily starts on first use. Implementations are safe
+// for concurrent use and cheap once started.
+type ToolSource interface {
+	// Tools returns the source's current tools, starting it if needed. It
+	// honours ctx.
+	Tools(ctx context.Context) ([]Tool, error)
+}
+
 // MCPServer configures one Model Context Protocol tool server of an agent.
 type MCPServer struct {
 	Name      string            `json:"name" yaml:"name"`

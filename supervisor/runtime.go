@@ -68,6 +68,7 @@ type Runtime struct {
 	pool   *gopool.Pool
 
 	agents atomic.Pointer[registry]
+	mcp    mcpHooks // the MCP tool servers, for the catalog
 
 	store     svc.RunStore
 	ownStore  bool

@@ -19,6 +19,11 @@ import (
 // apply, without a listener. It implements svc.Backend.
 type Local struct {
 	b svc.Backend
+	// hc is the HTTP client over the handler; nil over a backend.
+	hc *Client
+	// events and sub serve the observation calls over a backend.
+	events svc.EventReader
+	sub    svc.EventSubscriber
 }
 
 var _ svc.Backend = (*Local)(nil)
@@ -27,6 +32,8 @@ var _ svc.Backend = (*Local)(nil)
 type LocalOption func(*localConfig)
 
 type localConfig struct {
+	events     svc.EventReader
+	sub        svc.EventSubscriber
 	backend    svc.Backend
 	handler    http.Handler
 	hasBackend bool
@@ -41,6 +48,19 @@ func OverBackend(b svc.Backend) LocalOption {
 // OverHandler makes the Local client send its calls through h, in process.
 func OverHandler(h http.Handler) LocalOption {
 	return func(c *localConfig) { c.handler, c.hasHandler = h, true }
+}
+
+// WithEventReader gives a Local client over a backend the event store its
+// Usage, RuntimeStats and ToolUsage read (over a handler, the handler's
+// routes answer them).
+func WithEventReader(r svc.EventReader) LocalOption {
+	return func(c *localConfig) { c.events = r }
+}
+
+// WithSubscriber gives a Local client over a backend the SSE emitter its
+// StreamEvents subscribes to.
+func WithSubscriber(s svc.EventSubscriber) LocalOption {
+	return func(c *localConfig) { c.sub = s }
 }
 
 // NewLocal returns an in-process client over exactly one of OverBackend and
@@ -59,13 +79,15 @@ func NewLocal(opts ...LocalOption) (*Local, error) {
 	case c.hasHandler && c.handler == nil:
 		return nil, errors.New("client: OverHandler: nil handler")
 	case c.hasBackend:
-		return &Local{b: c.backend}, nil
+		return &Local{b: c.backend, events: c.events, sub: c.sub}, nil
+	case c.events != nil || c.sub != nil:
+		return nil, errors.New("client: WithEventReader and WithSubscriber apply over a backend; over a handler its routes answer")
 	}
 	hc, err := New("http://in-process", WithTransport(handlerTransport{c.handler}), WithTimeout(0))
 	if err != nil {
 		return nil, err
 	}
-	return &Local{b: hc}, nil
+	return &Local{b: hc, hc: hc}, nil
 }
 
 // Agents implements svc.Backend.

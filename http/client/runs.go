@@ -2,16 +2,15 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	svc "github.com/svc-dev/svc"
@@ -155,33 +154,9 @@ func (c *Client) RunEvents(ctx context.Context, runID string, after int64) (<-ch
 	if after < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "client: events after %d: want a non-negative sequence number", after)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+runPath(runID, "stream"), nil)
+	resp, err := c.openStream(ctx, runPath(runID, "stream"), after)
 	if err != nil {
-		return nil, svc.Wrap(svc.KindSpecValidation, err, "client: building the request")
-	}
-	req.Header.Set("Accept", "text/event-stream, application/problem+json")
-	req.Header.Set("Cache-Control", "no-cache")
-	if after > 0 {
-		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, transportError(err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer resp.Body.Close()
-		data, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		if err != nil {
-			return nil, transportError(err)
-		}
-		return nil, errorFromResponse(resp.StatusCode, resp.Header.Get("Content-Type"), data)
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		resp.Body.Close()
-		return nil, svc.Errorf(svc.KindRuntime, "client: events of run %q: the server answered %q, not an event stream", runID, resp.Header.Get("Content-Type"))
+		return nil, err
 	}
 	out := make(chan svc.RunEvent)
 	go func() {
@@ -212,46 +187,54 @@ var errStopped = errors.New("client: event stream stopped")
 // fields and frames whose data is not a RunEvent are skipped. A frame's id
 // stands in for a sequence number its data lacks.
 func readSSE(r io.Reader, emit func(svc.RunEvent) bool) error {
+	return readSSEFrames(r, func(data []byte, id int64) bool {
+		var ev svc.RunEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return true
+		}
+		if ev.Seq == 0 {
+			ev.Seq = id
+		}
+		return emit(ev)
+	})
+}
+
+// readSSEFrames reads an event stream and hands each frame's data (its
+// data lines joined by newlines) and the last id seen to frame, until the
+// stream ends, a read fails, or frame returns false (errStopped).
+func readSSEFrames(r io.Reader, frame func(data []byte, id int64) bool) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxSSELine)
 	sc.Split(scanSSELines)
 	var (
-		data    strings.Builder
+		data    []byte
 		hasData bool
 		lastID  int64
 	)
 	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			if hasData {
-				var ev svc.RunEvent
-				if err := json.Unmarshal([]byte(data.String()), &ev); err == nil {
-					if ev.Seq == 0 {
-						ev.Seq = lastID
-					}
-					if !emit(ev) {
-						return errStopped
-					}
-				}
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if hasData && !frame(data, lastID) {
+				return errStopped
 			}
-			data.Reset()
+			data = data[:0]
 			hasData = false
 			continue
 		}
-		if strings.HasPrefix(line, ":") {
+		if line[0] == ':' {
 			continue // a comment: the heartbeat
 		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
 		case "data":
 			if hasData {
-				data.WriteByte('\n')
+				data = append(data, '\n')
 			}
-			data.WriteString(value)
+			data = append(data, value...)
 			hasData = true
 		case "id":
-			if n, err := strconv.ParseInt(value, 10, 64); err == nil && n >= 0 {
+			if n, err := strconv.ParseInt(string(value), 10, 64); err == nil && n >= 0 {
 				lastID = n
 			}
 		}

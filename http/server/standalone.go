@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	svc "github.com/svc-dev/svc"
@@ -23,10 +24,19 @@ type StandaloneConfig struct {
 	// RouterOptions are passed to NewRouter; a WithLogger among them wins
 	// over Logger for the router's own logging.
 	RouterOptions []Option
+	// Events, when set, serves the rollup routes (GET /events, /usage,
+	// /tools?group_by=, /runtime/stats, /runs/{trace_id}/tree) from an event
+	// store. GET /tools (the registered tools) and GET /runs (the run list)
+	// are served whenever the backend implements svc.ToolCatalog and
+	// svc.RunLister.
+	Events svc.EventReader
+	// MeterProvider, when set, receives the HTTP server metrics (see
+	// Metrics).
+	MeterProvider metric.MeterProvider
 }
 
 // NewStandalone returns the handler of the standalone server: the router
-// for b behind RequestID, AccessLog, Recoverer and, when cfg.AuthToken is
+// for b, with the observation routes of mountObservation, behind RequestID, AccessLog, Recoverer and, when cfg.AuthToken is
 // set, BearerAuth, in that order from the outside in.
 func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	log := cfg.Logger
@@ -38,11 +48,19 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	mountObservation(rt, b, cfg.Events)
 	var h http.Handler = rt
 	if cfg.AuthToken != "" {
 		h = BearerAuth(cfg.AuthToken)(h)
 	}
 	h = Recoverer(h)
+	if cfg.MeterProvider != nil {
+		mw, err := Metrics(cfg.MeterProvider)
+		if err != nil {
+			return nil, err
+		}
+		h = mw(h)
+	}
 	h = AccessLog(log)(h)
 	return RequestID(h), nil
 }

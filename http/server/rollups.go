@@ -1,0 +1,260 @@
+package server
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// Observation routes of the standalone server. They are read-only and
+// computed on demand; mountObservation adds those whose source exists:
+//
+//	GET /events?limit=&since=&until=&trace_id=&event_type=   []svc.RuntimeEvent, newest first (event store)
+//	GET /usage?group_by=agent|trace|model|none                svc.Usage (event store)
+//	GET /tools                                               []svc.ToolDescriptor (backend's svc.ToolCatalog)
+//	GET /tools?group_by=tool|agent_tool                      svc.ToolUsage (event store)
+//	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's tool servers)
+//	GET /runs/{trace_id}/tree                                svc.EventTree (event store)
+//	GET /runs?state=&limit=&cursor=                          svc.RunPage (backend's svc.RunLister)
+//
+// since and until are RFC 3339 timestamps or Unix milliseconds. An unknown
+// query parameter, a bad value or a limit above svc.MaxEventLimit is a 400
+// naming the parameter.
+type observation struct {
+	b      svc.Backend
+	events svc.EventReader // nil without an event store
+	now    func() time.Time
+}
+
+func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader) {
+	o := &observation{b: b, events: events, now: time.Now}
+	_, hasCatalog := b.(svc.ToolCatalog)
+	if events != nil {
+		r.Method(http.MethodGet, "/events", Handle(o.listEvents))
+		r.Method(http.MethodGet, "/usage", Handle(o.usage))
+		r.Method(http.MethodGet, "/runtime/stats", Handle(o.stats))
+		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(o.tree))
+	}
+	if events != nil || hasCatalog {
+		r.Method(http.MethodGet, "/tools", Handle(o.tools))
+	}
+	if _, ok := b.(svc.RunLister); ok {
+		r.Method(http.MethodGet, "/runs", Handle(o.runs))
+	}
+}
+
+// queryOf returns r's query, refusing parameters outside allowed and
+// repeated ones, so a typo (?group-by=) is an error rather than silently
+// ignored.
+func queryOf(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, svc.Errorf(svc.KindSpecValidation, "query string: %v", err)
+	}
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, svc.Errorf(svc.KindSpecValidation, "query parameter %q is not known here (known: %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return nil, svc.Errorf(svc.KindSpecValidation, "query parameter %q is given %d times; give it once", k, len(v))
+		}
+	}
+	return q, nil
+}
+
+// parseTime reads since/until: RFC 3339 (with or without fractional
+// seconds) or Unix milliseconds.
+func parseTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(ms).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, svc.Errorf(svc.KindSpecValidation, "query parameter %s=%q: want an RFC 3339 timestamp (2026-11-22T10:00:00Z) or Unix milliseconds", name, v)
+	}
+	return t, nil
+}
+
+func (o *observation) listEvents(w http.ResponseWriter, r *http.Request) error {
+	q, err := queryOf(r, "limit", "since", "until", "trace_id", "event_type")
+	if err != nil {
+		return err
+	}
+	var eq svc.EventQuery
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return svc.Errorf(svc.KindSpecValidation, "query parameter limit=%q: want a whole number from 1 to %d", v, svc.MaxEventLimit)
+		}
+		if n > svc.MaxEventLimit {
+			return svc.Errorf(svc.KindSpecValidation, "query parameter limit=%d is above the maximum of %d rows per request", n, svc.MaxEventLimit)
+		}
+		eq.Limit = n
+	}
+	if eq.Since, err = parseTime("since", q.Get("since")); err != nil {
+		return err
+	}
+	if eq.Until, err = parseTime("until", q.Get("until")); err != nil {
+		return err
+	}
+	eq.TraceID = q.Get("trace_id")
+	if v := q.Get("event_type"); v != "" {
+		t, err := eventTypeOf(v)
+		if err != nil {
+			return err
+		}
+		eq.EventType = t
+	}
+	evs, err := o.events.Events(r.Context(), eq)
+	if err != nil {
+		return err
+	}
+	if evs == nil {
+		evs = []svc.RuntimeEvent{}
+	}
+	return writeJSON(w, http.StatusOK, evs)
+}
+
+// eventTypeOf checks an event_type parameter against the known types.
+func eventTypeOf(v string) (svc.EventType, error) {
+	t := svc.EventType(v)
+	if slices.Contains(svc.EventTypes, t) {
+		return t, nil
+	}
+	names := make([]string, len(svc.EventTypes))
+	for i, et := range svc.EventTypes {
+		names[i] = string(et)
+	}
+	return "", svc.Errorf(svc.KindSpecValidation, "event_type %q is not an event type (known: %s)", v, strings.Join(names, ", "))
+}
+
+func (o *observation) usage(w http.ResponseWriter, r *http.Request) error {
+	q, err := queryOf(r, "group_by")
+	if err != nil {
+		return err
+	}
+	g := q.Get("group_by")
+	switch g {
+	case "", svc.GroupByNone, svc.GroupByAgent, svc.GroupByTrace, svc.GroupByModel:
+	default:
+		return svc.Errorf(svc.KindSpecValidation, "query parameter group_by=%q: want agent, trace, model or none", g)
+	}
+	u, err := o.events.Usage(r.Context(), g)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, u)
+}
+
+func (o *observation) tools(w http.ResponseWriter, r *http.Request) error {
+	q, err := queryOf(r, "group_by")
+	if err != nil {
+		return err
+	}
+	g := q.Get("group_by")
+	switch g {
+	case "":
+		cat, ok := o.b.(svc.ToolCatalog)
+		if !ok {
+			return writeJSON(w, http.StatusOK, []svc.ToolDescriptor{})
+		}
+		ds, err := cat.Tools(r.Context())
+		if err != nil {
+			return err
+		}
+		if ds == nil {
+			ds = []svc.ToolDescriptor{}
+		}
+		return writeJSON(w, http.StatusOK, ds)
+	case svc.GroupByTool, svc.GroupByAgentTool:
+	default:
+		return svc.Errorf(svc.KindSpecValidation, "query parameter group_by=%q: want tool or agent_tool (or none for the registered tools)", g)
+	}
+	if o.events == nil {
+		return svc.Errorf(svc.KindRegistry, "GET /tools?group_by=%s needs an event store; this server has none (svc serve keeps one unless --events none)", g)
+	}
+	u, err := o.events.ToolUsage(r.Context(), g)
+	if err != nil {
+		return err
+	}
+	if u.Rows == nil {
+		u.Rows = []svc.ToolStats{}
+	}
+	return writeJSON(w, http.StatusOK, u)
+}
+
+func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryOf(r); err != nil {
+		return err
+	}
+	st, err := o.events.RuntimeStats(r.Context(), o.now())
+	if err != nil {
+		return err
+	}
+	if cat, ok := o.b.(svc.ToolCatalog); ok {
+		if st.ToolServers, err = cat.ToolServers(r.Context()); err != nil {
+			return err
+		}
+	}
+	if st.ToolServers == nil {
+		st.ToolServers = []svc.ToolServerStatus{}
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (o *observation) tree(w http.ResponseWriter, r *http.Request) error {
+	if _, err := queryOf(r); err != nil {
+		return err
+	}
+	id, err := url.PathUnescape(chi.URLParam(r, "trace_id"))
+	if err != nil || id == "" {
+		return svc.Errorf(svc.KindSpecValidation, "trace id %q in the path is not valid", chi.URLParam(r, "trace_id"))
+	}
+	t, err := o.events.Tree(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, t)
+}
+
+func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
+	q, err := queryOf(r, "state", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	f := svc.RunFilter{Cursor: q.Get("cursor")}
+	if v := q.Get("state"); v != "" {
+		s := svc.RunState(v)
+		switch s {
+		case svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled:
+		default:
+			return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, completed, failed or cancelled", v)
+		}
+		f.State = s
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > svc.MaxRunPage {
+			return svc.Errorf(svc.KindSpecValidation, "query parameter limit=%q: want a whole number from 1 to %d", v, svc.MaxRunPage)
+		}
+		f.Limit = n
+	}
+	page, err := o.b.(svc.RunLister).ListRuns(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if page.Runs == nil {
+		page.Runs = []svc.RunSummary{}
+	}
+	return writeJSON(w, http.StatusOK, page)
+}

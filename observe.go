@@ -1,0 +1,341 @@
+package svc
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+	"time"
+)
+
+// This file holds the vocabulary of the observation side: live event
+// subscriptions (GET /events/stream), the event store's read-only rollups
+// (GET /events, /usage, /tools, /runtime/stats, /runs/{trace_id}/tree), the
+// run listing (GET /runs) and the tool catalog (GET /tools without
+// group_by). The HTTP server talks to all of them through these interfaces
+// only.
+
+// EventFilter selects events of a live subscription. Zero fields do not
+// filter; several EventTypes match any of them.
+type EventFilter struct {
+	EventTypes []EventType
+	Agent      string
+}
+
+// Match reports whether ev passes f.
+func (f EventFilter) Match(ev *RuntimeEvent) bool {
+	if f.Agent != "" && ev.AgentName != f.Agent {
+		return false
+	}
+	if len(f.EventTypes) == 0 {
+		return true
+	}
+	for _, t := range f.EventTypes {
+		if t == ev.EventType {
+			return true
+		}
+	}
+	return false
+}
+
+// EventSubscription is one live subscriber's feed. The subscriber closes it
+// when it goes away (an HTTP client disconnecting); that stops whatever
+// feeds it.
+type EventSubscription interface {
+	// Events delivers the matching events in emit order; it is closed when
+	// the subscription ends (Close, or the emitter shutting down).
+	Events() <-chan RuntimeEvent
+	// Dropped is how many matching events were dropped because the
+	// subscriber did not keep up.
+	Dropped() uint64
+	// Close ends the subscription; it is idempotent.
+	Close() error
+}
+
+// EventSubscriber hands out live subscriptions to the runtime's events:
+// the SSE emitter implements it.
+type EventSubscriber interface {
+	Subscribe(ctx context.Context, f EventFilter) (EventSubscription, error)
+	// HeartbeatInterval is how long a stream may stay idle before the
+	// server writes a heartbeat.
+	HeartbeatInterval() time.Duration
+}
+
+// Event query limits.
+const (
+	// DefaultEventLimit is the number of events an EventQuery with Limit 0
+	// returns.
+	DefaultEventLimit = 100
+	// MaxEventLimit is the largest Limit an EventQuery accepts.
+	MaxEventLimit = 100_000
+)
+
+// EventQuery selects stored events. Zero fields do not filter.
+type EventQuery struct {
+	// Limit caps the result: 0 means DefaultEventLimit; negative or above
+	// MaxEventLimit is a SpecValidationError.
+	Limit int
+	// Since (inclusive) and Until (exclusive) bound the event timestamps.
+	Since, Until time.Time
+	TraceID      string
+	EventType    EventType
+}
+
+// Usage group_by values.
+const (
+	GroupByNone  = "none"
+	GroupByAgent = "agent"
+	GroupByTrace = "trace"
+	GroupByModel = "model"
+	// GroupByTool and GroupByAgentTool are the /tools groupings.
+	GroupByTool      = "tool"
+	GroupByAgentTool = "agent_tool"
+	// UnknownModel is the /usage?group_by=model key of agent_completed
+	// events that name no model.
+	UnknownModel = "unknown"
+)
+
+// UsageTotals sums agent_completed events.
+type UsageTotals struct {
+	TokensUsed int64 `json:"tokens_used"`
+	// Invocations is the number of agent_completed events summed.
+	Invocations int64 `json:"invocations"`
+}
+
+// Usage is the answer of GET /usage: the runtime-wide total and, unless
+// GroupBy is "none", the totals per key.
+type Usage struct {
+	GroupBy string                 `json:"group_by"`
+	Total   UsageTotals            `json:"total"`
+	Groups  map[string]UsageTotals `json:"groups,omitempty"`
+}
+
+// ToolStats is one row of GET /tools?group_by=: tool_call_completed and
+// tool_call_failed both count as calls, only failed ones as failures;
+// the latencies are over both.
+type ToolStats struct {
+	Tool     string  `json:"tool"`
+	Agent    string  `json:"agent,omitempty"` // group_by=agent_tool only
+	Calls    int64   `json:"calls"`
+	Failures int64   `json:"failures"`
+	P50MS    float64 `json:"p50_ms"`
+	P95MS    float64 `json:"p95_ms"`
+	P99MS    float64 `json:"p99_ms"`
+	AvgMS    float64 `json:"avg_ms"`
+}
+
+// ToolUsage is the answer of GET /tools?group_by=.
+type ToolUsage struct {
+	GroupBy string      `json:"group_by"`
+	Rows    []ToolStats `json:"rows"`
+}
+
+// Worker health, derived from a worker's latest worker_heartbeat.
+const (
+	WorkerHealthy = "healthy"
+	WorkerStale   = "stale"
+	WorkerDown    = "down"
+
+	WorkerHealthyWithin = 90 * time.Second
+	WorkerStaleWithin   = 300 * time.Second
+)
+
+// WorkerHealth is the status of a worker whose latest heartbeat was at
+// last: healthy under 90 s, stale under 300 s, down otherwise or once it
+// sent worker_stopped.
+func WorkerHealth(last time.Time, stopped bool, now time.Time) string {
+	age := now.Sub(last)
+	switch {
+	case stopped:
+		return WorkerDown
+	case age < WorkerHealthyWithin:
+		return WorkerHealthy
+	case age < WorkerStaleWithin:
+		return WorkerStale
+	}
+	return WorkerDown
+}
+
+// StatsHeader are the headline meters of GET /runtime/stats.
+type StatsHeader struct {
+	Events          int64 `json:"events"`
+	Traces          int64 `json:"traces"`
+	AgentsStarted   int64 `json:"agents_spawned"`
+	AgentsCompleted int64 `json:"agents_completed"`
+	AgentsFailed    int64 `json:"agents_failed"`
+	ToolCalls       int64 `json:"tool_calls"`
+	ToolFailures    int64 `json:"tool_failures"`
+	TokensUsed      int64 `json:"tokens_used"`
+	// ErrorRate is agents_failed / (agents_completed + agents_failed).
+	ErrorRate float64 `json:"error_rate"`
+}
+
+// BurnRate is the token burn over the last Window.
+type BurnRate struct {
+	WindowSeconds   float64 `json:"window_seconds"`
+	Tokens          int64   `json:"tokens"`
+	TokensPerMinute float64 `json:"tokens_per_minute"`
+}
+
+// ErrorGroup gathers agent_failed and tool_call_failed events by error type.
+type ErrorGroup struct {
+	Error    string    `json:"error"` // the error kind's name, or the message's type
+	Count    int64     `json:"count"`
+	LastSeen time.Time `json:"last_seen"`
+	// Sample is the message of the latest event of the group.
+	Sample string   `json:"sample"`
+	Agents []string `json:"agents"`
+}
+
+// WorkerStatus is one worker of the fleet, from its latest heartbeat.
+type WorkerStatus struct {
+	RuntimeID     string    `json:"runtime_id"`
+	Status        string    `json:"status"` // WorkerHealthy, WorkerStale or WorkerDown
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	InFlight      int64     `json:"in_flight"`
+	Concurrency   int64     `json:"concurrency_cap"`
+	Agents        []string  `json:"agent_subscriptions"`
+	BrokerScheme  string    `json:"broker_scheme"`
+}
+
+// ToolServerStatus describes one MCP tool server of the runtime.
+type ToolServerStatus struct {
+	Name      string `json:"name"`
+	Agent     string `json:"agent"`
+	Transport string `json:"transport"`
+	// State is "stopped" (not started yet), "starting", "ready" or
+	// "restarting".
+	State    string   `json:"state"`
+	Tools    []string `json:"tools"`
+	Restarts int64    `json:"restarts"`
+	// LastError is the error of the last failed start, if any.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// RuntimeStats is the composite dashboard of GET /runtime/stats. The event
+// store fills all but ToolServers, which the runtime adds.
+type RuntimeStats struct {
+	GeneratedAt time.Time   `json:"generated_at"`
+	Header      StatsHeader `json:"header"`
+	BurnRate    BurnRate    `json:"burn_rate"`
+	// Rejections counts rejections by kind: budget_exceeded,
+	// depth_limit_exceeded, and agent_failed by error kind.
+	Rejections  map[string]int64   `json:"rejections"`
+	ErrorGroups []ErrorGroup       `json:"error_groups"`
+	ToolServers []ToolServerStatus `json:"tool_servers"`
+	Workers     []WorkerStatus     `json:"workers"`
+}
+
+// EventTree is one run's events as a tree (GET /runs/{trace_id}/tree): the
+// run at the root, its agent invocations below, their tool calls below
+// those, and child runs (events whose parent_trace_id is this trace) below
+// the invocation that spawned them.
+type EventTree struct {
+	TraceID string    `json:"trace_id"`
+	Root    *TreeNode `json:"root"`
+}
+
+// TreeNode is one node of an EventTree.
+type TreeNode struct {
+	// Kind is "run", "group", "agent", "tool" or "event" (a lone event such
+	// as budget_exceeded).
+	Kind    string     `json:"kind"`
+	Name    string     `json:"name"`
+	TraceID string     `json:"trace_id"`
+	TaskID  *string    `json:"task_id"`
+	Status  string     `json:"status"` // "running", "completed", "failed"
+	Start   time.Time  `json:"start"`
+	End     *time.Time `json:"end"`
+	// Events are the events that make up this node, oldest first.
+	Events   []RuntimeEvent `json:"events"`
+	Children []*TreeNode    `json:"children"`
+}
+
+// EventReader is the read side of an event store: the rollup routes.
+// Every method is read-only and computed on demand.
+type EventReader interface {
+	// Events returns the events matching q, newest first.
+	Events(ctx context.Context, q EventQuery) ([]RuntimeEvent, error)
+	// Usage sums agent_completed tokens_used, grouped by groupBy (one of
+	// GroupByNone, GroupByAgent, GroupByTrace, GroupByModel; "" means
+	// none). Another groupBy is a SpecValidationError.
+	Usage(ctx context.Context, groupBy string) (Usage, error)
+	// ToolUsage computes per-tool rows grouped by GroupByTool or
+	// GroupByAgentTool; another groupBy is a SpecValidationError.
+	ToolUsage(ctx context.Context, groupBy string) (ToolUsage, error)
+	// RuntimeStats computes the dashboard as of now (ToolServers empty).
+	RuntimeStats(ctx context.Context, now time.Time) (RuntimeStats, error)
+	// Tree returns the tree of one trace; an unknown trace is a
+	// RegistryError.
+	Tree(ctx context.Context, traceID string) (EventTree, error)
+}
+
+// ToolDescriptor describes a registered tool (GET /tools without group_by).
+type ToolDescriptor struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+	Access      string          `json:"access"`
+	// Source is "function", "builtin" or "mcp".
+	Source string `json:"source"`
+	// Server names the MCP server of an "mcp" tool.
+	Server string `json:"server,omitempty"`
+	// Agents are the registered agents that have the tool, sorted.
+	Agents []string `json:"agents"`
+}
+
+// ToolCatalog is implemented by a backend that can describe its tools and
+// tool servers.
+type ToolCatalog interface {
+	Tools(ctx context.Context) ([]ToolDescriptor, error)
+	ToolServers(ctx context.Context) ([]ToolServerStatus, error)
+}
+
+// RunFilter selects runs for GET /runs. Zero fields do not filter.
+type RunFilter struct {
+	State RunState
+	// Limit caps a page: 0 means 50; above 1000 is a SpecValidationError.
+	Limit int
+	// Cursor is a page's NextCursor, to read the page after it.
+	Cursor string
+}
+
+// RunFilter limits.
+const (
+	DefaultRunPage = 50
+	MaxRunPage     = 1000
+)
+
+// RunSummary is one row of GET /runs.
+type RunSummary struct {
+	RunID     string       `json:"run_id"`
+	Target    string       `json:"target"`
+	Kind      string       `json:"kind"`
+	State     RunState     `json:"state"`
+	Reason    string       `json:"reason,omitempty"`
+	Progress  *RunProgress `json:"progress"`
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
+}
+
+// RunPage is a page of runs, newest first.
+type RunPage struct {
+	Runs []RunSummary `json:"runs"`
+	// NextCursor reads the next (older) page; empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// RunLister lists runs newest first; run stores and backends implement it.
+type RunLister interface {
+	ListRuns(ctx context.Context, f RunFilter) (RunPage, error)
+}
+
+// Observer is the observation surface both clients share: the spec's
+// usage(group_by), runtime_stats(), list_tools() and stream_events().
+type Observer interface {
+	Usage(ctx context.Context, groupBy string) (Usage, error)
+	RuntimeStats(ctx context.Context) (RuntimeStats, error)
+	ListTools(ctx context.Context) ([]ToolDescriptor, error)
+	// StreamEvents follows GET /events/stream until ctx ends; a yielded
+	// error ends the stream.
+	StreamEvents(ctx context.Context, f EventFilter) iter.Seq2[RuntimeEvent, error]
+}
