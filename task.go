@@ -52,6 +52,11 @@ type ResultMetadata struct {
 	Attempts int    `json:"attempts"`
 	// Backend is where the invocation ran: "local" for this process.
 	Backend string `json:"backend"`
+	// ModelsTried are the models called, primary first, in the order tried.
+	ModelsTried []string `json:"models_tried,omitempty"`
+	// CostUnknown is set when a model call had no price: CostUSD counts it
+	// as 0.
+	CostUnknown bool `json:"cost_unknown,omitempty"`
 }
 
 // AgentResult is the envelope of one agent run.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/model"
 )
 
 // invState is an invocation's state that survives restarts: protoactor
@@ -33,6 +34,8 @@ type invState struct {
 	tokens   int64
 	cost     float64
 	model    string
+	tried    []string // models called by the last attempt, in order
+	unpriced bool     // some model call had no price
 	self     *actor.PID
 	root     *actor.RootContext
 	sink     RunSink // the submitted run's event stream, if any
@@ -147,6 +150,10 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	if d.out.Model != "" {
 		st.model = d.out.Model
 	}
+	if len(d.out.ModelsTried) > 0 {
+		st.tried = d.out.ModelsTried
+	}
+	st.unpriced = st.unpriced || d.out.CostUnknown
 	err := d.err
 	if err != nil && st.ctx.Err() == nil && retryable(err) && st.attempt < st.env.Options.RetryMaxAttempts {
 		panic(&retry{err: err})
@@ -158,6 +165,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		Metadata: svc.ResultMetadata{
 			TraceID: st.task.Trace, TokensUsed: st.tokens, CostUSD: st.cost, Model: st.model,
 			Attempts: st.attempt, Backend: svc.BackendLocal,
+			ModelsTried: st.tried, CostUnknown: st.unpriced,
 		},
 	}
 	dur := time.Since(st.start)
@@ -210,8 +218,13 @@ func (st *invState) describe(err error) error {
 }
 
 // retryable reports whether another attempt could succeed. Rejections
-// (budget, depth, trust, bad input) and ends of the run's context are final.
+// (budget, depth, trust, bad input), ends of the run's context, and
+// provider errors no other call can fix (an invalid request, a bad key)
+// are final.
 func retryable(err error) bool {
+	if !model.CanFallback(err) {
+		return false
+	}
 	switch svc.KindOf(err) {
 	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindTrustViolation,
 		svc.KindSpecValidation, svc.KindTopology, svc.KindRegistry, svc.KindTimeout, svc.KindCancelled:

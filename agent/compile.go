@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
@@ -32,16 +33,60 @@ type Compiled struct {
 	Models []Resolved
 	// In and Out validate input and output; nil accepts any JSON value.
 	In, Out *schema.Validator
-	Tools   map[string]svc.Tool
+	// Tools are the agent's static tools: its own and its builtin tools.
+	Tools map[string]svc.Tool
 	// ToolSpecs describe Tools to the model, sorted by name.
 	ToolSpecs []svc.ToolSpec
+	// Sources provide more tools at run time (WithToolSources): every
+	// invocation asks each of them for its tools before the first model
+	// call. Their tools are called like Tools, trust gate included.
+	Sources []svc.ToolSource
+	// Prices cost the model calls whose provider reports no cost
+	// (WithPrices; the built-in model.Prices by default).
+	Prices model.PriceTable
 
 	outputSchema json.RawMessage // Out.Raw(), computed once
+	// modelIDs are the ids of Models, in order: an Outcome's ModelsTried is
+	// a prefix of it, so reporting them costs no allocation.
+	modelIDs []string
 }
 
-// builtinTools are the builtin_tools names this build provides. None yet:
-// spawn_agents arrives with the supervisor.
-var builtinTools = map[string]bool{}
+// Builtin builds the tool that one builtin_tools name stands for, for the
+// agent being compiled: def is its definition, already validated. The tool
+// must be named after the builtin. The runtime supplies builtins
+// (spawn_agents) through WithBuiltins, since they need the runtime.
+type Builtin func(def svc.Agent) (svc.Tool, error)
+
+// CompileOption configures Compile.
+type CompileOption func(*compileConfig)
+
+type compileConfig struct {
+	builtins map[string]Builtin
+	prices   *model.PriceTable
+	sources  []svc.ToolSource
+}
+
+// WithBuiltins makes the named builtin tools available to builtin_tools.
+// Without it every builtin_tools name is rejected.
+func WithBuiltins(b map[string]Builtin) CompileOption {
+	return func(c *compileConfig) { c.builtins = b }
+}
+
+// WithPrices prices model calls whose response carries no CostUSD; nil
+// means model.DefaultPrices().
+func WithPrices(t *model.PriceTable) CompileOption {
+	return func(c *compileConfig) { c.prices = t }
+}
+
+// WithToolSources gives the agent tool sources (its MCP servers, say).
+// An agent with mcp_servers compiles only when its caller gives sources:
+// serving those servers is the runtime's job, not this package's.
+func WithToolSources(src ...svc.ToolSource) CompileOption {
+	return func(c *compileConfig) { c.sources = append(c.sources, src...) }
+}
+
+// defaultPrices is built once: every Compile without WithPrices shares it.
+var defaultPrices = sync.OnceValue(model.DefaultPrices)
 
 // defaultToolSchema is given to a tool that declares no input schema:
 // model providers reject a tool without one, and tool arguments are
@@ -50,34 +95,47 @@ var defaultToolSchema = json.RawMessage(`{"type":"object"}`)
 
 // Compile checks a and prepares it to run: it validates the definition,
 // resolves every model through models (model.Default() when nil), compiles
-// the input and output schemas and indexes the tools. Every failure is a
-// SpecValidationError naming the agent and the field; an unresolvable
-// model keeps its RegistryError in the chain.
+// the input and output schemas, builds the builtin tools and indexes the
+// tools. Every failure is a SpecValidationError naming the agent and the
+// field; an unresolvable model keeps its RegistryError in the chain.
 //
 // Tools above the agent's trust level are accepted: calling one fails at
 // run time with a TrustViolationError the model sees.
-func Compile(a svc.Agent, models *model.Registry) (*Compiled, error) {
+func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compiled, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
+	}
+	var cfg compileConfig
+	for _, o := range opts {
+		o(&cfg)
 	}
 	bad := func(cause error, format string, args ...any) error {
 		return &svc.Error{Kind: svc.KindSpecValidation, Message: fmt.Sprintf(format, args...), Agent: a.Name, Err: cause}
 	}
-	if len(a.MCPServers) > 0 {
+	if len(a.MCPServers) > 0 && len(cfg.sources) == 0 {
 		return nil, bad(nil, "agent %s: mcp_servers are not supported in this build yet", a.Name)
 	}
-	for _, b := range a.BuiltinTools {
-		if !builtinTools[b] {
+	for i, b := range a.BuiltinTools {
+		if cfg.builtins[b] == nil {
 			return nil, bad(nil, "agent %s: builtin_tools: builtin tool %q is not available in this build", a.Name, b)
+		}
+		if slices.Contains(a.BuiltinTools[:i], b) {
+			return nil, bad(nil, "agent %s: builtin_tools: %q listed twice", a.Name, b)
 		}
 	}
 
-	c := &Compiled{Def: a.Clone()}
+	c := &Compiled{Def: a.Clone(), Sources: slices.Clone(cfg.sources)}
+	if cfg.prices != nil {
+		c.Prices = *cfg.prices
+	} else {
+		c.Prices = defaultPrices()
+	}
 
 	if models == nil {
 		models = model.Default()
 	}
 	ids := c.Def.Models()
+	c.modelIDs = ids
 	c.Models = make([]Resolved, len(ids))
 	for i, id := range ids {
 		m, err := models.Resolve(id)
@@ -101,8 +159,9 @@ func Compile(a svc.Agent, models *model.Registry) (*Compiled, error) {
 		c.outputSchema = c.Out.Raw()
 	}
 
-	c.Tools = make(map[string]svc.Tool, len(c.Def.Tools))
-	c.ToolSpecs = make([]svc.ToolSpec, 0, len(c.Def.Tools))
+	n := len(c.Def.Tools) + len(c.Def.BuiltinTools)
+	c.Tools = make(map[string]svc.Tool, n)
+	c.ToolSpecs = make([]svc.ToolSpec, 0, n)
 	for i, t := range c.Def.Tools {
 		name := t.Name()
 		// Validate rejects nil and duplicate tools; the name must also be
@@ -110,17 +169,48 @@ func Compile(a svc.Agent, models *model.Registry) (*Compiled, error) {
 		if !svc.ValidName(name) {
 			return nil, bad(nil, "agent %s: tools[%d]: tool name %q: use letters, digits, '_', '-' and '.', starting with a letter or digit", a.Name, i, name)
 		}
-		in := t.InputSchema()
-		if len(in) == 0 {
-			in = defaultToolSchema
-		} else if !json.Valid(in) {
-			return nil, bad(nil, "agent %s: tool %q: input schema is not valid JSON", a.Name, name)
+		spec, err := specOf(t)
+		if err != nil {
+			return nil, bad(nil, "agent %s: %v", a.Name, err)
 		}
 		c.Tools[name] = t
-		c.ToolSpecs = append(c.ToolSpecs, svc.ToolSpec{Name: name, Description: t.Description(), InputSchema: in})
+		c.ToolSpecs = append(c.ToolSpecs, spec)
 	}
-	slices.SortFunc(c.ToolSpecs, func(x, y svc.ToolSpec) int { return cmp.Compare(x.Name, y.Name) })
+	for _, b := range c.Def.BuiltinTools {
+		t, err := cfg.builtins[b](c.Def.Clone())
+		if err != nil {
+			return nil, bad(err, "agent %s: builtin_tools: %s", a.Name, b)
+		}
+		if t == nil || t.Name() != b {
+			return nil, bad(nil, "agent %s: builtin_tools: %s: the runtime built no tool of that name", a.Name, b)
+		}
+		if _, dup := c.Tools[b]; dup {
+			return nil, bad(nil, "agent %s: tool %q has the name of builtin tool %s", a.Name, b, b)
+		}
+		spec, err := specOf(t)
+		if err != nil {
+			return nil, bad(nil, "agent %s: builtin_tools: %v", a.Name, err)
+		}
+		c.Tools[b] = t
+		c.ToolSpecs = append(c.ToolSpecs, spec)
+	}
+	sortSpecs(c.ToolSpecs)
 	return c, nil
+}
+
+// specOf describes t to a model.
+func specOf(t svc.Tool) (svc.ToolSpec, error) {
+	in := t.InputSchema()
+	if len(in) == 0 {
+		in = defaultToolSchema
+	} else if !json.Valid(in) {
+		return svc.ToolSpec{}, fmt.Errorf("tool %q: input schema is not valid JSON", t.Name())
+	}
+	return svc.ToolSpec{Name: t.Name(), Description: t.Description(), InputSchema: in}, nil
+}
+
+func sortSpecs(s []svc.ToolSpec) {
+	slices.SortFunc(s, func(x, y svc.ToolSpec) int { return cmp.Compare(x.Name, y.Name) })
 }
 
 // ValidateInput checks input against the agent's input_type. It returns a

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/tools"
 )
 
@@ -25,6 +28,7 @@ const (
 	ReasonModelError    = "model_error"
 	ReasonMaxTurns      = "max_turns"
 	ReasonInvalidOutput = "invalid_output"
+	ReasonToolSource    = "tool_source"
 )
 
 // Budget is the token budget an invocation draws on. The supervisor's
@@ -60,9 +64,18 @@ type Outcome struct {
 	// Model is the "provider:name" of the model that answered, "" if none did.
 	Model      string
 	TokensUsed int64
-	CostUSD    float64
+	// CostUSD sums the calls' costs: the provider's own figure, else the
+	// agent's price table applied to the call's tokens.
+	CostUSD float64
+	// CostUnknown is set when some call had neither: its cost is counted
+	// as 0, so CostUSD is a lower bound.
+	CostUnknown bool
 	// ModelCalls counts the calls made to models, failed ones included.
 	ModelCalls int
+	// ModelsTried are the ids of the models called, primary first, in the
+	// order they were tried. It shares storage with the Compiled agent:
+	// do not modify it.
+	ModelsTried []string
 }
 
 var (
@@ -76,12 +89,18 @@ var (
 // Each turn calls the model (the first that answers among the primary and
 // fallbacks; once one has answered it serves the rest of the invocation),
 // then runs the tools it asked for, in order, feeding their results back.
+// A fallback is tried only after a failure another model could get past
+// (model.CanFallback: rate limits, overload, server errors, timeouts); an
+// invalid request or a rejected key fails the invocation at once. The
+// agent's tool sources, if any, are asked for their tools before the
+// first turn.
 // A tool failure, an unknown tool or a trust violation becomes a failed
 // tool result the model sees, not a failure of the run. An output that
 // does not match the schema gets exactly one corrective call.
 //
-// Errors are *svc.Error: ModelError ("model_error") when every model
-// failed, AgentRuntimeError ("max_turns", "pre_process", "post_process"),
+// Errors are *svc.Error: ModelError ("model_error") when the models
+// failed, ToolExecutionError ("tool_source") when a tool source did,
+// AgentRuntimeError ("max_turns", "pre_process", "post_process"),
 // OutputValidationError ("invalid_output"), the Budget's errors as they
 // are, and, when ctx ends, CancelledError or TimeoutError wrapping ctx's
 // error so errors.Is(err, context.Canceled) holds.
@@ -89,11 +108,15 @@ func Run(ctx context.Context, inv *Invocation) (Outcome, error) {
 	if inv == nil || inv.Agent == nil {
 		return Outcome{}, svc.Errorf(svc.KindRuntime, "agent: Run needs an invocation of a compiled agent")
 	}
-	r := runner{inv: inv, c: inv.Agent, em: inv.Emitter, answered: -1}
+	r := runner{inv: inv, c: inv.Agent, em: inv.Emitter, answered: -1, tried: -1,
+		tools: inv.Agent.Tools, specs: inv.Agent.ToolSpecs}
 	if r.em == nil {
 		r.em = svc.NopEmitter{}
 	}
 	out, err := r.run(ctx)
+	if r.tried >= 0 && r.tried < len(r.c.modelIDs) { // a Compiled not made by Compile has none
+		r.out.ModelsTried = r.c.modelIDs[: r.tried+1 : r.tried+1]
+	}
 	if err != nil {
 		return r.out, err
 	}
@@ -109,6 +132,13 @@ type runner struct {
 	out Outcome
 	// answered indexes c.Models: the model that answered first, -1 before.
 	answered int
+	// tried is the highest index of c.Models called so far, -1 before.
+	// Models are tried in order, so c.modelIDs[:tried+1] were all tried.
+	tried int
+	// tools and specs are this invocation's tools: the agent's own, plus
+	// its sources' when it has sources.
+	tools map[string]svc.Tool
+	specs []svc.ToolSpec
 	// toolCtx is ctx labelled with depth and trace, made on the first tool
 	// call so runs without tools do not pay for it.
 	toolCtx context.Context
@@ -116,6 +146,11 @@ type runner struct {
 
 func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 	c := r.c
+	if len(c.Sources) > 0 {
+		if err := r.loadSources(ctx); err != nil {
+			return nil, err
+		}
+	}
 	input := r.inv.Input
 	if len(input) == 0 {
 		input = jsonNull
@@ -131,14 +166,14 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 	// One user message is all a tool-less agent ever sends; leave room for
 	// a few tool rounds otherwise.
 	n := 1
-	if len(c.Tools) > 0 {
+	if len(r.tools) > 0 {
 		n = 8
 	}
 	msgs := make([]svc.Message, 1, n)
 	msgs[0] = svc.Message{Role: svc.RoleUser, Content: input}
 	req := svc.ModelRequest{
 		Instructions: c.Def.Instructions,
-		Tools:        c.ToolSpecs,
+		Tools:        r.specs,
 		OutputSchema: c.outputSchema,
 		Settings:     c.Def.ModelSettings,
 	}
@@ -238,6 +273,12 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest) (svc.Model
 			return resp, nil
 		}
 		failures = append(failures, modelFailure{r.c.Models[i].ID, failed})
+		// A request the provider refused as invalid, or a bad key, is not
+		// something another model fixes: fail now rather than spend the
+		// fallbacks' quota on the same mistake.
+		if !model.CanFallback(failed) {
+			break
+		}
 	}
 	return svc.ModelResponse{}, r.modelsFailed(failures)
 }
@@ -255,6 +296,7 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	m := r.c.Models[i]
 	req.Model = nameOf(m.ID)
 	r.out.ModelCalls++
+	r.tried = max(r.tried, i)
 	resp, err := generateSafely(ctx, m.Model, req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -266,7 +308,14 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	r.out.Model = m.ID
 	tokens := resp.Tokens()
 	r.out.TokensUsed += tokens
-	r.out.CostUSD += resp.CostUSD
+	cost := resp.CostUSD
+	if cost == 0 {
+		var known bool
+		if cost, known = r.c.Prices.Cost(m.ID, resp.InputTokens, resp.OutputTokens); !known {
+			r.out.CostUnknown = true
+		}
+	}
+	r.out.CostUSD += cost
 	if b != nil {
 		if err := b.Charge(tokens); err != nil {
 			return resp, err, nil
@@ -298,15 +347,20 @@ func nameOf(id string) string {
 // runTools records the model's tool-calling turn, runs each call in order
 // and appends one tool message per call.
 func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.ModelResponse) ([]svc.Message, error) {
+	// The conversation before this turn, for tools that pass it on
+	// (spawn_agents with context_passer full). The loop only ever appends
+	// to msgs, so this prefix never changes under the tools.
+	conv := msgs[:len(msgs):len(msgs)]
 	msgs = append(msgs, svc.Message{Role: svc.RoleAssistant, Content: resp.Output, ToolCalls: resp.ToolCalls})
 	if r.toolCtx == nil {
 		r.toolCtx = svc.WithParentTrace(svc.WithDepth(ctx, r.inv.Depth), r.inv.TraceID)
 	}
+	toolCtx := context.WithValue(r.toolCtx, conversationKey{}, conv)
 	for _, call := range resp.ToolCalls {
 		if ctx.Err() != nil {
 			return msgs, r.interrupted(ctx)
 		}
-		content, failed := r.callTool(r.toolCtx, call)
+		content, failed := r.callTool(toolCtx, call)
 		msgs = append(msgs, svc.Message{Role: svc.RoleTool, ToolCallID: call.ID, Content: content, IsError: failed})
 	}
 	// A tool that gave up because ctx ended reported a failure; the run is
@@ -336,10 +390,10 @@ func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (json.RawMessa
 }
 
 func (r *runner) execTool(ctx context.Context, trust svc.TrustLevel, call svc.ToolCall) (json.RawMessage, error) {
-	tool, ok := r.c.Tools[call.Name]
+	tool, ok := r.tools[call.Name]
 	if !ok {
-		names := make([]string, len(r.c.ToolSpecs))
-		for i, s := range r.c.ToolSpecs {
+		names := make([]string, len(r.specs))
+		for i, s := range r.specs {
 			names[i] = s.Name
 		}
 		return nil, fmt.Errorf("unknown tool %q (available: %s)", call.Name, strings.Join(names, ", "))
@@ -414,7 +468,12 @@ func (r *runner) interrupted(ctx context.Context) error {
 
 func (r *runner) modelsFailed(f modelErrors) error {
 	msg := "agent " + r.c.Def.Name + ": model failed"
-	if len(f) > 1 {
+	switch total := len(r.c.Models); {
+	case r.answered < 0 && len(f) < total:
+		// Stopped early: the last failure is not one a fallback would fix.
+		msg = "agent " + r.c.Def.Name + ": " + strconv.Itoa(len(f)) + " of " + strconv.Itoa(total) +
+			" models failed; the last error is not one another model would fix, so the rest were not tried"
+	case len(f) > 1:
 		msg = "agent " + r.c.Def.Name + ": all " + strconv.Itoa(len(f)) + " models failed"
 	}
 	return r.fail(svc.KindModel, ReasonModelError, f, msg)
@@ -465,4 +524,80 @@ func (r *runner) emit(t svc.EventType, p svc.Payload) {
 func jsonString(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
+}
+
+// loadSources asks each of the agent's tool sources for its tools and
+// merges them with the static ones into this invocation's tools. A source
+// that fails, or offers a tool whose name is taken or unusable, fails the
+// invocation: running without tools the agent was given would make its
+// answers quietly wrong.
+func (r *runner) loadSources(ctx context.Context) error {
+	c := r.c
+	all := make(map[string]svc.Tool, len(c.Tools)+8)
+	maps.Copy(all, c.Tools)
+	specs := slices.Clone(c.ToolSpecs)
+	for i, src := range c.Sources {
+		name := sourceName(src, i)
+		ts, err := sourceTools(ctx, src)
+		if err != nil {
+			if ctx.Err() != nil {
+				return r.interrupted(ctx)
+			}
+			return r.fail(svc.KindToolExecution, ReasonToolSource, err, "agent "+c.Def.Name+": "+name+" failed")
+		}
+		for _, t := range ts {
+			if t == nil {
+				return r.fail(svc.KindToolExecution, ReasonToolSource, nil, "agent "+c.Def.Name+": "+name+" gave a nil tool")
+			}
+			tn := t.Name()
+			if !svc.ValidName(tn) {
+				return r.fail(svc.KindToolExecution, ReasonToolSource, nil,
+					fmt.Sprintf("agent %s: %s: tool name %q: use letters, digits, '_', '-' and '.', starting with a letter or digit", c.Def.Name, name, tn))
+			}
+			if _, dup := all[tn]; dup {
+				return r.fail(svc.KindToolExecution, ReasonToolSource, nil,
+					fmt.Sprintf("agent %s: %s: tool %q has the name of another tool of the agent", c.Def.Name, name, tn))
+			}
+			spec, err := specOf(t)
+			if err != nil {
+				return r.fail(svc.KindToolExecution, ReasonToolSource, nil, "agent "+c.Def.Name+": "+name+": "+err.Error())
+			}
+			all[tn] = t
+			specs = append(specs, spec)
+		}
+	}
+	sortSpecs(specs)
+	r.tools, r.specs = all, specs
+	return nil
+}
+
+// sourceName names a tool source in errors: by its Name method when it has
+// one (an MCP server's name, say), else by its place in Sources.
+func sourceName(src svc.ToolSource, i int) string {
+	if n, ok := src.(interface{ Name() string }); ok && n.Name() != "" {
+		return "tool source " + strconv.Quote(n.Name())
+	}
+	return "tool source " + strconv.Itoa(i)
+}
+
+// sourceTools turns a panicking source into a failed one.
+func sourceTools(ctx context.Context, src svc.ToolSource) (ts []svc.Tool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return src.Tools(ctx)
+}
+
+type conversationKey struct{}
+
+// Conversation returns, inside a tool call, the conversation of the
+// invocation that made the call: its input and every complete model turn
+// before the one asking for this call (each assistant message with all its
+// tool results). It is nil outside a tool call. The slice is the caller's
+// own; the messages' contents are shared and must not be modified.
+func Conversation(ctx context.Context) []svc.Message {
+	msgs, _ := ctx.Value(conversationKey{}).([]svc.Message)
+	return slices.Clone(msgs)
 }

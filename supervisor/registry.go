@@ -117,20 +117,28 @@ func (rt *Runtime) Replace(agents []svc.Agent, groups []svc.Group) error {
 	if err := rt.addGroups(next, groups); err != nil {
 		return err
 	}
-	rt.agents.Store(next)
+	old := rt.agents.Swap(next)
+	rt.retireServers(old, next)
 	return nil
 }
 
 func (rt *Runtime) compile(agents []svc.Agent) ([]*agent.Compiled, error) {
 	out := make([]*agent.Compiled, 0, len(agents))
 	for _, a := range agents {
-		c, err := agent.Compile(a, rt.models)
+		c, err := rt.compileAgent(a)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// compileAgent compiles a with what the runtime provides: its models, its
+// prices and its builtin tools. Every agent the runtime runs is compiled
+// here, spawned children included.
+func (rt *Runtime) compileAgent(a svc.Agent) (*agent.Compiled, error) {
+	return rt.compileAgentFor(a, a.Name)
 }
 
 // compileGroup checks g against the agents of reg; a team also gets its
@@ -146,7 +154,7 @@ func (rt *Runtime) compileGroup(g svc.Group, reg *registry) (*compiledGroup, err
 	}
 	coord := reg.byName[gr.Def.Coordinator].Def.Clone()
 	coord.Tools = append(slices.Clone(coord.Tools), newDelegateTool(rt, gr.Def))
-	team, err := agent.Compile(coord, rt.models)
+	team, err := rt.compileAgent(coord)
 	if err != nil {
 		var e *svc.Error
 		if errors.As(err, &e) {

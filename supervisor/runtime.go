@@ -27,6 +27,7 @@ import (
 	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
+	"github.com/svc-dev/svc/tools/mcp"
 )
 
 // Config configures a Runtime. The zero value is usable: default options,
@@ -37,6 +38,10 @@ type Config struct {
 	Options svc.Options
 	// Models resolves provider:name identifiers; model.Default() when nil.
 	Models *model.Registry
+	// Prices cost the model calls whose provider reports no cost
+	// (model.LoadPrices reads a price file); the built-in model.Prices
+	// when nil.
+	Prices *model.PriceTable
 	// Emitter receives every runtime event; nothing is emitted when nil.
 	Emitter svc.Emitter
 	// Logger receives the runtime's and the actor system's logs.
@@ -57,6 +62,7 @@ type Config struct {
 type Runtime struct {
 	opts    svc.Options
 	models  *model.Registry
+	prices  *model.PriceTable // nil: the built-in prices
 	emitter svc.Emitter
 	log     *zap.Logger
 
@@ -68,7 +74,8 @@ type Runtime struct {
 	pool   *gopool.Pool
 
 	agents atomic.Pointer[registry]
-	mcp    mcpHooks // the MCP tool servers, for the catalog
+	mcp    mcpHooks     // the MCP tool servers, for the catalog
+	mcpm   *mcp.Manager // the MCP tool servers
 
 	store     svc.RunStore
 	ownStore  bool
@@ -106,7 +113,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Shards <= 0 {
 		cfg.Shards = 4 * runtime.GOMAXPROCS(0)
 	}
-	rt := &Runtime{opts: opts, models: cfg.Models, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store}
+	rt := &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
 	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
@@ -128,6 +135,8 @@ func New(cfg Config) (*Runtime, error) {
 		confOpts = append(confOpts, actor.WithMetricProviders(cfg.MeterProvider))
 	}
 	rt.system = actor.NewActorSystem(confOpts...)
+	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
+	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
@@ -375,6 +384,11 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			err = fmt.Errorf("supervisor: shutdown: runs cancelled: %w", ctx.Err())
 		}
 		rt.work.Wait()
+		// Tool servers go before the actor system: their actors close the
+		// sessions and wait for the subprocesses to exit.
+		if merr := rt.mcpm.Shutdown(ctx); merr != nil {
+			err = errors.Join(err, fmt.Errorf("supervisor: shutdown: tool servers: %w", merr))
+		}
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}

@@ -1,0 +1,247 @@
+package model
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// Price is what a model charges, in US dollars per million tokens.
+type Price struct {
+	InputPerMTok  float64 `json:"input_per_mtok" yaml:"input_per_mtok"`
+	OutputPerMTok float64 `json:"output_per_mtok" yaml:"output_per_mtok"`
+}
+
+// Prices are the built-in list prices by "provider:name", used when a
+// provider does not report a call's cost itself. They are list prices for
+// standard (not batch, not cached) input and output tokens as published by
+// OpenAI and Anthropic, checked 2025-11; providers change them, so a
+// deployment that bills by them should load its own (LoadPrices).
+//
+// A key "provider:*" prices every model of the provider that has no entry
+// of its own. Model names with a snapshot date ("gpt-4o-2024-08-06",
+// "claude-sonnet-4-20250514") or "-latest" are priced as the name without
+// it.
+//
+// Treat Prices as read-only: DefaultPrices copies it.
+var Prices = map[string]Price{
+	// The deterministic test provider costs nothing.
+	"test:*": {},
+
+	// OpenAI, https://openai.com/api/pricing (2025-11).
+	"openai:gpt-5":         {1.25, 10},
+	"openai:gpt-5-mini":    {0.25, 2},
+	"openai:gpt-5-nano":    {0.05, 0.40},
+	"openai:gpt-4.1":       {2, 8},
+	"openai:gpt-4.1-mini":  {0.40, 1.60},
+	"openai:gpt-4.1-nano":  {0.10, 0.40},
+	"openai:gpt-4o":        {2.50, 10},
+	"openai:gpt-4o-mini":   {0.15, 0.60},
+	"openai:gpt-4-turbo":   {10, 30},
+	"openai:gpt-3.5-turbo": {0.50, 1.50},
+	"openai:o1":            {15, 60},
+	"openai:o3":            {2, 8},
+	"openai:o3-mini":       {1.10, 4.40},
+	"openai:o4-mini":       {1.10, 4.40},
+
+	// Anthropic, https://www.anthropic.com/pricing#api (2025-11). The "-0"
+	// names are Anthropic's aliases of the first 4.x snapshots.
+	"anthropic:claude-opus-4-5":   {5, 25},
+	"anthropic:claude-opus-4-1":   {15, 75},
+	"anthropic:claude-opus-4":     {15, 75},
+	"anthropic:claude-opus-4-0":   {15, 75},
+	"anthropic:claude-sonnet-4-5": {3, 15},
+	"anthropic:claude-sonnet-4":   {3, 15},
+	"anthropic:claude-sonnet-4-0": {3, 15},
+	"anthropic:claude-haiku-4-5":  {1, 5},
+	"anthropic:claude-3-7-sonnet": {3, 15},
+	"anthropic:claude-3-5-sonnet": {3, 15},
+	"anthropic:claude-3-5-haiku":  {0.80, 4},
+	"anthropic:claude-3-opus":     {15, 75},
+	"anthropic:claude-3-haiku":    {0.25, 1.25},
+}
+
+// PriceTable prices model calls. The zero value knows no prices; use
+// DefaultPrices or LoadPrices. A PriceTable is immutable and safe for
+// concurrent use.
+type PriceTable struct {
+	prices map[string]Price
+	// providers holds the "provider:*" entries by provider, so that a
+	// model priced by its provider's entry costs one more map lookup.
+	providers map[string]Price
+}
+
+// NewPriceTable returns a table of exactly the given prices (copied).
+func NewPriceTable(prices map[string]Price) PriceTable {
+	t := PriceTable{prices: maps.Clone(prices)}
+	for id, p := range prices {
+		if provider, ok := strings.CutSuffix(id, ":*"); ok {
+			if t.providers == nil {
+				t.providers = map[string]Price{}
+			}
+			t.providers[provider] = p
+		}
+	}
+	return t
+}
+
+// DefaultPrices returns a table of the built-in Prices.
+func DefaultPrices() PriceTable { return NewPriceTable(Prices) }
+
+// With returns a copy of t with prices added, replacing entries of the same
+// id.
+func (t PriceTable) With(prices map[string]Price) PriceTable {
+	m := make(map[string]Price, len(t.prices)+len(prices))
+	maps.Copy(m, t.prices)
+	maps.Copy(m, prices)
+	return NewPriceTable(m)
+}
+
+// Len is the number of entries.
+func (t PriceTable) Len() int { return len(t.prices) }
+
+// Price returns the price of model id ("provider:name"): its own entry,
+// else the entry of its name without a snapshot date or "-latest", else
+// the provider's "provider:*" entry.
+func (t PriceTable) Price(id string) (Price, bool) {
+	if p, ok := t.prices[id]; ok {
+		return p, true
+	}
+	if base := undated(id); base != id {
+		if p, ok := t.prices[base]; ok {
+			return p, true
+		}
+	}
+	if i := strings.IndexByte(id, ':'); i > 0 {
+		if p, ok := t.providers[id[:i]]; ok {
+			return p, true
+		}
+	}
+	return Price{}, false
+}
+
+// Cost is the cost in US dollars of a call to model id that read in and
+// wrote out tokens; known is false when the table has no price for id
+// (the cost is then 0).
+func (t PriceTable) Cost(id string, in, out int64) (usd float64, known bool) {
+	p, ok := t.Price(id)
+	if !ok {
+		return 0, false
+	}
+	return (float64(in)*p.InputPerMTok + float64(out)*p.OutputPerMTok) / 1e6, true
+}
+
+// snapshot matches the suffixes providers give dated snapshots and moving
+// aliases: -2024-08-06, -20250514, -latest.
+var snapshot = regexp.MustCompile(`-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$`)
+
+func undated(id string) string {
+	// Most ids have no such suffix; the regexp is only run on the ones that
+	// end in a digit or "latest".
+	if id == "" || !(id[len(id)-1] >= '0' && id[len(id)-1] <= '9' || strings.HasSuffix(id, "-latest")) {
+		return id
+	}
+	if loc := snapshot.FindStringIndex(id); loc != nil {
+		return id[:loc[0]]
+	}
+	return id
+}
+
+// LoadPrices reads a price file and returns the built-in Prices extended
+// and overridden by it. The file is YAML or JSON (JSON is YAML), a mapping
+// from model id to its two prices, both required:
+//
+//	openai:gpt-4o: {input_per_mtok: 2.5, output_per_mtok: 10}
+//	"ollama:*": {input_per_mtok: 0, output_per_mtok: 0}
+//
+// Errors are SpecValidationErrors naming the file, the line and the key.
+func LoadPrices(path string) (PriceTable, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return PriceTable{}, svc.Wrap(svc.KindSpecValidation, err, "prices")
+	}
+	prices, err := ParsePrices(path, data)
+	if err != nil {
+		return PriceTable{}, err
+	}
+	return DefaultPrices().With(prices), nil
+}
+
+// ParsePrices reads the price file format of LoadPrices from data; name
+// (the file's path) prefixes every error.
+func ParsePrices(name string, data []byte) (map[string]Price, error) {
+	bad := func(line int, format string, args ...any) error {
+		return svc.Errorf(svc.KindSpecValidation, "%s:%d: %s", name, line, fmt.Sprintf(format, args...))
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return map[string]Price{}, nil // an empty file overrides nothing
+		}
+		return nil, svc.Wrap(svc.KindSpecValidation, err, name)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return map[string]Price{}, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, bad(root.Line, "want a mapping from model id (provider:name) to {input_per_mtok, output_per_mtok}")
+	}
+	out := make(map[string]Price, len(root.Content)/2)
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		id := k.Value
+		if k.Kind != yaml.ScalarNode {
+			return nil, bad(k.Line, "model ids must be strings")
+		}
+		if _, _, err := svc.ParseModelID(id); err != nil {
+			return nil, bad(k.Line, "%v", err)
+		}
+		if _, dup := out[id]; dup {
+			return nil, bad(k.Line, "%s: listed twice", id)
+		}
+		if v.Kind != yaml.MappingNode {
+			return nil, bad(v.Line, "%s: want {input_per_mtok: N, output_per_mtok: N}", id)
+		}
+		var p Price
+		var seenIn, seenOut bool
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			fk, fv := v.Content[j], v.Content[j+1]
+			var dst *float64
+			switch fk.Value {
+			case "input_per_mtok":
+				dst, seenIn = &p.InputPerMTok, true
+			case "output_per_mtok":
+				dst, seenOut = &p.OutputPerMTok, true
+			default:
+				return nil, bad(fk.Line, "%s: unknown key %q (want input_per_mtok, output_per_mtok)", id, fk.Value)
+			}
+			var f float64
+			if fv.Kind != yaml.ScalarNode || fv.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+				return nil, bad(fv.Line, "%s: %s: want a non-negative number of US dollars per million tokens, got %q", id, fk.Value, fv.Value)
+			}
+			*dst = f
+		}
+		switch {
+		case !seenIn:
+			return nil, bad(v.Line, "%s: input_per_mtok is required", id)
+		case !seenOut:
+			return nil, bad(v.Line, "%s: output_per_mtok is required", id)
+		}
+		out[id] = p
+	}
+	return out, nil
+}
