@@ -1,0 +1,407 @@
+// Package openai is the "openai" model provider: models behind the OpenAI
+// Chat Completions API or any server that speaks it (Ollama, vLLM, LM
+// Studio, llama.cpp, LiteLLM, Azure-style proxies). It uses the official
+// SDK, github.com/openai/openai-go/v3, for transport, authentication and
+// retries, and decodes the answer itself so that a malformed body from a
+// compatible server is a ProviderError rather than a half-filled struct.
+//
+// # Endpoint and key
+//
+// The base URL is, first to last: model_settings base_url, Config.BaseURL,
+// OPENAI_BASE_URL, https://api.openai.com/v1. The API key is:
+// model_settings api_key, the environment variable named by model_settings
+// api_key_env, Config.APIKey, OPENAI_API_KEY. The last two are sent only to
+// the configured origin: an agent whose base_url points elsewhere gets no
+// key unless its own settings give one, so a spec cannot make the process
+// send its OpenAI key to another server. A call to api.openai.com without
+// a key fails before any request with a ProviderError of ClassAuth; other
+// servers are called without an Authorization header.
+//
+// # model_settings
+//
+// Read by the provider and never sent: api_key, api_key_env, base_url,
+// timeout (the whole call including retries: seconds, or a duration such as
+// "90s"), max_retries (0 to 100; default Config.MaxRetries). Mapped:
+// temperature, top_p, seed, stop (a string or a list; stop_sequences, the
+// Messages API's name, is added to it), max_tokens (sent as
+// max_completion_tokens to api.openai.com, whose reasoning models reject
+// max_tokens, and as max_tokens to every other server, since that is the
+// field compatible servers accept). Other providers' settings are left
+// out, since an agent's model_settings serve its fallback models too: the
+// test provider's (latency_ms, tokens, fail_times, fail_on, output,
+// call_tools) and the anthropic provider's structured_output always, and
+// top_k and thinking, which api.openai.com rejects, for api.openai.com
+// only. Every other key goes into the request body as given (tool_choice,
+// reasoning_effort, max_completion_tokens, top_k for vLLM, ...), replacing
+// a field of the same name; model, messages and stream are refused. A
+// setting of the wrong type is a SpecValidationError, and no request is
+// made.
+//
+// # Messages and output
+//
+// The instructions are the system message. A message's content, a JSON
+// value, is sent as text: a JSON string as its text, anything else as its
+// JSON. A failed tool call's result is sent prefixed "Error: ", since Chat
+// Completions has no error flag. Tool specs become function tools. An
+// answer with tool calls gives ToolCalls (ids made up as call_<i> when a
+// server sends none); otherwise the text is Output as a JSON string. With
+// an OutputSchema the request carries response_format json_schema (strict
+// only when the schema is within strict mode's subset; a non-object schema
+// is wrapped as the property "value" and unwrapped from the answer), and
+// Output is the JSON the model wrote, or its text as a JSON string when it
+// is not JSON, for the agent's corrective call to deal with.
+//
+// # Retries and errors
+//
+// The SDK retries connection errors, 408, 409, 429 and 5xx with
+// exponential backoff, honouring retry-after-ms and Retry-After (up to two
+// minutes; a longer wait ends the retries at once). After them a failure is
+// a *model.ProviderError whose Class comes from the HTTP status; no response
+// at all is ClassTimeout for a timeout or dropped connection and
+// ClassServer otherwise. A cancelled ctx yields an error wrapping
+// ctx.Err(), never a ProviderError.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/model"
+)
+
+// Provider is the provider name in model ids: "openai:<model>".
+const Provider = "openai"
+
+// DefaultBaseURL is the OpenAI API.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// DefaultMaxRetries is how often a failed call is retried when
+// Config.MaxRetries is 0.
+const DefaultMaxRetries = 2
+
+// Config configures a model. Empty fields take their defaults.
+type Config struct {
+	// APIKey defaults to $OPENAI_API_KEY.
+	APIKey string
+	// BaseURL defaults to $OPENAI_BASE_URL, then DefaultBaseURL.
+	BaseURL string
+	// HTTPClient defaults to a client shared by every model of the package
+	// (one connection pool per process, not per agent).
+	HTTPClient *http.Client
+	// MaxRetries is the number of retries after a failed attempt: 0 means
+	// DefaultMaxRetries, a negative number means none.
+	MaxRetries int
+}
+
+// New returns a model named name configured from the environment. It is a
+// model.Factory for provider "openai".
+func New(name string) (svc.Model, error) {
+	return NewWithConfig(name, Config{})
+}
+
+// NewWithConfig returns a model named name (the part after "openai:").
+// A bad base URL is a SpecValidationError. A missing key is reported by the
+// first call, since the agent's model_settings may still supply one.
+func NewWithConfig(name string, cfg Config) (svc.Model, error) {
+	if strings.TrimSpace(name) == "" {
+		return nil, svc.Errorf(svc.KindRegistry, "openai model: empty model name (want openai:<model>, e.g. openai:gpt-4o-mini)")
+	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = os.Getenv("OPENAI_BASE_URL")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	base, err := parseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, svc.Errorf(svc.KindSpecValidation, "openai model %s: base URL %q: %v", name, cfg.BaseURL, err)
+	}
+	retries := cfg.MaxRetries
+	switch {
+	case retries == 0:
+		retries = DefaultMaxRetries
+	case retries < 0:
+		retries = 0
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = sharedHTTPClient()
+	}
+	return &chatModel{
+		name:    name,
+		apiKey:  cfg.APIKey,
+		baseURL: base,
+		// Built without openai.NewClient, which would read OPENAI_* itself
+		// (organisation, project, admin key, custom headers) and send them
+		// to whatever base URL a call uses.
+		chat: sdk.NewChatCompletionService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+	}, nil
+}
+
+// sharedHTTPClient is the default transport: one pool for every model, and
+// a bound on the wait for response headers so that a server that accepts a
+// connection and never answers cannot hold a call (and its retries) forever
+// when the caller set no deadline. Generations are not streamed, so the
+// bound is generous.
+var sharedHTTPClient = sync.OnceValue(func() *http.Client {
+	if t, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = t.Clone()
+		t.ResponseHeaderTimeout = 10 * time.Minute
+		return &http.Client{Transport: t}
+	}
+	return &http.Client{Transport: http.DefaultTransport}
+})
+
+type chatModel struct {
+	name    string
+	apiKey  string
+	baseURL *url.URL
+	chat    sdk.ChatCompletionService
+}
+
+// Generate makes one Chat Completions call. See the package doc for the
+// settings and errors.
+func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp svc.ModelResponse, err error) {
+	name := req.Model
+	if name == "" {
+		name = m.name
+	}
+	// The SDK and the decoder are not expected to panic; if one does on
+	// some server's odd answer, that is this call's failure, not the
+	// process's.
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassServer,
+				Message: fmt.Sprintf("panic handling the call: %v", p)}
+		}
+	}()
+
+	s, err := parseSettings(req.Settings)
+	if err != nil {
+		return svc.ModelResponse{}, err
+	}
+	base, key, err := m.endpoint(name, &s)
+	if err != nil {
+		return svc.ModelResponse{}, err
+	}
+	body, out, err := buildParams(name, &req, &s, isOpenAI(base))
+	if err != nil {
+		return svc.ModelResponse{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return svc.ModelResponse{}, fmt.Errorf("openai model %s: %w", name, err)
+	}
+
+	callCtx := ctx
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	var (
+		httpResp *http.Response
+		raw      []byte
+	)
+	opts := []option.RequestOption{
+		option.WithBaseURL(base.String()),
+		option.WithAPIKey(key),
+		option.WithResponseInto(&httpResp),
+		// Raw bytes: decoded below with encoding/json, which reports a
+		// wrong type instead of leaving a field empty, and also accepts a
+		// JSON answer sent with a wrong Content-Type.
+		option.WithResponseBodyInto(&raw),
+	}
+	if s.maxRetries >= 0 {
+		opts = append(opts, option.WithMaxRetries(s.maxRetries))
+	}
+	if _, err := m.chat.New(callCtx, body, opts...); err != nil {
+		return svc.ModelResponse{}, callError(ctx, name, err, httpResp)
+	}
+	status := 0
+	if httpResp != nil {
+		status = httpResp.StatusCode
+	}
+	return decodeResponse(name, status, raw, out)
+}
+
+// endpoint picks the base URL and key of a call (see the package doc).
+func (m *chatModel) endpoint(name string, s *settings) (*url.URL, string, error) {
+	base, configuredKey := m.baseURL, true
+	if s.baseURL != nil {
+		base = s.baseURL
+		configuredKey = sameOrigin(base, m.baseURL)
+	}
+	var key string
+	switch {
+	case s.apiKey != "":
+		key = s.apiKey
+	case s.apiKeyEnv != "":
+		key = os.Getenv(s.apiKeyEnv)
+		if key == "" {
+			return nil, "", &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassAuth,
+				Message: fmt.Sprintf("model_settings.api_key_env names %s, which is not set", s.apiKeyEnv)}
+		}
+	case configuredKey:
+		key = m.apiKey
+	}
+	if key == "" && isOpenAI(base) {
+		return nil, "", &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassAuth,
+			Message: "no API key for " + base.Host + ": set OPENAI_API_KEY, or model_settings api_key or api_key_env"}
+	}
+	return base, key, nil
+}
+
+func isOpenAI(u *url.URL) bool { return strings.EqualFold(u.Hostname(), "api.openai.com") }
+
+func sameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
+}
+
+// callError turns the SDK's error into ours. resp is the last response, if
+// one came.
+func callError(ctx context.Context, name string, err error, resp *http.Response) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("openai model %s: %w", name, ctx.Err())
+	}
+	pe := &model.ProviderError{Provider: Provider, Model: name, Err: err}
+	var apiErr *sdk.Error
+	switch {
+	case errors.As(err, &apiErr):
+		pe.Status = apiErr.StatusCode
+		pe.Message = apiErr.Message
+		if pe.Message == "" && apiErr.Response != nil {
+			pe.Message = bodyMessage(apiErr.Response)
+		}
+		if apiErr.Response != nil {
+			resp = apiErr.Response
+		}
+	case resp != nil && resp.StatusCode >= 400:
+		// The SDK could not read the error body as {"error": {...}} (vLLM
+		// answers {"object": "error", "message": ...}) and returned its
+		// decoding error; the status still says what happened.
+		pe.Status = resp.StatusCode
+		pe.Message = bodyMessage(resp)
+	}
+	if pe.Status != 0 {
+		pe.Class = model.ClassOf(pe.Status)
+		if pe.Message == "" {
+			pe.Message = http.StatusText(pe.Status)
+		}
+		pe.RetryAfter = retryAfter(resp)
+		return pe
+	}
+	pe.Class = transportClass(err)
+	return pe
+}
+
+// transportClass classifies a call that got no response: a deadline (the
+// timeout setting, a transport timeout) or a connection the server dropped
+// is a timeout, anything else (refused, DNS) a server failure.
+func transportClass(err error) model.Class {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout(),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return model.ClassTimeout
+	}
+	return model.ClassServer
+}
+
+// retryAfter reads the wait the server asked for, in the SDK's order of
+// preference.
+func retryAfter(resp *http.Response) time.Duration {
+	if resp == nil {
+		return 0
+	}
+	if ms := resp.Header.Get("Retry-After-Ms"); ms != "" {
+		if f, err := strconv.ParseFloat(ms, 64); err == nil && f >= 0 && f < float64(24*time.Hour/time.Millisecond) {
+			return time.Duration(f * float64(time.Millisecond))
+		}
+	}
+	return model.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+}
+
+// maxMessage bounds an error message taken from a response body, which may
+// be an HTML error page.
+const maxMessage = 512
+
+// bodyMessage finds the message in an error body the SDK left readable:
+// {"error": {"message"}}, {"error": "..."}, {"message"}, {"detail"}, or the
+// text itself.
+func bodyMessage(resp *http.Response) string {
+	if resp == nil || resp.Body == nil {
+		return ""
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return ""
+	}
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(b, &v) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		var str string
+		switch {
+		case json.Unmarshal(v.Error, &inner) == nil && inner.Message != "":
+			return clip(inner.Message)
+		case json.Unmarshal(v.Error, &str) == nil && str != "":
+			return clip(str)
+		case v.Message != "":
+			return clip(v.Message)
+		case json.Unmarshal(v.Detail, &str) == nil && str != "":
+			return clip(str)
+		case len(v.Detail) > 0:
+			return clip(string(v.Detail))
+		}
+	}
+	return clip(strings.TrimSpace(string(b)))
+}
+
+func clip(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	cut := maxMessage
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
