@@ -6,12 +6,14 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/model/providers"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
@@ -32,6 +34,10 @@ type runtimeFlags struct {
 	env spec.Env
 	// store keeps submitted runs; nil means the runtime's own, in memory.
 	store svc.RunStore
+	// prices is the --prices file; "" means the built-in price table.
+	prices string
+	// meterProvider, when set, receives the actor system's metrics.
+	meterProvider metric.MeterProvider
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
@@ -48,6 +54,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
 	fs.Float64Var(&f.opts.RetryBackoffFactor, "retry-backoff-factor", d.RetryBackoffFactor, "growth of the pause between attempts, from 100ms (overrides runtime.yaml)")
 	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens one request may use, 0 = no budget (overrides runtime.yaml)"+zeroDefault(d.TokenBudget == 0, "0"))
 	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)"+zeroDefault(!d.MCPEagerStart, "false"))
+	fs.StringVar(&f.prices, "prices", "", "YAML or JSON file of model prices per million tokens ({\"openai:gpt-4o\": {input_per_mtok: 2.5, output_per_mtok: 10}}), overriding and extending the built-in table that cost_usd uses (default: built-in only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
 }
@@ -113,7 +120,8 @@ func (f *runtimeFlags) logger() (*zap.Logger, error) {
 // providers linked into this binary.
 func specEnv(models *model.Registry, filesRoot string) spec.Env {
 	return spec.Env{
-		Tools: tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
+		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
+		Builtins: []string{supervisor.SpawnAgents},
 		CheckModel: func(id string) error {
 			_, err := models.Resolve(id)
 			return err
@@ -123,7 +131,7 @@ func specEnv(models *model.Registry, filesRoot string) spec.Env {
 
 // buildRuntime loads the specs and starts a runtime with them.
 func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.Emitter) (*supervisor.Runtime, *spec.Set, error) {
-	models := model.Default()
+	models := providers.Default()
 	f.env = specEnv(models, f.filesRoot)
 	set, err := spec.Load(f.specs, f.env)
 	if err != nil {
@@ -138,7 +146,16 @@ func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.E
 	if em == nil {
 		em = emitters.NewLog(log)
 	}
-	rt, err := supervisor.New(supervisor.Config{Options: opts, Models: models, Emitter: em, Logger: log, Store: f.store})
+	var prices *model.PriceTable
+	if f.prices != "" {
+		p, err := model.LoadPrices(f.prices)
+		if err != nil {
+			return nil, nil, &exitError{code: 2, err: fmt.Errorf("--prices: %w", err)}
+		}
+		prices = &p
+	}
+	rt, err := supervisor.New(supervisor.Config{Options: opts, Models: models, Prices: prices, Emitter: em, Logger: log,
+		Store: f.store, MeterProvider: f.meterProvider})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,137 @@
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+
+	"github.com/svc-dev/svc/model"
+)
+
+// callError turns a failed SDK call into the error Generate returns; res
+// is the last response, if one came.
+func callError(ctx context.Context, name string, err error, res *http.Response) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			return &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassTimeout,
+				Message: "the call's deadline passed", Err: cerr}
+		}
+		// Not a ProviderError: the caller gave up, another model won't help.
+		return fmt.Errorf("%s:%s: %w", Provider, name, cerr)
+	}
+
+	var ae *anthropic.Error
+	if errors.As(err, &ae) {
+		pe := &model.ProviderError{Provider: Provider, Model: name, Status: ae.StatusCode,
+			Class: model.ClassOf(ae.StatusCode), Err: err}
+		switch ae.Type() {
+		case anthropic.ErrorTypeOverloadedError:
+			pe.Class = model.ClassOverloaded
+		case anthropic.ErrorTypeRateLimitError:
+			pe.Class = model.ClassRateLimit
+		}
+		pe.Message = apiMessage(ae)
+		if ae.Response != nil {
+			pe.RetryAfter = retryAfter(ae.Response.Header, time.Now())
+		}
+		return pe
+	}
+
+	pe := &model.ProviderError{Provider: Provider, Model: name, Message: err.Error(), Err: err}
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case res != nil:
+		// A response came but could not be read or decoded.
+		pe.Status = res.StatusCode
+		pe.Class = model.ClassServer
+		pe.Message = "malformed response: " + err.Error()
+	case errors.As(err, &ue), errors.As(err, &ne), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded):
+		// No response: the connection failed or dropped, or an attempt
+		// timed out.
+		pe.Class = model.ClassTimeout
+	default:
+		// The SDK could not build the request.
+		pe.Class = model.ClassInvalid
+	}
+	return pe
+}
+
+// apiMessage is the message of an API error body
+// {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}
+// as "overloaded_error: Overloaded", or the body itself when it is not one.
+func apiMessage(ae *anthropic.Error) string {
+	raw := strings.TrimSpace(ae.RawJSON())
+	var body struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(raw), &body) == nil && (body.Error.Type != "" || body.Error.Message != "") {
+		if body.Error.Type == "" {
+			return body.Error.Message
+		}
+		return body.Error.Type + ": " + body.Error.Message
+	}
+	if raw == "" {
+		return http.StatusText(ae.StatusCode)
+	}
+	const limit = 512
+	if len(raw) > limit {
+		raw = raw[:limit] + "..."
+	}
+	return raw
+}
+
+// retryAfter reads the wait a response asks for, the way the SDK does:
+// retry-after-ms first, then Retry-After in seconds or as an HTTP date.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	return model.ParseRetryAfter(h.Get("Retry-After"), now)
+}
+
+// capRetryWait keeps the SDK from waiting out a Retry-After longer than
+// limit or past the call's deadline: it would honour any value, however
+// long, and a caller with fallback models is better served by failing now.
+// It does so by marking such a response x-should-retry: false, which the
+// SDK obeys.
+func capRetryWait(limit time.Duration) option.Middleware {
+	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(req)
+		if err != nil || res == nil || !retryable(res.StatusCode) || res.Header.Get("x-should-retry") != "" {
+			return res, err
+		}
+		now := time.Now()
+		wait := retryAfter(res.Header, now)
+		if wait <= 0 {
+			return res, err
+		}
+		dl, hasDeadline := req.Context().Deadline()
+		if wait > limit || (hasDeadline && now.Add(wait).After(dl)) {
+			res.Header.Set("x-should-retry", "false")
+		}
+		return res, err
+	}
+}
+
+// retryable are the statuses the SDK retries.
+func retryable(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusConflict ||
+		status == http.StatusTooManyRequests || status >= http.StatusInternalServerError
+}
