@@ -5,16 +5,21 @@
 // Streams wait on a per-run notification channel that every change closes
 // and replaces (a broadcast), so a stream wakes only when its run changed:
 // no polling, and no goroutine per append.
+//
+// ListRuns filters and sorts all the runs on every page, O(n log n) for n
+// runs: no index to keep, and cheap at the sizes an in-memory store holds.
 package memstore
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
 // Store is an in-memory svc.RunStore. The zero value is not usable; call New.
@@ -40,7 +45,10 @@ type run struct {
 	watched bool
 }
 
-var _ svc.RunStore = (*Store)(nil)
+var (
+	_ svc.RunStore  = (*Store)(nil)
+	_ svc.RunLister = (*Store)(nil)
+)
 
 // New returns an empty store.
 func New() *Store {
@@ -224,6 +232,29 @@ func (s *Store) Interrupt(_ context.Context) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// ListRuns returns a page of runs, newest first; see svc.RunLister and
+// package runlist for the order and the cursor.
+func (s *Store) ListRuns(_ context.Context, f svc.RunFilter) (svc.RunPage, error) {
+	q, err := runlist.Parse("memstore", f)
+	if err != nil {
+		return svc.RunPage{}, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return svc.RunPage{}, errClosed()
+	}
+	var rows []runlist.Row
+	for _, r := range s.runs {
+		if p := runlist.Of(&r.rec); q.Match(p, r.rec.State) {
+			rows = append(rows, runlist.RowOf(&r.rec))
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(rows, func(a, b runlist.Row) int { return runlist.Compare(a.Pos, b.Pos) })
+	return q.Page(rows[:min(len(rows), q.Fetch())]), nil
 }
 
 // Close ends every stream and waits for their goroutines; later calls are

@@ -12,10 +12,23 @@
 // Pebble locks its directory, so the process that opened the store sees every
 // write; Stream replays the stored events and then follows in-process
 // notifications rather than polling.
+//
+// ListRuns reads secondary indexes with empty values, written in the same
+// batch as the record they index: "idx/created/<ts><id>" for every run and
+// "idx/state/<state>/<ts><id>" for its current state, <ts> being the
+// creation time in Unix microseconds as 8 big-endian bytes with the sign bit
+// flipped (so keys sort by time, then by id). A page is one reverse
+// iteration from the cursor's key plus a read of each listed record: it
+// costs its own rows, with or without a state filter. "meta/index" says the
+// indexes are complete; Open rebuilds them from the records when it is
+// missing, so a database written before the indexes lists every run. (A
+// build without the indexes writing to the database after that would leave
+// its runs out; the marker cannot tell.)
 package pebblestore
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,12 +41,22 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
 const (
 	runPrefix = "run/"
 	evPrefix  = "ev/"
-	seqDigits = 20 // enough for any int64
+	// idxPrefix starts every index key; idxCreated and idxState are the
+	// two indexes ListRuns reads.
+	idxPrefix  = "idx/"
+	idxCreated = idxPrefix + "created/"
+	idxState   = idxPrefix + "state/"
+	// indexedKey marks the indexes complete (see the package doc).
+	indexedKey = "meta/index"
+	// rebuildBatch bounds the keys of one batch while rebuilding.
+	rebuildBatch = 4096
+	seqDigits    = 20 // enough for any int64
 	// slowDisk is how long a write may take before pebble reports the disk
 	// slow (pebble's own default).
 	slowDisk = 5 * time.Second
@@ -61,7 +84,10 @@ type Store struct {
 // so writers never block on a slow reader.
 type subscriber struct{ wake chan struct{} }
 
-var _ svc.RunStore = (*Store)(nil)
+var (
+	_ svc.RunStore  = (*Store)(nil)
+	_ svc.RunLister = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the store in directory dir. Only one Store
 // may hold a directory at a time.
@@ -78,6 +104,11 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		_ = fsCloser.Close()
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q", dir))
+	}
+	if err := ensureIndexes(db); err != nil {
+		_ = db.Close()
+		_ = fsCloser.Close()
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q: index runs", dir))
 	}
 	return &Store{db: db, fsCloser: fsCloser, dir: dir, done: make(chan struct{}),
 		subs: map[string]map[*subscriber]struct{}{}}, nil
@@ -129,6 +160,9 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		case !errors.Is(err, svc.ErrRegistry):
 			return nil, err
 		}
+		if err := putIndexes(b, &rec); err != nil {
+			return nil, err
+		}
 		return []string{rec.RunID}, putRecord(b, &stored{RunRecord: rec})
 	})
 }
@@ -155,6 +189,9 @@ func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, r
 	return s.update(ctx, runID, func(st *stored, b *pebble.Batch) error {
 		if !st.State.CanMove(next) {
 			return svc.Errorf(svc.KindRunState, "run %q cannot move from %s to %s", runID, st.State, next)
+		}
+		if err := moveStateIndex(b, &st.RunRecord, next); err != nil {
+			return err
 		}
 		st.State = next
 		st.Reason = reason
@@ -330,6 +367,10 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 			if st.State.Terminal() {
 				continue
 			}
+			if err := moveStateIndex(b, &st.RunRecord, svc.RunFailed); err != nil {
+				_ = it.Close()
+				return nil, err
+			}
 			st.State, st.Reason, st.UpdatedAt = svc.RunFailed, "interrupted", now
 			if err := putRecord(b, st); err != nil {
 				_ = it.Close()
@@ -346,6 +387,77 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(ids), nil
+}
+
+// ListRuns returns a page of runs, newest first; see svc.RunLister and
+// package runlist for the order and the cursor.
+func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, error) {
+	q, err := runlist.Parse("pebblestore", f)
+	if err != nil {
+		return svc.RunPage{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return svc.RunPage{}, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return svc.RunPage{}, errClosed()
+	}
+	prefix := idxCreated
+	if q.State != "" {
+		prefix = idxState + string(q.State) + "/"
+	}
+	// Keys sort oldest first, so the page is read backwards from the
+	// cursor's key, which the exclusive upper bound leaves out.
+	upper := prefixEnd(prefix)
+	if q.After != nil {
+		upper = indexKey(prefix, *q.After)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: upper})
+	if err != nil {
+		return svc.RunPage{}, svc.Wrap(svc.KindRuntime, err, "pebblestore: list runs")
+	}
+	var rows []runlist.Row
+	for ok := it.Last(); ok && len(rows) < q.Fetch(); ok = it.Prev() {
+		if err := ctx.Err(); err != nil {
+			_ = it.Close()
+			return svc.RunPage{}, err
+		}
+		pos, ok := parseIndexKey(prefix, it.Key())
+		if !ok {
+			_ = it.Close()
+			return svc.RunPage{}, svc.Errorf(svc.KindRuntime, "pebblestore: corrupt index key %q", it.Key())
+		}
+		rec, err := s.loadSummary(pos.RunID)
+		if err != nil {
+			_ = it.Close()
+			return svc.RunPage{}, err
+		}
+		rows = append(rows, runlist.Row{Pos: pos, Summary: runlist.Summary(rec)})
+	}
+	if err := it.Close(); err != nil {
+		return svc.RunPage{}, svc.Wrap(svc.KindRuntime, err, "pebblestore: list runs")
+	}
+	return q.Page(rows), nil
+}
+
+// loadSummary reads runID's record without its result, which a listing
+// does not show and which may be large; the caller holds mu.
+func (s *Store) loadSummary(runID string) (*svc.RunRecord, error) {
+	v, closer, err := s.db.Get(runKey(runID))
+	if err != nil {
+		// The index and the records are written in the same batches: an
+		// index entry without its record is damage, not a race.
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read listed run %q", runID))
+	}
+	defer closer.Close()
+	var j summaryJSON
+	if err := json.Unmarshal(v, &j); err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode run %q", runID))
+	}
+	return &svc.RunRecord{RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
+		Reason: j.Reason, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC()}, nil
 }
 
 // update runs fn on runID's record under the write lock and writes the
@@ -522,6 +634,18 @@ type recordJSON struct {
 	LastSeq   int64            `json:"last_seq"`
 }
 
+// summaryJSON is recordJSON without the result, for listings.
+type summaryJSON struct {
+	RunID     string           `json:"run_id"`
+	Target    string           `json:"target"`
+	Kind      string           `json:"kind"`
+	State     svc.RunState     `json:"state"`
+	Progress  *svc.RunProgress `json:"progress,omitempty"`
+	Reason    string           `json:"reason,omitempty"`
+	CreatedAt time.Time        `json:"created_at"`
+	UpdatedAt time.Time        `json:"updated_at"`
+}
+
 func encodeRecord(st *stored) ([]byte, error) {
 	return json.Marshal(recordJSON{
 		RunID: st.RunID, Target: st.Target, Kind: st.Kind, State: st.State, Progress: st.Progress,
@@ -573,6 +697,107 @@ func appendEvent(b *pebble.Batch, st *stored, ev svc.RunEvent) (int64, error) {
 		return 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write event of %q", st.RunID))
 	}
 	return ev.Seq, nil
+}
+
+// indexKey is the key of the run at pos in the index under prefix.
+func indexKey(prefix string, pos runlist.Position) []byte {
+	k := make([]byte, 0, len(prefix)+8+len(pos.RunID))
+	k = append(k, prefix...)
+	// Flipping the sign bit makes the unsigned byte order that of the
+	// signed times, times before 1970 included.
+	k = binary.BigEndian.AppendUint64(k, uint64(pos.CreatedUS)^(1<<63))
+	return append(k, pos.RunID...)
+}
+
+// parseIndexKey reads the position out of an index key under prefix.
+func parseIndexKey(prefix string, key []byte) (runlist.Position, bool) {
+	if len(key) <= len(prefix)+8 || string(key[:len(prefix)]) != prefix {
+		return runlist.Position{}, false
+	}
+	us := int64(binary.BigEndian.Uint64(key[len(prefix):]) ^ (1 << 63))
+	return runlist.Position{CreatedUS: us, RunID: string(key[len(prefix)+8:])}, true
+}
+
+func stateIndex(state svc.RunState) string { return idxState + string(state) + "/" }
+
+// putIndexes adds rec's index entries to b.
+func putIndexes(b *pebble.Batch, rec *svc.RunRecord) error {
+	pos := runlist.Of(rec)
+	if err := b.Set(indexKey(idxCreated, pos), nil, nil); err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: index run %q", rec.RunID))
+	}
+	if err := b.Set(indexKey(stateIndex(rec.State), pos), nil, nil); err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: index run %q", rec.RunID))
+	}
+	return nil
+}
+
+// moveStateIndex moves rec's state index entry to next, in b.
+func moveStateIndex(b *pebble.Batch, rec *svc.RunRecord, next svc.RunState) error {
+	pos := runlist.Of(rec)
+	if err := b.Delete(indexKey(stateIndex(rec.State), pos), nil); err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: index run %q", rec.RunID))
+	}
+	if err := b.Set(indexKey(stateIndex(next), pos), nil, nil); err != nil {
+		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: index run %q", rec.RunID))
+	}
+	return nil
+}
+
+// ensureIndexes rebuilds the indexes from the records unless indexedKey
+// says they are complete. The marker is written last, in the batch of the
+// last entries, so a rebuild cut short starts over (it first drops any
+// index key it finds) at the next Open.
+func ensureIndexes(db *pebble.DB) error {
+	_, closer, err := db.Get([]byte(indexedKey))
+	if err == nil {
+		return closer.Close()
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	b := db.NewBatch()
+	defer func() { _ = b.Close() }()
+	if err := b.DeleteRange([]byte(idxPrefix), prefixEnd(idxPrefix), nil); err != nil {
+		return err
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(runPrefix), UpperBound: prefixEnd(runPrefix)})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+		st, err := decodeRecord(v)
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("decode %q: %w", it.Key(), err)
+		}
+		if err := putIndexes(b, &st.RunRecord); err != nil {
+			_ = it.Close()
+			return err
+		}
+		if b.Count() >= rebuildBatch {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				_ = it.Close()
+				return err
+			}
+			_ = b.Close()
+			b = db.NewBatch()
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if err := b.Set([]byte(indexedKey), []byte("1"), nil); err != nil {
+		return err
+	}
+	// Sync makes the earlier NoSync batches durable too: the WAL is one
+	// sequence.
+	return b.Commit(pebble.Sync)
 }
 
 func refuseTerminal(st *stored, what string) error {

@@ -13,6 +13,12 @@
 //	                       "n-1" (field "end"), n being the last event's seq,
 //	                       which wakes and ends every stream reader
 //	P::active      set     ids of the runs not yet terminal, for Interrupt
+//	P::created     zset    every run id, scored by created_at in Unix
+//	                       microseconds, for ListRuns
+//	P::expiring    zset    ids of the terminal runs whose keys have a TTL,
+//	                       scored by when they expire (server clock, Unix
+//	                       milliseconds)
+//	P::indexed     string  "1" once P::created holds every run (see Open)
 //
 // Every change is one Lua script that checks the state machine and writes, so
 // the rules hold across processes: no change after a terminal state, and a
@@ -20,6 +26,15 @@
 // terminal its two keys get Options.TTL. Streams follow the events streams
 // with XREAD BLOCK, so they see writes made by any process; one blocking
 // reader per Store serves all of them (see stream.go).
+//
+// ListRuns walks P::created from the cursor down (ZREVRANGEBYSCORE orders
+// the members of one score by id, descending: the listing order) and reads
+// the records of each batch in one pipeline. A state filter is applied to
+// the records read, so a page of a rare state reads the runs in between:
+// its cost is the runs scanned, not the runs listed. A run's keys expire
+// (Options.TTL) without telling its index entry: Create trims the entries of
+// the runs whose expiry is due in P::expiring, and a listing skips and
+// drops any entry whose record is gone.
 //
 // Run ids must not contain ':' (they would collide with another run's keys);
 // Create refuses them. The scripts touch a run's keys and the active set
@@ -29,6 +44,7 @@ package redisstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -40,6 +56,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
 // DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
@@ -94,9 +111,16 @@ type Store struct {
 	wakeKey    string        // interrupts a blocked hub
 }
 
-var _ svc.RunStore = (*Store)(nil)
+var (
+	_ svc.RunStore  = (*Store)(nil)
+	_ svc.RunLister = (*Store)(nil)
+)
 
 // Open connects to Redis (checking it answers PING) and returns the store.
+// The first Open of a prefix whose runs were written without the listing
+// index (before P::indexed exists) adds them to it, scanning the prefix's
+// keys once; runs that an older build writes afterwards stay out of
+// listings.
 func Open(opts Options) (*Store, error) {
 	if (opts.URL == "") == (opts.Client == nil) {
 		return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: give exactly one of URL and Client")
@@ -127,8 +151,64 @@ func Open(opts Options) (*Store, error) {
 		return nil, svc.Errorf(svc.KindRuntime, "redisstore: cannot reach redis at %s: %s", where, redactErr(err, opts.URL))
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, ctx: ctx, stop: stop,
-		watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}, nil
+	s := &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, ctx: ctx, stop: stop,
+		watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}
+	if err := s.ensureIndex(context.Background()); err != nil {
+		stop()
+		if owned {
+			_ = c.Close()
+		}
+		return nil, svc.Wrap(svc.KindRuntime, err, "redisstore: index the runs under "+strconv.Quote(prefix))
+	}
+	return s, nil
+}
+
+// ensureIndex adds every run to P::created unless P::indexed says they are
+// there. Two processes doing it at once do the same idempotent writes.
+func (s *Store) ensureIndex(ctx context.Context) error {
+	marker := s.prefix + "::indexed"
+	if n, err := s.c.Exists(ctx, marker).Result(); err != nil || n == 1 {
+		return err
+	}
+	// Records are the hashes named P:<id>, <id> without ':'.
+	it := s.c.ScanType(ctx, 0, globEscape(s.prefix)+":*", readBatch, "hash").Iterator()
+	for it.Next(ctx) {
+		key := it.Val()
+		id := strings.TrimPrefix(key, s.prefix+":")
+		if id == "" || strings.Contains(id, ":") {
+			continue
+		}
+		created, err := s.c.HGet(ctx, key, "created_at").Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired since the scan saw it
+		}
+		if err != nil {
+			return err
+		}
+		t, err := time.Parse(time.RFC3339Nano, created)
+		if err != nil {
+			return fmt.Errorf("run %q: created_at: %w", id, err)
+		}
+		if err := indexScript.Run(ctx, s.c, []string{key, s.createdKey(), s.expiringKey()}, id, t.UnixMicro()).Err(); err != nil {
+			return err
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	return s.c.Set(ctx, marker, "1", 0).Err()
+}
+
+// globEscape quotes the pattern characters of SCAN MATCH.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // KeyPrefix is the prefix of the store's keys, trailing colons stripped.
@@ -174,7 +254,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	}
 	created := formatTime(rec.CreatedAt)
 	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
-		n, err := createScript.Run(ctx, s.c, s.keys(rec.RunID), rec.RunID,
+		n, err := createScript.Run(ctx, s.c, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
 			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
 			"reason", "", "created_at", created, "updated_at", created, "seq", 0).Int()
 		if err != nil {
@@ -328,6 +408,125 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// ListRuns returns a page of runs, newest first; see svc.RunLister and
+// package runlist for the order and the cursor.
+func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, error) {
+	q, err := runlist.Parse("redisstore", f)
+	if err != nil {
+		return svc.RunPage{}, err
+	}
+	var page svc.RunPage
+	err = s.do(ctx, "", func(ctx context.Context) error {
+		rows, err := s.list(ctx, q)
+		if err != nil {
+			return svc.Wrap(svc.KindRuntime, err, "redisstore: list runs")
+		}
+		page = q.Page(rows)
+		return nil
+	})
+	return page, err
+}
+
+// listFields are the record fields a listing reads: all but the result.
+var listFields = []string{"run_id", "target", "kind", "state", "reason", "progress", "created_at", "updated_at"}
+
+// list reads the rows of q's page: batches of index entries after the
+// cursor, then their records, until the page is full or the index ends.
+// Each batch goes on from the last entry of the one before (keyset, like the
+// pages), so entries added or dropped meanwhile shift nothing.
+func (s *Store) list(ctx context.Context, q runlist.Query) ([]runlist.Row, error) {
+	batch := min(max(q.Fetch(), 64), svc.MaxRunPage)
+	var rows []runlist.Row
+	after := q.After
+	for len(rows) < q.Fetch() {
+		entries, more, err := s.entriesAfter(ctx, after, batch)
+		if err != nil || len(entries) == 0 {
+			return rows, err
+		}
+		cmds, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, e := range entries {
+				p.HMGet(ctx, s.recKey(e.RunID), listFields...)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		var gone []any
+		for i, e := range entries {
+			vals := cmds[i].(*redis.SliceCmd).Val()
+			h := make(map[string]string, len(listFields))
+			for j, v := range vals {
+				if str, ok := v.(string); ok {
+					h[listFields[j]] = str
+				}
+			}
+			if len(h) == 0 {
+				gone = append(gone, e.RunID)
+				continue
+			}
+			rec, err := decodeRecord(h)
+			if err != nil {
+				return nil, fmt.Errorf("decode run %q: %w", e.RunID, err)
+			}
+			if q.State == "" || rec.State == q.State {
+				rows = append(rows, runlist.Row{Pos: e, Summary: runlist.Summary(&rec)})
+				if len(rows) == q.Fetch() {
+					break
+				}
+			}
+		}
+		if len(gone) > 0 {
+			args := append([]any{s.prefix}, gone...)
+			if err := dropGoneScript.Run(ctx, s.c, []string{s.createdKey(), s.expiringKey()}, args...).Err(); err != nil {
+				return nil, err
+			}
+		}
+		if !more {
+			break
+		}
+		after = &entries[len(entries)-1]
+	}
+	return rows, nil
+}
+
+// entriesAfter reads index entries listed after the position after (from
+// the newest when nil), in listing order: up to n of those with an older
+// score, preceded by those that share after's score but have a smaller id
+// (ties are rare; all of them are read). more says the index may go on.
+func (s *Store) entriesAfter(ctx context.Context, after *runlist.Position, n int) (entries []runlist.Position, more bool, err error) {
+	key := s.createdKey()
+	older := &redis.ZRangeBy{Max: "+inf", Min: "-inf", Count: int64(n)}
+	var ties *redis.StringSliceCmd
+	var next *redis.ZSliceCmd
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if after != nil {
+			score := strconv.FormatInt(after.CreatedUS, 10)
+			ties = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{Max: score, Min: score})
+			older.Max = "(" + score
+		}
+		next = p.ZRevRangeByScoreWithScores(ctx, key, older)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if ties != nil {
+		for _, id := range ties.Val() {
+			if id < after.RunID {
+				entries = append(entries, runlist.Position{CreatedUS: after.CreatedUS, RunID: id})
+			}
+		}
+	}
+	for _, z := range next.Val() {
+		id, _ := z.Member.(string)
+		// Scores are microseconds, exact in a float64 for ±285 years
+		// around 1970.
+		entries = append(entries, runlist.Position{CreatedUS: int64(math.Round(z.Score)), RunID: id})
+	}
+	return entries, len(next.Val()) == n, nil
+}
+
 // do runs fn unless the store is closed, holding the read lock so Close
 // waits for it, and answers an id that cannot name a run with RegistryError.
 func (s *Store) do(ctx context.Context, runID string, fn func(context.Context) error) error {
@@ -387,10 +586,14 @@ func (s *Store) fail(err error, what, runID string) error {
 func (s *Store) recKey(runID string) string { return s.prefix + ":" + runID }
 func (s *Store) evKey(runID string) string  { return s.prefix + ":" + runID + ":events" }
 
-// keys are the KEYS of every script: record, events, active set.
+// keys are the KEYS of every run script: record, events, active set,
+// created index, expiring set.
 func (s *Store) keys(runID string) []string {
-	return []string{s.recKey(runID), s.evKey(runID), s.prefix + "::active"}
+	return []string{s.recKey(runID), s.evKey(runID), s.prefix + "::active", s.createdKey(), s.expiringKey()}
 }
+
+func (s *Store) createdKey() string  { return s.prefix + "::created" }
+func (s *Store) expiringKey() string { return s.prefix + "::expiring" }
 
 // stateNames decodes the state a script reports with a refusal (scripts
 // return numbers, so the Int64Slice reply stays uniform).

@@ -2,16 +2,21 @@ package redisstore
 
 import "github.com/redis/go-redis/v9"
 
-// The scripts all take KEYS = {record hash, events stream, active set}. A
-// change script answers {0, seq}, {1, 0} when the run is unknown, or
-// {2, code of the run's state} when the state machine refuses the change;
-// numbers only, so every reply decodes the same way.
+// The run scripts all take KEYS = {record hash, events stream, active set,
+// created index, expiring set}. A change script answers {0, seq}, {1, 0}
+// when the run is unknown, or {2, code of the run's state} when the state
+// machine refuses the change; numbers only, so every reply decodes the same
+// way.
+//
+// The created index and the expiring set are read and trimmed by member,
+// touching the records of other runs (named from the prefix) than the one
+// in KEYS: fine on one server, one more reason a Cluster is not supported.
 
 // prelude is shared by the change scripts. allowed mirrors
 // svc.RunState.CanMove; finish is the step into a terminal state: the end
 // marker "<seq>-1" after the last event wakes and ends every stream reader,
 // the run leaves the active set and its keys get the TTL.
-const prelude = `
+const prelude = nowms + `
 local allowed = {
   pending = {running = true, cancelled = true},
   running = {completed = true, failed = true, cancelled = true},
@@ -29,18 +34,84 @@ local function finish(seq, id, ttl)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('ZADD', KEYS[5], string.format('%d', nowms() + ttl), id)
   end
 end
 `
 
-// createScript: ARGV = {id, field, value, ...}; answers 1, or 0 when the run
-// exists. A leftover events stream (its record deleted by hand) is dropped
-// so the new run starts at seq 1.
-var createScript = redis.NewScript(`
+// nowms is the server's clock in Unix milliseconds: the clock PEXPIRE
+// counts on. (Scripts are replicated by their effects, so reading the
+// clock is allowed before writing.)
+const nowms = `
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
+// createScript: ARGV = {id, created_at in Unix microseconds, key prefix,
+// field, value, ...}; answers 1, or 0 when the run exists. A leftover events
+// stream (its record deleted by hand) is dropped so the new run starts at
+// seq 1. It first trims the index of a few runs whose keys have expired:
+// each run enters the expiring set at most once per end, so trimming a few
+// per Create keeps up with them.
+var createScript = redis.NewScript(nowms + trim + `
+trim(ARGV[3], 16)
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
+return 1
+`)
+
+// trim handles up to n runs of the expiring set (KEYS[5]) whose time has
+// come: a run whose record is gone leaves the created index (KEYS[4]); one
+// whose record lives on is put back at its real expiry, or dropped from the
+// set when the record no longer expires (the id was created anew).
+const trim = `
+local function trim(prefix, n)
+  local now = nowms()
+  local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, n)
+  for _, id in ipairs(due) do
+    local ttl = redis.call('PTTL', prefix .. ':' .. id)
+    if ttl == -2 then
+      redis.call('ZREM', KEYS[4], id)
+      redis.call('ZREM', KEYS[5], id)
+    elseif ttl == -1 then
+      redis.call('ZREM', KEYS[5], id)
+    else
+      redis.call('ZADD', KEYS[5], string.format('%d', now + ttl), id)
+    end
+  end
+end
+`
+
+// dropGoneScript: KEYS = {created index, expiring set}, ARGV = {key prefix,
+// id, ...}: the runs whose record no longer exists leave both. A listing
+// calls it for the members it found without a record; checking again here
+// keeps a run created anew under the same id in the meantime.
+var dropGoneScript = redis.NewScript(`
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  if redis.call('EXISTS', ARGV[1] .. ':' .. id) == 0 then
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
+  end
+end
+return 0
+`)
+
+// indexScript: KEYS = {record, created index, expiring set}, ARGV = {id,
+// created_at in Unix microseconds}: adds a run written before the index to
+// it, with its expiry, if the record still exists.
+var indexScript = redis.NewScript(nowms + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then
+  redis.call('ZADD', KEYS[3], string.format('%d', nowms() + ttl), ARGV[1])
+end
 return 1
 `)
 

@@ -15,6 +15,11 @@
 // Streams replay from the run_events table and then wait for a signal from
 // this process's writers, with a slow poll (PollInterval) for writers in
 // other processes.
+//
+// ListRuns reads one page with one indexed query: runs_created orders the
+// unfiltered listing and runs_state_created the listing of one state, so a
+// page costs its own rows whatever the table holds. Open adds both indexes
+// to a file made before them.
 package sqlitestore
 
 import (
@@ -34,6 +39,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
 // PollInterval is how often a waiting stream re-reads its run, to see
@@ -46,7 +52,9 @@ const PollInterval = 250 * time.Millisecond
 const busyTimeoutMS = 5000
 
 // schemaVersion is stored in PRAGMA user_version; a file from a newer
-// version is refused rather than misread.
+// version is refused rather than misread. The listing indexes did not bump
+// it: indexes change nothing an older build reads or writes (SQLite keeps
+// them up to date for it too), so it may still open the file.
 const schemaVersion = 1
 
 // pageSize is how many events a stream reads per query, bounding its memory
@@ -65,7 +73,11 @@ CREATE TABLE IF NOT EXISTS runs (
 	created_at INTEGER NOT NULL, -- Unix microseconds
 	updated_at INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS runs_state ON runs (state);
+-- The listing order (newest first, then by run id); runs_state_created also
+-- serves Interrupt's search by state, which runs_state served before it.
+CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at, run_id);
+CREATE INDEX IF NOT EXISTS runs_state_created ON runs (state, created_at, run_id);
+DROP INDEX IF EXISTS runs_state;
 CREATE TABLE IF NOT EXISTS run_events (
 	run_id  TEXT NOT NULL,
 	seq     INTEGER NOT NULL,
@@ -113,6 +125,25 @@ const (
 		WHERE state IN ('pending', 'running') RETURNING run_id`
 )
 
+// listQuery is a page of ListRuns: ?1 the row count, ?2 the state, ?3 and
+// ?4 the cursor's created_at and run_id. The row value comparison keeps the
+// scan on the index from the cursor on; the four variants keep a filter
+// that does not apply out of the query, where it would defeat the index.
+func listQuery(state, cursor bool) string {
+	var where []string
+	if state {
+		where = append(where, "state = ?2")
+	}
+	if cursor {
+		where = append(where, "(created_at, run_id) < (?3, ?4)")
+	}
+	q := `SELECT run_id, target, kind, state, progress, reason, created_at, updated_at FROM runs`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q + " ORDER BY created_at DESC, run_id DESC LIMIT ?1"
+}
+
 // Store is a svc.RunStore in one SQLite file. It is safe for concurrent
 // use, and several processes may share the file.
 type Store struct {
@@ -134,7 +165,10 @@ type Store struct {
 	streams sync.WaitGroup
 }
 
-var _ svc.RunStore = (*Store)(nil)
+var (
+	_ svc.RunStore  = (*Store)(nil)
+	_ svc.RunLister = (*Store)(nil)
+)
 
 // Open opens the store in the file at path, creating the file and its
 // tables if needed. The directory must exist.
@@ -187,6 +221,8 @@ func Open(path string) (*Store, error) {
 type statements struct {
 	create, setState, setProgress, setResult, append, appendFinal *sql.Stmt // writer
 	get, state, events                                            *sql.Stmt // reader
+	// list[state filter][cursor] are the ListRuns queries (reader).
+	list [2][2]*sql.Stmt
 }
 
 func (st *statements) prepare(writer, reader *sql.DB) error {
@@ -204,6 +240,10 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 		{reader, sqlGet, &st.get},
 		{reader, sqlState, &st.state},
 		{reader, sqlEvents, &st.events},
+		{reader, listQuery(false, false), &st.list[0][0]},
+		{reader, listQuery(false, true), &st.list[0][1]},
+		{reader, listQuery(true, false), &st.list[1][0]},
+		{reader, listQuery(true, true), &st.list[1][1]},
 	} {
 		stmt, err := p.db.Prepare(p.query)
 		if err != nil {
@@ -216,7 +256,8 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 
 func (st *statements) close() error {
 	var errs []error
-	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.setProgress, st.setResult, st.append, st.appendFinal, st.get, st.state, st.events} {
+	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.setProgress, st.setResult, st.append, st.appendFinal,
+		st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}
@@ -597,6 +638,62 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		s.notify.signal(id)
 	}
 	return len(ids), nil
+}
+
+// ListRuns returns a page of runs, newest first; see svc.RunLister and
+// package runlist for the order and the cursor.
+func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, error) {
+	if err := s.check(); err != nil {
+		return svc.RunPage{}, err
+	}
+	q, err := runlist.Parse("sqlitestore", f)
+	if err != nil {
+		return svc.RunPage{}, err
+	}
+	var (
+		byState, byCursor int
+		cursorUS          int64
+		cursorID          string
+	)
+	if q.State != "" {
+		byState = 1
+	}
+	if q.After != nil {
+		byCursor, cursorUS, cursorID = 1, q.After.CreatedUS, q.After.RunID
+	}
+	// Each variant takes the parameters up to the last it names.
+	args := []any{q.Fetch(), string(q.State), cursorUS, cursorID}[:[2][2]int{{1, 4}, {2, 4}}[byState][byCursor]]
+	rows, err := s.stmt.list[byState][byCursor].QueryContext(ctx, args...)
+	if err != nil {
+		return svc.RunPage{}, s.fail(ctx, err, "list runs")
+	}
+	defer rows.Close()
+	var out []runlist.Row
+	for rows.Next() {
+		var (
+			rec              svc.RunRecord
+			state            string
+			progress         sql.NullString
+			created, updated int64
+		)
+		if err := rows.Scan(&rec.RunID, &rec.Target, &rec.Kind, &state, &progress, &rec.Reason, &created, &updated); err != nil {
+			return svc.RunPage{}, s.fail(ctx, err, "list runs")
+		}
+		rec.State, rec.CreatedAt, rec.UpdatedAt = svc.RunState(state), fromMicros(created), fromMicros(updated)
+		if progress.Valid {
+			var p svc.RunProgress
+			if err := json.Unmarshal([]byte(progress.String), &p); err != nil {
+				return svc.RunPage{}, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: run %q: corrupt progress", rec.RunID))
+			}
+			rec.Progress = &p
+		}
+		// The stored microseconds are the position, as the query compared them.
+		out = append(out, runlist.Row{Pos: runlist.Position{CreatedUS: created, RunID: rec.RunID}, Summary: runlist.Summary(&rec)})
+	}
+	if err := rows.Err(); err != nil {
+		return svc.RunPage{}, s.fail(ctx, err, "list runs")
+	}
+	return q.Page(out), nil
 }
 
 // Close ends every stream, waits for their goroutines and closes the file;

@@ -27,6 +27,9 @@
 //   - Stream's channel also closes when the run becomes terminal by
 //     Interrupt, and when the store is closed.
 //   - After Close, every method returns an error.
+//
+// Every store is also a svc.RunLister; list.go states the rules of its
+// listings (order, pages, cursors, errors) that the List subtests check.
 package storetest
 
 import (
@@ -46,10 +49,12 @@ import (
 // a store that needs longer is broken, not slow.
 const Wait = 10 * time.Second
 
-// ConcurrentRuns and EventsPerRun size the concurrency test.
+// ConcurrentRuns and EventsPerRun size the concurrency test, which also
+// pages through all the runs up to ConcurrentListings times meanwhile.
 const (
-	ConcurrentRuns = 100
-	EventsPerRun   = 50
+	ConcurrentRuns     = 100
+	EventsPerRun       = 50
+	ConcurrentListings = 10
 )
 
 // states lists the five run states in lifecycle order.
@@ -91,6 +96,14 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"Interrupt", testInterrupt},
 		{"Concurrent", testConcurrent},
 		{"Close", testClose},
+		{"ListEmpty", testListEmpty},
+		{"ListOrder", testListOrder},
+		{"ListPaging", testListPaging},
+		{"ListDefaultLimit", testListDefaultLimit},
+		{"ListNewRunsBetweenPages", testListNewRunsBetweenPages},
+		{"ListStateFilter", testListStateFilter},
+		{"ListErrors", testListErrors},
+		{"ListClosed", testListClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,6 +161,9 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 		records[id] = get(t, s, id)
 		events[id] = eventsOf(t, s, id, 0)
 	}
+	// All five were created at ts(0): listed by id, descending.
+	listed := []string{"x", "r", "p", "f", "c"}
+	checkListing(t, "before reopen", s, svc.RunFilter{Limit: 2}, listed)
 	mustOK(t, "Close", s.Close())
 
 	s = reopen()
@@ -155,6 +171,8 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 		checkRecord(t, "after reopen, "+id, get(t, s, id), records[id])
 		checkEvents(t, "after reopen, "+id, eventsOf(t, s, id, 0), events[id])
 	}
+	checkListing(t, "after reopen", s, svc.RunFilter{Limit: 2}, listed)
+	checkListing(t, "running after reopen", s, svc.RunFilter{State: svc.RunRunning, Limit: 1}, []string{"r"})
 	// The reopened store goes on where the first left off.
 	mustAppend(t, s, "r", svc.RunEvent{Type: svc.RunAgentStarted, Agent: "b", Timestamp: ts(60)}, 4)
 	mustKind(t, "Create duplicate after reopen", s.Create(ctx, svc.RunRecord{RunID: "c", Target: "t", Kind: "agent"}), svc.ErrRunState)
@@ -182,6 +200,8 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	if got := eventsOf(t, s, "r", 0); len(got) != 4 {
 		t.Errorf("r has %d events after two reopens, want 4", len(got))
 	}
+	checkListing(t, "failed after two reopens", s, svc.RunFilter{State: svc.RunFailed, Limit: 3}, []string{"r", "p", "n", "f"})
+	checkListing(t, "pending after two reopens", s, svc.RunFilter{State: svc.RunPending}, nil)
 }
 
 func testCreate(t *testing.T, s svc.RunStore) {
@@ -780,10 +800,53 @@ func testConcurrent(t *testing.T, s svc.RunStore) {
 			}
 		}()
 	}
+	// Listings run alongside the writers: each lists a run at most once,
+	// and only runs of this test. A few are enough, and they leave the
+	// writers the machine.
+	listers := make(chan struct{})
+	var listWG sync.WaitGroup
+	listWG.Go(func() {
+		l := lister(t, s)
+		for range ConcurrentListings {
+			select {
+			case <-listers:
+				return
+			default:
+			}
+			seen := map[string]bool{}
+			f := svc.RunFilter{Limit: 7}
+			for {
+				page, err := l.ListRuns(ctx, f)
+				if err != nil {
+					t.Errorf("ListRuns during writes: %v", err)
+					return
+				}
+				for _, r := range page.Runs {
+					if seen[r.RunID] || r.Target != "echo" {
+						t.Errorf("listing during writes: %+v listed twice or not of this test", r)
+						return
+					}
+					seen[r.RunID] = true
+				}
+				if f.Cursor = page.NextCursor; f.Cursor == "" {
+					break
+				}
+			}
+		}
+	})
 	wg.Wait()
+	close(listers)
+	listWG.Wait()
 	if t.Failed() {
 		return
 	}
+	// Created at once, at times the store picked: listed by those.
+	var created []listed
+	for i := range ConcurrentRuns {
+		id := fmt.Sprintf("c%03d", i)
+		created = append(created, listed{id, get(t, s, id).CreatedAt})
+	}
+	checkListing(t, "after the concurrent runs", s, svc.RunFilter{State: svc.RunCompleted, Limit: 30}, newestFirst(created))
 	for i := range ConcurrentRuns {
 		id := fmt.Sprintf("c%03d", i)
 		rec := get(t, s, id)
@@ -830,13 +893,31 @@ func testClose(t *testing.T, s svc.RunStore) {
 // create makes a pending agent run created at ts(0).
 func create(t *testing.T, s svc.RunStore, id string) {
 	t.Helper()
-	mustOK(t, "Create "+id, s.Create(t.Context(), svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", CreatedAt: ts(0)}))
+	createAt(t, s, id, ts(0))
+}
+
+// createAt makes a pending agent run created at at.
+func createAt(t *testing.T, s svc.RunStore, id string, at time.Time) {
+	t.Helper()
+	mustOK(t, "Create "+id, s.Create(t.Context(), svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", CreatedAt: at}))
 }
 
 // drive creates run id and moves it to state by the legal path.
 func drive(t *testing.T, s svc.RunStore, id string, state svc.RunState) {
 	t.Helper()
-	create(t, s, id)
+	driveAt(t, s, id, state, ts(0))
+}
+
+// driveAt is drive with the run created at at.
+func driveAt(t *testing.T, s svc.RunStore, id string, state svc.RunState, at time.Time) {
+	t.Helper()
+	createAt(t, s, id, at)
+	moveTo(t, s, id, state)
+}
+
+// moveTo moves pending run id to state by the legal path.
+func moveTo(t *testing.T, s svc.RunStore, id string, state svc.RunState) {
+	t.Helper()
 	var path []svc.RunState
 	switch state {
 	case svc.RunPending:
