@@ -1,6 +1,7 @@
 // Command svc runs LLM agents as a service: `svc serve` starts the HTTP
-// server on a directory of YAML specs, `svc run` runs one task, `svc
-// validate` checks spec files, `svc version` prints the version.
+// server on a directory of YAML specs, `svc status` follows its runtime
+// events, `svc run` runs one task, `svc validate` checks spec files, `svc
+// version` prints the version.
 package main
 
 import (
@@ -74,13 +75,14 @@ func newRoot() *cobra.Command {
 		Long: `svc runs LLM agents as a service.
 
   svc serve --specs examples/specs     start the HTTP server (no API key needed for test:* models)
+  svc status                           follow the server's runtime events, one line each
   svc run echo --input '{"text":"hi"}' --specs examples/specs
   svc validate examples/specs          check spec files
   svc version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newRun(), newValidate(), newVersion())
+	root.AddCommand(newServe(), newStatus(), newRun(), newValidate(), newVersion())
 	for _, c := range root.Commands() {
 		if c.RunE == nil {
 			continue

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
@@ -157,13 +158,22 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 			log.Warn("events dropped because the log could not keep up", zap.Int64("dropped", d))
 		}
 	}()
-	rt, set, err := s.buildRuntime(cmd.Flags(), log, events)
+	// The SSE emitter serves GET /events/stream (svc status, dashboards).
+	// http.Server.Shutdown waits for open streams, so the streams are ended
+	// as soon as it starts (RegisterOnShutdown below); the deferred Close
+	// covers the ways out before that.
+	live, err := sse.New(nil, sse.Config{})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = live.Close() }()
+	rt, set, err := s.buildRuntime(cmd.Flags(), log, emitters.Multi(events, live))
 	if err != nil {
 		return err
 	}
 	h, err := server.NewStandalone(rt, server.StandaloneConfig{
 		AuthToken: s.authToken, Logger: log,
-		RouterOptions: []server.Option{server.WithMaxBodyBytes(s.maxBody)},
+		RouterOptions: []server.Option{server.WithMaxBodyBytes(s.maxBody), server.WithSSEEmitter(live)},
 	})
 	if err != nil {
 		_ = rt.Close()
@@ -175,6 +185,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return &exitError{code: 1, err: fmt.Errorf("listen: %w", err)}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(func() { _ = live.Close() })
 	stopWatch := func() {}
 	// The runtime's Shutdown releases what it holds; the server calls it
 	// once connections have drained (or the grace period ran out).

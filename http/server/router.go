@@ -37,10 +37,11 @@
 // mistaken for a domain error. A host that uses neither can call WriteError
 // itself.
 //
-// # Reserved
+// # Event stream
 //
-// A WithSSEEmitter option, serving GET /events/stream from an SSE emitter,
-// will be added with the SSE emitter; it is not available yet.
+// With WithSSEEmitter the router also serves GET /events/stream, the live
+// stream of every runtime event, from an SSE emitter (emitters/sse) that is
+// in the runtime's emitter chain.
 package server
 
 import (
@@ -73,6 +74,7 @@ type config struct {
 	maxBody   int64
 	log       *zap.Logger
 	heartbeat time.Duration
+	sse       svc.EventSubscriber // WithSSEEmitter
 }
 
 // WithMaxBodyBytes bounds request bodies to n bytes (default 1 MiB); a
@@ -175,6 +177,9 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
 	if rb, ok := b.(svc.RunBackend); ok {
 		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat})
+	}
+	if cfg.sse != nil {
+		mountEventStream(r, cfg.sse)
 	}
 	return r, nil
 }

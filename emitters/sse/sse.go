@@ -1,0 +1,286 @@
+// Package sse is the SSE emitter: it hands the runtime's events to live
+// subscribers (the clients of GET /events/stream), each fed by its own
+// actor behind a bounded mailbox that drops, rather than waits, when the
+// subscriber falls behind.
+//
+// Emit never blocks the runtime: it matches the event against each
+// subscriber's filter and offers it to that subscriber's mailbox without
+// waiting. The subscriber's actor moves events from its mailbox to the
+// subscription's channel, again without waiting. Both are bounded by
+// Config.QueueSize; an event that finds either full is dropped and counted
+// in the subscription's Dropped. So a subscriber that stops reading holds
+// at most QueueSize events waiting for it (plus at most QueueSize in
+// transit in its mailbox), however long it stalls, and costs the runtime
+// nothing but the drops.
+package sse
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/svc-dev/svc"
+)
+
+// Defaults of Config.
+const (
+	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultQueueSize         = 1024
+)
+
+// Config configures New. Zero fields take the defaults.
+type Config struct {
+	// HeartbeatInterval is how long a stream may stay idle before the
+	// server writes a heartbeat (default 15 s). The emitter only reports
+	// it (svc.EventSubscriber); the HTTP handler writes the heartbeats.
+	HeartbeatInterval time.Duration
+	// QueueSize bounds the events waiting for one subscriber (default
+	// 1024).
+	QueueSize int
+	// Logger receives protoactor's own logs when New builds the actor
+	// system itself; nil discards them. With a system given to New, that
+	// system's logger is used.
+	Logger *slog.Logger
+}
+
+// Emitter is the SSE emitter: an svc.Emitter and an svc.EventSubscriber.
+// It is safe for concurrent use.
+type Emitter struct {
+	system    *actor.ActorSystem
+	ownSystem bool
+	heartbeat time.Duration
+	queueSize int
+
+	// subs is replaced, never changed, so that Emit reads it without a
+	// lock; mu serialises the writers and guards closed.
+	subs   atomic.Pointer[[]*subscription]
+	mu     sync.Mutex
+	closed bool
+	once   sync.Once
+
+	// live counts the subscriber actors spawned and not yet stopped.
+	live atomic.Int64
+}
+
+var (
+	_ svc.Emitter         = (*Emitter)(nil)
+	_ svc.EventSubscriber = (*Emitter)(nil)
+)
+
+// New returns an SSE emitter whose subscriber actors live in system. With
+// a nil system it builds its own, which Close shuts down; a system given
+// here is the caller's to shut down, after Close. Negative sizes or
+// intervals are an error.
+func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
+	if cfg.HeartbeatInterval < 0 {
+		return nil, fmt.Errorf("sse: HeartbeatInterval %v: must not be negative", cfg.HeartbeatInterval)
+	}
+	if cfg.QueueSize < 0 {
+		return nil, fmt.Errorf("sse: QueueSize %d: must not be negative", cfg.QueueSize)
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize}
+	if system == nil {
+		logger := cfg.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		e.system = actor.NewActorSystem(
+			actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }),
+			// A dead letter starts a timer goroutine for the throttle
+			// window; keep it short so that it does not outlive Close.
+			actor.WithDeadLetterThrottleInterval(10*time.Millisecond),
+			actor.WithDeadLetterRequestLogging(false),
+		)
+		e.ownSystem = true
+	}
+	return e, nil
+}
+
+// HeartbeatInterval is Config.HeartbeatInterval.
+func (e *Emitter) HeartbeatInterval() time.Duration { return e.heartbeat }
+
+// Subscribers is the number of subscriber actors running: one per open
+// subscription, until its actor has stopped.
+func (e *Emitter) Subscribers() int { return int(e.live.Load()) }
+
+// Emit offers ev to every subscriber whose filter it matches. It takes no
+// lock and never waits: a subscriber whose mailbox is full misses ev.
+func (e *Emitter) Emit(ev svc.RuntimeEvent) {
+	subs := e.subs.Load()
+	if subs == nil {
+		return
+	}
+	// One copy on the heap, shared by every subscriber: events are
+	// immutable once emitted.
+	var shared *svc.RuntimeEvent
+	for _, s := range *subs {
+		if !s.filter.Match(&ev) {
+			continue
+		}
+		if shared == nil {
+			c := ev
+			shared = &c
+		}
+		s.mb.offer(shared)
+	}
+}
+
+// Subscribe starts a subscription to the events f matches. It ends when
+// the caller closes it, when ctx ends, or when the emitter is closed. An
+// unknown event type in f is a SpecValidationError; a closed emitter
+// answers ShuttingDownError.
+func (e *Emitter) Subscribe(ctx context.Context, f svc.EventFilter) (svc.EventSubscription, error) {
+	for _, t := range f.EventTypes {
+		if !slices.Contains(svc.EventTypes, t) {
+			return nil, svc.Errorf(svc.KindSpecValidation, "unknown event type %q", t)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, svc.Wrap(svc.KindCancelled, err, "sse: subscribe")
+	}
+	f.EventTypes = slices.Clone(f.EventTypes) // the caller may reuse its slice
+	s := &subscription{
+		em:      e,
+		filter:  f,
+		mb:      newDropMailbox(e.queueSize),
+		out:     make(chan svc.RuntimeEvent, e.queueSize),
+		stopped: make(chan struct{}),
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &subscriber{s: s} },
+		actor.WithMailbox(func() actor.Mailbox { return s.mb }))
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, svc.Errorf(svc.KindShuttingDown, "sse: the emitter is closed")
+	}
+	// Counted before the spawn, so that the actor's Stopped can never
+	// bring the count below zero.
+	e.live.Add(1)
+	pid, err := e.system.Root.SpawnNamed(props, "subscribers/sse-"+e.system.ProcessRegistry.NextId())
+	if err != nil {
+		e.live.Add(-1)
+		return nil, fmt.Errorf("sse: spawn subscriber: %w", err)
+	}
+	s.pid = pid
+	next := []*subscription{s}
+	if old := e.subs.Load(); old != nil {
+		next = append(slices.Clone(*old), s)
+	}
+	e.subs.Store(&next)
+	// If ctx has already ended, Close runs at once in its own goroutine
+	// and waits for e.mu, which this call releases on return.
+	s.stopWatch = context.AfterFunc(ctx, func() { _ = s.Close() })
+	return s, nil
+}
+
+// remove takes s out of the subscriber list, so that Emit stops offering
+// it events.
+func (e *Emitter) remove(s *subscription) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.subs.Load()
+	if old == nil {
+		return
+	}
+	i := slices.Index(*old, s)
+	if i < 0 {
+		return
+	}
+	next := slices.Delete(slices.Clone(*old), i, i+1)
+	e.subs.Store(&next)
+}
+
+// Close ends every subscription, waits for their actors to stop and, if
+// New built the actor system, shuts it down. Later Subscribe calls fail
+// and later events go nowhere. It is idempotent.
+func (e *Emitter) Close() error {
+	e.once.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		var subs []*subscription
+		if p := e.subs.Load(); p != nil {
+			subs = *p
+		}
+		e.mu.Unlock()
+		for _, s := range subs {
+			_ = s.Close()
+		}
+		if e.ownSystem {
+			e.system.Shutdown()
+		}
+	})
+	return nil
+}
+
+// subscription is one subscriber's feed (svc.EventSubscription).
+type subscription struct {
+	em     *Emitter
+	filter svc.EventFilter
+	mb     *dropMailbox
+	// out is written and closed only by the subscriber actor.
+	out       chan svc.RuntimeEvent
+	dropped   atomic.Uint64 // events that found out full
+	pid       *actor.PID
+	stopWatch func() bool // stops the context.AfterFunc of Subscribe
+	once      sync.Once
+	stopped   chan struct{} // closed by the actor once it has stopped
+}
+
+// Events delivers the matching events in emit order; it is closed once
+// the subscription has ended and its actor stopped.
+func (s *subscription) Events() <-chan svc.RuntimeEvent { return s.out }
+
+// Dropped is how many matching events this subscriber missed because its
+// queues were full.
+func (s *subscription) Dropped() uint64 { return s.dropped.Load() + s.mb.Dropped() }
+
+// Close ends the subscription and returns once its actor has stopped (and
+// Events is closed). Events still queued are discarded. It is idempotent
+// and safe to call from any goroutine.
+func (s *subscription) Close() error {
+	s.once.Do(func() {
+		if s.stopWatch != nil {
+			s.stopWatch()
+		}
+		s.em.remove(s)
+		// Stop is a system message: it overtakes the queued events.
+		s.em.system.Root.Stop(s.pid)
+	})
+	<-s.stopped
+	return nil
+}
+
+// subscriber is the actor of one subscription. Its Receive never waits:
+// an event that finds the subscription's channel full is dropped.
+type subscriber struct {
+	s *subscription
+}
+
+func (a *subscriber) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *svc.RuntimeEvent:
+		select {
+		case a.s.out <- *m:
+		default:
+			a.s.dropped.Add(1)
+		}
+	case *actor.Stopped:
+		// The last message the actor gets: nothing writes to out after it.
+		close(a.s.out)
+		a.s.em.live.Add(-1)
+		close(a.s.stopped)
+	}
+}

@@ -1,0 +1,73 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/svc-dev/svc/http/server"
+)
+
+// The HTTP metrics carry the route pattern, never the raw path (which
+// holds run ids), and the status code.
+func TestMetricsMiddleware(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	h, err := server.NewStandalone(&fakeBackend{}, server.StandaloneConfig{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, h)
+	do(t, srv, "GET", "/agents/echo/schema", "")
+	do(t, srv, "GET", "/agents/nope/schema", "")
+	do(t, srv, "GET", "/no/such/route/0193", "")
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		route  string
+		status int64
+	}
+	got := map[key]uint64{}
+	var active bool
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case "http.server.request.duration":
+				if m.Unit != "s" {
+					t.Errorf("unit %q, want s", m.Unit)
+				}
+				for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+					route, _ := dp.Attributes.Value(attribute.Key("http.route"))
+					status, _ := dp.Attributes.Value(attribute.Key("http.response.status_code"))
+					method, _ := dp.Attributes.Value(attribute.Key("http.request.method"))
+					if method.AsString() != http.MethodGet {
+						t.Errorf("method %q", method.AsString())
+					}
+					got[key{route.AsString(), status.AsInt64()}] += dp.Count
+				}
+			case "http.server.active_requests":
+				active = true
+			}
+		}
+	}
+	want := map[key]uint64{{"/agents/{name}/schema", 200}: 1, {"/agents/{name}/schema", 404}: 1, {"unmatched", 404}: 1}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("requests %v = %d, want %d (all: %v)", k, got[k], n, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want exactly %v", got, want)
+	}
+	if !active {
+		t.Error("no http.server.active_requests")
+	}
+}
