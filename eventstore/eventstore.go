@@ -3,6 +3,14 @@
 // retention (a row cap and a maximum age), and Emitter, the store emitter
 // adapter that batches events so that Emit stays cheap.
 //
+// Both stores implement svc.EventReader: Events, Usage, ToolUsage,
+// RuntimeStats and Tree, computed on demand, read-only, and defined once
+// (rollup.go, tree.go) so that both give exactly the same answers for the
+// same events. The memory store computes them by scanning what it holds;
+// the SQLite store extracts what they need when it writes an event (fact
+// columns, and totals tables it keeps in step with its writes and
+// prunes), so that they cost the number of keys rather than of events.
+//
 // Both stores normalise what they keep the same way, so rollups see the
 // same values whichever store is wired:
 //   - timestamps are truncated to microseconds and returned in UTC;
@@ -21,28 +29,20 @@ import (
 	"github.com/svc-dev/svc"
 )
 
-// Query limits.
+// Query limits: svc's, under the names this package has always used.
 const (
 	// DefaultLimit is the number of events a Query with Limit 0 returns.
-	DefaultLimit = 100
+	DefaultLimit = svc.DefaultEventLimit
 	// MaxLimit is the largest Limit a Query accepts.
-	MaxLimit = 100_000
+	MaxLimit = svc.MaxEventLimit
 )
 
-// Query selects stored events. Zero fields do not filter.
-type Query struct {
-	// Limit caps the result: 0 means DefaultLimit; negative or above
-	// MaxLimit is a SpecValidationError.
-	Limit int
-	// Since (inclusive) and Until (exclusive) bound the event timestamps,
-	// so adjacent windows never count an event twice.
-	Since, Until time.Time
-	TraceID      string
-	EventType    svc.EventType
-}
+// Query selects stored events; see svc.EventQuery. Since is inclusive and
+// Until exclusive, so adjacent windows never count an event twice.
+type Query = svc.EventQuery
 
-// normalize checks q and returns it with the default limit filled in.
-func (q Query) normalize() (Query, error) {
+// normalizeQuery checks q and returns it with the default limit filled in.
+func normalizeQuery(q Query) (Query, error) {
 	switch {
 	case q.Limit < 0:
 		return q, svc.Errorf(svc.KindSpecValidation, "eventstore: limit %d is negative", q.Limit)
@@ -64,8 +64,14 @@ type Store interface {
 	// evs (or alter it) after it returns, so the caller may reuse it.
 	Write(ctx context.Context, evs []svc.RuntimeEvent) error
 	// Query returns the events matching q, newest first (ties in
-	// timestamp: the later written first).
+	// timestamp: the later written first). It is Events under its older
+	// name.
 	Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error)
+	// EventReader is the read side the rollup routes use: Events, Usage,
+	// ToolUsage, RuntimeStats and Tree, computed on demand from what the
+	// store holds. Both stores give exactly the same answers for the same
+	// events (see rollup.go for the definitions).
+	svc.EventReader
 	// Close releases the store; later calls fail with ShuttingDownError.
 	Close() error
 }

@@ -14,7 +14,7 @@ import (
 //
 // Events are kept sorted by timestamp, so a query walks back from the
 // newest and stops at its limit, and retention trims from the oldest end.
-// Retention is applied on every Write and Query: the row cap bounds memory
+// Retention is applied on every Write and read: the row cap bounds memory
 // at once, and the age limit needs no goroutine of its own.
 type Memory struct {
 	r   Retention
@@ -30,6 +30,7 @@ type memEvent struct {
 	ev  svc.RuntimeEvent
 	us  int64  // ev.Timestamp in Unix microseconds, for cheap comparisons
 	seq uint64 // write order, breaks timestamp ties
+	f   facts  // what the rollups read, extracted once
 }
 
 var _ Store = (*Memory)(nil)
@@ -49,7 +50,7 @@ func (m *Memory) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	batch := make([]memEvent, len(evs))
 	for i, ev := range evs {
 		ev = normalize(ev)
-		batch[i] = memEvent{ev: ev, us: ev.Timestamp.UnixMicro()}
+		batch[i] = memEvent{ev: ev, us: ev.Timestamp.UnixMicro(), f: factsOf(&ev)}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -101,7 +102,12 @@ func (m *Memory) pruneLocked() {
 
 // Query returns matching events, newest first; see Store.
 func (m *Memory) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
-	q, err := q.normalize()
+	return m.Events(ctx, q)
+}
+
+// Events returns matching events, newest first; see svc.EventReader.
+func (m *Memory) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
+	q, err := normalizeQuery(q)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +134,7 @@ func (m *Memory) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error)
 	if !q.Since.IsZero() {
 		since = q.Since.UnixMicro()
 	}
-	var out []svc.RuntimeEvent
+	out := []svc.RuntimeEvent{}
 	for i := end - 1; i >= 0 && len(out) < q.Limit; i-- {
 		e := m.evs[i]
 		if !q.Since.IsZero() && e.us < since {

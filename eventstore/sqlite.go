@@ -19,28 +19,6 @@ import (
 // write lock before failing.
 const busyTimeoutMS = 5000
 
-// Timestamps are Unix microseconds. The composite indexes serve the
-// filtered queries in timestamp order; (ts) alone serves unfiltered ones
-// and retention. The id (rowid) breaks timestamp ties in write order.
-const sqliteSchema = `
-CREATE TABLE IF NOT EXISTS events (
-	id              INTEGER PRIMARY KEY,
-	ts              INTEGER NOT NULL,
-	event_type      TEXT NOT NULL,
-	agent           TEXT NOT NULL,
-	task_id         TEXT NOT NULL,
-	trace_id        TEXT NOT NULL,
-	parent_trace_id TEXT NOT NULL,
-	payload         TEXT NOT NULL -- JSON object
-);
-CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
-CREATE INDEX IF NOT EXISTS events_trace_id ON events (trace_id, ts);
-CREATE INDEX IF NOT EXISTS events_event_type ON events (event_type, ts);
-`
-
-const sqlInsert = `INSERT INTO events (ts, event_type, agent, task_id, trace_id, parent_trace_id, payload)
-	VALUES (?, ?, ?, ?, ?, ?, ?)`
-
 // SQLite is a Store in one SQLite file (WAL mode, pure-Go driver), safe for
 // concurrent use. Retention is applied by a goroutine the store owns, every
 // DefaultPruneInterval and once at open; between prunes the table may hold
@@ -84,7 +62,7 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 		return nil, svc.Errorf(svc.KindSpecValidation, "eventstore: negative retention %+v", r)
 	}
 	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)", busyTimeoutMS)
-	writer, err := sql.Open("sqlite", path+"?"+params+"&_txlock=immediate")
+	writer, err := sql.Open("sqlite", path+"?"+params+writerParams)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -101,7 +79,7 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 		writer.Close()
 		return nil, fail(err)
 	}
-	reader, err := sql.Open("sqlite", path+"?"+params+"&_pragma=query_only(1)")
+	reader, err := sql.Open("sqlite", path+"?"+params+readerParams)
 	if err != nil {
 		insert.Close()
 		writer.Close()
@@ -117,18 +95,6 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 	s.stop = cancel
 	go s.pruneLoop(ctx)
 	return s, nil
-}
-
-func initSQLite(db *sql.DB) error {
-	var mode string
-	if err := db.QueryRow("PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return err
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("cannot turn on WAL mode (journal_mode is %s)", mode)
-	}
-	_, err := db.Exec(sqliteSchema)
-	return err
 }
 
 // pruneLoop applies the retention at open and then every pruneEvery,
@@ -167,12 +133,11 @@ func (s *SQLite) Prune(ctx context.Context) (int64, error) {
 	var deleted int64
 	if s.r.MaxAge > 0 {
 		cutoff := s.now().Add(-s.r.MaxAge).UnixMicro()
-		res, err := s.writer.ExecContext(ctx, `DELETE FROM events WHERE ts < ?`, cutoff)
+		n, err := s.deleteWhere(ctx, `ts < ?1`, cutoff)
+		deleted += n
 		if err != nil {
 			return deleted, s.fail(ctx, err, "prune by age")
 		}
-		n, _ := res.RowsAffected()
-		deleted += n
 	}
 	if s.r.MaxRows > 0 {
 		// Find the oldest event to keep, then delete everything older: two
@@ -186,14 +151,39 @@ func (s *SQLite) Prune(ctx context.Context) (int64, error) {
 		if err != nil {
 			return deleted, s.fail(ctx, err, "prune by rows")
 		}
-		res, err := s.writer.ExecContext(ctx, `DELETE FROM events WHERE ts < ?1 OR (ts = ?1 AND id < ?2)`, ts, id)
+		n, err := s.deleteWhere(ctx, `ts < ?1 OR (ts = ?1 AND id < ?2)`, ts, id)
+		deleted += n
 		if err != nil {
 			return deleted, s.fail(ctx, err, "prune by rows")
 		}
-		n, _ := res.RowsAffected()
-		deleted += n
 	}
 	return deleted, nil
+}
+
+// deleteWhere deletes the events matching cond and takes them out of the
+// totals, in one transaction.
+func (s *SQLite) deleteWhere(ctx context.Context, cond string, args ...any) (int64, error) {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	t, err := totalsWhere(ctx, tx, cond, args, -1)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.apply(ctx, tx); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE `+cond, args...)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
 }
 
 // Write stores evs in one transaction; see Store.
@@ -210,12 +200,20 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	}
 	defer tx.Rollback()
 	stmt := tx.StmtContext(ctx, s.insert)
-	for _, ev := range evs {
+	t := newTotals()
+	for i := range evs {
+		ev := &evs[i]
+		f := factsOf(ev)
 		_, err := stmt.ExecContext(ctx, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
-			ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload))
+			ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
+			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime)
 		if err != nil {
 			return s.fail(ctx, err, "write %d events", len(evs))
 		}
+		t.addEvent(ev, &f)
+	}
+	if err := t.apply(ctx, tx); err != nil {
+		return s.fail(ctx, err, "write %d events", len(evs))
 	}
 	if err := tx.Commit(); err != nil {
 		return s.fail(ctx, err, "write %d events", len(evs))
@@ -225,7 +223,12 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 
 // Query returns matching events, newest first; see Store.
 func (s *SQLite) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
-	q, err := q.normalize()
+	return s.Events(ctx, q)
+}
+
+// Events returns matching events, newest first; see svc.EventReader.
+func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
+	q, err := normalizeQuery(q)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +251,7 @@ func (s *SQLite) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error)
 	if q.EventType != "" {
 		where, args = append(where, "event_type = ?"), append(args, string(q.EventType))
 	}
-	query := `SELECT ts, event_type, agent, task_id, trace_id, parent_trace_id, payload FROM events`
+	query := `SELECT ` + eventColumns + ` FROM events`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -259,29 +262,39 @@ func (s *SQLite) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error)
 	if err != nil {
 		return nil, s.fail(ctx, err, "query")
 	}
-	defer rows.Close()
-	var out []svc.RuntimeEvent
-	for rows.Next() {
-		var (
-			ev      svc.RuntimeEvent
-			ts      int64
-			typ     string
-			payload []byte
-		)
-		if err := rows.Scan(&ts, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID, &ev.ParentTraceID, &payload); err != nil {
-			return nil, s.fail(ctx, err, "query")
-		}
-		ev.Timestamp, ev.EventType = time.UnixMicro(ts).UTC(), svc.EventType(typ)
-		if ev.Payload, err = decodePayload(payload); err != nil {
-			// Only another writer of the file could have put it there.
-			return nil, s.fail(ctx, err, "query: payload of event at %d", ts)
-		}
-		out = append(out, ev)
-	}
-	if err := rows.Err(); err != nil {
+	out := []svc.RuntimeEvent{}
+	err = scanEvents(rows, func(se storedEvent) { out = append(out, se.ev) })
+	if err != nil {
 		return nil, s.fail(ctx, err, "query")
 	}
 	return out, nil
+}
+
+// eventColumns are the columns scanEvents reads, in its order.
+const eventColumns = `id, ts, event_type, agent, task_id, trace_id, parent_trace_id, payload`
+
+// scanEvents reads rows of eventColumns into f and closes rows.
+func scanEvents(rows *sql.Rows, f func(storedEvent)) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			se      storedEvent
+			ev      = &se.ev
+			typ     string
+			payload []byte
+			err     error
+		)
+		if err := rows.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID, &ev.ParentTraceID, &payload); err != nil {
+			return err
+		}
+		ev.Timestamp, ev.EventType = time.UnixMicro(se.at.us).UTC(), svc.EventType(typ)
+		if ev.Payload, err = decodePayload(payload); err != nil {
+			// Only another writer of the file could have put it there.
+			return fmt.Errorf("payload of event %d: %w", se.at.seq, err)
+		}
+		f(se)
+	}
+	return rows.Err()
 }
 
 // Close stops the pruning goroutine and closes the file. It is safe to

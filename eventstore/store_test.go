@@ -18,7 +18,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if benchDir != "" {
+			_ = os.RemoveAll(benchDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 // factory opens an empty store with retention r, closed at cleanup, and

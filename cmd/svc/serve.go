@@ -15,10 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
@@ -33,6 +36,11 @@ type serveCmd struct {
 	maxBody   int64
 	storeSpec string
 	dataDir   string
+	metrics   bool
+
+	eventsSpec    string
+	eventsMaxRows int
+	eventsMaxAge  time.Duration
 
 	reload        bool
 	reloadDirs    []string
@@ -60,7 +68,15 @@ validate is logged with its file and line, and the previous definitions stay.
 Runtime options (runtime.yaml) apply at the next start.
 
 With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
-/readyz needs "Authorization: Bearer <token>".`,
+/readyz needs "Authorization: Bearer <token>".
+
+Every runtime event goes to the log, to GET /events/stream (svc status), and
+to the event store (--events) that the rollup routes read: GET /events,
+/usage, /tools, /runtime/stats and /runs/{trace_id}/tree. With --metrics,
+GET /metrics serves the runtime, HTTP and Go metrics in the Prometheus
+format; when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) is set,
+metrics are also pushed over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL grpc or
+http/protobuf).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return s.run(cmd) },
 	}
@@ -72,7 +88,11 @@ With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
-	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run store")
+	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores")
+	fs.StringVar(&s.eventsSpec, "events", "", "where runtime events are kept for the rollup routes: memory, sqlite:PATH or none (default: a SQLite file under --data-dir)")
+	fs.IntVar(&s.eventsMaxRows, "events-max-rows", 1_000_000, "keep at most this many events, the newest (0: no limit)")
+	fs.DurationVar(&s.eventsMaxAge, "events-max-age", 7*24*time.Hour, "drop events older than this (0: no limit)")
+	fs.BoolVar(&s.metrics, "metrics", false, "serve GET /metrics in the Prometheus format (behind --auth-token like other routes) (default false)")
 	fs.BoolVar(&s.reload, "reload", false, "watch the spec files and swap in changed agents and groups without a restart (default false)")
 	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
 	fs.StringSliceVar(&s.reloadInclude, "reload-include", spec.DefaultWatchInclude, "glob of the files --reload watches, matched against the base name and the path relative to the watched directory; repeatable")
@@ -167,13 +187,67 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer func() { _ = live.Close() }()
-	rt, set, err := s.buildRuntime(cmd.Flags(), log, emitters.Multi(events, live))
+	chain := []svc.Emitter{events, live}
+
+	if s.eventsMaxRows < 0 || s.eventsMaxAge < 0 {
+		return &exitError{code: 2, err: errors.New("--events-max-rows and --events-max-age must not be negative")}
+	}
+	evStore, evWhere, err := openEventStore(s.eventsSpec, s.dataDir, eventstore.Retention{MaxRows: s.eventsMaxRows, MaxAge: s.eventsMaxAge})
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	var reader svc.EventReader
+	if evStore != nil {
+		// The store emitter batches writes off the runtime's path; it is
+		// closed (and flushed) after the runtime, then the store.
+		storeEm := eventstore.NewEmitter(evStore, 0, 0)
+		defer func() {
+			if err := storeEm.Close(); err != nil {
+				log.Warn("flushing events to the event store", zap.Error(err))
+			}
+			if d := storeEm.Dropped(); d > 0 {
+				log.Warn("events the event store lost", zap.Int64("dropped", d))
+			}
+			if err := evStore.Close(); err != nil {
+				log.Warn("closing the event store", zap.Error(err))
+			}
+		}()
+		chain = append(chain, storeEm)
+		reader = evStore
+	}
+	log.Info("event store", zap.String("events", evWhere))
+
+	tel, err := newTelemetry(cmd.Context(), s.metrics)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.shutdown(ctx); err != nil {
+			log.Warn("flushing metrics", zap.Error(err))
+		}
+	}()
+	var mp metric.MeterProvider
+	if tel.mp != nil {
+		mp = tel.mp
+		s.meterProvider = mp
+		otelEm, err := emitters.NewOTel(mp)
+		if err != nil {
+			return err
+		}
+		chain = append(chain, otelEm)
+		log.Info("metrics", zap.Bool("prometheus", tel.metrics != nil), zap.String("otlp", tel.otlp))
+	}
+
+	rt, set, err := s.buildRuntime(cmd.Flags(), log, emitters.Multi(chain...))
 	if err != nil {
 		return err
 	}
 	h, err := server.NewStandalone(rt, server.StandaloneConfig{
 		AuthToken: s.authToken, Logger: log,
 		RouterOptions: []server.Option{server.WithMaxBodyBytes(s.maxBody), server.WithSSEEmitter(live)},
+		Events:        reader, MeterProvider: mp, Metrics: tel.metrics,
 	})
 	if err != nil {
 		_ = rt.Close()

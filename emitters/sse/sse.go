@@ -182,7 +182,10 @@ func (e *Emitter) Subscribe(ctx context.Context, f svc.EventFilter) (svc.EventSu
 	e.subs.Store(&next)
 	// If ctx has already ended, Close runs at once in its own goroutine
 	// and waits for e.mu, which this call releases on return.
-	s.stopWatch = context.AfterFunc(ctx, func() { _ = s.Close() })
+	// The callback may run (ctx ending) before this assignment is seen,
+	// hence the atomic.
+	stop := context.AfterFunc(ctx, func() { _ = s.Close() })
+	s.stopWatch.Store(&stop)
 	return s, nil
 }
 
@@ -234,7 +237,7 @@ type subscription struct {
 	out       chan svc.RuntimeEvent
 	dropped   atomic.Uint64 // events that found out full
 	pid       *actor.PID
-	stopWatch func() bool // stops the context.AfterFunc of Subscribe
+	stopWatch atomic.Pointer[func() bool] // stops the context.AfterFunc of Subscribe
 	once      sync.Once
 	stopped   chan struct{} // closed by the actor once it has stopped
 }
@@ -252,8 +255,8 @@ func (s *subscription) Dropped() uint64 { return s.dropped.Load() + s.mb.Dropped
 // and safe to call from any goroutine.
 func (s *subscription) Close() error {
 	s.once.Do(func() {
-		if s.stopWatch != nil {
-			s.stopWatch()
+		if stop := s.stopWatch.Load(); stop != nil {
+			(*stop)()
 		}
 		s.em.remove(s)
 		// Stop is a system message: it overtakes the queued events.

@@ -33,6 +33,9 @@ type StandaloneConfig struct {
 	// MeterProvider, when set, receives the HTTP server metrics (see
 	// Metrics).
 	MeterProvider metric.MeterProvider
+	// Metrics, when set, is served at GET /metrics (a Prometheus scrape
+	// handler), behind the bearer token like every other route.
+	Metrics http.Handler
 }
 
 // NewStandalone returns the handler of the standalone server: the router
@@ -49,6 +52,9 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 		return nil, err
 	}
 	mountObservation(rt, b, cfg.Events)
+	if cfg.Metrics != nil {
+		rt.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	}
 	var h http.Handler = rt
 	if cfg.AuthToken != "" {
 		h = BearerAuth(cfg.AuthToken)(h)

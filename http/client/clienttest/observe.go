@@ -2,6 +2,7 @@ package clienttest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ type ObserveFixture struct {
 // RunObserve runs the contract suite of svc.Observer: usage, runtime
 // stats, the tool list and the live event stream. newFixture is called once
 // per subtest and registers its own cleanup; each fixture starts with an
-// empty event store.
+// empty event store. Agents: echo and fail as in Run, and clock (model
+// test:echo) with the built-in tool current_time.
 func RunObserve(t *testing.T, newFixture func(t *testing.T) ObserveFixture) {
 	t.Helper()
 	tests := []struct {
@@ -130,13 +132,17 @@ func testListTools(t *testing.T, f ObserveFixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds == nil {
-		t.Fatal("ListTools returned nil, want a list")
-	}
+	var clock bool
 	for _, d := range ds {
+		if d.Name == "current_time" && slices.Contains(d.Agents, "clock") {
+			clock = true
+		}
 		if d.Name == "" || len(d.InputSchema) == 0 || d.Source == "" || len(d.Agents) == 0 {
 			t.Errorf("descriptor %+v lacks a name, schema, source or agents", d)
 		}
+	}
+	if !clock {
+		t.Errorf("ListTools = %+v, want current_time of agent clock", ds)
 	}
 }
 
@@ -192,21 +198,26 @@ func testStreamEvents(t *testing.T, f ObserveFixture) {
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	defer cancel()
 	evs, done := collectStream(ctx, f.Observer, svc.EventFilter{})
-	trace := "stream-" + time.Now().Format("150405.000000000")
-	seen := waitFor(t, evs, func() { runEcho(t, f.Backend, `"hi"`, trace) }, func(ev svc.RuntimeEvent) bool {
-		return ev.EventType == svc.EventAgentCompleted && ev.TraceID == trace
-	})
-	var spawned bool
-	for _, ev := range seen {
-		if ev.EventType == svc.EventAgentSpawned && ev.TraceID == trace && ev.AgentName == "echo" {
-			spawned = true
+	// Each run has its own trace: the subscription may attach in the middle
+	// of the first one, so the test waits for a run streamed whole.
+	n := 0
+	spawned := map[string]bool{}
+	seen := waitFor(t, evs, func() {
+		n++
+		runEcho(t, f.Backend, `"hi"`, fmt.Sprintf("stream-%d-%d", time.Now().UnixNano(), n))
+	}, func(ev svc.RuntimeEvent) bool {
+		switch {
+		case ev.EventType == svc.EventAgentSpawned && ev.AgentName == "echo":
+			spawned[ev.TraceID] = true
+		case ev.EventType == svc.EventAgentCompleted && spawned[ev.TraceID]:
+			return true
 		}
-		if ev.Timestamp.IsZero() || ev.Payload == nil {
+		return false
+	})
+	for _, ev := range seen {
+		if ev.Timestamp.IsZero() || ev.Payload == nil || ev.TraceID == "" {
 			t.Errorf("streamed event not fully decoded: %+v", ev)
 		}
-	}
-	if !spawned {
-		t.Errorf("agent_spawned of trace %s not streamed before its agent_completed", trace)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -1,0 +1,203 @@
+package eventstore
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc"
+)
+
+// facts are what the rollups read of an event besides its envelope,
+// extracted once when the event is written: the SQLite store keeps them in
+// columns its indexes cover, the memory store beside the event. Only the
+// event types a rollup reads a fact of carry it; every other event has the
+// zero value, which keeps SQLite's partial indexes small.
+type facts struct {
+	// tokens is agent_completed's tokens_used.
+	tokens int64
+	// durUS is tool_call_completed's and tool_call_failed's duration_ms in
+	// whole microseconds; hasDur is false when the payload has none.
+	durUS  int64
+	hasDur bool
+	// model is agent_completed's "model", as given ("" when absent).
+	model string
+	// tool is the tool_name of tool_call_* events.
+	tool string
+	// errKind is the error kind name of agent_failed and tool_call_failed.
+	errKind string
+	// runtime is the runtime_id of worker_* events.
+	runtime string
+}
+
+// maxFact bounds tokens_used and durations (in microseconds, about 12.7
+// days): a larger value is a bug upstream, and refusing it keeps every sum
+// over a store far from int64 overflow.
+const maxFact = 1 << 40
+
+// factsOf extracts ev's facts. It reads payload values as the store returns
+// them (see canon), so an event gives the same facts whether it is read
+// before or after its JSON round trip: both stores agree.
+func factsOf(ev *svc.RuntimeEvent) facts {
+	var f facts
+	p := ev.Payload
+	switch ev.EventType {
+	case svc.EventAgentCompleted:
+		f.tokens = tokensOf(p["tokens_used"])
+		f.model = str(p["model"])
+	case svc.EventToolCallStarted:
+		f.tool = str(p["tool_name"])
+	case svc.EventToolCallCompleted, svc.EventToolCallFailed:
+		f.tool = str(p["tool_name"])
+		f.durUS, f.hasDur = durationUS(p["duration_ms"])
+		if ev.EventType == svc.EventToolCallFailed {
+			f.errKind = string(classify(p, svc.KindToolExecution))
+		}
+	case svc.EventAgentFailed:
+		f.errKind = string(classify(p, svc.KindRuntime))
+	case svc.EventWorkerStarted, svc.EventWorkerStopped, svc.EventWorkerHeartbeat:
+		f.runtime = runtimeID(ev)
+	}
+	return f
+}
+
+// canon returns v as it reads back from the store: a string, a finite
+// float64, nil, or (for lists and objects) whatever JSON decodes. Common
+// types are converted directly; anything else takes the JSON round trip
+// that encodePayload and decodePayload give it.
+func canon(v any) any {
+	switch n := v.(type) {
+	case nil, bool:
+		return v
+	case string:
+		if utf8.ValidString(n) {
+			return v
+		}
+		// JSON replaces invalid bytes with U+FFFD: take the round trip.
+	case float64:
+		if math.IsNaN(n) || math.IsInf(n, 0) {
+			return nil // encodePayload writes it as null
+		}
+		return n
+	case int:
+		return float64(n)
+	case int64:
+		return float64(n)
+	case int32:
+		return float64(n)
+	case uint32:
+		return float64(n)
+	case uint64:
+		return float64(n)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var out any
+	if json.Unmarshal(b, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+// str returns v if it is a string, else "".
+func str(v any) string {
+	s, _ := canon(v).(string)
+	return s
+}
+
+// number returns v if it is a number.
+func number(v any) (float64, bool) {
+	f, ok := canon(v).(float64)
+	return f, ok
+}
+
+// tokensOf reads a token count: a fractional one is truncated; a negative
+// or absurdly large one, or a non-number, counts as 0.
+func tokensOf(v any) int64 {
+	f, ok := number(v)
+	if !ok || f < 0 || f >= maxFact {
+		return 0
+	}
+	return int64(f)
+}
+
+// durationUS reads a duration in milliseconds as whole microseconds,
+// rounded. Integer microseconds make sums exact, so the SQLite store's
+// SUM and the memory store's loop give the same average to the last bit.
+// A negative or absurdly large duration, or a non-number, is no duration.
+func durationUS(v any) (int64, bool) {
+	f, ok := number(v)
+	if !ok || f < 0 {
+		return 0, false
+	}
+	us := math.Round(f * 1000)
+	if us >= maxFact {
+		return 0, false
+	}
+	return int64(us), true
+}
+
+// countOf reads a non-negative count (in_flight, concurrency_cap).
+func countOf(v any) int64 {
+	f, ok := number(v)
+	if !ok || f < 0 || f >= math.MaxInt64 {
+		return 0
+	}
+	return int64(f)
+}
+
+// runtimeID is the worker a worker_* event is about: its payload's
+// runtime_id, else its agent name (which the spec sets to the runtime id).
+func runtimeID(ev *svc.RuntimeEvent) string {
+	if id := str(ev.Payload["runtime_id"]); id != "" {
+		return id
+	}
+	return ev.AgentName
+}
+
+// reasonKinds maps the "reason" an agent_failed event may carry to the
+// error kind the runtime raised with that reason (the actors set them).
+var reasonKinds = map[string]svc.Kind{
+	"timeout":         svc.KindTimeout,
+	"cancelled":       svc.KindCancelled,
+	"shutting_down":   svc.KindShuttingDown,
+	"budget_exceeded": svc.KindBudgetExceeded,
+	"depth_limit":     svc.KindDepthLimit,
+}
+
+// classify names the error kind of a failure event the way the OTel
+// emitter labels it, so a dashboard and the metrics agree: agent_failed
+// carries the error's text but not its kind. The kind is the payload's
+// "error_type" when it names a known kind, else the kind whose name
+// prefixes the "error" text ("ModelError: ..."), else the kind of its
+// "reason" (timeout, budget_exceeded, ...), else fallback. Only kind names
+// come out, so the set of groups stays small whatever the texts say.
+func classify(p svc.Payload, fallback svc.Kind) svc.Kind {
+	if k, ok := knownKind(str(p["error_type"])); ok {
+		return k
+	}
+	if prefix, _, ok := strings.Cut(str(p["error"]), ":"); ok {
+		if k, ok := knownKind(prefix); ok {
+			return k
+		}
+	}
+	if k, ok := reasonKinds[str(p["reason"])]; ok {
+		return k
+	}
+	return fallback
+}
+
+func knownKind(s string) (svc.Kind, bool) {
+	if s == "" {
+		return "", false
+	}
+	for _, k := range svc.Kinds {
+		if string(k) == s {
+			return k, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,324 @@
+package eventstore
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/svc-dev/svc"
+)
+
+// This file defines the rollups both stores compute, and holds the code
+// they share, so that for the same events they give exactly the same
+// answers: the stores differ only in how they gather the sums, counts and
+// ordered durations these functions finish.
+//
+// Definitions:
+//   - Usage sums tokens_used of agent_completed events (a missing, negative
+//     or non-numeric value counts as 0; a fractional one is truncated).
+//     The model key is the payload's "model", svc.UnknownModel when it is
+//     missing or empty.
+//   - ToolUsage: tool_call_completed and tool_call_failed are calls, only
+//     failed ones failures. Latencies are over the calls whose duration_ms
+//     is a non-negative number, rounded to whole microseconds first;
+//     percentiles use the nearest-rank method (the smallest duration with
+//     at least p% of the durations at or below it: rank ceil(p·n/100)), so
+//     every percentile is a duration that was measured. A row with no
+//     durations has zero latencies. Rows are sorted by tool, then agent.
+//   - RuntimeStats: see statsAcc.
+//   - Tree: see tree.go.
+
+// BurnWindow is the window of RuntimeStats' token burn rate: the tokens of
+// agent_completed events in (now-BurnWindow, now].
+const BurnWindow = 5 * time.Minute
+
+// usageGroup checks a Usage group_by; "" means none.
+func usageGroup(groupBy string) (string, error) {
+	switch groupBy {
+	case "", svc.GroupByNone:
+		return svc.GroupByNone, nil
+	case svc.GroupByAgent, svc.GroupByTrace, svc.GroupByModel:
+		return groupBy, nil
+	}
+	return "", svc.Errorf(svc.KindSpecValidation,
+		"eventstore: usage group_by %q: want agent, trace, model or none", groupBy)
+}
+
+// toolGroup checks a ToolUsage group_by.
+func toolGroup(groupBy string) error {
+	switch groupBy {
+	case svc.GroupByTool, svc.GroupByAgentTool:
+		return nil
+	}
+	return svc.Errorf(svc.KindSpecValidation, "eventstore: tools group_by %q: want tool or agent_tool", groupBy)
+}
+
+// usageKey is the group key of an agent_completed event with this agent,
+// trace and model fact.
+func usageKey(groupBy, agent, trace, model string) string {
+	switch groupBy {
+	case svc.GroupByAgent:
+		return agent
+	case svc.GroupByTrace:
+		return trace
+	}
+	if model == "" {
+		return svc.UnknownModel
+	}
+	return model
+}
+
+// newUsage returns an empty answer for groupBy (already checked).
+func newUsage(groupBy string) svc.Usage {
+	u := svc.Usage{GroupBy: groupBy}
+	if groupBy != svc.GroupByNone {
+		u.Groups = map[string]svc.UsageTotals{}
+	}
+	return u
+}
+
+// add counts n invocations with tokens under key (ignored when ungrouped).
+func addUsage(u *svc.Usage, key string, n, tokens int64) {
+	u.Total.Invocations += n
+	u.Total.TokensUsed += tokens
+	if u.Groups != nil {
+		g := u.Groups[key]
+		g.Invocations += n
+		g.TokensUsed += tokens
+		u.Groups[key] = g
+	}
+}
+
+// toolAgg is one ToolUsage row before its latencies are in milliseconds.
+type toolAgg struct {
+	tool, agent     string
+	calls, failures int64
+	// n durations summing to sumUS; p50, p95 and p99 are their
+	// nearest-rank percentiles.
+	n, sumUS      int64
+	p50, p95, p99 int64
+}
+
+// percentiles are the ones a ToolStats row reports, in percent.
+var percentiles = [3]int64{50, 95, 99}
+
+// rank is the 1-based nearest rank of the pct-th percentile of n values
+// (n > 0), in integers so both stores pick the same value.
+func rank(pct, n int64) int64 { return max(1, (pct*n+99)/100) }
+
+// setPercentiles fills a's percentiles from its sorted durations.
+func (a *toolAgg) setPercentiles(sorted []int64) {
+	a.n = int64(len(sorted))
+	if a.n == 0 {
+		return
+	}
+	for i, pct := range percentiles {
+		*a.percentile(i) = sorted[rank(pct, a.n)-1]
+	}
+}
+
+// percentile is where the i-th of percentiles goes.
+func (a *toolAgg) percentile(i int) *int64 { return [...]*int64{&a.p50, &a.p95, &a.p99}[i] }
+
+func (a *toolAgg) stats() svc.ToolStats {
+	s := svc.ToolStats{Tool: a.tool, Agent: a.agent, Calls: a.calls, Failures: a.failures}
+	if a.n > 0 {
+		s.P50MS, s.P95MS, s.P99MS = msOf(a.p50), msOf(a.p95), msOf(a.p99)
+		s.AvgMS = float64(a.sumUS) / float64(a.n) / 1000
+	}
+	return s
+}
+
+func msOf(us int64) float64 { return float64(us) / 1000 }
+
+// toolUsage sorts aggs into the answer.
+func toolUsage(groupBy string, aggs []*toolAgg) svc.ToolUsage {
+	slices.SortFunc(aggs, func(a, b *toolAgg) int {
+		return cmp.Or(cmp.Compare(a.tool, b.tool), cmp.Compare(a.agent, b.agent))
+	})
+	rows := make([]svc.ToolStats, len(aggs))
+	for i, a := range aggs {
+		rows[i] = a.stats()
+	}
+	return svc.ToolUsage{GroupBy: groupBy, Rows: rows}
+}
+
+// pos orders stored events: by timestamp, then write order (the SQLite
+// rowid, the memory store's sequence number).
+type pos struct{ us, seq int64 }
+
+func (p pos) after(q pos) bool { return p.us > q.us || (p.us == q.us && p.seq > q.seq) }
+
+// statsAcc gathers RuntimeStats. The stores feed it their sums and the
+// few events it needs whole (failures and worker lifecycle events); it
+// works out the rest.
+//
+//   - Header: Events counts every stored event; Traces the distinct
+//     non-empty trace ids of events other than worker lifecycle events
+//     (whose trace id is the runtime id); the agent and tool meters count
+//     their event types; TokensUsed is Usage's total; ErrorRate is
+//     agents_failed / (agents_completed + agents_failed), 0 with neither.
+//   - BurnRate: tokens of agent_completed events in (now-BurnWindow, now],
+//     and that per minute.
+//   - Rejections: "budget_exceeded" and "depth_limit_exceeded" count those
+//     events; every agent_failed counts under its error kind (see
+//     classify), e.g. "BudgetExceededError". Kinds with no events are
+//     absent.
+//   - ErrorGroups: agent_failed and tool_call_failed by error kind, with
+//     the latest event's time and "error" text, and the agents involved
+//     (sorted); most frequent first, then most recent, then by name.
+//   - Workers: one per runtime id with a worker_heartbeat, from the latest
+//     one; down when a worker_stopped of that runtime came after it (in
+//     store order), else by svc.WorkerHealth; sorted by runtime id.
+type statsAcc struct {
+	now        time.Time
+	header     svc.StatsHeader
+	burnTokens int64
+	rejections map[string]int64
+	errs       map[string]*errAcc
+	hbs        map[string]workerEvent // latest heartbeat per runtime
+	stops      map[string]pos         // latest worker_stopped per runtime
+}
+
+type errAcc struct {
+	count  int64
+	seen   bool
+	last   pos
+	sample string
+	agents map[string]struct{}
+}
+
+type workerEvent struct {
+	at pos
+	ev svc.RuntimeEvent
+}
+
+func newStatsAcc(now time.Time) *statsAcc {
+	return &statsAcc{
+		now: now, rejections: map[string]int64{}, errs: map[string]*errAcc{},
+		hbs: map[string]workerEvent{}, stops: map[string]pos{},
+	}
+}
+
+// count adds n events of type t to the header and rejections.
+func (s *statsAcc) count(t svc.EventType, n int64) {
+	h := &s.header
+	h.Events += n
+	switch t {
+	case svc.EventAgentSpawned:
+		h.AgentsStarted += n
+	case svc.EventAgentCompleted:
+		h.AgentsCompleted += n
+	case svc.EventAgentFailed:
+		h.AgentsFailed += n
+	case svc.EventToolCallCompleted:
+		h.ToolCalls += n
+	case svc.EventToolCallFailed:
+		h.ToolCalls += n
+		h.ToolFailures += n
+	case svc.EventBudgetExceeded, svc.EventDepthLimitExceeded:
+		s.rejections[string(t)] += n
+	}
+}
+
+// failures counts n failure events of type t and error kind.
+func (s *statsAcc) failures(t svc.EventType, kind string, n int64) {
+	if t == svc.EventAgentFailed {
+		s.rejections[kind] += n
+	}
+	s.errGroup(kind).count += n
+}
+
+// latest offers a failure event of kind at position at with this "error"
+// text: the group keeps the latest offered.
+func (s *statsAcc) latest(kind string, at pos, sample string) {
+	e := s.errGroup(kind)
+	if !e.seen || at.after(e.last) {
+		e.seen, e.last, e.sample = true, at, sample
+	}
+}
+
+// agent notes that agent had a failure of kind.
+func (s *statsAcc) agent(kind, agent string) { s.errGroup(kind).agents[agent] = struct{}{} }
+
+func (s *statsAcc) errGroup(kind string) *errAcc {
+	e := s.errs[kind]
+	if e == nil {
+		e = &errAcc{agents: map[string]struct{}{}}
+		s.errs[kind] = e
+	}
+	return e
+}
+
+// worker records a worker_heartbeat or worker_stopped event.
+func (s *statsAcc) worker(runtime string, at pos, ev svc.RuntimeEvent) {
+	switch ev.EventType {
+	case svc.EventWorkerHeartbeat:
+		if old, ok := s.hbs[runtime]; !ok || at.after(old.at) {
+			s.hbs[runtime] = workerEvent{at: at, ev: ev}
+		}
+	case svc.EventWorkerStopped:
+		if old, ok := s.stops[runtime]; !ok || at.after(old) {
+			s.stops[runtime] = at
+		}
+	}
+}
+
+func (s *statsAcc) result() svc.RuntimeStats {
+	h := s.header
+	if done := h.AgentsCompleted + h.AgentsFailed; done > 0 {
+		h.ErrorRate = float64(h.AgentsFailed) / float64(done)
+	}
+	out := svc.RuntimeStats{
+		GeneratedAt: s.now.UTC(),
+		Header:      h,
+		BurnRate: svc.BurnRate{
+			WindowSeconds:   BurnWindow.Seconds(),
+			Tokens:          s.burnTokens,
+			TokensPerMinute: float64(s.burnTokens) / BurnWindow.Minutes(),
+		},
+		Rejections:  s.rejections,
+		ErrorGroups: make([]svc.ErrorGroup, 0, len(s.errs)),
+		ToolServers: []svc.ToolServerStatus{},
+		Workers:     make([]svc.WorkerStatus, 0, len(s.hbs)),
+	}
+	for kind, e := range s.errs {
+		out.ErrorGroups = append(out.ErrorGroups, svc.ErrorGroup{
+			Error: kind, Count: e.count, LastSeen: time.UnixMicro(e.last.us).UTC(), Sample: e.sample,
+			Agents: sortedKeys(e.agents),
+		})
+	}
+	slices.SortFunc(out.ErrorGroups, func(a, b svc.ErrorGroup) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), b.LastSeen.Compare(a.LastSeen), cmp.Compare(a.Error, b.Error))
+	})
+	for id, hb := range s.hbs {
+		stop, ok := s.stops[id]
+		stopped := ok && stop.after(hb.at)
+		p := hb.ev.Payload
+		w := svc.WorkerStatus{
+			RuntimeID: id, LastHeartbeat: hb.ev.Timestamp,
+			Status:   svc.WorkerHealth(hb.ev.Timestamp, stopped, s.now),
+			InFlight: countOf(p["in_flight"]), Concurrency: countOf(p["concurrency_cap"]),
+			Agents: []string{}, BrokerScheme: str(p["broker_scheme"]),
+		}
+		if list, ok := p["agent_subscriptions"].([]any); ok {
+			for _, a := range list {
+				if a, ok := a.(string); ok {
+					w.Agents = append(w.Agents, a)
+				}
+			}
+		}
+		out.Workers = append(out.Workers, w)
+	}
+	slices.SortFunc(out.Workers, func(a, b svc.WorkerStatus) int { return cmp.Compare(a.RuntimeID, b.RuntimeID) })
+	return out
+}
+
+func sortedKeys(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

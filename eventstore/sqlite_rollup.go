@@ -1,0 +1,289 @@
+package eventstore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/svc-dev/svc"
+)
+
+// The SQLite store's rollups read the totals tables, and walk the partial
+// covering indexes over the fact columns for what totals cannot hold
+// (percentiles, error groups, child runs); see sqlite_schema.go. Go only
+// finishes them with the code the memory store shares (rollup.go). Each
+// rollup reads in one transaction, so its several queries see one snapshot
+// of the file even while the writer writes.
+
+var _ svc.EventReader = (*SQLite)(nil)
+
+// read runs f in a read transaction.
+func (s *SQLite) read(ctx context.Context, what string, f func(tx *sql.Tx) error) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tx, err := s.reader.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail(ctx, err, "%s", what)
+	}
+	defer tx.Rollback() // read only: nothing to commit
+	if err := f(tx); err != nil {
+		return s.fail(ctx, err, "%s", what)
+	}
+	return nil
+}
+
+// Usage sums agent_completed tokens; see svc.EventReader and rollup.go.
+// It reads the totals, not the events.
+func (s *SQLite) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
+	groupBy, err := usageGroup(groupBy)
+	if err != nil {
+		return svc.Usage{}, err
+	}
+	dim := groupBy
+	if groupBy == svc.GroupByNone {
+		dim = svc.GroupByAgent // any dimension sums to the total
+	}
+	u := newUsage(groupBy)
+	err = s.read(ctx, "usage", func(tx *sql.Tx) error {
+		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used FROM usage_totals WHERE dim = ?`, []any{dim},
+			func(r *sql.Rows) error {
+				var (
+					key       string
+					n, tokens int64
+				)
+				if err := r.Scan(&key, &n, &tokens); err != nil {
+					return err
+				}
+				if groupBy == svc.GroupByModel {
+					key = usageKey(groupBy, "", "", key)
+				}
+				addUsage(&u, key, n, tokens)
+				return nil
+			})
+	})
+	if err != nil {
+		return svc.Usage{}, err
+	}
+	return u, nil
+}
+
+// ToolUsage computes per-tool rows; see svc.EventReader and rollup.go.
+// Counts and sums come from the totals; each percentile is one walk of a
+// covering index, within its group and in duration order, from whichever
+// end is nearer (so p50 walks half the group's index entries, p99 a
+// hundredth), without reading a row into Go.
+func (s *SQLite) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, error) {
+	if err := toolGroup(groupBy); err != nil {
+		return svc.ToolUsage{}, err
+	}
+	cols, keys, match, index := `tool_name, ''`, `tool_name`, `tool_name = ?1`, "events_tools"
+	if groupBy == svc.GroupByAgentTool {
+		cols, keys, match, index = `tool_name, agent`, `tool_name, agent`, `tool_name = ?1 AND agent = ?2`, "events_agent_tools"
+	}
+	var aggs []*toolAgg
+	err := s.read(ctx, "tool usage", func(tx *sql.Tx) error {
+		err := eachRow(ctx, tx, `SELECT `+cols+`, SUM(calls), SUM(failures), SUM(durations), SUM(duration_us)
+			FROM tool_totals GROUP BY `+keys, nil, func(r *sql.Rows) error {
+			a := &toolAgg{}
+			aggs = append(aggs, a)
+			return r.Scan(&a.tool, &a.agent, &a.calls, &a.failures, &a.n, &a.sumUS)
+		})
+		if err != nil {
+			return err
+		}
+		// Without statistics SQLite might walk another index and read
+		// rows; INDEXED BY holds it to the covering one.
+		where := ` FROM events INDEXED BY ` + index + ` WHERE ` + whereToolEnd + ` AND ` + match + ` AND duration_us IS NOT NULL`
+		asc, err := tx.PrepareContext(ctx, `SELECT duration_us`+where+` ORDER BY duration_us LIMIT 1 OFFSET ?3`)
+		if err != nil {
+			return err
+		}
+		defer asc.Close()
+		desc, err := tx.PrepareContext(ctx, `SELECT duration_us`+where+` ORDER BY duration_us DESC LIMIT 1 OFFSET ?3`)
+		if err != nil {
+			return err
+		}
+		defer desc.Close()
+		for _, a := range aggs {
+			if a.n == 0 {
+				continue
+			}
+			for i, pct := range percentiles {
+				r := rank(pct, a.n) // 1-based from the smallest
+				stmt, skip := asc, r-1
+				if fromTop := a.n - r; fromTop < skip {
+					stmt, skip = desc, fromTop
+				}
+				if err := stmt.QueryRowContext(ctx, a.tool, a.agent, skip).Scan(a.percentile(i)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return svc.ToolUsage{}, err
+	}
+	return toolUsage(groupBy, aggs), nil
+}
+
+// RuntimeStats computes the dashboard as of now; see svc.EventReader and
+// statsAcc.
+func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
+	acc := newStatsAcc(now)
+	err := s.read(ctx, "runtime stats", func(tx *sql.Tx) error {
+		err := eachRow(ctx, tx, `SELECT event_type, events FROM type_totals`, nil, func(r *sql.Rows) error {
+			var (
+				t string
+				n int64
+			)
+			if err := r.Scan(&t, &n); err != nil {
+				return err
+			}
+			acc.count(svc.EventType(t), n)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.header.Traces)
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM usage_totals WHERE dim = ?`,
+			svc.GroupByAgent).Scan(&acc.header.TokensUsed)
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM events INDEXED BY events_completed_ts
+			WHERE `+whereCompleted+` AND ts > ? AND ts <= ?`,
+			now.Add(-BurnWindow).UnixMicro(), now.UnixMicro()).Scan(&acc.burnTokens)
+		if err != nil {
+			return err
+		}
+
+		err = eachRow(ctx, tx, `SELECT error_kind, event_type, COUNT(*) FROM events WHERE `+whereFailure+`
+			GROUP BY error_kind, event_type`, nil, func(r *sql.Rows) error {
+			var (
+				kind, t string
+				n       int64
+			)
+			if err := r.Scan(&kind, &t, &n); err != nil {
+				return err
+			}
+			acc.failures(svc.EventType(t), kind, n)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = eachRow(ctx, tx, `SELECT DISTINCT error_kind, agent FROM events WHERE `+whereFailure, nil, func(r *sql.Rows) error {
+			var kind, agent string
+			if err := r.Scan(&kind, &agent); err != nil {
+				return err
+			}
+			acc.agent(kind, agent)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for kind := range acc.errs {
+			var (
+				at      pos
+				payload []byte
+			)
+			err := tx.QueryRowContext(ctx, `SELECT id, ts, payload FROM events WHERE `+whereFailure+`
+				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, kind).Scan(&at.seq, &at.us, &payload)
+			if err != nil {
+				return err
+			}
+			p, _ := decodePayload(payload) // a payload another writer garbled has no sample
+			acc.latest(kind, at, str(p["error"]))
+		}
+
+		// The latest heartbeat and stop of each worker.
+		return eachRow(ctx, tx, `SELECT `+eventColumns+`, runtime_id FROM (
+			SELECT *, ROW_NUMBER() OVER (PARTITION BY event_type, runtime_id ORDER BY ts DESC, id DESC) AS rn
+			FROM events WHERE event_type IN ('worker_heartbeat', 'worker_stopped')
+		) WHERE rn = 1`, nil, func(r *sql.Rows) error {
+			var (
+				se      storedEvent
+				typ     string
+				payload []byte
+				runtime string
+				err     error
+			)
+			ev := &se.ev
+			if err := r.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID,
+				&ev.ParentTraceID, &payload, &runtime); err != nil {
+				return err
+			}
+			ev.Timestamp, ev.EventType = time.UnixMicro(se.at.us).UTC(), svc.EventType(typ)
+			if ev.Payload, err = decodePayload(payload); err != nil {
+				ev.Payload = svc.Payload{} // another writer garbled it: the worker still counts
+			}
+			acc.worker(runtime, se.at, se.ev)
+			return nil
+		})
+	})
+	if err != nil {
+		return svc.RuntimeStats{}, err
+	}
+	return acc.result(), nil
+}
+
+// Tree returns the event tree of one run; see buildTree.
+func (s *SQLite) Tree(ctx context.Context, traceID string) (svc.EventTree, error) {
+	var (
+		tree  svc.EventTree
+		built error
+	)
+	err := s.read(ctx, "tree", func(tx *sql.Tx) error {
+		tree, built = buildTree(ctx, &sqliteTreeSource{tx: tx}, traceID)
+		if svc.KindOf(built) == svc.KindRegistry {
+			return nil // not a database error: returned as is below
+		}
+		return built
+	})
+	if err != nil {
+		return svc.EventTree{}, err
+	}
+	if built != nil {
+		return svc.EventTree{}, built
+	}
+	return tree, nil
+}
+
+type sqliteTreeSource struct{ tx *sql.Tx }
+
+func (src *sqliteTreeSource) childTraces(ctx context.Context, trace string) ([]string, error) {
+	var out []string
+	err := eachRow(ctx, src.tx, `SELECT DISTINCT trace_id FROM events WHERE `+whereChild+`
+		AND parent_trace_id = ?1 AND trace_id <> ?1 ORDER BY trace_id`, []any{trace}, func(r *sql.Rows) error {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			return err
+		}
+		out = append(out, id)
+		return nil
+	})
+	return out, err
+}
+
+func (src *sqliteTreeSource) events(ctx context.Context, traces []string) (map[string][]storedEvent, error) {
+	out := make(map[string][]storedEvent, len(traces))
+	for _, t := range traces {
+		rows, err := src.tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events WHERE trace_id = ? ORDER BY ts, id`, t)
+		if err != nil {
+			return nil, err
+		}
+		var list []storedEvent
+		if err := scanEvents(rows, func(se storedEvent) { list = append(list, se) }); err != nil {
+			return nil, err
+		}
+		out[t] = list
+	}
+	return out, nil
+}

@@ -1,0 +1,349 @@
+package eventstore
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/svc-dev/svc"
+)
+
+// MaxTreeDepth is how many levels of child runs Tree follows below the
+// requested run; deeper runs are left out.
+const MaxTreeDepth = 16
+
+// Tree node statuses.
+const (
+	statusRunning   = "running"
+	statusCompleted = "completed"
+	statusFailed    = "failed"
+)
+
+// storedEvent is an event with its place in the store's order.
+type storedEvent struct {
+	ev svc.RuntimeEvent
+	at pos
+}
+
+// treeSource is what a store gives buildTree.
+type treeSource interface {
+	// childTraces returns, sorted, the distinct trace ids other than
+	// trace of the events whose parent trace is trace.
+	childTraces(ctx context.Context, trace string) ([]string, error)
+	// events returns the events of each of traces, oldest first.
+	events(ctx context.Context, traces []string) (map[string][]storedEvent, error)
+}
+
+// buildTree builds the tree of one run. Both stores share it, so their
+// trees are the same.
+//
+// The shape:
+//   - The root is the run (kind "group" when the trace has a group_started
+//     of its own, named after the group; else "run", named after its first
+//     agent). Its events are the group_started and group_completed.
+//   - Below it, one "agent" node per invocation: the agent_spawned,
+//     agent_dispatched, agent_completed and agent_failed events of one
+//     task_id and agent (a new invocation starts when one of those comes
+//     after the previous invocation's end).
+//   - Below an invocation, one "tool" node per tool call: a
+//     tool_call_started paired, in order, with the next completed or
+//     failed call of the same tool name in that invocation.
+//   - Other events (budget_exceeded, depth_limit_exceeded, batch_*, ...)
+//     are "event" nodes below the invocation of their task and agent, else
+//     below the root.
+//   - Child runs, the events whose parent_trace_id is this trace, are
+//     nested below the invocation of this trace that was running when
+//     they started (the latest started of those, when several were),
+//     else below the root. A child run with its own trace id is a subtree
+//     of its own (followed up to MaxTreeDepth levels); a child run that
+//     shares this trace id (a team's delegate call) is an invocation
+//     placed the same way.
+//
+// Status: an invocation and a tool call are running until their
+// completed or failed event; an event node is failed for the failure
+// event types and completed otherwise; the root is running while an
+// invocation below it runs or its group has not completed, else failed if
+// an invocation or event below it failed, else completed. End is the last
+// event's time, nil while running. Children are in start order.
+func buildTree(ctx context.Context, src treeSource, traceID string) (svc.EventTree, error) {
+	if traceID == "" {
+		return svc.EventTree{}, svc.Errorf(svc.KindRegistry, "eventstore: no trace id")
+	}
+	// First every trace the tree reaches, breadth first so that the depth
+	// bound keeps the same set whatever the order of the children...
+	depth := map[string]int{traceID: 0}
+	order := []string{traceID}
+	children := map[string][]string{}
+	for i := 0; i < len(order); i++ {
+		t := order[i]
+		if depth[t] == MaxTreeDepth {
+			continue
+		}
+		kids, err := src.childTraces(ctx, t)
+		if err != nil {
+			return svc.EventTree{}, err
+		}
+		children[t] = kids
+		for _, k := range kids {
+			if _, ok := depth[k]; !ok {
+				depth[k] = depth[t] + 1
+				order = append(order, k)
+			}
+		}
+	}
+	// ...then their events in one go.
+	evs, err := src.events(ctx, order)
+	if err != nil {
+		return svc.EventTree{}, err
+	}
+	if len(evs[traceID]) == 0 && len(children[traceID]) == 0 {
+		return svc.EventTree{}, svc.Errorf(svc.KindRegistry, "eventstore: no events of trace %q", traceID)
+	}
+	b := &treeBuilder{evs: evs, children: children, placed: map[string]bool{traceID: true}}
+	root := b.build(traceID)
+	return svc.EventTree{TraceID: traceID, Root: root.n}, nil
+}
+
+type treeBuilder struct {
+	evs      map[string][]storedEvent
+	children map[string][]string
+	placed   map[string]bool // traces already in the tree
+}
+
+type tnode struct {
+	n      *svc.TreeNode
+	start  pos
+	end    pos
+	ended  bool
+	nested bool                // an invocation of a child run sharing the trace
+	open   map[string][]*tnode // tool calls awaiting their end, by tool name
+}
+
+type invKey struct{ task, agent string }
+
+func newNode(kind, name string, ev *svc.RuntimeEvent, at pos) *tnode {
+	n := &svc.TreeNode{
+		Kind: kind, Name: name, TraceID: ev.TraceID, Status: statusRunning,
+		Start: ev.Timestamp, Events: []svc.RuntimeEvent{}, Children: []*svc.TreeNode{},
+	}
+	if kind != "run" && ev.TaskID != "" {
+		id := ev.TaskID
+		n.TaskID = &id
+	}
+	return &tnode{n: n, start: at}
+}
+
+// finish ends t at ev with status.
+func (t *tnode) finish(ev *svc.RuntimeEvent, at pos, status string) {
+	t.n.Status, t.end, t.ended = status, at, true
+	end := ev.Timestamp
+	t.n.End = &end
+}
+
+type placedNode struct {
+	parent *tnode // nil: the root
+	node   *tnode
+}
+
+func (b *treeBuilder) build(trace string) *tnode {
+	evs := b.evs[trace]
+	root := &tnode{n: &svc.TreeNode{
+		Kind: "run", TraceID: trace, Status: statusRunning,
+		Events: []svc.RuntimeEvent{}, Children: []*svc.TreeNode{},
+	}}
+	if len(evs) > 0 {
+		root.start, root.n.Start = evs[0].at, evs[0].ev.Timestamp
+	}
+	var (
+		invs   []*tnode
+		cur    = map[invKey]*tnode{}
+		nodes  []placedNode // everything below the root, with its parent once known
+		byTime []*tnode     // nested nodes to place by time
+		busy   bool         // the group is open, or an invocation below the root runs
+		failed bool
+	)
+	invocation := func(se *storedEvent, reopen bool) *tnode {
+		k := invKey{se.ev.TaskID, se.ev.AgentName}
+		inv := cur[k]
+		if inv == nil || (reopen && inv.ended) {
+			inv = newNode("agent", se.ev.AgentName, &se.ev, se.at)
+			inv.nested = se.ev.ParentTraceID == trace
+			inv.open = map[string][]*tnode{}
+			cur[k] = inv
+			invs = append(invs, inv)
+			if inv.nested {
+				byTime = append(byTime, inv)
+			} else {
+				nodes = append(nodes, placedNode{node: inv})
+			}
+		}
+		return inv
+	}
+	for i := range evs {
+		se := &evs[i]
+		ev := &se.ev
+		switch ev.EventType {
+		case svc.EventGroupStarted, svc.EventGroupCompleted:
+			if ev.ParentTraceID == trace {
+				break // a nested group: a lone event
+			}
+			root.n.Events = append(root.n.Events, *ev)
+			if ev.EventType == svc.EventGroupStarted {
+				root.n.Kind, busy = "group", true
+				if root.n.Name = str(ev.Payload["group_name"]); root.n.Name == "" {
+					root.n.Name = ev.AgentName
+				}
+			} else {
+				busy = false
+			}
+			continue
+		case svc.EventAgentSpawned, svc.EventAgentDispatched:
+			inv := invocation(se, true)
+			inv.n.Events = append(inv.n.Events, *ev)
+			continue
+		case svc.EventAgentCompleted, svc.EventAgentFailed:
+			inv := invocation(se, true)
+			inv.n.Events = append(inv.n.Events, *ev)
+			status := statusCompleted
+			if ev.EventType == svc.EventAgentFailed {
+				status = statusFailed
+			}
+			inv.finish(ev, se.at, status)
+			continue
+		case svc.EventToolCallStarted:
+			inv := invocation(se, false)
+			name := str(ev.Payload["tool_name"])
+			call := newNode("tool", name, ev, se.at)
+			call.n.Events = append(call.n.Events, *ev)
+			inv.open[name] = append(inv.open[name], call)
+			nodes = append(nodes, placedNode{parent: inv, node: call})
+			continue
+		case svc.EventToolCallCompleted, svc.EventToolCallFailed:
+			inv := invocation(se, false)
+			name := str(ev.Payload["tool_name"])
+			var call *tnode
+			if q := inv.open[name]; len(q) > 0 {
+				call, inv.open[name] = q[0], q[1:]
+			} else { // its start is not stored (pruned, or never emitted)
+				call = newNode("tool", name, ev, se.at)
+				nodes = append(nodes, placedNode{parent: inv, node: call})
+			}
+			call.n.Events = append(call.n.Events, *ev)
+			status := statusCompleted
+			if ev.EventType == svc.EventToolCallFailed {
+				status = statusFailed
+			}
+			call.finish(ev, se.at, status)
+			continue
+		}
+		// A lone event.
+		lone := newNode("event", string(ev.EventType), ev, se.at)
+		lone.n.Events = append(lone.n.Events, *ev)
+		status := statusCompleted
+		if ev.EventType.IsFailure() {
+			status = statusFailed
+		}
+		lone.finish(ev, se.at, status)
+		switch inv := cur[invKey{ev.TaskID, ev.AgentName}]; {
+		case inv != nil:
+			nodes = append(nodes, placedNode{parent: inv, node: lone})
+		case ev.ParentTraceID == trace:
+			byTime = append(byTime, lone)
+		default:
+			nodes = append(nodes, placedNode{node: lone})
+		}
+	}
+	// running finds the invocation of this trace that was running at at:
+	// started before it and not ended before it; the latest started of
+	// those, as the innermost.
+	running := func(at pos, self *tnode) *tnode {
+		var best *tnode
+		for _, inv := range invs {
+			if inv == self || !at.after(inv.start) || (inv.ended && at.after(inv.end)) {
+				continue
+			}
+			if best == nil || inv.start.after(best.start) {
+				best = inv
+			}
+		}
+		return best
+	}
+	for _, n := range byTime {
+		nodes = append(nodes, placedNode{parent: running(n.start, n), node: n})
+	}
+	var subs []*tnode
+	for _, c := range b.children[trace] {
+		if b.placed[c] {
+			continue
+		}
+		b.placed[c] = true
+		sub := b.build(c)
+		subs = append(subs, sub)
+		nodes = append(nodes, placedNode{parent: running(sub.start, nil), node: sub})
+	}
+	if len(evs) == 0 {
+		// Only child runs: the root starts with the first.
+		for i, s := range subs {
+			if i == 0 || root.start.after(s.start) {
+				root.start, root.n.Start = s.start, s.n.Start
+			}
+		}
+	}
+
+	// Attach in start order, so every node's children are.
+	slices.SortStableFunc(nodes, func(a, b placedNode) int {
+		switch {
+		case a.node.start.after(b.node.start):
+			return 1
+		case b.node.start.after(a.node.start):
+			return -1
+		}
+		return 0
+	})
+	for _, pn := range nodes {
+		parent := pn.parent
+		if parent == nil {
+			parent = root
+			// The root's status follows its own invocations and events;
+			// a child run's only when the root has nothing else.
+			if k := pn.node.n.Kind; k == "agent" || k == "event" || len(evs) == 0 {
+				failed = failed || pn.node.n.Status == statusFailed
+				busy = busy || pn.node.n.Status == statusRunning
+			}
+		}
+		parent.n.Children = append(parent.n.Children, pn.node.n)
+	}
+
+	if root.n.Name == "" {
+		for _, inv := range invs {
+			if !inv.nested {
+				root.n.Name = inv.n.Name
+				break
+			}
+		}
+		if root.n.Name == "" && len(evs) > 0 {
+			root.n.Name = evs[0].ev.AgentName
+		}
+	}
+	switch {
+	case busy:
+		return root
+	case failed:
+		root.n.Status = statusFailed
+	default:
+		root.n.Status = statusCompleted
+	}
+	// The run ended with the last of its events and of its child runs'.
+	var end time.Time
+	if len(evs) > 0 {
+		root.end, end = evs[len(evs)-1].at, evs[len(evs)-1].ev.Timestamp
+	}
+	for _, s := range subs {
+		if s.ended && s.end.after(root.end) {
+			root.end, end = s.end, *s.n.End
+		}
+	}
+	root.ended = true
+	root.n.End = &end
+	return root
+}
