@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,8 +132,12 @@ func TestServeEventsFlag(t *testing.T) {
 	s.signal(t, syscall.SIGTERM)
 	s.wait(t, 15*time.Second)
 
-	r := svcExec(t, nil, "", "serve", "--specs", exampleSpecs, "--events", "mongodb://x", "--port", "0")
+	dir := t.TempDir()
+	r := svcExec(t, nil, "", "serve", "--specs", exampleSpecs, "--events", "mongodb://x", "--port", "0", "--data-dir", dir)
 	if r.code != 2 || !strings.Contains(r.stderr, "--events") {
 		t.Errorf("bad --events: exit %d, stderr %q; want 2 naming the flag", r.code, r.stderr)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused command line left files in --data-dir: %v", entries)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -154,6 +155,10 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	}
 	if err := s.checkReloadFlags(cmd.Flags()); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	// Refuse a bad --events before anything is created on disk.
+	if e := s.eventsSpec; e != "" && e != "none" && e != "memory" && !strings.HasPrefix(e, "sqlite:") {
+		return &exitError{code: 2, err: fmt.Errorf("--events %q: want memory, sqlite:PATH or none", e)}
 	}
 	defer func() { _ = log.Sync() }()
 	// Events reach the log through a queue, so a slow stderr (a full pipe,
