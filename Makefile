@@ -34,7 +34,7 @@ check: vet staticcheck
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bench/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bench/... ./eventstore/
 
 ## fuzz: a short run of every fuzz target
 fuzz:

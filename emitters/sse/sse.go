@@ -3,15 +3,19 @@
 // actor behind a bounded mailbox that drops, rather than waits, when the
 // subscriber falls behind.
 //
-// Emit never blocks the runtime: it matches the event against each
-// subscriber's filter and offers it to that subscriber's mailbox without
-// waiting. The subscriber's actor moves events from its mailbox to the
-// subscription's channel, again without waiting. Both are bounded by
-// Config.QueueSize; an event that finds either full is dropped and counted
-// in the subscription's Dropped. So a subscriber that stops reading holds
-// at most QueueSize events waiting for it (plus at most QueueSize in
-// transit in its mailbox), however long it stalls, and costs the runtime
-// nothing but the drops.
+// Emit never blocks the runtime, and costs it the same with one subscriber
+// or a thousand: it hands the event to a bounded fan-out queue (one
+// non-blocking channel send) and returns. The emitter's fan-out goroutine
+// matches each event against every subscriber's filter and offers it to
+// that subscriber's mailbox without waiting. The subscriber's actor moves
+// events from its mailbox to the subscription's channel, again without
+// waiting. Each stage is bounded (the fan-out queue by 4 × QueueSize, the
+// others by QueueSize); an event that finds a stage full is dropped and
+// counted in Dropped (an event dropped by the fan-out queue, before any
+// filter ran, counts for every subscription). So a subscriber that stops
+// reading holds at most QueueSize events waiting for it (plus at most
+// QueueSize in transit in its mailbox), however long it stalls, and costs
+// the runtime nothing but the drops.
 package sse
 
 import (
@@ -66,6 +70,13 @@ type Emitter struct {
 
 	// live counts the subscriber actors spawned and not yet stopped.
 	live atomic.Int64
+
+	// fan is the fan-out queue between Emit and the fan-out goroutine,
+	// which stops when done closes and closes fanned when it has.
+	fan        chan *svc.RuntimeEvent
+	done       chan struct{}
+	fanned     chan struct{}
+	fanDropped atomic.Uint64
 }
 
 var (
@@ -90,7 +101,8 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
-	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize}
+	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize,
+		fan: make(chan *svc.RuntimeEvent, 4*cfg.QueueSize), done: make(chan struct{}), fanned: make(chan struct{})}
 	if system == nil {
 		logger := cfg.Logger
 		if logger == nil {
@@ -105,7 +117,30 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 		)
 		e.ownSystem = true
 	}
+	go e.fanOut()
 	return e, nil
+}
+
+// fanOut delivers queued events to the subscribers, in emit order, until
+// Close.
+func (e *Emitter) fanOut() {
+	defer close(e.fanned)
+	for {
+		select {
+		case <-e.done:
+			return
+		case ev := <-e.fan:
+			subs := e.subs.Load()
+			if subs == nil {
+				continue
+			}
+			for _, s := range *subs {
+				if s.filter.Match(ev) {
+					s.mb.offer(ev)
+				}
+			}
+		}
+	}
 }
 
 // HeartbeatInterval is Config.HeartbeatInterval.
@@ -115,25 +150,20 @@ func (e *Emitter) HeartbeatInterval() time.Duration { return e.heartbeat }
 // subscription, until its actor has stopped.
 func (e *Emitter) Subscribers() int { return int(e.live.Load()) }
 
-// Emit offers ev to every subscriber whose filter it matches. It takes no
-// lock and never waits: a subscriber whose mailbox is full misses ev.
+// Emit queues ev for the subscribers. It takes no lock and never waits:
+// with the fan-out queue full, ev is dropped (and counted). With no
+// subscribers it does nothing.
 func (e *Emitter) Emit(ev svc.RuntimeEvent) {
-	subs := e.subs.Load()
-	if subs == nil {
+	if subs := e.subs.Load(); subs == nil || len(*subs) == 0 {
 		return
 	}
 	// One copy on the heap, shared by every subscriber: events are
 	// immutable once emitted.
-	var shared *svc.RuntimeEvent
-	for _, s := range *subs {
-		if !s.filter.Match(&ev) {
-			continue
-		}
-		if shared == nil {
-			c := ev
-			shared = &c
-		}
-		s.mb.offer(shared)
+	c := ev
+	select {
+	case e.fan <- &c:
+	default:
+		e.fanDropped.Add(1)
 	}
 }
 
@@ -153,6 +183,7 @@ func (e *Emitter) Subscribe(ctx context.Context, f svc.EventFilter) (svc.EventSu
 	f.EventTypes = slices.Clone(f.EventTypes) // the caller may reuse its slice
 	s := &subscription{
 		em:      e,
+		fanBase: e.fanDropped.Load(),
 		filter:  f,
 		mb:      newDropMailbox(e.queueSize),
 		out:     make(chan svc.RuntimeEvent, e.queueSize),
@@ -221,6 +252,8 @@ func (e *Emitter) Close() error {
 		for _, s := range subs {
 			_ = s.Close()
 		}
+		close(e.done)
+		<-e.fanned
 		if e.ownSystem {
 			e.system.Shutdown()
 		}
@@ -236,6 +269,7 @@ type subscription struct {
 	// out is written and closed only by the subscriber actor.
 	out       chan svc.RuntimeEvent
 	dropped   atomic.Uint64 // events that found out full
+	fanBase   uint64        // the emitter's fan-out drops when this subscription began
 	pid       *actor.PID
 	stopWatch atomic.Pointer[func() bool] // stops the context.AfterFunc of Subscribe
 	once      sync.Once
@@ -248,7 +282,9 @@ func (s *subscription) Events() <-chan svc.RuntimeEvent { return s.out }
 
 // Dropped is how many matching events this subscriber missed because its
 // queues were full.
-func (s *subscription) Dropped() uint64 { return s.dropped.Load() + s.mb.Dropped() }
+func (s *subscription) Dropped() uint64 {
+	return s.dropped.Load() + s.mb.Dropped() + s.em.fanDropped.Load() - s.fanBase
+}
 
 // Close ends the subscription and returns once its actor has stopped (and
 // Events is closed). Events still queued are discarded. It is idempotent
