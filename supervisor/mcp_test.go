@@ -2,11 +2,16 @@ package supervisor_test
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
@@ -105,5 +110,67 @@ func TestBadMCPServerRefused(t *testing.T) {
 		MCPServers: []svc.MCPServer{{Name: "x", Transport: "stdio"}}})
 	if svc.KindOf(err) != svc.KindSpecValidation {
 		t.Fatalf("stdio server without a command: %v, want a SpecValidationError", err)
+	}
+}
+
+// startEverythingHTTP runs server-everything's streamable HTTP mode on a
+// free port for the test's lifetime and returns its /mcp URL.
+func startEverythingHTTP(t *testing.T, entry string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	cmd := exec.Command("node", entry, "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-exited })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			return "http://127.0.0.1:" + port + "/mcp"
+		}
+		select {
+		case <-exited:
+			t.Fatal("server-everything exited before listening")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server-everything did not listen within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The same through streamable HTTP, started eagerly (mcp_eager_start).
+func TestAgentCallsMCPToolOverHTTP(t *testing.T) {
+	url := startEverythingHTTP(t, everything(t))
+	o := svc.DefaultOptions()
+	o.MCPEagerStart = true
+	a := svc.Agent{Name: "httpuser", Model: "test:echo", TrustLevel: svc.TrustMedium,
+		ModelSettings: map[string]any{"call_tools": []any{"echo"}},
+		MCPServers:    []svc.MCPServer{{Name: "everything", Transport: "http", URL: url}}}
+	rt := newRuntime(t, o, nil, nil, a)
+	res, err := rt.Run(t.Context(), "httpuser", svc.TaskSpec{Input: json.RawMessage(`"hi"`)})
+	if err != nil || !res.Success {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	var out struct {
+		Tools map[string]string `json:"tools"`
+	}
+	if err := json.Unmarshal(res.Output, &out); err != nil || !strings.HasPrefix(out.Tools["echo"], "Echo: ") {
+		t.Fatalf("output %s: want the echo tool's answer", res.Output)
+	}
+	servers, _ := rt.ToolServers(t.Context())
+	if len(servers) != 1 || servers[0].Transport != "http" || servers[0].State != "ready" {
+		t.Errorf("servers = %+v", servers)
 	}
 }
