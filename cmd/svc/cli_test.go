@@ -416,3 +416,14 @@ func TestHelpShowsDefaults(t *testing.T) {
 		})
 	}
 }
+
+// The provider examples validate without API keys: the binary links the
+// openai and anthropic providers and the spawn_agents builtin, and keys are
+// checked when a model is called.
+func TestValidateModelExamples(t *testing.T) {
+	t.Parallel()
+	r := svcExec(t, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY="}, "", "validate", "../../examples/models")
+	if r.code != 0 || strings.Count(r.stdout, "[ok]") != 6 {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
