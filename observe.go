@@ -207,6 +207,8 @@ type ToolServerStatus struct {
 	State    string   `json:"state"`
 	Tools    []string `json:"tools"`
 	Restarts int64    `json:"restarts"`
+	// PID is the process id of a running stdio server, 0 otherwise.
+	PID int `json:"pid,omitempty"`
 	// LastError is the error of the last failed start, if any.
 	LastError string `json:"last_error,omitempty"`
 }

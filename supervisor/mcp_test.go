@@ -1,6 +1,7 @@
 package supervisor_test
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/supervisor"
 )
 
 // everything returns the entry point of the reference MCP server
@@ -172,5 +174,78 @@ func TestAgentCallsMCPToolOverHTTP(t *testing.T) {
 	servers, _ := rt.ToolServers(t.Context())
 	if len(servers) != 1 || servers[0].Transport != "http" || servers[0].State != "ready" {
 		t.Errorf("servers = %+v", servers)
+	}
+}
+
+// waitGone polls until process pid no longer exists.
+func waitGone(t *testing.T, pid int, after string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("MCP server process %d still alive %s", pid, after)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func everythingAgent(name, entry string) svc.Agent {
+	return svc.Agent{Name: name, Model: "test:echo", TrustLevel: svc.TrustMedium,
+		ModelSettings: map[string]any{"call_tools": []any{"echo"}},
+		MCPServers:    []svc.MCPServer{{Name: "everything", Transport: "stdio", Command: "node", Args: []string{entry, "stdio"}}}}
+}
+
+// A hot reload that drops an agent stops its MCP server; the runtime's
+// Shutdown stops the rest: no subprocess outlives either.
+func TestMCPServersStopWithReloadAndShutdown(t *testing.T) {
+	entry := everything(t)
+	rt, err := supervisor.New(supervisor.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := false
+	t.Cleanup(func() {
+		if !shut {
+			_ = rt.Shutdown(context.Background())
+		}
+	})
+	if err := rt.Register(everythingAgent("a", entry), everythingAgent("b", entry)); err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{}
+	for _, name := range []string{"a", "b"} {
+		if res, err := rt.Run(t.Context(), name, svc.TaskSpec{Input: json.RawMessage(`"x"`)}); err != nil || !res.Success {
+			t.Fatalf("run %s: %+v, %v", name, res, err)
+		}
+	}
+	servers, _ := rt.ToolServers(t.Context())
+	for _, st := range servers {
+		pids[st.Agent] = st.PID
+	}
+	if pids["a"] <= 0 || pids["b"] <= 0 || pids["a"] == pids["b"] {
+		t.Fatalf("server PIDs %v, want one process per agent", pids)
+	}
+
+	// Reload without agent a: its server stops, b's keeps running.
+	if err := rt.Replace([]svc.Agent{everythingAgent("b", entry)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pids["a"], "after its agent was removed")
+	if syscall.Kill(pids["b"], 0) != nil {
+		t.Fatal("b's unchanged server was stopped by the reload")
+	}
+	if servers, _ := rt.ToolServers(t.Context()); len(servers) != 1 || servers[0].Agent != "b" {
+		t.Errorf("servers after the reload = %+v, want b's only", servers)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shut = true
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Shutdown returns once its subprocesses are gone: no polling here.
+	if err := syscall.Kill(pids["b"], 0); err == nil {
+		t.Errorf("MCP server process %d alive after Shutdown returned", pids["b"])
 	}
 }

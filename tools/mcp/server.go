@@ -92,7 +92,7 @@ func (s *server) status() svc.ToolServerStatus {
 	defer s.mu.Unlock()
 	return svc.ToolServerStatus{
 		Name: s.cfg.Name, Agent: s.agent, Transport: s.cfg.Transport, State: s.state,
-		Tools: slices.Clone(s.names), Restarts: s.restarts, LastError: s.lastErr,
+		Tools: slices.Clone(s.names), Restarts: s.restarts, LastError: s.lastErr, PID: s.subPID,
 	}
 }
 
