@@ -141,3 +141,39 @@ func TestServeEventsFlag(t *testing.T) {
 		t.Errorf("a refused command line left files in --data-dir: %v", entries)
 	}
 }
+
+// --sse-heartbeat sets the idle heartbeat of GET /events/stream.
+func TestServeSSEHeartbeatFlag(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, nil, "--specs", exampleSpecs, "--sse-heartbeat", "100ms")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/events/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for !strings.Contains(got.String(), ": ping") {
+		n, err := resp.Body.Read(buf)
+		if err != nil {
+			t.Fatalf("stream ended before a heartbeat (%v); read %q", err, got.String())
+		}
+		got.Write(buf[:n])
+	}
+	cancel()
+	s.signal(t, syscall.SIGTERM)
+	if code := s.wait(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+
+	r := svcExec(t, nil, "", "serve", "--specs", exampleSpecs, "--sse-queue-size", "0", "--port", "0", "--data-dir", t.TempDir())
+	if r.code != 2 || !strings.Contains(r.stderr, "--sse-queue-size") {
+		t.Errorf("--sse-queue-size 0: exit %d, stderr %q; want 2 naming the flag", r.code, r.stderr)
+	}
+}

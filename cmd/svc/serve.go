@@ -39,6 +39,9 @@ type serveCmd struct {
 	dataDir   string
 	metrics   bool
 
+	sseHeartbeat time.Duration
+	sseQueue     int
+
 	eventsSpec    string
 	eventsMaxRows int
 	eventsMaxAge  time.Duration
@@ -93,6 +96,8 @@ http/protobuf).`,
 	fs.StringVar(&s.eventsSpec, "events", "", "where runtime events are kept for the rollup routes: memory, sqlite:PATH or none (default: a SQLite file under --data-dir)")
 	fs.IntVar(&s.eventsMaxRows, "events-max-rows", 1_000_000, "keep at most this many events, the newest (0: no limit)")
 	fs.DurationVar(&s.eventsMaxAge, "events-max-age", 7*24*time.Hour, "drop events older than this (0: no limit)")
+	fs.DurationVar(&s.sseHeartbeat, "sse-heartbeat", sse.DefaultHeartbeatInterval, "how long GET /events/stream may stay idle before a heartbeat comment")
+	fs.IntVar(&s.sseQueue, "sse-queue-size", sse.DefaultQueueSize, "events waiting per /events/stream subscriber before new ones are dropped (and counted)")
 	fs.BoolVar(&s.metrics, "metrics", false, "serve GET /metrics in the Prometheus format (behind --auth-token like other routes) (default false)")
 	fs.BoolVar(&s.reload, "reload", false, "watch the spec files and swap in changed agents and groups without a restart (default false)")
 	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
@@ -156,6 +161,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if err := s.checkReloadFlags(cmd.Flags()); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if s.sseHeartbeat <= 0 || s.sseQueue <= 0 {
+		return &exitError{code: 2, err: errors.New("--sse-heartbeat and --sse-queue-size must be positive")}
+	}
 	// Refuse a bad --events before anything is created on disk.
 	if e := s.eventsSpec; e != "" && e != "none" && e != "memory" && !strings.HasPrefix(e, "sqlite:") {
 		return &exitError{code: 2, err: fmt.Errorf("--events %q: want memory, sqlite:PATH or none", e)}
@@ -187,9 +195,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	// http.Server.Shutdown waits for open streams, so the streams are ended
 	// as soon as it starts (RegisterOnShutdown below); the deferred Close
 	// covers the ways out before that.
-	live, err := sse.New(nil, sse.Config{})
+	live, err := sse.New(nil, sse.Config{HeartbeatInterval: s.sseHeartbeat, QueueSize: s.sseQueue})
 	if err != nil {
-		return err
+		return &exitError{code: 2, err: err}
 	}
 	defer func() { _ = live.Close() }()
 	chain := []svc.Emitter{events, live}
