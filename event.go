@@ -3,6 +3,7 @@ package svc
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -164,3 +165,49 @@ func (NopEmitter) Emit(RuntimeEvent) {}
 const (
 	BackendLocal = "local"
 )
+
+// reasonKinds maps the "reason" a failure event may carry to the error
+// kind the runtime raised with that reason.
+var reasonKinds = map[string]Kind{
+	"timeout":         KindTimeout,
+	"cancelled":       KindCancelled,
+	"shutting_down":   KindShuttingDown,
+	"budget_exceeded": KindBudgetExceeded,
+	"depth_limit":     KindDepthLimit,
+}
+
+// FailureKind names the error kind of a failure event (agent_failed,
+// tool_call_failed), which carries the error's text but not its kind: the
+// payload's "error_type" when it names a known kind, else the kind whose
+// name prefixes the "error" text ("ModelError: ..."), else the kind of its
+// "reason" (timeout, budget_exceeded, ...), else fallback. Only kind names
+// come out, so metrics labels and rollup groups stay few whatever the
+// texts say. The OTel emitter and the event store both use it, so a
+// dashboard and the metrics agree.
+func FailureKind(p Payload, fallback Kind) Kind {
+	str := func(key string) string { s, _ := p[key].(string); return s }
+	if k, ok := knownKind(str("error_type")); ok {
+		return k
+	}
+	if prefix, _, ok := strings.Cut(str("error"), ":"); ok {
+		if k, ok := knownKind(prefix); ok {
+			return k
+		}
+	}
+	if k, ok := reasonKinds[str("reason")]; ok {
+		return k
+	}
+	return fallback
+}
+
+func knownKind(s string) (Kind, bool) {
+	if s == "" {
+		return "", false
+	}
+	for _, k := range Kinds {
+		if string(k) == s {
+			return k, true
+		}
+	}
+	return "", false
+}

@@ -195,3 +195,23 @@ func FuzzRuntimeEventUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestFailureKind(t *testing.T) {
+	cases := []struct {
+		p    svc.Payload
+		want svc.Kind
+	}{
+		{svc.Payload{"error_type": "BudgetExceededError", "error": "ModelError: x"}, svc.KindBudgetExceeded},
+		{svc.Payload{"error": "ModelError: all models failed"}, svc.KindModel},
+		{svc.Payload{"error": "NotAKind: x", "reason": "timeout"}, svc.KindTimeout},
+		{svc.Payload{"error": "boom", "reason": "depth_limit"}, svc.KindDepthLimit},
+		{svc.Payload{"error": "boom"}, svc.KindToolExecution},
+		{svc.Payload{"error_type": 42, "error": 7}, svc.KindToolExecution},
+		{nil, svc.KindToolExecution},
+	}
+	for _, c := range cases {
+		if got := svc.FailureKind(c.p, svc.KindToolExecution); got != c.want {
+			t.Errorf("svc.FailureKind(%v) = %s, want %s", c.p, got, c.want)
+		}
+	}
+}

@@ -66,18 +66,6 @@ const (
 	tokenTypeTotal       = "total"
 )
 
-// reasonKinds maps the "reason" an agent_failed event may carry to the
-// error kind the runtime raised with that reason. agent_failed carries the
-// error's text but not its kind, so this is how error.type gets a class
-// name rather than a free-text message.
-var reasonKinds = map[string]svc.Kind{
-	"timeout":         svc.KindTimeout,
-	"cancelled":       svc.KindCancelled,
-	"shutting_down":   svc.KindShuttingDown,
-	"budget_exceeded": svc.KindBudgetExceeded,
-	"depth_limit":     svc.KindDepthLimit,
-}
-
 // NewOTel returns the OTelMetricsEmitter: it records the spec's five
 // instruments on meters of mp, or of otel.GetMeterProvider() when mp is nil
 // (the host's global provider, a no-op until the host installs one). Events
@@ -147,7 +135,7 @@ func (e *otelEmitter) Emit(ev svc.RuntimeEvent) {
 			e.tokenUsage.Record(ctx, tokens, metric.WithAttributes(attrs...))
 		}
 	case svc.EventAgentFailed:
-		kind := string(classify(p, svc.KindRuntime))
+		kind := string(svc.FailureKind(p, svc.KindRuntime))
 		attrs := append(genAIAttrs(ev), attribute.String(AttrErrorType, kind))
 		if ms, ok := nonNegative(p["duration_ms"]); ok {
 			e.opDuration.Record(ctx, ms/1000, metric.WithAttributes(attrs...))
@@ -160,7 +148,7 @@ func (e *otelEmitter) Emit(ev svc.RuntimeEvent) {
 			attribute.String(AttrTool, str(p["tool_name"])),
 		}
 		if ev.EventType == svc.EventToolCallFailed {
-			attrs = append(attrs, attribute.String(AttrErrorType, string(classify(p, svc.KindToolExecution))))
+			attrs = append(attrs, attribute.String(AttrErrorType, string(svc.FailureKind(p, svc.KindToolExecution))))
 		}
 		opt := metric.WithAttributes(attrs...)
 		e.toolCalls.Add(ctx, 1, opt)
@@ -203,34 +191,6 @@ func splitModel(id string) (provider, model string) {
 		return p, m
 	}
 	return "", id
-}
-
-// classify names the error kind of a failure event; see NewOTel.
-func classify(p svc.Payload, fallback svc.Kind) svc.Kind {
-	if k, ok := knownKind(str(p["error_type"])); ok {
-		return k
-	}
-	if prefix, _, ok := strings.Cut(str(p["error"]), ":"); ok {
-		if k, ok := knownKind(prefix); ok {
-			return k
-		}
-	}
-	if k, ok := reasonKinds[str(p["reason"])]; ok {
-		return k
-	}
-	return fallback
-}
-
-func knownKind(s string) (svc.Kind, bool) {
-	if s == "" {
-		return "", false
-	}
-	for _, k := range svc.Kinds {
-		if string(k) == s {
-			return k, true
-		}
-	}
-	return "", false
 }
 
 // str returns v if it is a string, else "": label values come only from

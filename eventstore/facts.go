@@ -3,7 +3,6 @@ package eventstore
 import (
 	"encoding/json"
 	"math"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc"
@@ -52,10 +51,10 @@ func factsOf(ev *svc.RuntimeEvent) facts {
 		f.tool = str(p["tool_name"])
 		f.durUS, f.hasDur = durationUS(p["duration_ms"])
 		if ev.EventType == svc.EventToolCallFailed {
-			f.errKind = string(classify(p, svc.KindToolExecution))
+			f.errKind = string(svc.FailureKind(p, svc.KindToolExecution))
 		}
 	case svc.EventAgentFailed:
-		f.errKind = string(classify(p, svc.KindRuntime))
+		f.errKind = string(svc.FailureKind(p, svc.KindRuntime))
 	case svc.EventWorkerStarted, svc.EventWorkerStopped, svc.EventWorkerHeartbeat:
 		f.runtime = runtimeID(ev)
 	}
@@ -156,48 +155,4 @@ func runtimeID(ev *svc.RuntimeEvent) string {
 		return id
 	}
 	return ev.AgentName
-}
-
-// reasonKinds maps the "reason" an agent_failed event may carry to the
-// error kind the runtime raised with that reason (the actors set them).
-var reasonKinds = map[string]svc.Kind{
-	"timeout":         svc.KindTimeout,
-	"cancelled":       svc.KindCancelled,
-	"shutting_down":   svc.KindShuttingDown,
-	"budget_exceeded": svc.KindBudgetExceeded,
-	"depth_limit":     svc.KindDepthLimit,
-}
-
-// classify names the error kind of a failure event the way the OTel
-// emitter labels it, so a dashboard and the metrics agree: agent_failed
-// carries the error's text but not its kind. The kind is the payload's
-// "error_type" when it names a known kind, else the kind whose name
-// prefixes the "error" text ("ModelError: ..."), else the kind of its
-// "reason" (timeout, budget_exceeded, ...), else fallback. Only kind names
-// come out, so the set of groups stays small whatever the texts say.
-func classify(p svc.Payload, fallback svc.Kind) svc.Kind {
-	if k, ok := knownKind(str(p["error_type"])); ok {
-		return k
-	}
-	if prefix, _, ok := strings.Cut(str(p["error"]), ":"); ok {
-		if k, ok := knownKind(prefix); ok {
-			return k
-		}
-	}
-	if k, ok := reasonKinds[str(p["reason"])]; ok {
-		return k
-	}
-	return fallback
-}
-
-func knownKind(s string) (svc.Kind, bool) {
-	if s == "" {
-		return "", false
-	}
-	for _, k := range svc.Kinds {
-		if string(k) == s {
-			return k, true
-		}
-	}
-	return "", false
 }
