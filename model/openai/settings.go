@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/settingval"
 )
 
 // Keys of model_settings the provider reads itself. The first five
@@ -125,13 +126,13 @@ func parseSettings(m map[string]any) (settings, error) {
 			}
 			s.timeout = d
 		case keyMaxRetries:
-			n, ok := count(v)
+			n, ok := settingval.Count(v)
 			if !ok || n > 100 {
 				return bad(k, "an integer from 0 to 100", v)
 			}
 			s.maxRetries = int(n)
 		case keyTemperature, keyTopP:
-			f, ok := number(v)
+			f, ok := settingval.Number(v)
 			if !ok {
 				return bad(k, "a number", v)
 			}
@@ -141,13 +142,13 @@ func parseSettings(m map[string]any) (settings, error) {
 				s.topP = param.NewOpt(f)
 			}
 		case keyMaxTokens:
-			n, ok := count(v)
+			n, ok := settingval.Count(v)
 			if !ok || n == 0 {
 				return bad(k, "a positive integer", v)
 			}
 			s.maxTokens = param.NewOpt(n)
 		case keySeed:
-			n, ok := integer(v)
+			n, ok := settingval.Integer(v)
 			if !ok {
 				return bad(k, "an integer", v)
 			}
@@ -223,78 +224,9 @@ func duration(v any) (time.Duration, bool) {
 		d, err := time.ParseDuration(strings.TrimSpace(str))
 		return d, err == nil && d > 0
 	}
-	f, ok := number(v)
+	f, ok := settingval.Number(v)
 	if !ok || f <= 0 || f > float64(math.MaxInt64/int64(time.Second)) {
 		return 0, false
 	}
 	return time.Duration(f * float64(time.Second)), true
-}
-
-func number(v any) (float64, bool) {
-	var f float64
-	switch n := v.(type) {
-	case int:
-		f = float64(n)
-	case int8:
-		f = float64(n)
-	case int16:
-		f = float64(n)
-	case int32:
-		f = float64(n)
-	case int64:
-		f = float64(n)
-	case uint:
-		f = float64(n)
-	case uint8:
-		f = float64(n)
-	case uint16:
-		f = float64(n)
-	case uint32:
-		f = float64(n)
-	case uint64:
-		f = float64(n)
-	case float32:
-		f = float64(n)
-	case float64:
-		f = n
-	case json.Number:
-		var err error
-		if f, err = n.Float64(); err != nil {
-			return 0, false
-		}
-	default:
-		return 0, false
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
-}
-
-// integer reads an int64; a float must be integral (JSON decoders give 3
-// as 3.0).
-func integer(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint64:
-		return int64(n), n <= math.MaxInt64
-	case json.Number:
-		if i, err := n.Int64(); err == nil {
-			return i, true
-		}
-	}
-	f, ok := number(v)
-	if !ok || f != math.Trunc(f) || f >= math.MaxInt64 || f < math.MinInt64 {
-		return 0, false
-	}
-	return int64(f), true
-}
-
-// count reads a non-negative integer.
-func count(v any) (int64, bool) {
-	n, ok := integer(v)
-	return n, ok && n >= 0
 }

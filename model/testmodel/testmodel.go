@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/settingval"
 	"github.com/svc-dev/svc/schema"
 )
 
@@ -270,21 +271,21 @@ func ParseSettings(m map[string]any) (Settings, error) {
 		return Settings{}, svc.Errorf(svc.KindSpecValidation, "test model: model_settings.%s: want %s, got %v (%T)", key, want, v, v)
 	}
 	if v, ok := m["latency_ms"]; ok && v != nil {
-		f, ok := number(v)
+		f, ok := settingval.Number(v)
 		if !ok || f < 0 || f > float64(math.MaxInt64/int64(time.Millisecond)) {
 			return bad("latency_ms", "a non-negative number of milliseconds", v)
 		}
 		s.Latency = time.Duration(f * float64(time.Millisecond))
 	}
 	if v, ok := m["tokens"]; ok && v != nil {
-		n, ok := count(v)
+		n, ok := settingval.Count(v)
 		if !ok {
 			return bad("tokens", "a non-negative integer", v)
 		}
 		s.Tokens, s.HasTokens = n, true
 	}
 	if v, ok := m["fail_times"]; ok && v != nil {
-		n, ok := count(v)
+		n, ok := settingval.Count(v)
 		if !ok {
 			return bad("fail_times", "a non-negative integer", v)
 		}
@@ -339,65 +340,4 @@ func toJSON(v any) (json.RawMessage, error) {
 		return t, nil
 	}
 	return json.Marshal(v)
-}
-
-func number(v any) (float64, bool) {
-	var f float64
-	switch n := v.(type) {
-	case int:
-		f = float64(n)
-	case int8:
-		f = float64(n)
-	case int16:
-		f = float64(n)
-	case int32:
-		f = float64(n)
-	case int64:
-		f = float64(n)
-	case uint:
-		f = float64(n)
-	case uint8:
-		f = float64(n)
-	case uint16:
-		f = float64(n)
-	case uint32:
-		f = float64(n)
-	case uint64:
-		f = float64(n)
-	case float32:
-		f = float64(n)
-	case float64:
-		f = n
-	case json.Number:
-		var err error
-		if f, err = n.Float64(); err != nil {
-			return 0, false
-		}
-	default:
-		return 0, false
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
-}
-
-// count reads a non-negative integer; a float must be integral (YAML and
-// JSON decoders give 3 as 3.0).
-func count(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return n, n >= 0
-	case uint64:
-		return int64(n), n <= math.MaxInt64
-	case json.Number:
-		if i, err := n.Int64(); err == nil {
-			return i, i >= 0
-		}
-	}
-	f, ok := number(v)
-	if !ok || f < 0 || f != math.Trunc(f) || f >= math.MaxInt64 {
-		return 0, false
-	}
-	return int64(f), true
 }
