@@ -134,22 +134,11 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 	if heartbeat <= 0 {
 		heartbeat = DefaultHeartbeat
 	}
-	rc := http.NewResponseController(w)
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
-		return fmt.Errorf("server: event stream: the response writer cannot flush: %w", err)
+	out, err := startSSE(w)
+	if err != nil {
+		return fmt.Errorf("server: event stream: %w", err)
 	}
-	// write sends b at once; false means the client has gone.
-	write := func(b []byte) bool {
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	write := out.write
 	idle := time.NewTimer(heartbeat)
 	defer idle.Stop()
 	var seq int64
@@ -198,4 +187,33 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 // would end the field and start a forged one.
 func sseField(s string) string {
 	return strings.NewReplacer("\r", "", "\n", "").Replace(s)
+}
+
+// sseWriter writes a text/event-stream response, flushing every write so
+// that each frame reaches the client at once.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// startSSE sends the event stream's headers and flushes them.
+func startSSE(w http.ResponseWriter) (*sseWriter, error) {
+	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	if err := s.rc.Flush(); err != nil {
+		return nil, fmt.Errorf("the response writer cannot flush: %w", err)
+	}
+	return s, nil
+}
+
+// write sends b at once; false means the client has gone.
+func (s *sseWriter) write(b []byte) bool {
+	if _, err := s.w.Write(b); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
 }

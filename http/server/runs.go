@@ -186,14 +186,9 @@ func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
-		return fmt.Errorf("server: run stream %q: the response writer cannot flush: %w", id, err)
+	out, err := startSSE(w)
+	if err != nil {
+		return fmt.Errorf("server: run stream %q: %w", id, err)
 	}
 	idle := time.NewTimer(h.heartbeat)
 	defer idle.Stop()
@@ -207,18 +202,12 @@ func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
 			if err != nil {
 				return err
 			}
-			if _, err := w.Write(frame); err != nil {
+			if !out.write(frame) {
 				return nil // the client has gone
-			}
-			if err := rc.Flush(); err != nil {
-				return nil
 			}
 			idle.Reset(h.heartbeat)
 		case <-idle.C:
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
-				return nil
-			}
-			if err := rc.Flush(); err != nil {
+			if !out.write([]byte(": ping\n\n")) {
 				return nil
 			}
 			idle.Reset(h.heartbeat)
@@ -235,6 +224,5 @@ func sseFrame(ev svc.RunEvent) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: encoding run event %d: %w", ev.Seq, err)
 	}
-	typ := strings.NewReplacer("\r", "", "\n", "").Replace(string(ev.Type))
-	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, typ, data), nil
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, sseField(string(ev.Type)), data), nil
 }
