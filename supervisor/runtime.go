@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/internal/gopool"
+	"github.com/svc-dev/svc/internal/zapslog"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/tools/mcp"
@@ -124,7 +125,7 @@ func New(cfg Config) (*Runtime, error) {
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
 	confOpts := []actor.ConfigOption{
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(newZapHandler(cfg.Logger.Named("actor")))
+			return slog.New(zapslog.New(cfg.Logger.Named("actor")))
 		}),
 		// Dead letters are expected after a cancel; keep the throttle window
 		// short so its timer goroutine does not outlive Shutdown by much.

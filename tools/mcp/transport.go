@@ -17,6 +17,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/svc-dev/svc/internal/zapslog"
 )
 
 // session is one connection to a server: an MCP client session and, for
@@ -53,7 +55,7 @@ func (s *server) connect(base context.Context, gen int, onToolsChanged func()) (
 	sess := &session{gen: gen, started: time.Now(), cancel: cancel}
 	t := &recorder{Transport: s.transport(sess), started: func() { s.register(sess) }}
 	client := sdk.NewClient(&sdk.Implementation{Name: "svc", Version: "1"}, &sdk.ClientOptions{
-		Logger: slog.New(&slogZap{l: s.log}),
+		Logger: slog.New(zapslog.New(s.log)),
 		// No roots, sampling or elicitation: agents cannot answer them.
 		Capabilities:           &sdk.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { onToolsChanged() },
@@ -241,49 +243,3 @@ func (w *tailWriter) tail() string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " | ")), " ")
 }
 
-// slogZap hands the SDK's slog records to zap. The SDK logs protocol
-// oddities at warn and internals at info, which are debug detail here.
-type slogZap struct {
-	l      *zap.Logger
-	fields []zap.Field
-}
-
-func slogLevel(l slog.Level) zapcore.Level {
-	switch {
-	case l >= slog.LevelError:
-		return zapcore.ErrorLevel
-	case l >= slog.LevelWarn:
-		return zapcore.WarnLevel
-	}
-	return zapcore.DebugLevel
-}
-
-func (h *slogZap) Enabled(_ context.Context, l slog.Level) bool {
-	return h.l.Core().Enabled(slogLevel(l))
-}
-
-func (h *slogZap) Handle(_ context.Context, r slog.Record) error {
-	ce := h.l.Check(slogLevel(r.Level), r.Message)
-	if ce == nil {
-		return nil
-	}
-	fields := slices.Clone(h.fields)
-	r.Attrs(func(a slog.Attr) bool {
-		fields = append(fields, zap.Any(a.Key, a.Value.Resolve().Any()))
-		return true
-	})
-	ce.Write(fields...)
-	return nil
-}
-
-func (h *slogZap) WithAttrs(attrs []slog.Attr) slog.Handler {
-	c := &slogZap{l: h.l, fields: slices.Clone(h.fields)}
-	for _, a := range attrs {
-		c.fields = append(c.fields, zap.Any(a.Key, a.Value.Resolve().Any()))
-	}
-	return c
-}
-
-func (h *slogZap) WithGroup(name string) slog.Handler {
-	return &slogZap{l: h.l.Named(name), fields: h.fields}
-}

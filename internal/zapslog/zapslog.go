@@ -1,4 +1,9 @@
-package supervisor
+// Package zapslog is a slog.Handler that writes to zap, so that libraries
+// logging through log/slog (protoactor, the MCP SDK) log where the runtime
+// logs. Info records become debug: both libraries log routine lifecycle
+// (every supervised restart, every dead letter, every session) at info,
+// which is detail for an operator.
+package zapslog
 
 import (
 	"context"
@@ -8,15 +13,16 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// zapHandler is a slog.Handler writing to zap, so protoactor's logs go where
-// the runtime's go instead of to its own stderr logger.
-type zapHandler struct {
+// handler is a slog.Handler writing to zap.
+type handler struct {
 	l      *zap.Logger
 	fields []zap.Field
 	group  string
 }
 
-func newZapHandler(l *zap.Logger) *zapHandler { return &zapHandler{l: l} }
+// New returns a handler writing to l: error and warn records at those
+// levels, the rest at debug.
+func New(l *zap.Logger) slog.Handler { return &handler{l: l} }
 
 func level(l slog.Level) zapcore.Level {
 	switch {
@@ -24,19 +30,15 @@ func level(l slog.Level) zapcore.Level {
 		return zapcore.ErrorLevel
 	case l >= slog.LevelWarn:
 		return zapcore.WarnLevel
-	case l >= slog.LevelInfo:
-		// protoactor logs routine lifecycle at info (every supervised
-		// restart, every dead letter); that is debug detail for us.
-		return zapcore.DebugLevel
 	}
 	return zapcore.DebugLevel
 }
 
-func (h *zapHandler) Enabled(_ context.Context, l slog.Level) bool {
+func (h *handler) Enabled(_ context.Context, l slog.Level) bool {
 	return h.l.Core().Enabled(level(l))
 }
 
-func (h *zapHandler) Handle(_ context.Context, r slog.Record) error {
+func (h *handler) Handle(_ context.Context, r slog.Record) error {
 	ce := h.l.Check(level(r.Level), r.Message)
 	if ce == nil {
 		return nil
@@ -51,7 +53,7 @@ func (h *zapHandler) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (h *zapHandler) field(a slog.Attr) zap.Field {
+func (h *handler) field(a slog.Attr) zap.Field {
 	key := a.Key
 	if h.group != "" {
 		key = h.group + "." + key
@@ -59,7 +61,7 @@ func (h *zapHandler) field(a slog.Attr) zap.Field {
 	return zap.Any(key, a.Value.Resolve().Any())
 }
 
-func (h *zapHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
 	c.fields = append(append([]zap.Field(nil), h.fields...), make([]zap.Field, 0, len(attrs))...)
 	for _, a := range attrs {
@@ -68,7 +70,7 @@ func (h *zapHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return &c
 }
 
-func (h *zapHandler) WithGroup(name string) slog.Handler {
+func (h *handler) WithGroup(name string) slog.Handler {
 	c := *h
 	if c.group != "" {
 		name = c.group + "." + name
