@@ -3,10 +3,6 @@ package supervisor_test
 import (
 	"context"
 	"encoding/json"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,38 +13,14 @@ import (
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/tools/mcp/mcptest"
 )
-
-// everything returns the entry point of the reference MCP server
-// @modelcontextprotocol/server-everything that .ci/run installs; the test
-// skips without it, except under CI.
-func everything(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("SVC_MCP_EVERYTHING")
-	if dir == "" {
-		dir = filepath.Join("..", ".cache", "mcp")
-	}
-	entry, err := filepath.Abs(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, statErr := os.Stat(entry)
-	_, nodeErr := exec.LookPath("node")
-	if statErr != nil || nodeErr != nil {
-		msg := "server-everything or node missing; run: npm install --prefix .cache/mcp @modelcontextprotocol/server-everything@2026.8.31"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return entry
-}
 
 // An agent with an MCP server calls the server's tool through the agent
 // loop: the real reference server over stdio, started on first use, its
 // tool prefixed, with the usual tool events, in the catalog once started.
 func TestAgentCallsMCPTool(t *testing.T) {
-	entry := everything(t)
+	entry := mcptest.Everything(t)
 	rec := &emittertest.Recorder{}
 	a := svc.Agent{Name: "mcpuser", Model: "test:echo", TrustLevel: svc.TrustMedium,
 		ModelSettings: map[string]any{"call_tools": []any{"ev_get-sum"}},
@@ -115,46 +87,9 @@ func TestBadMCPServerRefused(t *testing.T) {
 	}
 }
 
-// startEverythingHTTP runs server-everything's streamable HTTP mode on a
-// free port for the test's lifetime and returns its /mcp URL.
-func startEverythingHTTP(t *testing.T, entry string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	cmd := exec.Command("node", entry, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+port)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-exited })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			return "http://127.0.0.1:" + port + "/mcp"
-		}
-		select {
-		case <-exited:
-			t.Fatal("server-everything exited before listening")
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("server-everything did not listen within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // The same through streamable HTTP, started eagerly (mcp_eager_start).
 func TestAgentCallsMCPToolOverHTTP(t *testing.T) {
-	url := startEverythingHTTP(t, everything(t))
+	url := "http://127.0.0.1:" + strconv.Itoa(mcptest.StartHTTP(t, mcptest.Everything(t), "streamableHttp")) + "/mcp"
 	o := svc.DefaultOptions()
 	o.MCPEagerStart = true
 	a := svc.Agent{Name: "httpuser", Model: "test:echo", TrustLevel: svc.TrustMedium,
@@ -198,7 +133,7 @@ func everythingAgent(name, entry string) svc.Agent {
 // A hot reload that drops an agent stops its MCP server; the runtime's
 // Shutdown stops the rest: no subprocess outlives either.
 func TestMCPServersStopWithReloadAndShutdown(t *testing.T) {
-	entry := everything(t)
+	entry := mcptest.Everything(t)
 	rt, err := supervisor.New(supervisor.Config{})
 	if err != nil {
 		t.Fatal(err)

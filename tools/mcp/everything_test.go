@@ -1,12 +1,7 @@
 package mcp_test
 
 import (
-	"bytes"
 	"errors"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,44 +9,11 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/tools/mcp"
+	"github.com/svc-dev/svc/tools/mcp/mcptest"
 )
 
-// The reference server, @modelcontextprotocol/server-everything, installed
-// from npm outside the repository's tracked files:
-//
-//	npm install --prefix .cache/mcp @modelcontextprotocol/server-everything@2026.8.31
-//
-// SVC_MCP_EVERYTHING names another install directory. Without it the tests
-// skip, except under CI (CI=true), where they fail.
-const everythingInstall = "npm install --prefix .cache/mcp @modelcontextprotocol/server-everything@2026.8.31"
-
-func everything(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("SVC_MCP_EVERYTHING")
-	if dir == "" {
-		dir = filepath.Join("..", "..", ".cache", "mcp")
-	}
-	entry, err := filepath.Abs(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	missing := ""
-	if _, err := os.Stat(entry); err != nil {
-		missing = "server-everything is not installed at " + entry + "; from the repository root run: " + everythingInstall
-	} else if _, err := exec.LookPath("node"); err != nil {
-		missing = "node is not on PATH"
-	}
-	if missing != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(missing)
-		}
-		t.Skip(missing)
-	}
-	return entry
-}
-
 func TestEverythingStdio(t *testing.T) {
-	entry := everything(t)
+	entry := mcptest.Everything(t)
 	m := newManager(t, mcp.Config{})
 	src := m.Source("agent", svc.MCPServer{Name: "everything", Transport: "stdio", Command: "node",
 		Args: []string{entry, "stdio"}, Env: map[string]string{"SVC_MCP_PROBE": "marker-42"}, Prefix: "ev_"})
@@ -108,52 +70,9 @@ func TestEverythingStdio(t *testing.T) {
 	}
 }
 
-// startEverything runs server-everything in an HTTP mode on a free port
-// until the test ends, and returns the port.
-func startEverything(t *testing.T, entry, mode string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command("node", entry, mode)
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-		if t.Failed() {
-			t.Logf("server-everything %s output:\n%s", mode, out.String())
-		}
-	})
-	waitFor(t, "server-everything to listen", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("server-everything %s exited", mode)
-		default:
-		}
-		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-	return port
-}
-
 func TestEverythingStreamableHTTP(t *testing.T) {
-	entry := everything(t)
-	port := startEverything(t, entry, "streamableHttp")
+	entry := mcptest.Everything(t)
+	port := mcptest.StartHTTP(t, entry, "streamableHttp")
 	m := newManager(t, mcp.Config{})
 	src := m.Source("agent", svc.MCPServer{Name: "everything", Transport: "http",
 		URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp"})
@@ -169,8 +88,8 @@ func TestEverythingStreamableHTTP(t *testing.T) {
 }
 
 func TestEverythingSSE(t *testing.T) {
-	entry := everything(t)
-	port := startEverything(t, entry, "sse")
+	entry := mcptest.Everything(t)
+	port := mcptest.StartHTTP(t, entry, "sse")
 	m := newManager(t, mcp.Config{})
 	src := m.Source("agent", svc.MCPServer{Name: "everything", Transport: "sse",
 		URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/sse"})
