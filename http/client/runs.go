@@ -203,6 +203,12 @@ func readSSE(r io.Reader, emit func(svc.RunEvent) bool) error {
 // data lines joined by newlines) and the last id seen to frame, until the
 // stream ends, a read fails, or frame returns false (errStopped).
 func readSSEFrames(r io.Reader, frame func(data []byte, id int64) bool) error {
+	return readSSEComments(r, nil, frame)
+}
+
+// readSSEComments is readSSEFrames that also hands each comment line
+// (without its leading colon) to comment, when comment is not nil.
+func readSSEComments(r io.Reader, comment func(string), frame func(data []byte, id int64) bool) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxSSELine)
 	sc.Split(scanSSELines)
@@ -222,7 +228,10 @@ func readSSEFrames(r io.Reader, frame func(data []byte, id int64) bool) error {
 			continue
 		}
 		if line[0] == ':' {
-			continue // a comment: the heartbeat
+			if comment != nil {
+				comment(string(line[1:]))
+			}
+			continue // a comment: the heartbeat, a drop count
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
 		value = bytes.TrimPrefix(value, []byte(" "))

@@ -37,9 +37,12 @@ import (
 // or the emitter is closed.
 //
 // The spec makes the router's sse_emitter and "server" options mutually
-// exclusive; NewRouter has no option that takes an existing server, so
-// the only conflict left is two event sources: giving WithSSEEmitter twice
-// is an error, as is a nil sub.
+// exclusive. Here the server is the backend: a backend that streams its
+// own events (it implements svc.EventSubscriber, as the HTTP client does
+// for the remote server it calls) is served at /events/stream without this
+// option, and giving the option too is an error, since the router serves
+// one event stream. Giving WithSSEEmitter twice, or a nil sub, is an error
+// too.
 func WithSSEEmitter(sub svc.EventSubscriber) Option {
 	return func(c *config) error {
 		if sub == nil {

@@ -41,7 +41,10 @@
 //
 // With WithSSEEmitter the router also serves GET /events/stream, the live
 // stream of every runtime event, from an SSE emitter (emitters/sse) that is
-// in the runtime's emitter chain.
+// in the runtime's emitter chain. A backend that streams its own events
+// (an svc.EventSubscriber, such as the HTTP client of a remote svc server)
+// is served at /events/stream without the option, and giving both is an
+// error: the spec's sse_emitter and server options are mutually exclusive.
 package server
 
 import (
@@ -177,6 +180,12 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
 	if rb, ok := b.(svc.RunBackend); ok {
 		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat})
+	}
+	if own, ok := b.(svc.EventSubscriber); ok {
+		if cfg.sse != nil {
+			return nil, fmt.Errorf("server: WithSSEEmitter: the backend (%T) streams its own events; give the option or such a backend, not both", b)
+		}
+		cfg.sse = own
 	}
 	if cfg.sse != nil {
 		mountEventStream(r, cfg.sse)
