@@ -128,6 +128,9 @@ type MCPServer struct {
 	Env       map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
 	URL       string            `json:"url,omitempty" yaml:"url,omitempty"`
 	Prefix    string            `json:"prefix,omitempty" yaml:"prefix,omitempty"`
+	// TimeoutSeconds bounds one tool call, including any wait for the
+	// server to (re)start; 0 means the runtime's default (30 s).
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" yaml:"timeout_seconds,omitempty"`
 }
 
 // Hook transforms an agent's input (PreProcess) or output (PostProcess).

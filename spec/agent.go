@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -23,7 +24,7 @@ var agentKeys = []string{
 	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level", "context_passer",
 }
 
-var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix"}
+var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds"}
 
 // MCP transports.
 const (
@@ -555,6 +556,15 @@ func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 		}
 		if v, ok := get("args"); ok {
 			s.Args = d.scalarList(v, path+".args")
+		}
+		if v, ok := get("timeout_seconds"); ok {
+			if f, ok := d.number(v, path+".timeout_seconds"); ok {
+				if f <= 0 || f > 86400 || math.IsNaN(f) {
+					d.fail(v, path+".timeout_seconds", "%v: want seconds above 0, at most 86400", f)
+				} else {
+					s.TimeoutSeconds = f
+				}
+			}
 		}
 		if v, ok := get("env"); ok {
 			s.Env = d.envMap(v, path+".env")

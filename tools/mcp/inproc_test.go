@@ -242,6 +242,20 @@ func TestStdioCallTimeout(t *testing.T) {
 	}
 }
 
+// A server's own timeout_seconds wins over the manager's CallTimeout.
+func TestStdioServerTimeoutSeconds(t *testing.T) {
+	m := newManager(t, mcp.Config{CallTimeout: time.Hour})
+	cfg := helperServer(nil)
+	cfg.TimeoutSeconds = 0.3
+	src := m.Source("agent", cfg)
+	_, err := mustTool(t, src, "sleep").Call(ctxFor(t), []byte(`{"ms":60000}`))
+	wantToolError(t, err, "no answer within 300ms")
+	cfg.TimeoutSeconds = -1
+	if err := mcp.Validate(cfg); svc.KindOf(err) != svc.KindSpecValidation {
+		t.Errorf("Validate(timeout_seconds -1) = %v, want a SpecValidationError", err)
+	}
+}
+
 func TestShutdownKillsStubbornServerAndItsChildren(t *testing.T) {
 	m := newManager(t, mcp.Config{StopGrace: 100 * time.Millisecond})
 	src := m.Source("agent", helperServer(map[string]string{"SVC_MCP_HELPER_STUBBORN": "1"}))

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -170,6 +171,9 @@ func Validate(s svc.MCPServer) error {
 	}
 	if s.Prefix != "" && !svc.ValidName(s.Prefix+"x") {
 		return bad("prefix %q: use letters, digits, '_', '-' and '.'", s.Prefix)
+	}
+	if s.TimeoutSeconds < 0 || s.TimeoutSeconds > 86400 || math.IsNaN(s.TimeoutSeconds) {
+		return bad("timeout_seconds %v: want seconds above 0, at most 86400 (0: the default)", s.TimeoutSeconds)
 	}
 	return nil
 }

@@ -123,12 +123,15 @@ func (s *server) killAll() {
 }
 
 // call runs one tool call through the actor and waits for its outcome, at
-// most CallTimeout in all.
+// most the server's timeout_seconds (else CallTimeout) in all.
 func (s *server) call(ctx context.Context, t *tool, args json.RawMessage) (json.RawMessage, error) {
 	if s.retiring.Load() {
 		return nil, shuttingDown()
 	}
 	timeout := s.m.cfg.CallTimeout
+	if s.cfg.TimeoutSeconds > 0 {
+		timeout = time.Duration(s.cfg.TimeoutSeconds * float64(time.Second))
+	}
 	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 	defer cancel()
 	req := &callReq{ctx: cctx, name: t.remote, args: args, reply: make(chan callReply, 1)}
