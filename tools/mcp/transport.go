@@ -242,4 +242,3 @@ func (w *tailWriter) tail() string {
 	w.mu.Unlock()
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " | ")), " ")
 }
-
