@@ -88,6 +88,15 @@ CREATE TABLE IF NOT EXISTS run_events (
 	ts      INTEGER NOT NULL,    -- Unix microseconds
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+-- Idempotency-Keys (CreateIdempotent). A new table needs no new schema
+-- version either: an older build never reads it.
+CREATE TABLE IF NOT EXISTS idempotency (
+	key         TEXT PRIMARY KEY,
+	fingerprint TEXT NOT NULL,
+	run_id      TEXT NOT NULL,
+	expires_at  INTEGER NOT NULL -- Unix microseconds
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 `
 
 // SQL statements. ?1 is always the run id. A state list of two is enough:
@@ -121,6 +130,17 @@ const (
 	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts
 		FROM runs r LEFT JOIN run_events e ON e.run_id = r.run_id AND e.seq > ?2
 		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
+	sqlIdemGet = `SELECT fingerprint, run_id FROM idempotency WHERE key = ?1 AND expires_at > ?2`
+	sqlIdemPut = `INSERT INTO idempotency (key, fingerprint, run_id, expires_at) VALUES (?1, ?2, ?3, ?4)
+		ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, run_id = excluded.run_id,
+		expires_at = excluded.expires_at`
+	// sqlIdemExpire drops a bounded batch of expired keys per call, so no
+	// call pays for a long backlog; sqlIdemTrim then keeps the bound,
+	// dropping the keys closest to expiry.
+	sqlIdemExpire = `DELETE FROM idempotency WHERE key IN
+		(SELECT key FROM idempotency WHERE expires_at <= ?1 ORDER BY expires_at LIMIT 64)`
+	sqlIdemTrim = `DELETE FROM idempotency WHERE key IN (SELECT key FROM idempotency ORDER BY expires_at
+		LIMIT max(0, (SELECT count(*) FROM idempotency) - ?1))`
 	sqlInterrupt = `UPDATE runs SET state = 'failed', reason = 'interrupted', updated_at = ?1
 		WHERE state IN ('pending', 'running') RETURNING run_id`
 )
@@ -166,8 +186,9 @@ type Store struct {
 }
 
 var (
-	_ svc.RunStore  = (*Store)(nil)
-	_ svc.RunLister = (*Store)(nil)
+	_ svc.RunStore        = (*Store)(nil)
+	_ svc.RunLister       = (*Store)(nil)
+	_ svc.IdempotentStore = (*Store)(nil)
 )
 
 // Open opens the store in the file at path, creating the file and its
@@ -356,6 +377,72 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		return svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
 	}
 	return nil
+}
+
+// CreateIdempotent reserves key and creates rec in one transaction; see
+// svc.IdempotentStore. The writer's transactions are IMMEDIATE, so the
+// check of the key and the writes are one step for every process sharing
+// the file. Each call also drops up to 64 expired keys, and counts the keys
+// to keep svc.MaxIdempotencyKeys (a scan of an index, about a millisecond at
+// the bound).
+func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, rec svc.RunRecord, ttl time.Duration) (string, bool, error) {
+	if err := s.check(); err != nil {
+		return "", false, err
+	}
+	if rec.RunID == "" {
+		return "", false, svc.Errorf(svc.KindSpecValidation, "sqlitestore: empty run id")
+	}
+	if ttl <= 0 {
+		ttl = svc.DefaultIdempotencyTTL
+	}
+	now := time.Now()
+	created := now
+	if !rec.CreatedAt.IsZero() {
+		created = rec.CreatedAt
+	}
+	fail := func(err error) (string, bool, error) {
+		return "", false, s.fail(ctx, err, "create run %q with Idempotency-Key %q", rec.RunID, key)
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback()
+	var heldFP, heldRun string
+	switch err := tx.QueryRowContext(ctx, sqlIdemGet, key, micros(now)).Scan(&heldFP, &heldRun); {
+	case err == nil:
+		if heldFP != fingerprint {
+			return "", false, svc.IdempotencyConflict(key, heldRun)
+		}
+		return heldRun, false, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fail(err)
+	}
+	res, err := tx.StmtContext(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+	if err != nil {
+		return fail(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail(err)
+	} else if n == 0 {
+		return "", false, svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{sqlIdemPut, []any{key, fingerprint, rec.RunID, micros(now.Add(ttl))}},
+		{sqlIdemExpire, []any{micros(now)}},
+		{sqlIdemTrim, []any{svc.MaxIdempotencyKeys}},
+	} {
+		if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
+			return fail(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return rec.RunID, true, nil
 }
 
 // Get returns a run's record.
