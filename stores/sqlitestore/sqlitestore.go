@@ -1,12 +1,13 @@
 // Package sqlitestore is the svc.RunStore kept in one SQLite file, through
 // the pure-Go modernc.org/sqlite driver (no cgo).
 //
-// The file is in WAL mode, so readers (Get, Events, streams) never wait for
-// the writer. Writes go through one connection, which queues this process's
-// writers in Go rather than in SQLite's sleeping busy handler; busy_timeout
-// covers other processes writing the same file. synchronous=NORMAL: a
-// process crash loses nothing committed, a power cut may lose the last
-// commits.
+// The file is opened by internal/sqlitedb, as the event store's is: WAL
+// mode, so readers (Get, Events, streams) never wait for the writer; one
+// writer connection, which queues this process's writers in Go rather than
+// in SQLite's sleeping busy handler; busy_timeout for other processes
+// writing the same file; synchronous=NORMAL (a process crash loses nothing
+// committed, a power cut may lose the last commits). A busy file is an
+// AgentRuntimeError matching sqlitedb.ErrBusy, which callers may retry.
 //
 // The state machine is enforced in SQL: every change is a conditional UPDATE
 // (or INSERT … SELECT) that matches only runs in a state that allows it, so
@@ -36,9 +37,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/sqlitedb"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -46,10 +46,6 @@ import (
 // changes made by other processes sharing the file; changes made through
 // the same Store wake it at once.
 const PollInterval = 250 * time.Millisecond
-
-// busyTimeoutMS bounds how long a statement waits for another process's
-// write lock before failing.
-const busyTimeoutMS = 5000
 
 // schemaVersion is stored in PRAGMA user_version; a file from a newer
 // version is refused rather than misread. The listing indexes did not bump
@@ -203,26 +199,11 @@ func Open(path string) (*Store, error) {
 	}
 	// An absolute path never starts with "file:", so the driver passes it
 	// to SQLite as a plain file name, not a URI.
-	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)", busyTimeoutMS)
-	writer, err := sql.Open("sqlite", abs+"?"+params+"&_txlock=immediate")
+	db, err := sqlitedb.Open(abs, sqlitedb.Options{Init: initSchema})
 	if err != nil {
 		return nil, fail(err)
 	}
-	writer.SetMaxOpenConns(1)
-	writer.SetMaxIdleConns(1)
-	writer.SetConnMaxLifetime(0)
-	writer.SetConnMaxIdleTime(0)
-	if err := initSchema(writer); err != nil {
-		writer.Close()
-		return nil, fail(err)
-	}
-	reader, err := sql.Open("sqlite", abs+"?"+params+"&_pragma=query_only(1)")
-	if err != nil {
-		writer.Close()
-		return nil, fail(err)
-	}
-	reader.SetMaxOpenConns(4)
-	reader.SetMaxIdleConns(4)
+	writer, reader := db.Writer, db.Reader
 	s := &Store{
 		path: path, writer: writer, reader: reader, poll: PollInterval,
 		notify: notifier{chans: map[string]chan struct{}{}}, done: make(chan struct{}),
@@ -322,15 +303,8 @@ func checkPath(path string) (string, error) {
 	return abs, nil
 }
 
-// initSchema turns on WAL, creates the tables and checks the schema version.
+// initSchema creates the tables and checks the schema version.
 func initSchema(db *sql.DB) error {
-	var mode string
-	if err := db.QueryRow("PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return err
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("cannot turn on WAL mode (journal_mode is %s)", mode)
-	}
 	var version int
 	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
 		return err
@@ -834,18 +808,10 @@ func (s *Store) check() error {
 	return nil
 }
 
-// fail wraps a database error once, naming the operation. When the
-// caller's context ended, that is the cause that matters: the error is a
-// CancelledError or TimeoutError wrapping the context's error.
+// fail wraps a database error once, naming the operation; see
+// sqlitedb.Fail for the kinds.
 func (s *Store) fail(ctx context.Context, err error, format string, args ...any) error {
-	msg := "sqlitestore: " + fmt.Sprintf(format, args...)
-	if cerr := ctx.Err(); cerr != nil {
-		return svc.Wrap(svc.KindOf(cerr), cerr, msg)
-	}
-	if s.closed.Load() {
-		return svc.Wrap(svc.KindShuttingDown, err, msg)
-	}
-	return svc.Wrap(svc.KindRuntime, err, msg)
+	return sqlitedb.Fail(ctx, err, s.closed.Load(), "sqlitestore: "+fmt.Sprintf(format, args...))
 }
 
 func unknown(runID string) error {
