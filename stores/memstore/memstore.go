@@ -2,9 +2,10 @@
 // runs, each with its event slice. It keeps nothing across restarts, so it
 // suits tests and single-process deployments that do not need durability.
 //
-// Streams wait on a per-run notification channel that every change closes
-// and replaces (a broadcast), so a stream wakes only when its run changed:
-// no polling, and no goroutine per append.
+// Streams run the stores' one follow loop (stores/internal/follow), woken
+// by a per-run notification channel that every change closes and replaces
+// (a broadcast), so a stream wakes only when its run changed: no polling,
+// and no goroutine per append.
 //
 // ListRuns filters and sorts all the runs on every page, O(n log n) for n
 // runs: no index to keep, and cheap at the sizes an in-memory store holds.
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/follow"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -252,34 +254,21 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 func (s *Store) follow(ctx context.Context, r *run, after int64, out chan<- svc.RunEvent) {
 	defer s.streams.Done()
 	defer close(out)
-	for {
-		s.mu.Lock()
-		pending, terminal, changed := r.since(after), r.rec.State.Terminal(), r.changed
-		r.watched = true
-		s.mu.Unlock()
-		for _, ev := range pending {
-			select {
-			case out <- ev:
-				after = ev.Seq
-			case <-ctx.Done():
-				return
-			case <-s.done:
-				return
-			}
-		}
-		// The state and the events were read together: a terminal run has
+	follow.Run(ctx, s.done, after, follow.Source{
+		Arm: func() <-chan struct{} {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			r.watched = true
+			return r.changed
+		},
+		// The state and the events are read together: a terminal run has
 		// no event left to send.
-		if terminal {
-			return
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		}
-	}
+		Read: func(_ context.Context, after int64) ([]svc.RunEvent, bool, bool, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return r.since(after), r.rec.State.Terminal(), false, nil
+		},
+	}, out)
 }
 
 // Interrupt fails every pending or running run with reason "interrupted".

@@ -10,8 +10,9 @@
 // survives a crash; concurrent writers share fsyncs.
 //
 // Pebble locks its directory, so the process that opened the store sees every
-// write; Stream replays the stored events and then follows in-process
-// notifications rather than polling.
+// write; Stream runs the stores' follow loop (stores/internal/follow): it
+// replays the stored events and then follows in-process notifications
+// rather than polling.
 //
 // ListRuns reads secondary indexes with empty values, written in the same
 // batch as the record they index: "idx/created/<ts><id>" for every run and
@@ -41,6 +42,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/follow"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -479,35 +481,18 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 	return out, nil
 }
 
+// follow runs the stores' follow loop; a read error (the store closed, the
+// run vanished) ends the stream, as the channel cannot carry it.
 func (s *Store) follow(ctx context.Context, runID string, last int64, sub *subscriber, out chan<- svc.RunEvent) {
-	for {
-		evs, terminal, err := s.snapshot(runID, last)
-		if err != nil {
-			// The store closed, or the run vanished: end the stream, as
-			// the channel cannot carry an error.
-			return
-		}
-		for _, ev := range evs {
-			select {
-			case out <- ev:
-				last = ev.Seq
-			case <-ctx.Done():
-				return
-			case <-s.done:
-				return
-			}
-		}
-		if terminal {
-			return
-		}
-		select {
-		case <-sub.wake:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		}
-	}
+	follow.Run(ctx, s.done, last, follow.Source{
+		// The subscription was made before the first read, and its buffer
+		// keeps a wake-up that lands between a read and the wait.
+		Arm: func() <-chan struct{} { return sub.wake },
+		Read: func(_ context.Context, after int64) ([]svc.RunEvent, bool, bool, error) {
+			evs, terminal, err := s.snapshot(runID, after)
+			return evs, terminal, false, err
+		},
+	}, out)
 }
 
 // snapshot reads the run's state and its events after last under the read

@@ -13,9 +13,9 @@
 // (or INSERT … SELECT) that matches only runs in a state that allows it, so
 // a late writer in any process is refused by the store itself.
 //
-// Streams replay from the run_events table and then wait for a signal from
-// this process's writers, with a slow poll (PollInterval) for writers in
-// other processes.
+// Streams run the stores' follow loop (stores/internal/follow): they replay
+// from the run_events table and then wait for a signal from this process's
+// writers, with a slow poll (PollInterval) for writers in other processes.
 //
 // ListRuns reads one page with one indexed query: runs_created orders the
 // unfiltered listing and runs_state_created the listing of one state, so a
@@ -39,6 +39,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/sqlitedb"
+	"github.com/svc-dev/svc/stores/internal/follow"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -628,49 +629,19 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 func (s *Store) follow(ctx context.Context, runID string, after int64, out chan<- svc.RunEvent) {
 	defer s.streams.Done()
 	defer close(out)
-	poll := time.NewTicker(s.poll)
-	defer poll.Stop()
-	for {
-		// Register before reading, so a change committed after the read
-		// signals this very channel.
-		woken := s.notify.wait(runID)
-		var state svc.RunState
-		for {
-			// The first page's state is the one that counts: read with
-			// the events, it is terminal only once all of them are in.
-			st, page, err := s.page(ctx, runID, after)
-			if err != nil {
-				return
-			}
-			if state == "" {
-				state = st
-			}
-			for _, ev := range page {
-				select {
-				case out <- ev:
-					after = ev.Seq
-				case <-ctx.Done():
-					return
-				case <-s.done:
-					return
-				}
-			}
-			if len(page) < pageSize {
-				break
-			}
-		}
-		if state.Terminal() {
-			return
-		}
-		select {
-		case <-woken:
-		case <-poll.C:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		}
-	}
+	follow.Run(ctx, s.done, after, follow.Source{
+		// Armed before each read, so a change committed after the read
+		// signals the channel the loop then waits on.
+		Arm: func() <-chan struct{} { return s.notify.wait(runID) },
+		// A page's state is read with its events: terminal with a short
+		// page means every event is in.
+		Read: func(ctx context.Context, after int64) ([]svc.RunEvent, bool, bool, error) {
+			state, page, err := s.page(ctx, runID, after)
+			full := len(page) == pageSize
+			return page, state.Terminal() && !full, full, err
+		},
+		Poll: s.poll,
+	}, out)
 }
 
 // Interrupt fails every pending or running run with reason "interrupted".
