@@ -219,7 +219,8 @@ type SubmitRequest struct {
 	Kind   string   `json:"kind,omitempty"`
 	// IdempotencyKey (the Idempotency-Key header) makes a retried submit
 	// safe: the same key with the same request returns the first run's id;
-	// with a different request it is a RunStateError.
+	// with a different request it is a RunStateError. The run store keeps
+	// keys for a TTL (see IdempotentStore).
 	IdempotencyKey string `json:"-"`
 }
 
