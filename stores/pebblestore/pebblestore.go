@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -317,7 +318,7 @@ func (s *Store) sweepIdem(b *pebble.Batch, nowUS int64, excess int, skip string)
 			_ = it.Close()
 			return n, err
 		}
-		if err := b.Delete(slicesClone(k), nil); err != nil {
+		if err := b.Delete(slices.Clone(k), nil); err != nil {
 			_ = it.Close()
 			return n, err
 		}
@@ -325,8 +326,6 @@ func (s *Store) sweepIdem(b *pebble.Batch, nowUS int64, excess int, skip string)
 	}
 	return n, it.Close()
 }
-
-func slicesClone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // loadIdem reads key's reservation, nil when there is none; the caller
 // holds mu.
