@@ -600,3 +600,31 @@ func TestStreamJoinsBlockedHub(t *testing.T) {
 		}
 	}
 }
+
+// Idempotency-Keys are shared by every store on a prefix, survive the
+// store that made them, and expire by Redis's own TTL.
+func TestIdempotencyKeysAcrossStores(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	a := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	ctx := t.Context()
+	rec := func(id string) svc.RunRecord { return svc.RunRecord{RunID: id, Target: "t", Kind: "agent"} }
+	if id, created, err := a.CreateIdempotent(ctx, "k", "fp", rec("r1"), time.Hour); err != nil || !created || id != "r1" {
+		t.Fatalf("CreateIdempotent = %q, %v, %v", id, created, err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	if id, created, err := b.CreateIdempotent(ctx, "k", "fp", rec("r2"), time.Hour); err != nil || created || id != "r1" {
+		t.Fatalf("another store: CreateIdempotent = %q, %v, %v; want r1, false", id, created, err)
+	}
+	if _, _, err := b.CreateIdempotent(ctx, "k", "other", rec("r3"), time.Hour); !errors.Is(err, svc.ErrRunState) {
+		t.Fatalf("another request under the key: %v", err)
+	}
+	// The reservation expires by Redis's own TTL.
+	c := rawClient(t, url)
+	if ttl, err := c.PTTL(ctx, prefix+"::idem:k").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("PTTL of the reservation = %v, %v", ttl, err)
+	}
+}
