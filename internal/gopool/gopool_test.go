@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,13 +56,7 @@ func TestIdleWorkersRetire(t *testing.T) {
 	if p.Workers() == 0 {
 		t.Fatal("no workers counted")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Workers() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d idle workers did not retire", p.Workers())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the idle workers to retire", func() bool { return p.Workers() == 0 })
 	p.Close()
 }
 
