@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc"
@@ -89,15 +90,25 @@ func TestEmitterBatches(t *testing.T) {
 	}
 }
 
+// A partial batch is written once its first event has waited the flush
+// interval, not before; synctest's clock makes that exact.
 func TestEmitterFlushesPartialBatch(t *testing.T) {
-	s := newCounting()
-	e := eventstore.NewEmitter(s, 100, 20*time.Millisecond)
-	defer e.Close()
-	emitN(e, 3)
-	testutil.Eventually(t, "the flush interval to write a partial batch", func() bool { return len(s.sizes()) == 1 })
-	if got := s.sizes(); !reflect.DeepEqual(got, []int{3}) {
-		t.Fatalf("writes: %v, want [3]", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newCounting()
+		e := eventstore.NewEmitter(s, 100, time.Second)
+		defer e.Close()
+		emitN(e, 3)
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		if got := s.sizes(); len(got) != 0 {
+			t.Fatalf("writes before the flush interval: %v", got)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := s.sizes(); !reflect.DeepEqual(got, []int{3}) {
+			t.Fatalf("writes: %v, want [3]", got)
+		}
+	})
 }
 
 func TestEmitterCloseFlushesEverything(t *testing.T) {
