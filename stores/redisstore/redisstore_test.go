@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/stores/redisstore"
 	"github.com/svc-dev/svc/stores/storetest"
 )
@@ -304,16 +305,10 @@ func TestTTL(t *testing.T) {
 	if err := s.SetState(ctx, "r1", svc.RunCancelled, "", nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testutil.Eventually(t, "Get to give a RegistryError after a 50 ms TTL", func() bool {
 		_, err := s.Get(ctx, "r1")
-		if errors.Is(err, svc.ErrRegistry) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Get 10 s after a 50 ms TTL = %v, want a RegistryError", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.Is(err, svc.ErrRegistry)
+	})
 }
 
 func TestCloseKeepsGivenClient(t *testing.T) {
@@ -358,12 +353,7 @@ func TestCloseDisconnectsOwnClient(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); connected(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the store's own connection is still open 10 s after Close")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the store's own connection to close after Close", func() bool { return !connected() })
 }
 
 // Two stores with their own clients, as two processes would have: one
