@@ -201,10 +201,15 @@ func TestFailureKind(t *testing.T) {
 		p    svc.Payload
 		want svc.Kind
 	}{
-		{svc.Payload{"error_type": "BudgetExceededError", "error": "ModelError: x"}, svc.KindBudgetExceeded},
-		{svc.Payload{"error": "ModelError: all models failed"}, svc.KindModel},
+		{svc.Payload{"reason": "BudgetExceededError", "error": "ModelError: x"}, svc.KindBudgetExceeded},
+		{svc.Payload{"reason": "ModelError"}, svc.KindModel},
+		// The error text is never parsed.
+		{svc.Payload{"error": "ModelError: all models failed"}, svc.KindToolExecution},
+		{svc.Payload{"error_type": "ModelError"}, svc.KindToolExecution},
+		// Reasons written by earlier versions still classify.
 		{svc.Payload{"error": "NotAKind: x", "reason": "timeout"}, svc.KindTimeout},
 		{svc.Payload{"error": "boom", "reason": "depth_limit"}, svc.KindDepthLimit},
+		{svc.Payload{"reason": "invalid_output"}, svc.KindOutputValidation},
 		{svc.Payload{"error": "boom"}, svc.KindToolExecution},
 		{svc.Payload{"error_type": 42, "error": 7}, svc.KindToolExecution},
 		{nil, svc.KindToolExecution},

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/actors"
 )
 
 // Submitted runs: Submit records a run in the RunStore and starts it under a
@@ -103,8 +102,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rt.submitted.Store(id, cancel)
 	w := newRunWriter(rt.store, id)
-	runCtx = actors.WithRunSink(runCtx, w.event)
-	runCtx = svc.WithProgress(runCtx, w.progress)
+	runCtx = withRunSink(runCtx, w.event, w.progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
 }
