@@ -110,4 +110,3 @@ func (rt *Runtime) emitGroup(t svc.EventType, name, trace string, s *svc.Scope, 
 	rt.emitter.Emit(svc.RuntimeEvent{EventType: t, Timestamp: time.Now().UTC(), AgentName: name,
 		TraceID: trace, ParentTraceID: s.ParentTrace, SpanID: span, ParentSpanID: s.ParentSpan, Payload: p})
 }
-
