@@ -20,7 +20,7 @@ import (
 //
 // Version 3 added the span ids of the event envelope (span_id,
 // parent_span_id), which the tree links invocations by; rows written
-// before have none (”) and are placed by time as before. Its migration
+// before have empty ones and are placed by time as before. Its migration
 // also derives the failures' error_kind again, from the payload's reason
 // only: version 2 also read it out of the error text.
 const schemaVersion = 3
