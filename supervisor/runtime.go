@@ -55,6 +55,12 @@ type Config struct {
 	// caller's to close. At start, runs a previous process left pending or
 	// running are marked failed ("interrupted").
 	Store svc.RunStore
+	// Execute, when set, runs each attempt of an invocation instead of the
+	// local agent loop, and Backend names where (the "backend" of events
+	// and result metadata; svc.BackendLocal when empty). They are the seam
+	// of the distributed mode, see actors.Env.Execute.
+	Execute func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error)
+	Backend string
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -140,7 +146,7 @@ func New(cfg Config) (*Runtime, error) {
 	rt.pool = gopool.New(5 * time.Second)
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
-		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}}
+		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))

@@ -3,11 +3,14 @@ package supervisor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/group"
+	"github.com/svc-dev/svc/supervisor"
 )
 
 // spanOf returns the one span id of agent's events, checking they share it.
@@ -99,4 +102,39 @@ func TestSpanIDs(t *testing.T) {
 			t.Errorf("spans %v, batch %+v", spans, bs)
 		}
 	})
+}
+
+// Config.Execute replaces the local agent loop for every attempt, and
+// Config.Backend is what events and results report: the seam a publisher
+// uses to send invocations through a broker.
+func TestExecuteSeam(t *testing.T) {
+	rec := &emittertest.Recorder{}
+	var seen []string
+	rt, err := supervisor.New(supervisor.Config{Emitter: rec, Backend: "broker:test",
+		Execute: func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error) {
+			seen = append(seen, inv.Agent.Def.Name+"/"+inv.TaskID)
+			if inv.SpanID == "" || inv.TraceID == "" {
+				return agent.Outcome{}, errors.New("no span or trace")
+			}
+			return agent.Outcome{Output: json.RawMessage(`"remote"`), Model: "test:echo", TokensUsed: 3}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	if err := rt.Register(echo("echo", nil)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Run(context.Background(), "echo", svc.TaskSpec{ID: "t1", Input: json.RawMessage(`1`)})
+	if err != nil || !res.Success || string(res.Output) != `"remote"` || res.Metadata.Backend != "broker:test" || res.Metadata.TokensUsed != 3 {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	if len(seen) != 1 || seen[0] != "echo/t1" {
+		t.Errorf("Execute saw %v", seen)
+	}
+	for _, ev := range rec.Events() {
+		if b, ok := ev.Payload["backend"]; ok && b != "broker:test" {
+			t.Errorf("%s backend %v", ev.EventType, b)
+		}
+	}
 }
