@@ -38,9 +38,6 @@ type invState struct {
 	unpriced bool     // some model call had no price
 	self     *actor.PID
 	root     *actor.RootContext
-	// span is this invocation's span id, shared by its attempts; "" when
-	// no emitter listens (nothing would carry it).
-	span string
 
 	// inv and done are reused by every attempt: one attempt runs at a time,
 	// and its goroutine hands done over by message before the next starts.
@@ -85,22 +82,24 @@ func (a *invocation) startAttempt(c actor.Context) {
 	st := a.st
 	st.attempt++
 	if st.attempt == 1 {
+		// The span id is the invocation's, shared by its attempts; there is
+		// none when no emitter listens (nothing would carry it).
+		st.inv = agent.Invocation{
+			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
+			ParentTraceID: st.run.ParentTrace, ParentSpanID: st.parentSpan(),
+			Depth: st.run.Depth, Emitter: st.env.Emitter,
+		}
 		if !st.env.Silent {
-			st.span = NewSpanID()
+			st.inv.SpanID = NewSpanID()
+		}
+		if st.run.Budget != nil {
+			st.inv.Budget = st.run.Budget.For(&st.inv)
 		}
 		st.runEvent(svc.RunAgentStarted, "")
 		if !st.env.Silent {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
 				"backend": st.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
 			})
-		}
-		st.inv = agent.Invocation{
-			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
-			ParentTraceID: st.run.ParentTrace, SpanID: st.span, ParentSpanID: st.parentSpan(),
-			Depth: st.run.Depth, Emitter: st.env.Emitter,
-		}
-		if st.run.Budget != nil {
-			st.inv.Budget = st.run.Budget.For(&st.inv)
 		}
 	}
 	backoff := st.env.Options.Backoff(st.attempt)
@@ -268,7 +267,7 @@ func (st *invState) parentSpan() string {
 func (st *invState) emit(t svc.EventType, p svc.Payload) {
 	st.env.Emitter.Emit(svc.RuntimeEvent{
 		EventType: t, Timestamp: time.Now().UTC(), AgentName: st.run.Agent.Def.Name, TaskID: st.task.ID,
-		TraceID: st.task.Trace, ParentTraceID: st.run.ParentTrace, SpanID: st.span, ParentSpanID: st.parentSpan(),
+		TraceID: st.task.Trace, ParentTraceID: st.run.ParentTrace, SpanID: st.inv.SpanID, ParentSpanID: st.inv.ParentSpanID,
 		Payload: p,
 	})
 }
