@@ -23,12 +23,12 @@ type invState struct {
 	task *Task
 	out  *svc.AgentResult // this invocation's slot in the run's results
 
-	// ctx, cancel, start and deadline are set by the run actor, which
-	// enforces the deadline; finished is the run actor's too.
+	// ctx, cancel and start are set by the run actor, which enforces the
+	// deadline (start plus the timeout: not stored, which keeps this
+	// struct in a smaller size class); finished is the run actor's too.
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	start    time.Time
-	deadline time.Time
 	finished bool
 	attempt  int
 	tokens   int64
@@ -111,6 +111,9 @@ func (a *invocation) startAttempt(c actor.Context) {
 		st.env.Pool.Go(st.workNow)
 	}
 }
+
+// deadline is when the invocation times out.
+func (st *invState) deadline() time.Time { return st.start.Add(st.env.Options.Timeout()) }
 
 // workNow runs one attempt, without backoff, on a pooled goroutine.
 func (st *invState) workNow() { st.work(0) }

@@ -268,7 +268,7 @@ func (r *runActor) fill(c actor.Context) {
 	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
 		now := time.Now()
 		st := &invState{env: r.env, run: r.req, task: &r.req.Tasks[r.next], out: &r.results[r.next],
-			start: now, deadline: now.Add(r.env.Options.Timeout())}
+			start: now}
 		st.ctx, st.cancel = context.WithCancelCause(r.detached)
 		if r.cancelled != nil {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
@@ -297,7 +297,7 @@ func (r *runActor) arm() {
 	if r.head == len(r.pending) {
 		return
 	}
-	due := r.pending[r.head].deadline
+	due := r.pending[r.head].deadline()
 	if r.timer != nil && !r.timerAt.IsZero() && !r.timerAt.After(due) {
 		return // it fires early enough; expire re-arms for what remains
 	}
@@ -318,7 +318,7 @@ func (r *runActor) expire() {
 	for r.head < len(r.pending) {
 		st := r.pending[r.head]
 		if !st.finished {
-			if st.deadline.After(now) {
+			if st.deadline().After(now) {
 				break
 			}
 			st.cancel(context.DeadlineExceeded)
