@@ -220,3 +220,23 @@ func TestFailureKind(t *testing.T) {
 		}
 	}
 }
+
+// Span ids are envelope fields, written only when set.
+func TestRuntimeEventSpanIDs(t *testing.T) {
+	ev := svc.RuntimeEvent{EventType: svc.EventAgentSpawned, AgentName: "a", TraceID: "t", SpanID: "s1", ParentSpanID: "p1"}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"span_id":"s1","parent_span_id":"p1"`)) || bytes.Contains(b, []byte(`"payload":{"span_id"`)) {
+		t.Errorf("JSON %s", b)
+	}
+	var back svc.RuntimeEvent
+	if err := json.Unmarshal(b, &back); err != nil || back.SpanID != "s1" || back.ParentSpanID != "p1" {
+		t.Errorf("round trip %+v, %v", back, err)
+	}
+	b, _ = json.Marshal(svc.RuntimeEvent{EventType: svc.EventAgentSpawned})
+	if bytes.Contains(b, []byte("span_id")) {
+		t.Errorf("unset span ids written: %s", b)
+	}
+}
