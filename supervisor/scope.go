@@ -44,13 +44,18 @@ type runScope struct {
 	rounds *atomic.Int64
 }
 
+// noRun is the runtime part of a scope that has none. It is shared and
+// never modified (changes copy it), so reading a bare context allocates
+// nothing.
+var noRun = &runScope{}
+
 // scopeOf returns ctx's scope and its runtime part, never nil.
 func scopeOf(ctx context.Context) (svc.Scope, *runScope) {
 	s := svc.ScopeFrom(ctx)
 	if rs, ok := s.Runtime.(*runScope); ok && rs != nil {
 		return s, rs
 	}
-	return s, &runScope{}
+	return s, noRun
 }
 
 // withRun returns ctx with rs as its runtime scope.
@@ -87,7 +92,9 @@ func withRunSink(ctx context.Context, sink actors.RunSink, progress svc.Progress
 	s, rs := scopeOf(ctx)
 	next := *rs
 	next.sink = sink
-	next.progress = nil // the submitted run counts its own invocations
+	// The submitted run counts its own invocations; its counter is made
+	// here so that enter has nothing left to add.
+	next.progress = actors.NewProgress(progress)
 	s.Progress = progress
 	return withRun(ctx, s, &next)
 }
