@@ -6,7 +6,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +60,12 @@ type Config struct {
 	// it is a svc.IdempotentStore (every store in stores/ is), else in
 	// this process's memory.
 	IdempotencyTTL time.Duration
+	// Execute, when set, runs each attempt of an invocation instead of the
+	// local agent loop, and Backend names where (the "backend" of events
+	// and result metadata; svc.BackendLocal when empty). They are the seam
+	// of the distributed mode, see actors.Env.Execute.
+	Execute func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error)
+	Backend string
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -156,7 +161,7 @@ func New(cfg Config) (*Runtime, error) {
 	rt.pool = gopool.New(5 * time.Second)
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
-		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}}
+		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
@@ -237,137 +242,6 @@ func (rt *Runtime) admit() error {
 	}
 	rt.inflight.Add(1)
 	return nil
-}
-
-// Run runs one task on an agent and waits for the result.
-func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
-	c, err := rt.lookup(name)
-	if err != nil {
-		return svc.AgentResult{}, err
-	}
-	t, err := prepare(c, task, svc.RequestIDFrom(ctx), -1)
-	if err != nil {
-		return svc.AgentResult{}, err
-	}
-	return rt.runCompiled(ctx, c, t)
-}
-
-// Gather runs many tasks on one agent, at most maxConcurrency at once, and
-// returns the results in task order.
-func (rt *Runtime) Gather(ctx context.Context, name string, tasks []svc.TaskSpec, maxConcurrency int) ([]svc.AgentResult, error) {
-	c, err := rt.lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	conc, err := svc.CheckGatherConcurrency(maxConcurrency)
-	if err != nil {
-		return nil, err
-	}
-	if len(tasks) == 0 {
-		return nil, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "gather")
-	}
-	batch := svc.RequestIDFrom(ctx)
-	if batch == "" {
-		batch = newID()
-	}
-	prepared := make([]actors.Task, len(tasks))
-	for i, task := range tasks {
-		if prepared[i], err = prepare(c, task, batch, i); err != nil {
-			return nil, err
-		}
-	}
-	depth, err := rt.checkDepth(ctx, c.Def.Name, actors.Task{Trace: batch})
-	if err != nil {
-		return nil, err
-	}
-	return rt.start(ctx, &actors.StartRun{
-		Agent: c, Tasks: prepared, MaxConcurrency: min(conc, len(prepared)), Depth: depth,
-		Batch: true, BatchTrace: batch,
-	})
-}
-
-// prepare assigns ids and checks the input of one task. index is the task's
-// place in a gather, or -1 for a single run.
-func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (actors.Task, error) {
-	t := actors.Task{ID: task.ID, Trace: task.RequestID, Input: task.Input}
-	if t.ID == "" {
-		t.ID = newID()
-	}
-	if t.Trace == "" {
-		t.Trace = trace
-	}
-	if t.Trace == "" {
-		t.Trace = newID()
-	}
-	if len(t.Input) == 0 {
-		t.Input = json.RawMessage("null")
-	}
-	if err := c.ValidateInput(t.Input); err != nil {
-		if index >= 0 {
-			var e *svc.Error
-			if errors.As(err, &e) {
-				e2 := *e
-				e2.Message = fmt.Sprintf("tasks[%d]: %s", index, e.Message)
-				e2.TaskID = t.ID
-				return t, &e2
-			}
-		}
-		return t, err
-	}
-	return t, nil
-}
-
-// checkDepth finds the depth of a new run from ctx (one below the invocation
-// that starts it) and refuses it past max_spawn_depth, emitting
-// depth_limit_exceeded first.
-func (rt *Runtime) checkDepth(ctx context.Context, name string, t actors.Task) (int, error) {
-	depth := svc.DepthFrom(ctx) + 1
-	if depth <= rt.opts.MaxSpawnDepth {
-		return depth, nil
-	}
-	rt.emitter.Emit(svc.RuntimeEvent{
-		EventType: svc.EventDepthLimitExceeded, Timestamp: time.Now().UTC(), AgentName: name,
-		TaskID: t.ID, TraceID: t.Trace, ParentTraceID: svc.ParentTraceFrom(ctx),
-		Payload: svc.Payload{"limit": rt.opts.MaxSpawnDepth, "depth": depth},
-	})
-	return 0, &svc.Error{Kind: svc.KindDepthLimit, Agent: name, TaskID: t.ID, Reason: "depth_limit",
-		Message: fmt.Sprintf("%s: spawn depth %d exceeds max_spawn_depth %d", name, depth, rt.opts.MaxSpawnDepth)}
-}
-
-// start hands a run to a shard and waits for its reply. The run's context is
-// the caller's: when the caller goes away, in-flight model and tool calls
-// are cancelled through it.
-func (rt *Runtime) start(ctx context.Context, req *actors.StartRun) ([]svc.AgentResult, error) {
-	if err := rt.admit(); err != nil {
-		return nil, err
-	}
-	defer rt.inflight.Done()
-	req.ParentTrace = svc.ParentTraceFrom(ctx)
-	ctx, req.Budget = rt.withBudget(ctx)
-	req.Progress = actors.NewProgress(svc.ProgressFrom(ctx))
-	req.Ctx = ctx
-	reply := make(chan actors.RunReply, 1)
-	req.Reply = reply
-	rt.system.Root.Send(rt.shard(), req)
-	// The run actor always replies: with results, or with an error when the
-	// runtime stops under it. Cancelling ctx makes it finish early.
-	r := <-reply
-	return r.Results, r.Err
-}
-
-type budgetKey struct{}
-
-// withBudget returns the budget of the request ctx belongs to: the
-// enclosing request's for a nested run, else a new one (nil: no budget).
-func (rt *Runtime) withBudget(ctx context.Context) (context.Context, *actors.Budget) {
-	if b, ok := ctx.Value(budgetKey{}).(*actors.Budget); ok {
-		return ctx, b
-	}
-	b := actors.NewBudget(rt.opts.TokenBudget, rt.emitter)
-	if b == nil {
-		return ctx, nil
-	}
-	return context.WithValue(ctx, budgetKey{}, b), b
 }
 
 // shard picks the next run shard, round robin.
