@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,7 +24,6 @@ import (
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/internal/gopool"
-	"github.com/svc-dev/svc/internal/zapslog"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/tools/mcp"
@@ -56,6 +54,12 @@ type Config struct {
 	// caller's to close. At start, runs a previous process left pending or
 	// running are marked failed ("interrupted").
 	Store svc.RunStore
+	// System is the actor system to run in, for a process that runs other
+	// actors beside the runtime's (NewActorSystem builds one configured
+	// like the runtime's own). It is the caller's to shut down, after the
+	// runtime's Shutdown; Logger and MeterProvider then do not apply to
+	// it. When nil the runtime builds its own and Shutdown stops it.
+	System *actor.ActorSystem
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -67,12 +71,13 @@ type Runtime struct {
 	emitter svc.Emitter
 	log     *zap.Logger
 
-	system *actor.ActorSystem
-	shards []*actor.PID
-	next   atomic.Uint64
-	env    *actors.Env
-	work   sync.WaitGroup
-	pool   *gopool.Pool
+	system    *actor.ActorSystem
+	ownSystem bool // built by New, so stopped by Shutdown
+	shards    []*actor.PID
+	next      atomic.Uint64
+	env       *actors.Env
+	work      sync.WaitGroup
+	pool      *gopool.Pool
 
 	agents atomic.Pointer[registry]
 	mcp    mcpHooks     // the MCP tool servers, for the catalog
@@ -123,19 +128,9 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
 	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
-	confOpts := []actor.ConfigOption{
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(zapslog.New(cfg.Logger.Named("actor")))
-		}),
-		// Dead letters are expected after a cancel; keep the throttle window
-		// short so its timer goroutine does not outlive Shutdown by much.
-		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
-		actor.WithDeadLetterRequestLogging(false),
+	if rt.system = cfg.System; rt.system == nil {
+		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger, cfg.MeterProvider), true
 	}
-	if cfg.MeterProvider != nil {
-		confOpts = append(confOpts, actor.WithMetricProviders(cfg.MeterProvider))
-	}
-	rt.system = actor.NewActorSystem(confOpts...)
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
@@ -146,7 +141,12 @@ func New(cfg Config) (*Runtime, error) {
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
 		if err != nil {
-			rt.system.Shutdown()
+			for _, s := range rt.shards {
+				_ = rt.system.Root.StopFuture(s).Wait()
+			}
+			if rt.ownSystem {
+				rt.system.Shutdown()
+			}
 			rt.pool.Close()
 			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
 		}
@@ -393,7 +393,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.system.Shutdown()
+		if rt.ownSystem {
+			rt.system.Shutdown()
+		}
 		rt.pool.Close()
 		if rt.ownStore {
 			_ = rt.store.Close()
