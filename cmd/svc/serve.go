@@ -127,6 +127,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if s.sseHeartbeat <= 0 || s.sseQueue <= 0 {
 		return &exitError{code: 2, err: errors.New("--sse-heartbeat and --sse-queue-size must be positive")}
 	}
+	if s.maxBody <= 0 {
+		return &exitError{code: 2, err: errors.New("--max-body-bytes must be positive")}
+	}
 	if s.eventsMaxRows < 0 || s.eventsMaxAge < 0 {
 		return &exitError{code: 2, err: errors.New("--events-max-rows and --events-max-age must not be negative")}
 	}
