@@ -22,6 +22,17 @@ const unmatchedRoute = "unmatched"
 // otelhttp, and http.server.active_requests (up-down counter, by method),
 // which otelhttp does not record, here. Requests also get otelhttp's
 // server span when a global TracerProvider is set.
+//
+// Cost, measured on 2 shared cores (bench: BenchmarkHTTPMetricsMiddleware
+// and BenchmarkHTTPRunMetrics, 2026-11-24): otelhttp adds about 10-14 µs
+// and 49 allocations to a request, where the hand-written middleware it
+// replaced added 2-4 µs and 24 (the OTel SDK sorting and deduplicating
+// the larger attribute sets of three histograms, and trace attributes
+// computed even without a tracer). That is 15-20% of the throughput of a
+// test:echo run over HTTP, the cheapest request there is, and nothing
+// beside a model call; the maintained semantic conventions and the spans
+// are worth it. Should a hot route ever need it back, the hand-written
+// version is in git history (commit 6420d11).
 func Metrics(mp metric.MeterProvider) (func(http.Handler) http.Handler, error) {
 	active, err := mp.Meter("github.com/svc-dev/svc/http/server").Int64UpDownCounter("http.server.active_requests",
 		metric.WithUnit("{request}"), metric.WithDescription("Number of active HTTP server requests."))
