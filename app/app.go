@@ -128,6 +128,9 @@ func (a *App) Start() error {
 func (a *App) start() error {
 	o := &a.opts
 	log := a.log
+	// A listener given in Options is the app's from now on: stop closes
+	// it, also when a step before the server fails.
+	a.ln = o.Listener
 
 	// Metrics first: the runtime, the actor system and the HTTP server
 	// record into the provider.
@@ -271,7 +274,7 @@ func (a *App) start() error {
 		return nil
 	}
 	// Last: the HTTP server, once everything it serves is ready.
-	ln := o.Listener
+	ln := a.ln
 	if ln == nil {
 		addr := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
 		if ln, err = net.Listen("tcp", addr); err != nil {

@@ -379,3 +379,48 @@ func TestListener(t *testing.T) {
 		t.Error("the listener is still open after Shutdown")
 	}
 }
+
+// Shutdown is bounded by its context: a run that would take a minute is
+// cancelled once ctx ends, Shutdown says so, and everything is released.
+func TestShutdownBoundedByContext(t *testing.T) {
+	a, err := New(Options{NoListen: true, Store: "memory", Events: "memory",
+		Agents: []svc.Agent{{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 60000}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := a.live.Subscribe(context.Background(), svc.EventFilter{EventTypes: []svc.EventType{svc.EventAgentSpawned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() {
+		_, err := a.Backend().Run(context.Background(), "slow", svc.TaskSpec{Input: json.RawMessage(`1`)})
+		ran <- err
+	}()
+	select { // the run is in flight once it has spawned
+	case <-sub.Events():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = a.Shutdown(ctx)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want the deadline reported", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Shutdown took %v with a 300ms context", d)
+	}
+	select {
+	case err := <-ran:
+		if err == nil {
+			t.Error("the run in flight succeeded; want it cancelled")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run in flight never returned")
+	}
+}
