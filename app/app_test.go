@@ -424,3 +424,41 @@ func TestShutdownBoundedByContext(t *testing.T) {
 		t.Fatal("the run in flight never returned")
 	}
 }
+
+// With Reload, a new spec file is served without a restart, and agents
+// registered from Go stay.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		p := filepath.Join(dir, "agents", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first.yaml", "version: 1\nname: first\nmodel: test:echo\n")
+	a, err := New(Options{SpecsDir: dir, Reload: true, ReloadInterval: 20 * time.Millisecond, NoListen: true,
+		Store: "memory", Events: "none", Agents: []svc.Agent{{Name: "go_agent", Model: "test:echo"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, a)
+	write("second.yaml", "version: 1\nname: second\nmodel: test:echo\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		names, _ := a.Backend().Agents(context.Background())
+		if strings.Join(names, ",") == "first,go_agent,second" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agents %v, want first, go_agent and second after the reload", names)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
