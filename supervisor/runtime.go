@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -24,7 +23,6 @@ import (
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/internal/gopool"
-	"github.com/svc-dev/svc/internal/zapslog"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/tools/mcp"
@@ -66,6 +64,12 @@ type Config struct {
 	// of the distributed mode, see actors.Env.Execute.
 	Execute func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error)
 	Backend string
+	// System is the actor system to run in, for a process that runs other
+	// actors beside the runtime's (NewActorSystem builds one configured
+	// like the runtime's own). It is the caller's to shut down, after the
+	// runtime's Shutdown; Logger and MeterProvider then do not apply to
+	// it. When nil the runtime builds its own and Shutdown stops it.
+	System *actor.ActorSystem
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -77,12 +81,13 @@ type Runtime struct {
 	emitter svc.Emitter
 	log     *zap.Logger
 
-	system *actor.ActorSystem
-	shards []*actor.PID
-	next   atomic.Uint64
-	env    *actors.Env
-	work   sync.WaitGroup
-	pool   *gopool.Pool
+	system    *actor.ActorSystem
+	ownSystem bool // built by New, so stopped by Shutdown
+	shards    []*actor.PID
+	next      atomic.Uint64
+	env       *actors.Env
+	work      sync.WaitGroup
+	pool      *gopool.Pool
 
 	agents atomic.Pointer[registry]
 	mcp    mcpHooks     // the MCP tool servers, for the catalog
@@ -143,19 +148,9 @@ func New(cfg Config) (*Runtime, error) {
 		rt.keys = &localKeys{RunStore: rt.store, keys: map[string]*localKey{}}
 	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
-	confOpts := []actor.ConfigOption{
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(zapslog.New(cfg.Logger.Named("actor")))
-		}),
-		// Dead letters are expected after a cancel; keep the throttle window
-		// short so its timer goroutine does not outlive Shutdown by much.
-		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
-		actor.WithDeadLetterRequestLogging(false),
+	if rt.system = cfg.System; rt.system == nil {
+		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger, cfg.MeterProvider), true
 	}
-	if cfg.MeterProvider != nil {
-		confOpts = append(confOpts, actor.WithMetricProviders(cfg.MeterProvider))
-	}
-	rt.system = actor.NewActorSystem(confOpts...)
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
@@ -166,7 +161,12 @@ func New(cfg Config) (*Runtime, error) {
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
 		if err != nil {
-			rt.system.Shutdown()
+			for _, s := range rt.shards {
+				_ = rt.system.Root.StopFuture(s).Wait()
+			}
+			if rt.ownSystem {
+				rt.system.Shutdown()
+			}
 			rt.pool.Close()
 			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
 		}
@@ -283,7 +283,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.system.Shutdown()
+		if rt.ownSystem {
+			rt.system.Shutdown()
+		}
 		rt.pool.Close()
 		if rt.ownStore {
 			_ = rt.store.Close()
