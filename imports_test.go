@@ -21,12 +21,13 @@ type listedPackage struct {
 	XTestImports []string
 }
 
-// TestImportDirection enforces the rules of direction in DESIGN.md:
+// TestImportDirection enforces the rules of direction (docs/architecture.md):
 //
 //   - the root package imports none of the others;
 //   - http/server reaches the runtime only through svc.Backend;
 //   - stores, emitters and brokers import only the root, their own family
-//     and internal utilities that import nothing of the module;
+//     and internal leaf packages that import nothing of the module but
+//     the root (internal/dropqueue, internal/sqlitedb, internal/faultstore);
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
 //   - no production code imports testing. A package that does is a test
