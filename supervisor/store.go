@@ -42,13 +42,22 @@ func retryable(err error) bool {
 	return true
 }
 
+// inMemory is a store that does no I/O (memstore): a write cannot hang, so
+// it needs no timer of its own. A timer per try is most of what a write to
+// such a store costs (six writes a run; BENCHMARKS.md, Submit).
+type inMemory interface{ InMemory() bool }
+
 // retry runs f until it succeeds, fails for good, or storeAttempts tries
 // were made; f gets the try's number from 1. A try cut by storeTimeout is
 // retried, unlike one whose parent ended.
 func (rt *Runtime) retry(parent context.Context, id, op string, f func(ctx context.Context, attempt int) error) error {
 	wait := storeBackoff
+	_, noIO := rt.store.(inMemory)
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(parent, storeTimeout)
+		ctx, cancel := parent, context.CancelFunc(func() {})
+		if !noIO {
+			ctx, cancel = context.WithTimeout(parent, storeTimeout)
+		}
 		err := f(ctx, attempt)
 		timedOut := err != nil && ctx.Err() != nil && parent.Err() == nil
 		cancel()

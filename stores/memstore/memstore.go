@@ -315,6 +315,10 @@ func (s *Store) ListRuns(_ context.Context, f svc.RunFilter) (svc.RunPage, error
 
 // Close ends every stream and waits for their goroutines; later calls are
 // no-ops. Every other method fails once the store is closed.
+// InMemory reports that the store does no I/O: its calls cannot hang, so
+// callers need not bound them with timers.
+func (s *Store) InMemory() bool { return true }
+
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
