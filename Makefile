@@ -2,7 +2,12 @@
 GO        ?= go
 SPECS     ?= examples/specs
 BENCHTIME ?= 1x
-STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
+# staticcheck is pinned: v0.8.2 (release 2026.2.2) reads Go 1.26 code
+# (checked with go1.26.8). `make staticcheck` installs this version into
+# GOBIN when the staticcheck found there is another one.
+STATICCHECK_VERSION ?= v0.8.2
+GOBIN_DIR   := $(shell d=$$($(GO) env GOBIN); echo $${d:-$$($(GO) env GOPATH)/bin})
+STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 
 .PHONY: run build test check vet staticcheck bench fuzz clean
 
@@ -22,9 +27,10 @@ test:
 vet:
 	$(GO) vet ./...
 
-## staticcheck: installs staticcheck if missing, then runs it
+## staticcheck: installs the pinned staticcheck if needed, then runs it
 staticcheck:
-	@test -x "$(STATICCHECK)" || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
+	@"$(STATICCHECK)" -version 2>/dev/null | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
+	  $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	"$(STATICCHECK)" ./...
 
 ## check: vet, staticcheck, gofmt, then the tests (import direction included)
@@ -45,4 +51,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin .svc
+	rm -rf bin .svc svc embed

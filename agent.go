@@ -266,47 +266,81 @@ func (a *Agent) Trust() TrustLevel {
 }
 
 // Validate checks what can be checked without a runtime: the name, the
-// model identifiers, the trust level, the context passer, tool names and
-// that the schemas are JSON. It returns a SpecValidationError.
+// model identifiers, the trust level, the context passer, the tools (none
+// nil, none listed twice, each validly named), the builtin tool names
+// (none listed twice), the MCP servers (MCPServer.Validate, and no name
+// used twice) and that the schemas are JSON. These are the rules of an
+// agent definition, wherever it comes from; package spec adds only what
+// is about the YAML file and the environment it is checked against.
+//
+// It reports every problem it finds, each a *FieldError naming its field,
+// joined with errors.Join when there are several; all are
+// SpecValidationErrors.
 func (a *Agent) Validate() error {
-	bad := func(format string, args ...any) error {
-		e := Errorf(KindSpecValidation, format, args...)
-		e.Agent = a.Name
-		return e
-	}
+	f := &fieldErrors{agent: a.Name}
 	if !ValidName(a.Name) {
-		return bad("agent name %q: use letters, digits, '_', '-' and '.', starting with a letter or digit", a.Name)
+		f.add("name", "%q: %s", a.Name, nameRule)
 	}
-	for i, m := range a.Models() {
+	if _, _, err := ParseModelID(a.Model); err != nil {
+		f.add("model", "%v", err)
+	}
+	for i, m := range a.FallbackModels {
 		if _, _, err := ParseModelID(m); err != nil {
-			if i == 0 {
-				return bad("agent %s: model: %v", a.Name, err)
-			}
-			return bad("agent %s: fallback_models[%d]: %v", a.Name, i-1, err)
+			f.add(fmt.Sprintf("fallback_models[%d]", i), "%v", err)
 		}
 	}
 	if a.TrustLevel != "" && !a.TrustLevel.Valid() {
-		return bad("agent %s: trust_level %q: want high, medium, low or sandbox", a.Name, a.TrustLevel)
+		f.add("trust_level", "%q: want high, medium, low or sandbox", a.TrustLevel)
 	}
 	if a.ContextPasser != ContextNone && a.ContextPasser != ContextFull {
-		return bad("agent %s: context_passer %q: want null or \"full\"", a.Name, a.ContextPasser)
+		f.add("context_passer", "%q: want null or \"full\"", a.ContextPasser)
 	}
-	seen := map[string]bool{}
+	tools := map[string]int{}
 	for i, t := range a.Tools {
+		field := fmt.Sprintf("tools[%d]", i)
 		if t == nil {
-			return bad("agent %s: tools[%d] is nil", a.Name, i)
+			f.add(field, "is nil")
+			continue
 		}
-		if seen[t.Name()] {
-			return bad("agent %s: tool %q listed twice", a.Name, t.Name())
+		name := t.Name()
+		if j, dup := tools[name]; dup {
+			f.add(field, "tool %q listed twice (first as tools[%d])", name, j)
+			continue
 		}
-		seen[t.Name()] = true
+		tools[name] = i
+		if !ValidName(name) {
+			f.add(field, "name %q: %s", name, nameRule)
+		}
 	}
-	for name, s := range map[string]json.RawMessage{"input_type": a.InputType, "output_type": a.OutputType} {
-		if len(s) > 0 && !json.Valid(s) {
-			return bad("agent %s: %s is not valid JSON", a.Name, name)
+	builtins := map[string]int{}
+	for i, b := range a.BuiltinTools {
+		field := fmt.Sprintf("builtin_tools[%d]", i)
+		if j, dup := builtins[b]; dup {
+			f.add(field, "builtin tool %q listed twice (first as builtin_tools[%d])", b, j)
+			continue
+		}
+		builtins[b] = i
+	}
+	servers := map[string]int{}
+	for i := range a.MCPServers {
+		s := &a.MCPServers[i]
+		prefix := fmt.Sprintf("mcp_servers[%d].", i)
+		s.check(f, prefix)
+		if j, dup := servers[s.Name]; dup && s.Name != "" {
+			f.add(prefix+"name", "server %s is already mcp_servers[%d]", s.Name, j)
+		} else if !dup {
+			servers[s.Name] = i
 		}
 	}
-	return nil
+	for _, x := range []struct {
+		field  string
+		schema json.RawMessage
+	}{{"input_type", a.InputType}, {"output_type", a.OutputType}} {
+		if len(x.schema) > 0 && !json.Valid(x.schema) {
+			f.add(x.field, "is not valid JSON")
+		}
+	}
+	return f.err()
 }
 
 // ValidName reports whether s is usable as an agent, group or tool name:

@@ -306,3 +306,73 @@ func TestUnknownAccessNeverAllowed(t *testing.T) {
 		}
 	}
 }
+
+// Validate reports every problem, each a FieldError naming its field in
+// the shape of the YAML spec, so that package spec can point at the line.
+func TestAgentValidateReportsEveryField(t *testing.T) {
+	a := svc.Agent{
+		Name: "a", Model: "echo", FallbackModels: []string{"test:echo", "x"},
+		TrustLevel: "root", ContextPasser: "half",
+		Tools:        []svc.Tool{fakeTool{"t", svc.AccessRead}, nil, fakeTool{"t", svc.AccessRead}, fakeTool{"b c", svc.AccessRead}},
+		BuiltinTools: []string{"spawn_agents", "spawn_agents"},
+		MCPServers: []svc.MCPServer{
+			{Name: "fs", Transport: "stdio", Command: "x", URL: "http://h"},
+			{Name: "fs", Transport: "http", URL: "ftp://h", Command: "c", Env: map[string]string{"A=B": "1"}},
+			{Transport: "carrier-pigeon", Prefix: "-p", TimeoutSeconds: -1},
+		},
+		InputType: json.RawMessage(`{`),
+	}
+	var got []string
+	for _, err := range unjoin(a.Validate()) {
+		var fe *svc.FieldError
+		if !errors.As(err, &fe) || fe.Agent != "a" {
+			t.Fatalf("%v is not a FieldError of agent a", err)
+		}
+		got = append(got, fe.Field)
+	}
+	want := []string{
+		"model", "fallback_models[1]", "trust_level", "context_passer",
+		"tools[1]", "tools[2]", "tools[3]", "builtin_tools[1]",
+		"mcp_servers[0].url",
+		"mcp_servers[1].url", "mcp_servers[1].command", "mcp_servers[1].env", "mcp_servers[1].env", "mcp_servers[1].name",
+		"mcp_servers[2].name", "mcp_servers[2].transport", "mcp_servers[2].prefix", "mcp_servers[2].timeout_seconds",
+		"input_type",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fields %q\nwant   %q", got, want)
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+func TestMCPServerValidate(t *testing.T) {
+	for _, tt := range []struct {
+		s    svc.MCPServer
+		want string // "" for valid
+	}{
+		{svc.MCPServer{Name: "fs", Transport: "stdio", Command: "npx", Args: []string{"-y"}, Env: map[string]string{"A": "1"}, Prefix: "fs_", TimeoutSeconds: 30}, ""},
+		{svc.MCPServer{Name: "web", Transport: "http", URL: "https://example.com/mcp"}, ""},
+		{svc.MCPServer{Name: "old", Transport: "sse", URL: "http://127.0.0.1:1/sse"}, ""},
+		{svc.MCPServer{Transport: "stdio", Command: "x"}, "mcp server name missing"},
+		{svc.MCPServer{Name: "x", Transport: "stdio"}, "mcp server x: command: missing: the stdio transport runs a command"},
+		{svc.MCPServer{Name: "x", Transport: "sse", URL: "localhost:8080"}, `url: "localhost:8080": want an http:// or https:// URL`},
+		{svc.MCPServer{Name: "x", Transport: "http", URL: "http://h", Args: []string{"a"}}, "args: not used by the http transport"},
+		{svc.MCPServer{Name: "x", Transport: "stdio", Command: "c", TimeoutSeconds: 86401}, "timeout_seconds: 86401: want seconds above 0, at most 86400"},
+	} {
+		err := tt.s.Validate()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%+v: %v, want valid", tt.s, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, svc.ErrSpecValidation)):
+			t.Errorf("%+v: %v, want a SpecValidationError containing %q", tt.s, err, tt.want)
+		}
+	}
+}

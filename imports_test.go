@@ -1,52 +1,132 @@
 package svc_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/svc-dev/svc"
 
-// TestImportDirection enforces the rules of direction in DESIGN.md: the root
-// package imports none of the others; http/server reaches the runtime only
-// through svc.Backend; stores, emitters and brokers import only the root;
-// no production package imports testing (the *test contract-suite packages
-// exist to be imported by tests, so they may).
+// listedPackage is what TestImportDirection reads of `go list -json`.
+type listedPackage struct {
+	ImportPath   string
+	Imports      []string // of the package's own (non-test) files
+	Deps         []string // everything those import, transitively
+	TestImports  []string
+	XTestImports []string
+}
+
+// TestImportDirection enforces the rules of direction in DESIGN.md:
+//
+//   - the root package imports none of the others;
+//   - http/server reaches the runtime only through svc.Backend;
+//   - stores, emitters and brokers import only the root, their own family
+//     and internal utilities that import nothing of the module;
+//   - agent/ and model/ (the agent loop and the providers) never import
+//     actors/: they stay usable without the actor system;
+//   - no production code imports testing. A package that does is a test
+//     helper (a contract suite such as storetest, say), and that is
+//     decided by how it is used, not by its name: no package outside the
+//     test helpers may depend on it, directly or not, and some _test.go
+//     file must import it.
 func TestImportDirection(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps,TestImports,XTestImports", "./...")
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
+	var pkgs []listedPackage
+	for dec := json.NewDecoder(strings.NewReader(string(out))); ; {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 5 {
+		t.Fatalf("go list saw only %d packages", len(pkgs))
+	}
+	for _, p := range checkImports(pkgs) {
+		t.Error(p)
+	}
+}
+
+// checkImports applies the rules of TestImportDirection to pkgs and
+// returns one message per violation.
+func checkImports(pkgs []listedPackage) []string {
 	own := func(p string) bool { return p == module || strings.HasPrefix(p, module+"/") }
 	rel := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, module), "/") }
-	isSuite := func(p string) bool { return strings.HasSuffix(p, "test") && !strings.HasSuffix(p, "/testmodel") }
-	checked := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		fields := strings.Fields(line)
-		pkg, imports := rel(fields[0]), fields[1:]
-		checked++
-		for _, imp := range imports {
-			if imp == "testing" && !isSuite(pkg) {
-				t.Errorf("%s imports testing; only *test suite packages may", fields[0])
+
+	byPath := map[string]listedPackage{}
+	helpers := map[string]bool{}  // own packages that import testing
+	testUsed := map[string]bool{} // own packages some _test.go file imports
+	for _, p := range pkgs {
+		byPath[p.ImportPath] = p
+		if slices.Contains(p.Imports, "testing") {
+			helpers[p.ImportPath] = true
+		}
+		for _, imp := range append(slices.Clone(p.TestImports), p.XTestImports...) {
+			testUsed[imp] = true
+		}
+	}
+	// utility reports whether dep is an internal package that imports
+	// nothing of the module but the root: a leaf any backend may share
+	// (the drop queue, the SQLite opener, the failing store of tests).
+	utility := func(dep string) bool {
+		d, ok := byPath[dep]
+		if !ok || !strings.Contains("/"+rel(dep)+"/", "/internal/") {
+			return false
+		}
+		return !slices.ContainsFunc(d.Imports, func(i string) bool { return own(i) && rel(i) != "" })
+	}
+
+	var problems []string
+	fail := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	for _, p := range pkgs {
+		pkg := rel(p.ImportPath)
+		if helpers[p.ImportPath] {
+			if !testUsed[p.ImportPath] {
+				fail("%s imports testing but no _test.go file imports it: only test helpers may import testing", p.ImportPath)
 			}
+		} else {
+			for _, dep := range p.Deps {
+				if helpers[dep] {
+					fail("%s depends on %s, which imports testing: production code must not", p.ImportPath, dep)
+				}
+			}
+		}
+		for _, imp := range p.Imports {
 			if !own(imp) {
 				continue
 			}
 			dep := rel(imp)
 			switch {
 			case pkg == "":
-				t.Errorf("the root package imports %s; it must import none of the others", imp)
+				fail("the root package imports %s; it must import none of the others", imp)
 			case pkg == "http/server" && dep != "":
-				t.Errorf("http/server imports %s; it must reach the runtime only through svc.Backend", imp)
-			case under(pkg, "stores", "emitters", "broker") && dep != "" && !isSuite(dep) && !sameFamily(pkg, dep):
-				t.Errorf("%s imports %s; stores, emitters and brokers import only the root", fields[0], imp)
+				fail("http/server imports %s; it must reach the runtime only through svc.Backend", imp)
+			case under(pkg, "stores", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
+				fail("%s imports %s; stores, emitters and brokers import only the root", p.ImportPath, imp)
+			}
+		}
+		if under(pkg, "agent", "model") {
+			for _, dep := range p.Deps {
+				if own(dep) && under(rel(dep), "actors") {
+					fail("%s depends on %s; agent/ and model/ must not need the actor system", p.ImportPath, dep)
+				}
 			}
 		}
 	}
-	if checked < 5 {
-		t.Fatalf("go list saw only %d packages", checked)
-	}
+	return problems
 }
 
 func under(pkg string, roots ...string) bool {
@@ -62,4 +142,51 @@ func under(pkg string, roots ...string) bool {
 // (emitters/x may import emitters).
 func sameFamily(pkg, dep string) bool {
 	return strings.SplitN(pkg, "/", 2)[0] == strings.SplitN(dep, "/", 2)[0] && !under(dep, "supervisor", "actors", "agent")
+}
+
+// The rules catch what they are meant to: a fabricated module graph with
+// one violation of each.
+func TestImportRules(t *testing.T) {
+	m := func(p string) string {
+		if p == "" {
+			return module
+		}
+		return module + "/" + p
+	}
+	pkgs := []listedPackage{
+		{ImportPath: m("")},
+		{ImportPath: m("actors"), Imports: []string{m("")}},
+		// A helper by name that production code uses: not exempt.
+		{ImportPath: m("stores/storetest"), Imports: []string{"testing", m("")}},
+		{ImportPath: m("stores/memstore"), Imports: []string{m(""), m("stores/storetest")}, Deps: []string{"testing", m(""), m("stores/storetest")},
+			XTestImports: []string{m("stores/storetest")}},
+		// A helper by use, whatever its name: exempt.
+		{ImportPath: m("internal/waiting"), Imports: []string{"testing", "time"}},
+		{ImportPath: m("spec"), Imports: []string{m("")}, Deps: []string{m("")}, TestImports: []string{m("internal/waiting")}},
+		// Imports testing, used by no test: not exempt.
+		{ImportPath: m("http/client"), Imports: []string{"testing"}},
+		// agent/ reaching actors/ through another package.
+		{ImportPath: m("tools"), Imports: []string{m("actors")}, Deps: []string{m("actors"), m("")}},
+		{ImportPath: m("agent"), Imports: []string{m("tools")}, Deps: []string{m("tools"), m("actors"), m("")}},
+		// An emitter using a leaf internal utility (fine) and one that
+		// reaches into the runtime (not).
+		{ImportPath: m("internal/queue"), Imports: []string{"sync"}},
+		{ImportPath: m("internal/runtimey"), Imports: []string{m("supervisor")}},
+		{ImportPath: m("emitters"), Imports: []string{m(""), m("internal/queue"), m("internal/runtimey")}},
+	}
+	got := checkImports(pkgs)
+	want := []string{
+		"memstore depends on " + m("stores/storetest"),
+		"http/client imports testing but no _test.go file imports it",
+		"agent depends on " + m("actors"),
+		"emitters imports " + m("internal/runtimey"),
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {
+			t.Errorf("no problem reported like %q; got %q", w, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d problems, want %d: %q", len(got), len(want), got)
+	}
 }

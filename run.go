@@ -173,6 +173,43 @@ type RunStore interface {
 	Close() error
 }
 
+// IdempotentStore is a RunStore that also keeps Idempotency-Keys, so a
+// retried submit finds the run its first attempt made, across restarts for a
+// persistent store and across processes for a shared one. Every store in
+// stores/ implements it; package stores/storetest checks it.
+//
+// A key is reserved for ttl from the moment it is first used; after that it
+// is forgotten and the same key makes a new run. A store keeps at most
+// MaxIdempotencyKeys live keys: past that, reserving a new key forgets the
+// one closest to expiring (the oldest), so only a retry older than that many
+// keyed submits can make a second run.
+type IdempotentStore interface {
+	RunStore
+	// CreateIdempotent reserves key for fingerprint (a digest of the
+	// request) and creates rec as Create does, in one atomic step, so two
+	// calls racing with the same key make one run. When the key is live it
+	// creates nothing: with the same fingerprint it returns the run that
+	// holds the key and created false; with another fingerprint it fails
+	// with a RunStateError naming that run. ttl <= 0 means
+	// DefaultIdempotencyTTL.
+	CreateIdempotent(ctx context.Context, key, fingerprint string, rec RunRecord, ttl time.Duration) (runID string, created bool, err error)
+}
+
+// Idempotency-Key limits of every IdempotentStore.
+const (
+	// DefaultIdempotencyTTL is how long a key is kept when the caller gives
+	// no TTL.
+	DefaultIdempotencyTTL = 24 * time.Hour
+	// MaxIdempotencyKeys bounds the live keys one store keeps.
+	MaxIdempotencyKeys = 100_000
+)
+
+// IdempotencyConflict is the RunStateError of a key reused for a different
+// request: it names the run that holds the key.
+func IdempotencyConflict(key, runID string) error {
+	return Errorf(KindRunState, "Idempotency-Key %q was used for a different request (run %s)", key, runID)
+}
+
 // SubmitRequest is the body of POST /submit: a target (an agent or group
 // name), the task, and optionally which kind of target it is ("agent" or
 // "group"), required only when a name is both.
@@ -182,7 +219,8 @@ type SubmitRequest struct {
 	Kind   string   `json:"kind,omitempty"`
 	// IdempotencyKey (the Idempotency-Key header) makes a retried submit
 	// safe: the same key with the same request returns the first run's id;
-	// with a different request it is a RunStateError.
+	// with a different request it is a RunStateError. The run store keeps
+	// keys for a TTL (see IdempotentStore).
 	IdempotencyKey string `json:"-"`
 }
 

@@ -1,10 +1,10 @@
 package emitters
 
 import (
-	"sync"
-	"sync/atomic"
+	"context"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/dropqueue"
 )
 
 // Async decouples an emitter that may block (one that writes to a file, a
@@ -13,13 +13,7 @@ import (
 // is full the event is dropped and counted, so a stalled consumer never
 // stalls a run. Close stops the goroutine after draining the queue.
 type Async struct {
-	inner   svc.Emitter
-	ch      chan svc.RuntimeEvent
-	mu      sync.RWMutex // guards closed against Emit racing Close
-	closed  bool
-	dropped atomic.Int64
-	done    chan struct{}
-	once    sync.Once
+	q *dropqueue.Queue[svc.RuntimeEvent]
 }
 
 // DefaultAsyncQueue is the queue length NewAsync uses for size <= 0.
@@ -30,44 +24,24 @@ func NewAsync(inner svc.Emitter, size int) *Async {
 	if size <= 0 {
 		size = DefaultAsyncQueue
 	}
-	a := &Async{inner: inner, ch: make(chan svc.RuntimeEvent, size), done: make(chan struct{})}
-	go a.run()
-	return a
-}
-
-func (a *Async) run() {
-	defer close(a.done)
-	for ev := range a.ch {
-		emitContained(a.inner, ev)
-	}
+	return &Async{q: dropqueue.New(dropqueue.Config{Size: size}, func(evs []svc.RuntimeEvent) {
+		for _, ev := range evs {
+			emitContained(inner, ev)
+		}
+	})}
 }
 
 // Emit queues ev, or drops it when the queue is full or a is closed.
-func (a *Async) Emit(ev svc.RuntimeEvent) {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	if a.closed {
-		a.dropped.Add(1)
-		return
-	}
-	select {
-	case a.ch <- ev:
-	default:
-		a.dropped.Add(1)
-	}
-}
+func (a *Async) Emit(ev svc.RuntimeEvent) { a.q.Put(ev) }
 
 // Dropped is the number of events dropped so far.
-func (a *Async) Dropped() int64 { return a.dropped.Load() }
+func (a *Async) Dropped() int64 { return a.q.Dropped() }
 
 // Close delivers what is queued, then stops the goroutine. Later emits are
 // dropped. It is safe to call more than once.
-func (a *Async) Close() {
-	a.once.Do(func() {
-		a.mu.Lock()
-		a.closed = true
-		close(a.ch)
-		a.mu.Unlock()
-	})
-	<-a.done
-}
+func (a *Async) Close() { _ = a.q.Close(context.Background()) }
+
+// Shutdown is Close bounded by ctx: when ctx ends before the queue is
+// drained it returns ctx's error, and what is still queued is dropped
+// (and counted) instead of delivered.
+func (a *Async) Shutdown(ctx context.Context) error { return a.q.Close(ctx) }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -386,23 +387,45 @@ func TestOTelContractPanickingProvider(t *testing.T) {
 
 // A nil provider means the global one, as installed by the host, even when
 // it is installed after the emitter was built.
+//
+// The global provider can be installed only once per process (later
+// installs do not reach instruments already delegated), so the test
+// installs one for the whole test binary, never shuts it down, and counts
+// what this run added: it passes with -count=N, and it is the only test
+// that touches the global provider.
 func TestOTelNilProviderUsesGlobal(t *testing.T) {
-	prev := otel.GetMeterProvider()
-	t.Cleanup(func() { otel.SetMeterProvider(prev) })
-
 	e, err := emitters.NewOTel(nil)
 	if err != nil {
 		t.Fatalf("NewOTel(nil): %v", err)
 	}
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	otel.SetMeterProvider(mp)
-
-	e.Emit(emittertest.SampleEvent(svc.EventDepthLimitExceeded))
-	if got := collect(t, reader)[emitters.MetricRejections]; len(got.points) != 1 || got.points[0].sum != 1 {
-		t.Errorf("svc.rejections through the global provider = %+v, want one rejection", got)
+	reader := installGlobalProvider() // after NewOTel on the first run
+	rejections := func() float64 {
+		var n float64
+		for _, p := range collect(t, reader)[emitters.MetricRejections].points {
+			n += p.sum
+		}
+		return n
 	}
+	before := rejections()
+	e.Emit(emittertest.SampleEvent(svc.EventDepthLimitExceeded))
+	if got := rejections() - before; got != 1 {
+		t.Errorf("svc.rejections through the global provider grew by %v, want one rejection", got)
+	}
+}
+
+var (
+	globalOnce   sync.Once
+	globalReader *sdkmetric.ManualReader
+)
+
+// installGlobalProvider installs, once per process, a global meter
+// provider read by the reader it returns.
+func installGlobalProvider() *sdkmetric.ManualReader {
+	globalOnce.Do(func() {
+		globalReader = sdkmetric.NewManualReader()
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(globalReader)))
+	})
+	return globalReader
 }
 
 func TestOTelInstrumentError(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/dropqueue"
 )
 
 // Emitter defaults.
@@ -32,18 +33,16 @@ const (
 // Emitter does not own the store; close the Emitter first, then the store.
 type Emitter struct {
 	store Store
-	batch int
-	flush time.Duration
-	ch    chan svc.RuntimeEvent
+	q     *dropqueue.Queue[svc.RuntimeEvent]
 
-	mu      sync.RWMutex // orders Emit's send against Close's close(ch)
-	closed  bool
-	once    sync.Once
-	done    chan struct{}
-	dropped atomic.Int64
-	// closeErr collects write errors during Close's final flush.
-	closeErr []error
+	// failed counts the events of failed writes.
+	failed atomic.Int64
+	// closing is set when Close begins: the writes from then on are the
+	// final flush, whose errors Close returns.
 	closing  atomic.Bool
+	mu       sync.Mutex
+	closeErr []error
+	first    atomic.Bool
 }
 
 var _ svc.Emitter = (*Emitter)(nil)
@@ -60,90 +59,50 @@ func newEmitter(s Store, batch int, flush time.Duration, queue int) *Emitter {
 	if flush <= 0 {
 		flush = DefaultFlush
 	}
-	e := &Emitter{store: s, batch: batch, flush: flush,
-		ch: make(chan svc.RuntimeEvent, queue), done: make(chan struct{})}
-	go e.run()
+	e := &Emitter{store: s}
+	e.q = dropqueue.New(dropqueue.Config{Size: queue, Batch: batch, Linger: flush}, e.write)
 	return e
+}
+
+// write stores one batch; the queue reuses the slice afterwards, which
+// Store.Write allows (it does not keep it).
+func (e *Emitter) write(evs []svc.RuntimeEvent) {
+	if err := e.store.Write(context.Background(), evs); err != nil {
+		e.failed.Add(int64(len(evs)))
+		if e.closing.Load() {
+			e.mu.Lock()
+			e.closeErr = append(e.closeErr, err)
+			e.mu.Unlock()
+		}
+	}
 }
 
 // Emit queues ev, or drops and counts it when the queue is full or e is
 // closed.
-func (e *Emitter) Emit(ev svc.RuntimeEvent) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
-		e.dropped.Add(1)
-		return
-	}
-	select {
-	case e.ch <- ev:
-	default:
-		e.dropped.Add(1)
-	}
-}
+func (e *Emitter) Emit(ev svc.RuntimeEvent) { e.q.Put(ev) }
 
 // Dropped is the number of events that never reached the store: dropped
 // on a full queue, emitted after Close, or lost with a failed Write.
-func (e *Emitter) Dropped() int64 { return e.dropped.Load() }
+func (e *Emitter) Dropped() int64 { return e.q.Dropped() + e.failed.Load() }
 
 // Close writes every queued event, then stops the goroutine. Later emits
 // are dropped. It returns the errors of the writes of that final flush,
 // and is safe to call more than once (later calls return nil).
-func (e *Emitter) Close() error {
-	first := false
-	e.once.Do(func() {
-		first = true
-		e.mu.Lock()
-		e.closed = true
-		e.closing.Store(true)
-		close(e.ch)
-		e.mu.Unlock()
-	})
-	<-e.done
-	if !first {
+func (e *Emitter) Close() error { return e.Shutdown(context.Background()) }
+
+// Shutdown is Close bounded by ctx: when ctx ends before the queue is
+// written it returns ctx's error, and the events still queued are dropped
+// (and counted) instead of written. A write in progress is not
+// interrupted; the store's own Close is what ends it.
+func (e *Emitter) Shutdown(ctx context.Context) error {
+	e.closing.Store(true)
+	if err := e.q.Close(ctx); err != nil {
+		return err
+	}
+	if !e.first.CompareAndSwap(false, true) {
 		return nil
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return errors.Join(e.closeErr...)
-}
-
-func (e *Emitter) run() {
-	defer close(e.done)
-	buf := make([]svc.RuntimeEvent, 0, e.batch)
-	timer := time.NewTimer(e.flush)
-	timer.Stop()
-	defer timer.Stop()
-	write := func() {
-		timer.Stop()
-		if len(buf) == 0 {
-			return
-		}
-		if err := e.store.Write(context.Background(), buf); err != nil {
-			e.dropped.Add(int64(len(buf)))
-			if e.closing.Load() {
-				e.closeErr = append(e.closeErr, err)
-			}
-		}
-		// The store may not keep the slice (see Store.Write), so it can be
-		// reused; clear it so written payloads are not pinned.
-		clear(buf)
-		buf = buf[:0]
-	}
-	for {
-		select {
-		case ev, ok := <-e.ch:
-			if !ok {
-				write()
-				return
-			}
-			buf = append(buf, ev)
-			if len(buf) == 1 {
-				timer.Reset(e.flush) // Go ≥ 1.23 timers: Reset discards a stale tick
-			}
-			if len(buf) >= e.batch {
-				write()
-			}
-		case <-timer.C:
-			write()
-		}
-	}
 }

@@ -7,11 +7,13 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 // countingStore wraps a Memory store and records the size of every Write.
@@ -49,18 +51,6 @@ func (c *countingStore) sizes() []int {
 	return append([]int(nil), c.writes...)
 }
 
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func emitN(e *eventstore.Emitter, n int) {
 	for i := range n {
 		e.Emit(ev("x", i, "t", svc.EventAgentSpawned))
@@ -85,7 +75,7 @@ func TestEmitterBatches(t *testing.T) {
 	// until Close.
 	e := eventstore.NewEmitter(s, 10, time.Hour)
 	emitN(e, 25)
-	waitFor(t, "two full batches", func() bool { return len(s.sizes()) == 2 })
+	testutil.Eventually(t, "two full batches", func() bool { return len(s.sizes()) == 2 })
 	if got := s.sizes(); !reflect.DeepEqual(got, []int{10, 10}) {
 		t.Fatalf("writes before Close: %v, want [10 10]", got)
 	}
@@ -100,15 +90,25 @@ func TestEmitterBatches(t *testing.T) {
 	}
 }
 
+// A partial batch is written once its first event has waited the flush
+// interval, not before; synctest's clock makes that exact.
 func TestEmitterFlushesPartialBatch(t *testing.T) {
-	s := newCounting()
-	e := eventstore.NewEmitter(s, 100, 20*time.Millisecond)
-	defer e.Close()
-	emitN(e, 3)
-	waitFor(t, "the flush interval to write a partial batch", func() bool { return len(s.sizes()) == 1 })
-	if got := s.sizes(); !reflect.DeepEqual(got, []int{3}) {
-		t.Fatalf("writes: %v, want [3]", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newCounting()
+		e := eventstore.NewEmitter(s, 100, time.Second)
+		defer e.Close()
+		emitN(e, 3)
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		if got := s.sizes(); len(got) != 0 {
+			t.Fatalf("writes before the flush interval: %v", got)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := s.sizes(); !reflect.DeepEqual(got, []int{3}) {
+			t.Fatalf("writes: %v, want [3]", got)
+		}
+	})
 }
 
 func TestEmitterCloseFlushesEverything(t *testing.T) {

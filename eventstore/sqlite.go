@@ -10,17 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/sqlitedb"
 )
 
-// busyTimeoutMS bounds how long a statement waits for another process's
-// write lock before failing.
-const busyTimeoutMS = 5000
-
-// SQLite is a Store in one SQLite file (WAL mode, pure-Go driver), safe for
-// concurrent use. Retention is applied by a goroutine the store owns, every
+// SQLite is a Store in one SQLite file, opened by internal/sqlitedb as the
+// run store's is (WAL mode, pure-Go driver, busy_timeout, one writer
+// connection and a query-only reader pool), safe for concurrent use. Retention is applied by a goroutine the store owns, every
 // DefaultPruneInterval and once at open; between prunes the table may hold
 // more than Retention allows. Close stops the goroutine.
 type SQLite struct {
@@ -61,32 +57,16 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 	case r.MaxRows < 0 || r.MaxAge < 0:
 		return nil, svc.Errorf(svc.KindSpecValidation, "eventstore: negative retention %+v", r)
 	}
-	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)", busyTimeoutMS)
-	writer, err := sql.Open("sqlite", path+"?"+params+writerParams)
+	db, err := sqlitedb.Open(path, sqlitedb.Options{WriterPragmas: writerPragmas, Init: initSQLite})
 	if err != nil {
 		return nil, fail(err)
 	}
-	writer.SetMaxOpenConns(1)
-	writer.SetMaxIdleConns(1)
-	writer.SetConnMaxLifetime(0)
-	writer.SetConnMaxIdleTime(0)
-	if err := initSQLite(writer); err != nil {
-		writer.Close()
-		return nil, fail(err)
-	}
+	writer, reader := db.Writer, db.Reader
 	insert, err := writer.Prepare(sqlInsert)
 	if err != nil {
-		writer.Close()
+		_ = db.Close()
 		return nil, fail(err)
 	}
-	reader, err := sql.Open("sqlite", path+"?"+params+readerParams)
-	if err != nil {
-		insert.Close()
-		writer.Close()
-		return nil, fail(err)
-	}
-	reader.SetMaxOpenConns(4)
-	reader.SetMaxIdleConns(4)
 	s := &SQLite{
 		path: path, r: r, now: time.Now, writer: writer, reader: reader, insert: insert,
 		pruneEvery: every, pruned: pruned, done: make(chan struct{}),
@@ -320,15 +300,7 @@ func (s *SQLite) check() error {
 	return nil
 }
 
-// fail wraps a database error once. When the caller's context ended, that
-// is the cause that matters.
+// fail wraps a database error once; see sqlitedb.Fail for the kinds.
 func (s *SQLite) fail(ctx context.Context, err error, format string, args ...any) error {
-	msg := "eventstore: " + fmt.Sprintf(format, args...)
-	if cerr := ctx.Err(); cerr != nil {
-		return svc.Wrap(svc.KindOf(cerr), cerr, msg)
-	}
-	if s.closed.Load() {
-		return svc.Wrap(svc.KindShuttingDown, err, msg)
-	}
-	return svc.Wrap(svc.KindRuntime, err, msg)
+	return sqlitedb.Fail(ctx, err, s.closed.Load(), "eventstore: "+fmt.Sprintf(format, args...))
 }

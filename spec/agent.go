@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"net/url"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,11 +23,11 @@ var agentKeys = []string{
 
 var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds"}
 
-// MCP transports.
+// MCP transports (svc.MCPStdio and friends, by their older names here).
 const (
-	TransportStdio = "stdio"
-	TransportHTTP  = "http"
-	TransportSSE   = "sse"
+	TransportStdio = svc.MCPStdio
+	TransportHTTP  = svc.MCPHTTP
+	TransportSSE   = svc.MCPSSE
 )
 
 // agentDecoder turns one agent file into an svc.Agent.
@@ -41,9 +38,13 @@ type agentDecoder struct {
 	readFile func(path string) ([]byte, error)
 	root     *yaml.Node
 	fs       map[string]field
-	// lists holds the decoded string lists by key, so that errors about
-	// one element (from svc.Agent.Validate, say) point at its line.
+	// lists holds the decoded string lists by key.
 	lists map[string][]item
+	// at maps the field paths of svc.Agent.Validate ("tools[1]",
+	// "mcp_servers[0].url") to where they were written, so its errors
+	// are reported at their line under the key as written (a tool left
+	// out of Agent.Tools shifts the indexes of the ones after it).
+	at map[string]item
 }
 
 // decodedAgent is an agent and where its name came from, for duplicate
@@ -66,6 +67,7 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		readFile: readFile,
 		root:     root,
 		lists:    map[string][]item{},
+		at:       map[string]item{},
 	}
 	d.fs = d.fields(root, "", agentKeys)
 	d.version(root, d.fs)
@@ -76,6 +78,7 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	a.Name = stem
 	if f, ok := d.get("name"); ok {
 		out.nameLine = f.val.Line
+		d.mark("name", f.val)
 		if name, ok := d.str(f.val, "name"); ok {
 			a.Name = name
 			if name != stem {
@@ -84,6 +87,7 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		}
 	}
 	if f, ok := d.get("model"); ok {
+		d.mark("model", f.val)
 		a.Model, _ = d.str(f.val, "model")
 	} else {
 		d.fail(root, "model", "missing: name the model as provider:name, e.g. `model: test:echo`")
@@ -91,6 +95,7 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	if f, ok := d.get("fallback_models"); ok {
 		d.lists["fallback_models"] = d.strList(f.val, "fallback_models")
 		for _, it := range d.lists["fallback_models"] {
+			d.at[fmt.Sprintf("fallback_models[%d]", len(a.FallbackModels))] = it
 			a.FallbackModels = append(a.FallbackModels, it.Value)
 		}
 	}
@@ -98,11 +103,13 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		a.Instructions, _ = d.str(f.val, "instructions")
 	}
 	if f, ok := d.get("trust_level"); ok {
+		d.mark("trust_level", f.val)
 		if s, ok := d.str(f.val, "trust_level"); ok {
 			a.TrustLevel = svc.TrustLevel(s)
 		}
 	}
 	if f, ok := d.get("context_passer"); ok {
+		d.mark("context_passer", f.val)
 		if r := resolve(f.val); r.Kind == yaml.ScalarNode && r.ShortTag() == "!!str" {
 			a.ContextPasser = r.Value // Validate rejects anything but "full"
 		} else {
@@ -124,13 +131,10 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		}
 	}
 
-	d.check(a)
-	// Validate stops at its first problem and knows no lines, so the checks
-	// above repeat its rules key by key; it stays as the backstop that keeps
-	// this package in step with what a runtime will accept.
-	if err := a.Validate(); err != nil {
-		d.validateError(err, a.Name)
-	}
+	// The rules of an agent are svc.Agent.Validate's; what this decoder
+	// checks itself is the file's shape and the names the environment
+	// knows (tools, builtins, models, schema files).
+	d.report(a.Validate())
 	d.checkModels(a)
 
 	return out, d.finish()
@@ -162,22 +166,19 @@ func (d *agentDecoder) tools(a *svc.Agent) []svc.Tool {
 	d.lists["tools"] = items
 	trust := a.Trust()
 	var out []svc.Tool
-	seen := map[string]bool{}
 	for _, it := range items {
-		if seen[it.Value] {
-			d.fail(it.Node, it.Key, "tool %s is listed twice", it.Value)
-			continue
-		}
-		seen[it.Value] = true
 		t := d.env.Tools[it.Value]
 		if t == nil {
 			d.fail(it.Node, it.Key, "unknown tool %q (%s)", it.Value, known(toolNames(d.env.Tools), "known tools", "no tools are registered"))
 			continue
 		}
+		// Not a rule of svc.Agent (a Go agent may list such a tool, and
+		// calling it fails with TrustViolationError): a spec is told at once.
 		if trust.Valid() && !trust.Allows(t.Access()) {
 			d.fail(it.Node, it.Key, "tool %s needs %s access; %s", it.Value, t.Access(), trustAdvice(a, t.Access()))
 			continue
 		}
+		d.at[fmt.Sprintf("tools[%d]", len(out))] = it
 		out = append(out, t)
 	}
 	return out
@@ -235,53 +236,16 @@ func (d *agentDecoder) builtins() []string {
 	items := d.strList(f.val, "builtin_tools")
 	d.lists["builtin_tools"] = items
 	var out []string
-	seen := map[string]bool{}
 	for _, it := range items {
-		switch {
-		case seen[it.Value]:
-			d.fail(it.Node, it.Key, "builtin tool %s is listed twice", it.Value)
-		case !slices.Contains(d.env.Builtins, it.Value):
+		if !slices.Contains(d.env.Builtins, it.Value) {
 			d.fail(it.Node, it.Key, "unknown builtin tool %q (%s)", it.Value,
 				known(d.env.Builtins, "known builtin tools", "this build has no builtin tools"))
-		default:
-			out = append(out, it.Value)
+			continue
 		}
-		seen[it.Value] = true
+		d.at[fmt.Sprintf("builtin_tools[%d]", len(out))] = it
+		out = append(out, it.Value)
 	}
 	return out
-}
-
-// check applies the rules of svc.Agent.Validate, each at its key's line.
-func (d *agentDecoder) check(a *svc.Agent) {
-	at := func(key string) *yaml.Node {
-		if f, ok := d.fs[key]; ok {
-			return f.val
-		}
-		return d.root
-	}
-	if !d.failed("name") && !svc.ValidName(a.Name) {
-		msg := "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit"
-		if _, ok := d.fs["name"]; !ok {
-			msg += " (the name comes from the file name)"
-		}
-		d.fail(at("name"), "name", msg, a.Name)
-	}
-	if !d.failed("model") {
-		if _, _, err := svc.ParseModelID(a.Model); err != nil {
-			d.fail(at("model"), "model", "%v", err)
-		}
-	}
-	for _, it := range d.lists["fallback_models"] {
-		if _, _, err := svc.ParseModelID(it.Value); err != nil {
-			d.fail(it.Node, it.Key, "%v", err)
-		}
-	}
-	if !d.failed("trust_level") && a.TrustLevel != "" && !a.TrustLevel.Valid() {
-		d.fail(at("trust_level"), "trust_level", "%q: want high, medium, low or sandbox", a.TrustLevel)
-	}
-	if !d.failed("context_passer") && a.ContextPasser != svc.ContextNone && a.ContextPasser != svc.ContextFull {
-		d.fail(at("context_passer"), "context_passer", "%q: want null or \"full\"", a.ContextPasser)
-	}
 }
 
 // checkModels asks the environment whether each model identifier resolves.
@@ -309,62 +273,68 @@ func (d *agentDecoder) checkModels(a *svc.Agent) {
 	}
 }
 
-// validateKeyRE splits what svc.Agent.Validate says after "agent NAME: "
-// into the key it is about, an optional list index and the rest.
-var validateKeyRE = regexp.MustCompile(`^([a-z_]+)(?:\[(\d+)\])?(?::? )?(.*)$`)
+// mark notes where a top-level key of svc.Agent was written.
+func (d *agentDecoder) mark(key string, n *yaml.Node) {
+	d.at[key] = item{Node: n, Key: key}
+}
 
-// validateError reports an error of svc.Agent.Validate at the line of the
-// key it is about. Validate knows no lines; its messages name the key
-// first ("agent triage: fallback_models[1]: model ..."), which is parsed
-// here. A message this does not understand is reported at the top of the
-// file rather than dropped.
-func (d *agentDecoder) validateError(err error, name string) {
-	msg := err.Error()
-	var e *svc.Error
-	if errors.As(err, &e) && e.Message != "" {
-		msg = e.Message
+// report turns the errors of svc.Agent.Validate into errors at the line
+// of the field each names, under its key as written. A field the decoder
+// has already reported (or one inside it, or around it) is skipped: that
+// report is the more precise, and the value Validate saw is a
+// placeholder.
+func (d *agentDecoder) report(err error) {
+	if err == nil {
+		return
 	}
-	var key, rest string
-	index := -1
-	if r, ok := strings.CutPrefix(msg, "agent name "); ok {
-		key, rest = "name", r
-	} else {
-		r := strings.TrimPrefix(msg, "agent "+name+": ")
-		m := validateKeyRE.FindStringSubmatch(r)
-		if m == nil {
-			d.fail(d.root, "", "%s", msg)
-			return
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *svc.FieldError
+		if !errors.As(e, &fe) {
+			d.fail(d.root, "", "%s", e.Error()) // not expected; never dropped
+			continue
 		}
-		key, rest = m[1], m[3]
-		if m[2] != "" {
-			index, _ = strconv.Atoi(m[2])
+		n, key := d.locate(fe.Field)
+		if d.reported(key) {
+			continue
 		}
-		if key == "tool" { // "tool "x" listed twice"
-			key, rest = "tools", r
+		msg := fe.Msg
+		if key == "name" && n == d.root {
+			msg += " (the name comes from the file name)"
 		}
-		if !slices.Contains(agentKeys, key) {
-			d.fail(d.root, "", "%s", r)
-			return
+		d.fail(n, key, "%s", msg)
+	}
+}
+
+// locate finds where field was written: the field itself, else the
+// nearest enclosing field that was ("mcp_servers[0].command", missing,
+// is reported at mcp_servers[0]), else the top of the file.
+func (d *agentDecoder) locate(field string) (*yaml.Node, string) {
+	for k := field; k != ""; k = parentKey(k) {
+		if it, ok := d.at[k]; ok {
+			return it.Node, it.Key + field[len(k):]
 		}
 	}
-	if rest == "" {
-		rest = msg
-	}
+	return d.root, field
+}
+
+// reported reports whether an error was recorded for key, for a key
+// inside it, or for one enclosing it.
+func (d *agentDecoder) reported(key string) bool {
 	if d.failed(key) {
-		return // already reported, more precisely, while decoding
+		return true
 	}
-	if items := d.lists[key]; index >= 0 && index < len(items) {
-		d.fail(items[index].Node, items[index].Key, "%s", rest)
-		return
+	for k := parentKey(key); k != ""; k = parentKey(k) {
+		for _, e := range d.errs {
+			if e.Key == k {
+				return true
+			}
+		}
 	}
-	if f, ok := d.fs[key]; ok {
-		d.fail(f.val, key, "%s", rest)
-		return
-	}
-	if key == "name" {
-		rest += " (the name comes from the file name)"
-	}
-	d.fail(d.root, key, "%s", rest)
+	return false
 }
 
 // schema decodes input_type or output_type: a JSON Schema written as YAML
@@ -375,6 +345,7 @@ func (d *agentDecoder) schema(key string) json.RawMessage {
 	if !ok {
 		return nil
 	}
+	d.mark(key, f.val)
 	r := resolve(f.val)
 	if r.Kind == yaml.ScalarNode && r.ShortTag() == "!!bool" {
 		var b bool
@@ -506,8 +477,11 @@ func checkSchema(raw json.RawMessage) error {
 	return nil
 }
 
-// mcpServers decodes the list of MCP tool servers and checks that each has
-// what its transport needs and nothing that transport would ignore.
+// mcpServers decodes the list of MCP tool servers: the shape of each
+// entry (a mapping of known keys, each of its type). What a server needs
+// (a name, a transport and what that transport uses) is
+// svc.Agent.Validate's to say, so every entry that is a mapping is kept,
+// in order, for Validate to see at its index.
 func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 	r := resolve(n)
 	if r.Kind != yaml.SequenceNode {
@@ -515,7 +489,6 @@ func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 		return nil
 	}
 	var out []svc.MCPServer
-	names := map[string]int{} // name → line
 	for i, e := range r.Content {
 		path := fmt.Sprintf("mcp_servers[%d]", i)
 		m := resolve(e)
@@ -523,13 +496,15 @@ func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 			d.fail(e, path, "want a mapping with name and transport, got %s", describe(e))
 			continue
 		}
-		nerr := len(d.errs)
+		at := fmt.Sprintf("mcp_servers[%d]", len(out))
+		d.at[at] = item{Node: m, Key: path}
 		fs := d.fields(m, path, mcpKeys)
 		get := func(k string) (*yaml.Node, bool) {
 			f, ok := fs[k]
 			if !ok || isNull(f.val) {
 				return nil, false
 			}
+			d.at[at+"."+k] = item{Node: f.val, Key: path + "." + k}
 			return f.val, true
 		}
 		str := func(k string) string {
@@ -543,66 +518,22 @@ func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 			Name: str("name"), Transport: str("transport"),
 			Command: str("command"), URL: str("url"), Prefix: str("prefix"),
 		}
-		if v, ok := get("name"); !ok {
-			d.fail(m, path+".name", "missing: every server needs a name")
-		} else if !d.failed(path + ".name") {
-			if !svc.ValidName(s.Name) {
-				d.fail(v, path+".name", "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit", s.Name)
-			} else if line, dup := names[s.Name]; dup {
-				d.fail(v, path+".name", "server %s is already defined at line %d", s.Name, line)
-			} else {
-				names[s.Name] = v.Line
-			}
-		}
 		if v, ok := get("args"); ok {
 			s.Args = d.scalarList(v, path+".args")
 		}
 		if v, ok := get("timeout_seconds"); ok {
 			if f, ok := d.number(v, path+".timeout_seconds"); ok {
-				if f <= 0 || f > 86400 || math.IsNaN(f) {
-					d.fail(v, path+".timeout_seconds", "%v: want seconds above 0, at most 86400", f)
-				} else {
-					s.TimeoutSeconds = f
+				if f == 0 {
+					// 0 is how Go asks for the default; a file leaves the key out.
+					d.fail(v, path+".timeout_seconds", "0: want seconds above 0 (leave the key out for the default)")
 				}
+				s.TimeoutSeconds = f
 			}
 		}
 		if v, ok := get("env"); ok {
 			s.Env = d.envMap(v, path+".env")
 		}
-		if v, ok := get("prefix"); ok && s.Prefix != "" && !svc.ValidName(s.Prefix) {
-			d.fail(v, path+".prefix", "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit", s.Prefix)
-		}
-
-		tv, hasTransport := get("transport")
-		switch {
-		case !hasTransport:
-			d.fail(m, path+".transport", "missing: want stdio, http or sse")
-		case s.Transport == TransportStdio:
-			if _, ok := get("command"); !ok {
-				d.fail(m, path+".command", "missing: the stdio transport runs a command")
-			}
-			if v, ok := get("url"); ok {
-				d.fail(v, path+".url", "not used by the stdio transport (it is for http and sse)")
-			}
-		case s.Transport == TransportHTTP || s.Transport == TransportSSE:
-			if v, ok := get("url"); !ok {
-				d.fail(m, path+".url", "missing: the %s transport connects to a URL", s.Transport)
-			} else if s.URL != "" {
-				if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					d.fail(v, path+".url", "%q: want an http:// or https:// URL", s.URL)
-				}
-			}
-			for _, k := range []string{"command", "args", "env"} {
-				if v, ok := get(k); ok {
-					d.fail(v, path+"."+k, "not used by the %s transport (it is for stdio)", s.Transport)
-				}
-			}
-		case s.Transport != "":
-			d.fail(tv, path+".transport", "%q: want stdio, http or sse", s.Transport)
-		}
-		if len(d.errs) == nerr {
-			out = append(out, s)
-		}
+		out = append(out, s)
 	}
 	return out
 }
@@ -634,10 +565,6 @@ func (d *decoder) envMap(n *yaml.Node, key string) map[string]string {
 	for i := 0; i+1 < len(r.Content); i += 2 {
 		name, ok := mapKey(d, r.Content[i], key, out)
 		if !ok {
-			continue
-		}
-		if name == "" || strings.ContainsAny(name, "=\x00") {
-			d.fail(r.Content[i], key, "%q is not a valid environment variable name", name)
 			continue
 		}
 		if v, ok := d.scalarText(r.Content[i+1], join(key, name)); ok {

@@ -238,7 +238,7 @@ func TestBadAgents(t *testing.T) {
 		{name: "tool above low trust", yaml: "version: 1\nmodel: test:echo\ntrust_level: low\ntools: [http_get]\n", line: 4, key: "tools[0]", msg: "tool http_get needs network access; trust_level low allows read-only tools (use medium or higher)"},
 		{name: "tool above sandbox", yaml: "version: 1\nmodel: test:echo\ntrust_level: sandbox\ntools:\n  - current_time\n", line: 5, key: "tools[0]", msg: "tool current_time needs read access; trust_level sandbox allows no tools (use low or higher)"},
 		{name: "write tool above default trust", yaml: "version: 1\nmodel: test:echo\ntools: [write_file]\n", line: 3, key: "tools[0]", msg: "tool write_file needs write access; trust_level medium (the default) allows read-only and network tools (use high)"},
-		{name: "tool twice", yaml: "version: 1\nmodel: test:echo\ntools:\n  - http_get\n  - http_get\n", line: 5, key: "tools[1]", msg: "tool http_get is listed twice"},
+		{name: "tool twice", yaml: "version: 1\nmodel: test:echo\ntools:\n  - http_get\n  - http_get\n", line: 5, key: "tools[1]", msg: `tool "http_get" listed twice (first as tools[0])`},
 		{name: "tools not a list", yaml: "version: 1\nmodel: test:echo\ntools: http_get\n", line: 3, key: "tools", msg: `want a list of strings, got the string "http_get"`},
 		{name: "unknown builtin", yaml: "version: 1\nmodel: test:echo\nbuiltin_tools: [fly]\n", line: 3, key: "builtin_tools[0]", msg: `unknown builtin tool "fly" (known builtin tools: spawn_agents)`},
 		{name: "no builtins in this build", yaml: "version: 1\nmodel: test:echo\nbuiltin_tools: [spawn_agents]\n", env: &Env{}, line: 3, key: "builtin_tools[0]", msg: "this build has no builtin tools"},
@@ -270,7 +270,7 @@ func TestBadAgents(t *testing.T) {
 		{name: "mcp unknown key", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: fs\n    transport: stdio\n    command: srv\n    cmd: x\n", line: 7, key: "mcp_servers[0].cmd", msg: "unknown key"},
 		{name: "mcp missing name", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - transport: stdio\n    command: srv\n", line: 4, key: "mcp_servers[0].name", msg: "missing: every server needs a name"},
 		{name: "mcp bad name", yaml: "version: 1\nmodel: test:echo\nmcp_servers: [{name: 'a b', transport: stdio, command: srv}]\n", line: 3, key: "mcp_servers[0].name", msg: `"a b": use letters`},
-		{name: "mcp duplicate name", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - {name: fs, transport: stdio, command: a}\n  - {name: fs, transport: stdio, command: b}\n", line: 5, key: "mcp_servers[1].name", msg: "server fs is already defined at line 4"},
+		{name: "mcp duplicate name", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - {name: fs, transport: stdio, command: a}\n  - {name: fs, transport: stdio, command: b}\n", line: 5, key: "mcp_servers[1].name", msg: "server fs is already mcp_servers[0]"},
 		{name: "mcp missing transport", yaml: "version: 1\nmodel: test:echo\nmcp_servers: [{name: fs, command: a}]\n", line: 3, key: "mcp_servers[0].transport", msg: "missing: want stdio, http or sse"},
 		{name: "mcp bad transport", yaml: "version: 1\nmodel: test:echo\nmcp_servers: [{name: fs, transport: ftp}]\n", line: 3, key: "mcp_servers[0].transport", msg: `"ftp": want stdio, http or sse`},
 		{name: "stdio without command", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: fs\n    transport: stdio\n", line: 4, key: "mcp_servers[0].command", msg: "missing: the stdio transport runs a command"},
@@ -418,6 +418,8 @@ func TestRefReadErrorKeepsCause(t *testing.T) {
 // TestValidateErrorMapping feeds the real errors of svc.Agent.Validate to
 // validateError, so a change in their wording that breaks the mapping to
 // keys and lines fails here.
+// The errors of svc.Agent.Validate, the one source of an agent's rules,
+// land on the line of the field they name, under the key as written.
 func TestValidateErrorMapping(t *testing.T) {
 	const doc = `version: 1
 name: n
@@ -429,6 +431,9 @@ trust_level: medium
 context_passer: full
 tools: [a, b]
 input_type: {}
+mcp_servers:
+  - name: fs
+    transport: stdio
 `
 	tool := fakeTool{"t", svc.AccessRead}
 	cases := []struct {
@@ -443,9 +448,11 @@ input_type: {}
 		{"fallback", svc.Agent{Name: "n", Model: "test:echo", FallbackModels: []string{"test:a", "b"}}, 6, "fallback_models[1]", `model "b": want provider:name`},
 		{"trust", svc.Agent{Name: "n", Model: "test:echo", TrustLevel: "max"}, 7, "trust_level", `"max": want high`},
 		{"context", svc.Agent{Name: "n", Model: "test:echo", ContextPasser: "half"}, 8, "context_passer", `"half": want null`},
-		{"tool twice", svc.Agent{Name: "n", Model: "test:echo", Tools: []svc.Tool{tool, tool}}, 9, "tools", `tool "t" listed twice`},
-		{"tool nil", svc.Agent{Name: "n", Model: "test:echo", Tools: []svc.Tool{tool, nil}}, 9, "tools", "is nil"},
+		{"tool twice", svc.Agent{Name: "n", Model: "test:echo", Tools: []svc.Tool{tool, tool}}, 9, "tools[1]", `tool "t" listed twice`},
+		{"tool nil", svc.Agent{Name: "n", Model: "test:echo", Tools: []svc.Tool{tool, nil}}, 9, "tools[1]", "is nil"},
 		{"schema", svc.Agent{Name: "n", Model: "test:echo", InputType: json.RawMessage("{")}, 10, "input_type", "not valid JSON"},
+		{"mcp field written", svc.Agent{Name: "n", Model: "test:echo", MCPServers: []svc.MCPServer{{Name: "f s", Transport: "stdio", Command: "c"}}}, 12, "mcp_servers[0].name", `"f s": use letters`},
+		{"mcp field missing", svc.Agent{Name: "n", Model: "test:echo", MCPServers: []svc.MCPServer{{Name: "fs", Transport: "stdio"}}}, 12, "mcp_servers[0].command", "missing: the stdio transport runs a command"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -457,10 +464,21 @@ input_type: {}
 			if perr != nil {
 				t.Fatal(perr)
 			}
-			d := &agentDecoder{decoder: newDecoder("x.yaml", len(doc)), root: root, lists: map[string][]item{}}
+			d := &agentDecoder{decoder: newDecoder("x.yaml", len(doc)), root: root, lists: map[string][]item{}, at: map[string]item{}}
 			d.fs = d.fields(root, "", agentKeys)
-			d.lists["fallback_models"] = d.strList(d.fs["fallback_models"].val, "fallback_models")
-			d.validateError(err, c.agent.Name)
+			for _, k := range []string{"name", "model", "trust_level", "context_passer", "input_type"} {
+				d.mark(k, d.fs[k].val)
+			}
+			for i, it := range d.strList(d.fs["fallback_models"].val, "fallback_models") {
+				d.at[fmt.Sprintf("fallback_models[%d]", i)] = it
+			}
+			// Both entries of Tools come from the list's first item: where
+			// an item was written is what the decoder records.
+			tools := d.strList(d.fs["tools"].val, "tools")
+			d.at["tools[0]"], d.at["tools[1]"] = tools[0], tools[1]
+			d.at["mcp_servers[0]"] = item{Node: resolve(d.fs["mcp_servers"].val).Content[0], Key: "mcp_servers[0]"}
+			d.at["mcp_servers[0].name"] = item{Node: resolve(d.fs["mcp_servers"].val).Content[0].Content[1], Key: "mcp_servers[0].name"}
+			d.report(err)
 			if len(d.errs) != 1 {
 				t.Fatalf("errors:%s", dumpErrors(d.errs))
 			}

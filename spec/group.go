@@ -20,10 +20,6 @@ var groupKeys = []string{
 var (
 	nodeKeys = []string{"agent"}
 	edgeKeys = []string{"from", "to", "when", "input", "fan_out", "max_concurrency"}
-	// graphOnly and teamOnly are the keys one kind uses and the other
-	// ignores: naming one for the wrong kind is a mistake worth reporting.
-	graphOnly = []string{"nodes", "edges"}
-	teamOnly  = []string{"coordinator", "delegates", "max_rounds"}
 )
 
 // decodedGroup is a group as written and where each of its keys is, so
@@ -71,10 +67,14 @@ type groupDecoder struct {
 	fs  map[string]field
 }
 
-// decodeGroup decodes the group spec data, read from file. It checks the
-// file's shape (keys, types, what each kind needs); what the group means
-// (agents that exist, edges between nodes, cycles, CEL) is group.Compile's
-// to check, which the caller does once every agent is known. The group is
+// decodeGroup decodes the group spec data, read from file. It checks only
+// the file's shape: known keys of the right types, version, the name
+// matching the file, no empty expressions and no explicit zeros (a file
+// leaves a key out for the default). The rules of a group (valid names, a
+// known kind and what it needs, edges between nodes, cycles, CEL, agents
+// that exist) are group.Compile's, the one place they live for groups
+// built in Go too; the caller runs it once every agent is known and
+// reports its errors at the lines of the keys they name. The group is
 // usable only when there are no errors.
 func decodeGroup(file string, data []byte) (*decodedGroup, []*Error) {
 	root, perr := parseMapping(file, data, "a group spec: a mapping starting with version: 1")
@@ -103,34 +103,17 @@ func decodeGroup(file string, data []byte) (*decodedGroup, []*Error) {
 			}
 		}
 	}
-	if !d.failed("name") && !svc.ValidName(g.Name) {
-		msg := "%q: use letters, digits, '_', '-' and '.', starting with a letter or digit"
-		if _, ok := d.fs["name"]; !ok {
-			msg += " (the name comes from the file name)"
-		}
-		d.fail(d.at("name"), "name", msg, g.Name)
-	}
 
 	g.Kind = svc.GroupGraph
 	if f, ok := d.get("kind"); ok {
 		if s, ok := d.str(f.val, "kind"); ok {
-			switch s {
-			case svc.GroupGraph, svc.GroupTeam:
-				g.Kind = s
-			default:
-				d.fail(f.val, "kind", "%q: want graph or team", s)
-				g.Kind = "" // unknown: check neither kind's keys
-			}
+			g.Kind = s // group.Compile knows the kinds
 		}
 	}
-	switch g.Kind {
-	case svc.GroupGraph:
-		d.wrongKind(teamOnly, svc.GroupGraph, svc.GroupTeam)
-		d.graph(g)
-	case svc.GroupTeam:
-		d.wrongKind(graphOnly, svc.GroupTeam, svc.GroupGraph)
-		d.team(g)
-	}
+	// Every key is decoded whatever the kind: naming one the kind does
+	// not use is a mistake group.Compile reports.
+	d.graph(g)
+	d.team(g)
 	return d.out, d.finish()
 }
 
@@ -143,34 +126,14 @@ func (d *groupDecoder) get(key string) (field, bool) {
 	return f, true
 }
 
-// at is the node to report a top-level key's problem at: its value, or the
-// top of the file when the key is missing.
-func (d *groupDecoder) at(key string) *yaml.Node {
-	if f, ok := d.fs[key]; ok {
-		return f.val
-	}
-	return d.out.root
-}
-
-func (d *groupDecoder) wrongKind(keys []string, kind, other string) {
-	for _, k := range keys {
-		if f, ok := d.get(k); ok {
-			d.fail(f.key, k, "not used by kind: %s (it is for kind: %s)", kind, other)
-		}
-	}
-}
-
 // graph decodes nodes (a mapping, kept in document order) and edges.
 func (d *groupDecoder) graph(g *svc.Group) {
-	f, ok := d.get("nodes")
-	if !ok {
-		d.fail(d.at("nodes"), "nodes", "missing: a graph needs nodes, e.g. `nodes: {triage: {agent: triage}}`")
-	} else if m := resolve(f.val); m.Kind != yaml.MappingNode {
-		d.fail(f.val, "nodes", "want a mapping of node names to {agent: NAME}, got %s", describe(f.val))
-	} else if len(m.Content) == 0 {
-		d.fail(f.val, "nodes", "empty: a graph needs at least one node")
-	} else {
-		g.Nodes = d.nodes(m)
+	if f, ok := d.get("nodes"); ok {
+		if m := resolve(f.val); m.Kind != yaml.MappingNode {
+			d.fail(f.val, "nodes", "want a mapping of node names to {agent: NAME}, got %s", describe(f.val))
+		} else {
+			g.Nodes = d.nodes(m)
+		}
 	}
 	if f, ok := d.get("edges"); ok {
 		g.Edges = d.edges(f.val)
@@ -189,27 +152,20 @@ func (d *groupDecoder) nodes(m *yaml.Node) []svc.GroupNode {
 		seen[name] = k.Line
 		key := "nodes." + name
 		d.out.at[key] = k
-		if !svc.ValidName(name) {
-			d.fail(k, key, "%q is not a valid node name: use letters, digits, '_', '-' and '.', starting with a letter or digit", name)
-			continue
-		}
 		nm := resolve(v)
 		if nm.Kind != yaml.MappingNode {
 			d.fail(v, key, "want {agent: NAME}, got %s", describe(v))
 			continue
 		}
 		fs := d.fields(nm, key, nodeKeys)
-		af, ok := fs["agent"]
-		if !ok {
-			d.fail(nm, key+".agent", "missing: name the agent the node runs")
-			continue
+		node := svc.GroupNode{Name: name}
+		if af, ok := fs["agent"]; ok {
+			d.out.at[key+".agent"] = af.val
+			if node.Agent, ok = d.str(af.val, key+".agent"); !ok {
+				continue
+			}
 		}
-		d.out.at[key+".agent"] = af.val
-		agent, ok := d.str(af.val, key+".agent")
-		if !ok {
-			continue
-		}
-		out = append(out, svc.GroupNode{Name: name, Agent: agent})
+		out = append(out, node)
 	}
 	return out
 }
@@ -242,8 +198,7 @@ func (d *groupDecoder) edges(n *yaml.Node) []svc.GroupEdge {
 		for _, k := range []string{"from", "to"} {
 			v, ok := get(k)
 			if !ok {
-				d.fail(m, path+"."+k, "missing: an edge goes from one node to another")
-				continue
+				continue // group.Compile: "from is required"
 			}
 			if s, ok := d.str(v, path+"."+k); ok {
 				if k == "from" {
@@ -271,14 +226,11 @@ func (d *groupDecoder) edges(n *yaml.Node) []svc.GroupEdge {
 		}
 		if v, ok := get("max_concurrency"); ok {
 			if c, ok := d.intValue(v, path+".max_concurrency"); ok {
-				switch {
-				case c < 1:
-					d.fail(v, path+".max_concurrency", "%d: want at least 1 (leave it out for the default)", c)
-				case edge.FanOut == "" && !d.failed(path+".fan_out"):
-					d.fail(v, path+".max_concurrency", "only a fan_out edge runs items concurrently: add fan_out or remove max_concurrency")
-				default:
-					edge.MaxConcurrency = c
+				if c == 0 {
+					// 0 is how Go asks for the default; a file leaves the key out.
+					d.fail(v, path+".max_concurrency", "0: want at least 1 (leave it out for the default)")
 				}
+				edge.MaxConcurrency = c
 			}
 		}
 		out = append(out, edge)
@@ -290,34 +242,20 @@ func (d *groupDecoder) edges(n *yaml.Node) []svc.GroupEdge {
 func (d *groupDecoder) team(g *svc.Group) {
 	if f, ok := d.get("coordinator"); ok {
 		g.Coordinator, _ = d.str(f.val, "coordinator")
-	} else {
-		d.fail(d.at("coordinator"), "coordinator", "missing: a team needs the agent that coordinates it")
 	}
 	if f, ok := d.get("delegates"); ok {
-		items := d.strList(f.val, "delegates")
-		seen := map[string]bool{}
-		for _, it := range items {
+		for _, it := range d.strList(f.val, "delegates") {
 			d.out.at[it.Key] = it.Node
-			if seen[it.Value] {
-				d.fail(it.Node, it.Key, "delegate %s is listed twice", it.Value)
-				continue
-			}
-			seen[it.Value] = true
 			g.Delegates = append(g.Delegates, it.Value)
 		}
-		if len(items) == 0 && !d.failed("delegates") {
-			d.fail(f.val, "delegates", "empty: a team needs at least one delegate")
-		}
-	} else {
-		d.fail(d.at("delegates"), "delegates", "missing: list the agents the coordinator may delegate to")
 	}
 	if f, ok := d.get("max_rounds"); ok {
 		if v, ok := d.intValue(f.val, "max_rounds"); ok {
-			if v < 1 {
-				d.fail(f.val, "max_rounds", "%d: want at least 1 (leave it out for the default, %d)", v, svc.DefaultMaxRounds)
-			} else {
-				g.MaxRounds = v
+			if v == 0 {
+				// 0 is how Go asks for the default; a file leaves the key out.
+				d.fail(f.val, "max_rounds", "0: want at least 1 (leave it out for the default, %d)", svc.DefaultMaxRounds)
 			}
+			g.MaxRounds = v
 		}
 	}
 }
@@ -335,7 +273,11 @@ func compileGroup(file string, dec *decodedGroup, hasAgent func(string) bool) []
 	for _, e := range flatten(err) {
 		var ge *group.Error
 		if errors.As(e, &ge) {
-			out = append(out, &Error{File: file, Line: dec.line(ge.Key), Key: ge.Key, Msg: ge.Msg, cause: ge, kind: svc.KindTopology})
+			msg := ge.Msg
+			if _, written := dec.at["name"]; ge.Key == "name" && !written {
+				msg += " (the name comes from the file name)"
+			}
+			out = append(out, &Error{File: file, Line: dec.line(ge.Key), Key: ge.Key, Msg: msg, cause: ge, kind: svc.KindTopology})
 			continue
 		}
 		// Not one of Compile's own errors: still about this group, so

@@ -167,42 +167,28 @@ func TestBadGroupShapes(t *testing.T) {
 		{"syntax", "version: 1\nnodes: {a: [\n", 3, "", "invalid YAML"},
 		{"name mismatch", "version: 1\nname: other\nnodes: {a: {agent: x}}\n", 2, "name", `"other" does not match the file name x.yaml`},
 		{"name not a string", "version: 1\nname: 7\nnodes: {a: {agent: x}}\n", 2, "name", "want a string, got the integer 7"},
-		{"bad kind", "version: 1\nkind: swarm\nnodes: {a: {agent: x}}\n", 2, "kind", `"swarm": want graph or team`},
 		{"kind not a string", "version: 1\nkind: [graph]\nnodes: {a: {agent: x}}\n", 2, "kind", "want a string, got a list"},
 
-		{"no nodes", "version: 1\n", 1, "nodes", "missing: a graph needs nodes"},
-		{"null nodes", "version: 1\nnodes: ~\n", 2, "nodes", "missing: a graph needs nodes"},
-		{"empty nodes", "version: 1\nnodes: {}\n", 2, "nodes", "empty: a graph needs at least one node"},
 		{"nodes a list", "version: 1\nnodes: [a, b]\n", 2, "nodes", "want a mapping of node names to {agent: NAME}, got a list"},
 		{"node not a mapping", "version: 1\nnodes:\n  a: {agent: x}\n  b: y\n", 4, "nodes.b", `want {agent: NAME}, got the string "y"`},
-		{"node without agent", "version: 1\nnodes:\n  a: {}\n", 3, "nodes.a.agent", "missing: name the agent"},
 		{"node agent not a string", "version: 1\nnodes:\n  a: {agent: 3}\n", 3, "nodes.a.agent", "want a string, got the integer 3"},
 		{"node unknown key", "version: 1\nnodes:\n  a: {agent: x, agnet: y}\n", 3, "nodes.a.agnet", `unknown key; did you mean "agent"?`},
 		{"node other key", "version: 1\nnodes:\n  a: {agent: x, model: y}\n", 3, "nodes.a.model", "unknown key (known keys: agent)"},
 		{"node repeated", "version: 1\nnodes:\n  a: {agent: x}\n  a: {agent: y}\n", 4, "nodes.a", "repeated key"},
-		{"node bad name", "version: 1\nnodes:\n  'a b': {agent: x}\n", 3, "nodes.a b", `"a b" is not a valid node name`},
 
 		{"edges not a list", "version: 1\nnodes: {a: {agent: x}}\nedges: {from: a}\n", 3, "edges", "want a list of edges ({from: A, to: B}), got a mapping"},
 		{"edge not a mapping", "version: 1\nnodes: {a: {agent: x}}\nedges:\n  - a->b\n", 4, "edges[0]", `want a mapping with from and to, got the string "a->b"`},
-		{"edge without to", "version: 1\nnodes: {a: {agent: x}}\nedges:\n  - {from: a}\n", 4, "edges[0].to", "missing: an edge goes from one node to another"},
 		{"edge from not a string", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - from: [a]\n    to: b\n", 4, "edges[0].from", "want a string, got a list"},
 		{"edge unknown key", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - from: a\n    to: b\n    if: 'true'\n", 6, "edges[0].if", "unknown key"},
 		{"edge empty when", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, when: ''}\n", 4, "edges[0].when", "empty: write a CEL expression"},
 		{"edge when not a string", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, when: true}\n", 4, "edges[0].when", "want a string, got the boolean true"},
 		{"max_concurrency zero", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, fan_out: output, max_concurrency: 0}\n", 4, "edges[0].max_concurrency", "0: want at least 1"},
 		{"max_concurrency a string", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, fan_out: output, max_concurrency: lots}\n", 4, "edges[0].max_concurrency", `want an integer, got the string "lots"`},
-		{"max_concurrency without fan_out", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, max_concurrency: 4}\n", 4, "edges[0].max_concurrency", "only a fan_out edge runs items concurrently"},
-		{"graph with team keys", "version: 1\nnodes: {a: {agent: x}}\ncoordinator: a\n", 3, "coordinator", "not used by kind: graph (it is for kind: team)"},
 
-		{"team without coordinator", "version: 1\nkind: team\ndelegates: [a]\n", 1, "coordinator", "missing: a team needs the agent that coordinates it"},
-		{"team without delegates", "version: 1\nkind: team\ncoordinator: lead\n", 1, "delegates", "missing: list the agents"},
-		{"team empty delegates", "version: 1\nkind: team\ncoordinator: lead\ndelegates: []\n", 4, "delegates", "empty: a team needs at least one delegate"},
 		{"team delegates not a list", "version: 1\nkind: team\ncoordinator: lead\ndelegates: a\n", 4, "delegates", `want a list of strings, got the string "a"`},
-		{"team delegate twice", "version: 1\nkind: team\ncoordinator: lead\ndelegates:\n  - a\n  - a\n", 6, "delegates[1]", "delegate a is listed twice"},
 		{"team delegate not a string", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a, {b: 1}]\n", 4, "delegates[1]", "want a string, got a mapping"},
-		{"team bad max_rounds", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a]\nmax_rounds: -1\n", 5, "max_rounds", "-1: want at least 1 (leave it out for the default, 8)"},
+		{"team max_rounds zero", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a]\nmax_rounds: 0\n", 5, "max_rounds", "0: want at least 1 (leave it out for the default, 8)"},
 		{"team max_rounds a float", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a]\nmax_rounds: 2.5\n", 5, "max_rounds", "want an integer, got the number 2.5"},
-		{"team with nodes", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a]\nnodes: {a: {agent: x}}\n", 5, "nodes", "not used by kind: team (it is for kind: graph)"},
 		{"merge key", "version: 1\nnodes:\n  <<: {a: {agent: x}}\n", 3, "nodes", "merge keys (<<) are not supported"},
 	}
 	for _, c := range cases {
@@ -217,6 +203,63 @@ func TestBadGroupShapes(t *testing.T) {
 			}
 			if errors.Is(e, svc.ErrTopology) || !errors.Is(e, svc.ErrSpecValidation) {
 				t.Errorf("%v: a shape error is a SpecValidationError, not a TopologyError", e)
+			}
+		})
+	}
+}
+
+// The rules of a group are group.Compile's, for YAML and Go alike: a file
+// that breaks one gets Compile's error (a TopologyError) at the line of
+// the key it names, and nothing from the decoder besides.
+func TestGroupRulesComeFromCompile(t *testing.T) {
+	cases := []struct {
+		name string
+		file string // default x.yaml
+		yaml string
+		line int
+		key  string
+		msg  string
+	}{
+		{"bad kind", "", "version: 1\nkind: swarm\nnodes: {a: {agent: x}}\n", 2, "kind", `"swarm": want graph or team`},
+		{"name from a bad file name", "my group.yaml", "version: 1\nnodes: {a: {agent: x}}\n", 1, "name", `"my group" is not a valid group name: use letters, digits, '_', '-' and '.', starting with a letter or digit (the name comes from the file name)`},
+		{"no nodes", "", "version: 1\n", 1, "nodes", "a graph needs at least one node"},
+		{"null nodes", "", "version: 1\nnodes: ~\n", 2, "nodes", "a graph needs at least one node"},
+		{"empty nodes", "", "version: 1\nnodes: {}\n", 2, "nodes", "a graph needs at least one node"},
+		{"node without agent", "", "version: 1\nnodes:\n  a: {}\n", 3, "nodes.a.agent", "agent is required"},
+		{"node bad name", "", "version: 1\nnodes:\n  'a b': {agent: x}\n", 3, "nodes.a b", `"a b" is not a valid node name`},
+		{"edge without to", "", "version: 1\nnodes: {a: {agent: x}}\nedges:\n  - {from: a}\n", 4, "edges[0].to", "to is required"},
+		{"max_concurrency without fan_out", "", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, max_concurrency: 4}\n", 4, "edges[0].max_concurrency", "set without fan_out"},
+		{"max_concurrency negative", "", "version: 1\nnodes: {a: {agent: x}, b: {agent: x}}\nedges:\n  - {from: a, to: b, fan_out: output, max_concurrency: -2}\n", 4, "edges[0].max_concurrency", "-2: want 0 (the default"},
+		{"graph with team keys", "", "version: 1\nnodes: {a: {agent: x}}\ncoordinator: a\n", 3, "coordinator", "only a team has a coordinator"},
+		{"team without coordinator", "", "version: 1\nkind: team\ndelegates: [a]\n", 1, "coordinator", "coordinator is required"},
+		{"team without delegates", "", "version: 1\nkind: team\ncoordinator: lead\n", 1, "delegates", "a team needs at least one delegate"},
+		{"team empty delegates", "", "version: 1\nkind: team\ncoordinator: lead\ndelegates: []\n", 4, "delegates", "a team needs at least one delegate"},
+		{"team delegate twice", "", "version: 1\nkind: team\ncoordinator: lead\ndelegates:\n  - a\n  - a\n", 6, "delegates[1]", `"a" is already delegates[0]`},
+		{"team bad max_rounds", "", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a]\nmax_rounds: -1\n", 5, "max_rounds", "-1: want 0 (the default, 8) or more"},
+		{"team with nodes", "", "version: 1\nkind: team\ncoordinator: lead\ndelegates: [a]\nnodes: {a: {agent: x}}\n", 5, "nodes", "a team has no nodes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			file := c.file
+			if file == "" {
+				file = "x.yaml"
+			}
+			writeTree(t, map[string]string{"specs/groups/" + file: c.yaml})
+			res, err := Validate("specs", Env{Agents: []string{"x", "a", "lead"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := specErrors(t, res[0].Err)
+			if len(errs) != 1 {
+				t.Fatalf("%d errors, want 1:%s", len(errs), dumpErrors(errs))
+			}
+			e := errs[0]
+			if e.File != "specs/groups/"+file || e.Line != c.line || e.Key != c.key || !strings.HasPrefix(e.Msg, c.msg) {
+				t.Errorf("got %v (line %d, key %q)\nwant line %d, key %q, message starting %q", e, e.Line, e.Key, c.line, c.key, c.msg)
+			}
+			var ge *group.Error
+			if !errors.Is(e, svc.ErrTopology) || !errors.As(e, &ge) {
+				t.Errorf("%v: want group.Compile's TopologyError", e)
 			}
 		})
 	}

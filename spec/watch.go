@@ -77,6 +77,24 @@ func (w *Watcher) Done() <-chan struct{} { return w.done }
 // watcher's goroutine, one call at a time, and is not called once ctx has
 // ended. The watcher stops when ctx ends; Wait waits for that.
 //
+// A Set handed to onChange is always a whole, settled tree, which the
+// caller may put in place of the specs it runs. Two kinds of load are
+// never handed on as a Set:
+//
+//   - A torn load: a file the watcher had seen (in the snapshot the reload
+//     was decided on) was gone by the time Load read it, because the tree
+//     was being changed (a checkout, an rm -r) while it was read. Nothing
+//     is reported; the watcher loads again once the tree has settled.
+//   - An emptied tree: the load found no agents where the specs in use had
+//     some, or no agents and no groups where they had either. That is
+//     what a directory caught half-deleted looks like, and replacing the
+//     registry with it would unregister every agent, so onChange gets
+//     (nil, err) instead, with errors.Is(err, ErrEmptied); the specs in
+//     use stay in use. "In use" is the last Set handed to onChange, and
+//     before the first, the spec files Watch found in cfg.Dir when it
+//     started. To really remove every spec, restart with the directory
+//     empty.
+//
 // Its error is for a bad glob pattern or an empty cfg.Dir.
 func Watch(ctx context.Context, cfg WatchConfig, onChange func(*Set, error)) (*Watcher, error) {
 	if cfg.Dir == "" {
@@ -96,7 +114,7 @@ func Watch(ctx context.Context, cfg WatchConfig, onChange func(*Set, error)) (*W
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = DefaultWatchDebounce
 	}
-	p := &poller{cfg: cfg, dirs: append([]string{cfg.Dir}, cfg.Dirs...)}
+	p := newPoller(cfg)
 	w := &Watcher{done: make(chan struct{}), p: p}
 	last := p.snapshot(time.Now())
 	go func() {
@@ -106,13 +124,32 @@ func Watch(ctx context.Context, cfg WatchConfig, onChange func(*Set, error)) (*W
 	return w, nil
 }
 
+// ErrEmptied is what onChange gets, wrapped in an *Error naming the specs
+// directory, when a reload finds the tree emptied (see Watch): the specs
+// in use are kept.
+var ErrEmptied = errors.New("no agents or groups left where there were some: keeping the specs in use")
+
 // poller is the state of one Watcher's goroutine.
 type poller struct {
 	cfg  WatchConfig
 	dirs []string
+	// load is Load; tests swap it to stage what a load finds.
+	load func(dir string, env Env) (*Set, error)
+	// agents and groups count the specs in use: the last Set handed on,
+	// or the spec files in cfg.Dir when the watcher started.
+	agents, groups int
 	// polls counts finished polls, reloads included: tests wait on it to
 	// know the watcher has seen a change it should ignore.
 	polls atomic.Int64
+}
+
+func newPoller(cfg WatchConfig) *poller {
+	p := &poller{cfg: cfg, dirs: append([]string{cfg.Dir}, cfg.Dirs...), load: Load}
+	// What the caller loaded itself, as far as file names tell.
+	var sc scanResult
+	p.agents = len(sc.specFiles(filepath.Join(cfg.Dir, AgentsDir)))
+	p.groups = len(sc.specFiles(filepath.Join(cfg.Dir, GroupsDir)))
+	return p
 }
 
 func (p *poller) run(ctx context.Context, last snapshot, onChange func(*Set, error)) {
@@ -144,12 +181,53 @@ func (p *poller) poll(ctx context.Context, now time.Time, last *snapshot, change
 		return true
 	}
 	*changedAt = time.Time{}
-	set, err := Load(p.cfg.Dir, p.cfg.Env)
+	set, err := p.load(p.cfg.Dir, p.cfg.Env)
 	if ctx.Err() != nil {
 		return false
 	}
+	switch {
+	case err != nil && torn(err, *last):
+		// Load again once the tree has settled: the next poll sees the
+		// file gone and starts the debounce over, and if it somehow does
+		// not, this retries after one more debounce.
+		*changedAt = now
+		return true
+	case err == nil && p.emptied(set):
+		err = &Error{File: p.cfg.Dir, cause: ErrEmptied, Msg: fmt.Sprintf(
+			"%v (the specs in use have %d agents and %d groups; the directory now has %d and %d)",
+			ErrEmptied, p.agents, p.groups, len(set.Agents), len(set.Groups))}
+		set = nil
+	case err == nil:
+		p.agents, p.groups = len(set.Agents), len(set.Groups)
+	}
 	onChange(set, err)
 	return true
+}
+
+// emptied reports whether set would unload every agent, or every spec,
+// of those in use.
+func (p *poller) emptied(set *Set) bool {
+	if p.agents > 0 && len(set.Agents) == 0 {
+		return true
+	}
+	return p.agents+p.groups > 0 && len(set.Agents)+len(set.Groups) == 0
+}
+
+// torn reports whether err says a file that snap lists could not be found
+// when Load read it: the tree changed under the load.
+func torn(err error, snap snapshot) bool {
+	switch e := err.(type) {
+	case *Error:
+		_, seen := snap[e.File]
+		return seen && e.cause != nil && errors.Is(e.cause, fs.ErrNotExist)
+	case interface{ Unwrap() []error }: // errors.Join
+		for _, x := range e.Unwrap() {
+			if torn(x, snap) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stamp is what a poll knows about one file.
@@ -163,7 +241,11 @@ type stamp struct {
 	sum uint64
 }
 
-// snapshot maps the path of every watched file to its stamp.
+// snapshot maps the path of every watched file to its stamp, and the
+// specs directory, when it exists, under its path with a separator
+// appended, to a stamp with only its mode: its going away is a change
+// even when it holds no files (an emptied specs directory that is then
+// removed must be reloaded again, to say so).
 type snapshot map[string]stamp
 
 // equal compares two snapshots file by file. Content hashes count only
@@ -196,6 +278,9 @@ const racyWindow = 3 * time.Second
 // and Load reports what is wrong with them if they are specs.
 func (p *poller) snapshot(now time.Time) snapshot {
 	s := snapshot{}
+	if info, err := os.Stat(p.cfg.Dir); err == nil && info.IsDir() {
+		s[p.cfg.Dir+string(filepath.Separator)] = stamp{mode: fs.ModeDir}
+	}
 	for _, dir := range p.dirs {
 		_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {

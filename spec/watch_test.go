@@ -3,6 +3,7 @@ package spec
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,13 +85,32 @@ func quiet(t *testing.T, w *Watcher, ch <-chan reload) {
 	}
 }
 
+// write replaces path's content in one step (a dot file renamed over it),
+// so that no poll sees it half written: the tests are about the changes
+// they make, not about the writes in between.
 func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextSet waits for the reload that hands on a Set. Reloads before it
+// must be errors (a test that makes two changes may see the tree between
+// them); a Set is never one of those intermediate states.
+func nextSet(t *testing.T, ch <-chan reload) *Set {
+	t.Helper()
+	for {
+		if r := next(t, ch); r.err == nil {
+			return r.set
+		}
 	}
 }
 
@@ -239,20 +259,195 @@ func TestWatchBadFile(t *testing.T) {
 	if r = next(t, ch); r.set != nil || !errors.Is(r.err, svc.ErrTopology) {
 		t.Fatalf("a bad group gave %+v", r)
 	}
+	// Two changes: the reload between them (if a poll falls there) is
+	// still an error; the one after both is the fixed set.
 	if err := os.RemoveAll(filepath.Join(specs, "groups")); err != nil {
 		t.Fatal(err)
 	}
 	write(t, file, agentWithOutput("2"))
-	if r = next(t, ch); r.err != nil || outputOf(t, r.set, "a") != int64(2) {
-		t.Fatalf("after the fix: %+v", r)
+	if set := nextSet(t, ch); outputOf(t, set, "a") != int64(2) || len(set.Groups) != 0 {
+		t.Fatalf("after the fix: %+v", set)
 	}
 
-	// The specs directory going away is a (root) error too.
+	// The specs directory going away is a (root) error. RemoveAll takes
+	// the tree apart a file at a time, and a poll can see it at any
+	// stage: every reload on the way is an error (an empty tree is never
+	// handed on as a Set), and the last one is the root error.
 	if err := os.RemoveAll(specs); err != nil {
 		t.Fatal(err)
 	}
-	if r = next(t, ch); !IsRootError(r.err) {
+	for {
+		r := next(t, ch)
+		if r.set != nil {
+			t.Fatalf("a half-removed tree was handed on: %+v", r.set)
+		}
+		if IsRootError(r.err) {
+			break
+		}
+		if !errors.Is(r.err, ErrEmptied) {
+			t.Fatalf("while the directory went away: %v", r.err)
+		}
+	}
+}
+
+// stagedPoller is a poller of dir driven by hand: each step is one poll at
+// a time a debounce after the last, so the test decides what every poll
+// sees, with no timing involved.
+type stagedPoller struct {
+	t    *testing.T
+	p    *poller
+	last snapshot
+	at   time.Time
+	// changed is when the change being debounced was seen.
+	changed time.Time
+	got     []reload
+}
+
+func newStagedPoller(t *testing.T, dir string) *stagedPoller {
+	cfg := WatchConfig{Dir: dir, Include: DefaultWatchInclude, Interval: time.Second, Debounce: time.Second}
+	sp := &stagedPoller{t: t, p: newPoller(cfg), at: time.Now()}
+	sp.last = sp.p.snapshot(sp.at)
+	return sp
+}
+
+// poll runs one poll and returns the reloads it handed on.
+func (sp *stagedPoller) poll() []reload {
+	sp.t.Helper()
+	sp.at = sp.at.Add(time.Second)
+	before := len(sp.got)
+	if !sp.p.poll(context.Background(), sp.at, &sp.last, &sp.changed, func(s *Set, err error) {
+		sp.got = append(sp.got, reload{s, err})
+	}) {
+		sp.t.Fatal("poll stopped")
+	}
+	return sp.got[before:]
+}
+
+// settle polls until the change on disk has been seen and debounced, and
+// returns the one reload that followed.
+func (sp *stagedPoller) settle() reload {
+	sp.t.Helper()
+	var got []reload
+	for range 3 { // see the change, wait out the debounce, reload
+		got = append(got, sp.poll()...)
+	}
+	if len(got) != 1 {
+		sp.t.Fatalf("%d reloads after one change, want 1: %+v", len(got), got)
+	}
+	return got[0]
+}
+
+// A tree that lost its agents (deleted, or caught half-deleted) never
+// replaces the specs in use: the reload is an ErrEmptied error, and the
+// next whole tree is handed on as usual.
+func TestWatchKeepsSpecsWhenTreeEmptied(t *testing.T) {
+	specs := filepath.Join(t.TempDir(), "specs")
+	a, b := filepath.Join(specs, "agents", "a.yaml"), filepath.Join(specs, "agents", "b.yaml")
+	write(t, a, agentWithOutput("1"))
+	write(t, b, agentWithOutput("2"))
+	sp := newStagedPoller(t, specs)
+
+	// Every agent gone, the directories left: refused, against the two
+	// files the watcher found when it started.
+	for _, f := range []string{a, b} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := sp.settle()
+	if r.set != nil || !errors.Is(r.err, ErrEmptied) || !errors.Is(r.err, svc.ErrSpecValidation) {
+		t.Fatalf("an emptied tree gave %+v, want an ErrEmptied SpecValidationError", r)
+	}
+	if want := specs + ": "; !strings.HasPrefix(r.err.Error(), want) || !strings.Contains(r.err.Error(), "2 agents") {
+		t.Errorf("error %q, want it to name %s and the 2 agents in use", r.err, specs)
+	}
+
+	// A whole tree again is handed on.
+	write(t, a, agentWithOutput("3"))
+	if r = sp.settle(); r.err != nil || len(r.set.Agents) != 1 || outputOf(t, r.set, "a") != int64(3) {
+		t.Fatalf("after restoring an agent: %+v", r)
+	}
+
+	// Agents gone, a group left (of agents registered from Go): the
+	// agents in use would all be unloaded, so refused too.
+	sp.p.cfg.Env.Agents = []string{"goagent"}
+	write(t, filepath.Join(specs, "groups", "g.yaml"), "version: 1\nnodes: {x: {agent: goagent}}\n")
+	if r = sp.settle(); r.err != nil || len(r.set.Groups) != 1 {
+		t.Fatalf("after adding a group: %+v", r)
+	}
+	if err := os.Remove(a); err != nil {
+		t.Fatal(err)
+	}
+	if r = sp.settle(); r.set != nil || !errors.Is(r.err, ErrEmptied) {
+		t.Fatalf("a tree without its agents gave %+v, want ErrEmptied", r)
+	}
+
+	// Removing the directory itself is a change (there are no files left
+	// to change), reported as the root error it is.
+	if err := os.RemoveAll(specs); err != nil {
+		t.Fatal(err)
+	}
+	if r = sp.settle(); r.set != nil || !IsRootError(r.err) {
 		t.Fatalf("after removing the directory: %+v", r)
+	}
+}
+
+// A watcher started on an empty directory has no specs in use to
+// protect: what appears in it is handed on.
+func TestWatchStartsEmpty(t *testing.T) {
+	specs := filepath.Join(t.TempDir(), "specs")
+	if err := os.MkdirAll(specs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sp := newStagedPoller(t, specs)
+	write(t, filepath.Join(specs, "agents", "a.yaml"), agentWithOutput("1"))
+	if r := sp.settle(); r.err != nil || len(r.set.Agents) != 1 {
+		t.Fatalf("the first agent in an empty directory: %+v", r)
+	}
+}
+
+// A load torn by a change under it (a file the watcher saw was gone when
+// Load read it) is not reported: the watcher loads again once the tree
+// has settled. A missing file the watcher never saw (a dangling symlink,
+// say) is an error like any other.
+func TestWatchRetriesTornLoad(t *testing.T) {
+	specs := filepath.Join(t.TempDir(), "specs")
+	a := filepath.Join(specs, "agents", "a.yaml")
+	write(t, a, agentWithOutput("1"))
+	sp := newStagedPoller(t, specs)
+
+	loads := 0
+	sp.p.load = func(dir string, env Env) (*Set, error) {
+		loads++
+		if loads == 1 {
+			// As Load reports a listed file that vanished before it was read.
+			return nil, errors.Join(&Error{File: a, Msg: "no such file or directory", cause: fs.ErrNotExist})
+		}
+		return Load(dir, env)
+	}
+	write(t, a, agentWithOutput("2"))
+	sp.poll() // sees the change
+	if got := sp.poll(); len(got) != 0 || loads != 1 {
+		t.Fatalf("a torn load was handed on: %+v (loads %d)", got, loads)
+	}
+	// Nothing changed since; the watcher still loads again, after the
+	// debounce, and hands that on.
+	var got []reload
+	for range 2 {
+		got = append(got, sp.poll()...)
+	}
+	if len(got) != 1 || got[0].err != nil || outputOf(t, got[0].set, "a") != int64(2) || loads != 2 {
+		t.Fatalf("after a torn load: %+v (loads %d)", got, loads)
+	}
+
+	// A dangling symlink: listed, never in a snapshot, reported.
+	if err := os.Symlink(filepath.Join(specs, "nowhere.yaml"), filepath.Join(specs, "agents", "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, a, agentWithOutput("3"))
+	r := sp.settle()
+	if r.set != nil || !errors.Is(r.err, fs.ErrNotExist) || !strings.Contains(r.err.Error(), "b.yaml") {
+		t.Fatalf("a dangling symlink gave %+v, want its error", r)
 	}
 }
 

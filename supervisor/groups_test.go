@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/group"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/supervisor"
 )
@@ -204,20 +205,14 @@ func TestGroupNodeFailureStopsOthers(t *testing.T) {
 		t.Fatalf("the run waited for the slow node: %v", time.Since(start))
 	}
 	// The slow node's invocation was cancelled, not left running.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var slowFailed bool
+	testutil.Eventually(t, "the slow node to be stopped", func() bool {
 		for _, ev := range rec.OfType(svc.EventAgentFailed) {
-			slowFailed = slowFailed || ev.AgentName == "slow"
+			if ev.AgentName == "slow" {
+				return true
+			}
 		}
-		if slowFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the slow node was not stopped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // Scheduling is by dataflow, not tier by tier: a short branch finishes while

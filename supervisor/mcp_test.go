@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools/mcp/mcptest"
 )
@@ -115,13 +117,8 @@ func TestAgentCallsMCPToolOverHTTP(t *testing.T) {
 // waitGone polls until process pid no longer exists.
 func waitGone(t *testing.T, pid int, after string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("MCP server process %d still alive %s", pid, after)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Within(t, 15*time.Second, fmt.Sprintf("MCP server process %d to be gone %s", pid, after),
+		func() bool { return syscall.Kill(pid, 0) != nil })
 }
 
 func everythingAgent(name, entry string) svc.Agent {

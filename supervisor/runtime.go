@@ -56,6 +56,11 @@ type Config struct {
 	// caller's to close. At start, runs a previous process left pending or
 	// running are marked failed ("interrupted").
 	Store svc.RunStore
+	// IdempotencyTTL is how long an Idempotency-Key holds the run it made;
+	// svc.DefaultIdempotencyTTL (24h) when 0. The keys live in Store when
+	// it is a svc.IdempotentStore (every store in stores/ is), else in
+	// this process's memory.
+	IdempotencyTTL time.Duration
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -80,16 +85,17 @@ type Runtime struct {
 
 	store     svc.RunStore
 	ownStore  bool
-	submitted sync.Map // run id → context.CancelCauseFunc
-	idemMu    sync.Mutex
-	idem      map[string]idemEntry // Idempotency-Key → first run
-	regMu     sync.Mutex           // serialises writers of agents
+	submitted sync.Map            // run id → context.CancelCauseFunc
+	keys      svc.IdempotentStore // store, or localKeys over it
+	idemTTL   time.Duration
+	regMu     sync.Mutex // serialises writers of agents
 
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.
 	inflight sync.WaitGroup
 	mu       sync.RWMutex // guards closed against admissions racing Shutdown
 	closed   bool
+	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
 	stopOnce sync.Once
 }
 
@@ -114,13 +120,22 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Shards <= 0 {
 		cfg.Shards = 4 * runtime.GOMAXPROCS(0)
 	}
-	rt := &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store}
+	if cfg.IdempotencyTTL < 0 {
+		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
+	}
+	rt := &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store,
+		idemTTL: cfg.IdempotencyTTL, quit: make(chan struct{})}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
 	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
 		return nil, fmt.Errorf("supervisor: recover runs: %w", err)
 	} else if n > 0 {
 		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
+	}
+	if is, ok := rt.store.(svc.IdempotentStore); ok {
+		rt.keys = is
+	} else {
+		rt.keys = &localKeys{RunStore: rt.store, keys: map[string]*localKey{}}
 	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
 	confOpts := []actor.ConfigOption{
@@ -370,6 +385,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.mu.Lock()
 		rt.closed = true
 		rt.mu.Unlock()
+		close(rt.quit)
 
 		drained := make(chan struct{})
 		go func() { rt.inflight.Wait(); close(drained) }()

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,15 +21,21 @@ import (
 // records the cancellation (with run_cancelled as the run's last event)
 // before it cancels the work, so the store refuses anything that finishes
 // late.
+//
+// Store errors (store.go): every write is retried while its error may pass,
+// logged with the run id, and a write that cannot be made fails the run
+// ("store_error") so its stream ends. If even that write fails, the run
+// stays pending or running in the store until the next runtime opens it and
+// Interrupt marks it failed ("interrupted"); the log says so.
 
 // Submit checks and records a run, starts it and returns its id.
 func (rt *Runtime) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
-	if req.IdempotencyKey == "" {
-		return rt.submit(ctx, req)
-	}
-	// Keyed submits are serialised so two retries racing each other still
-	// make one run. The keys live in memory: a restart forgets them. The
-	// request id is tracing, not content: a retry may carry a new one.
+	return rt.submit(ctx, req)
+}
+
+// fingerprint is the digest a key's reservation keeps of the request. The
+// request id is tracing, not content: a retry may carry a new one.
+func fingerprint(req svc.SubmitRequest) string {
 	task := req.Task
 	task.RequestID = ""
 	body, _ := json.Marshal(struct {
@@ -37,28 +44,7 @@ func (rt *Runtime) Submit(ctx context.Context, req svc.SubmitRequest) (string, e
 		R svc.TaskSpec `json:"r"`
 	}{req.Target, req.Kind, task})
 	sum := sha256.Sum256(body)
-	rt.idemMu.Lock()
-	defer rt.idemMu.Unlock()
-	if e, ok := rt.idem[req.IdempotencyKey]; ok {
-		if e.sum != sum {
-			return "", svc.Errorf(svc.KindRunState, "Idempotency-Key %q was used for a different request (run %s)", req.IdempotencyKey, e.runID)
-		}
-		return e.runID, nil
-	}
-	id, err := rt.submit(ctx, req)
-	if err != nil {
-		return "", err
-	}
-	if rt.idem == nil {
-		rt.idem = map[string]idemEntry{}
-	}
-	rt.idem[req.IdempotencyKey] = idemEntry{sum: sum, runID: id}
-	return id, nil
-}
-
-type idemEntry struct {
-	sum   [32]byte
-	runID string
+	return hex.EncodeToString(sum[:])
 }
 
 func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
@@ -95,14 +81,26 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 		return "", err
 	}
 	id := newID()
-	now := time.Now().UTC()
-	if err := rt.store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, CreatedAt: now}); err != nil {
-		rt.inflight.Done()
-		return "", fmt.Errorf("submit: %w", err)
+	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, CreatedAt: time.Now().UTC()}
+	if req.IdempotencyKey == "" {
+		err := rt.createRun(ctx, rec)
+		if err != nil {
+			rt.inflight.Done()
+			return "", fmt.Errorf("submit: %w", err)
+		}
+	} else {
+		got, created, err := rt.createKeyed(ctx, req.IdempotencyKey, fingerprint(req), rec)
+		if err != nil || !created {
+			rt.inflight.Done()
+			if err != nil && !errors.Is(err, svc.ErrRunState) {
+				err = fmt.Errorf("submit: %w", err)
+			}
+			return got, err
+		}
 	}
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rt.submitted.Store(id, cancel)
-	w := newRunWriter(rt.store, id)
+	w := newRunWriter(rt, id, cancel)
 	runCtx = actors.WithRunSink(runCtx, w.event)
 	runCtx = svc.WithProgress(runCtx, w.progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
@@ -142,10 +140,13 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 	defer rt.inflight.Done()
 	defer rt.submitted.Delete(id)
 	defer cancel(nil)
-	bg := context.Background()
-	if err := rt.store.SetState(bg, id, svc.RunRunning, "", nil); err != nil {
+	if err := rt.setState(id, svc.RunRunning, "", nil); err != nil {
 		w.close()
-		return // cancelled while pending
+		if !errors.Is(err, svc.ErrRunState) { // a refusal: cancelled while pending
+			rt.storeFailed(id, "set state running", err)
+			rt.failRun(id)
+		}
+		return
 	}
 	var (
 		result  any
@@ -169,8 +170,13 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		result = svc.AgentResult{AgentName: target, TaskID: task.ID, Error: svc.ErrorInfoOf(err),
 			Metadata: svc.ResultMetadata{TraceID: task.RequestID, Backend: svc.BackendLocal}}
 	}
-	if errors.Is(context.Cause(ctx), errRunCancelled) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errRunCancelled):
 		return // CancelRun recorded the end already
+	case errors.Is(cause, errStoreWrite):
+		// The writer lost an event or a progress update and stopped the
+		// work: the run fails, with what result it has.
+		success, reason = false, reasonStoreError
 	}
 	body, merr := json.Marshal(result)
 	if merr != nil {
@@ -185,8 +191,16 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		final = &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: time.Now().UTC()}
 	}
 	// A refusal here means the run was cancelled meanwhile: the cancel won.
-	if err := rt.store.SetResult(bg, id, body); err == nil {
-		_ = rt.store.SetState(bg, id, state, reason, final)
+	if err := rt.storeRetry(id, "set result", func(c context.Context) error { return rt.store.SetResult(c, id, body) }); err != nil {
+		if !errors.Is(err, svc.ErrRunState) {
+			rt.storeFailed(id, "set result", err)
+			rt.failRun(id)
+		}
+		return
+	}
+	if err := rt.setState(id, state, reason, final); err != nil && !errors.Is(err, svc.ErrRunState) {
+		rt.storeFailed(id, "set state "+string(state), err)
+		rt.failRun(id)
 	}
 }
 
@@ -244,9 +258,16 @@ func (rt *Runtime) RunEvents(ctx context.Context, id string, after int64) (<-cha
 // runWriter takes a submitted run's events and progress from the actors
 // without blocking them (an unbounded queue: nothing is dropped) and writes
 // them to the store in order from one goroutine.
+//
+// A write the store refuses (RunStateError) means the run is terminal, as
+// after a cancel: nothing more may be written, and the writer drops the
+// rest. A write that fails after its retries stops the run (fail, with
+// errStoreWrite as the cause), which then ends failed: a run whose history
+// has a hole must not pass for complete.
 type runWriter struct {
-	store svc.RunStore
-	id    string
+	rt   *Runtime
+	id   string
+	fail context.CancelCauseFunc
 
 	mu       sync.Mutex
 	events   []svc.RunEvent
@@ -256,8 +277,8 @@ type runWriter struct {
 	finished chan struct{}
 }
 
-func newRunWriter(store svc.RunStore, id string) *runWriter {
-	w := &runWriter{store: store, id: id, wake: make(chan struct{}, 1), finished: make(chan struct{})}
+func newRunWriter(rt *Runtime, id string, fail context.CancelCauseFunc) *runWriter {
+	w := &runWriter{rt: rt, id: id, fail: fail, wake: make(chan struct{}, 1), finished: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -298,24 +319,49 @@ func (w *runWriter) close() {
 
 func (w *runWriter) run() {
 	defer close(w.finished)
-	ctx := context.Background()
+	rt, id := w.rt, w.id
+	stopped := false // the store refused or failed a write: drop the rest
 	for range w.wake {
 		w.mu.Lock()
 		evs, prog, closed := w.events, w.prog, w.closed
 		w.events, w.prog = nil, nil
 		w.mu.Unlock()
-		if prog != nil {
-			_ = w.store.SetProgress(ctx, w.id, *prog)
+		if !stopped && prog != nil {
+			p := *prog
+			stopped = w.check("set progress", rt.storeRetry(id, "set progress", func(c context.Context) error {
+				return rt.store.SetProgress(c, id, p)
+			}))
 		}
 		for _, ev := range evs {
-			// A refusal means the run is already terminal (cancelled):
-			// nothing may follow run_cancelled.
-			_, _ = w.store.Append(ctx, w.id, ev)
+			if stopped {
+				break
+			}
+			// A retry may store the event twice if the store applied the
+			// first attempt but its answer was lost: a duplicate is better
+			// than a hole.
+			stopped = w.check("append event", rt.storeRetry(id, "append event", func(c context.Context) error {
+				_, err := rt.store.Append(c, id, ev)
+				return err
+			}))
 		}
 		if closed {
 			return
 		}
 	}
+}
+
+// check handles the outcome of one write and reports whether the writer
+// must stop writing.
+func (w *runWriter) check(op string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, svc.ErrRunState):
+		return true // terminal (cancelled): nothing may follow
+	}
+	w.rt.storeFailed(w.id, op, err)
+	w.fail(errStoreWrite)
+	return true
 }
 
 var _ svc.RunBackend = (*Runtime)(nil)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 // do sends one request and returns the response with its body read.
@@ -471,18 +472,6 @@ func runOutput(t *testing.T, url, agent string) string {
 	return compactJSON(t, decodeResult(t, string(body)).Output)
 }
 
-// eventually polls cond until it holds, failing the test after limit.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestServeReload(t *testing.T) {
 	t.Parallel()
 	fixed := func(out string) string {
@@ -518,7 +507,7 @@ func TestServeReload(t *testing.T) {
 	agentFile := filepath.Join(dir, "agents", "fixed.yaml")
 	writeFile(t, agentFile, fixed(`"two"`))
 	writeFile(t, filepath.Join(dir, "agents", "slow.yaml"), "version: 1\nname: slow\nmodel: test:echo\nmodel_settings: {output: new}\n")
-	eventually(t, 10*time.Second, "the new output", func() bool { return runOutput(t, s.url, "fixed") == `"two"` })
+	testutil.Eventually(t, "the new output", func() bool { return runOutput(t, s.url, "fixed") == `"two"` })
 	s.waitLog(t, regexp.MustCompile(`specs reloaded.*"agents": 2.*"groups": 0`), 5*time.Second)
 	if got := <-slowOut; got != `"old"` {
 		t.Errorf("the run in flight during the reload answered %s, want its starting definition's \"old\"", got)
@@ -529,7 +518,7 @@ func TestServeReload(t *testing.T) {
 
 	// A group appears.
 	writeFile(t, filepath.Join(dir, "groups", "pipe.yaml"), "version: 1\nnodes: {a: {agent: fixed}, b: {agent: slow}}\nedges: [{from: a, to: b}]\n")
-	eventually(t, 10*time.Second, "the new group", func() bool {
+	testutil.Eventually(t, "the new group", func() bool {
 		_, body := get(t, s.url+"/groups", nil)
 		return strings.TrimSpace(string(body)) == `["pipe"]`
 	})

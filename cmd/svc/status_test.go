@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 func TestStatusLineFormat(t *testing.T) {
@@ -228,7 +229,7 @@ func TestStatusReconnects(t *testing.T) {
 		}
 	})
 	r := runStatus(t, parseStatus(t), srv.URL)
-	eventually(t, 20*time.Second, "the event of the third connection", func() bool { return strings.Contains(r.out.String(), "trace=third") })
+	testutil.Within(t, 20*time.Second, "the event of the third connection", func() bool { return strings.Contains(r.out.String(), "trace=third") })
 	r.cancel()
 	if err := r.wait(t); err != nil {
 		t.Errorf("run = %v after cancel, want nil", err)

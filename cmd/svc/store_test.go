@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 // A finished run is served unchanged by the next process on the same store.
@@ -95,13 +97,7 @@ func TestServeInterruptedRunFails(t *testing.T) {
 		_ = json.NewDecoder(r.Body).Decode(&st)
 		return st.State
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for status(s.url) != "running" {
-		if time.Now().After(deadline) {
-			t.Fatal("run never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the run to start", func() bool { return status(s.url) == "running" })
 	s.signal(t, syscall.SIGKILL)
 	s.wait(t, 10*time.Second)
 	s2 := startServe(t, nil, "--specs", specs, "--data-dir", dir)

@@ -12,6 +12,7 @@ import (
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 // liveServer is a standalone server over the fake backend whose
@@ -71,13 +72,8 @@ func TestClientSubscribe(t *testing.T) {
 	for range sub.Events() { // drained and closed after Close
 	}
 	// The server side lets go of the subscriber once the client has gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for live.Subscribers() != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := live.Subscribers(); n != 0 {
-		t.Errorf("%d subscriber actors after the client closed its subscription", n)
-	}
+	testutil.Eventually(t, "no subscriber actors after the client closed its subscription",
+		func() bool { return live.Subscribers() == 0 })
 }
 
 func TestClientSubscribeReportsServerDrops(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 // newSSE builds an SSE emitter, closed when the test ends.
@@ -207,13 +208,7 @@ func TestEventStreamDisconnect(t *testing.T) {
 	e.Emit(eventOf(svc.EventAgentSpawned, "echo", "t1"))
 	s.nextEvent(t)
 	cancel()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Subscribers() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Subscribers = %d after the client left, want 1", e.Subscribers())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, "Subscribers to be 1 after the client left", func() bool { return e.Subscribers() == 1 })
 	if f := stay.nextEvent(t); f.event != "agent_spawned" {
 		t.Errorf("the other stream got %+v", f)
 	}

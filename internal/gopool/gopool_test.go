@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -43,25 +44,33 @@ func TestNeverBlocks(t *testing.T) {
 	close(release)
 }
 
+// Idle workers retire after the idle timeout, by the janitor's clock:
+// synctest makes that clock exact and the wait free.
 func TestIdleWorkersRetire(t *testing.T) {
-	p := New(10 * time.Millisecond)
-	var wg sync.WaitGroup
-	for i := 0; i < 10; i++ {
-		wg.Add(1)
-		p.Go(func() { time.Sleep(time.Millisecond); wg.Done() })
-	}
-	wg.Wait()
-	if p.Workers() == 0 {
-		t.Fatal("no workers counted")
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Workers() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d idle workers did not retire", p.Workers())
+	synctest.Test(t, func(t *testing.T) {
+		p := New(time.Minute)
+		defer p.Close()
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			p.Go(func() { time.Sleep(time.Millisecond); wg.Done() })
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	p.Close()
+		wg.Wait()
+		synctest.Wait()
+		if p.Workers() == 0 {
+			t.Fatal("no workers counted")
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if p.Workers() == 0 {
+			t.Fatal("workers retired long before the idle timeout")
+		}
+		time.Sleep(2 * time.Minute) // the timeout, and a janitor round after it
+		synctest.Wait()
+		if n := p.Workers(); n != 0 {
+			t.Fatalf("%d idle workers did not retire", n)
+		}
+	})
 }
 
 func TestGoAfterClose(t *testing.T) {

@@ -2,9 +2,10 @@
 // runs, each with its event slice. It keeps nothing across restarts, so it
 // suits tests and single-process deployments that do not need durability.
 //
-// Streams wait on a per-run notification channel that every change closes
-// and replaces (a broadcast), so a stream wakes only when its run changed:
-// no polling, and no goroutine per append.
+// Streams run the stores' one follow loop (stores/internal/follow), woken
+// by a per-run notification channel that every change closes and replaces
+// (a broadcast), so a stream wakes only when its run changed: no polling,
+// and no goroutine per append.
 //
 // ListRuns filters and sorts all the runs on every page, O(n log n) for n
 // runs: no index to keep, and cheap at the sizes an in-memory store holds.
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/follow"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -30,6 +32,13 @@ type Store struct {
 	done   chan struct{} // closed by Close, ends every stream
 	// streams counts live stream goroutines so Close can wait for them.
 	streams sync.WaitGroup
+	// idem holds the Idempotency-Keys; see CreateIdempotent.
+	idem map[string]idemEntry
+}
+
+type idemEntry struct {
+	fingerprint, runID string
+	expires            time.Time
 }
 
 type run struct {
@@ -46,13 +55,14 @@ type run struct {
 }
 
 var (
-	_ svc.RunStore  = (*Store)(nil)
-	_ svc.RunLister = (*Store)(nil)
+	_ svc.RunStore        = (*Store)(nil)
+	_ svc.RunLister       = (*Store)(nil)
+	_ svc.IdempotentStore = (*Store)(nil)
 )
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{runs: map[string]*run{}, done: make(chan struct{})}
+	return &Store{runs: map[string]*run{}, done: make(chan struct{}), idem: map[string]idemEntry{}}
 }
 
 // Create registers a new pending run; see svc.RunStore.
@@ -69,6 +79,11 @@ func (s *Store) Create(_ context.Context, rec svc.RunRecord) error {
 	if s.closed {
 		return errClosed()
 	}
+	return s.create(rec, created)
+}
+
+// create adds a pending run; s.mu is held.
+func (s *Store) create(rec svc.RunRecord, created time.Time) error {
 	if r, ok := s.runs[rec.RunID]; ok {
 		return svc.Errorf(svc.KindRunState, "memstore: run %q already exists (%s)", rec.RunID, r.rec.State)
 	}
@@ -80,6 +95,60 @@ func (s *Store) Create(_ context.Context, rec svc.RunRecord) error {
 		changed: make(chan struct{}),
 	}
 	return nil
+}
+
+// CreateIdempotent reserves key and creates rec under one lock; see
+// svc.IdempotentStore. At svc.MaxIdempotencyKeys live keys it drops the
+// expired ones, then the oldest.
+func (s *Store) CreateIdempotent(_ context.Context, key, fingerprint string, rec svc.RunRecord, ttl time.Duration) (string, bool, error) {
+	if rec.RunID == "" {
+		return "", false, svc.Errorf(svc.KindSpecValidation, "memstore: empty run id")
+	}
+	if ttl <= 0 {
+		ttl = svc.DefaultIdempotencyTTL
+	}
+	t := time.Now()
+	created := normTime(t)
+	if !rec.CreatedAt.IsZero() {
+		created = normTime(rec.CreatedAt)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "", false, errClosed()
+	}
+	if e, ok := s.idem[key]; ok && t.Before(e.expires) {
+		if e.fingerprint != fingerprint {
+			return "", false, svc.IdempotencyConflict(key, e.runID)
+		}
+		return e.runID, false, nil
+	}
+	if err := s.create(rec, created); err != nil {
+		return "", false, err
+	}
+	if _, ok := s.idem[key]; !ok && len(s.idem) >= svc.MaxIdempotencyKeys {
+		s.evictKeys(t)
+	}
+	s.idem[key] = idemEntry{fingerprint: fingerprint, runID: rec.RunID, expires: t.Add(ttl)}
+	return rec.RunID, true, nil
+}
+
+// evictKeys makes room for one key: it drops the expired keys, or else the
+// oldest; s.mu is held. O(keys), paid only once the table is full.
+func (s *Store) evictKeys(now time.Time) {
+	oldest, first := "", time.Time{}
+	for k, e := range s.idem {
+		if !now.Before(e.expires) {
+			delete(s.idem, k)
+			continue
+		}
+		if oldest == "" || e.expires.Before(first) {
+			oldest, first = k, e.expires
+		}
+	}
+	if len(s.idem) >= svc.MaxIdempotencyKeys {
+		delete(s.idem, oldest)
+	}
 }
 
 // Get returns a copy of a run's record.
@@ -185,34 +254,21 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 func (s *Store) follow(ctx context.Context, r *run, after int64, out chan<- svc.RunEvent) {
 	defer s.streams.Done()
 	defer close(out)
-	for {
-		s.mu.Lock()
-		pending, terminal, changed := r.since(after), r.rec.State.Terminal(), r.changed
-		r.watched = true
-		s.mu.Unlock()
-		for _, ev := range pending {
-			select {
-			case out <- ev:
-				after = ev.Seq
-			case <-ctx.Done():
-				return
-			case <-s.done:
-				return
-			}
-		}
-		// The state and the events were read together: a terminal run has
+	follow.Run(ctx, s.done, after, follow.Source{
+		Arm: func() <-chan struct{} {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			r.watched = true
+			return r.changed
+		},
+		// The state and the events are read together: a terminal run has
 		// no event left to send.
-		if terminal {
-			return
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		}
-	}
+		Read: func(_ context.Context, after int64) ([]svc.RunEvent, bool, bool, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return r.since(after), r.rec.State.Terminal(), false, nil
+		},
+	}, out)
 }
 
 // Interrupt fails every pending or running run with reason "interrupted".

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -19,6 +20,33 @@ func TestMain(m *testing.M) {
 
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(*testing.T) svc.RunStore { return memstore.New() })
+}
+
+// Past svc.MaxIdempotencyKeys live keys the oldest is forgotten: its
+// retry makes a new run, while the next oldest still holds.
+func TestIdempotencyKeysBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills the key table")
+	}
+	s := memstore.New()
+	defer s.Close()
+	ctx := t.Context()
+	create := func(i int, id string) (string, bool) {
+		got, created, err := s.CreateIdempotent(ctx, fmt.Sprint("k", i), "fp", svc.RunRecord{RunID: id, Target: "t", Kind: "agent"}, time.Hour+time.Duration(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, created
+	}
+	for i := range svc.MaxIdempotencyKeys + 1 {
+		create(i, fmt.Sprint("r", i))
+	}
+	if id, created := create(0, "again0"); !created || id != "again0" {
+		t.Errorf("the oldest key after the bound: %q, %v; want a new run", id, created)
+	}
+	if id, created := create(2, "again2"); created || id != "r2" {
+		t.Errorf("a younger key after the bound: %q, %v; want r2", id, created)
+	}
 }
 
 // BenchmarkAppend measures sequential appends to one run.

@@ -10,8 +10,9 @@
 // survives a crash; concurrent writers share fsyncs.
 //
 // Pebble locks its directory, so the process that opened the store sees every
-// write; Stream replays the stored events and then follows in-process
-// notifications rather than polling.
+// write; Stream runs the stores' follow loop (stores/internal/follow): it
+// replays the stored events and then follows in-process notifications
+// rather than polling.
 //
 // ListRuns reads secondary indexes with empty values, written in the same
 // batch as the record they index: "idx/created/<ts><id>" for every run and
@@ -33,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -41,6 +43,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/follow"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -52,6 +55,13 @@ const (
 	idxPrefix  = "idx/"
 	idxCreated = idxPrefix + "created/"
 	idxState   = idxPrefix + "state/"
+	// idemPrefix holds an Idempotency-Key's reservation, idemExpPrefix
+	// the same keys ordered by expiry (<expiry in Unix microseconds, 8
+	// big-endian bytes><key>), for the sweep and the bound.
+	idemPrefix    = "idem/"
+	idemExpPrefix = "idemexp/"
+	// idemSweep bounds the expired keys one CreateIdempotent drops.
+	idemSweep = 64
 	// indexedKey marks the indexes complete (see the package doc).
 	indexedKey = "meta/index"
 	// rebuildBatch bounds the keys of one batch while rebuilding.
@@ -78,6 +88,10 @@ type Store struct {
 
 	subMu sync.Mutex
 	subs  map[string]map[*subscriber]struct{}
+
+	// idemKeys counts the stored Idempotency-Keys (counted at Open), for
+	// the bound; changed under mu.
+	idemKeys int
 }
 
 // subscriber wakes one Stream goroutine; the buffer of one coalesces bursts
@@ -85,8 +99,9 @@ type Store struct {
 type subscriber struct{ wake chan struct{} }
 
 var (
-	_ svc.RunStore  = (*Store)(nil)
-	_ svc.RunLister = (*Store)(nil)
+	_ svc.RunStore        = (*Store)(nil)
+	_ svc.RunLister       = (*Store)(nil)
+	_ svc.IdempotentStore = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in directory dir. Only one Store
@@ -110,8 +125,26 @@ func Open(dir string) (*Store, error) {
 		_ = fsCloser.Close()
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q: index runs", dir))
 	}
+	keys, err := countPrefix(db, idemPrefix)
+	if err != nil {
+		_ = db.Close()
+		_ = fsCloser.Close()
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q: count idempotency keys", dir))
+	}
 	return &Store{db: db, fsCloser: fsCloser, dir: dir, done: make(chan struct{}),
-		subs: map[string]map[*subscriber]struct{}{}}, nil
+		subs: map[string]map[*subscriber]struct{}{}, idemKeys: keys}, nil
+}
+
+func countPrefix(db *pebble.DB, prefix string) (int, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n, it.Close()
 }
 
 // Dir is the directory the store was opened on.
@@ -165,6 +198,158 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		}
 		return []string{rec.RunID}, putRecord(b, &stored{RunRecord: rec})
 	})
+}
+
+// idemJSON is the stored reservation of an Idempotency-Key.
+type idemJSON struct {
+	Fingerprint string `json:"fp"`
+	RunID       string `json:"run_id"`
+	Expires     int64  `json:"expires_us"`
+}
+
+// CreateIdempotent reserves key and creates rec in one batch, the check
+// and the batch under the write lock; see svc.IdempotentStore. Each call
+// also drops up to idemSweep expired keys, and the oldest keys past
+// svc.MaxIdempotencyKeys.
+func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, rec svc.RunRecord, ttl time.Duration) (string, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return "", false, err
+	}
+	if rec.RunID == "" {
+		return "", false, svc.Errorf(svc.KindSpecValidation, "pebblestore: run id is empty")
+	}
+	if ttl <= 0 {
+		ttl = svc.DefaultIdempotencyTTL
+	}
+	now := time.Now()
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now
+	}
+	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
+	var (
+		held  string
+		delta int
+	)
+	err := s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+		delta = 0
+		old, err := s.loadIdem(key)
+		if err != nil {
+			return nil, err
+		}
+		if old != nil && old.Expires > now.UnixMicro() {
+			if old.Fingerprint != fingerprint {
+				return nil, svc.IdempotencyConflict(key, old.RunID)
+			}
+			held = old.RunID
+			return nil, nil // nothing to write
+		}
+		switch _, err := s.load(rec.RunID); {
+		case err == nil:
+			return nil, svc.Errorf(svc.KindRunState, "run %q already exists", rec.RunID)
+		case !errors.Is(err, svc.ErrRegistry):
+			return nil, err
+		}
+		if err := putIndexes(b, &rec); err != nil {
+			return nil, err
+		}
+		if err := putRecord(b, &stored{RunRecord: rec}); err != nil {
+			return nil, err
+		}
+		if old != nil {
+			if err := b.Delete(idemExpKey(old.Expires, key), nil); err != nil {
+				return nil, err
+			}
+		} else {
+			delta = 1
+		}
+		e := idemJSON{Fingerprint: fingerprint, RunID: rec.RunID, Expires: now.Add(ttl).UnixMicro()}
+		v, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.Set([]byte(idemPrefix+key), v, nil); err != nil {
+			return nil, err
+		}
+		if err := b.Set(idemExpKey(e.Expires, key), nil, nil); err != nil {
+			return nil, err
+		}
+		dropped, err := s.sweepIdem(b, now.UnixMicro(), s.idemKeys+delta-svc.MaxIdempotencyKeys, key)
+		delta -= dropped
+		// Counted here, under the lock, with the batch about to be
+		// applied; a failed apply leaves the count a little high, which
+		// only makes the bound evict a little early.
+		s.idemKeys += delta
+		return []string{rec.RunID}, err
+	})
+	if err != nil {
+		return "", false, err
+	}
+	if held != "" {
+		return held, false, nil
+	}
+	return rec.RunID, true, nil
+}
+
+// sweepIdem adds to b the deletion of up to idemSweep expired keys and of
+// the excess oldest keys beyond them, never skip (the key being reserved);
+// the caller holds mu. It returns how many keys it deleted.
+func (s *Store) sweepIdem(b *pebble.Batch, nowUS int64, excess int, skip string) (int, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(idemExpPrefix), UpperBound: prefixEnd(idemExpPrefix)})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < len(idemExpPrefix)+8 {
+			continue
+		}
+		exp := int64(binary.BigEndian.Uint64(k[len(idemExpPrefix):]) ^ (1 << 63))
+		key := string(k[len(idemExpPrefix)+8:])
+		expired := exp <= nowUS && n < idemSweep
+		if !expired && n >= excess {
+			break
+		}
+		if key == skip {
+			continue // replaced in this batch
+		}
+		if err := b.Delete([]byte(idemPrefix+key), nil); err != nil {
+			_ = it.Close()
+			return n, err
+		}
+		if err := b.Delete(slices.Clone(k), nil); err != nil {
+			_ = it.Close()
+			return n, err
+		}
+		n++
+	}
+	return n, it.Close()
+}
+
+// loadIdem reads key's reservation, nil when there is none; the caller
+// holds mu.
+func (s *Store) loadIdem(key string) (*idemJSON, error) {
+	v, closer, err := s.db.Get([]byte(idemPrefix + key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read Idempotency-Key %q", key))
+	}
+	defer closer.Close()
+	var e idemJSON
+	if err := json.Unmarshal(v, &e); err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode Idempotency-Key %q", key))
+	}
+	return &e, nil
+}
+
+func idemExpKey(expUS int64, key string) []byte {
+	k := make([]byte, 0, len(idemExpPrefix)+8+len(key))
+	k = append(k, idemExpPrefix...)
+	k = binary.BigEndian.AppendUint64(k, uint64(expUS)^(1<<63))
+	return append(k, key...)
 }
 
 // Get returns the record of runID.
@@ -295,35 +480,18 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 	return out, nil
 }
 
+// follow runs the stores' follow loop; a read error (the store closed, the
+// run vanished) ends the stream, as the channel cannot carry it.
 func (s *Store) follow(ctx context.Context, runID string, last int64, sub *subscriber, out chan<- svc.RunEvent) {
-	for {
-		evs, terminal, err := s.snapshot(runID, last)
-		if err != nil {
-			// The store closed, or the run vanished: end the stream, as
-			// the channel cannot carry an error.
-			return
-		}
-		for _, ev := range evs {
-			select {
-			case out <- ev:
-				last = ev.Seq
-			case <-ctx.Done():
-				return
-			case <-s.done:
-				return
-			}
-		}
-		if terminal {
-			return
-		}
-		select {
-		case <-sub.wake:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		}
-	}
+	follow.Run(ctx, s.done, last, follow.Source{
+		// The subscription was made before the first read, and its buffer
+		// keeps a wake-up that lands between a read and the wait.
+		Arm: func() <-chan struct{} { return sub.wake },
+		Read: func(_ context.Context, after int64) ([]svc.RunEvent, bool, bool, error) {
+			evs, terminal, err := s.snapshot(runID, after)
+			return evs, terminal, false, err
+		},
+	}, out)
 }
 
 // snapshot reads the run's state and its events after last under the read

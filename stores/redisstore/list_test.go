@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/stores/redisstore"
 )
 
@@ -32,16 +33,10 @@ func listIDs(t *testing.T, s *redisstore.Store, f svc.RunFilter) []string {
 // awaitExpired waits until the keys of run id have expired.
 func awaitExpired(t *testing.T, s *redisstore.Store, id string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testutil.Eventually(t, "Get "+id+" to give a RegistryError after its TTL", func() bool {
 		_, err := s.Get(t.Context(), id)
-		if errors.Is(err, svc.ErrRegistry) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Get %s 10 s after its TTL = %v, want a RegistryError", id, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.Is(err, svc.ErrRegistry)
+	})
 }
 
 // Runs whose keys expired leave the listing, and their index entries go:

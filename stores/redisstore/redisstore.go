@@ -19,6 +19,10 @@
 //	                       scored by when they expire (server clock, Unix
 //	                       milliseconds)
 //	P::indexed     string  "1" once P::created holds every run (see Open)
+//	P::idem:<key>  hash    an Idempotency-Key's reservation: fp, run;
+//	                       expires with the key's TTL
+//	P::idemkeys    zset    the live keys, scored by expiry (server clock,
+//	                       Unix milliseconds), for the bound
 //
 // Every change is one Lua script that checks the state machine and writes, so
 // the rules hold across processes: no change after a terminal state, and a
@@ -112,8 +116,9 @@ type Store struct {
 }
 
 var (
-	_ svc.RunStore  = (*Store)(nil)
-	_ svc.RunLister = (*Store)(nil)
+	_ svc.RunStore        = (*Store)(nil)
+	_ svc.RunLister       = (*Store)(nil)
+	_ svc.IdempotentStore = (*Store)(nil)
 )
 
 // Open connects to Redis (checking it answers PING) and returns the store.
@@ -265,6 +270,57 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		}
 		return nil
 	})
+}
+
+// CreateIdempotent reserves key and creates rec in one script; see
+// svc.IdempotentStore. The reservation expires by Redis's own TTL; past
+// svc.MaxIdempotencyKeys live keys the script drops the oldest.
+func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, rec svc.RunRecord, ttl time.Duration) (string, bool, error) {
+	if rec.RunID == "" || strings.Contains(rec.RunID, ":") {
+		return "", false, svc.Errorf(svc.KindSpecValidation, "redisstore: bad run id %q (empty or containing ':')", rec.RunID)
+	}
+	if ttl <= 0 {
+		ttl = svc.DefaultIdempotencyTTL
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = time.Now()
+	}
+	created := formatTime(rec.CreatedAt)
+	var (
+		runID string
+		made  bool
+	)
+	err := s.do(ctx, rec.RunID, func(ctx context.Context) error {
+		keys := append(s.keys(rec.RunID), s.prefix+"::idem:"+key, s.prefix+"::idemkeys")
+		res, err := createIdemScript.Run(ctx, s.c, keys, fingerprint, max(ttl.Milliseconds(), 1), svc.MaxIdempotencyKeys, key,
+			rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
+			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
+			"reason", "", "created_at", created, "updated_at", created, "seq", 0).Slice()
+		if err != nil {
+			return s.fail(err, "create", rec.RunID)
+		}
+		var code int64
+		if len(res) == 2 {
+			code, _ = res[0].(int64)
+			runID, _ = res[1].(string)
+		}
+		switch {
+		case len(res) != 2:
+			return svc.Errorf(svc.KindRuntime, "redisstore: create run %q: unexpected reply %v", rec.RunID, res)
+		case code == 0:
+			made = true
+		case code == 1:
+		case code == 2:
+			return svc.IdempotencyConflict(key, runID)
+		default:
+			return svc.Errorf(svc.KindRunState, "run %q already exists", rec.RunID)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", false, err
+	}
+	return runID, made, nil
 }
 
 // Get returns the record of runID.

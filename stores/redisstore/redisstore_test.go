@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/stores/redisstore"
 	"github.com/svc-dev/svc/stores/storetest"
 )
@@ -304,16 +305,10 @@ func TestTTL(t *testing.T) {
 	if err := s.SetState(ctx, "r1", svc.RunCancelled, "", nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testutil.Eventually(t, "Get to give a RegistryError after a 50 ms TTL", func() bool {
 		_, err := s.Get(ctx, "r1")
-		if errors.Is(err, svc.ErrRegistry) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Get 10 s after a 50 ms TTL = %v, want a RegistryError", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.Is(err, svc.ErrRegistry)
+	})
 }
 
 func TestCloseKeepsGivenClient(t *testing.T) {
@@ -358,12 +353,7 @@ func TestCloseDisconnectsOwnClient(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); connected(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the store's own connection is still open 10 s after Close")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the store's own connection to close after Close", func() bool { return !connected() })
 }
 
 // Two stores with their own clients, as two processes would have: one
@@ -598,5 +588,33 @@ func TestStreamJoinsBlockedHub(t *testing.T) {
 		if d := time.Since(start); d > 500*time.Millisecond {
 			t.Errorf("join #%d: first live event after %v, want it well under the 1 s block", i, d)
 		}
+	}
+}
+
+// Idempotency-Keys are shared by every store on a prefix, survive the
+// store that made them, and expire by Redis's own TTL.
+func TestIdempotencyKeysAcrossStores(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	a := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	ctx := t.Context()
+	rec := func(id string) svc.RunRecord { return svc.RunRecord{RunID: id, Target: "t", Kind: "agent"} }
+	if id, created, err := a.CreateIdempotent(ctx, "k", "fp", rec("r1"), time.Hour); err != nil || !created || id != "r1" {
+		t.Fatalf("CreateIdempotent = %q, %v, %v", id, created, err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	if id, created, err := b.CreateIdempotent(ctx, "k", "fp", rec("r2"), time.Hour); err != nil || created || id != "r1" {
+		t.Fatalf("another store: CreateIdempotent = %q, %v, %v; want r1, false", id, created, err)
+	}
+	if _, _, err := b.CreateIdempotent(ctx, "k", "other", rec("r3"), time.Hour); !errors.Is(err, svc.ErrRunState) {
+		t.Fatalf("another request under the key: %v", err)
+	}
+	// The reservation expires by Redis's own TTL.
+	c := rawClient(t, url)
+	if ttl, err := c.PTTL(ctx, prefix+"::idem:k").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("PTTL of the reservation = %v, %v", ttl, err)
 	}
 }

@@ -55,14 +55,53 @@ end
 // seq 1. It first trims the index of a few runs whose keys have expired:
 // each run enters the expiring set at most once per end, so trimming a few
 // per Create keeps up with them.
-var createScript = redis.NewScript(nowms + trim + `
-trim(ARGV[3], 16)
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
-redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-return 1
+var createScript = redis.NewScript(nowms + trim + create + `
+return create(1)
+`)
+
+// create is createScript's body, its arguments starting at ARGV[base]:
+// {id, created_at, key prefix, field, value, ...}.
+const create = `
+local function create(base)
+  trim(ARGV[base + 2], 16)
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], unpack(ARGV, base + 3))
+  redis.call('SADD', KEYS[3], ARGV[base])
+  redis.call('ZADD', KEYS[4], ARGV[base + 1], ARGV[base])
+  return 1
+end
+`
+
+// createIdemScript: KEYS = the run keys, then the key's reservation (a
+// hash: fp, run; expiring with the TTL) and the set of live keys scored by
+// expiry (server clock, Unix milliseconds), for the bound. ARGV =
+// {fingerprint, ttl ms, max keys, key, then createScript's ARGV}. Answers
+// {0, id} when it created the run, {1, run} when the key holds run with the
+// same fingerprint, {2, run} with another, {3, ""} when the run id exists.
+// A reservation that expired is gone from Redis, so a live hash is all
+// there is to check.
+var createIdemScript = redis.NewScript(nowms + trim + create + `
+local held = redis.call('HMGET', KEYS[6], 'fp', 'run')
+if held[1] then
+  if held[1] == ARGV[1] then return {1, held[2]} end
+  return {2, held[2]}
+end
+if create(5) == 0 then return {3, ''} end
+local ttl = tonumber(ARGV[2])
+redis.call('HSET', KEYS[6], 'fp', ARGV[1], 'run', ARGV[5])
+redis.call('PEXPIRE', KEYS[6], ttl)
+local now = nowms()
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+redis.call('ZADD', KEYS[7], string.format('%d', now + ttl), ARGV[4])
+local over = redis.call('ZCARD', KEYS[7]) - tonumber(ARGV[3])
+if over > 0 then
+  local old = redis.call('ZPOPMIN', KEYS[7], over)
+  for i = 1, #old, 2 do
+    redis.call('DEL', ARGV[7] .. '::idem:' .. old[i])
+  end
+end
+return {0, ARGV[5]}
 `)
 
 // trim handles up to n runs of the expiring set (KEYS[5]) whose time has

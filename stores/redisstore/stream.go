@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/follow"
 )
 
 // How streams follow writes from any process without a connection each:
@@ -22,6 +23,9 @@ import (
 // short XRANGE from its own position. The hub only signals, so readers at
 // different positions of one run share it, and a burst of entries costs one
 // wake-up.
+//
+// Each Stream runs the stores' follow loop (stores/internal/follow) with
+// the hub as its wake-up.
 //
 // No write is missed: the hub starts watching a run at (or before) the
 // position its first reader starts from, and reports every entry after what
@@ -78,7 +82,6 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 	cursor := seqID(min(after, parseInt(last)), 0)
 
 	sub := &subscriber{wake: make(chan struct{}, 1)}
-	sub.wake <- struct{}{} // the first read needs no wake-up
 	s.watch(runID, sub, cursor)
 	out := make(chan svc.RunEvent)
 	// Stop when either the caller's context or the store's ends.
@@ -96,59 +99,39 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 	return out, nil
 }
 
-// follow sends the events after cursor with Seq > after until the end
-// marker, ctx ends, the run vanishes or its stream holds garbage (the
-// channel cannot carry an error). Redis errors are retried.
+// follow runs the stores' follow loop over the run's events stream: each
+// read is an XRANGE from the last entry seen; the end marker ends the
+// stream, as do a vanished run and garbage in the stream (the channel
+// cannot carry an error). Redis errors are retried with a backoff. The hub
+// wakes the loop; the recheck poll notices a run deleted under it.
 func (s *Store) follow(ctx context.Context, runID string, after int64, cursor string, sub *subscriber, out chan<- svc.RunEvent) {
 	evKey := s.evKey(runID)
-	tick := time.NewTicker(recheck)
-	defer tick.Stop()
-	backoff := retryMin
-	for {
-		idle := false
-		select {
-		case <-sub.wake:
-		case <-tick.C:
-			idle = true
-		case <-ctx.Done():
-			return
-		}
-		msgs, err := s.c.XRangeN(ctx, evKey, nextID(cursor), "+", readBatch).Result()
-		if err == nil && idle && len(msgs) == 0 {
-			var n int64
-			if n, err = s.c.Exists(ctx, s.recKey(runID)).Result(); err == nil && n == 0 {
-				return
+	follow.Run(ctx, nil, after, follow.Source{
+		Arm: func() <-chan struct{} { return sub.wake },
+		Read: func(ctx context.Context, _ int64) ([]svc.RunEvent, bool, bool, error) {
+			msgs, err := s.c.XRangeN(ctx, evKey, nextID(cursor), "+", readBatch).Result()
+			if err != nil {
+				return nil, false, false, err
 			}
-		}
-		if err != nil {
-			if !sleep(ctx, backoff) {
-				return
+			if len(msgs) == 0 {
+				n, err := s.c.Exists(ctx, s.recKey(runID)).Result()
+				return nil, err == nil && n == 0, false, err
 			}
-			backoff = min(2*backoff, retryMax)
-			poke(sub.wake)
-			continue
-		}
-		backoff = retryMin
-		for _, m := range msgs {
-			cursor = m.ID
-			ev, end, err := decodeEntry(m.ID, m.Values)
-			if end || err != nil {
-				return
+			evs := make([]svc.RunEvent, 0, len(msgs))
+			for _, m := range msgs {
+				cursor = m.ID
+				ev, end, err := decodeEntry(m.ID, m.Values)
+				if end || err != nil {
+					return evs, true, false, nil
+				}
+				ev.RunID = runID
+				evs = append(evs, ev)
 			}
-			if ev.Seq <= after {
-				continue
-			}
-			ev.RunID = runID
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if len(msgs) == readBatch {
-			poke(sub.wake) // more to read
-		}
-	}
+			return evs, false, len(msgs) == readBatch, nil
+		},
+		Poll:  recheck,
+		Retry: func(error) bool { return true },
+	}, out)
 }
 
 // watch registers sub for runID's writes, starting the hub if needed.

@@ -1,20 +1,21 @@
 // Package sqlitestore is the svc.RunStore kept in one SQLite file, through
 // the pure-Go modernc.org/sqlite driver (no cgo).
 //
-// The file is in WAL mode, so readers (Get, Events, streams) never wait for
-// the writer. Writes go through one connection, which queues this process's
-// writers in Go rather than in SQLite's sleeping busy handler; busy_timeout
-// covers other processes writing the same file. synchronous=NORMAL: a
-// process crash loses nothing committed, a power cut may lose the last
-// commits.
+// The file is opened by internal/sqlitedb, as the event store's is: WAL
+// mode, so readers (Get, Events, streams) never wait for the writer; one
+// writer connection, which queues this process's writers in Go rather than
+// in SQLite's sleeping busy handler; busy_timeout for other processes
+// writing the same file; synchronous=NORMAL (a process crash loses nothing
+// committed, a power cut may lose the last commits). A busy file is an
+// AgentRuntimeError matching sqlitedb.ErrBusy, which callers may retry.
 //
 // The state machine is enforced in SQL: every change is a conditional UPDATE
 // (or INSERT … SELECT) that matches only runs in a state that allows it, so
 // a late writer in any process is refused by the store itself.
 //
-// Streams replay from the run_events table and then wait for a signal from
-// this process's writers, with a slow poll (PollInterval) for writers in
-// other processes.
+// Streams run the stores' follow loop (stores/internal/follow): they replay
+// from the run_events table and then wait for a signal from this process's
+// writers, with a slow poll (PollInterval) for writers in other processes.
 //
 // ListRuns reads one page with one indexed query: runs_created orders the
 // unfiltered listing and runs_state_created the listing of one state, so a
@@ -36,9 +37,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/sqlitedb"
+	"github.com/svc-dev/svc/stores/internal/follow"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -46,10 +47,6 @@ import (
 // changes made by other processes sharing the file; changes made through
 // the same Store wake it at once.
 const PollInterval = 250 * time.Millisecond
-
-// busyTimeoutMS bounds how long a statement waits for another process's
-// write lock before failing.
-const busyTimeoutMS = 5000
 
 // schemaVersion is stored in PRAGMA user_version; a file from a newer
 // version is refused rather than misread. The listing indexes did not bump
@@ -88,6 +85,15 @@ CREATE TABLE IF NOT EXISTS run_events (
 	ts      INTEGER NOT NULL,    -- Unix microseconds
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+-- Idempotency-Keys (CreateIdempotent). A new table needs no new schema
+-- version either: an older build never reads it.
+CREATE TABLE IF NOT EXISTS idempotency (
+	key         TEXT PRIMARY KEY,
+	fingerprint TEXT NOT NULL,
+	run_id      TEXT NOT NULL,
+	expires_at  INTEGER NOT NULL -- Unix microseconds
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 `
 
 // SQL statements. ?1 is always the run id. A state list of two is enough:
@@ -121,6 +127,17 @@ const (
 	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts
 		FROM runs r LEFT JOIN run_events e ON e.run_id = r.run_id AND e.seq > ?2
 		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
+	sqlIdemGet = `SELECT fingerprint, run_id FROM idempotency WHERE key = ?1 AND expires_at > ?2`
+	sqlIdemPut = `INSERT INTO idempotency (key, fingerprint, run_id, expires_at) VALUES (?1, ?2, ?3, ?4)
+		ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, run_id = excluded.run_id,
+		expires_at = excluded.expires_at`
+	// sqlIdemExpire drops a bounded batch of expired keys per call, so no
+	// call pays for a long backlog; sqlIdemTrim then keeps the bound,
+	// dropping the keys closest to expiry.
+	sqlIdemExpire = `DELETE FROM idempotency WHERE key IN
+		(SELECT key FROM idempotency WHERE expires_at <= ?1 ORDER BY expires_at LIMIT 64)`
+	sqlIdemTrim = `DELETE FROM idempotency WHERE key IN (SELECT key FROM idempotency ORDER BY expires_at
+		LIMIT max(0, (SELECT count(*) FROM idempotency) - ?1))`
 	sqlInterrupt = `UPDATE runs SET state = 'failed', reason = 'interrupted', updated_at = ?1
 		WHERE state IN ('pending', 'running') RETURNING run_id`
 )
@@ -166,8 +183,9 @@ type Store struct {
 }
 
 var (
-	_ svc.RunStore  = (*Store)(nil)
-	_ svc.RunLister = (*Store)(nil)
+	_ svc.RunStore        = (*Store)(nil)
+	_ svc.RunLister       = (*Store)(nil)
+	_ svc.IdempotentStore = (*Store)(nil)
 )
 
 // Open opens the store in the file at path, creating the file and its
@@ -182,26 +200,11 @@ func Open(path string) (*Store, error) {
 	}
 	// An absolute path never starts with "file:", so the driver passes it
 	// to SQLite as a plain file name, not a URI.
-	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)", busyTimeoutMS)
-	writer, err := sql.Open("sqlite", abs+"?"+params+"&_txlock=immediate")
+	db, err := sqlitedb.Open(abs, sqlitedb.Options{Init: initSchema})
 	if err != nil {
 		return nil, fail(err)
 	}
-	writer.SetMaxOpenConns(1)
-	writer.SetMaxIdleConns(1)
-	writer.SetConnMaxLifetime(0)
-	writer.SetConnMaxIdleTime(0)
-	if err := initSchema(writer); err != nil {
-		writer.Close()
-		return nil, fail(err)
-	}
-	reader, err := sql.Open("sqlite", abs+"?"+params+"&_pragma=query_only(1)")
-	if err != nil {
-		writer.Close()
-		return nil, fail(err)
-	}
-	reader.SetMaxOpenConns(4)
-	reader.SetMaxIdleConns(4)
+	writer, reader := db.Writer, db.Reader
 	s := &Store{
 		path: path, writer: writer, reader: reader, poll: PollInterval,
 		notify: notifier{chans: map[string]chan struct{}{}}, done: make(chan struct{}),
@@ -301,15 +304,8 @@ func checkPath(path string) (string, error) {
 	return abs, nil
 }
 
-// initSchema turns on WAL, creates the tables and checks the schema version.
+// initSchema creates the tables and checks the schema version.
 func initSchema(db *sql.DB) error {
-	var mode string
-	if err := db.QueryRow("PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return err
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("cannot turn on WAL mode (journal_mode is %s)", mode)
-	}
 	var version int
 	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
 		return err
@@ -356,6 +352,72 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		return svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
 	}
 	return nil
+}
+
+// CreateIdempotent reserves key and creates rec in one transaction; see
+// svc.IdempotentStore. The writer's transactions are IMMEDIATE, so the
+// check of the key and the writes are one step for every process sharing
+// the file. Each call also drops up to 64 expired keys, and counts the keys
+// to keep svc.MaxIdempotencyKeys (a scan of an index, about a millisecond at
+// the bound).
+func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, rec svc.RunRecord, ttl time.Duration) (string, bool, error) {
+	if err := s.check(); err != nil {
+		return "", false, err
+	}
+	if rec.RunID == "" {
+		return "", false, svc.Errorf(svc.KindSpecValidation, "sqlitestore: empty run id")
+	}
+	if ttl <= 0 {
+		ttl = svc.DefaultIdempotencyTTL
+	}
+	now := time.Now()
+	created := now
+	if !rec.CreatedAt.IsZero() {
+		created = rec.CreatedAt
+	}
+	fail := func(err error) (string, bool, error) {
+		return "", false, s.fail(ctx, err, "create run %q with Idempotency-Key %q", rec.RunID, key)
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback()
+	var heldFP, heldRun string
+	switch err := tx.QueryRowContext(ctx, sqlIdemGet, key, micros(now)).Scan(&heldFP, &heldRun); {
+	case err == nil:
+		if heldFP != fingerprint {
+			return "", false, svc.IdempotencyConflict(key, heldRun)
+		}
+		return heldRun, false, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fail(err)
+	}
+	res, err := tx.StmtContext(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+	if err != nil {
+		return fail(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail(err)
+	} else if n == 0 {
+		return "", false, svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{sqlIdemPut, []any{key, fingerprint, rec.RunID, micros(now.Add(ttl))}},
+		{sqlIdemExpire, []any{micros(now)}},
+		{sqlIdemTrim, []any{svc.MaxIdempotencyKeys}},
+	} {
+		if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
+			return fail(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return rec.RunID, true, nil
 }
 
 // Get returns a run's record.
@@ -567,49 +629,19 @@ func (s *Store) Stream(ctx context.Context, runID string, after int64) (<-chan s
 func (s *Store) follow(ctx context.Context, runID string, after int64, out chan<- svc.RunEvent) {
 	defer s.streams.Done()
 	defer close(out)
-	poll := time.NewTicker(s.poll)
-	defer poll.Stop()
-	for {
-		// Register before reading, so a change committed after the read
-		// signals this very channel.
-		woken := s.notify.wait(runID)
-		var state svc.RunState
-		for {
-			// The first page's state is the one that counts: read with
-			// the events, it is terminal only once all of them are in.
-			st, page, err := s.page(ctx, runID, after)
-			if err != nil {
-				return
-			}
-			if state == "" {
-				state = st
-			}
-			for _, ev := range page {
-				select {
-				case out <- ev:
-					after = ev.Seq
-				case <-ctx.Done():
-					return
-				case <-s.done:
-					return
-				}
-			}
-			if len(page) < pageSize {
-				break
-			}
-		}
-		if state.Terminal() {
-			return
-		}
-		select {
-		case <-woken:
-		case <-poll.C:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		}
-	}
+	follow.Run(ctx, s.done, after, follow.Source{
+		// Armed before each read, so a change committed after the read
+		// signals the channel the loop then waits on.
+		Arm: func() <-chan struct{} { return s.notify.wait(runID) },
+		// A page's state is read with its events: terminal with a short
+		// page means every event is in.
+		Read: func(ctx context.Context, after int64) ([]svc.RunEvent, bool, bool, error) {
+			state, page, err := s.page(ctx, runID, after)
+			full := len(page) == pageSize
+			return page, state.Terminal() && !full, full, err
+		},
+		Poll: s.poll,
+	}, out)
 }
 
 // Interrupt fails every pending or running run with reason "interrupted".
@@ -747,18 +779,10 @@ func (s *Store) check() error {
 	return nil
 }
 
-// fail wraps a database error once, naming the operation. When the
-// caller's context ended, that is the cause that matters: the error is a
-// CancelledError or TimeoutError wrapping the context's error.
+// fail wraps a database error once, naming the operation; see
+// sqlitedb.Fail for the kinds.
 func (s *Store) fail(ctx context.Context, err error, format string, args ...any) error {
-	msg := "sqlitestore: " + fmt.Sprintf(format, args...)
-	if cerr := ctx.Err(); cerr != nil {
-		return svc.Wrap(svc.KindOf(cerr), cerr, msg)
-	}
-	if s.closed.Load() {
-		return svc.Wrap(svc.KindShuttingDown, err, msg)
-	}
-	return svc.Wrap(svc.KindRuntime, err, msg)
+	return sqlitedb.Fail(ctx, err, s.closed.Load(), "sqlitestore: "+fmt.Sprintf(format, args...))
 }
 
 func unknown(runID string) error {

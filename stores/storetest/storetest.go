@@ -28,7 +28,8 @@
 //     Interrupt, and when the store is closed.
 //   - After Close, every method returns an error.
 //
-// Every store is also a svc.RunLister; list.go states the rules of its
+// Every store is also a svc.IdempotentStore (idempotent.go states its
+// rules) and a svc.RunLister; list.go states the rules of its
 // listings (order, pages, cursors, errors) that the List subtests check.
 package storetest
 
@@ -104,6 +105,11 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"ListStateFilter", testListStateFilter},
 		{"ListErrors", testListErrors},
 		{"ListClosed", testListClosed},
+		{"IdempotentSameKey", testIdempotentSameKey},
+		{"IdempotentConflict", testIdempotentConflict},
+		{"IdempotentExpiry", testIdempotentExpiry},
+		{"IdempotentConcurrent", testIdempotentConcurrent},
+		{"IdempotentClosed", testIdempotentClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,6 +160,12 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	drive(t, s, "x", svc.RunRunning)
 	mustOK(t, "SetState", s.SetState(ctx, "x", svc.RunCancelled, "user", &svc.RunEvent{Type: svc.RunRunCancelled, Timestamp: ts(9)}))
 
+	// A key made before the close holds after it.
+	if id, created := createIdem(t, idem(t, s), "key", "fp", "k", time.Hour); id != "k" || !created {
+		t.Fatalf("CreateIdempotent = %q, %v; want k, true", id, created)
+	}
+	mustOK(t, "SetState", s.SetState(ctx, "k", svc.RunCancelled, "", nil))
+
 	ids := []string{"p", "r", "c", "f", "x"}
 	records := map[string]svc.RunRecord{}
 	events := map[string][]svc.RunEvent{}
@@ -161,8 +173,8 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 		records[id] = get(t, s, id)
 		events[id] = eventsOf(t, s, id, 0)
 	}
-	// All five were created at ts(0): listed by id, descending.
-	listed := []string{"x", "r", "p", "f", "c"}
+	// All six were created at ts(0): listed by id, descending.
+	listed := []string{"x", "r", "p", "k", "f", "c"}
 	checkListing(t, "before reopen", s, svc.RunFilter{Limit: 2}, listed)
 	mustOK(t, "Close", s.Close())
 
@@ -177,6 +189,11 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	mustAppend(t, s, "r", svc.RunEvent{Type: svc.RunAgentStarted, Agent: "b", Timestamp: ts(60)}, 4)
 	mustKind(t, "Create duplicate after reopen", s.Create(ctx, svc.RunRecord{RunID: "c", Target: "t", Kind: "agent"}), svc.ErrRunState)
 	mustKind(t, "Append to a terminal run after reopen", appendErr(s, "c"), svc.ErrRunState)
+	if id, created := createIdem(t, idem(t, s), "key", "fp", "k2", time.Hour); id != "k" || created {
+		t.Errorf("CreateIdempotent after reopen = %q, %v; want k, false (the key survives)", id, created)
+	}
+	_, _, err := idem(t, s).CreateIdempotent(ctx, "key", "other", svc.RunRecord{RunID: "k3", Target: "echo", Kind: "agent"}, time.Hour)
+	mustKind(t, "CreateIdempotent with another fingerprint after reopen", err, svc.ErrRunState)
 	create(t, s, "n")
 	n, err := s.Interrupt(ctx)
 	mustOK(t, "Interrupt", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/tools/mcp"
 	"github.com/svc-dev/svc/tools/mcp/mcptest"
 )
@@ -48,7 +49,7 @@ func TestEverythingStdio(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the restart", func() bool {
+	testutil.Within(t, mcpWait, "the restart", func() bool {
 		s := status(t, m, "agent", "everything")
 		return s.State == mcp.StateReady && s.Restarts >= 1
 	})

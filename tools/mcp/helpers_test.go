@@ -105,18 +105,9 @@ func status(t *testing.T, m *mcp.Manager, agent, name string) svc.ToolServerStat
 	return svc.ToolServerStatus{}
 }
 
-// waitFor polls cond until it holds; the deadline only stops a broken test
-// from hanging.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// mcpWait bounds waits on server processes (starts, restarts with
+// backoff, reaping): it only stops a broken test from hanging.
+const mcpWait = 30 * time.Second
 
 // alive reports whether a process exists and is not a zombie (an orphaned
 // grandchild may wait for an init that reaps slowly).

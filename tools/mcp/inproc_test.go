@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -125,7 +126,7 @@ func TestEagerAndStartAll(t *testing.T) {
 	url := serveHTTP(t, false)
 	m := newManager(t, mcp.Config{Eager: true})
 	m.Source("agent", svc.MCPServer{Name: "go", Transport: "http", URL: url})
-	waitFor(t, "eager start", func() bool { return status(t, m, "agent", "go").State == mcp.StateReady })
+	testutil.Within(t, mcpWait, "eager start", func() bool { return status(t, m, "agent", "go").State == mcp.StateReady })
 
 	// A port nothing listens on.
 	down := httptest.NewServer(http.NotFoundHandler())
@@ -193,7 +194,7 @@ func TestStdioRestartAndCallTimeoutWhileRestarting(t *testing.T) {
 	if _, err := mustTool(t, src, "crash").Call(ctxFor(t), []byte(`{}`)); err == nil {
 		t.Fatal("crash returned no error")
 	}
-	waitFor(t, "a failed restart", func() bool {
+	testutil.Within(t, mcpWait, "a failed restart", func() bool {
 		s := status(t, m, "agent", "helper")
 		return s.State == mcp.StateRestarting && s.Restarts >= 1 && strings.Contains(s.LastError, "gate closed")
 	})
@@ -212,7 +213,7 @@ func TestStdioRestartAndCallTimeoutWhileRestarting(t *testing.T) {
 	if err := os.Remove(gate); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "recovery", func() bool { return status(t, m, "agent", "helper").State == mcp.StateReady })
+	testutil.Within(t, mcpWait, "recovery", func() bool { return status(t, m, "agent", "helper").State == mcp.StateReady })
 	if got := call(t, echo, `{"text":"three"}`); got != "echo: three" {
 		t.Fatalf("echo after restart = %#v", got)
 	}
@@ -273,7 +274,7 @@ func TestShutdownKillsStubbornServerAndItsChildren(t *testing.T) {
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("server %d after Shutdown: kill(0) = %v, want ESRCH", pid, err)
 	}
-	waitFor(t, "the orphaned child to be reaped", func() bool { return !alive(child) })
+	testutil.Within(t, mcpWait, "the orphaned child to be reaped", func() bool { return !alive(child) })
 }
 
 func TestArgumentsMustBeAnObject(t *testing.T) {
@@ -328,7 +329,7 @@ func TestStreamableHTTPServerRestart(t *testing.T) {
 
 	// The first call after the restart may fail (its session is gone); the
 	// actor reconnects and later calls succeed.
-	waitFor(t, "a new session", func() bool {
+	testutil.Within(t, mcpWait, "a new session", func() bool {
 		_, _ = echo.Call(ctxFor(t), []byte(`{"text":"probe"}`))
 		s := status(t, m, "agent", "go")
 		return s.State == mcp.StateReady && s.Restarts >= 1
