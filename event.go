@@ -3,7 +3,6 @@ package svc
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -39,8 +38,8 @@ var EventTypes = []EventType{
 	EventWorkerStarted, EventWorkerStopped, EventWorkerHeartbeat,
 }
 
-// PayloadKeys is the payload contract of each event type: exactly these keys
-// (agent_failed may add "reason").
+// PayloadKeys is the payload contract of each event type: exactly these keys,
+// plus those of OptionalPayloadKeys when present.
 var PayloadKeys = map[EventType][]string{
 	EventAgentSpawned:       {"backend", "trust_level"},
 	EventAgentDispatched:    {"backend", "broker", "trust_level"},
@@ -58,6 +57,20 @@ var PayloadKeys = map[EventType][]string{
 	EventWorkerStarted:      {"runtime_id", "agents", "broker_scheme", "concurrency", "prefetch", "consumer_id", "heartbeat_seconds"},
 	EventWorkerStopped:      {"runtime_id", "agents", "broker_scheme"},
 	EventWorkerHeartbeat:    {"runtime_id", "agent_subscriptions", "in_flight", "concurrency_cap", "broker_scheme"},
+}
+
+// OptionalPayloadKeys are the keys an event type may add to PayloadKeys.
+//
+// On agent_failed and tool_call_failed, "reason" is the failure's error
+// kind, a Kind name such as "ModelError" or "TrustViolationError": the
+// spec's "typed reason". It is what metrics and rollups classify failures
+// by (FailureKind); nothing reads the kind out of the "error" text. On
+// agent_failed, "model" is the resolved provider:name of the model that
+// answered or was tried last, when one was, so failed runs carry the
+// provider and model too.
+var OptionalPayloadKeys = map[EventType][]string{
+	EventAgentFailed:    {"reason", "model"},
+	EventToolCallFailed: {"reason"},
 }
 
 // IsFailure reports whether events of this type log at error level.
@@ -85,8 +98,14 @@ type RuntimeEvent struct {
 	TraceID string `json:"trace_id"`
 	// ParentTraceID is the trace of the run that spawned this one, "" (null)
 	// for top-level runs.
-	ParentTraceID string  `json:"parent_trace_id"`
-	Payload       Payload `json:"payload"`
+	ParentTraceID string `json:"parent_trace_id"`
+	// SpanID names the invocation (or group or batch run) the event belongs
+	// to; ParentSpanID the one that started it. They are envelope fields
+	// beside the spec's, written only when set, and what the event store
+	// builds a run's tree from.
+	SpanID       string  `json:"span_id,omitempty"`
+	ParentSpanID string  `json:"parent_span_id,omitempty"`
+	Payload      Payload `json:"payload"`
 }
 
 type eventJSON struct {
@@ -96,6 +115,8 @@ type eventJSON struct {
 	TaskID        *string   `json:"task_id"`
 	TraceID       string    `json:"trace_id"`
 	ParentTraceID *string   `json:"parent_trace_id"`
+	SpanID        string    `json:"span_id,omitempty"`
+	ParentSpanID  string    `json:"parent_span_id,omitempty"`
 	Payload       Payload   `json:"payload"`
 }
 
@@ -116,7 +137,7 @@ func (e RuntimeEvent) MarshalJSON() ([]byte, error) {
 	return json.Marshal(eventJSON{
 		EventType: e.EventType, Timestamp: e.Timestamp.UTC(), AgentName: e.AgentName,
 		TaskID: nullable(e.TaskID), TraceID: e.TraceID, ParentTraceID: nullable(e.ParentTraceID),
-		Payload: p,
+		SpanID: e.SpanID, ParentSpanID: e.ParentSpanID, Payload: p,
 	})
 }
 
@@ -132,7 +153,7 @@ func (e *RuntimeEvent) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("timestamp %s: out of range", j.Timestamp.Format(time.RFC3339))
 	}
 	*e = RuntimeEvent{EventType: j.EventType, Timestamp: j.Timestamp, AgentName: j.AgentName,
-		TraceID: j.TraceID, Payload: j.Payload}
+		TraceID: j.TraceID, SpanID: j.SpanID, ParentSpanID: j.ParentSpanID, Payload: j.Payload}
 	if j.TaskID != nil {
 		e.TaskID = *j.TaskID
 	}
@@ -166,35 +187,35 @@ const (
 	BackendLocal = "local"
 )
 
-// reasonKinds maps the "reason" a failure event may carry to the error
-// kind the runtime raised with that reason.
-var reasonKinds = map[string]Kind{
+// legacyReasons maps the "reason" values agent_failed carried before it
+// carried the error kind, so events stored by earlier versions still
+// classify.
+var legacyReasons = map[string]Kind{
 	"timeout":         KindTimeout,
 	"cancelled":       KindCancelled,
 	"shutting_down":   KindShuttingDown,
 	"budget_exceeded": KindBudgetExceeded,
 	"depth_limit":     KindDepthLimit,
+	"model_error":     KindModel,
+	"invalid_output":  KindOutputValidation,
+	"spawn_cycle":     KindSpawnCycle,
+	"tool_source":     KindToolExecution,
+	"trust":           KindTrustViolation,
 }
 
 // FailureKind names the error kind of a failure event (agent_failed,
-// tool_call_failed), which carries the error's text but not its kind: the
-// payload's "error_type" when it names a known kind, else the kind whose
-// name prefixes the "error" text ("ModelError: ..."), else the kind of its
-// "reason" (timeout, budget_exceeded, ...), else fallback. Only kind names
-// come out, so metrics labels and rollup groups stay few whatever the
-// texts say. The OTel emitter and the event store both use it, so a
-// dashboard and the metrics agree.
+// tool_call_failed): its "reason", which the runtime sets to the kind's
+// name, else fallback. A reason an earlier version wrote ("timeout",
+// "model_error", ...) maps to its kind. The "error" text is never parsed:
+// only kind names come out, so metric labels and rollup groups stay few
+// whatever the texts say. The OTel emitter and the event store both use
+// it, so a dashboard and the metrics agree.
 func FailureKind(p Payload, fallback Kind) Kind {
-	str := func(key string) string { s, _ := p[key].(string); return s }
-	if k, ok := knownKind(str("error_type")); ok {
+	r, _ := p["reason"].(string)
+	if k, ok := knownKind(r); ok {
 		return k
 	}
-	if prefix, _, ok := strings.Cut(str("error"), ":"); ok {
-		if k, ok := knownKind(prefix); ok {
-			return k
-		}
-	}
-	if k, ok := reasonKinds[str("reason")]; ok {
+	if k, ok := legacyReasons[r]; ok {
 		return k
 	}
 	return fallback

@@ -201,10 +201,15 @@ func TestFailureKind(t *testing.T) {
 		p    svc.Payload
 		want svc.Kind
 	}{
-		{svc.Payload{"error_type": "BudgetExceededError", "error": "ModelError: x"}, svc.KindBudgetExceeded},
-		{svc.Payload{"error": "ModelError: all models failed"}, svc.KindModel},
+		{svc.Payload{"reason": "BudgetExceededError", "error": "ModelError: x"}, svc.KindBudgetExceeded},
+		{svc.Payload{"reason": "ModelError"}, svc.KindModel},
+		// The error text is never parsed.
+		{svc.Payload{"error": "ModelError: all models failed"}, svc.KindToolExecution},
+		{svc.Payload{"error_type": "ModelError"}, svc.KindToolExecution},
+		// Reasons written by earlier versions still classify.
 		{svc.Payload{"error": "NotAKind: x", "reason": "timeout"}, svc.KindTimeout},
 		{svc.Payload{"error": "boom", "reason": "depth_limit"}, svc.KindDepthLimit},
+		{svc.Payload{"reason": "invalid_output"}, svc.KindOutputValidation},
 		{svc.Payload{"error": "boom"}, svc.KindToolExecution},
 		{svc.Payload{"error_type": 42, "error": 7}, svc.KindToolExecution},
 		{nil, svc.KindToolExecution},
@@ -213,5 +218,25 @@ func TestFailureKind(t *testing.T) {
 		if got := svc.FailureKind(c.p, svc.KindToolExecution); got != c.want {
 			t.Errorf("svc.FailureKind(%v) = %s, want %s", c.p, got, c.want)
 		}
+	}
+}
+
+// Span ids are envelope fields, written only when set.
+func TestRuntimeEventSpanIDs(t *testing.T) {
+	ev := svc.RuntimeEvent{EventType: svc.EventAgentSpawned, AgentName: "a", TraceID: "t", SpanID: "s1", ParentSpanID: "p1"}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"span_id":"s1","parent_span_id":"p1"`)) || bytes.Contains(b, []byte(`"payload":{"span_id"`)) {
+		t.Errorf("JSON %s", b)
+	}
+	var back svc.RuntimeEvent
+	if err := json.Unmarshal(b, &back); err != nil || back.SpanID != "s1" || back.ParentSpanID != "p1" {
+		t.Errorf("round trip %+v, %v", back, err)
+	}
+	b, _ = json.Marshal(svc.RuntimeEvent{EventType: svc.EventAgentSpawned})
+	if bytes.Contains(b, []byte("span_id")) {
+		t.Errorf("unset span ids written: %s", b)
 	}
 }

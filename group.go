@@ -190,20 +190,6 @@ type RunProgress struct {
 // from the runtime's actors: it must return quickly and never block.
 type ProgressFunc func(RunProgress)
 
-type progressKey struct{}
-
-// WithProgress returns ctx carrying fn: group runs and gathers started with
-// it report their progress to fn.
-func WithProgress(ctx context.Context, fn ProgressFunc) context.Context {
-	return context.WithValue(ctx, progressKey{}, fn)
-}
-
-// ProgressFrom returns the ProgressFunc in ctx, or nil.
-func ProgressFrom(ctx context.Context) ProgressFunc {
-	fn, _ := ctx.Value(progressKey{}).(ProgressFunc)
-	return fn
-}
-
 // GroupBackend is the group half of the call surface; the runtime and both
 // clients implement it alongside Backend.
 type GroupBackend interface {

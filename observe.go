@@ -219,8 +219,10 @@ type RuntimeStats struct {
 	GeneratedAt time.Time   `json:"generated_at"`
 	Header      StatsHeader `json:"header"`
 	BurnRate    BurnRate    `json:"burn_rate"`
-	// Rejections counts rejections by kind: budget_exceeded,
-	// depth_limit_exceeded, and agent_failed by error kind.
+	// Rejections counts rejections by error kind name, as the
+	// svc.rejections metric does by error.type: budget_exceeded events
+	// under BudgetExceededError, depth_limit_exceeded under
+	// DepthLimitError, agent_failed under the kind its reason carries.
 	Rejections  map[string]int64   `json:"rejections"`
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`

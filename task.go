@@ -65,8 +65,30 @@ type AgentResult struct {
 	TaskID    string          `json:"task_id"`
 	Success   bool            `json:"success"`
 	Output    json.RawMessage `json:"output"`
-	Error     *ErrorInfo      `json:"error"`
-	Metadata  ResultMetadata  `json:"metadata"`
+	// Error is the wire form of a failure: what JSON carries.
+	Error    *ErrorInfo     `json:"error"`
+	Metadata ResultMetadata `json:"metadata"`
+	// Err is the failure itself, an *Error with its kind and cause, on a
+	// result the runtime returns in process; the runtime builds Error from
+	// it at its edge (the Backend methods). A result decoded from JSON has
+	// only Error: use Failure to read either.
+	Err error `json:"-"`
+}
+
+// Failure returns the result's error: Err when set, else Error as an
+// *Error of the same kind, nil on success.
+func (r *AgentResult) Failure() error {
+	if r.Err != nil {
+		return r.Err
+	}
+	return r.Error.Err()
+}
+
+// Publish fills Error from Err, for a result leaving the runtime.
+func (r *AgentResult) Publish() {
+	if r.Err != nil && r.Error == nil {
+		r.Error = ErrorInfoOf(r.Err)
+	}
 }
 
 // MarshalJSON writes a nil output as null, so the field is always present.

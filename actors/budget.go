@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
 )
 
 // Budget is the token account of one top-level request (a run or a gather)
@@ -32,16 +33,16 @@ func NewBudget(limit int64, em svc.Emitter) *Budget {
 func (b *Budget) Used() int64 { return b.used.Load() }
 
 // For binds the budget to one invocation, so its events name the agent,
-// task and trace.
-func (b *Budget) For(agent, task, trace, parent string) *InvocationBudget {
-	return &InvocationBudget{b: b, agent: agent, task: task, trace: trace, parent: parent}
+// task, trace and span of inv.
+func (b *Budget) For(inv *agent.Invocation) *InvocationBudget {
+	return &InvocationBudget{b: b, inv: inv}
 }
 
 // InvocationBudget is a Budget seen from one invocation; it implements
 // agent.Budget.
 type InvocationBudget struct {
-	b                          *Budget
-	agent, task, trace, parent string
+	b   *Budget
+	inv *agent.Invocation
 }
 
 // Reserve fails once the budget is spent.
@@ -61,11 +62,14 @@ func (ib *InvocationBudget) Charge(tokens int64) error {
 }
 
 func (ib *InvocationBudget) exceeded(used int64) error {
+	inv := ib.inv
+	name := inv.Agent.Def.Name
 	ib.b.emitter.Emit(svc.RuntimeEvent{
-		EventType: svc.EventBudgetExceeded, Timestamp: time.Now().UTC(), AgentName: ib.agent,
-		TaskID: ib.task, TraceID: ib.trace, ParentTraceID: ib.parent,
+		EventType: svc.EventBudgetExceeded, Timestamp: time.Now().UTC(), AgentName: name,
+		TaskID: inv.TaskID, TraceID: inv.TraceID, ParentTraceID: inv.ParentTraceID,
+		SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID,
 		Payload: svc.Payload{"limit": ib.b.limit, "used": used, "scope": "run"},
 	})
-	return &svc.Error{Kind: svc.KindBudgetExceeded, Agent: ib.agent, TaskID: ib.task, Reason: "budget_exceeded",
+	return &svc.Error{Kind: svc.KindBudgetExceeded, Agent: name, TaskID: inv.TaskID, Reason: "budget_exceeded",
 		Message: "token budget exceeded: used " + strconv.FormatInt(used, 10) + " of " + strconv.FormatInt(ib.b.limit, 10)}
 }

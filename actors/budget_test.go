@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
 )
 
 func TestBudgetPreCheckAndPostCharge(t *testing.T) {
@@ -15,7 +16,8 @@ func TestBudgetPreCheckAndPostCharge(t *testing.T) {
 	var mu sync.Mutex
 	var evs []svc.RuntimeEvent
 	b := NewBudget(10, svc.EmitterFunc(func(ev svc.RuntimeEvent) { mu.Lock(); evs = append(evs, ev); mu.Unlock() }))
-	ib := b.For("a", "t", "tr", "")
+	inv := &agent.Invocation{Agent: &agent.Compiled{Def: svc.Agent{Name: "a"}}, TaskID: "t", TraceID: "tr", SpanID: "s1"}
+	ib := b.For(inv)
 	if err := ib.Reserve(); err != nil {
 		t.Fatal(err)
 	}
@@ -26,12 +28,12 @@ func TestBudgetPreCheckAndPostCharge(t *testing.T) {
 	if err := ib.Reserve(); !errors.Is(err, svc.ErrBudgetExceeded) {
 		t.Fatalf("reserve after spending the budget: %v", err)
 	}
-	if len(evs) != 1 || evs[0].EventType != svc.EventBudgetExceeded || evs[0].Payload["used"] != int64(10) || evs[0].Payload["limit"] != int64(10) {
+	if len(evs) != 1 || evs[0].EventType != svc.EventBudgetExceeded || evs[0].Payload["used"] != int64(10) || evs[0].Payload["limit"] != int64(10) || evs[0].SpanID != "s1" {
 		t.Fatalf("events = %+v", evs)
 	}
 	// The post-charge catches a call that overshot.
 	b2 := NewBudget(5, svc.NopEmitter{})
-	if err := b2.For("a", "t", "tr", "").Charge(7); !errors.Is(err, svc.ErrBudgetExceeded) || b2.Used() != 7 {
+	if err := b2.For(inv).Charge(7); !errors.Is(err, svc.ErrBudgetExceeded) || b2.Used() != 7 {
 		t.Fatalf("overshoot: %v, used %d", err, b2.Used())
 	}
 }

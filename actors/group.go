@@ -28,9 +28,13 @@ type StartGroup struct {
 	Metadata    map[string]string
 	Depth       int
 	ParentTrace string
-	Budget      *Budget
-	Progress    *Progress
-	Reply       chan<- GroupReply
+	// ParentSpan is the span of the invocation that started the group run,
+	// if one did.
+	ParentSpan string
+	Budget     *Budget
+	Progress   *Progress
+	Sink       RunSink
+	Reply      chan<- GroupReply
 }
 
 // GroupReply is the outcome of a group run.
@@ -72,6 +76,7 @@ type groupActor struct {
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
+	span      string // the group run's span: its nodes' invocations' parent
 	start     time.Time
 	nodes     map[string]*nodeState
 	active    int
@@ -89,6 +94,9 @@ func (g *groupActor) Receive(c actor.Context) {
 	case *actor.Started:
 		g.ctx, g.cancel = context.WithCancelCause(g.req.Ctx)
 		g.start = time.Now()
+		if !g.env.Silent {
+			g.span = NewSpanID()
+		}
 		g.emit(svc.EventGroupStarted, svc.Payload{"group_name": g.req.Graph.Def.Name, "node_count": len(g.req.Graph.Nodes)})
 		g.nodes = make(map[string]*nodeState, len(g.req.Graph.Nodes))
 		for name, n := range g.req.Graph.Nodes {
@@ -142,7 +150,7 @@ func (g *groupActor) startNode(c actor.Context, ns *nodeState) {
 			g.active--
 			ns.status = nodeDone
 			ns.result = svc.AgentResult{AgentName: ns.node.Agent, TaskID: g.taskID(ns), Success: true,
-				Output: json.RawMessage("[]"), Metadata: svc.ResultMetadata{TraceID: g.req.Task.Trace, Backend: svc.BackendLocal}}
+				Output: json.RawMessage("[]"), Metadata: svc.ResultMetadata{TraceID: g.req.Task.Trace, Backend: g.env.BackendName()}}
 			g.resolveOut(c, ns)
 			return
 		}
@@ -152,8 +160,8 @@ func (g *groupActor) startNode(c actor.Context, ns *nodeState) {
 	}
 	req := &StartRun{
 		Ctx: g.ctx, Agent: g.req.Agents[ns.node.Agent], Tasks: tasks, MaxConcurrency: conc,
-		Depth: g.req.Depth, ParentTrace: g.req.ParentTrace, Budget: g.req.Budget, Progress: g.req.Progress,
-		Tag: ns.node.Name,
+		Depth: g.req.Depth, ParentTrace: g.req.ParentTrace, ParentSpan: g.span, Budget: g.req.Budget,
+		Progress: g.req.Progress, Sink: g.req.Sink, Tag: ns.node.Name,
 	}
 	r := &runActor{env: g.env, req: req}
 	ns.pid = c.Spawn(g.env.props(func() actor.Actor { return r }))
@@ -181,7 +189,7 @@ func (g *groupActor) nodeFinished(c actor.Context, ns *nodeState, results []svc.
 		// Failed items are dropped unless all failed.
 		outs := make([]json.RawMessage, 0, len(results))
 		var md svc.ResultMetadata
-		var lastErr *svc.ErrorInfo
+		var lastErr error
 		for _, r := range results {
 			md.TokensUsed += r.Metadata.TokensUsed
 			md.CostUSD += r.Metadata.CostUSD
@@ -190,20 +198,18 @@ func (g *groupActor) nodeFinished(c actor.Context, ns *nodeState, results []svc.
 				outs = append(outs, r.Output)
 				md.Model = r.Metadata.Model
 			} else {
-				lastErr = r.Error
+				lastErr = r.Err
 			}
 		}
 		if len(outs) == 0 {
 			err := &svc.Error{Kind: svc.KindAllAgentsFailed, Agent: ns.node.Agent,
 				Message: fmt.Sprintf("group %s: node %s: all %d fan-out items failed", g.req.Graph.Def.Name, ns.node.Name, len(results))}
-			if lastErr != nil {
-				err.Err = lastErr.Err()
-			}
+			err.Err = lastErr
 			g.fail(c, svc.RunResult{}, err)
 			return
 		}
 		out, _ := json.Marshal(outs)
-		md.TraceID, md.Backend = g.req.Task.Trace, svc.BackendLocal
+		md.TraceID, md.Backend = g.req.Task.Trace, g.env.BackendName()
 		md.DurationMS = ms(time.Since(g.start))
 		ns.result = svc.AgentResult{AgentName: ns.node.Agent, TaskID: g.taskID(ns), Success: true, Output: out, Metadata: md}
 	}
@@ -343,7 +349,7 @@ func (g *groupActor) maybeFinish(c actor.Context) {
 	default:
 		gr := &svc.GroupResult{Group: true, Success: true, Outputs: make(map[string]svc.AgentResult, len(fired)),
 			Metadata: svc.GroupMetadata{TraceID: g.req.Task.Trace, GroupName: g.req.Graph.Def.Name, DurationMS: dur,
-				TokensUsed: g.tokens, CostUSD: g.cost, Invocations: g.invs, Backend: svc.BackendLocal}}
+				TokensUsed: g.tokens, CostUSD: g.cost, Invocations: g.invs, Backend: g.env.BackendName()}}
 		for _, ns := range fired {
 			gr.Outputs[ns.node.Name] = ns.result
 		}
@@ -403,7 +409,8 @@ func (g *groupActor) maybeStop(c actor.Context) {
 func (g *groupActor) emit(t svc.EventType, p svc.Payload) {
 	g.env.Emitter.Emit(svc.RuntimeEvent{
 		EventType: t, Timestamp: time.Now().UTC(), AgentName: g.req.Graph.Def.Name,
-		TraceID: g.req.Task.Trace, ParentTraceID: g.req.ParentTrace, Payload: p,
+		TraceID: g.req.Task.Trace, ParentTraceID: g.req.ParentTrace,
+		SpanID: g.span, ParentSpanID: g.req.ParentSpan, Payload: p,
 	})
 }
 

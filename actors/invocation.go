@@ -23,12 +23,12 @@ type invState struct {
 	task *Task
 	out  *svc.AgentResult // this invocation's slot in the run's results
 
-	// ctx, cancel, start and deadline are set by the run actor, which
-	// enforces the deadline; finished is the run actor's too.
+	// ctx, cancel and start are set by the run actor, which enforces the
+	// deadline (start plus the timeout: not stored, which keeps this
+	// struct in a smaller size class); finished is the run actor's too.
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	start    time.Time
-	deadline time.Time
 	finished bool
 	attempt  int
 	tokens   int64
@@ -38,7 +38,6 @@ type invState struct {
 	unpriced bool     // some model call had no price
 	self     *actor.PID
 	root     *actor.RootContext
-	sink     RunSink // the submitted run's event stream, if any
 
 	// inv and done are reused by every attempt: one attempt runs at a time,
 	// and its goroutine hands done over by message before the next starts.
@@ -83,24 +82,27 @@ func (a *invocation) startAttempt(c actor.Context) {
 	st := a.st
 	st.attempt++
 	if st.attempt == 1 {
-		st.sink = sinkFrom(st.ctx)
+		// The span id is the invocation's, shared by its attempts; there is
+		// none when no emitter listens (nothing would carry it).
+		st.inv = agent.Invocation{
+			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
+			ParentTraceID: st.run.ParentTrace, ParentSpanID: st.parentSpan(),
+			Depth: st.run.Depth, Emitter: st.env.Emitter,
+		}
+		if !st.env.Silent {
+			st.inv.SpanID = NewSpanID()
+		}
+		if st.run.Budget != nil {
+			st.inv.Budget = st.run.Budget.For(&st.inv)
+		}
 		st.runEvent(svc.RunAgentStarted, "")
 		if !st.env.Silent {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
-				"backend": svc.BackendLocal, "trust_level": string(st.run.Agent.Def.Trust()),
+				"backend": st.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
 			})
 		}
 	}
 	backoff := st.env.Options.Backoff(st.attempt)
-	if st.attempt == 1 {
-		st.inv = agent.Invocation{
-			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
-			ParentTraceID: st.run.ParentTrace, Depth: st.run.Depth, Emitter: st.env.Emitter,
-		}
-		if st.run.Budget != nil {
-			st.inv.Budget = st.run.Budget.For(st.run.Agent.Def.Name, st.task.ID, st.task.Trace, st.run.ParentTrace)
-		}
-	}
 	st.self, st.root = c.Self(), c.ActorSystem().Root
 	st.env.Work.Add(1)
 	if backoff > 0 {
@@ -109,6 +111,9 @@ func (a *invocation) startAttempt(c actor.Context) {
 		st.env.Pool.Go(st.workNow)
 	}
 }
+
+// deadline is when the invocation times out.
+func (st *invState) deadline() time.Time { return st.start.Add(st.env.Options.Timeout()) }
 
 // workNow runs one attempt, without backoff, on a pooled goroutine.
 func (st *invState) workNow() { st.work(0) }
@@ -128,19 +133,23 @@ func (st *invState) work(backoff time.Duration) {
 			return
 		}
 	}
-	d.out, d.err = runLoop(st.ctx, &st.inv)
+	d.out, d.err = execute(st.env.Execute, st.ctx, &st.inv)
 	st.root.Send(st.self, d)
 }
 
-// runLoop runs the agent loop, turning a panic in user code (a tool, a hook,
-// a model) into an error rather than a crashed process.
-func runLoop(ctx context.Context, inv *agent.Invocation) (out agent.Outcome, err error) {
+// execute runs one attempt through the Env's Execute, the local agent loop
+// when that is nil, turning a panic in user code (a tool, a hook, a model)
+// into an error rather than a crashed process.
+func execute(run func(context.Context, *agent.Invocation) (agent.Outcome, error), ctx context.Context, inv *agent.Invocation) (out agent.Outcome, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = svc.Errorf(svc.KindRuntime, "agent %s panicked: %v", inv.Agent.Def.Name, p)
 		}
 	}()
-	return agent.Run(ctx, inv)
+	if run == nil {
+		return agent.Run(ctx, inv)
+	}
+	return run(ctx, inv)
 }
 
 func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
@@ -164,7 +173,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		TaskID:    st.task.ID,
 		Metadata: svc.ResultMetadata{
 			TraceID: st.task.Trace, TokensUsed: st.tokens, CostUSD: st.cost, Model: st.model,
-			Attempts: st.attempt, Backend: svc.BackendLocal,
+			Attempts: st.attempt, Backend: st.env.BackendName(),
 			ModelsTried: st.tried, CostUnknown: st.unpriced,
 		},
 	}
@@ -177,18 +186,22 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		if !st.env.Silent {
 			st.emit(svc.EventAgentCompleted, svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
-				"backend": svc.BackendLocal, "model": st.model,
+				"backend": res.Metadata.Backend, "model": st.model,
 			})
 		}
 	} else {
+		// The typed error travels with the result; its wire form (ErrorInfo)
+		// is built where the result leaves the runtime.
 		err = st.describe(err)
-		res.Error = svc.ErrorInfoOf(err)
-		p := svc.Payload{"duration_ms": res.Metadata.DurationMS, "error": err.Error(), "backend": svc.BackendLocal}
-		if res.Error.Reason != "" {
-			p["reason"] = res.Error.Reason
+		res.Err = err
+		msg := err.Error()
+		p := svc.Payload{"duration_ms": res.Metadata.DurationMS, "error": msg, "backend": res.Metadata.Backend,
+			"reason": string(svc.KindOf(err))}
+		if m := st.failedModel(); m != "" {
+			p["model"] = m
 		}
 		st.emit(svc.EventAgentFailed, p)
-		st.runEvent(svc.RunAgentFailed, err.Error())
+		st.runEvent(svc.RunAgentFailed, msg)
 	}
 	// The result goes straight into the run's slot for it; the message that
 	// follows hands the slot back to the run actor.
@@ -233,10 +246,32 @@ func retryable(err error) bool {
 	return true
 }
 
+// failedModel is the model a failed invocation names: the one that
+// answered, else the last one tried, else none (it failed before any call).
+func (st *invState) failedModel() string {
+	if st.model != "" {
+		return st.model
+	}
+	if n := len(st.tried); n > 0 {
+		return st.tried[n-1]
+	}
+	return ""
+}
+
+// parentSpan is the span the invocation names as its parent: its batch's,
+// else whatever started its run.
+func (st *invState) parentSpan() string {
+	if st.run.BatchSpan != "" {
+		return st.run.BatchSpan
+	}
+	return st.run.ParentSpan
+}
+
 func (st *invState) emit(t svc.EventType, p svc.Payload) {
 	st.env.Emitter.Emit(svc.RuntimeEvent{
 		EventType: t, Timestamp: time.Now().UTC(), AgentName: st.run.Agent.Def.Name, TaskID: st.task.ID,
-		TraceID: st.task.Trace, ParentTraceID: st.run.ParentTrace, Payload: p,
+		TraceID: st.task.Trace, ParentTraceID: st.run.ParentTrace, SpanID: st.inv.SpanID, ParentSpanID: st.inv.ParentSpanID,
+		Payload: p,
 	})
 }
 
@@ -247,21 +282,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // actors: it must not block.
 type RunSink func(svc.RunEvent)
 
-type sinkKey struct{}
-
-// WithRunSink returns ctx carrying sink: every invocation run under ctx,
-// nested ones included, reports its run events to it.
-func WithRunSink(ctx context.Context, sink RunSink) context.Context {
-	return context.WithValue(ctx, sinkKey{}, sink)
-}
-
-func sinkFrom(ctx context.Context) RunSink {
-	s, _ := ctx.Value(sinkKey{}).(RunSink)
-	return s
-}
-
 func (st *invState) runEvent(t svc.RunEventType, errText string) {
-	if st.sink != nil {
-		st.sink(svc.RunEvent{Type: t, Agent: st.run.Agent.Def.Name, TaskID: st.task.ID, Error: errText, Timestamp: time.Now().UTC()})
+	if sink := st.run.Sink; sink != nil {
+		sink(svc.RunEvent{Type: t, Agent: st.run.Agent.Def.Name, TaskID: st.task.ID, Error: errText, Timestamp: time.Now().UTC()})
 	}
 }

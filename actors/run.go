@@ -8,6 +8,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -32,10 +33,46 @@ type Env struct {
 	Pool *gopool.Pool
 	// Dispatcher is given to every actor this package spawns.
 	Dispatcher actor.Dispatcher
+
+	// Execute runs one attempt of an invocation and returns its outcome;
+	// nil means the local agent loop (agent.Run). It is the seam of the
+	// distributed mode: a publisher sets it to "send the invocation to the
+	// broker and wait for its result", and the actors stay as they are:
+	// the invocation actor still owns retries, the run actor the deadline
+	// and cancellation (through ctx), and events and results come out the
+	// same. It is called on a pooled goroutine, never in Receive, and
+	// must honour ctx.
+	Execute func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error)
+	// Backend is where invocations run, as agent_spawned, agent_completed,
+	// agent_failed and result metadata report it: svc.BackendLocal when
+	// empty, "broker:<scheme>" for a publisher.
+	Backend string
+}
+
+// BackendName is e.Backend, defaulted.
+func (e *Env) BackendName() string {
+	if e.Backend == "" {
+		return svc.BackendLocal
+	}
+	return e.Backend
 }
 
 func (e *Env) props(p actor.Producer) *actor.Props {
 	return actor.PropsFromProducer(p, actor.WithDispatcher(e.Dispatcher))
+}
+
+// NewSpanID returns a new span id: 16 hex digits of randomness, as an
+// OpenTelemetry span id. It is not a UUID on purpose: one is made per
+// invocation, and this costs one small allocation.
+func NewSpanID() string {
+	const hex = "0123456789abcdef"
+	var b [16]byte
+	n := rand.Uint64()
+	for i := range b {
+		b[i] = hex[n&15]
+		n >>= 4
+	}
+	return string(b[:])
 }
 
 // Task is one prepared task of a run: ids assigned, input checked.
@@ -54,13 +91,22 @@ type StartRun struct {
 	MaxConcurrency int
 	// Batch marks a gather: batch_started/batch_completed are emitted under
 	// BatchTrace.
-	Batch       bool
-	BatchTrace  string
-	Depth       int
+	Batch      bool
+	BatchTrace string
+	Depth      int
+	// ParentTrace and ParentSpan are the trace and span of whatever started
+	// the run (an invocation's tool, a group run): its invocations carry
+	// them as parent_trace_id and parent_span_id. A batch has a span of its
+	// own (BatchSpan), which its invocations name as their parent instead.
 	ParentTrace string
+	ParentSpan  string
+	BatchSpan   string
 	Budget      *Budget // nil: no budget
 	// Progress, when set, counts this run's invocations.
 	Progress *Progress
+	// Sink, when set, receives the run events of this run's invocations
+	// (a submitted run's, nested runs included).
+	Sink RunSink
 	// Reply receives the outcome of a top-level run. A run started by a
 	// group actor has none: it reports to its parent with a *RunFinished
 	// carrying Tag instead.
@@ -179,6 +225,9 @@ func (r *runActor) Receive(c actor.Context) {
 		r.results = make([]svc.AgentResult, len(r.req.Tasks))
 		r.req.Progress.Add(len(r.req.Tasks), 0, 0, 0)
 		if r.req.Batch {
+			if !r.env.Silent && r.req.BatchSpan == "" {
+				r.req.BatchSpan = NewSpanID()
+			}
 			r.emitBatch(svc.EventBatchStarted, svc.Payload{
 				"task_count": len(r.req.Tasks), "max_concurrency": r.req.MaxConcurrency,
 			})
@@ -219,7 +268,7 @@ func (r *runActor) fill(c actor.Context) {
 	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
 		now := time.Now()
 		st := &invState{env: r.env, run: r.req, task: &r.req.Tasks[r.next], out: &r.results[r.next],
-			start: now, deadline: now.Add(r.env.Options.Timeout())}
+			start: now}
 		st.ctx, st.cancel = context.WithCancelCause(r.detached)
 		if r.cancelled != nil {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
@@ -248,7 +297,7 @@ func (r *runActor) arm() {
 	if r.head == len(r.pending) {
 		return
 	}
-	due := r.pending[r.head].deadline
+	due := r.pending[r.head].deadline()
 	if r.timer != nil && !r.timerAt.IsZero() && !r.timerAt.After(due) {
 		return // it fires early enough; expire re-arms for what remains
 	}
@@ -269,7 +318,7 @@ func (r *runActor) expire() {
 	for r.head < len(r.pending) {
 		st := r.pending[r.head]
 		if !st.finished {
-			if st.deadline.After(now) {
+			if st.deadline().After(now) {
 				break
 			}
 			st.cancel(context.DeadlineExceeded)
@@ -330,7 +379,8 @@ func (r *runActor) maybeFinish(c actor.Context) {
 func (r *runActor) emitBatch(t svc.EventType, p svc.Payload) {
 	r.env.Emitter.Emit(svc.RuntimeEvent{
 		EventType: t, Timestamp: time.Now().UTC(), AgentName: r.req.Agent.Def.Name,
-		TraceID: r.req.BatchTrace, ParentTraceID: r.req.ParentTrace, Payload: p,
+		TraceID: r.req.BatchTrace, ParentTraceID: r.req.ParentTrace,
+		SpanID: r.req.BatchSpan, ParentSpanID: r.req.ParentSpan, Payload: p,
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	svc "github.com/svc-dev/svc"
@@ -46,8 +47,11 @@ type Budget interface {
 type Invocation struct {
 	Agent *Compiled
 	Input json.RawMessage
-	// TaskID, TraceID and ParentTraceID label the events of the run.
+	// TaskID, TraceID and ParentTraceID label the events of the run;
+	// SpanID and ParentSpanID name the invocation and the one (or the group
+	// or batch run) that started it, for the event envelope.
 	TaskID, TraceID, ParentTraceID string
+	SpanID, ParentSpanID           string
 	// Depth is the spawn depth of this invocation (0 at top level). Tools
 	// run with it in their context, so a run they start is one deeper.
 	Depth int
@@ -139,9 +143,11 @@ type runner struct {
 	// its sources' when it has sources.
 	tools map[string]svc.Tool
 	specs []svc.ToolSpec
-	// toolCtx is ctx labelled with depth and trace, made on the first tool
-	// call so runs without tools do not pay for it.
+	// toolCtx is ctx with this invocation's scope (depth, trace, span,
+	// conversation), made on the first tool call so runs without tools do
+	// not pay for it; conv is the conversation it hands out.
 	toolCtx context.Context
+	conv    *conversation
 }
 
 func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
@@ -353,9 +359,14 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 	conv := msgs[:len(msgs):len(msgs)]
 	msgs = append(msgs, svc.Message{Role: svc.RoleAssistant, Content: resp.Output, ToolCalls: resp.ToolCalls})
 	if r.toolCtx == nil {
-		r.toolCtx = svc.WithParentTrace(svc.WithDepth(ctx, r.inv.Depth), r.inv.TraceID)
+		r.conv = new(conversation)
+		s := svc.ScopeFrom(ctx)
+		s.Depth, s.ParentTrace, s.ParentSpan = r.inv.Depth, r.inv.TraceID, r.inv.SpanID
+		s.Conversation = r.conv.get
+		r.toolCtx = svc.WithScope(ctx, s)
 	}
-	toolCtx := context.WithValue(r.toolCtx, conversationKey{}, conv)
+	r.conv.set(conv)
+	toolCtx := r.toolCtx
 	for _, call := range resp.ToolCalls {
 		if ctx.Err() != nil {
 			return msgs, r.interrupted(ctx)
@@ -381,12 +392,27 @@ func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (json.RawMessa
 	ms := float64(time.Since(start)) / float64(time.Millisecond)
 	if err != nil {
 		msg := err.Error()
-		r.emit(svc.EventToolCallFailed, svc.Payload{"tool_name": call.Name, "error": msg, "duration_ms": ms})
+		r.emit(svc.EventToolCallFailed, svc.Payload{"tool_name": call.Name, "error": msg, "duration_ms": ms,
+			"reason": string(toolKind(err))})
 		return jsonString(msg), true
 	}
 	// tokens_used stays 0: a tool's own model usage is not attributed yet.
 	r.emit(svc.EventToolCallCompleted, svc.Payload{"tool_name": call.Name, "duration_ms": ms, "tokens_used": int64(0)})
 	return out, false
+}
+
+// toolKind is the kind of a failed tool call: the kind of the *svc.Error
+// in err's chain, the context's for a call cut short, else
+// ToolExecutionError (a tool's own plain error, an unknown tool).
+func toolKind(err error) svc.Kind {
+	var e *svc.Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	if k := svc.KindOf(err); k != svc.KindRuntime {
+		return k
+	}
+	return svc.KindToolExecution
 }
 
 func (r *runner) execTool(ctx context.Context, trust svc.TrustLevel, call svc.ToolCall) (json.RawMessage, error) {
@@ -516,6 +542,8 @@ func (r *runner) emit(t svc.EventType, p svc.Payload) {
 		TaskID:        r.inv.TaskID,
 		TraceID:       r.inv.TraceID,
 		ParentTraceID: r.inv.ParentTraceID,
+		SpanID:        r.inv.SpanID,
+		ParentSpanID:  r.inv.ParentSpanID,
 		Payload:       p,
 	})
 }
@@ -590,7 +618,19 @@ func sourceTools(ctx context.Context, src svc.ToolSource) (ts []svc.Tool, err er
 	return src.Tools(ctx)
 }
 
-type conversationKey struct{}
+// conversation holds, during a model turn's tool calls, the invocation's
+// conversation before that turn. A tool may read it from another goroutine
+// (spawn_agents starts its children in their own), hence the atomic.
+type conversation struct{ p atomic.Pointer[[]svc.Message] }
+
+func (c *conversation) set(msgs []svc.Message) { c.p.Store(&msgs) }
+
+func (c *conversation) get() []svc.Message {
+	if p := c.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Conversation returns, inside a tool call, the conversation of the
 // invocation that made the call: its input and every complete model turn
@@ -598,6 +638,9 @@ type conversationKey struct{}
 // tool results). It is nil outside a tool call. The slice is the caller's
 // own; the messages' contents are shared and must not be modified.
 func Conversation(ctx context.Context) []svc.Message {
-	msgs, _ := ctx.Value(conversationKey{}).([]svc.Message)
-	return slices.Clone(msgs)
+	get := svc.ScopeFrom(ctx).Conversation
+	if get == nil {
+		return nil
+	}
+	return slices.Clone(get())
 }

@@ -275,6 +275,12 @@ func checkEvent(t *testing.T, ev svc.RuntimeEvent, typ svc.EventType, toolName s
 		keys = append(keys, k)
 	}
 	want := slices.Clone(svc.PayloadKeys[typ])
+	if typ == svc.EventToolCallFailed {
+		want = append(want, "reason")
+		if k := ev.Payload["reason"]; k != string(svc.KindToolExecution) && k != string(svc.KindTrustViolation) {
+			t.Errorf("tool_call_failed reason %v, want a kind", k)
+		}
+	}
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {

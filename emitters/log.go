@@ -22,11 +22,13 @@ const unknownEventMessage = "runtime_event"
 // neither hide nor duplicate the event's own fields.
 var reservedFields = map[string]bool{
 	"agent": true, "task_id": true, "trace_id": true, "parent_trace_id": true,
+	"span_id": true, "parent_span_id": true,
 }
 
 // NewLog returns the LogEventEmitter: it logs each event with the event type
 // as the message ("agent_completed"), the fields agent, task_id, trace_id,
-// parent_trace_id (only when set) and the payload keys in sorted order. The
+// parent_trace_id, span_id and parent_span_id (each only when set) and the
+// payload keys in sorted order. The
 // failure types (svc.EventType.IsFailure) log at error level, all others at
 // info level. Emit writes synchronously through l's core, so it costs what
 // the core's write costs and no more; it never panics. A nil l logs nothing.
@@ -69,7 +71,7 @@ func (e *logEmitter) Emit(ev svc.RuntimeEvent) {
 }
 
 func fields(ev svc.RuntimeEvent) []zap.Field {
-	fs := make([]zap.Field, 0, 4+len(ev.Payload))
+	fs := make([]zap.Field, 0, 6+len(ev.Payload))
 	fs = append(fs,
 		zap.String("agent", ev.AgentName),
 		zap.String("task_id", ev.TaskID),
@@ -77,6 +79,12 @@ func fields(ev svc.RuntimeEvent) []zap.Field {
 	)
 	if ev.ParentTraceID != "" {
 		fs = append(fs, zap.String("parent_trace_id", ev.ParentTraceID))
+	}
+	if ev.SpanID != "" {
+		fs = append(fs, zap.String("span_id", ev.SpanID))
+	}
+	if ev.ParentSpanID != "" {
+		fs = append(fs, zap.String("parent_span_id", ev.ParentSpanID))
 	}
 	keys := make([]string, 0, len(ev.Payload))
 	for k := range ev.Payload {

@@ -73,12 +73,14 @@ const (
 // provider's instruments, which aggregate in memory and export on their own
 // schedule, so it never waits on an exporter; it never panics.
 //
-// error.type on agent_failed is the payload's "error_type" when it names a
-// known svc.Kind, else the kind whose name prefixes the "error" text
-// ("ModelError: ..."), else the kind of its "reason" (timeout, cancelled,
-// ...), else AgentRuntimeError. Only kind names are ever written, so the
-// label stays bounded whatever the error text says. Tool failures are
-// classified the same way with ToolExecutionError as the fallback.
+// error.type on agent_failed is the error kind its "reason" carries (see
+// svc.FailureKind), AgentRuntimeError when it carries none; the error text
+// is never parsed. Only kind names are ever written, so the label stays
+// bounded whatever the error text says. Tool failures are classified the
+// same way with ToolExecutionError as the fallback. A failed run carries
+// gen_ai.provider.name and gen_ai.request.model from agent_failed's
+// "model", the model that answered or was tried last, like a completed
+// one.
 func NewOTel(mp metric.MeterProvider) (svc.Emitter, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()

@@ -193,19 +193,31 @@ func TestOTelRecordsTheSpecInstruments(t *testing.T) {
 			{emitters.MetricOperationDuration, float64Histogram, "s", 0.0125,
 				map[string]string{opName: "invoke_agent", agentName: "triage"}},
 		}},
-		{"agent_failed kind from the error text", sample(svc.EventAgentFailed, nil), failed(svc.KindModel)},
+		// The kind comes from the reason only: the error text, whatever it
+		// says, is never parsed.
+		{"agent_failed without a reason", sample(svc.EventAgentFailed, nil), failed(svc.KindRuntime)},
 		{"agent_failed kind from the reason", sample(svc.EventAgentFailed, func(p svc.Payload) {
-			p["error"], p["reason"] = "agent triage: timed out after 1s", "timeout"
+			p["error"], p["reason"] = "agent triage: timed out after 1s", "TimeoutError"
 		}), failed(svc.KindTimeout)},
-		{"agent_failed budget reason", sample(svc.EventAgentFailed, func(p svc.Payload) {
+		{"agent_failed model failure", sample(svc.EventAgentFailed, func(p svc.Payload) {
+			p["reason"] = "ModelError"
+		}), failed(svc.KindModel)},
+		{"agent_failed legacy reason", sample(svc.EventAgentFailed, func(p svc.Payload) {
 			p["error"], p["reason"] = "token budget of 100 exceeded", "budget_exceeded"
 		}), failed(svc.KindBudgetExceeded)},
-		{"agent_failed kind from error_type", sample(svc.EventAgentFailed, func(p svc.Payload) {
-			p["error"], p["error_type"] = "agent triage: no such peer", "SpawnError"
+		{"agent_failed spawn error", sample(svc.EventAgentFailed, func(p svc.Payload) {
+			p["error"], p["reason"] = "agent triage: no such peer", "SpawnError"
 		}), failed(svc.KindSpawn)},
 		{"agent_failed unknown kind falls back", sample(svc.EventAgentFailed, func(p svc.Payload) {
 			p["error"], p["error_type"], p["reason"] = "Oops: something", "NotAKind", "because"
 		}), failed(svc.KindRuntime)},
+		{"agent_failed with its model", sample(svc.EventAgentFailed, func(p svc.Payload) {
+			p["reason"], p["model"] = "OutputValidationError", "ollama:llama3:8b"
+		}), []want{
+			{emitters.MetricOperationDuration, float64Histogram, "s", 0.0125, map[string]string{opName: "invoke_agent",
+				agentName: "triage", errType: "OutputValidationError", provider: "ollama", model: "llama3:8b"}},
+			{emitters.MetricRejections, int64Counter, "{rejection}", 1, rejectAttrs(svc.KindOutputValidation)},
+		}},
 		{"tool_call_completed", sample(svc.EventToolCallCompleted, nil), []want{
 			{emitters.MetricToolCalls, int64Counter, "{call}", 1, toolAttrs},
 			{emitters.MetricToolDuration, float64Histogram, "ms", 12.5, toolAttrs},
@@ -222,8 +234,14 @@ func TestOTelRecordsTheSpecInstruments(t *testing.T) {
 			{emitters.MetricToolCalls, int64Counter, "{call}", 1, toolFailedAttrs(svc.KindToolExecution)},
 			{emitters.MetricToolDuration, float64Histogram, "ms", 12.5, toolFailedAttrs(svc.KindToolExecution)},
 		}},
-		{"tool_call_failed kind from the error text", sample(svc.EventToolCallFailed, func(p svc.Payload) {
+		{"tool_call_failed kind not from the error text", sample(svc.EventToolCallFailed, func(p svc.Payload) {
 			p["error"] = "TrustViolationError: tool needs high trust"
+		}), []want{
+			{emitters.MetricToolCalls, int64Counter, "{call}", 1, toolFailedAttrs(svc.KindToolExecution)},
+			{emitters.MetricToolDuration, float64Histogram, "ms", 12.5, toolFailedAttrs(svc.KindToolExecution)},
+		}},
+		{"tool_call_failed kind from the reason", sample(svc.EventToolCallFailed, func(p svc.Payload) {
+			p["error"], p["reason"] = "tool needs high trust", "TrustViolationError"
 		}), []want{
 			{emitters.MetricToolCalls, int64Counter, "{call}", 1, toolFailedAttrs(svc.KindTrustViolation)},
 			{emitters.MetricToolDuration, float64Histogram, "ms", 12.5, toolFailedAttrs(svc.KindTrustViolation)},

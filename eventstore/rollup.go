@@ -160,10 +160,11 @@ func (p pos) after(q pos) bool { return p.us > q.us || (p.us == q.us && p.seq > 
 //     agents_failed / (agents_completed + agents_failed), 0 with neither.
 //   - BurnRate: tokens of agent_completed events in (now-BurnWindow, now],
 //     and that per minute.
-//   - Rejections: "budget_exceeded" and "depth_limit_exceeded" count those
-//     events; every agent_failed counts under its error kind (see
-//     classify), e.g. "BudgetExceededError". Kinds with no events are
-//     absent.
+//   - Rejections: keyed by error kind only, as the svc.rejections metric
+//     counts by error.type: budget_exceeded events count under
+//     "BudgetExceededError", depth_limit_exceeded under "DepthLimitError",
+//     every agent_failed under its kind (svc.FailureKind). Kinds with no
+//     events are absent.
 //   - ErrorGroups: agent_failed and tool_call_failed by error kind, with
 //     the latest event's time and "error" text, and the agents involved
 //     (sorted); most frequent first, then most recent, then by name.
@@ -216,8 +217,10 @@ func (s *statsAcc) count(t svc.EventType, n int64) {
 	case svc.EventToolCallFailed:
 		h.ToolCalls += n
 		h.ToolFailures += n
-	case svc.EventBudgetExceeded, svc.EventDepthLimitExceeded:
-		s.rejections[string(t)] += n
+	case svc.EventBudgetExceeded:
+		s.rejections[string(svc.KindBudgetExceeded)] += n
+	case svc.EventDepthLimitExceeded:
+		s.rejections[string(svc.KindDepthLimit)] += n
 	}
 }
 

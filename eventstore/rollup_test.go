@@ -64,7 +64,7 @@ func rollupFixture() []svc.RuntimeEvent {
 		// t4: a depth rejection, an empty model, a model error.
 		mk(svc.EventDepthLimitExceeded, sec(30), "planner", "k4", "t4", svc.Payload{"limit": 4, "depth": 5}),
 		mk(svc.EventAgentCompleted, sec(31), "triage", "k5", "t4", svc.Payload{"tokens_used": 7, "model": ""}),
-		mk(svc.EventAgentFailed, sec(32), "billing", "k6", "t4", svc.Payload{"error": "ModelError: provider down"}),
+		mk(svc.EventAgentFailed, sec(32), "billing", "k6", "t4", svc.Payload{"error": "provider down", "reason": "ModelError"}),
 		mk(svc.EventAgentFailed, sec(33), "triage", "k7", "t4", svc.Payload{"error": "something odd"}),
 		// t5: the burn window (now-5m, now].
 		mk(svc.EventAgentCompleted, mins(5), "triage", "k8", "t5", svc.Payload{"tokens_used": 1000, "model": "openai:gpt-4o"}), // at now-5m: out
@@ -115,13 +115,14 @@ func TestRollups(t *testing.T) {
 		},
 		BurnRate: svc.BurnRate{WindowSeconds: 300, Tokens: 42, TokensPerMinute: 8.4},
 		Rejections: map[string]int64{
-			"budget_exceeded": 1, "depth_limit_exceeded": 1,
-			"BudgetExceededError": 1, "ModelError": 1, "AgentRuntimeError": 1,
+			// Keyed by kind only: the budget_exceeded event and the failed
+			// invocation it stopped both count, as in svc.rejections.
+			"BudgetExceededError": 2, "DepthLimitError": 1, "ModelError": 1, "AgentRuntimeError": 1,
 		},
 		ErrorGroups: []svc.ErrorGroup{
 			// Equal counts: the most recent first.
 			{Error: "AgentRuntimeError", Count: 1, LastSeen: at(33000), Sample: "something odd", Agents: []string{"triage"}},
-			{Error: "ModelError", Count: 1, LastSeen: at(32000), Sample: "ModelError: provider down", Agents: []string{"billing"}},
+			{Error: "ModelError", Count: 1, LastSeen: at(32000), Sample: "provider down", Agents: []string{"billing"}},
 			{Error: "BudgetExceededError", Count: 1, LastSeen: at(22000), Sample: "triage: token budget exceeded", Agents: []string{"triage"}},
 			{Error: "ToolExecutionError", Count: 1, LastSeen: at(4000), Sample: "search: upstream timed out", Agents: []string{"triage"}},
 		},
@@ -411,7 +412,7 @@ func randomEvents(rng *rand.Rand, n int, end time.Time, span time.Duration) []sv
 		}
 		p["model"] = pick("m1", "m2", "", svc.UnknownModel)
 		p["error"] = pick("ModelError: x", "TimeoutError: slow", "plain", "")
-		p["reason"] = pick("", "timeout", "budget_exceeded")
+		p["reason"] = pick("", "timeout", "budget_exceeded", "ModelError")
 		if isWorker(typ) {
 			id := pick("w1", "w2", "w3")
 			e.AgentName, e.TraceID = id, id

@@ -186,7 +186,7 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 		f := factsOf(ev)
 		_, err := stmt.ExecContext(ctx, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
 			ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
-			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime)
+			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
 		if err != nil {
 			return s.fail(ctx, err, "write %d events", len(evs))
 		}
@@ -251,7 +251,7 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 }
 
 // eventColumns are the columns scanEvents reads, in its order.
-const eventColumns = `id, ts, event_type, agent, task_id, trace_id, parent_trace_id, payload`
+const eventColumns = `id, ts, event_type, agent, task_id, trace_id, parent_trace_id, span_id, parent_span_id, payload`
 
 // scanEvents reads rows of eventColumns into f and closes rows.
 func scanEvents(rows *sql.Rows, f func(storedEvent)) error {
@@ -264,7 +264,7 @@ func scanEvents(rows *sql.Rows, f func(storedEvent)) error {
 			payload []byte
 			err     error
 		)
-		if err := rows.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID, &ev.ParentTraceID, &payload); err != nil {
+		if err := rows.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID, &ev.ParentTraceID, &ev.SpanID, &ev.ParentSpanID, &payload); err != nil {
 			return err
 		}
 		ev.Timestamp, ev.EventType = time.UnixMicro(se.at.us).UTC(), svc.EventType(typ)

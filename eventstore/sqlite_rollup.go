@@ -217,7 +217,7 @@ func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSt
 			)
 			ev := &se.ev
 			if err := r.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID,
-				&ev.ParentTraceID, &payload, &runtime); err != nil {
+				&ev.ParentTraceID, &ev.SpanID, &ev.ParentSpanID, &payload, &runtime); err != nil {
 				return err
 			}
 			ev.Timestamp, ev.EventType = time.UnixMicro(se.at.us).UTC(), svc.EventType(typ)

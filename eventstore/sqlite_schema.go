@@ -17,7 +17,13 @@ import (
 // newer version is refused rather than written in a form the newer build
 // would misread. (A file this build migrated must not be written by an
 // older build: its rows would lack facts and totals.)
-const schemaVersion = 2
+//
+// Version 3 added the span ids of the event envelope (span_id,
+// parent_span_id), which the tree links invocations by; rows written
+// before have empty ones and are placed by time as before. Its migration
+// also derives the failures' error_kind again, from the payload's reason
+// only: version 2 also read it out of the error text.
+const schemaVersion = 3
 
 // The events table. Timestamps are Unix microseconds. The composite
 // indexes serve the filtered queries in timestamp order; (ts) alone serves
@@ -36,7 +42,8 @@ CREATE TABLE IF NOT EXISTS events (
 	trace_id        TEXT NOT NULL,
 	parent_trace_id TEXT NOT NULL,
 	payload         TEXT NOT NULL, -- JSON object
-` + sqliteFactColumns + `
+` + sqliteFactColumns + `,
+` + sqliteSpanColumns + `
 );
 `
 
@@ -49,6 +56,11 @@ const sqliteFactColumns = `
 	tool_name   TEXT NOT NULL DEFAULT '',
 	error_kind  TEXT NOT NULL DEFAULT '',
 	runtime_id  TEXT NOT NULL DEFAULT ''`
+
+// sqliteSpanColumns are the columns schema version 3 added.
+const sqliteSpanColumns = `
+	span_id        TEXT NOT NULL DEFAULT '',
+	parent_span_id TEXT NOT NULL DEFAULT ''`
 
 // The totals tables hold the sums and counts of Usage, ToolUsage and the
 // stats header, kept up to date by Write (one upsert per key a batch
@@ -111,8 +123,8 @@ CREATE INDEX IF NOT EXISTS events_children ON events (parent_trace_id, trace_id)
 `
 
 const sqlInsert = `INSERT INTO events (ts, event_type, agent, task_id, trace_id, parent_trace_id, payload,
-	tokens_used, duration_us, model, tool_name, error_kind, runtime_id)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	tokens_used, duration_us, model, tool_name, error_kind, runtime_id, span_id, parent_span_id)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // writerPragmas are the writer's beyond sqlitedb's. Its page cache is 32 MiB
 // (SQLite's default is 2 MiB): every insert updates several indexes, and
@@ -147,8 +159,13 @@ func initSQLite(db *sql.DB) error {
 	if _, err := tx.Exec(sqliteEvents + sqliteTotals); err != nil {
 		return err
 	}
-	if tables > 0 && version < schemaVersion {
+	if tables > 0 && version < 2 {
 		if err := migrateV1(tx); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
+	if tables > 0 && version < 3 {
+		if err := migrateV2(tx); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
@@ -161,9 +178,9 @@ func initSQLite(db *sql.DB) error {
 	return tx.Commit()
 }
 
-// migrateV1 adds the fact columns to a version 1 table, fills them from
-// the stored payloads, and computes the totals.
-func migrateV1(tx *sql.Tx) error {
+// addColumns adds to the events table those of cols (in the form of
+// sqliteFactColumns) it lacks.
+func addColumns(tx *sql.Tx, cols string) error {
 	have := map[string]bool{}
 	err := eachRow(context.Background(), tx, `SELECT name FROM pragma_table_info('events')`, nil, func(r *sql.Rows) error {
 		var name string
@@ -174,13 +191,79 @@ func migrateV1(tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	for _, col := range strings.Split(strings.TrimSpace(sqliteFactColumns), ",") {
+	for _, col := range strings.Split(strings.TrimSpace(cols), ",") {
 		col = strings.TrimSpace(col)
 		if name, _, _ := strings.Cut(col, " "); !have[name] {
 			if _, err := tx.Exec(`ALTER TABLE events ADD COLUMN ` + col); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// migrateV2 adds the span columns to a version 2 table and derives the
+// failures' error kinds again (see schemaVersion). The totals do not
+// depend on error kinds, so they stand.
+func migrateV2(tx *sql.Tx) error {
+	if err := addColumns(tx, sqliteSpanColumns); err != nil {
+		return err
+	}
+	update, err := tx.Prepare(`UPDATE events SET error_kind = ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer update.Close()
+	type row struct {
+		id   int64
+		kind string
+	}
+	const chunk = 1000
+	for last := int64(-1 << 63); ; {
+		var (
+			batch []row
+			seen  int
+		)
+		err := eachRow(context.Background(), tx, `SELECT id, event_type, payload, error_kind FROM events
+			WHERE id > ? AND event_type IN ('agent_failed', 'tool_call_failed') ORDER BY id LIMIT ?`,
+			[]any{last, chunk}, func(r *sql.Rows) error {
+				var (
+					typ, kind string
+					payload   []byte
+				)
+				seen++
+				if err := r.Scan(&last, &typ, &payload, &kind); err != nil {
+					return err
+				}
+				p, err := decodePayload(payload)
+				if err != nil {
+					return nil
+				}
+				ev := svc.RuntimeEvent{EventType: svc.EventType(typ), Payload: p}
+				if f := factsOf(&ev); f.errKind != kind {
+					batch = append(batch, row{last, f.errKind})
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		for _, r := range batch {
+			if _, err := update.Exec(r.kind, r.id); err != nil {
+				return err
+			}
+		}
+		if seen < chunk {
+			return nil
+		}
+	}
+}
+
+// migrateV1 adds the fact columns to a version 1 table, fills them from
+// the stored payloads, and computes the totals.
+func migrateV1(tx *sql.Tx) error {
+	if err := addColumns(tx, sqliteFactColumns); err != nil {
+		return err
 	}
 	update, err := tx.Prepare(`UPDATE events SET tokens_used = ?, duration_us = ?, model = ?, tool_name = ?,
 		error_kind = ?, runtime_id = ? WHERE id = ?`)

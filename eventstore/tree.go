@@ -52,12 +52,20 @@ type treeSource interface {
 //     are "event" nodes below the invocation of their task and agent, else
 //     below the root.
 //   - Child runs, the events whose parent_trace_id is this trace, are
-//     nested below the invocation of this trace that was running when
-//     they started (the latest started of those, when several were),
-//     else below the root. A child run with its own trace id is a subtree
-//     of its own (followed up to MaxTreeDepth levels); a child run that
+//     nested below the invocation whose span id is their parent_span_id.
+//     Events without span ids (stored by earlier versions) fall back to
+//     time: below the invocation of this trace that was running when they
+//     started (the latest started of those, when several were), else
+//     below the root. A child run with its own trace id is a subtree of
+//     its own (followed up to MaxTreeDepth levels); a child run that
 //     shares this trace id (a team's delegate call) is an invocation
 //     placed the same way.
+//
+// Events link by ids where they have them: an invocation is its span id
+// (its agent_*, tool_call_* and budget events carry it), a lone event
+// with a span id or parent span id goes below that invocation, and a
+// group's or batch's span is the root's. Only events without span ids
+// are paired and placed by (task, agent) and time.
 //
 // Status: an invocation and a tool call are running until their
 // completed or failed event; an event node is failed for the failure
@@ -104,6 +112,17 @@ func buildTree(ctx context.Context, src treeSource, traceID string) (svc.EventTr
 	return svc.EventTree{TraceID: traceID, Root: root.n}, nil
 }
 
+// parentSpanOf is the parent span id by which child run trace hangs below
+// parent: that of its first event naming parent as its parent trace.
+func (b *treeBuilder) parentSpanOf(trace, parent string) string {
+	for i := range b.evs[trace] {
+		if ev := &b.evs[trace][i].ev; ev.ParentTraceID == parent && ev.ParentSpanID != "" {
+			return ev.ParentSpanID
+		}
+	}
+	return ""
+}
+
 type treeBuilder struct {
 	evs      map[string][]storedEvent
 	children map[string][]string
@@ -117,6 +136,9 @@ type tnode struct {
 	ended  bool
 	nested bool                // an invocation of a child run sharing the trace
 	open   map[string][]*tnode // tool calls awaiting their end, by tool name
+	// parentSpan is the parent span id of the node's first event: the
+	// invocation (or group or batch run) it hangs below.
+	parentSpan string
 }
 
 type invKey struct{ task, agent string }
@@ -158,18 +180,30 @@ func (b *treeBuilder) build(trace string) *tnode {
 		invs   []*tnode
 		cur    = map[invKey]*tnode{}
 		nodes  []placedNode // everything below the root, with its parent once known
-		byTime []*tnode     // nested nodes to place by time
+		byTime []*tnode     // nested nodes to place (by span id, else by time)
 		busy   bool         // the group is open, or an invocation below the root runs
 		failed bool
+		// spans are the invocations with span ids; rootSpans the spans of
+		// the run itself (its group or batch).
+		spans     = map[string]*tnode{}
+		rootSpans = map[string]bool{}
 	)
 	invocation := func(se *storedEvent, reopen bool) *tnode {
 		k := invKey{se.ev.TaskID, se.ev.AgentName}
+		span := se.ev.SpanID
 		inv := cur[k]
-		if inv == nil || (reopen && inv.ended) {
+		if span != "" {
+			inv = spans[span]
+		}
+		if inv == nil || (span == "" && reopen && inv.ended) {
 			inv = newNode("agent", se.ev.AgentName, &se.ev, se.at)
 			inv.nested = se.ev.ParentTraceID == trace
+			inv.parentSpan = se.ev.ParentSpanID
 			inv.open = map[string][]*tnode{}
 			cur[k] = inv
+			if span != "" {
+				spans[span] = inv
+			}
 			invs = append(invs, inv)
 			if inv.nested {
 				byTime = append(byTime, inv)
@@ -188,6 +222,9 @@ func (b *treeBuilder) build(trace string) *tnode {
 				break // a nested group: a lone event
 			}
 			root.n.Events = append(root.n.Events, *ev)
+			if ev.SpanID != "" {
+				rootSpans[ev.SpanID] = true
+			}
 			if ev.EventType == svc.EventGroupStarted {
 				root.n.Kind, busy = "group", true
 				if root.n.Name = str(ev.Payload["group_name"]); root.n.Name == "" {
@@ -239,13 +276,23 @@ func (b *treeBuilder) build(trace string) *tnode {
 		// A lone event.
 		lone := newNode("event", string(ev.EventType), ev, se.at)
 		lone.n.Events = append(lone.n.Events, *ev)
+		lone.parentSpan = ev.ParentSpanID
 		status := statusCompleted
 		if ev.EventType.IsFailure() {
 			status = statusFailed
 		}
 		lone.finish(ev, se.at, status)
+		if ev.SpanID != "" {
+			if inv := spans[ev.SpanID]; inv != nil { // budget_exceeded of an invocation
+				nodes = append(nodes, placedNode{parent: inv, node: lone})
+				continue
+			}
+			if ev.EventType == svc.EventBatchStarted || ev.EventType == svc.EventBatchCompleted {
+				rootSpans[ev.SpanID] = true
+			}
+		}
 		switch inv := cur[invKey{ev.TaskID, ev.AgentName}]; {
-		case inv != nil:
+		case inv != nil && ev.SpanID == "" && ev.ParentSpanID == "":
 			nodes = append(nodes, placedNode{parent: inv, node: lone})
 		case ev.ParentTraceID == trace:
 			byTime = append(byTime, lone)
@@ -268,8 +315,21 @@ func (b *treeBuilder) build(trace string) *tnode {
 		}
 		return best
 	}
+	// parentOf places a nested node: below the invocation of its parent
+	// span, at the root when that span is the run's own, else by time.
+	parentOf := func(n *tnode, parentSpan string) *tnode {
+		if parentSpan != "" {
+			if inv := spans[parentSpan]; inv != nil && inv != n {
+				return inv
+			}
+			if rootSpans[parentSpan] {
+				return nil
+			}
+		}
+		return running(n.start, n)
+	}
 	for _, n := range byTime {
-		nodes = append(nodes, placedNode{parent: running(n.start, n), node: n})
+		nodes = append(nodes, placedNode{parent: parentOf(n, n.parentSpan), node: n})
 	}
 	var subs []*tnode
 	for _, c := range b.children[trace] {
@@ -279,7 +339,7 @@ func (b *treeBuilder) build(trace string) *tnode {
 		b.placed[c] = true
 		sub := b.build(c)
 		subs = append(subs, sub)
-		nodes = append(nodes, placedNode{parent: running(sub.start, nil), node: sub})
+		nodes = append(nodes, placedNode{parent: parentOf(sub, b.parentSpanOf(c, trace)), node: sub})
 	}
 	if len(evs) == 0 {
 		// Only child runs: the root starts with the first.

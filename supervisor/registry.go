@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -164,4 +166,35 @@ func (rt *Runtime) compileGroup(g svc.Group, reg *registry) (*compiledGroup, err
 	}
 	cg.team = team
 	return cg, nil
+}
+
+// Groups lists the registered group names, sorted.
+func (rt *Runtime) Groups(context.Context) ([]string, error) {
+	return slices.Clone(rt.agents.Load().groupNames), nil
+}
+
+func (rt *Runtime) lookupGroup(reg *registry, name string) (*compiledGroup, error) {
+	g, ok := reg.groups[name]
+	if !ok {
+		return nil, &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown group %q", name)}
+	}
+	return g, nil
+}
+
+// Group returns a copy of a registered group's definition.
+func (rt *Runtime) Group(name string) (svc.Group, bool) {
+	g, ok := rt.agents.Load().groups[name]
+	if !ok {
+		return svc.Group{}, false
+	}
+	return g.def.Clone(), true
+}
+
+// GroupTopology describes a registered group.
+func (rt *Runtime) GroupTopology(_ context.Context, name string) (svc.Topology, error) {
+	g, err := rt.lookupGroup(rt.agents.Load(), name)
+	if err != nil {
+		return svc.Topology{}, err
+	}
+	return g.graph.Topology(), nil
 }

@@ -6,10 +6,8 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,7 +23,6 @@ import (
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/internal/gopool"
-	"github.com/svc-dev/svc/internal/zapslog"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/tools/mcp"
@@ -61,6 +58,18 @@ type Config struct {
 	// it is a svc.IdempotentStore (every store in stores/ is), else in
 	// this process's memory.
 	IdempotencyTTL time.Duration
+	// Execute, when set, runs each attempt of an invocation instead of the
+	// local agent loop, and Backend names where (the "backend" of events
+	// and result metadata; svc.BackendLocal when empty). They are the seam
+	// of the distributed mode, see actors.Env.Execute.
+	Execute func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error)
+	Backend string
+	// System is the actor system to run in, for a process that runs other
+	// actors beside the runtime's (NewActorSystem builds one configured
+	// like the runtime's own). It is the caller's to shut down, after the
+	// runtime's Shutdown; Logger and MeterProvider then do not apply to
+	// it. When nil the runtime builds its own and Shutdown stops it.
+	System *actor.ActorSystem
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -72,12 +81,13 @@ type Runtime struct {
 	emitter svc.Emitter
 	log     *zap.Logger
 
-	system *actor.ActorSystem
-	shards []*actor.PID
-	next   atomic.Uint64
-	env    *actors.Env
-	work   sync.WaitGroup
-	pool   *gopool.Pool
+	system    *actor.ActorSystem
+	ownSystem bool // built by New, so stopped by Shutdown
+	shards    []*actor.PID
+	next      atomic.Uint64
+	env       *actors.Env
+	work      sync.WaitGroup
+	pool      *gopool.Pool
 
 	agents atomic.Pointer[registry]
 	mcp    mcpHooks     // the MCP tool servers, for the catalog
@@ -138,30 +148,25 @@ func New(cfg Config) (*Runtime, error) {
 		rt.keys = &localKeys{RunStore: rt.store, keys: map[string]*localKey{}}
 	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
-	confOpts := []actor.ConfigOption{
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(zapslog.New(cfg.Logger.Named("actor")))
-		}),
-		// Dead letters are expected after a cancel; keep the throttle window
-		// short so its timer goroutine does not outlive Shutdown by much.
-		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
-		actor.WithDeadLetterRequestLogging(false),
+	if rt.system = cfg.System; rt.system == nil {
+		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger, cfg.MeterProvider), true
 	}
-	if cfg.MeterProvider != nil {
-		confOpts = append(confOpts, actor.WithMetricProviders(cfg.MeterProvider))
-	}
-	rt.system = actor.NewActorSystem(confOpts...)
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
-		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}}
+		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
 		if err != nil {
-			rt.system.Shutdown()
+			for _, s := range rt.shards {
+				_ = rt.system.Root.StopFuture(s).Wait()
+			}
+			if rt.ownSystem {
+				rt.system.Shutdown()
+			}
 			rt.pool.Close()
 			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
 		}
@@ -239,137 +244,6 @@ func (rt *Runtime) admit() error {
 	return nil
 }
 
-// Run runs one task on an agent and waits for the result.
-func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
-	c, err := rt.lookup(name)
-	if err != nil {
-		return svc.AgentResult{}, err
-	}
-	t, err := prepare(c, task, svc.RequestIDFrom(ctx), -1)
-	if err != nil {
-		return svc.AgentResult{}, err
-	}
-	return rt.runCompiled(ctx, c, t)
-}
-
-// Gather runs many tasks on one agent, at most maxConcurrency at once, and
-// returns the results in task order.
-func (rt *Runtime) Gather(ctx context.Context, name string, tasks []svc.TaskSpec, maxConcurrency int) ([]svc.AgentResult, error) {
-	c, err := rt.lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	conc, err := svc.CheckGatherConcurrency(maxConcurrency)
-	if err != nil {
-		return nil, err
-	}
-	if len(tasks) == 0 {
-		return nil, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "gather")
-	}
-	batch := svc.RequestIDFrom(ctx)
-	if batch == "" {
-		batch = newID()
-	}
-	prepared := make([]actors.Task, len(tasks))
-	for i, task := range tasks {
-		if prepared[i], err = prepare(c, task, batch, i); err != nil {
-			return nil, err
-		}
-	}
-	depth, err := rt.checkDepth(ctx, c.Def.Name, actors.Task{Trace: batch})
-	if err != nil {
-		return nil, err
-	}
-	return rt.start(ctx, &actors.StartRun{
-		Agent: c, Tasks: prepared, MaxConcurrency: min(conc, len(prepared)), Depth: depth,
-		Batch: true, BatchTrace: batch,
-	})
-}
-
-// prepare assigns ids and checks the input of one task. index is the task's
-// place in a gather, or -1 for a single run.
-func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (actors.Task, error) {
-	t := actors.Task{ID: task.ID, Trace: task.RequestID, Input: task.Input}
-	if t.ID == "" {
-		t.ID = newID()
-	}
-	if t.Trace == "" {
-		t.Trace = trace
-	}
-	if t.Trace == "" {
-		t.Trace = newID()
-	}
-	if len(t.Input) == 0 {
-		t.Input = json.RawMessage("null")
-	}
-	if err := c.ValidateInput(t.Input); err != nil {
-		if index >= 0 {
-			var e *svc.Error
-			if errors.As(err, &e) {
-				e2 := *e
-				e2.Message = fmt.Sprintf("tasks[%d]: %s", index, e.Message)
-				e2.TaskID = t.ID
-				return t, &e2
-			}
-		}
-		return t, err
-	}
-	return t, nil
-}
-
-// checkDepth finds the depth of a new run from ctx (one below the invocation
-// that starts it) and refuses it past max_spawn_depth, emitting
-// depth_limit_exceeded first.
-func (rt *Runtime) checkDepth(ctx context.Context, name string, t actors.Task) (int, error) {
-	depth := svc.DepthFrom(ctx) + 1
-	if depth <= rt.opts.MaxSpawnDepth {
-		return depth, nil
-	}
-	rt.emitter.Emit(svc.RuntimeEvent{
-		EventType: svc.EventDepthLimitExceeded, Timestamp: time.Now().UTC(), AgentName: name,
-		TaskID: t.ID, TraceID: t.Trace, ParentTraceID: svc.ParentTraceFrom(ctx),
-		Payload: svc.Payload{"limit": rt.opts.MaxSpawnDepth, "depth": depth},
-	})
-	return 0, &svc.Error{Kind: svc.KindDepthLimit, Agent: name, TaskID: t.ID, Reason: "depth_limit",
-		Message: fmt.Sprintf("%s: spawn depth %d exceeds max_spawn_depth %d", name, depth, rt.opts.MaxSpawnDepth)}
-}
-
-// start hands a run to a shard and waits for its reply. The run's context is
-// the caller's: when the caller goes away, in-flight model and tool calls
-// are cancelled through it.
-func (rt *Runtime) start(ctx context.Context, req *actors.StartRun) ([]svc.AgentResult, error) {
-	if err := rt.admit(); err != nil {
-		return nil, err
-	}
-	defer rt.inflight.Done()
-	req.ParentTrace = svc.ParentTraceFrom(ctx)
-	ctx, req.Budget = rt.withBudget(ctx)
-	req.Progress = actors.NewProgress(svc.ProgressFrom(ctx))
-	req.Ctx = ctx
-	reply := make(chan actors.RunReply, 1)
-	req.Reply = reply
-	rt.system.Root.Send(rt.shard(), req)
-	// The run actor always replies: with results, or with an error when the
-	// runtime stops under it. Cancelling ctx makes it finish early.
-	r := <-reply
-	return r.Results, r.Err
-}
-
-type budgetKey struct{}
-
-// withBudget returns the budget of the request ctx belongs to: the
-// enclosing request's for a nested run, else a new one (nil: no budget).
-func (rt *Runtime) withBudget(ctx context.Context) (context.Context, *actors.Budget) {
-	if b, ok := ctx.Value(budgetKey{}).(*actors.Budget); ok {
-		return ctx, b
-	}
-	b := actors.NewBudget(rt.opts.TokenBudget, rt.emitter)
-	if b == nil {
-		return ctx, nil
-	}
-	return context.WithValue(ctx, budgetKey{}, b), b
-}
-
 // shard picks the next run shard, round robin.
 func (rt *Runtime) shard() *actor.PID {
 	return rt.shards[rt.next.Add(1)%uint64(len(rt.shards))]
@@ -409,7 +283,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.system.Shutdown()
+		if rt.ownSystem {
+			rt.system.Shutdown()
+		}
 		rt.pool.Close()
 		if rt.ownStore {
 			_ = rt.store.Close()

@@ -139,7 +139,7 @@ func TestFailureIsAResult(t *testing.T) {
 		t.Fatalf("agent_failed events = %d", len(failed))
 	}
 	emittertest.CheckPayload(t, failed[0])
-	if failed[0].Payload["reason"] != "model_error" {
+	if failed[0].Payload["reason"] != "ModelError" || failed[0].Payload["model"] != "test:fail" {
 		t.Errorf("reason = %v", failed[0].Payload["reason"])
 	}
 }
@@ -185,7 +185,7 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("timeout took %v", time.Since(start))
 	}
 	f := rec.OfType(svc.EventAgentFailed)
-	if len(f) != 1 || f[0].Payload["reason"] != "timeout" {
+	if len(f) != 1 || f[0].Payload["reason"] != "TimeoutError" {
 		t.Fatalf("agent_failed = %+v", f)
 	}
 	// Inside a gather a timeout is that task's failed result.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
@@ -94,15 +95,6 @@ type spawnResult struct {
 	Error   *svc.ErrorInfo  `json:"error"`
 }
 
-type spawnPathKey struct{}
-
-// spawnPath is the names of the agents that spawned the run of ctx,
-// outermost first, ending with that run's own agent.
-func spawnPath(ctx context.Context) []string {
-	p, _ := ctx.Value(spawnPathKey{}).([]string)
-	return p
-}
-
 func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 	var args spawnArgs
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -133,9 +125,10 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 	// The path ends with the parent. A parent that was itself spawned
 	// already ends its path; one that was not (a top-level run, a group
 	// node, a delegate) starts or extends it here.
-	path := spawnPath(ctx)
+	_, rs := scopeOf(ctx)
+	path := rs.path
 	if len(path) == 0 || path[len(path)-1] != t.parent.Name {
-		path = append(slices.Clip(path), t.parent.Name)
+		path = clipPath(path, t.parent.Name)
 	}
 	var note string
 	if t.parent.ContextPasser == svc.ContextFull {
@@ -169,7 +162,7 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 // child runs one child to its result.
 func (t *spawnTool) child(ctx context.Context, path []string, note string, ch spawnChild) spawnResult {
 	if slices.Contains(path, ch.Name) {
-		return failedChild(ch.Name, &svc.Error{Kind: svc.KindSpawnCycle, Agent: ch.Name, Reason: "spawn_cycle",
+		return t.cycle(ctx, ch.Name, &svc.Error{Kind: svc.KindSpawnCycle, Agent: ch.Name, Reason: "spawn_cycle",
 			Message: fmt.Sprintf("spawn_agents: %s is already on the spawn path %s", ch.Name, strings.Join(path, " → "))})
 	}
 	c, err := t.compileChild(ch, note)
@@ -184,16 +177,34 @@ func (t *spawnTool) child(ctx context.Context, path []string, note string, ch sp
 	if err != nil {
 		return failedChild(ch.Name, err)
 	}
-	ctx = context.WithValue(ctx, spawnPathKey{}, append(slices.Clip(path), ch.Name))
-	res, err := t.rt.runCompiled(ctx, c, task)
+	res, err := t.rt.runCompiled(withSpawn(ctx, clipPath(path, ch.Name)), c, task)
 	if err != nil {
+		// A rejection of the run itself: the depth limit (which emitted
+		// depth_limit_exceeded) or the child's own agent_failed said so.
 		return failedChild(ch.Name, err)
 	}
 	out := res.Output
 	if len(out) == 0 {
 		out = json.RawMessage("null")
 	}
-	return spawnResult{Name: ch.Name, Success: res.Success, Output: out, Error: res.Error}
+	return spawnResult{Name: ch.Name, Success: res.Success, Output: out, Error: svc.ErrorInfoOf(res.Err)}
+}
+
+// cycle is the result of a child refused as a spawn cycle. Like the depth
+// limit (depth_limit_exceeded), the refusal is an event: the child's
+// agent_failed with SpawnCycleError as its reason, under the parent's
+// trace and span, so it shows in svc.rejections and the run's tree. (The
+// other refusals, an unknown agent, a trust level above the parent's, bad
+// input, are the model's mistakes and only its result says so.)
+func (t *spawnTool) cycle(ctx context.Context, name string, err error) spawnResult {
+	s := svc.ScopeFrom(ctx)
+	t.rt.emitter.Emit(svc.RuntimeEvent{
+		EventType: svc.EventAgentFailed, Timestamp: time.Now().UTC(), AgentName: name,
+		TraceID: s.ParentTrace, ParentTraceID: s.ParentTrace, ParentSpanID: s.ParentSpan,
+		Payload: svc.Payload{"duration_ms": 0.0, "error": err.Error(), "backend": t.rt.env.BackendName(),
+			"reason": string(svc.KindOf(err))},
+	})
+	return failedChild(name, err)
 }
 
 // compileChild builds the agent a child runs: the registered agent of its

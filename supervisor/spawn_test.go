@@ -261,7 +261,7 @@ func TestSpawnFailuresAreResults(t *testing.T) {
 	}
 	// The model error ran: it has its agent_failed event under the parent.
 	failed := eventsOf(rec, "bad")
-	if len(failed) != 2 || failed[1].EventType != svc.EventAgentFailed || failed[1].ParentTraceID != "t-boss" || failed[1].Payload["reason"] != "model_error" {
+	if len(failed) != 2 || failed[1].EventType != svc.EventAgentFailed || failed[1].ParentTraceID != "t-boss" || failed[1].Payload["reason"] != "ModelError" {
 		t.Fatalf("bad's events = %+v", failed)
 	}
 	// The rejected ones never started.
@@ -425,7 +425,7 @@ func TestSpawnCancel(t *testing.T) {
 	}
 	for _, name := range []string{"a", "b"} {
 		evs := eventsOf(rec, name)
-		if len(evs) != 2 || evs[1].EventType != svc.EventAgentFailed || evs[1].Payload["reason"] != "cancelled" {
+		if len(evs) != 2 || evs[1].EventType != svc.EventAgentFailed || evs[1].Payload["reason"] != "CancelledError" {
 			t.Errorf("%s events = %+v", name, evs)
 		}
 	}

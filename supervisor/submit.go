@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/actors"
 )
 
 // Submitted runs: Submit records a run in the RunStore and starts it under a
@@ -101,8 +100,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rt.submitted.Store(id, cancel)
 	w := newRunWriter(rt, id, cancel)
-	runCtx = actors.WithRunSink(runCtx, w.event)
-	runCtx = svc.WithProgress(runCtx, w.progress)
+	runCtx = withRunSink(runCtx, w.event, w.progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
 }

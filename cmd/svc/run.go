@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/http/client"
 )
 
@@ -86,6 +87,7 @@ func (r *runCmd) run(cmd *cobra.Command, agentName string) error {
 		if err != nil {
 			return usage(err)
 		}
+		defer func() { _ = c.Close() }()
 		b = c
 	} else {
 		// In process, the log (and the events in it) goes to stderr at warn
@@ -99,13 +101,24 @@ func (r *runCmd) run(cmd *cobra.Command, agentName string) error {
 			return usage(err)
 		}
 		defer func() { _ = log.Sync() }()
-		rt, _, err := r.buildRuntime(cmd.Flags(), log, nil)
+		// The process without its server and stores: runs in memory, no
+		// event store, nothing listening.
+		o := r.appOptions(cmd.Flags(), log)
+		o.NoListen, o.Store, o.Events = true, "memory", "none"
+		a, err := app.New(o)
 		if err != nil {
-			return err
+			return appError(r.specs, err)
 		}
-		b = rt
+		if err := a.Start(); err != nil {
+			return appError(r.specs, err)
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = a.Shutdown(ctx)
+		}()
+		b = a.Backend()
 	}
-	defer func() { _ = b.Close() }()
 	res, err := b.Run(context.Background(), agentName, svc.TaskSpec{ID: r.taskID, Input: input, RequestID: r.requestID})
 	if err != nil {
 		return &exitError{code: 1, err: err}

@@ -1,22 +1,17 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/emitters"
-	"github.com/svc-dev/svc/model"
-	"github.com/svc-dev/svc/model/providers"
-	"github.com/svc-dev/svc/spec"
-	"github.com/svc-dev/svc/supervisor"
-	"github.com/svc-dev/svc/tools"
+	"github.com/svc-dev/svc/app"
 )
 
 // runtimeFlags are the flags shared by every command that builds a runtime
@@ -28,16 +23,8 @@ type runtimeFlags struct {
 	opts      svc.Options
 	logLevel  string
 	logFormat string
-
-	// env is what the specs were loaded against, kept by buildRuntime so
-	// that a reload checks them against the same tools and models.
-	env spec.Env
-	// store keeps submitted runs; nil means the runtime's own, in memory.
-	store svc.RunStore
 	// prices is the --prices file; "" means the built-in price table.
 	prices string
-	// meterProvider, when set, receives the actor system's metrics.
-	meterProvider metric.MeterProvider
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
@@ -67,32 +54,36 @@ func zeroDefault(zero bool, value string) string {
 	return " (default " + value + ")"
 }
 
-// options merges runtime.yaml (when the set has one) with the flags the user
-// set explicitly: flags win.
-func (f *runtimeFlags) options(fs *pflag.FlagSet, set *spec.Set) svc.Options {
-	o := svc.DefaultOptions()
-	if set != nil && set.HasOptions {
-		o = set.Options
+// options returns the merge of runtime.yaml's options (when the specs have
+// the file) with the flags the user set explicitly: flags win.
+func (f *runtimeFlags) options(fs *pflag.FlagSet) func(svc.Options) svc.Options {
+	return func(o svc.Options) svc.Options {
+		if fs.Changed("timeout-seconds") {
+			o.TimeoutSeconds = f.opts.TimeoutSeconds
+		}
+		if fs.Changed("max-spawn-depth") {
+			o.MaxSpawnDepth = f.opts.MaxSpawnDepth
+		}
+		if fs.Changed("retry-max-attempts") {
+			o.RetryMaxAttempts = f.opts.RetryMaxAttempts
+		}
+		if fs.Changed("retry-backoff-factor") {
+			o.RetryBackoffFactor = f.opts.RetryBackoffFactor
+		}
+		if fs.Changed("token-budget") {
+			o.TokenBudget = f.opts.TokenBudget
+		}
+		if fs.Changed("mcp-eager-start") {
+			o.MCPEagerStart = f.opts.MCPEagerStart
+		}
+		return o
 	}
-	if fs.Changed("timeout-seconds") {
-		o.TimeoutSeconds = f.opts.TimeoutSeconds
-	}
-	if fs.Changed("max-spawn-depth") {
-		o.MaxSpawnDepth = f.opts.MaxSpawnDepth
-	}
-	if fs.Changed("retry-max-attempts") {
-		o.RetryMaxAttempts = f.opts.RetryMaxAttempts
-	}
-	if fs.Changed("retry-backoff-factor") {
-		o.RetryBackoffFactor = f.opts.RetryBackoffFactor
-	}
-	if fs.Changed("token-budget") {
-		o.TokenBudget = f.opts.TokenBudget
-	}
-	if fs.Changed("mcp-eager-start") {
-		o.MCPEagerStart = f.opts.MCPEagerStart
-	}
-	return o
+}
+
+// appOptions are the app.Options these flags set.
+func (f *runtimeFlags) appOptions(fs *pflag.FlagSet, log *zap.Logger) app.Options {
+	return app.Options{SpecsDir: f.specs, FilesRoot: f.filesRoot, PricesFile: f.prices,
+		RuntimeOptions: f.options(fs), Logger: log}
 }
 
 func (f *runtimeFlags) logger() (*zap.Logger, error) {
@@ -116,58 +107,34 @@ func (f *runtimeFlags) logger() (*zap.Logger, error) {
 	return cfg.Build()
 }
 
-// specEnv is what spec files may refer to: the built-in tools and the model
-// providers linked into this binary.
-func specEnv(models *model.Registry, filesRoot string) spec.Env {
-	return spec.Env{
-		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
-		Builtins: []string{supervisor.SpawnAgents},
-		CheckModel: func(id string) error {
-			_, err := models.Resolve(id)
-			return err
-		},
-	}
+// flagOf is the flag that sets each app.Options field.
+var flagOf = map[string]string{
+	"DataDir": "--data-dir", "Store": "--store", "Events": "--events", "Port": "--port", "Host": "--host",
+	"MaxBodyBytes": "--max-body-bytes", "SSEHeartbeat": "--sse-heartbeat", "SSEQueueSize": "--sse-queue-size",
+	"Metrics": "--metrics", "Reload": "--reload", "ReloadInclude": "--reload-include", "PricesFile": "--prices",
+	"FilesRoot": "--files-root",
 }
 
-// buildRuntime loads the specs and starts a runtime with them.
-func (f *runtimeFlags) buildRuntime(fs *pflag.FlagSet, log *zap.Logger, em svc.Emitter) (*supervisor.Runtime, *spec.Set, error) {
-	models := providers.Default()
-	f.env = specEnv(models, f.filesRoot)
-	set, err := spec.Load(f.specs, f.env)
-	if err != nil {
-		return nil, nil, specError(f.specs, err)
+// appError turns an error of app.New or Start into the command's: a
+// problem with the options is bad usage (exit 2), named by its flag; any
+// other failure (a port in use, say) exits 1.
+func appError(specs string, err error) error {
+	var ce *app.ConfigError
+	if !errors.As(err, &ce) {
+		return &exitError{code: 1, err: err}
 	}
-	opts := f.options(fs, set)
-	if err := opts.Validate(); err != nil {
+	switch ce.Option {
+	case "SpecsDir":
+		return specError(specs, ce.Err)
+	case "RuntimeOptions":
 		// runtime.yaml was validated by the loader, so a bad value here
-		// came from a flag: bad usage, like a bad specs directory.
-		return nil, nil, &exitError{code: 2, err: fmt.Errorf("runtime options: %w", err)}
+		// came from a flag.
+		return &exitError{code: 2, err: fmt.Errorf("runtime options: %w", ce.Err)}
 	}
-	if em == nil {
-		em = emitters.NewLog(log)
+	if flag, ok := flagOf[ce.Option]; ok {
+		return &exitError{code: 2, err: fmt.Errorf("%s: %w", flag, ce.Err)}
 	}
-	var prices *model.PriceTable
-	if f.prices != "" {
-		p, err := model.LoadPrices(f.prices)
-		if err != nil {
-			return nil, nil, &exitError{code: 2, err: fmt.Errorf("--prices: %w", err)}
-		}
-		prices = &p
-	}
-	rt, err := supervisor.New(supervisor.Config{Options: opts, Models: models, Prices: prices, Emitter: em, Logger: log,
-		Store: f.store, MeterProvider: f.meterProvider})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := rt.Register(set.Agents...); err != nil {
-		_ = rt.Close()
-		return nil, nil, fmt.Errorf("register agents from %s: %w", f.specs, err)
-	}
-	if err := rt.RegisterGroups(set.Groups...); err != nil {
-		_ = rt.Close()
-		return nil, nil, fmt.Errorf("register groups from %s: %w", f.specs, err)
-	}
-	return rt, set, nil
+	return &exitError{code: 2, err: ce.Err}
 }
 
 // specError lists every problem of a spec directory, one per line.

@@ -4,28 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.opentelemetry.io/otel/metric"
-	"go.uber.org/zap"
 
-	svc "github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/emitters/sse"
-	"github.com/svc-dev/svc/eventstore"
-	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/spec"
-	"github.com/svc-dev/svc/supervisor"
 )
 
 type serveCmd struct {
@@ -125,203 +115,69 @@ func (s *serveCmd) checkReloadFlags(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// watch starts the watcher of --reload. Each change that loads swaps the
-// runtime's agents and groups; one that does not is logged, and the
-// runtime keeps what it has.
-func (s *serveCmd) watch(ctx context.Context, fs *pflag.FlagSet, rt *supervisor.Runtime, log *zap.Logger) (*spec.Watcher, error) {
-	cfg := spec.WatchConfig{
-		Dir:     s.specs,
-		Env:     s.env,
-		Dirs:    s.reloadDirs,
-		Include: s.reloadInclude,
-		Exclude: s.reloadExclude,
-	}
-	started := rt.Options()
-	return spec.Watch(ctx, cfg, func(set *spec.Set, err error) {
-		if err != nil {
-			log.Error("specs reload failed; still serving the previous definitions", zap.String("specs", s.specs), zap.Error(err))
-			return
-		}
-		if err := rt.Replace(set.Agents, set.Groups); err != nil {
-			log.Error("specs reload refused by the runtime; still serving the previous definitions", zap.String("specs", s.specs), zap.Error(err))
-			return
-		}
-		if o := s.options(fs, set); o != started {
-			log.Warn("runtime options changed in runtime.yaml; they apply at the next start", zap.Stringer("options", o), zap.Stringer("running", started))
-		}
-		log.Info("specs reloaded", zap.String("specs", s.specs), zap.Int("agents", len(set.Agents)), zap.Int("groups", len(set.Groups)))
-	})
-}
-
 func (s *serveCmd) run(cmd *cobra.Command) error {
+	fs := cmd.Flags()
 	log, err := s.logger()
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if err := s.checkReloadFlags(cmd.Flags()); err != nil {
+	if err := s.checkReloadFlags(fs); err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	if s.sseHeartbeat <= 0 || s.sseQueue <= 0 {
 		return &exitError{code: 2, err: errors.New("--sse-heartbeat and --sse-queue-size must be positive")}
 	}
-	// Refuse a bad --events before anything is created on disk.
-	if e := s.eventsSpec; e != "" && e != "none" && e != "memory" && !strings.HasPrefix(e, "sqlite:") {
-		return &exitError{code: 2, err: fmt.Errorf("--events %q: want memory, sqlite:PATH or none", e)}
+	if s.maxBody <= 0 {
+		return &exitError{code: 2, err: errors.New("--max-body-bytes must be positive")}
 	}
-	defer func() { _ = log.Sync() }()
-	// Events reach the log through a queue, so a slow stderr (a full pipe,
-	// a paused terminal) never holds up a run; the deferred Close, which
-	// runs after the runtime's shutdown, writes out what is queued.
-	store, where, err := openStore(s.storeSpec, s.dataDir)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	// Closed last, after the runtime has stopped writing to it.
-	defer func() {
-		if err := store.Close(); err != nil {
-			log.Warn("closing the run store", zap.Error(err))
-		}
-	}()
-	s.store = store
-	log.Info("run store", zap.String("store", where))
-	events := emitters.NewAsync(emitters.NewLog(log), 0)
-	defer func() {
-		events.Close()
-		if d := events.Dropped(); d > 0 {
-			log.Warn("events dropped because the log could not keep up", zap.Int64("dropped", d))
-		}
-	}()
-	// The SSE emitter serves GET /events/stream (svc status, dashboards).
-	// http.Server.Shutdown waits for open streams, so the streams are ended
-	// as soon as it starts (RegisterOnShutdown below); the deferred Close
-	// covers the ways out before that.
-	live, err := sse.New(nil, sse.Config{HeartbeatInterval: s.sseHeartbeat, QueueSize: s.sseQueue})
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	defer func() { _ = live.Close() }()
-	chain := []svc.Emitter{events, live}
-
 	if s.eventsMaxRows < 0 || s.eventsMaxAge < 0 {
 		return &exitError{code: 2, err: errors.New("--events-max-rows and --events-max-age must not be negative")}
 	}
-	evStore, evWhere, err := openEventStore(s.eventsSpec, s.dataDir, eventstore.Retention{MaxRows: s.eventsMaxRows, MaxAge: s.eventsMaxAge})
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	var reader svc.EventReader
-	if evStore != nil {
-		// The store emitter batches writes off the runtime's path; it is
-		// closed (and flushed) after the runtime, then the store.
-		storeEm := eventstore.NewEmitter(evStore, 0, 0)
-		defer func() {
-			if err := storeEm.Close(); err != nil {
-				log.Warn("flushing events to the event store", zap.Error(err))
-			}
-			if d := storeEm.Dropped(); d > 0 {
-				log.Warn("events the event store lost", zap.Int64("dropped", d))
-			}
-			if err := evStore.Close(); err != nil {
-				log.Warn("closing the event store", zap.Error(err))
-			}
-		}()
-		chain = append(chain, storeEm)
-		reader = evStore
-	}
-	log.Info("event store", zap.String("events", evWhere))
+	defer func() { _ = log.Sync() }()
 
-	tel, err := newTelemetry(cmd.Context(), s.metrics)
+	o := s.appOptions(fs, log)
+	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, s.authToken, s.maxBody
+	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
+	// The flags' 0 is "no limit", the app's is "the default".
+	o.EventsMaxRows, o.EventsMaxAge = noLimit(s.eventsMaxRows), time.Duration(noLimit(int(s.eventsMaxAge)))
+	o.SSEHeartbeat, o.SSEQueueSize = s.sseHeartbeat, s.sseQueue
+	o.Metrics, o.OTLPFromEnv = s.metrics, true
+	if s.reload {
+		o.Reload, o.ReloadDirs, o.ReloadInclude, o.ReloadExclude = true, s.reloadDirs, s.reloadInclude, s.reloadExclude
+	}
+	a, err := app.New(o)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return appError(s.specs, err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.shutdown(ctx); err != nil {
-			log.Warn("flushing metrics", zap.Error(err))
-		}
-	}()
-	var mp metric.MeterProvider
-	if tel.mp != nil {
-		mp = tel.mp
-		s.meterProvider = mp
-		otelEm, err := emitters.NewOTel(mp)
-		if err != nil {
-			return err
-		}
-		chain = append(chain, otelEm)
-		log.Info("metrics", zap.Bool("prometheus", tel.metrics != nil), zap.String("otlp", tel.otlp))
-	}
-
-	rt, set, err := s.buildRuntime(cmd.Flags(), log, emitters.Multi(chain...))
-	if err != nil {
-		return err
-	}
-	h, err := server.NewStandalone(rt, server.StandaloneConfig{
-		AuthToken: s.authToken, Logger: log,
-		RouterOptions: []server.Option{server.WithMaxBodyBytes(s.maxBody), server.WithSSEEmitter(live)},
-		Events:        reader, MeterProvider: mp, Metrics: tel.metrics,
-	})
-	if err != nil {
-		_ = rt.Close()
-		return err
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(s.host, strconv.Itoa(s.port)))
-	if err != nil {
-		_ = rt.Close()
-		return &exitError{code: 1, err: fmt.Errorf("listen: %w", err)}
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	srv.RegisterOnShutdown(func() { _ = live.Close() })
-	stopWatch := func() {}
-	// The runtime's Shutdown releases what it holds; the server calls it
-	// once connections have drained (or the grace period ran out).
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if s.reload {
-		// The watcher is stopped, and waited for, before the runtime shuts
-		// down, so that no reload lands in the middle of the shutdown.
-		watchCtx, cancelWatch := context.WithCancel(ctx)
-		w, err := s.watch(watchCtx, cmd.Flags(), rt, log)
-		if err != nil {
-			cancelWatch()
-			_ = ln.Close()
-			_ = rt.Close()
-			return &exitError{code: 2, err: err}
-		}
-		stopWatch = func() { cancelWatch(); w.Wait() }
-		defer stopWatch() // idempotent: for the paths out that skip the calls below
+	if err := a.Start(); err != nil {
+		return appError(s.specs, err)
 	}
-	agents, _ := rt.Agents(ctx)
-	groups, _ := rt.Groups(ctx)
-	log.Info("svc serving", zap.String("url", "http://"+ln.Addr().String()), zap.String("specs", set.Dir),
-		zap.Strings("agents", agents), zap.Strings("groups", groups), zap.Stringer("options", rt.Options()),
-		zap.Bool("auth", s.authToken != ""), zap.Bool("reload", s.reload))
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
 	select {
-	case err := <-errc:
-		stopWatch()
-		_ = rt.Close()
-		return fmt.Errorf("serve: %w", err)
+	case serveErr = <-a.Err():
 	case <-ctx.Done():
 	}
-	stopWatch()
 	// Give the signals back: a second SIGINT or SIGTERM during the grace
 	// period kills the process instead of being swallowed.
 	stop()
-	log.Info("svc shutting down", zap.Duration("grace", s.grace))
 	graceCtx, cancel := context.WithTimeout(context.Background(), s.grace)
 	defer cancel()
-	serr := srv.Shutdown(graceCtx)
-	rerr := rt.Shutdown(graceCtx)
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	err = a.Shutdown(graceCtx)
+	if serveErr != nil {
+		return errors.Join(serveErr, err)
 	}
-	if serr != nil || rerr != nil {
-		return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, errors.Join(serr, rerr))}
+	if err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, err)}
 	}
-	log.Info("svc stopped")
 	return nil
+}
+
+// noLimit maps a flag's 0 ("no limit") to the app's -1.
+func noLimit(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

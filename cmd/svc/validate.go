@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/model/providers"
 	"github.com/svc-dev/svc/spec"
 )
@@ -25,7 +26,7 @@ Exit status: 0 when every file is valid, 1 when any is not, 2 when DIR is
 missing or not a directory.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			results, err := spec.Validate(args[0], specEnv(providers.Default(), filesRoot))
+			results, err := spec.Validate(args[0], app.SpecEnv(providers.Default(), filesRoot, nil))
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}

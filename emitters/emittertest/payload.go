@@ -8,8 +8,8 @@ import (
 )
 
 // CheckPayload reports (with tb.Errorf) an event whose payload does not have
-// exactly the keys svc.PayloadKeys gives for its type; agent_failed may
-// carry "reason" as well. An event type without a contract is an error too.
+// exactly the keys svc.PayloadKeys gives for its type, plus any of
+// svc.OptionalPayloadKeys. An event type without a contract is an error too.
 func CheckPayload(tb testing.TB, ev svc.RuntimeEvent) {
 	tb.Helper()
 	want, ok := svc.PayloadKeys[ev.EventType]
@@ -24,7 +24,7 @@ func CheckPayload(tb testing.TB, ev svc.RuntimeEvent) {
 		}
 	}
 	for k := range ev.Payload {
-		if slices.Contains(want, k) || (ev.EventType == svc.EventAgentFailed && k == "reason") {
+		if slices.Contains(want, k) || slices.Contains(svc.OptionalPayloadKeys[ev.EventType], k) {
 			continue
 		}
 		extra = append(extra, k)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -26,6 +27,14 @@ func TestMetricsMiddleware(t *testing.T) {
 	do(t, srv, "GET", "/agents/echo/schema", "")
 	do(t, srv, "GET", "/agents/nope/schema", "")
 	do(t, srv, "GET", "/no/such/route/0193", "")
+	// The Host header is the client's: it must not make series of its own.
+	req, _ := http.NewRequest("GET", srv.URL+"/agents/echo/schema", nil)
+	req.Host = "attacker.example:31337"
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -52,13 +61,19 @@ func TestMetricsMiddleware(t *testing.T) {
 						t.Errorf("method %q", method.AsString())
 					}
 					got[key{route.AsString(), status.AsInt64()}] += dp.Count
+					if v, ok := dp.Attributes.Value("server.address"); ok && strings.Contains(v.AsString(), "attacker") {
+						t.Errorf("server.address = %s: taken from the Host header", v.AsString())
+					}
+					if v, ok := dp.Attributes.Value("server.port"); ok {
+						t.Errorf("server.port = %d: taken from the Host header", v.AsInt64())
+					}
 				}
 			case "http.server.active_requests":
 				active = true
 			}
 		}
 	}
-	want := map[key]uint64{{"/agents/{name}/schema", 200}: 1, {"/agents/{name}/schema", 404}: 1, {"unmatched", 404}: 1}
+	want := map[key]uint64{{"/agents/{name}/schema", 200}: 2, {"/agents/{name}/schema", 404}: 1, {"unmatched", 404}: 1}
 	for k, n := range want {
 		if got[k] != n {
 			t.Errorf("requests %v = %d, want %d (all: %v)", k, got[k], n, got)

@@ -1,6 +1,7 @@
 package zapslog_test
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 
 func TestLevelsAttrsAndGroups(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	l := slog.New(zapslog.New(zap.New(core)))
+	l := slog.New(zapslog.New(zap.New(core).Named("lib")))
 	l.Error("broken", "code", 7)
 	l.Warn("odd")
 	l.Info("routine")
@@ -32,8 +33,11 @@ func TestLevelsAttrsAndGroups(t *testing.T) {
 	if got[0].ContextMap()["code"] != int64(7) {
 		t.Errorf("attrs of the error record: %v", got[0].ContextMap())
 	}
-	if m := got[3].ContextMap(); m["actor"] != "a1" || m["req.id"] != "x" {
+	if m := got[3].ContextMap(); m["actor"] != "a1" || fmt.Sprint(m["req"]) != "map[id:x]" {
 		t.Errorf("attrs and group: %v", m)
+	}
+	if got[0].LoggerName != "lib" || got[0].Stack != "" {
+		t.Errorf("name %q, stack %q: want the logger's name and no stack", got[0].LoggerName, got[0].Stack)
 	}
 
 	// A logger at info drops what the handler maps to debug, before any

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -21,13 +21,14 @@ import (
 	svc "github.com/svc-dev/svc"
 )
 
-// telemetry is the metrics pipeline of `svc serve`: a MeterProvider read by
-// the Prometheus exporter (--metrics, served at /metrics) and, when the
-// standard OTEL_EXPORTER_OTLP_* variables name an endpoint, by a periodic
-// OTLP exporter. The zero value (neither configured) measures nothing.
+// telemetry is the metrics pipeline of the process: a MeterProvider read by
+// the Prometheus exporter (Options.Metrics, served at /metrics) and, with
+// Options.OTLPFromEnv when the standard OTEL_EXPORTER_OTLP_* variables name
+// an endpoint, by a periodic OTLP exporter. The zero value (neither
+// configured) measures nothing.
 type telemetry struct {
 	mp      *sdkmetric.MeterProvider
-	metrics http.Handler // /metrics; nil without --metrics
+	metrics http.Handler // /metrics; nil without Options.Metrics
 	otlp    string       // the OTLP protocol in use, "" when off
 }
 
@@ -59,7 +60,7 @@ func otlpProtocol() (string, error) {
 // newTelemetry builds the pipeline. The exporters read the rest of their
 // configuration (headers, TLS, timeouts, export interval) from the
 // standard environment variables themselves.
-func newTelemetry(ctx context.Context, prom bool) (*telemetry, error) {
+func newTelemetry(ctx context.Context, prom, otlp bool) (*telemetry, error) {
 	t := &telemetry{}
 	var opts []sdkmetric.Option
 	if prom {
@@ -67,15 +68,15 @@ func newTelemetry(ctx context.Context, prom bool) (*telemetry, error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 		if err != nil {
-			return nil, fmt.Errorf("--metrics: %w", err)
+			return nil, &ConfigError{Option: "Metrics", Err: err}
 		}
 		opts = append(opts, sdkmetric.WithReader(exp))
 		t.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	}
-	if otlpEnabled() {
+	if otlp && otlpEnabled() {
 		proto, err := otlpProtocol()
 		if err != nil {
-			return nil, err
+			return nil, &ConfigError{Option: "OTLPFromEnv", Err: err}
 		}
 		var exp sdkmetric.Exporter
 		if proto == "grpc" {
@@ -84,7 +85,7 @@ func newTelemetry(ctx context.Context, prom bool) (*telemetry, error) {
 			exp, err = otlpmetrichttp.New(ctx)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("OTLP metric exporter (%s): %w", proto, err)
+			return nil, &ConfigError{Option: "OTLPFromEnv", Err: fmt.Errorf("OTLP metric exporter (%s): %w", proto, err)}
 		}
 		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 		t.otlp = proto

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 	"github.com/svc-dev/svc/emitters"
 )
 
-// Without --metrics and without OTLP variables nothing is measured.
+// Without Metrics and without OTLP variables nothing is measured.
 func TestTelemetryOff(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "")
-	tel, err := newTelemetry(t.Context(), false)
+	tel, err := newTelemetry(t.Context(), false, true)
 	if err != nil || tel.mp != nil || tel.metrics != nil {
 		t.Fatalf("telemetry = %+v, %v; want nothing", tel, err)
 	}
@@ -58,7 +58,7 @@ func TestTelemetryOTLPExport(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_METRICS_EXPORTER", "")
 
-	tel, err := newTelemetry(t.Context(), false)
+	tel, err := newTelemetry(t.Context(), false, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestTelemetryOTLPExport(t *testing.T) {
 func TestTelemetryBadProtocol(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-	if _, err := newTelemetry(t.Context(), false); err == nil {
+	if _, err := newTelemetry(t.Context(), false, true); err == nil {
 		t.Fatal("OTEL_EXPORTER_OTLP_PROTOCOL=http/json accepted; svc exports grpc or http/protobuf only")
 	}
 }

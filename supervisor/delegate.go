@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 
 	"github.com/svc-dev/svc"
 )
+
+// The delegate entry point: a team coordinator's tool call → delegateTool.Call
+// → runCompiled (run.go) → a run actor and one invocation actor for the
+// delegate, nested in the team run (same trace, one level deeper, the
+// coordinator's invocation as its parent span).
 
 // delegateTool is the tool a team's coordinator gets: delegate(target,
 // input) runs one of the team's delegates as a nested run (one level deeper,
@@ -22,8 +26,6 @@ type delegateTool struct {
 	desc      string
 	schema    json.RawMessage
 }
-
-type roundsKey struct{}
 
 func newDelegateTool(rt *Runtime, g svc.Group) *delegateTool {
 	t := &delegateTool{rt: rt, team: g.Name, delegates: map[string]bool{}, maxRounds: g.MaxRounds}
@@ -68,7 +70,8 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if !t.delegates[a.Target] {
 		return nil, svc.Errorf(svc.KindToolExecution, "delegate: %q is not a delegate of team %s", a.Target, t.team)
 	}
-	rounds, _ := ctx.Value(roundsKey{}).(*atomic.Int64)
+	_, rs := scopeOf(ctx)
+	rounds := rs.rounds
 	if rounds == nil {
 		return nil, svc.Errorf(svc.KindToolExecution, "delegate: called outside a run of team %s", t.team)
 	}
@@ -78,7 +81,15 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if len(a.Input) == 0 {
 		a.Input = json.RawMessage("null")
 	}
-	res, err := t.rt.Run(ctx, a.Target, svc.TaskSpec{Input: a.Input, RequestID: svc.ParentTraceFrom(ctx)})
+	c, err := t.rt.lookup(a.Target)
+	if err != nil {
+		return nil, err
+	}
+	task, err := prepare(c, svc.TaskSpec{Input: a.Input, RequestID: svc.ParentTraceFrom(ctx)}, svc.RequestIDFrom(ctx), -1)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.rt.runCompiled(ctx, c, task)
 	if err != nil {
 		return nil, err
 	}
@@ -86,5 +97,5 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if len(out) == 0 {
 		out = json.RawMessage("null")
 	}
-	return json.Marshal(delegateResult{Success: res.Success, Output: out, Error: res.Error})
+	return json.Marshal(delegateResult{Success: res.Success, Output: out, Error: svc.ErrorInfoOf(res.Err)})
 }

@@ -1,0 +1,540 @@
+// Package app is the svc process: New(Options), Start, Shutdown(ctx). An App
+// owns everything a process runs (the runtime and its one actor system,
+// the run store, the event store and the emitter chain that feeds the log,
+// GET /events/stream, the metrics and the event store, the metrics
+// provider with its Prometheus and OTLP exporters, the HTTP server and the
+// spec watcher), starts them in order and stops them in the reverse order
+// written once, in Shutdown. `svc serve` and `svc run` are flag parsing
+// over it; a Go program embeds the same process by building an App.
+//
+//	a, err := app.New(app.Options{SpecsDir: "specs", Port: 8420, Logger: log})
+//	if err != nil { ... }
+//	if err := a.Start(); err != nil { ... }   // listening on a.Addr()
+//	<-ctx.Done()
+//	err = a.Shutdown(shutdownCtx)
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/model/providers"
+	"github.com/svc-dev/svc/spec"
+	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/tools"
+)
+
+// flushTimeout bounds the last metrics export of Shutdown, which runs even
+// when the caller's context has ended (the point of a final flush).
+const flushTimeout = 5 * time.Second
+
+type state int
+
+const (
+	stateNew state = iota
+	stateRunning
+	stateFailed // Start failed and cleaned up
+	stateStopped
+)
+
+// App is one svc process. Its methods are safe for concurrent use; the
+// accessors (Addr, Router, Backend, Runtime) answer nil before Start.
+type App struct {
+	opts Options
+	log  *zap.Logger
+
+	mu    sync.Mutex // serialises Start and the state change of Shutdown
+	state state
+	// stopped is closed once Shutdown has finished; stopErr is its result.
+	stopped  chan struct{}
+	stopOnce sync.Once
+	stopErr  error
+
+	// What Start built, in the order it built it; stop releases these in
+	// the reverse order. Written only by Start, under mu.
+	tel         *telemetry
+	mp          metric.MeterProvider
+	set         *spec.Set
+	env         spec.Env
+	runStore    svc.RunStore
+	ownRunStore bool
+	evStore     eventstore.Store
+	storeEm     *eventstore.Emitter
+	system      *actor.ActorSystem
+	logEm       *emitters.Async
+	live        *sse.Emitter
+	rt          *supervisor.Runtime
+	handler     http.Handler
+	watchStop   context.CancelFunc
+	watcher     *spec.Watcher
+	ln          net.Listener
+	srv         *http.Server
+	serveErr    chan error    // the error that stopped Serve, if not Shutdown
+	served      chan struct{} // closed when Serve has returned
+}
+
+// New checks opts and returns an App ready to Start. It opens, creates and
+// starts nothing.
+func New(opts Options) (*App, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	return &App{opts: opts, log: opts.Logger, stopped: make(chan struct{}), serveErr: make(chan error, 1)}, nil
+}
+
+// Start builds and starts the process, in this order: the metrics provider,
+// the specs (loaded and checked), the run store, the event store and its
+// emitter, the actor system, the emitter chain (log, SSE, OTel metrics,
+// event store), the runtime with its agents and groups, the HTTP handler,
+// the spec watcher, and last the HTTP server, so that nothing is served
+// before everything is ready. When a step fails, Start stops what the
+// earlier ones started and returns the error: a *ConfigError when Options
+// are at fault. An App starts at most once.
+func (a *App) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != stateNew {
+		return errState
+	}
+	if err := a.start(); err != nil {
+		a.state = stateFailed
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := a.stop(ctx); cerr != nil {
+			a.log.Warn("cleaning up after a failed start", zap.Error(cerr))
+		}
+		return err
+	}
+	a.state = stateRunning
+	return nil
+}
+
+func (a *App) start() error {
+	o := &a.opts
+	log := a.log
+	// A listener given in Options is the app's from now on: stop closes
+	// it, also when a step before the server fails.
+	a.ln = o.Listener
+
+	// Metrics first: the runtime, the actor system and the HTTP server
+	// record into the provider.
+	if o.MeterProvider != nil {
+		a.mp = o.MeterProvider
+	} else {
+		tel, err := newTelemetry(context.Background(), o.Metrics, o.OTLPFromEnv)
+		if err != nil {
+			return err
+		}
+		a.tel = tel
+		if tel.mp != nil {
+			a.mp = tel.mp
+			log.Info("metrics", zap.Bool("prometheus", tel.metrics != nil), zap.String("otlp", tel.otlp))
+		}
+	}
+
+	// Specs before the stores, so that a bad spec creates nothing on disk.
+	models := o.Models
+	if models == nil {
+		models = providers.Default()
+	}
+	a.env = SpecEnv(models, o.FilesRoot, o.Agents)
+	runtimeOpts := svc.DefaultOptions()
+	if o.SpecsDir != "" {
+		set, err := spec.Load(o.SpecsDir, a.env)
+		if err != nil {
+			return &ConfigError{Option: "SpecsDir", Err: err}
+		}
+		a.set = set
+		runtimeOpts = set.Options
+	}
+	if o.RuntimeOptions != nil {
+		runtimeOpts = o.RuntimeOptions(runtimeOpts)
+	}
+	if err := runtimeOpts.Validate(); err != nil {
+		return &ConfigError{Option: "RuntimeOptions", Err: err}
+	}
+	var prices *model.PriceTable
+	if o.PricesFile != "" {
+		p, err := model.LoadPrices(o.PricesFile)
+		if err != nil {
+			return &ConfigError{Option: "PricesFile", Err: err}
+		}
+		prices = &p
+	}
+
+	// The run store.
+	if o.RunStore != nil {
+		a.runStore = o.RunStore
+	} else {
+		s, where, err := openStore(o.Store, o.DataDir)
+		if err != nil {
+			return err
+		}
+		a.runStore, a.ownRunStore = s, true
+		log.Info("run store", zap.String("store", where))
+	}
+
+	// The event store, written through a batching emitter off the
+	// runtime's path.
+	evs, where, err := openEventStore(o.Events, o.DataDir, eventstore.Retention{MaxRows: o.EventsMaxRows, MaxAge: o.EventsMaxAge})
+	if err != nil {
+		return err
+	}
+	log.Info("event store", zap.String("events", where))
+	if evs != nil {
+		a.evStore = evs
+		a.storeEm = eventstore.NewEmitter(evs, 0, 0)
+	}
+
+	// Broker (later): connect here, after the stores and before the
+	// runtime, which dispatches through it.
+
+	// One actor system for the process: the runtime's actors and the SSE
+	// subscribers live in it.
+	a.system = supervisor.NewActorSystem(log, a.mp)
+
+	// The emitter chain. Events reach the log through a queue, so that a
+	// slow stderr never holds up a run.
+	a.logEm = emitters.NewAsync(emitters.NewLog(log), 0)
+	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize})
+	if err != nil {
+		return &ConfigError{Option: "SSEQueueSize", Err: err}
+	}
+	a.live = live
+	chain := []svc.Emitter{a.logEm, live}
+	if a.storeEm != nil {
+		chain = append(chain, a.storeEm)
+	}
+	if a.mp != nil {
+		otelEm, err := emitters.NewOTel(a.mp)
+		if err != nil {
+			return fmt.Errorf("app: metrics emitter: %w", err)
+		}
+		chain = append(chain, otelEm)
+	}
+
+	// The runtime, with its agents and groups.
+	rt, err := supervisor.New(supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
+		Emitter: emitters.Multi(chain...), Logger: log, MeterProvider: a.mp, Store: a.runStore, System: a.system})
+	if err != nil {
+		return fmt.Errorf("app: runtime: %w", err)
+	}
+	a.rt = rt
+	agents, groups := a.definitions(a.set)
+	if err := rt.Register(agents...); err != nil {
+		return &ConfigError{Option: "Agents", Err: err}
+	}
+	if err := rt.RegisterGroups(groups...); err != nil {
+		return &ConfigError{Option: "Groups", Err: err}
+	}
+
+	// Worker (later): start consuming tasks here, once the runtime runs.
+
+	// The HTTP handler: the router and the routes of the standalone server.
+	ropts := []server.Option{server.WithSSEEmitter(live)}
+	if o.MaxBodyBytes > 0 {
+		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
+	}
+	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
+	if a.evStore != nil {
+		cfg.Events = a.evStore
+	}
+	if a.tel != nil && a.tel.metrics != nil {
+		cfg.Metrics = a.tel.metrics
+	}
+	h, err := server.NewStandalone(rt, cfg)
+	if err != nil {
+		return fmt.Errorf("app: HTTP handler: %w", err)
+	}
+	a.handler = h
+
+	if o.Reload {
+		if err := a.watch(runtimeOpts); err != nil {
+			return err
+		}
+	}
+
+	if o.NoListen {
+		return nil
+	}
+	// Last: the HTTP server, once everything it serves is ready.
+	ln := a.ln
+	if ln == nil {
+		addr := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("app: listen on %s: %w", addr, err)
+		}
+	}
+	a.ln = ln
+	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	// http.Server.Shutdown waits for open connections, and a subscriber
+	// of GET /events/stream never hangs up: end the streams as soon as
+	// the shutdown starts.
+	a.srv.RegisterOnShutdown(func() { _ = live.Close() })
+	a.served = make(chan struct{})
+	go func() {
+		defer close(a.served)
+		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.serveErr <- fmt.Errorf("app: serve: %w", err)
+		}
+	}()
+	names, _ := rt.Agents(context.Background())
+	groupNames, _ := rt.Groups(context.Background())
+	log.Info("svc serving", zap.String("url", "http://"+ln.Addr().String()), zap.String("specs", o.SpecsDir),
+		zap.Strings("agents", names), zap.Strings("groups", groupNames), zap.Stringer("options", rt.Options()),
+		zap.Bool("auth", o.AuthToken != ""), zap.Bool("reload", o.Reload))
+	return nil
+}
+
+// definitions are the agents and groups to register: those of Options,
+// then those of the specs.
+func (a *App) definitions(set *spec.Set) ([]svc.Agent, []svc.Group) {
+	agents := append([]svc.Agent(nil), a.opts.Agents...)
+	groups := append([]svc.Group(nil), a.opts.Groups...)
+	if set != nil {
+		agents = append(agents, set.Agents...)
+		groups = append(groups, set.Groups...)
+	}
+	return agents, groups
+}
+
+// watch starts the spec watcher. Each change that loads swaps the
+// runtime's agents and groups; one that does not is logged, and the
+// runtime keeps what it has.
+func (a *App) watch(started svc.Options) error {
+	o := &a.opts
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := spec.WatchConfig{Dir: o.SpecsDir, Env: a.env, Dirs: o.ReloadDirs, Include: o.ReloadInclude,
+		Exclude: o.ReloadExclude, Interval: o.ReloadInterval}
+	w, err := spec.Watch(ctx, cfg, func(set *spec.Set, err error) {
+		if err != nil {
+			a.log.Error("specs reload failed; still serving the previous definitions", zap.String("specs", o.SpecsDir), zap.Error(err))
+			return
+		}
+		agents, groups := a.definitions(set)
+		if err := a.rt.Replace(agents, groups); err != nil {
+			a.log.Error("specs reload refused by the runtime; still serving the previous definitions", zap.String("specs", o.SpecsDir), zap.Error(err))
+			return
+		}
+		opts := set.Options
+		if o.RuntimeOptions != nil {
+			opts = o.RuntimeOptions(opts)
+		}
+		if opts != started {
+			a.log.Warn("runtime options changed in runtime.yaml; they apply at the next start", zap.Stringer("options", opts), zap.Stringer("running", started))
+		}
+		a.log.Info("specs reloaded", zap.String("specs", o.SpecsDir), zap.Int("agents", len(set.Agents)), zap.Int("groups", len(set.Groups)))
+	})
+	if err != nil {
+		cancel()
+		return &ConfigError{Option: "Reload", Err: err}
+	}
+	a.watchStop, a.watcher = cancel, w
+	return nil
+}
+
+// SpecEnv is what spec files may refer to in a process: the built-in tools
+// (read_file and write_file confined to filesRoot), spawn_agents, the model
+// providers of models and the names of agents registered from Go. `svc
+// validate` checks files against it.
+func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.Env {
+	env := spec.Env{
+		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
+		Builtins: []string{supervisor.SpawnAgents},
+		CheckModel: func(id string) error {
+			_, err := models.Resolve(id)
+			return err
+		},
+	}
+	for _, ag := range agents {
+		env.Agents = append(env.Agents, ag.Name)
+	}
+	return env
+}
+
+// Shutdown stops the process, in this order:
+//
+//  1. the HTTP server stops accepting connections, ends the event streams
+//     and waits for the requests in flight;
+//  2. the spec watcher stops, so that no reload lands in what follows;
+//  3. (later) the worker stops taking tasks;
+//  4. the runtime refuses new runs, waits for those in flight (submitted
+//     runs too), cancels what is left when ctx ends, and stops its actors
+//     and tool servers; then connections still open are closed;
+//  5. (later) the broker connection closes;
+//  6. the emitters: the SSE subscribers end, the log queue and the event
+//     store emitter are written out, and the event store closes;
+//  7. the actor system stops, nothing running in it any more;
+//  8. the run store closes (unless it is Options.RunStore, the caller's);
+//  9. the metrics provider flushes (OTLP) and stops.
+//
+// ctx bounds steps 1 and 4, the waits for requests and runs: when it ends,
+// what is left is cancelled and Shutdown reports it. The releases after
+// them always run, the final metrics flush within 5 s of its own.
+// Shutdown before Start, after a failed Start, and a second time return at
+// once (a second call waits, within its ctx, for the first to finish and
+// returns its result).
+func (a *App) Shutdown(ctx context.Context) error {
+	first := false
+	a.stopOnce.Do(func() { first = true })
+	if !first {
+		select {
+		case <-a.stopped:
+			return a.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	a.mu.Lock() // waits for a Start in progress
+	running := a.state == stateRunning
+	a.state = stateStopped
+	a.mu.Unlock()
+	if running {
+		a.log.Info("svc shutting down")
+		a.stopErr = a.stop(ctx)
+		a.log.Info("svc stopped")
+	}
+	close(a.stopped)
+	return a.stopErr
+}
+
+// stop releases what start built, in the order Shutdown documents; each
+// step skips what was not built, so a failed Start uses it too.
+func (a *App) stop(ctx context.Context) error {
+	var errs []error
+	fail := func(what string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	// 1. HTTP: stop accepting, end the streams (RegisterOnShutdown), let
+	// requests in flight finish until ctx ends.
+	if a.srv != nil {
+		fail("http server", a.srv.Shutdown(ctx))
+	} else if a.ln != nil {
+		_ = a.ln.Close()
+	}
+	// 2. The spec watcher.
+	if a.watcher != nil {
+		a.watchStop()
+		a.watcher.Wait()
+	}
+	// 3. Worker (later): stop taking tasks, finish or hand back the ones
+	// it runs.
+	// 4. The runtime: drain runs until ctx ends, then cancel; stop actors
+	// and tool servers. Requests that outlived the grace period have
+	// their answers (cancelled) now; close what connections remain.
+	if a.rt != nil {
+		fail("runtime", a.rt.Shutdown(ctx))
+	}
+	if a.srv != nil {
+		_ = a.srv.Close()
+		<-a.served
+	}
+	// 5. Broker (later): close the connection.
+	// 6. Emitters, after the runtime has emitted its last event.
+	if a.live != nil {
+		_ = a.live.Close()
+	}
+	if a.logEm != nil {
+		a.logEm.Close()
+		if d := a.logEm.Dropped(); d > 0 {
+			a.log.Warn("events dropped because the log could not keep up", zap.Int64("dropped", d))
+		}
+	}
+	if a.storeEm != nil {
+		fail("flushing events to the event store", a.storeEm.Close())
+		if d := a.storeEm.Dropped(); d > 0 {
+			a.log.Warn("events the event store lost", zap.Int64("dropped", d))
+		}
+	}
+	if a.evStore != nil {
+		fail("event store", a.evStore.Close())
+	}
+	// 7. The actor system, empty now.
+	if a.system != nil {
+		a.system.Shutdown()
+	}
+	// 8. The run store, which the runtime no longer writes.
+	if a.runStore != nil && a.ownRunStore {
+		fail("run store", a.runStore.Close())
+	}
+	// 9. Metrics, last, so that they count everything.
+	if a.tel != nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		fail("metrics", a.tel.shutdown(fctx))
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// Err delivers the error that stopped the HTTP server, when it stops for
+// any reason but Shutdown; the process should then be shut down.
+func (a *App) Err() <-chan error { return a.serveErr }
+
+// Addr is the address the HTTP server listens on; nil before Start and
+// with NoListen.
+func (a *App) Addr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ln == nil {
+		return nil
+	}
+	return a.ln.Addr()
+}
+
+// URL is "http://" + Addr, or "" when nothing listens.
+func (a *App) URL() string {
+	if addr := a.Addr(); addr != nil {
+		return "http://" + addr.String()
+	}
+	return ""
+}
+
+// Router is the HTTP handler the server serves (the routes of
+// docs/api.md behind request ids, the access log, metrics and AuthToken).
+// Mount it in a host's server (with http.StripPrefix under a prefix) or
+// call it in process with client.OverHandler. nil before Start.
+func (a *App) Router() http.Handler {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.handler
+}
+
+// Backend is the call surface of the process (it also implements
+// svc.RunBackend): today the runtime itself; with a broker, what
+// dispatches through it. nil before Start. Stop it with Shutdown, not with
+// its Close.
+func (a *App) Backend() svc.Backend {
+	rt := a.Runtime()
+	if rt == nil {
+		return nil
+	}
+	return rt
+}
+
+// Runtime is the process's runtime, for registering agents from Go after
+// Start (Register, RegisterGroups; a reload keeps only Options.Agents and
+// Groups and those of the specs) and for what svc.Backend does not cover.
+// nil before Start.
+func (a *App) Runtime() *supervisor.Runtime {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rt
+}

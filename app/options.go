@@ -1,0 +1,249 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/spec"
+)
+
+// Defaults of Options, for the fields whose zero value means "the default".
+const (
+	DefaultDataDir       = ".svc"
+	DefaultHost          = "127.0.0.1"
+	DefaultEventsMaxRows = 1_000_000
+	DefaultEventsMaxAge  = 7 * 24 * time.Hour
+	// DefaultPort is the port of `svc serve`. Options.Port 0 is not this
+	// default but any free port (read it back with App.Addr).
+	DefaultPort = 8420
+)
+
+// Options configure a process. The zero value is a usable process: no
+// specs (register agents with Agents and Groups, or on Runtime after
+// Start), the run and event stores as SQLite files under ./.svc, the HTTP
+// server on 127.0.0.1 at a free port without authentication, no metrics.
+// Each field says its default; the flag of `svc serve` that sets it is in
+// brackets.
+type Options struct {
+	// SpecsDir is the directory of agents/*.yaml, groups/*.yaml and
+	// runtime.yaml; "" loads no specs. [--specs]
+	SpecsDir string
+	// Agents and Groups are registered from Go beside the specs (a reload
+	// keeps them); groups of SpecsDir may use these agents.
+	Agents []svc.Agent
+	Groups []svc.Group
+	// RuntimeOptions, when set, is given the runtime options of
+	// runtime.yaml (svc.DefaultOptions() without one) at Start and at each
+	// reload, and returns the options to run with: command-line flags win
+	// over the file this way. nil runs with the file's options.
+	// [--timeout-seconds, --max-spawn-depth, --retry-max-attempts,
+	// --retry-backoff-factor, --token-budget, --mcp-eager-start]
+	RuntimeOptions func(fromSpecs svc.Options) svc.Options
+	// Models resolves provider:name model ids; nil: every provider linked
+	// into svc (model/providers.Default: test, openai, anthropic).
+	Models *model.Registry
+	// FilesRoot confines the read_file and write_file tools; "": those
+	// tools fail. [--files-root]
+	FilesRoot string
+	// PricesFile is a YAML or JSON file of model prices overriding and
+	// extending the built-in table; "": the built-in table only. [--prices]
+	PricesFile string
+
+	// DataDir holds the default run and event stores (runs.db, events.db);
+	// DefaultDataDir when "". It is created only when a default store is
+	// used. [--data-dir]
+	DataDir string
+	// Store is where submitted runs are kept: "" (a SQLite file under
+	// DataDir), memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT
+	// (rediss:// for TLS). [--store]
+	Store string
+	// RunStore, when set, is an open run store to use instead of Store;
+	// it stays the caller's to close, after Shutdown. Setting both is an
+	// error.
+	RunStore svc.RunStore
+	// Events is where runtime events are kept for the rollup routes (GET
+	// /events, /usage, /tools?group_by=, /runtime/stats,
+	// /runs/{trace_id}/tree): "" (a SQLite file under DataDir), memory,
+	// sqlite:PATH, or none (no rollup routes). [--events]
+	Events string
+	// EventsMaxRows keeps at most this many events, the newest;
+	// DefaultEventsMaxRows when 0, no limit when negative.
+	// [--events-max-rows, where 0 means no limit]
+	EventsMaxRows int
+	// EventsMaxAge drops events older than this; DefaultEventsMaxAge when
+	// 0, no limit when negative. [--events-max-age, where 0 means no limit]
+	EventsMaxAge time.Duration
+
+	// NoListen runs no HTTP server: nothing listens, Addr is nil, and
+	// Router still serves in process (client.OverHandler, or mounted in a
+	// host's server). `svc run` runs this way.
+	NoListen bool
+	// Listener, when set, is where the HTTP server accepts connections,
+	// instead of listening on Host and Port; Shutdown closes it.
+	Listener net.Listener
+	// Host is the address to listen on; DefaultHost when "". [--host]
+	Host string
+	// Port is the port to listen on; 0 is any free port (App.Addr says
+	// which). [--port, default DefaultPort]
+	Port int
+	// AuthToken, when set, is the bearer token every route but /healthz,
+	// /health and /readyz requires. [--auth-token, $SVC_AUTH_TOKEN]
+	AuthToken string
+	// MaxBodyBytes bounds request bodies; server.DefaultMaxBodyBytes (1
+	// MiB) when 0. [--max-body-bytes]
+	MaxBodyBytes int64
+	// SSEHeartbeat is how long GET /events/stream may stay idle before a
+	// heartbeat comment; sse.DefaultHeartbeatInterval when 0.
+	// [--sse-heartbeat]
+	SSEHeartbeat time.Duration
+	// SSEQueueSize bounds the events waiting per /events/stream subscriber
+	// before new ones are dropped; sse.DefaultQueueSize when 0.
+	// [--sse-queue-size]
+	SSEQueueSize int
+
+	// Metrics serves GET /metrics in the Prometheus format: runtime, HTTP,
+	// actor-system and Go metrics, behind AuthToken like the other routes.
+	// [--metrics]
+	Metrics bool
+	// OTLPFromEnv pushes the same metrics over OTLP when the standard
+	// OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) variable is
+	// set, configured by the other OTEL_* variables. `svc serve` sets it.
+	OTLPFromEnv bool
+	// MeterProvider, when set, receives the metrics instead of a provider
+	// of the app's own; it is the caller's to shut down. It excludes
+	// Metrics and OTLPFromEnv, which build the app's own provider.
+	MeterProvider metric.MeterProvider
+
+	// Reload watches SpecsDir (and ReloadDirs) and swaps in changed agents
+	// and groups without a restart; runs in flight finish on the
+	// definitions they started with, and a change that does not load is
+	// logged and ignored. Runtime options apply at the next start.
+	// [--reload]
+	Reload bool
+	// ReloadDirs are more directories to watch. [--reload-dir]
+	ReloadDirs []string
+	// ReloadInclude are the globs of the files that count;
+	// spec.DefaultWatchInclude when empty. [--reload-include]
+	ReloadInclude []string
+	// ReloadExclude are globs of files ignored even though ReloadInclude
+	// matches them. [--reload-exclude]
+	ReloadExclude []string
+	// ReloadInterval is how often the watched directories are polled;
+	// spec.DefaultWatchInterval when 0.
+	ReloadInterval time.Duration
+
+	// Logger receives the process's logs, the access log and, through the
+	// log emitter, every runtime event; nil discards them.
+	Logger *zap.Logger
+
+	// Broker and worker (issue 10, later): the --broker URL, the
+	// --publish-events switch and the worker's options become fields
+	// here, and Start and Shutdown get the steps marked "broker" and
+	// "worker".
+}
+
+// ConfigError is a problem with Options, found by New or by Start (a specs
+// directory that does not load, a store that does not open): the
+// process's configuration, not its running, is at fault. Option names the
+// field.
+type ConfigError struct {
+	Option string
+	Err    error
+}
+
+func (e *ConfigError) Error() string { return e.Option + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// check validates what can be checked without touching the disk or the
+// network, and fills in the defaults.
+func (o *Options) check() error {
+	bad := func(option string, format string, args ...any) error {
+		return &ConfigError{Option: option, Err: fmt.Errorf(format, args...)}
+	}
+	if o.DataDir == "" {
+		o.DataDir = DefaultDataDir
+	}
+	if o.Host == "" {
+		o.Host = DefaultHost
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return bad("Port", "%d: want 0 to 65535", o.Port)
+	}
+	if o.NoListen && o.Listener != nil {
+		return bad("Listener", "given with NoListen")
+	}
+	if o.RunStore != nil && o.Store != "" {
+		return bad("Store", "%q given with RunStore; set one of them", o.Store)
+	}
+	if err := checkStoreSpec(o.Store); err != nil {
+		return &ConfigError{Option: "Store", Err: err}
+	}
+	if err := checkEventsSpec(o.Events); err != nil {
+		return &ConfigError{Option: "Events", Err: err}
+	}
+	switch {
+	case o.EventsMaxRows == 0:
+		o.EventsMaxRows = DefaultEventsMaxRows
+	case o.EventsMaxRows < 0:
+		o.EventsMaxRows = 0 // eventstore.Retention: no limit
+	}
+	switch {
+	case o.EventsMaxAge == 0:
+		o.EventsMaxAge = DefaultEventsMaxAge
+	case o.EventsMaxAge < 0:
+		o.EventsMaxAge = 0
+	}
+	if o.MaxBodyBytes < 0 {
+		return bad("MaxBodyBytes", "%d: must not be negative", o.MaxBodyBytes)
+	}
+	if o.SSEHeartbeat < 0 {
+		return bad("SSEHeartbeat", "%v: must not be negative", o.SSEHeartbeat)
+	}
+	if o.SSEQueueSize < 0 {
+		return bad("SSEQueueSize", "%d: must not be negative", o.SSEQueueSize)
+	}
+	if o.SSEHeartbeat == 0 {
+		o.SSEHeartbeat = sse.DefaultHeartbeatInterval
+	}
+	if o.SSEQueueSize == 0 {
+		o.SSEQueueSize = sse.DefaultQueueSize
+	}
+	if o.MeterProvider != nil && (o.Metrics || o.OTLPFromEnv) {
+		return bad("MeterProvider", "given with Metrics or OTLPFromEnv, which build the app's own provider")
+	}
+	if o.Reload {
+		if o.SpecsDir == "" {
+			return bad("Reload", "needs SpecsDir")
+		}
+		for _, p := range append(slices.Clone(o.ReloadInclude), o.ReloadExclude...) {
+			if _, err := filepath.Match(p, ""); err != nil {
+				return bad("ReloadInclude", "%q: %w", p, err)
+			}
+		}
+	} else if len(o.ReloadDirs) > 0 || len(o.ReloadInclude) > 0 || len(o.ReloadExclude) > 0 {
+		return bad("Reload", "ReloadDirs, ReloadInclude and ReloadExclude need Reload")
+	}
+	if o.ReloadInterval < 0 {
+		return bad("ReloadInterval", "%v: must not be negative", o.ReloadInterval)
+	}
+	if o.ReloadInclude == nil {
+		o.ReloadInclude = spec.DefaultWatchInclude
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// errState is returned by Start when the App cannot start (again).
+var errState = errors.New("app: Start: already started, failed or shut down; build a new App")

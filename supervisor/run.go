@@ -1,0 +1,70 @@
+package supervisor
+
+import (
+	"context"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/actors"
+	"github.com/svc-dev/svc/agent"
+)
+
+// The run entry point: Run → runCompiled → start → a shard spawns the run
+// actor (actors.StartRun) → one invocation actor → the agent loop, or
+// Env.Execute.
+
+// Run runs one task on an agent and waits for the result.
+func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
+	c, err := rt.lookup(name)
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	t, err := prepare(c, task, svc.RequestIDFrom(ctx), -1)
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	res, err := rt.runCompiled(ctx, c, t)
+	res.Publish()
+	return res, err
+}
+
+// runCompiled runs one prepared task on a compiled agent, as Run does, and
+// returns its result with the typed error only (Run, spawn_agents and
+// delegate build the wire form). A rejection, or the run's own timeout, is
+// the call's error rather than a failed result (DESIGN.md, "Failures
+// inside an agent run"), with its kind and cause as the invocation had it.
+func (rt *Runtime) runCompiled(ctx context.Context, c *agent.Compiled, t actors.Task) (svc.AgentResult, error) {
+	ctx, s, rs := rt.enter(ctx)
+	depth, err := rt.checkDepth(&s, c.Def.Name, t)
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	res, err := rt.start(ctx, &s, rs, &actors.StartRun{Agent: c, Tasks: []actors.Task{t}, MaxConcurrency: 1, Depth: depth})
+	if err != nil {
+		return svc.AgentResult{}, err
+	}
+	r := res[0]
+	if r.Err != nil && isRejection(svc.KindOf(r.Err)) {
+		return svc.AgentResult{}, r.Err
+	}
+	return r, nil
+}
+
+// start hands a run to a shard and waits for its reply. The run's context is
+// the caller's: when the caller goes away, in-flight model and tool calls
+// are cancelled through it.
+func (rt *Runtime) start(ctx context.Context, s *svc.Scope, rs *runScope, req *actors.StartRun) ([]svc.AgentResult, error) {
+	if err := rt.admit(); err != nil {
+		return nil, err
+	}
+	defer rt.inflight.Done()
+	req.ParentTrace, req.ParentSpan = s.ParentTrace, s.ParentSpan
+	req.Budget, req.Progress, req.Sink = rs.budget, rs.progress, rs.sink
+	req.Ctx = ctx
+	reply := make(chan actors.RunReply, 1)
+	req.Reply = reply
+	rt.system.Root.Send(rt.shard(), req)
+	// The run actor always replies: with results, or with an error when the
+	// runtime stops under it. Cancelling ctx makes it finish early.
+	r := <-reply
+	return r.Results, r.Err
+}

@@ -1,0 +1,189 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/actors"
+	"github.com/svc-dev/svc/agent"
+)
+
+// What every entry point (run.go, gather.go, group.go, submit.go, spawn.go,
+// delegate.go) shares: the run scope, the depth check and task
+// preparation.
+//
+// A run reads what it inherits from one value, the svc.Scope of its
+// context: the caller's depth, trace and span (set by the invocation whose
+// tool starts it), the request id, the progress callback, and runScope, the
+// runtime's own state of the request it belongs to. The scope is written
+// anew only where something changes, so a plain Run or Gather allocates
+// none.
+
+// runScope is the runtime's part of a svc.Scope (its Runtime field): what
+// every run nested in one request shares. It is never modified once in a
+// context; a change makes a copy.
+type runScope struct {
+	// budget is the request's token account (nil: no budget).
+	budget *actors.Budget
+	// progress counts the invocations of the request, nested runs' too
+	// (nil: nobody watches).
+	progress *actors.Progress
+	// sink receives a submitted run's run events (nil for other runs).
+	sink actors.RunSink
+	// path is the names of the agents that spawned the run of the context,
+	// outermost first, ending with that run's own agent (spawn_agents'
+	// cycle check).
+	path []string
+	// rounds counts a team run's delegate calls (nil outside a team run).
+	rounds *atomic.Int64
+}
+
+// noRun is the runtime part of a scope that has none. It is shared and
+// never modified (changes copy it), so reading a bare context allocates
+// nothing.
+var noRun = &runScope{}
+
+// scopeOf returns ctx's scope and its runtime part, never nil.
+func scopeOf(ctx context.Context) (svc.Scope, *runScope) {
+	s := svc.ScopeFrom(ctx)
+	if rs, ok := s.Runtime.(*runScope); ok && rs != nil {
+		return s, rs
+	}
+	return s, noRun
+}
+
+// withRun returns ctx with rs as its runtime scope.
+func withRun(ctx context.Context, s svc.Scope, rs *runScope) context.Context {
+	s.Runtime = rs
+	return svc.WithScope(ctx, s)
+}
+
+// enter is the start of a request or of a run nested in one: it returns
+// ctx with the request's budget and progress counter in its scope, made
+// here when the enclosing request has none, and that scope. Without a
+// budget and a progress callback it changes nothing and allocates nothing.
+func (rt *Runtime) enter(ctx context.Context) (context.Context, svc.Scope, *runScope) {
+	s, rs := scopeOf(ctx)
+	needBudget := rs.budget == nil && rt.opts.TokenBudget > 0
+	needProgress := rs.progress == nil && s.Progress != nil
+	if !needBudget && !needProgress {
+		return ctx, s, rs
+	}
+	next := *rs
+	if needBudget {
+		next.budget = actors.NewBudget(rt.opts.TokenBudget, rt.emitter)
+	}
+	if needProgress {
+		next.progress = actors.NewProgress(s.Progress)
+	}
+	return withRun(ctx, s, &next), s, &next
+}
+
+// withRunSink returns ctx for a submitted run: its invocations, nested
+// ones included, report their run events to sink and its progress to
+// progress.
+func withRunSink(ctx context.Context, sink actors.RunSink, progress svc.ProgressFunc) context.Context {
+	s, rs := scopeOf(ctx)
+	next := *rs
+	next.sink = sink
+	// The submitted run counts its own invocations; its counter is made
+	// here so that enter has nothing left to add.
+	next.progress = actors.NewProgress(progress)
+	s.Progress = progress
+	return withRun(ctx, s, &next)
+}
+
+// withSpawn returns ctx for a child spawned along path.
+func withSpawn(ctx context.Context, path []string) context.Context {
+	s, rs := scopeOf(ctx)
+	next := *rs
+	next.path = path
+	return withRun(ctx, s, &next)
+}
+
+// withRounds returns ctx for a team run, counting its delegate calls.
+func withRounds(ctx context.Context) context.Context {
+	s, rs := scopeOf(ctx)
+	next := *rs
+	next.rounds = new(atomic.Int64)
+	return withRun(ctx, s, &next)
+}
+
+// prepare assigns ids and checks the input of one task. index is the task's
+// place in a gather, or -1 for a single run.
+func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (actors.Task, error) {
+	t := actors.Task{ID: task.ID, Trace: task.RequestID, Input: task.Input}
+	if t.ID == "" {
+		t.ID = newID()
+	}
+	if t.Trace == "" {
+		t.Trace = trace
+	}
+	if t.Trace == "" {
+		t.Trace = newID()
+	}
+	if len(t.Input) == 0 {
+		t.Input = json.RawMessage("null")
+	}
+	if err := c.ValidateInput(t.Input); err != nil {
+		if index >= 0 {
+			var e *svc.Error
+			if errors.As(err, &e) {
+				e2 := *e
+				e2.Message = fmt.Sprintf("tasks[%d]: %s", index, e.Message)
+				e2.TaskID = t.ID
+				return t, &e2
+			}
+		}
+		return t, err
+	}
+	return t, nil
+}
+
+// checkDepth finds the depth of a new run from its scope (one below the
+// invocation that starts it) and refuses it past max_spawn_depth, emitting
+// depth_limit_exceeded first, under the span of the invocation that asked.
+func (rt *Runtime) checkDepth(s *svc.Scope, name string, t actors.Task) (int, error) {
+	depth := s.Depth + 1
+	if depth <= rt.opts.MaxSpawnDepth {
+		return depth, nil
+	}
+	rt.emitter.Emit(svc.RuntimeEvent{
+		EventType: svc.EventDepthLimitExceeded, Timestamp: time.Now().UTC(), AgentName: name,
+		TaskID: t.ID, TraceID: t.Trace, ParentTraceID: s.ParentTrace, ParentSpanID: s.ParentSpan,
+		Payload: svc.Payload{"limit": rt.opts.MaxSpawnDepth, "depth": depth},
+	})
+	return 0, &svc.Error{Kind: svc.KindDepthLimit, Agent: name, TaskID: t.ID, Reason: "depth_limit",
+		Message: fmt.Sprintf("%s: spawn depth %d exceeds max_spawn_depth %d", name, depth, rt.opts.MaxSpawnDepth)}
+}
+
+// isRejection reports whether a failed invocation of this kind is an error
+// of the call rather than a failed result (DESIGN.md, "Failures inside an
+// agent run").
+func isRejection(k svc.Kind) bool {
+	switch k {
+	case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindCancelled, svc.KindShuttingDown:
+		return true
+	}
+	return false
+}
+
+// published returns res as it leaves the runtime: its typed error given
+// its wire form.
+func published(res []svc.AgentResult) []svc.AgentResult {
+	for i := range res {
+		res[i].Publish()
+	}
+	return res
+}
+
+// clipPath returns path with name appended, sharing nothing with path.
+func clipPath(path []string, name string) []string {
+	return append(slices.Clip(path), name)
+}
