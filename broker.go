@@ -67,14 +67,18 @@ type Broker interface {
 	Subscribe(ctx context.Context, subject string, opts SubscribeOptions, h Handler) (Subscription, error)
 
 	// Broadcast sends data to every current subscriber of subject. It
-	// returns once the broker has the message (not when subscribers have
-	// it); a subscriber that is disconnected or too slow misses it.
+	// returns once the client has taken the message (it may still be in
+	// the connection's send buffer, which Close flushes), not when
+	// subscribers have it; a subscriber that is disconnected or too slow
+	// misses it.
 	Broadcast(ctx context.Context, subject string, data []byte) error
 
 	// SubscribeBroadcast calls h, in one goroutine and in publish order,
-	// for every message broadcast on subject from now until Stop or Close.
-	// A handler that falls far behind loses messages rather than slowing
-	// the publisher. ctx bounds only the setup.
+	// for every message broadcast on subject from now until Stop or Close:
+	// the subscription is live when it returns, so a message broadcast
+	// after that (by any client) reaches it. A handler that falls far
+	// behind loses messages rather than slowing the publisher. ctx bounds
+	// only the setup; the handler's context ends with Stop or Close.
 	SubscribeBroadcast(ctx context.Context, subject string, h BroadcastHandler) (Subscription, error)
 
 	// Ping reports whether the broker is reachable (nil when it is): what

@@ -12,6 +12,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
+	"github.com/svc-dev/svc/broker/natsbroker"
 )
 
 // Options apply to every kind of broker Open makes.
@@ -33,7 +34,7 @@ var Schemes = []string{"memory", "nats", "redis"}
 //   - memory:// a private in-process broker; memory://NAME the process-wide
 //     one called NAME (every Open of the same name shares it);
 //   - nats://host:port (several servers: nats://h1:4222,nats://h2:4222;
-//     user:password@ or ?token= for auth): NATS JetStream;
+//     user:password@ or token@ for auth; tls:// for TLS): NATS JetStream;
 //   - redis://[user:password@]host:port[/db] (rediss:// for TLS): Redis
 //     Streams.
 //
@@ -57,6 +58,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (svc.Broker, error) 
 			return nil, fmt.Errorf("broker: bad memory URL %q: want memory:// or memory://NAME", rawURL)
 		}
 		return membroker.Open(name), nil
+	case "nats", "tls":
+		return natsbroker.Connect(ctx, rawURL, natsbroker.Options{Name: opts.Name, Logger: opts.Logger})
 	default:
 		return nil, fmt.Errorf("broker: unknown scheme %q in %q (supported: %s)", scheme, redact(rawURL), schemeList())
 	}
