@@ -232,9 +232,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	return d.Acker.Ack(ctx)
 }
 
-// Nack gives the message back to be delivered again, to any member, no
-// sooner than delay (0: at once); its Attempt counts up, and past MaxDeliver
-// it goes to the dead letter.
+// Nack gives the message back to be delivered again, to any member, after
+// delay (0: at once; a broker may cap the delay at the ack deadline); its
+// Attempt counts up, and past MaxDeliver it goes to the dead letter.
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled

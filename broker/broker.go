@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/broker/redisbroker"
 )
 
 // Options apply to every kind of broker Open makes.
@@ -60,6 +61,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (svc.Broker, error) 
 		return membroker.Open(name), nil
 	case "nats", "tls":
 		return natsbroker.Connect(ctx, rawURL, natsbroker.Options{Name: opts.Name, Logger: opts.Logger})
+	case "redis", "rediss":
+		return redisbroker.Connect(ctx, rawURL, redisbroker.Options{Name: opts.Name, Logger: opts.Logger})
 	default:
 		return nil, fmt.Errorf("broker: unknown scheme %q in %q (supported: %s)", scheme, redact(rawURL), schemeList())
 	}

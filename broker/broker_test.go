@@ -75,3 +75,11 @@ func TestOpenNATS(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestOpenRedisUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := broker.Open(ctx, "redis://127.0.0.1:1", broker.Options{}); err == nil || !strings.Contains(err.Error(), "redisbroker") {
+		t.Errorf("Open(redis://127.0.0.1:1) = %v, want a redisbroker connect error", err)
+	}
+}

@@ -1,0 +1,191 @@
+package redisbroker_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/brokertest"
+	"github.com/svc-dev/svc/broker/redisbroker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startRedis runs a throwaway redis-server on a free loopback port (no
+// persistence, its dir a temp dir), killed when the test ends, and returns
+// its URL. Without redis-server the test skips, unless SVC_REQUIRE_REDIS=1
+// (as in CI) makes that a failure.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("SVC_REQUIRE_REDIS") == "1" {
+			t.Fatalf("redis-server not found (%v) and SVC_REQUIRE_REDIS=1: install redis-server", err)
+		}
+		t.Skipf("redis-server not found (%v): install redis-server to run the Redis broker tests", err)
+	}
+	var lastErr error
+	for range 3 { // the free port may be taken before redis binds it
+		url, err := tryStartRedis(t, bin)
+		if err == nil {
+			return url
+		}
+		lastErr = err
+	}
+	t.Fatalf("starting redis-server: %v", lastErr)
+	return ""
+}
+
+func tryStartRedis(t *testing.T, bin string) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "redis.log")
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", logFile)
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return "redis://127.0.0.1:" + port, nil
+		}
+		select {
+		case werr := <-exited:
+			exited <- werr // for the cleanup
+			log, _ := os.ReadFile(logFile)
+			return "", fmt.Errorf("redis-server exited (%v): %s", werr, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("redis-server on port %s does not answer PING: %v", port, err)
+		}
+	}
+}
+
+func connect(t *testing.T, url string, o redisbroker.Options) *redisbroker.Broker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := redisbroker.Connect(ctx, url, o)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	return b
+}
+
+func TestContract(t *testing.T) {
+	url := startRedis(t)
+	brokertest.Run(t, func(t *testing.T) svc.Broker { return connect(t, url, redisbroker.Options{}) })
+}
+
+func TestConnectErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := redisbroker.Connect(ctx, "redis://127.0.0.1:1", redisbroker.Options{}); err == nil {
+		t.Error("Connect to a closed port succeeded")
+	}
+	if _, err := redisbroker.Connect(ctx, "http://x", redisbroker.Options{}); err == nil {
+		t.Error("Connect to a non-redis URL succeeded")
+	}
+}
+
+// TestStableConsumerID: a worker restarted under the same consumer id takes
+// back the entries it held when it died, and a stopped member that holds
+// nothing leaves no consumer behind.
+func TestStableConsumerID(t *testing.T) {
+	url := startRedis(t)
+	ctx := context.Background()
+	subj := svc.TaskSubject("stable")
+	opts := svc.SubscribeOptions{Group: "g", ConsumerID: "worker-1", AckWait: 300 * time.Millisecond}
+
+	first := connect(t, url, redisbroker.Options{})
+	held := make(chan struct{})
+	var once atomic.Bool
+	if _, err := first.Subscribe(ctx, subj, opts, func(ctx context.Context, d *svc.Delivery) {
+		if once.CompareAndSwap(false, true) {
+			close(held)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Publish(ctx, subj, []byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	_ = first.Close()
+
+	raw := redis.NewClient(&redis.Options{Addr: url[len("redis://"):]})
+	defer raw.Close()
+	consumers, err := raw.XInfoConsumers(ctx, "svc:q:"+subj, "g").Result()
+	if err != nil || len(consumers) != 1 || consumers[0].Name != "worker-1" || consumers[0].Pending != 1 {
+		t.Fatalf("after the crash: consumers %+v, %v; want worker-1 holding 1", consumers, err)
+	}
+
+	again := connect(t, url, redisbroker.Options{})
+	defer again.Close()
+	got := make(chan *svc.Delivery, 1)
+	sub, err := again.Subscribe(ctx, subj, opts, func(ctx context.Context, d *svc.Delivery) {
+		_ = d.Ack(ctx)
+		got <- d
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-got:
+		if string(d.Data) != "mine" || d.Attempt != 2 {
+			t.Errorf("got %q attempt %d, want mine attempt 2", d.Data, d.Attempt)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the restarted worker never got its entry back")
+	}
+	_ = sub.Stop()
+	consumers, err = raw.XInfoConsumers(ctx, "svc:q:"+subj, "g").Result()
+	if err != nil || len(consumers) != 0 {
+		t.Errorf("after a clean stop: consumers %+v, %v; want none", consumers, err)
+	}
+	if n, _ := raw.XLen(ctx, "svc:q:"+subj).Result(); n != 0 {
+		t.Errorf("acked entries stay in the stream: XLEN %d", n)
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	url := startRedis(t)
+	ctx := context.Background()
+	b := connect(t, url, redisbroker.Options{Prefix: "other:"})
+	defer b.Close()
+	if err := b.Publish(ctx, svc.TaskSubject("p"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: url[len("redis://"):]})
+	defer raw.Close()
+	if n, _ := raw.XLen(ctx, "other:q:svc.tasks.p").Result(); n != 1 {
+		t.Errorf("XLEN other:q:svc.tasks.p = %d, want 1", n)
+	}
+}
