@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -94,6 +95,20 @@ func (e *Envelope) SetDeadline(t time.Time) {
 // Expired reports whether the envelope's deadline has passed at now.
 func (e *Envelope) Expired(now time.Time) bool {
 	return e.Deadline != 0 && now.UnixMilli() >= e.Deadline
+}
+
+// EventsTo is where a worker relays a task's RuntimeEvents: when
+// PublishEvents is set and ReplyTo is a ResultSubject, the EventSubject of
+// that same publisher; "" otherwise.
+func (e *Envelope) EventsTo() string {
+	if !e.PublishEvents {
+		return ""
+	}
+	id, ok := strings.CutPrefix(e.ReplyTo, subjectResults)
+	if !ok || id == "" {
+		return ""
+	}
+	return EventSubject(id)
 }
 
 // Encode validates and marshals the envelope (setting V when it is 0).

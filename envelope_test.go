@@ -191,3 +191,18 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 	})
 }
+
+func TestEnvelopeEventsTo(t *testing.T) {
+	e := sampleTask()
+	if got := e.EventsTo(); got != "svc.events.rt1" {
+		t.Errorf("EventsTo = %q", got)
+	}
+	e.PublishEvents = false
+	if got := e.EventsTo(); got != "" {
+		t.Errorf("EventsTo without publish_events = %q", got)
+	}
+	e.PublishEvents, e.ReplyTo = true, "elsewhere"
+	if got := e.EventsTo(); got != "" {
+		t.Errorf("EventsTo with a foreign reply_to = %q", got)
+	}
+}
