@@ -204,7 +204,9 @@ type Acknowledger interface {
 // Delivery is one message of a work subject handed to one handler.
 type Delivery struct {
 	Subject string
-	Data    []byte
+	// Data is the message as published; read it, do not modify it (a
+	// broker may hand the same bytes to a later redelivery).
+	Data []byte
 	// Attempt is the delivery count: 1 the first time this message is
 	// handed out, 2 on its first redelivery, and so on.
 	Attempt int

@@ -8,8 +8,8 @@
 //     tokens: "svc.tasks.>" in SVC_TASKS, "svc.results.>" in SVC_RESULTS
 //     (the publishers' inboxes: stored, so a result published while its
 //     publisher reconnects is not lost; kept at most a day), "svc.dead.>"
-//     in SVC_DEAD (kept a week). Streams are created on first use,
-//     idempotently, with file storage.
+//     in SVC_DEAD (kept a week). Streams are created on first use with file
+//     storage, and left as they are when they exist.
 //   - Each consumer group is a durable pull consumer filtered on its
 //     subject (named after the group and a hash of group and subject), shared by every member (the fleet), with explicit acks,
 //     AckWait as the ack deadline, in-progress acks to extend it, and
@@ -286,7 +286,17 @@ func (b *Broker) ensureStream(ctx context.Context, subject string) (string, erro
 		Replicas:  b.o.Replicas,
 		Discard:   jetstream.DiscardOld,
 	}
-	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+	// Look before creating, and never update: an existing stream keeps the
+	// configuration an operator may have tuned, and a stream update racing
+	// a consumer creation trips a data race inside nats-server 2.15.
+	_, err = b.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = b.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // created meanwhile by another client
+		}
+	}
+	if err != nil {
 		return "", b.wrap("create stream "+name, err)
 	}
 	b.streams.Store(name, struct{}{})
