@@ -21,6 +21,9 @@
 //     time so the entry becomes reclaimable after the delay (a delay longer
 //     than AckWait is cut to AckWait). Ack, Nack and InProgress check in
 //     one script that this member still owns the entry.
+//   - the streams of publishers' inboxes (svc.results.*) expire a day after
+//     their last message, dead letters (svc.dead.*) a week after; a member
+//     recreates its group when its stream has gone.
 //   - a broadcast subject is the Pub/Sub channel {prefix}b:{subject}.
 //
 // It needs Redis 6.2 or later (XAUTOCLAIM).
@@ -59,7 +62,10 @@ const maxBlock = 500 * time.Millisecond
 // Broker is a Redis connection pool.
 type Broker struct {
 	rdb *redis.Client
-	o   Options
+	// blocking serves the members' blocking XREADGROUPs, one connection
+	// each, so that they never take the connections commands need.
+	blocking *redis.Client
+	o        Options
 	log *zap.Logger
 
 	mu     sync.Mutex
@@ -87,10 +93,17 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 	}
 	opt.ClientName = o.Name
 	rdb := redis.NewClient(opt)
-	b := &Broker{rdb: rdb, o: o, log: o.Logger.With(zap.String("broker", "redis")), subs: map[*subscription]struct{}{}}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redisbroker: connect to %s: %w", opt.Addr, err)
+	}
+	bopt := *opt
+	bopt.PoolSize = 1 << 12 // connections are made as members block, not up front
+	bopt.MinIdleConns = 0
+	bopt.MaxIdleConns = 0
+	b := &Broker{
+		rdb: rdb, blocking: redis.NewClient(&bopt), o: o,
+		log: o.Logger.With(zap.String("broker", "redis")), subs: map[*subscription]struct{}{},
 	}
 	return b, nil
 }
@@ -134,7 +147,7 @@ func (b *Broker) Close() error {
 	for _, s := range subs {
 		_ = s.Stop()
 	}
-	return b.rdb.Close()
+	return errors.Join(b.blocking.Close(), b.rdb.Close())
 }
 
 func (b *Broker) track(s *subscription) error {
@@ -181,8 +194,31 @@ func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error
 	if len(data) > svc.MaxPayloadBytes {
 		return fmt.Errorf("redisbroker: message of %d bytes exceeds the %d-byte limit", len(data), svc.MaxPayloadBytes)
 	}
-	err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.streamKey(subject), Values: []any{"d", data}}).Err()
+	key := b.streamKey(subject)
+	add := &redis.XAddArgs{Stream: key, Values: []any{"d", data}}
+	var err error
+	if ttl := expiry(subject); ttl > 0 {
+		pipe := b.rdb.TxPipeline()
+		pipe.XAdd(ctx, add)
+		pipe.Expire(ctx, key, ttl)
+		_, err = pipe.Exec(ctx)
+	} else {
+		err = b.rdb.XAdd(ctx, add).Err()
+	}
 	return b.wrap("publish to "+subject, err)
+}
+
+// expiry is how long the stream of subject outlives its last message: a
+// publisher's inbox (a new one each process) a day, dead letters a week,
+// tasks for ever. Members recreate an expired stream's group.
+func expiry(subject string) time.Duration {
+	switch {
+	case strings.HasPrefix(subject, "svc.results."):
+		return 24 * time.Hour
+	case strings.HasPrefix(subject, "svc.dead."):
+		return 7 * 24 * time.Hour
+	}
+	return 0
 }
 
 // Lua scripts: each checks that the entry is still pending for this consumer
@@ -296,10 +332,13 @@ func (m *member) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return false
 		}
-		m.b.log.Warn(op+" failed", zap.String("subject", m.subject), zap.Error(err))
 		if strings.HasPrefix(err.Error(), "NOGROUP") {
-			_ = m.createGroup(ctx)
+			// The stream expired (or was deleted): start it afresh.
+			if m.createGroup(ctx) == nil {
+				return true
+			}
 		}
+		m.b.log.Warn(op+" failed", zap.String("subject", m.subject), zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return false
@@ -358,7 +397,7 @@ func (m *member) release(n int) {
 
 // read takes up to n new entries and dispatches them; it returns how many.
 func (m *member) read(ctx context.Context, n int, block time.Duration) (int, error) {
-	res, err := m.b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+	res, err := m.b.blocking.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: m.opts.Group, Consumer: m.opts.ConsumerID, Streams: []string{m.key, ">"},
 		Count: int64(n), Block: block,
 	}).Result()

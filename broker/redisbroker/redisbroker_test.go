@@ -189,3 +189,52 @@ func TestPrefix(t *testing.T) {
 		t.Errorf("XLEN other:q:svc.tasks.p = %d, want 1", n)
 	}
 }
+
+// TestInboxExpiry: a publisher's inbox expires when unused, and a member whose
+// stream went away recreates its group and keeps receiving.
+func TestInboxExpiry(t *testing.T) {
+	url := startRedis(t)
+	ctx := context.Background()
+	b := connect(t, url, redisbroker.Options{})
+	defer b.Close()
+	subj := svc.ResultSubject("rt-expiry")
+	got := make(chan string, 4)
+	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		got <- string(d.Data)
+		_ = d.Ack(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	if err := b.Publish(ctx, subj, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-got; m != "one" {
+		t.Fatalf("got %q", m)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: url[len("redis://"):]})
+	defer raw.Close()
+	key := "svc:q:" + subj
+	if ttl, _ := raw.TTL(ctx, key).Result(); ttl <= 0 || ttl > 24*time.Hour {
+		t.Errorf("inbox TTL = %v, want up to a day", ttl)
+	}
+	if ttl, _ := raw.TTL(ctx, "svc:q:"+svc.TaskSubject("x")).Result(); ttl > 0 {
+		t.Errorf("a task stream has a TTL %v", ttl)
+	}
+	if err := raw.Del(ctx, key).Err(); err != nil { // as when it expires
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // the member's read fails with NOGROUP and recreates
+	if err := b.Publish(ctx, subj, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "two" {
+			t.Errorf("got %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member stopped receiving after its stream went away")
+	}
+}
