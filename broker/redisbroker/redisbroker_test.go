@@ -2,12 +2,6 @@ package redisbroker_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,76 +11,13 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/brokertest"
+	"github.com/svc-dev/svc/broker/internal/servertest"
 	"github.com/svc-dev/svc/broker/redisbroker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startRedis runs a throwaway redis-server on a free loopback port (no
-// persistence, its dir a temp dir), killed when the test ends, and returns
-// its URL. Without redis-server the test skips, unless SVC_REQUIRE_REDIS=1
-// (as in CI) makes that a failure.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("SVC_REQUIRE_REDIS") == "1" {
-			t.Fatalf("redis-server not found (%v) and SVC_REQUIRE_REDIS=1: install redis-server", err)
-		}
-		t.Skipf("redis-server not found (%v): install redis-server to run the Redis broker tests", err)
-	}
-	var lastErr error
-	for range 3 { // the free port may be taken before redis binds it
-		url, err := tryStartRedis(t, bin)
-		if err == nil {
-			return url
-		}
-		lastErr = err
-	}
-	t.Fatalf("starting redis-server: %v", lastErr)
-	return ""
-}
-
-func tryStartRedis(t *testing.T, bin string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	dir := t.TempDir()
-	logFile := filepath.Join(dir, "redis.log")
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", logFile)
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c.Ping(context.Background()).Err()
-		if err == nil {
-			return "redis://127.0.0.1:" + port, nil
-		}
-		select {
-		case werr := <-exited:
-			exited <- werr // for the cleanup
-			log, _ := os.ReadFile(logFile)
-			return "", fmt.Errorf("redis-server exited (%v): %s", werr, log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("redis-server on port %s does not answer PING: %v", port, err)
-		}
-	}
-}
+func startRedis(t *testing.T) string { return servertest.Redis(t) }
 
 func connect(t *testing.T, url string, o redisbroker.Options) *redisbroker.Broker {
 	t.Helper()
