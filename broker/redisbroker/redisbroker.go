@@ -21,6 +21,9 @@
 //     time so the entry becomes reclaimable after the delay (a delay longer
 //     than AckWait is cut to AckWait). Ack, Nack and InProgress check in
 //     one script that this member still owns the entry.
+//   - a member that stops holding nothing leaves the group; members remove
+//     the group's other members that hold nothing and have been silent for
+//     Options.ConsumerTTL (crashed processes with generated ids).
 //   - the streams of publishers' inboxes (svc.results.*) expire a day after
 //     their last message, dead letters (svc.dead.*) a week after; a member
 //     recreates its group when its stream has gone.
@@ -54,6 +57,12 @@ type Options struct {
 	Name string
 	// Logger receives failures of the background loops; nil is silent.
 	Logger *zap.Logger
+	// ConsumerTTL is how long a group member that holds no entries may stay
+	// silent before the other members remove it from the group (the members
+	// of crashed processes with generated ids would otherwise pile up);
+	// default an hour. Removing a live member that holds nothing is
+	// harmless: Redis recreates it with its next entry.
+	ConsumerTTL time.Duration
 }
 
 // maxBlock bounds one blocking read, so a stopping member notices soon.
@@ -90,6 +99,9 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.ConsumerTTL <= 0 {
+		o.ConsumerTTL = time.Hour
 	}
 	opt.ClientName = o.Name
 	rdb := redis.NewClient(opt)
@@ -258,6 +270,19 @@ for _, e in ipairs(r[2]) do
   table.insert(out, {id, data, n})
 end
 return out`)
+	// prune deletes the group's other consumers that hold nothing and have
+	// been idle longer than ARGV[3] ms.
+	pruneScript = redis.NewScript(`
+local n = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] ~= ARGV[2] and f['pending'] == 0 and f['idle'] > tonumber(ARGV[3]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    n = n + 1
+  end
+end
+return n`)
 	// dropConsumer deletes a consumer that holds no entries.
 	dropConsumerScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
@@ -326,6 +351,8 @@ func (m *member) reclaimEvery() time.Duration {
 func (m *member) run(ctx context.Context) {
 	every := m.reclaimEvery()
 	nextReclaim := time.Now()
+	pruneEvery := min(m.b.o.ConsumerTTL/2, 5*time.Minute)
+	nextPrune := time.Now().Add(pruneEvery)
 	cursor := "0-0"
 	backoff := 50 * time.Millisecond
 	fail := func(op string, err error) bool {
@@ -357,6 +384,13 @@ func (m *member) run(ctx context.Context) {
 		}
 		used := 0
 		var err error
+		if !time.Now().Before(nextPrune) {
+			nextPrune = time.Now().Add(pruneEvery)
+			if err := pruneScript.Run(ctx, m.b.rdb, []string{m.key}, m.opts.Group, m.opts.ConsumerID,
+				m.b.o.ConsumerTTL.Milliseconds()).Err(); err != nil && ctx.Err() == nil {
+				m.b.log.Debug("pruning idle consumers failed", zap.String("subject", m.subject), zap.Error(err))
+			}
+		}
 		if !time.Now().Before(nextReclaim) {
 			var k int
 			k, cursor, err = m.reclaim(ctx, cursor, n)

@@ -169,3 +169,45 @@ func TestInboxExpiry(t *testing.T) {
 		t.Fatal("the member stopped receiving after its stream went away")
 	}
 }
+
+// TestPruneIdleConsumers: members of crashed processes that hold nothing are
+// removed from the group by the live members after ConsumerTTL.
+func TestPruneIdleConsumers(t *testing.T) {
+	url := startRedis(t)
+	ctx := context.Background()
+	subj := svc.TaskSubject("prune")
+	raw := redis.NewClient(&redis.Options{Addr: url[len("redis://"):]})
+	defer raw.Close()
+	key := "svc:q:" + subj
+	if err := raw.XGroupCreateMkStream(ctx, key, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"crashed-1", "crashed-2"} {
+		if err := raw.XGroupCreateConsumer(ctx, key, "g", c).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := connect(t, url, redisbroker.Options{ConsumerTTL: 200 * time.Millisecond})
+	defer b.Close()
+	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{Group: "g", ConsumerID: "live"}, func(context.Context, *svc.Delivery) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cs, err := raw.XInfoConsumers(ctx, key, "g").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (Redis creates "live" only when it first gets an entry; removing
+		// a member that holds nothing loses nothing either way.)
+		if len(cs) == 0 || len(cs) == 1 && cs[0].Name == "live" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumers still %+v", cs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
