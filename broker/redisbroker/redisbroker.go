@@ -75,7 +75,7 @@ type Broker struct {
 	// each, so that they never take the connections commands need.
 	blocking *redis.Client
 	o        Options
-	log *zap.Logger
+	log      *zap.Logger
 
 	mu     sync.Mutex
 	closed bool
