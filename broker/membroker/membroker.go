@@ -546,7 +546,11 @@ type subscription struct {
 	once    sync.Once
 }
 
-func (s *subscription) Stop() error { return s.Drain(nil) }
+func (s *subscription) Stop() error {
+	err := s.sub.Stop()
+	s.once.Do(s.cleanup)
+	return err
+}
 
 func (s *subscription) Drain(ctx context.Context) error {
 	err := s.sub.Drain(ctx)

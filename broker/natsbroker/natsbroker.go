@@ -550,13 +550,17 @@ type subscription struct {
 	b1, b2  sync.Once
 }
 
-func (s *subscription) Stop() error { return s.Drain(nil) }
+func (s *subscription) Stop() error { return s.end(s.fs.Stop) }
 
 func (s *subscription) Drain(ctx context.Context) error {
+	return s.end(func() error { return s.fs.Drain(ctx) })
+}
+
+func (s *subscription) end(finish func() error) error {
 	if s.before != nil {
 		s.b1.Do(s.before)
 	}
-	err := s.fs.Drain(ctx)
+	err := finish()
 	s.b2.Do(s.cleanup)
 	return err
 }

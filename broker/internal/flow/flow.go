@@ -122,11 +122,13 @@ func (s *Sub) Loop(fn func(ctx context.Context)) {
 }
 
 // Stop stops the loops, cancels the handlers and waits for all of them.
-func (s *Sub) Stop() error { return s.Drain(nil) }
+func (s *Sub) Stop() error { return s.finish(context.Background(), true) }
 
-// Drain stops the loops and waits for the handlers to return; when ctx (nil:
-// already done) ends first it cancels them and waits.
-func (s *Sub) Drain(ctx context.Context) error {
+// Drain stops the loops and waits for the handlers to return; when ctx ends
+// first it cancels them and waits.
+func (s *Sub) Drain(ctx context.Context) error { return s.finish(ctx, false) }
+
+func (s *Sub) finish(ctx context.Context, force bool) error {
 	s.once.Do(func() {
 		s.stopLoops()
 		s.loops.Wait()
@@ -138,7 +140,7 @@ func (s *Sub) Drain(ctx context.Context) error {
 			s.handlers.Wait()
 			close(done)
 		}()
-		if ctx == nil {
+		if force {
 			s.cancelH()
 		} else {
 			select {
