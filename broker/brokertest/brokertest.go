@@ -63,6 +63,7 @@ func Run(t *testing.T, open Open) {
 		{"DeadLetterAfterDeadlines", testDeadLetterAbandoned},
 		{"Prefetch", testPrefetch},
 		{"Drain", testDrain},
+		{"DrainGivesUp", testDrainGivesUp},
 		{"StopCancelsHandlers", testStop},
 		{"Broadcast", testBroadcast},
 		{"Payloads", testPayloads},
@@ -516,6 +517,28 @@ func testDrain(t *testing.T, open func(*testing.T) svc.Broker) {
 	waitFor(t, "the message published after the drain", func() bool { return later.len() >= 1 })
 	if s := later.all()[0]; s.data != "next" || s.attempt != 1 {
 		t.Errorf("after drain got %+v, want next at attempt 1 (the drained message was acked)", s)
+	}
+}
+
+func testDrainGivesUp(t *testing.T, open func(*testing.T) svc.Broker) {
+	b := open(t)
+	subj := subject(t)
+	started := make(chan struct{})
+	var sawCancel atomic.Bool
+	sub := subscribe(t, b, subj, svc.SubscribeOptions{AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
+		close(started)
+		<-ctx.Done() // a task that will not finish in time
+		sawCancel.Store(true)
+	})
+	publish(t, b, subj, []byte("stuck"))
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), ackWait/5)
+	defer cancel()
+	if err := sub.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain past its context = %v, want context.DeadlineExceeded", err)
+	}
+	if !sawCancel.Load() {
+		t.Error("Drain gave up without cancelling and waiting for the handler")
 	}
 }
 
