@@ -480,13 +480,12 @@ func (b *Broker) Broadcast(ctx context.Context, subject string, data []byte) err
 	if b.isClosed() {
 		return svc.ErrBrokerClosed
 	}
-	data = append([]byte(nil), data...)
 	h := b.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for l := range h.topics[subject] {
 		select {
-		case l.ch <- data:
+		case l.ch <- append([]byte(nil), data...): // each handler keeps its own
 		default:
 		}
 	}
