@@ -251,3 +251,56 @@ func (e *Envelope) Verify(keys map[string][]byte) error {
 	}
 	return nil
 }
+
+// Keyring holds a fleet's envelope keys: Sign uses SignID, Verify accepts any
+// of Keys. A nil Keyring means signing is off: Sign does nothing and Verify
+// accepts every envelope.
+type Keyring struct {
+	SignID string
+	Keys   map[string][]byte
+}
+
+// ParseKeyring reads "id:secret,id2:secret2" (as in an environment variable);
+// the first key signs, all of them verify. An empty spec gives nil (signing
+// off).
+func ParseKeyring(spec string) (*Keyring, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	k := &Keyring{Keys: map[string][]byte{}}
+	for _, part := range strings.Split(spec, ",") {
+		id, secret, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok || id == "" || secret == "" {
+			return nil, errors.New(`envelope keys: want "id:secret[,id:secret...]"`)
+		}
+		if _, dup := k.Keys[id]; dup {
+			return nil, fmt.Errorf("envelope keys: key id %q given twice", id)
+		}
+		if k.SignID == "" {
+			k.SignID = id
+		}
+		k.Keys[id] = []byte(secret)
+	}
+	return k, nil
+}
+
+// Sign signs e with the signing key; it does nothing on a nil Keyring.
+func (k *Keyring) Sign(e *Envelope) error {
+	if k == nil {
+		return nil
+	}
+	key, ok := k.Keys[k.SignID]
+	if !ok {
+		return fmt.Errorf("envelope keys: no key %q to sign with", k.SignID)
+	}
+	return e.Sign(k.SignID, key)
+}
+
+// Verify checks e's signature; a nil Keyring accepts every envelope.
+func (k *Keyring) Verify(e *Envelope) error {
+	if k == nil {
+		return nil
+	}
+	return e.Verify(k.Keys)
+}
