@@ -67,14 +67,18 @@ type Broker interface {
 	Subscribe(ctx context.Context, subject string, opts SubscribeOptions, h Handler) (Subscription, error)
 
 	// Broadcast sends data to every current subscriber of subject. It
-	// returns once the broker has the message (not when subscribers have
-	// it); a subscriber that is disconnected or too slow misses it.
+	// returns once the client has taken the message (it may still be in
+	// the connection's send buffer, which Close flushes), not when
+	// subscribers have it; a subscriber that is disconnected or too slow
+	// misses it.
 	Broadcast(ctx context.Context, subject string, data []byte) error
 
 	// SubscribeBroadcast calls h, in one goroutine and in publish order,
-	// for every message broadcast on subject from now until Stop or Close.
-	// A handler that falls far behind loses messages rather than slowing
-	// the publisher. ctx bounds only the setup.
+	// for every message broadcast on subject from now until Stop or Close:
+	// the subscription is live when it returns, so a message broadcast
+	// after that (by any client) reaches it. A handler that falls far
+	// behind loses messages rather than slowing the publisher. ctx bounds
+	// only the setup; the handler's context ends with Stop or Close.
 	SubscribeBroadcast(ctx context.Context, subject string, h BroadcastHandler) (Subscription, error)
 
 	// Ping reports whether the broker is reachable (nil when it is): what
@@ -200,7 +204,9 @@ type Acknowledger interface {
 // Delivery is one message of a work subject handed to one handler.
 type Delivery struct {
 	Subject string
-	Data    []byte
+	// Data is the message as published; read it, do not modify it (a
+	// broker may hand the same bytes to a later redelivery).
+	Data []byte
 	// Attempt is the delivery count: 1 the first time this message is
 	// handed out, 2 on its first redelivery, and so on.
 	Attempt int
@@ -228,9 +234,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	return d.Acker.Ack(ctx)
 }
 
-// Nack gives the message back to be delivered again, to any member, no
-// sooner than delay (0: at once); its Attempt counts up, and past MaxDeliver
-// it goes to the dead letter.
+// Nack gives the message back to be delivered again, to any member, after
+// delay (0: at once; a broker may cap the delay at the ack deadline); its
+// Attempt counts up, and past MaxDeliver it goes to the dead letter.
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled

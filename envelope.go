@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -94,6 +95,20 @@ func (e *Envelope) SetDeadline(t time.Time) {
 // Expired reports whether the envelope's deadline has passed at now.
 func (e *Envelope) Expired(now time.Time) bool {
 	return e.Deadline != 0 && now.UnixMilli() >= e.Deadline
+}
+
+// EventsTo is where a worker relays a task's RuntimeEvents: when
+// PublishEvents is set and ReplyTo is a ResultSubject, the EventSubject of
+// that same publisher; "" otherwise.
+func (e *Envelope) EventsTo() string {
+	if !e.PublishEvents {
+		return ""
+	}
+	id, ok := strings.CutPrefix(e.ReplyTo, subjectResults)
+	if !ok || id == "" {
+		return ""
+	}
+	return EventSubject(id)
 }
 
 // Encode validates and marshals the envelope (setting V when it is 0).
@@ -235,4 +250,57 @@ func (e *Envelope) Verify(keys map[string][]byte) error {
 		return ErrBadSignature
 	}
 	return nil
+}
+
+// Keyring holds a fleet's envelope keys: Sign uses SignID, Verify accepts any
+// of Keys. A nil Keyring means signing is off: Sign does nothing and Verify
+// accepts every envelope.
+type Keyring struct {
+	SignID string
+	Keys   map[string][]byte
+}
+
+// ParseKeyring reads "id:secret,id2:secret2" (as in an environment variable);
+// the first key signs, all of them verify. An empty spec gives nil (signing
+// off).
+func ParseKeyring(spec string) (*Keyring, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	k := &Keyring{Keys: map[string][]byte{}}
+	for _, part := range strings.Split(spec, ",") {
+		id, secret, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok || id == "" || secret == "" {
+			return nil, errors.New(`envelope keys: want "id:secret[,id:secret...]"`)
+		}
+		if _, dup := k.Keys[id]; dup {
+			return nil, fmt.Errorf("envelope keys: key id %q given twice", id)
+		}
+		if k.SignID == "" {
+			k.SignID = id
+		}
+		k.Keys[id] = []byte(secret)
+	}
+	return k, nil
+}
+
+// Sign signs e with the signing key; it does nothing on a nil Keyring.
+func (k *Keyring) Sign(e *Envelope) error {
+	if k == nil {
+		return nil
+	}
+	key, ok := k.Keys[k.SignID]
+	if !ok {
+		return fmt.Errorf("envelope keys: no key %q to sign with", k.SignID)
+	}
+	return e.Sign(k.SignID, key)
+}
+
+// Verify checks e's signature; a nil Keyring accepts every envelope.
+func (k *Keyring) Verify(e *Envelope) error {
+	if k == nil {
+		return nil
+	}
+	return e.Verify(k.Keys)
 }

@@ -191,3 +191,54 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 	})
 }
+
+func TestEnvelopeEventsTo(t *testing.T) {
+	e := sampleTask()
+	if got := e.EventsTo(); got != "svc.events.rt1" {
+		t.Errorf("EventsTo = %q", got)
+	}
+	e.PublishEvents = false
+	if got := e.EventsTo(); got != "" {
+		t.Errorf("EventsTo without publish_events = %q", got)
+	}
+	e.PublishEvents, e.ReplyTo = true, "elsewhere"
+	if got := e.EventsTo(); got != "" {
+		t.Errorf("EventsTo with a foreign reply_to = %q", got)
+	}
+}
+
+func TestKeyring(t *testing.T) {
+	var off *svc.Keyring
+	e := sampleTask()
+	if err := off.Sign(e); err != nil || e.Sig != "" {
+		t.Errorf("nil keyring signed: %v %q", err, e.Sig)
+	}
+	if err := off.Verify(e); err != nil {
+		t.Errorf("nil keyring refused an unsigned envelope: %v", err)
+	}
+	if k, err := svc.ParseKeyring("  "); k != nil || err != nil {
+		t.Errorf("empty spec = %v, %v", k, err)
+	}
+	k, err := svc.ParseKeyring("new:s3cret, old:older")
+	if err != nil || k.SignID != "new" || len(k.Keys) != 2 {
+		t.Fatalf("ParseKeyring = %+v, %v", k, err)
+	}
+	if err := k.Sign(e); err != nil || e.KeyID != "new" {
+		t.Fatalf("Sign: %v, key id %q", err, e.KeyID)
+	}
+	if err := k.Verify(e); err != nil {
+		t.Errorf("Verify: %v", err)
+	}
+	oldOnly := &svc.Keyring{SignID: "old", Keys: map[string][]byte{"old": []byte("older")}}
+	if err := oldOnly.Verify(e); !errors.Is(err, svc.ErrUnknownKey) {
+		t.Errorf("Verify without the signing key = %v", err)
+	}
+	if err := k.Verify(sampleTask()); !errors.Is(err, svc.ErrUnsigned) {
+		t.Errorf("Verify of an unsigned envelope with keys = %v", err)
+	}
+	for _, bad := range []string{"nocolon", ":x", "id:", "a:1,a:2"} {
+		if _, err := svc.ParseKeyring(bad); err == nil {
+			t.Errorf("ParseKeyring(%q) accepted", bad)
+		}
+	}
+}

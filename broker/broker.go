@@ -12,6 +12,8 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
+	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/broker/redisbroker"
 )
 
 // Options apply to every kind of broker Open makes.
@@ -33,7 +35,7 @@ var Schemes = []string{"memory", "nats", "redis"}
 //   - memory:// a private in-process broker; memory://NAME the process-wide
 //     one called NAME (every Open of the same name shares it);
 //   - nats://host:port (several servers: nats://h1:4222,nats://h2:4222;
-//     user:password@ or ?token= for auth): NATS JetStream;
+//     user:password@ or token@ for auth; tls:// for TLS): NATS JetStream;
 //   - redis://[user:password@]host:port[/db] (rediss:// for TLS): Redis
 //     Streams.
 //
@@ -57,6 +59,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (svc.Broker, error) 
 			return nil, fmt.Errorf("broker: bad memory URL %q: want memory:// or memory://NAME", rawURL)
 		}
 		return membroker.Open(name), nil
+	case "nats", "tls":
+		return natsbroker.Connect(ctx, rawURL, natsbroker.Options{Name: opts.Name, Logger: opts.Logger})
+	case "redis", "rediss":
+		return redisbroker.Connect(ctx, rawURL, redisbroker.Options{Name: opts.Name, Logger: opts.Logger})
 	default:
 		return nil, fmt.Errorf("broker: unknown scheme %q in %q (supported: %s)", scheme, redact(rawURL), schemeList())
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/svc-dev/svc/broker"
+	"github.com/svc-dev/svc/broker/natsbroker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,5 +52,34 @@ func TestOpenRejects(t *testing.T) {
 		if strings.Contains(err.Error(), "secret") {
 			t.Errorf("Open(%q) error shows the password: %q", u, err)
 		}
+	}
+}
+
+func TestOpenNATS(t *testing.T) {
+	e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := broker.Open(ctx, e.ClientURL(), broker.Options{})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", e.ClientURL(), err)
+	}
+	defer b.Close()
+	if b.Scheme() != "nats" {
+		t.Errorf("Scheme = %q", b.Scheme())
+	}
+	if err := b.Ping(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestOpenRedisUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := broker.Open(ctx, "redis://127.0.0.1:1", broker.Options{}); err == nil || !strings.Contains(err.Error(), "redisbroker") {
+		t.Errorf("Open(redis://127.0.0.1:1) = %v, want a redisbroker connect error", err)
 	}
 }

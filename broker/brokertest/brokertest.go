@@ -34,6 +34,10 @@ const ackWait = 500 * time.Millisecond
 // patience bounds every wait: only a broken broker reaches it.
 const patience = 20 * time.Second
 
+// noDeadline is the ack deadline of tests that are not about deadlines: long
+// enough that a slow machine never causes a redelivery.
+const noDeadline = 30 * time.Second
+
 // Run runs the contract subtests, in parallel, each on its own subjects.
 func Run(t *testing.T, open Open) {
 	t.Helper()
@@ -59,6 +63,7 @@ func Run(t *testing.T, open Open) {
 		{"DeadLetterAfterDeadlines", testDeadLetterAbandoned},
 		{"Prefetch", testPrefetch},
 		{"Drain", testDrain},
+		{"DrainGivesUp", testDrainGivesUp},
 		{"StopCancelsHandlers", testStop},
 		{"Broadcast", testBroadcast},
 		{"Payloads", testPayloads},
@@ -157,7 +162,7 @@ func testPublishSubscribe(t *testing.T, open func(*testing.T) svc.Broker) {
 	publish(t, b, subj, []byte("hello"))
 	got := make(chan *svc.Delivery, 4)
 	var ackErr, againErr atomic.Value
-	subscribe(t, b, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	subscribe(t, b, subj, svc.SubscribeOptions{AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
 		if err := d.Ack(ctx); err != nil {
 			ackErr.Store(err)
 		}
@@ -170,9 +175,9 @@ func testPublishSubscribe(t *testing.T, open func(*testing.T) svc.Broker) {
 	case <-time.After(patience):
 		t.Fatal("the published message never arrived (a message published before the subscription must wait for it)")
 	}
-	if string(d.Data) != "hello" || d.Subject != subj || d.Attempt != 1 || d.ID == "" || d.AckWait != ackWait {
+	if string(d.Data) != "hello" || d.Subject != subj || d.Attempt != 1 || d.ID == "" || d.AckWait != noDeadline {
 		t.Errorf("delivery = {Subject %q, Data %q, Attempt %d, ID %q, AckWait %v}; want {%q, hello, 1, non-empty, %v}",
-			d.Subject, d.Data, d.Attempt, d.ID, d.AckWait, subj, ackWait)
+			d.Subject, d.Data, d.Attempt, d.ID, d.AckWait, subj, noDeadline)
 	}
 	if e := ackErr.Load(); e != nil {
 		t.Errorf("Ack: %v", e)
@@ -204,7 +209,7 @@ func testCompetingConsumers(t *testing.T, open func(*testing.T) svc.Broker) {
 	const n = 30
 	for _, name := range []string{"a", "b"} {
 		b := open(t)
-		subscribe(t, b, subj, svc.SubscribeOptions{Group: "workers", ConsumerID: name, Prefetch: 1}, func(ctx context.Context, d *svc.Delivery) {
+		subscribe(t, b, subj, svc.SubscribeOptions{Group: "workers", ConsumerID: name, Prefetch: 1, AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
 			rec.add(name, d)
 			time.Sleep(10 * time.Millisecond) // hold the slot so the other member is asked
 			if err := d.Ack(ctx); err != nil {
@@ -242,13 +247,14 @@ func testRedeliverAfterDeath(t *testing.T, open func(*testing.T) svc.Broker) {
 	subj := subject(t)
 	dying := open(t)
 	first := make(chan *svc.Delivery, 1)
-	// The member that dies takes the message and returns without settling
-	// it; then its whole client goes away.
+	// The member that dies takes the message and works on it until its
+	// whole client goes away, never settling it.
 	subscribe(t, dying, subj, svc.SubscribeOptions{Group: "g", ConsumerID: "dying"}, func(ctx context.Context, d *svc.Delivery) {
 		select {
 		case first <- d:
 		default:
 		}
+		<-ctx.Done()
 	})
 	pub := open(t)
 	publish(t, pub, subj, []byte("survive me"))
@@ -282,13 +288,14 @@ func testInProgress(t *testing.T, open func(*testing.T) svc.Broker) {
 	subj := subject(t)
 	var rec record
 	done := make(chan struct{})
+	var doneOnce sync.Once
 	for _, name := range []string{"a", "b"} {
 		b := open(t)
-		subscribe(t, b, subj, svc.SubscribeOptions{Group: "g", ConsumerID: name}, func(ctx context.Context, d *svc.Delivery) {
+		subscribe(t, b, subj, svc.SubscribeOptions{Group: "g", ConsumerID: name, AckWait: 2 * ackWait}, func(ctx context.Context, d *svc.Delivery) {
 			rec.add(name, d)
-			// Work for four ack deadlines, extending all along.
-			stop := svc.KeepAlive(ctx, d, ackWait/4)
-			time.Sleep(4 * ackWait)
+			// Work for three ack deadlines, extending all along.
+			stop := svc.KeepAlive(ctx, d, ackWait/5)
+			time.Sleep(6 * ackWait)
 			stop()
 			if err := d.InProgress(ctx); err != nil {
 				t.Errorf("InProgress: %v", err)
@@ -296,7 +303,7 @@ func testInProgress(t *testing.T, open func(*testing.T) svc.Broker) {
 			if err := d.Ack(ctx); err != nil {
 				t.Errorf("Ack after a long, extended run: %v", err)
 			}
-			close(done)
+			doneOnce.Do(func() { close(done) })
 		})
 	}
 	publish(t, open(t), subj, []byte("long task"))
@@ -440,7 +447,7 @@ func testPrefetch(t *testing.T, open func(*testing.T) svc.Broker) {
 	subj := subject(t)
 	var running, most, total atomic.Int32
 	release := make(chan struct{})
-	subscribe(t, b, subj, svc.SubscribeOptions{Prefetch: 2, AckWait: 10 * time.Second}, func(ctx context.Context, d *svc.Delivery) {
+	subscribe(t, b, subj, svc.SubscribeOptions{Prefetch: 2, AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
 		n := running.Add(1)
 		for {
 			m := most.Load()
@@ -472,11 +479,12 @@ func testDrain(t *testing.T, open func(*testing.T) svc.Broker) {
 	b := open(t)
 	subj := subject(t)
 	started := make(chan struct{})
+	var startOnce sync.Once
 	var acked, cancelled atomic.Bool
 	var rec record
-	sub := subscribe(t, b, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	sub := subscribe(t, b, subj, svc.SubscribeOptions{AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
 		rec.add("", d)
-		close(started)
+		startOnce.Do(func() { close(started) })
 		select {
 		case <-time.After(ackWait / 2):
 		case <-ctx.Done():
@@ -509,6 +517,28 @@ func testDrain(t *testing.T, open func(*testing.T) svc.Broker) {
 	waitFor(t, "the message published after the drain", func() bool { return later.len() >= 1 })
 	if s := later.all()[0]; s.data != "next" || s.attempt != 1 {
 		t.Errorf("after drain got %+v, want next at attempt 1 (the drained message was acked)", s)
+	}
+}
+
+func testDrainGivesUp(t *testing.T, open func(*testing.T) svc.Broker) {
+	b := open(t)
+	subj := subject(t)
+	started := make(chan struct{})
+	var sawCancel atomic.Bool
+	sub := subscribe(t, b, subj, svc.SubscribeOptions{AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
+		close(started)
+		<-ctx.Done() // a task that will not finish in time
+		sawCancel.Store(true)
+	})
+	publish(t, b, subj, []byte("stuck"))
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), ackWait/5)
+	defer cancel()
+	if err := sub.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain past its context = %v, want context.DeadlineExceeded", err)
+	}
+	if !sawCancel.Load() {
+		t.Error("Drain gave up without cancelling and waiting for the handler")
 	}
 }
 
@@ -636,7 +666,7 @@ func testPayloads(t *testing.T, open func(*testing.T) svc.Broker) {
 		payloads[n] = p
 	}
 	got := make(chan []byte, len(sizes))
-	subscribe(t, b, subj, svc.SubscribeOptions{Prefetch: 4}, func(ctx context.Context, d *svc.Delivery) {
+	subscribe(t, b, subj, svc.SubscribeOptions{Prefetch: 4, AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
 		got <- d.Data
 		_ = d.Ack(ctx)
 	})

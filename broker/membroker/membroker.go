@@ -318,35 +318,46 @@ func (h *Hub) pumpLocked(q *queue) {
 			return
 		}
 		msg := q.ready[0]
-		q.ready[0] = nil
-		q.ready = q.ready[1:]
-		msg.deliveries++
-		if to.opts.MaxDeliver > 0 && msg.deliveries > to.opts.MaxDeliver {
+		deliveries := msg.deliveries + 1
+		if to.opts.MaxDeliver > 0 && deliveries > to.opts.MaxDeliver {
+			if !h.deadLetterLocked(q, to, msg, deliveries-1) {
+				continue // the member is stopping; the message stays
+			}
+			q.ready[0] = nil
+			q.ready = q.ready[1:]
 			delete(q.all, msg)
-			h.deadLetterLocked(q, to, msg)
 			continue
 		}
 		h.seq++
-		msg.token = h.seq
-		msg.deadline = time.Now().Add(to.opts.AckWait)
-		token := msg.token
-		msg.timer = time.AfterFunc(to.opts.AckWait, func() { h.expire(q, msg, token) })
+		token := h.seq
 		d := &svc.Delivery{
-			Subject: q.subject, Data: msg.data, Attempt: msg.deliveries, ID: msg.id,
-			AckWait: to.opts.AckWait, Acker: &acker{h: h, q: q, m: msg, token: token, cl: to.cl, wait: to.opts.AckWait},
+			Subject: q.subject, Data: msg.data, Attempt: deliveries, ID: msg.id,
+			AckWait: to.opts.AckWait, Acker: &acker{h: h, q: q, m: msg, token: token, wait: to.opts.AckWait},
 		}
 		hd := to.h
-		to.sub.Go(func(ctx context.Context) { hd(ctx, d) })
+		// The handler cannot settle before the lock is released, so the
+		// message's state may be set after it starts.
+		if !to.sub.Go(func(ctx context.Context) { hd(ctx, d) }) {
+			continue
+		}
+		q.ready[0] = nil
+		q.ready = q.ready[1:]
+		msg.deliveries = deliveries
+		msg.token = token
+		msg.deadline = time.Now().Add(to.opts.AckWait)
+		msg.timer = time.AfterFunc(to.opts.AckWait, func() { h.expire(q, msg, token) })
 	}
 }
 
-func (h *Hub) deadLetterLocked(q *queue, to *member, msg *message) {
+// deadLetterLocked hands msg, delivered n times, to the member's dead-letter
+// hook and the dead-letter subject; false when the member is stopping.
+func (h *Hub) deadLetterLocked(q *queue, to *member, msg *message, n int) bool {
 	dl := svc.DeadLetter{
-		Subject: q.subject, Data: msg.data, Deliveries: msg.deliveries - 1, At: time.Now().UTC(),
-		Reason: fmt.Sprintf("not acknowledged after %d deliveries", msg.deliveries-1),
+		Subject: q.subject, Data: msg.data, Deliveries: n, At: time.Now().UTC(),
+		Reason: fmt.Sprintf("not acknowledged after %d deliveries", n),
 	}
 	hook := to.opts.OnDeadLetter
-	to.sub.Go(func(ctx context.Context) {
+	return to.sub.Go(func(ctx context.Context) {
 		if hook != nil {
 			hook(ctx, dl)
 		}
@@ -378,7 +389,6 @@ type acker struct {
 	q     *queue
 	m     *message
 	token uint64
-	cl    *Broker
 	wait  time.Duration
 }
 
@@ -470,13 +480,12 @@ func (b *Broker) Broadcast(ctx context.Context, subject string, data []byte) err
 	if b.isClosed() {
 		return svc.ErrBrokerClosed
 	}
-	data = append([]byte(nil), data...)
 	h := b.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for l := range h.topics[subject] {
 		select {
-		case l.ch <- data:
+		case l.ch <- append([]byte(nil), data...): // each handler keeps its own
 		default:
 		}
 	}
@@ -536,7 +545,11 @@ type subscription struct {
 	once    sync.Once
 }
 
-func (s *subscription) Stop() error { return s.Drain(nil) }
+func (s *subscription) Stop() error {
+	err := s.sub.Stop()
+	s.once.Do(s.cleanup)
+	return err
+}
 
 func (s *subscription) Drain(ctx context.Context) error {
 	err := s.sub.Drain(ctx)

@@ -22,6 +22,10 @@ type Sub struct {
 	loops    sync.WaitGroup
 	handlers sync.WaitGroup
 
+	// mu orders Go's handlers.Add before Drain's handlers.Wait.
+	mu      sync.Mutex
+	stopped bool
+
 	once    sync.Once
 	onClose func()
 	err     error
@@ -81,9 +85,18 @@ func (s *Sub) Stopping() bool { return s.loopCtx.Err() != nil }
 
 // Go runs fn in a handler goroutine holding one slot (already acquired),
 // which it releases when fn returns. A panic in fn is recovered: the
-// delivery is abandoned, as if the process had died.
-func (s *Sub) Go(fn func(ctx context.Context)) {
+// delivery is abandoned, as if the process had died. Once the subscription
+// has stopped (after its loops have returned) Go refuses: it gives the slot
+// back and returns false, and the caller keeps the message.
+func (s *Sub) Go(fn func(ctx context.Context)) bool {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		<-s.slots
+		return false
+	}
 	s.handlers.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.handlers.Done()
 		defer func() {
@@ -95,6 +108,7 @@ func (s *Sub) Go(fn func(ctx context.Context)) {
 		defer func() { _ = recover() }()
 		fn(s.handlerCtx)
 	}()
+	return true
 }
 
 // Loop runs fn, a broker loop, until it returns; fn should return when
@@ -108,20 +122,25 @@ func (s *Sub) Loop(fn func(ctx context.Context)) {
 }
 
 // Stop stops the loops, cancels the handlers and waits for all of them.
-func (s *Sub) Stop() error { return s.Drain(nil) }
+func (s *Sub) Stop() error { return s.finish(context.Background(), true) }
 
-// Drain stops the loops and waits for the handlers to return; when ctx (nil:
-// already done) ends first it cancels them and waits.
-func (s *Sub) Drain(ctx context.Context) error {
+// Drain stops the loops and waits for the handlers to return; when ctx ends
+// first it cancels them and waits.
+func (s *Sub) Drain(ctx context.Context) error { return s.finish(ctx, false) }
+
+func (s *Sub) finish(ctx context.Context, force bool) error {
 	s.once.Do(func() {
 		s.stopLoops()
 		s.loops.Wait()
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
 		done := make(chan struct{})
 		go func() {
 			s.handlers.Wait()
 			close(done)
 		}()
-		if ctx == nil {
+		if force {
 			s.cancelH()
 		} else {
 			select {
