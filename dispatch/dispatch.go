@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,7 @@ type Publisher struct {
 	closed  bool
 
 	dups     atomic.Int64
+	seq      atomic.Int64 // dispatch numbers (the envelope's attempt)
 	bg       sync.WaitGroup // cancel broadcasts in flight
 	closeCtx context.Context
 	stopBg   context.CancelFunc
@@ -98,9 +100,6 @@ type Request struct {
 	// Deadline is when the caller stops waiting; workers do not start the
 	// task after it.
 	Deadline time.Time
-	// Attempt is the caller's attempt number (1-based): a result of an
-	// earlier attempt is not taken for this one.
-	Attempt int
 }
 
 // New subscribes to this process's inbox, the worker events and the cancel
@@ -162,17 +161,18 @@ func (p *Publisher) Duplicates() int64 { return p.dups.Load() }
 // A result is returned as it came (Success false for a failure inside the
 // run); errors are the broker's (the task was not published) or ctx's.
 func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult, error) {
-	key := req.SpanID
-	if key == "" {
-		key = newID()
+	// A result is matched by span and dispatch number: a late result of an
+	// earlier dispatch of the same invocation (a retry) is not taken for
+	// this one.
+	span := req.SpanID
+	if span == "" {
+		span = newID()
 	}
-	if req.Attempt == 0 {
-		req.Attempt = 1
-	}
-	key = fmt.Sprintf("%s/%d", key, req.Attempt)
+	n := int(p.seq.Add(1))
+	key := dispatchKey(span, n)
 	env := svc.Envelope{Kind: svc.KindTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
-		ParentTraceID: req.ParentTraceID, SpanID: key, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
-		Depth: req.Depth, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: req.Attempt}
+		ParentTraceID: req.ParentTraceID, SpanID: span, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
+		Depth: req.Depth, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
 	env.SetDeadline(req.Deadline)
 	data, err := p.encode(&env)
 	if err != nil {
@@ -205,7 +205,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		p.forget(key)
 		p.Cancel(req.RunID, req.TaskID)
 		err := context.Cause(ctx)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && !p.served(req.Agent) {
+		if errors.Is(err, context.DeadlineExceeded) && !p.served(req.Agent) {
 			return svc.AgentResult{}, &svc.Error{Kind: svc.KindTimeout, Agent: req.Agent, TaskID: req.TaskID, Reason: "timeout", Err: err,
 				Message: fmt.Sprintf("agent %s: no result before the deadline, and no worker of the fleet announced it serves %s (start one with: svc worker start --agents %s)", req.Agent, req.Agent, req.Agent)}
 		}
@@ -244,9 +244,10 @@ func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 		p.log.Warn("result refused", zap.String("message_id", d.ID), zap.Error(err))
 		return
 	}
+	key := dispatchKey(env.SpanID, env.Attempt)
 	p.mu.Lock()
-	w, ok := p.pending[env.SpanID]
-	delete(p.pending, env.SpanID)
+	w, ok := p.pending[key]
+	delete(p.pending, key)
 	p.mu.Unlock()
 	if !ok {
 		p.dups.Add(1)
@@ -365,6 +366,8 @@ func (p *Publisher) Close() error {
 	p.bg.Wait()
 	return errors.Join(errs...)
 }
+
+func dispatchKey(span string, n int) string { return span + "/" + strconv.Itoa(n) }
 
 func newID() string {
 	id, err := uuid.NewV7()

@@ -117,7 +117,7 @@ func TestDuplicateResultDropped(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		res := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, SpanID: env.SpanID, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
+		res := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
 		data, _ := res.Encode()
 		for range 2 {
 			if err := b.Publish(ctx, env.ReplyTo, data); err != nil {
@@ -133,7 +133,7 @@ func TestDuplicateResultDropped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range 3 {
-		res, err := p.Dispatch(ctx, dispatch.Request{Agent: "twice", TaskID: "t", TraceID: "tr", Input: json.RawMessage(`1`), Attempt: i + 1})
+		res, err := p.Dispatch(ctx, dispatch.Request{Agent: "twice", TaskID: "t", TraceID: "tr", Input: json.RawMessage(`1`)})
 		if err != nil || !res.Success {
 			t.Fatalf("dispatch %d: %v %+v", i, err, res)
 		}

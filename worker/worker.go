@@ -368,12 +368,12 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
 
-	// The invocation runs at the envelope's depth: the runtime places a
-	// run one below the depth in its context.
-	runCtx = svc.WithDepth(runCtx, env.Depth-1)
-	if env.ParentTraceID != "" {
-		runCtx = svc.WithParentTrace(runCtx, env.ParentTraceID)
-	}
+	// The invocation runs at the envelope's depth (the runtime places a
+	// run one below the depth in its scope), under the publisher's trace
+	// and span, so its events hang under the dispatching invocation.
+	scope := svc.ScopeFrom(runCtx)
+	scope.Depth, scope.ParentTrace, scope.ParentSpan = env.Depth-1, env.ParentTraceID, env.SpanID
+	runCtx = svc.WithScope(runCtx, scope)
 	res, err := w.cfg.Runner.Run(runCtx, env.Agent, svc.TaskSpec{
 		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata,
 	})
