@@ -66,7 +66,7 @@ type Publisher struct {
 	closed  bool
 
 	dups     atomic.Int64
-	seq      atomic.Int64 // dispatch numbers (the envelope's attempt)
+	seq      atomic.Int64   // dispatch numbers (the envelope's attempt)
 	bg       sync.WaitGroup // cancel broadcasts in flight
 	closeCtx context.Context
 	stopBg   context.CancelFunc

@@ -264,4 +264,3 @@ func TestRemoteNoWorker(t *testing.T) {
 		t.Fatalf("message %q does not say no worker serves the agent", e.Error())
 	}
 }
-
