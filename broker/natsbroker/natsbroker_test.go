@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
@@ -198,5 +199,51 @@ func TestMemberSurvivesServerRestart(t *testing.T) {
 	}
 	if err := b.Ping(ctx); err != nil {
 		t.Errorf("Ping after the restart: %v", err)
+	}
+}
+
+// TestMemberRejoinsDeletedConsumer: a member whose consumer (or stream) was
+// deleted on the server brings it back and goes on consuming.
+func TestMemberRejoinsDeletedConsumer(t *testing.T) {
+	e := startServer(t)
+	ctx := context.Background()
+	b := connect(t, e.ClientURL())
+	defer b.Close()
+	subj := svc.TaskSubject("rejoin")
+	got := make(chan string, 4)
+	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		if err := d.Ack(ctx); err == nil {
+			got <- string(d.Data)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "SVC_TASKS"); err != nil {
+		t.Fatal(err)
+	}
+	pub := connect(t, e.ClientURL())
+	defer pub.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// The first publishes may land before the member has rejoined, or
+		// fail while the stream is gone; keep publishing until one arrives.
+		_ = pub.Publish(ctx, subj, []byte("again"))
+		select {
+		case m := <-got:
+			if m != "again" {
+				t.Errorf("got %q", m)
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the member never consumed again after its stream was deleted")
+		}
 	}
 }
