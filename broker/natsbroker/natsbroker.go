@@ -303,6 +303,13 @@ func (b *Broker) ensureStream(ctx context.Context, subject string) (string, erro
 	return name, nil
 }
 
+// forgetStream makes the next use of subject's stream check it again.
+func (b *Broker) forgetStream(subject string) {
+	if name, _, _, err := streamFor(subject); err == nil {
+		b.streams.Delete(name)
+	}
+}
+
 // Publish stores data in the work subject's stream and waits for the
 // server's ack.
 func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error {
@@ -313,6 +320,9 @@ func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error
 		return err
 	}
 	if _, err := b.js.Publish(ctx, subject, data); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			b.forgetStream(subject) // deleted on the server: recreate next time
+		}
 		return b.wrap("publish to "+subject, err)
 	}
 	return nil
@@ -327,29 +337,10 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 		return nil, svc.ErrBrokerClosed
 	}
 	opts = opts.WithDefaults(subject)
-	stream, err := b.ensureStream(ctx, subject)
-	if err != nil {
+	m := &member{b: b, subject: subject, opts: opts, h: h}
+	if err := m.join(ctx); err != nil {
 		return nil, err
 	}
-	cons, err := b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:           durableName(subject, opts.Group),
-		Description:       "svc consumer group " + opts.Group + " of " + subject,
-		FilterSubject:     subject,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           opts.AckWait,
-		MaxDeliver:        -1,
-		MaxAckPending:     b.o.MaxAckPending,
-		InactiveThreshold: consumerIdle,
-		Replicas:          b.o.Replicas,
-	})
-	if err != nil {
-		if strings.Contains(err.Error(), "filtered consumer not unique") || strings.Contains(err.Error(), "overlapping") {
-			return nil, fmt.Errorf("natsbroker: subject %s already has a consumer group other than %q (a work queue has one): %w", subject, opts.Group, err)
-		}
-		return nil, b.wrap("create consumer "+opts.Group, err)
-	}
-	m := &member{b: b, subject: subject, opts: opts, h: h, cons: cons}
 	m.fs = flow.New(opts.Prefetch, nil)
 	s := &subscription{fs: m.fs}
 	s.cleanup = func() { b.untrack(s) }
@@ -365,14 +356,49 @@ type member struct {
 	subject string
 	opts    svc.SubscribeOptions
 	h       svc.Handler
-	cons    jetstream.Consumer
+	cons    jetstream.Consumer // written by join, in Subscribe and then only in pull
 	fs      *flow.Sub
 }
 
+// join creates (or updates) the group's durable consumer, and its stream
+// when missing.
+func (m *member) join(ctx context.Context) error {
+	b, opts, subject := m.b, m.opts, m.subject
+	stream, err := b.ensureStream(ctx, subject)
+	if err != nil {
+		return err
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:           durableName(subject, opts.Group),
+		Description:       "svc consumer group " + opts.Group + " of " + subject,
+		FilterSubject:     subject,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           opts.AckWait,
+		MaxDeliver:        -1,
+		MaxAckPending:     b.o.MaxAckPending,
+		InactiveThreshold: consumerIdle,
+		Replicas:          b.o.Replicas,
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "filtered consumer not unique") || strings.Contains(err.Error(), "overlapping") {
+			return fmt.Errorf("natsbroker: subject %s already has a consumer group other than %q (a work queue has one): %w", subject, opts.Group, err)
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			b.forgetStream(subject)
+		}
+		return b.wrap("create consumer "+opts.Group, err)
+	}
+	m.cons = cons
+	return nil
+}
+
 // pull fetches as many messages as there are free handler slots, until the
-// subscription stops.
+// subscription stops. After repeated failures it joins again, which brings
+// back a consumer or stream that was deleted on the server.
 func (m *member) pull(ctx context.Context) {
 	backoff := 50 * time.Millisecond
+	failures := 0
 	for {
 		if !m.fs.Acquire() {
 			return
@@ -406,9 +432,17 @@ func (m *member) pull(ctx context.Context) {
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 2*time.Second)
+			if failures++; failures%3 == 0 {
+				jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				if err := m.join(jctx); err != nil && ctx.Err() == nil {
+					m.b.log.Warn("rejoining the consumer group failed", zap.String("subject", m.subject), zap.Error(err))
+				}
+				cancel()
+			}
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		failures = 0
 	}
 }
 

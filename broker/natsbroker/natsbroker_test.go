@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
@@ -149,5 +150,100 @@ func TestBadSubjects(t *testing.T) {
 		t.Error("a second group on a work subject was accepted")
 	} else if errors.Is(err, svc.ErrBrokerClosed) {
 		t.Error(err)
+	}
+}
+
+// TestMemberSurvivesServerRestart: a member keeps consuming after its server
+// restarts (same address, same store): the client reconnects and the durable
+// consumer is still there.
+func TestMemberSurvivesServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(e.ClientURL(), "nats://")
+	b := connect(t, e.ClientURL())
+	defer b.Close()
+	got := make(chan string, 4)
+	sub, err := b.Subscribe(ctx, svc.TaskSubject("restart"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		if err := d.Ack(ctx); err == nil {
+			got <- string(d.Data)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	if err := e.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e2, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: dir, Listen: addr})
+	if err != nil {
+		t.Fatalf("restart on %s: %v", addr, err)
+	}
+	defer e2.Shutdown(ctx)
+	pub := connect(t, e2.ClientURL())
+	defer pub.Close()
+	if err := pub.Publish(ctx, svc.TaskSubject("restart"), []byte("after restart")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "after restart" {
+			t.Errorf("got %q", m)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the member never consumed again after the server restarted")
+	}
+	if err := b.Ping(ctx); err != nil {
+		t.Errorf("Ping after the restart: %v", err)
+	}
+}
+
+// TestMemberRejoinsDeletedConsumer: a member whose consumer (or stream) was
+// deleted on the server brings it back and goes on consuming.
+func TestMemberRejoinsDeletedConsumer(t *testing.T) {
+	e := startServer(t)
+	ctx := context.Background()
+	b := connect(t, e.ClientURL())
+	defer b.Close()
+	subj := svc.TaskSubject("rejoin")
+	got := make(chan string, 4)
+	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		if err := d.Ack(ctx); err == nil {
+			got <- string(d.Data)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "SVC_TASKS"); err != nil {
+		t.Fatal(err)
+	}
+	pub := connect(t, e.ClientURL())
+	defer pub.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// The first publishes may land before the member has rejoined, or
+		// fail while the stream is gone; keep publishing until one arrives.
+		_ = pub.Publish(ctx, subj, []byte("again"))
+		select {
+		case m := <-got:
+			if m != "again" {
+				t.Errorf("got %q", m)
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the member never consumed again after its stream was deleted")
+		}
 	}
 }
