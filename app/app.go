@@ -253,7 +253,9 @@ func (a *App) start() error {
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	switch {
 	case a.broker != nil && o.Worker == nil:
-		pub, err := dispatch.New(context.Background(), dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
 			OnCancel: func(runID string) {
 				if rt := cancelled.Load(); rt != nil {
 					rt.CancelLocal(runID)
@@ -284,14 +286,16 @@ func (a *App) start() error {
 	// The worker takes tasks once the runtime can run them.
 	if o.Worker != nil {
 		w := o.Worker
-		wk, err := worker.New(context.Background(), worker.Config{Broker: a.broker, Runner: rt, Agents: w.Agents,
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		wk, err := worker.New(sctx, worker.Config{Broker: a.broker, Runner: rt, Agents: w.Agents,
 			Concurrency: w.Concurrency, Prefetch: w.Prefetch, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver,
 			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter,
 			Logger: log.Named("worker")})
 		if err != nil {
 			return &ConfigError{Option: "Worker", Err: err}
 		}
-		if err := wk.Start(context.Background()); err != nil {
+		if err := wk.Start(sctx); err != nil {
 			return fmt.Errorf("app: worker: %w", err)
 		}
 		a.worker = wk
@@ -614,7 +618,7 @@ func (a *App) connect() error {
 		dir := filepath.Join(o.DataDir, "nats")
 		e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: dir, Listen: o.NATSListen, Logger: a.log.Named("nats")})
 		if err != nil {
-			return &ConfigError{Option: "Broker", Err: fmt.Errorf("embedded broker: %w", err)}
+			return fmt.Errorf("app: embedded broker on %s: %w", o.NATSListen, err)
 		}
 		a.nats = e
 		url = e.ClientURL()
@@ -624,7 +628,7 @@ func (a *App) connect() error {
 	defer cancel()
 	b, err := broker.Open(ctx, url, broker.Options{Logger: a.log.Named("broker")})
 	if err != nil {
-		return &ConfigError{Option: "Broker", Err: err}
+		return fmt.Errorf("app: %w", err) // the URL was checked: the broker is not there
 	}
 	a.broker = b
 	return nil

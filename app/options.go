@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -173,6 +174,10 @@ type Options struct {
 	Worker *WorkerOptions
 }
 
+// brokerSchemes are the URL schemes of Broker (broker.Open's, with their
+// TLS variants).
+var brokerSchemes = []string{"memory", "nats", "tls", "redis", "rediss"}
+
 // DefaultNATSListen is where the embedded broker listens for workers.
 const DefaultNATSListen = "127.0.0.1:4222"
 
@@ -287,6 +292,12 @@ func (o *Options) check() error {
 	}
 	if o.ReloadInclude == nil {
 		o.ReloadInclude = spec.DefaultWatchInclude
+	}
+	if o.Broker != "" && o.Broker != "embedded" {
+		scheme, _, ok := strings.Cut(o.Broker, "://")
+		if !ok || !slices.Contains(brokerSchemes, strings.ToLower(scheme)) {
+			return bad("Broker", "%q: want embedded or a URL of %s", o.Broker, strings.Join(brokerSchemes, ", "))
+		}
 	}
 	switch {
 	case o.Worker != nil && o.Broker == "":

@@ -196,7 +196,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 			Message: fmt.Sprintf("agent %s: dispatch to %s failed: %v", req.Agent, p.scheme, err), Err: err}
 	}
 	p.em.Emit(svc.RuntimeEvent{EventType: svc.EventAgentDispatched, Timestamp: time.Now().UTC(), AgentName: req.Agent,
-		TaskID: req.TaskID, TraceID: req.TraceID, ParentTraceID: req.ParentTraceID,
+		TaskID: req.TaskID, TraceID: req.TraceID, ParentTraceID: req.ParentTraceID, SpanID: req.SpanID,
 		Payload: svc.Payload{"backend": p.Backend(), "broker": p.scheme, "trust_level": string(req.TrustLevel)}})
 	select {
 	case res := <-w.ch:

@@ -138,7 +138,7 @@ func (e *Embedded) Shutdown(ctx context.Context) error {
 // zapLogger routes the server's log to zap.
 type zapLogger struct{ l *zap.SugaredLogger }
 
-func (z zapLogger) Noticef(f string, v ...any) { z.l.Infof(f, v...) }
+func (z zapLogger) Noticef(f string, v ...any) { z.l.Debugf(f, v...) } // the server's banner: the app logs its own line
 func (z zapLogger) Warnf(f string, v ...any)   { z.l.Warnf(f, v...) }
 func (z zapLogger) Fatalf(f string, v ...any)  { z.l.Errorf(f, v...) } // never exit the host process
 func (z zapLogger) Errorf(f string, v ...any)  { z.l.Errorf(f, v...) }
