@@ -615,8 +615,8 @@ func (a *App) connect() error {
 	o := &a.opts
 	url := o.Broker
 	if url == "embedded" {
-		dir := filepath.Join(o.DataDir, "nats")
-		e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: dir, Listen: o.NATSListen, Logger: a.log.Named("nats")})
+		dir := filepath.Join(o.DataDir, "nats") // where StartEmbedded keeps it
+		e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: o.DataDir, Listen: o.NATSListen, Logger: a.log.Named("nats")})
 		if err != nil {
 			return fmt.Errorf("app: embedded broker on %s: %w", o.NATSListen, err)
 		}
