@@ -23,6 +23,8 @@ import (
 //     agent_completed and agent_failed fire on the worker, except a failure
 //     that happens here (the budget, the broker, no result in time);
 //   - retries happen on the worker, under the worker's options;
+//   - a team's coordinator runs here (it is compiled with the delegate
+//     tool for the run); its delegates are dispatched like any run;
 //   - a cancelled or timed-out invocation broadcasts a cancel of its task,
 //     and CancelRun a cancel of the whole run, which the workers (and other
 //     serve nodes) act on.
@@ -41,6 +43,13 @@ type Dispatcher interface {
 
 // remoteExecute is the Env.Execute of a runtime with a Dispatcher.
 func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error) {
+	// A worker runs an agent as its specs register it. An agent this
+	// runtime compiled for one run (a team's coordinator, which gets the
+	// delegate tool) has no such twin there: it runs here, and the runs
+	// its tools start (the delegates) go to the fleet.
+	if c, ok := rt.agents.Load().byName[inv.Agent.Def.Name]; !ok || c != inv.Agent {
+		return agent.Run(ctx, inv)
+	}
 	if inv.Budget != nil {
 		if err := inv.Budget.Reserve(); err != nil {
 			return agent.Outcome{}, err

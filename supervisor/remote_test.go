@@ -264,3 +264,34 @@ func TestRemoteNoWorker(t *testing.T) {
 		t.Fatalf("message %q does not say no worker serves the agent", e.Error())
 	}
 }
+
+// A team's coordinator (compiled here with the delegate tool) runs on the
+// publisher; its delegate calls are dispatched to the fleet.
+func TestRemoteTeam(t *testing.T) {
+	lead := svc.Agent{Name: "lead", Model: "test:echo", ModelSettings: map[string]any{"call_tools": "all"}}
+	f := newFleet(t, svc.Options{}, 1, lead, echo("helper", nil))
+	if err := f.pub.RegisterGroups(group.Team("crew", "lead", []string{"helper"}, 2)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.pub.RunGroup(context.Background(), "crew", svc.TaskSpec{Input: json.RawMessage(`"plan"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Agent == nil || !res.Agent.Success {
+		t.Fatalf("team result = %+v", res)
+	}
+	var out struct {
+		Tools map[string]json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(res.Agent.Output, &out); err != nil || out.Tools["delegate"] == nil {
+		t.Fatalf("the coordinator did not call delegate: %s (%v)", res.Agent.Output, err)
+	}
+	// The delegate ran on a worker.
+	dispatched := f.rec.OfType(svc.EventAgentDispatched)
+	if len(dispatched) != 1 || dispatched[0].AgentName != "helper" {
+		t.Fatalf("dispatched = %+v, want the one delegate call", dispatched)
+	}
+	if n := len(f.wrec.OfType(svc.EventAgentCompleted)); n != 1 {
+		t.Fatalf("agent_completed on the workers: %d, want 1", n)
+	}
+}
