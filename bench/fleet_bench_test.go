@@ -239,7 +239,11 @@ func allSucceeded(b *testing.B, res []svc.AgentResult, err error) {
 // run actor waits for one attempt: the agent loop in process; publish →
 // result back at the publisher on a fleet (queueing in the broker and the
 // workers included, so at a full gather it is about max_concurrency /
-// throughput).
+// throughput). It also reports the CPU time per task of the whole process
+// (publisher, workers and embedded server), which says what the machine
+// would give with its 2 cores to itself: 2 s / cpu_us per task. Then 500
+// tasks one at a time (max_concurrency 1): the per-task latency of the trip
+// itself, without queueing (c1_p50_ms, c1_p99_ms).
 func BenchmarkFleetDispatch(b *testing.B) {
 	const n, conc, workerConc = 10_000, 1000, 500
 	ts := tasks(n)
@@ -287,24 +291,50 @@ func BenchmarkFleetDispatch(b *testing.B) {
 	}
 	b.ResetTimer()
 	dur := make([]time.Duration, len(modes))
+	cpu := make([]time.Duration, len(modes))
 	lat := make([][]time.Duration, len(modes))
 	for i := 0; i < b.N; i++ {
 		for k, m := range modes {
 			m.rec.reset()
 			runtime.GC()
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			res, err := m.rt.Gather(ctx, "echo", ts, conc)
 			dur[k] += time.Since(start)
+			cpu[k] += cpuTime() - cpu0
 			allSucceeded(b, res, err)
 			lat[k] = append(lat[k], m.rec.durations()...)
 		}
 	}
+	// Unloaded: one task at a time, so the latency is the trip itself
+	// rather than the queueing a full gather causes.
+	const seq = 500
+	one := make([][]time.Duration, len(modes))
+	for k, m := range modes {
+		m.rec.reset()
+		res, err := m.rt.Gather(ctx, "echo", ts[:seq], 1)
+		allSucceeded(b, res, err)
+		one[k] = m.rec.durations()
+	}
 	b.StopTimer()
 	for k, m := range modes {
+		b.ReportMetric(ms(pctl(one[k], 0.50)), m.name+"_c1_p50_ms")
+		b.ReportMetric(ms(pctl(one[k], 0.99)), m.name+"_c1_p99_ms")
 		b.ReportMetric(float64(n*b.N)/dur[k].Seconds(), m.name+"_tasks/s")
 		b.ReportMetric(ms(pctl(lat[k], 0.50)), m.name+"_p50_ms")
 		b.ReportMetric(ms(pctl(lat[k], 0.99)), m.name+"_p99_ms")
+		b.ReportMetric(float64(cpu[k].Microseconds())/float64(n*b.N), m.name+"_cpu_us/task")
 	}
+}
+
+// cpuTime is the CPU time (user and system) this process has used: the
+// publisher, the workers and the embedded server together, whatever share
+// of the machine the scheduler gave them.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // workerWatch is a publisher's emitter that notes the workers it heard
