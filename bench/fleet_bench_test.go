@@ -241,7 +241,9 @@ func allSucceeded(b *testing.B, res []svc.AgentResult, err error) {
 // workers included, so at a full gather it is about max_concurrency /
 // throughput). It also reports the CPU time per task of the whole process
 // (publisher, workers and embedded server), which says what the machine
-// would give with its 2 cores to itself: 2 s / cpu_us per task. Then 500
+// would give with its 2 cores to itself: 2 s / cpu_us per task, the cores
+// it used (CPU time / wall time) and the average number of its threads
+// that were runnable but waiting for a CPU (from schedstat). Then 500
 // tasks one at a time (max_concurrency 1): the per-task latency of the trip
 // itself, without queueing (c1_p50_ms, c1_p99_ms).
 func BenchmarkFleetDispatch(b *testing.B) {
@@ -292,15 +294,17 @@ func BenchmarkFleetDispatch(b *testing.B) {
 	b.ResetTimer()
 	dur := make([]time.Duration, len(modes))
 	cpu := make([]time.Duration, len(modes))
+	waited := make([]time.Duration, len(modes))
 	lat := make([][]time.Duration, len(modes))
 	for i := 0; i < b.N; i++ {
 		for k, m := range modes {
 			m.rec.reset()
 			runtime.GC()
-			start, cpu0 := time.Now(), cpuTime()
+			start, cpu0, wait0 := time.Now(), cpuTime(), runDelay()
 			res, err := m.rt.Gather(ctx, "echo", ts, conc)
 			dur[k] += time.Since(start)
 			cpu[k] += cpuTime() - cpu0
+			waited[k] += runDelay() - wait0
 			allSucceeded(b, res, err)
 			lat[k] = append(lat[k], m.rec.durations()...)
 		}
@@ -323,7 +327,30 @@ func BenchmarkFleetDispatch(b *testing.B) {
 		b.ReportMetric(ms(pctl(lat[k], 0.50)), m.name+"_p50_ms")
 		b.ReportMetric(ms(pctl(lat[k], 0.99)), m.name+"_p99_ms")
 		b.ReportMetric(float64(cpu[k].Microseconds())/float64(n*b.N), m.name+"_cpu_us/task")
+		b.ReportMetric(cpu[k].Seconds()/dur[k].Seconds(), m.name+"_cores_used")
+		b.ReportMetric(waited[k].Seconds()/dur[k].Seconds(), m.name+"_threads_waiting")
 	}
+}
+
+// runDelay is the time this process's live threads have spent runnable but
+// waiting for a CPU (the second field of /proc/self/task/*/schedstat): on a
+// shared machine, how much the other tenants held us back. Over a wall
+// time, it is the average number of our threads kept waiting. 0 where
+// schedstat is not available.
+func runDelay() time.Duration {
+	dirs, _ := os.ReadDir("/proc/self/task")
+	var total time.Duration
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join("/proc/self/task", d.Name(), "schedstat"))
+		if err != nil {
+			continue
+		}
+		var run, wait int64
+		if _, err := fmt.Sscan(string(data), &run, &wait); err == nil {
+			total += time.Duration(wait)
+		}
+	}
+	return total
 }
 
 // cpuTime is the CPU time (user and system) this process has used: the
