@@ -535,6 +535,10 @@ func (b *Broker) Broadcast(ctx context.Context, subject string, data []byte) err
 	return b.wrap("broadcast to "+subject, b.nc.Publish(subject, data))
 }
 
+// setupTimeout bounds a subscription's setup when the caller's context has
+// no deadline of its own.
+const setupTimeout = 30 * time.Second
+
 // SubscribeBroadcast subscribes to the core NATS subject; it returns once
 // the server has the subscription.
 func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.BroadcastHandler) (svc.Subscription, error) {
@@ -549,7 +553,15 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 	if err != nil {
 		return nil, b.wrap("subscribe to "+subject, err)
 	}
-	if err := b.nc.FlushWithContext(ctx); err != nil {
+	// FlushWithContext refuses a context without a deadline; a caller's
+	// Background gets a bound here rather than an error.
+	fctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		fctx, cancel = context.WithTimeout(ctx, setupTimeout)
+	}
+	err = b.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
 		_ = ns.Unsubscribe()
 		return nil, b.wrap("subscribe to "+subject, err)
 	}

@@ -247,3 +247,21 @@ func TestMemberRejoinsDeletedConsumer(t *testing.T) {
 		}
 	}
 }
+
+// A subscription set up with a context without a deadline (a caller's
+// Background) is bounded by the broker, not refused.
+func TestSubscribeWithoutDeadline(t *testing.T) {
+	e := startServer(t)
+	b := connect(t, e.ClientURL())
+	defer b.Close()
+	sub, err := b.SubscribeBroadcast(context.Background(), "svc.test.nodeadline", func(context.Context, string, []byte) {})
+	if err != nil {
+		t.Fatalf("SubscribeBroadcast(Background): %v", err)
+	}
+	_ = sub.Stop()
+	ws, err := b.Subscribe(context.Background(), "svc.tasks.nodeadline", svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) { _ = d.Ack(ctx) })
+	if err != nil {
+		t.Fatalf("Subscribe(Background): %v", err)
+	}
+	_ = ws.Stop()
+}
