@@ -477,6 +477,7 @@ func TestFleet(t *testing.T) {
 			t.Run("LoadWithWorkerKilled", func(t *testing.T) { fleetLoadWithWorkerKilled(t, specs, b.setup(t)) })
 			t.Run("Cancel", func(t *testing.T) { fleetCancel(t, specs, b.setup(t)) })
 			t.Run("Drain", func(t *testing.T) { fleetDrain(t, specs, b.setup(t)) })
+			t.Run("DrainGraceExpires", func(t *testing.T) { fleetDrainGraceExpires(t, specs, b.setup(t)) })
 			t.Run("UnknownAgent", func(t *testing.T) { fleetUnknownAgent(t, specs, b.setup(t)) })
 			t.Run("PublisherRestart", func(t *testing.T) { fleetPublisherRestart(t, specs, b.setup(t)) })
 		})
@@ -722,6 +723,40 @@ func fleetDrain(t *testing.T, specs string, b fleetBroker) {
 	for _, id := range ids {
 		c.waitState(id, "completed")
 	}
+}
+
+// A worker SIGTERMed with tasks that outlast its --shutdown-grace gives them
+// back to the broker: another worker runs them and their runs complete.
+func fleetDrainGraceExpires(t *testing.T, specs string, b fleetBroker) {
+	s := startFleetServe(t, "serve", specs, t.TempDir(), b)
+	first := startFleetWorker(t, "worker-0", specs, b, "--shutdown-grace", "300ms")
+	c := newFleetClient(t, s.url)
+	const naps = 2
+	ids := make([]string, naps)
+	for i := range naps {
+		ids[i] = c.mustSubmit("nap", fmt.Sprintf("nap-%d", i), fmt.Sprintf(`{"nap":%d}`, i))
+	}
+	testutil.Within(t, fleetWait, "the nap tasks to start on the first worker", func() bool {
+		return len(first.tasks("agent_spawned")) == naps
+	})
+	second := startFleetWorker(t, "worker-1", specs, b)
+	first.signal(t, syscall.SIGTERM)
+	code := first.wait(t, fleetWait)
+	if !strings.Contains(first.stderr.String(), `"msg":"worker_stopped"`) {
+		t.Errorf("%s logged no worker_stopped", first.name)
+	}
+	if n := len(first.tasks("agent_completed")); n != 0 {
+		t.Fatalf("%s finished %d nap tasks within a 300ms grace: the test proves nothing", first.name, n)
+	}
+	for _, id := range ids {
+		c.waitState(id, "completed")
+	}
+	for i := range naps {
+		if task := fmt.Sprintf("nap-%d", i); !second.hasEvent("agent_completed", task, "") {
+			t.Errorf("%s was not run by the second worker", task)
+		}
+	}
+	t.Logf("%s exited with %d after handing its tasks back", first.name, code)
 }
 
 // A run of an agent the server knows and no worker serves fails with a
