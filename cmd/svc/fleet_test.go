@@ -478,6 +478,7 @@ func TestFleet(t *testing.T) {
 			t.Run("Cancel", func(t *testing.T) { fleetCancel(t, specs, b.setup(t)) })
 			t.Run("Drain", func(t *testing.T) { fleetDrain(t, specs, b.setup(t)) })
 			t.Run("DrainGraceExpires", func(t *testing.T) { fleetDrainGraceExpires(t, specs, b.setup(t)) })
+			t.Run("DeadLetter", func(t *testing.T) { fleetDeadLetter(t, specs, b.setup(t)) })
 			t.Run("UnknownAgent", func(t *testing.T) { fleetUnknownAgent(t, specs, b.setup(t)) })
 			t.Run("PublisherRestart", func(t *testing.T) { fleetPublisherRestart(t, specs, b.setup(t)) })
 		})
@@ -757,6 +758,24 @@ func fleetDrainGraceExpires(t *testing.T, specs string, b fleetBroker) {
 		}
 	}
 	t.Logf("%s exited with %d after handing its tasks back", first.name, code)
+}
+
+// A task delivered more than --max-deliver times (its workers died holding
+// it) goes to the dead letter, and its run fails with the reason instead of
+// waiting for its timeout.
+func fleetDeadLetter(t *testing.T, specs string, b fleetBroker) {
+	s := startFleetServe(t, "serve", specs, t.TempDir(), b)
+	first := startFleetWorker(t, "worker-0", specs, b, "--max-deliver", "1")
+	c := newFleetClient(t, s.url)
+	id := c.mustSubmit("slow", "doomed", `"doomed"`)
+	first.waitLog(t, regexp.MustCompile(`"msg":"agent_spawned".*"task_id":"doomed"`))
+	first.kill(t)
+	startFleetWorker(t, "worker-1", specs, b, "--max-deliver", "1")
+	c.waitState(id, "failed")
+	code, body := c.must(http.MethodGet, "/runs/"+id+"/result", "")
+	if code != http.StatusOK || !strings.Contains(string(body), `"reason":"dead_letter"`) {
+		t.Errorf("result of the dead-lettered run: %d %s, want the dead letter's reason", code, body)
+	}
 }
 
 // A run of an agent the server knows and no worker serves fails with a
