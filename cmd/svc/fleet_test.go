@@ -481,6 +481,7 @@ func TestFleet(t *testing.T) {
 			t.Run("DeadLetter", func(t *testing.T) { fleetDeadLetter(t, specs, b.setup(t)) })
 			t.Run("UnknownAgent", func(t *testing.T) { fleetUnknownAgent(t, specs, b.setup(t)) })
 			t.Run("PublisherRestart", func(t *testing.T) { fleetPublisherRestart(t, specs, b.setup(t)) })
+			t.Run("PublisherRestartUnderWorkers", func(t *testing.T) { fleetPublisherRestartUnderWorkers(t, specs, b.setup(t)) })
 		})
 	}
 }
@@ -542,7 +543,7 @@ func fleetLoadWithWorkerKilled(t *testing.T, specs string, b fleetBroker) {
 	select {
 	case atKill = <-killed:
 	case <-time.After(fleetWait):
-		t.Fatal("the load never reached 300 completed tasks")
+		t.Fatalf("%s was never found holding tasks after 300 completions: it was not killed", victim.name)
 	}
 	victim.wait(t, fleetWait)
 	t.Logf("%s SIGKILLed after %d completions", victim.name, atKill)
@@ -881,5 +882,57 @@ func fleetPublisherRestart(t *testing.T, specs string, b fleetBroker) {
 	c2.waitState(id, "completed")
 	if code, body := c2.must(http.MethodGet, "/runs/"+id+"/result", ""); code != http.StatusOK || !strings.Contains(string(body), `"output":"after"`) {
 		t.Errorf("result after the restart: %d %s", code, body)
+	}
+}
+
+// A publisher SIGKILLed while its runs are in flight on workers that stay up
+// (with the embedded broker, the broker dies with it and comes back with
+// the restart): those runs end terminal, and the same workers, reconnected,
+// run the new server's runs.
+func fleetPublisherRestartUnderWorkers(t *testing.T, specs string, b fleetBroker) {
+	const runs = 6
+	data := t.TempDir()
+	s := startFleetServe(t, "serve", specs, data, b)
+	workers := []*fleetProc{startFleetWorker(t, "worker-0", specs, b), startFleetWorker(t, "worker-1", specs, b)}
+	c := newFleetClient(t, s.url)
+	ids := make([]string, runs)
+	for i := range runs {
+		ids[i] = c.mustSubmit("nap", fmt.Sprintf("nap-%d", i), fmt.Sprintf(`{"nap":%d}`, i))
+	}
+	testutil.Within(t, fleetWait, "the nap tasks to start on the workers", func() bool {
+		n := 0
+		for _, w := range workers {
+			n += len(w.tasks("agent_spawned"))
+		}
+		return n >= runs
+	})
+	s.kill(t)
+
+	s2 := startFleetServe(t, "serve-2", specs, data, b)
+	c2 := newFleetClient(t, s2.url)
+	testutil.Within(t, fleetWait, "no run left pending or running", func() bool {
+		n, err := c2.unfinished()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	for i, id := range ids {
+		if st := c2.state(id); st != "completed" && st != "failed" {
+			t.Errorf("run %d (%s) is %q after the restart, want completed or failed (interrupted)", i, id, st)
+		}
+	}
+	// The workers did not die with the publisher (nor with the embedded
+	// broker): they serve the new one.
+	for i := range 4 {
+		id := c2.mustSubmit("echo", fmt.Sprintf("after-%d", i), fmt.Sprintf(`{"after":%d}`, i))
+		c2.waitState(id, "completed")
+	}
+	for _, w := range workers {
+		select {
+		case <-w.done:
+			t.Errorf("%s exited with %d when the publisher died", w.name, w.code)
+		default:
+		}
 	}
 }
