@@ -478,6 +478,7 @@ func TestFleet(t *testing.T) {
 			t.Run("Cancel", func(t *testing.T) { fleetCancel(t, specs, b.setup(t)) })
 			t.Run("Drain", func(t *testing.T) { fleetDrain(t, specs, b.setup(t)) })
 			t.Run("DrainGraceExpires", func(t *testing.T) { fleetDrainGraceExpires(t, specs, b.setup(t)) })
+			t.Run("WorkerRestartSameConsumer", func(t *testing.T) { fleetWorkerRestartSameConsumer(t, specs, b.setup(t)) })
 			t.Run("DeadLetter", func(t *testing.T) { fleetDeadLetter(t, specs, b.setup(t)) })
 			t.Run("UnknownAgent", func(t *testing.T) { fleetUnknownAgent(t, specs, b.setup(t)) })
 			t.Run("PublisherRestart", func(t *testing.T) { fleetPublisherRestart(t, specs, b.setup(t)) })
@@ -933,6 +934,31 @@ func fleetPublisherRestartUnderWorkers(t *testing.T, specs string, b fleetBroker
 		case <-w.done:
 			t.Errorf("%s exited with %d when the publisher died", w.name, w.code)
 		default:
+		}
+	}
+}
+
+// A worker SIGKILLed holding tasks and started again under the same
+// --consumer-id (the only worker of the fleet) runs them again: its runs
+// complete (on Redis it takes back its own pending entries).
+func fleetWorkerRestartSameConsumer(t *testing.T, specs string, b fleetBroker) {
+	const naps = 3
+	s := startFleetServe(t, "serve", specs, t.TempDir(), b)
+	w := startFleetWorker(t, "worker-0", specs, b, "--consumer-id", "steady")
+	c := newFleetClient(t, s.url)
+	ids := make([]string, naps)
+	for i := range naps {
+		ids[i] = c.mustSubmit("nap", fmt.Sprintf("nap-%d", i), fmt.Sprintf(`{"nap":%d}`, i))
+	}
+	testutil.Within(t, fleetWait, "the nap tasks to start", func() bool { return len(w.tasks("agent_spawned")) == naps })
+	w.kill(t)
+	again := startFleetWorker(t, "worker-0-again", specs, b, "--consumer-id", "steady")
+	for _, id := range ids {
+		c.waitState(id, "completed")
+	}
+	for i := range naps {
+		if task := fmt.Sprintf("nap-%d", i); !again.hasEvent("agent_completed", task, "") {
+			t.Errorf("%s was not run again by the restarted worker", task)
 		}
 	}
 }
