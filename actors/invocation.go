@@ -96,7 +96,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 			st.inv.Budget = st.run.Budget.For(&st.inv)
 		}
 		st.runEvent(svc.RunAgentStarted, "")
-		if !st.env.Silent {
+		if !st.env.Silent && !st.env.Remote {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
 				"backend": st.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
 			})
@@ -164,7 +164,8 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	}
 	st.unpriced = st.unpriced || d.out.CostUnknown
 	err := d.err
-	if err != nil && st.ctx.Err() == nil && retryable(err) && st.attempt < st.env.Options.RetryMaxAttempts {
+	// An attempt that ran on a worker was retried there already.
+	if err != nil && !d.out.Remote && st.ctx.Err() == nil && retryable(err) && st.attempt < st.env.Options.RetryMaxAttempts {
 		panic(&retry{err: err})
 	}
 	st.cancel(nil)
@@ -183,7 +184,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		res.Success = true
 		res.Output = d.out.Output
 		st.runEvent(svc.RunAgentCompleted, "")
-		if !st.env.Silent {
+		if !st.env.Silent && !d.out.Remote {
 			st.emit(svc.EventAgentCompleted, svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
 				"backend": res.Metadata.Backend, "model": st.model,
@@ -200,7 +201,12 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		if m := st.failedModel(); m != "" {
 			p["model"] = m
 		}
-		st.emit(svc.EventAgentFailed, p)
+		// A failure a worker reported was emitted there; one of this side
+		// (no worker answered in time, the budget, the broker) is emitted
+		// here, where it happened.
+		if !d.out.Remote {
+			st.emit(svc.EventAgentFailed, p)
+		}
 		st.runEvent(svc.RunAgentFailed, msg)
 	}
 	// The result goes straight into the run's slot for it; the message that

@@ -47,6 +47,11 @@ type Env struct {
 	// agent_failed and result metadata report it: svc.BackendLocal when
 	// empty, "broker:<scheme>" for a publisher.
 	Backend string
+	// Remote is set when Execute runs the attempts on other processes
+	// (a publisher's workers): agent_spawned is not emitted here, since
+	// the worker emits its own and this side emits agent_dispatched (the
+	// spec's rule 4: per-agent events fire on the worker).
+	Remote bool
 }
 
 // BackendName is e.Backend, defaulted.

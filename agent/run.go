@@ -74,6 +74,11 @@ type Outcome struct {
 	// CostUnknown is set when some call had neither: its cost is counted
 	// as 0, so CostUSD is a lower bound.
 	CostUnknown bool
+	// Remote is set when the attempt ran on another process (a worker of
+	// the fleet), which emitted the invocation's agent events and made
+	// its retries: the runtime here emits none of them and retries
+	// nothing.
+	Remote bool
 	// ModelCalls counts the calls made to models, failed ones included.
 	ModelCalls int
 	// ModelsTried are the ids of the models called, primary first, in the

@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,6 +31,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker"
+	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
@@ -38,6 +43,7 @@ import (
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
+	"github.com/svc-dev/svc/worker"
 )
 
 // flushTimeout bounds the last metrics export of Shutdown, which runs even
@@ -80,6 +86,10 @@ type App struct {
 	logEm       *emitters.Async
 	live        *sse.Emitter
 	rt          *supervisor.Runtime
+	nats        *natsbroker.Embedded // Broker "embedded"
+	broker      svc.Broker
+	pub         *dispatch.Publisher // a publisher's, with a broker and no Worker
+	worker      *worker.Worker
 	handler     http.Handler
 	watchStop   context.CancelFunc
 	watcher     *spec.Watcher
@@ -202,8 +212,13 @@ func (a *App) start() error {
 		a.storeEm = eventstore.NewEmitter(evs, 0, 0)
 	}
 
-	// Broker (later): connect here, after the stores and before the
-	// runtime, which dispatches through it.
+	// The broker, after the stores and before the runtime, which
+	// dispatches through it.
+	if o.Broker != "" {
+		if err := a.connect(); err != nil {
+			return err
+		}
+	}
 
 	// One actor system for the process: the runtime's actors and the SSE
 	// subscribers live in it.
@@ -229,13 +244,37 @@ func (a *App) start() error {
 		chain = append(chain, otelEm)
 	}
 
-	// The runtime, with its agents and groups.
-	rt, err := supervisor.New(supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
-		Emitter: emitters.Multi(chain...), Logger: log, MeterProvider: a.mp, Store: a.runStore, System: a.system})
+	// The runtime, with its agents and groups. A publisher's dispatches
+	// every invocation to the fleet; a worker's runs them here and says
+	// so ("backend": "broker:<scheme>").
+	emitter := emitters.Multi(chain...)
+	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
+		Emitter: emitter, Logger: log, MeterProvider: a.mp, Store: a.runStore, System: a.system}
+	var cancelled atomic.Pointer[supervisor.Runtime]
+	switch {
+	case a.broker != nil && o.Worker == nil:
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
+			OnCancel: func(runID string) {
+				if rt := cancelled.Load(); rt != nil {
+					rt.CancelLocal(runID)
+				}
+			}})
+		if err != nil {
+			return fmt.Errorf("app: publisher: %w", err)
+		}
+		a.pub = pub
+		rcfg.Dispatcher = pub
+	case a.broker != nil:
+		rcfg.Backend = "broker:" + a.broker.Scheme()
+	}
+	rt, err := supervisor.New(rcfg)
 	if err != nil {
 		return fmt.Errorf("app: runtime: %w", err)
 	}
 	a.rt = rt
+	cancelled.Store(rt)
 	agents, groups := a.definitions(a.set)
 	if err := rt.Register(agents...); err != nil {
 		return &ConfigError{Option: "Agents", Err: err}
@@ -244,7 +283,23 @@ func (a *App) start() error {
 		return &ConfigError{Option: "Groups", Err: err}
 	}
 
-	// Worker (later): start consuming tasks here, once the runtime runs.
+	// The worker takes tasks once the runtime can run them.
+	if o.Worker != nil {
+		w := o.Worker
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		wk, err := worker.New(sctx, worker.Config{Broker: a.broker, Runner: rt, Agents: w.Agents,
+			Concurrency: w.Concurrency, Prefetch: w.Prefetch, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver,
+			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter,
+			Logger: log.Named("worker")})
+		if err != nil {
+			return &ConfigError{Option: "Worker", Err: err}
+		}
+		if err := wk.Start(sctx); err != nil {
+			return fmt.Errorf("app: worker: %w", err)
+		}
+		a.worker = wk
+	}
 
 	// The HTTP handler: the router and the routes of the standalone server.
 	ropts := []server.Option{server.WithSSEEmitter(live)}
@@ -373,18 +428,20 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 //  1. the HTTP server stops accepting connections, ends the event streams
 //     and waits for the requests in flight;
 //  2. the spec watcher stops, so that no reload lands in what follows;
-//  3. (later) the worker stops taking tasks;
+//  3. the worker (if any) stops taking tasks, lets those in flight
+//     finish until ctx ends and hands the rest back to the broker;
 //  4. the runtime refuses new runs, waits for those in flight (submitted
 //     runs too), cancels what is left when ctx ends, and stops its actors
 //     and tool servers; then connections still open are closed;
-//  5. (later) the broker connection closes;
+//  5. the publisher's subscriptions, the broker connection and the
+//     embedded broker close;
 //  6. the emitters: the SSE subscribers end, the log queue and the event
 //     store emitter are written out, and the event store closes;
 //  7. the actor system stops, nothing running in it any more;
 //  8. the run store closes (unless it is Options.RunStore, the caller's);
 //  9. the metrics provider flushes (OTLP) and stops.
 //
-// ctx bounds steps 1 and 4, the waits for requests and runs: when it ends,
+// ctx bounds steps 1, 3 and 4, the waits for requests and runs: when it ends,
 // what is left is cancelled and Shutdown reports it. The releases after
 // them always run, the final metrics flush within 5 s of its own.
 // Shutdown before Start, after a failed Start, and a second time return at
@@ -435,8 +492,11 @@ func (a *App) stop(ctx context.Context) error {
 		a.watchStop()
 		a.watcher.Wait()
 	}
-	// 3. Worker (later): stop taking tasks, finish or hand back the ones
-	// it runs.
+	// 3. The worker: stop taking tasks, let those in flight finish until
+	// ctx ends, hand the rest back to the broker.
+	if a.worker != nil {
+		fail("worker", a.worker.Shutdown(ctx))
+	}
 	// 4. The runtime: drain runs until ctx ends, then cancel; stop actors
 	// and tool servers. Requests that outlived the grace period have
 	// their answers (cancelled) now; close what connections remain.
@@ -447,7 +507,17 @@ func (a *App) stop(ctx context.Context) error {
 		_ = a.srv.Close()
 		<-a.served
 	}
-	// 5. Broker (later): close the connection.
+	// 5. The broker: the publisher's subscriptions, the connection, the
+	// embedded server.
+	if a.pub != nil {
+		fail("publisher", a.pub.Close())
+	}
+	if a.broker != nil {
+		fail("broker", a.broker.Close())
+	}
+	if a.nats != nil {
+		fail("embedded broker", a.nats.Shutdown(context.WithoutCancel(ctx)))
+	}
 	// 6. Emitters, after the runtime has emitted its last event.
 	if a.live != nil {
 		_ = a.live.Close()
@@ -537,4 +607,47 @@ func (a *App) Runtime() *supervisor.Runtime {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.rt
+}
+
+// connect opens Options.Broker, starting the embedded nats-server first
+// when it is "embedded".
+func (a *App) connect() error {
+	o := &a.opts
+	url := o.Broker
+	if url == "embedded" {
+		dir := filepath.Join(o.DataDir, "nats") // where StartEmbedded keeps it
+		e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: o.DataDir, Listen: o.NATSListen, Logger: a.log.Named("nats")})
+		if err != nil {
+			return fmt.Errorf("app: embedded broker on %s: %w", o.NATSListen, err)
+		}
+		a.nats = e
+		url = e.ClientURL()
+		a.log.Info("embedded broker", zap.String("listen", url), zap.String("data", dir))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := broker.Open(ctx, url, broker.Options{Logger: a.log.Named("broker")})
+	if err != nil {
+		return fmt.Errorf("app: %w", err) // the URL was checked: the broker is not there
+	}
+	a.broker = b
+	return nil
+}
+
+// Worker is the process's worker (nil unless Options.Worker).
+func (a *App) Worker() *worker.Worker {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.worker
+}
+
+// BrokerURL is the URL the process's broker is reached at: the embedded
+// server's client URL for Broker "embedded", else Options.Broker.
+func (a *App) BrokerURL() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.nats != nil {
+		return a.nats.ClientURL()
+	}
+	return a.opts.Broker
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -146,10 +147,63 @@ type Options struct {
 	// log emitter, every runtime event; nil discards them.
 	Logger *zap.Logger
 
-	// Broker and worker (issue 10, later): the --broker URL, the
-	// --publish-events switch and the worker's options become fields
-	// here, and Start and Shutdown get the steps marked "broker" and
-	// "worker".
+	// Broker makes the process part of a fleet (the distributed mode):
+	// memory:// (in this process), nats://HOST:PORT (NATS JetStream),
+	// redis://HOST:PORT[/DB] (Redis Streams), or embedded: a nats-server
+	// started inside this process, its JetStream files under
+	// DataDir/nats, listening on NATSListen for the workers. Without
+	// Worker the process is a publisher: every agent invocation is sent
+	// to the fleet as a task and its result awaited. "": no broker, runs
+	// happen here. [--broker]
+	Broker string
+	// NATSListen is the client address of the embedded broker;
+	// DefaultNATSListen when "". [--nats-listen]
+	NATSListen string
+	// AckWait is how long a task may go unacknowledged before the broker
+	// gives it to another worker (a worker extends it while the task
+	// runs, so only a dead or stuck worker loses its tasks);
+	// svc.DefaultAckWait when 0. [--ack-wait]
+	AckWait time.Duration
+	// MaxDeliver is how many deliveries a task gets before it goes to the
+	// dead letter and its run fails; svc.DefaultMaxDeliver when 0.
+	// [--max-deliver]
+	MaxDeliver int
+	// Worker, with Broker, makes the process a worker: it takes the tasks
+	// of its agents from the broker and runs them; it serves no HTTP.
+	// (`svc worker start`)
+	Worker *WorkerOptions
+}
+
+// brokerSchemes are the URL schemes of Broker (broker.Open's, with their
+// TLS variants).
+var brokerSchemes = []string{"memory", "nats", "tls", "redis", "rediss"}
+
+// DefaultNATSListen is where the embedded broker listens for workers.
+const DefaultNATSListen = "127.0.0.1:4222"
+
+// WorkerOptions configure a worker process. Shutdown drains it: it stops
+// taking tasks, lets those in flight finish until the context of Shutdown
+// ends, then gives the rest back to the broker for another worker.
+type WorkerOptions struct {
+	// Agents are the agents whose tasks it takes; every loaded agent when
+	// empty. [--agents]
+	Agents []string
+	// Concurrency bounds the tasks running at once;
+	// worker.DefaultConcurrency when 0. [--concurrency]
+	Concurrency int
+	// Prefetch bounds the tasks it holds per agent; Concurrency when 0.
+	// [--prefetch]
+	Prefetch int
+	// Heartbeat is the interval of worker_heartbeat;
+	// worker.DefaultHeartbeat when 0, none when negative.
+	// [--heartbeat-seconds]
+	Heartbeat time.Duration
+	// RuntimeID names the worker in its events; a new id when "".
+	// [--runtime-id]
+	RuntimeID string
+	// ConsumerID is its name in each agent's consumer group; RuntimeID
+	// when "". [--consumer-id]
+	ConsumerID string
 }
 
 // ConfigError is a problem with Options, found by New or by Start (a specs
@@ -238,6 +292,32 @@ func (o *Options) check() error {
 	}
 	if o.ReloadInclude == nil {
 		o.ReloadInclude = spec.DefaultWatchInclude
+	}
+	if o.Broker != "" && o.Broker != "embedded" {
+		scheme, _, ok := strings.Cut(o.Broker, "://")
+		if !ok || !slices.Contains(brokerSchemes, strings.ToLower(scheme)) {
+			return bad("Broker", "%q: want embedded or a URL of %s", o.Broker, strings.Join(brokerSchemes, ", "))
+		}
+	}
+	switch {
+	case o.Worker != nil && o.Broker == "":
+		return bad("Worker", "needs Broker")
+	case o.Worker != nil && o.Broker == "embedded":
+		return bad("Broker", "a worker connects to a broker: start the embedded one with `svc serve --broker embedded` and give the worker its address (nats://127.0.0.1:4222)")
+	case o.Worker != nil && (o.Worker.Concurrency < 0 || o.Worker.Prefetch < 0):
+		return bad("Worker", "concurrency and prefetch must not be negative")
+	case o.AckWait < 0:
+		return bad("AckWait", "%v: must not be negative", o.AckWait)
+	case o.MaxDeliver < 0:
+		return bad("MaxDeliver", "%d: must not be negative", o.MaxDeliver)
+	case o.NATSListen != "" && o.Broker != "embedded":
+		return bad("NATSListen", "only for Broker embedded")
+	}
+	if o.Worker != nil {
+		o.NoListen = true
+	}
+	if o.NATSListen == "" {
+		o.NATSListen = DefaultNATSListen
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()

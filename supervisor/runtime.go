@@ -64,6 +64,10 @@ type Config struct {
 	// of the distributed mode, see actors.Env.Execute.
 	Execute func(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error)
 	Backend string
+	// Dispatcher, when set, makes this runtime a publisher of the
+	// distributed mode: every invocation runs on the fleet behind it (see
+	// remote.go). It excludes Execute and Backend.
+	Dispatcher Dispatcher
 	// System is the actor system to run in, for a process that runs other
 	// actors beside the runtime's (NewActorSystem builds one configured
 	// like the runtime's own). It is the caller's to shut down, after the
@@ -80,6 +84,8 @@ type Runtime struct {
 	prices  *model.PriceTable // nil: the built-in prices
 	emitter svc.Emitter
 	log     *zap.Logger
+	// dispatcher runs the invocations on the fleet (nil: here).
+	dispatcher Dispatcher
 
 	system    *actor.ActorSystem
 	ownSystem bool // built by New, so stopped by Shutdown
@@ -114,6 +120,9 @@ func New(cfg Config) (*Runtime, error) {
 	opts := cfg.Options
 	if opts == (svc.Options{}) {
 		opts = svc.DefaultOptions()
+	}
+	if cfg.Dispatcher != nil && (cfg.Execute != nil || cfg.Backend != "") {
+		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: Dispatcher excludes Execute and Backend")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -157,6 +166,10 @@ func New(cfg Config) (*Runtime, error) {
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
 		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend}
+	if cfg.Dispatcher != nil {
+		rt.dispatcher = cfg.Dispatcher
+		rt.env.Execute, rt.env.Backend, rt.env.Remote = rt.remoteExecute, cfg.Dispatcher.Backend(), true
+	}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))

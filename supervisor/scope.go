@@ -42,6 +42,9 @@ type runScope struct {
 	path []string
 	// rounds counts a team run's delegate calls (nil outside a team run).
 	rounds *atomic.Int64
+	// runID is the submitted run the request belongs to ("" for a
+	// synchronous call): what a cancel broadcast to the fleet names.
+	runID string
 }
 
 // noRun is the runtime part of a scope that has none. It is shared and
@@ -88,9 +91,10 @@ func (rt *Runtime) enter(ctx context.Context) (context.Context, svc.Scope, *runS
 // withRunSink returns ctx for a submitted run: its invocations, nested
 // ones included, report their run events to sink and its progress to
 // progress.
-func withRunSink(ctx context.Context, sink actors.RunSink, progress svc.ProgressFunc) context.Context {
+func withRunSink(ctx context.Context, runID string, sink actors.RunSink, progress svc.ProgressFunc) context.Context {
 	s, rs := scopeOf(ctx)
 	next := *rs
+	next.runID = runID
 	next.sink = sink
 	// The submitted run counts its own invocations; its counter is made
 	// here so that enter has nothing left to add.

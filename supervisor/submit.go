@@ -100,7 +100,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rt.submitted.Store(id, cancel)
 	w := newRunWriter(rt, id, cancel)
-	runCtx = withRunSink(runCtx, w.event, w.progress)
+	runCtx = withRunSink(runCtx, id, w.event, w.progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
 }
@@ -218,8 +218,11 @@ func (rt *Runtime) CancelRun(ctx context.Context, id string) error {
 	if err := rt.store.SetState(ctx, id, svc.RunCancelled, "cancelled", final); err != nil && !errors.Is(err, svc.ErrRunState) {
 		return err
 	}
-	if c, ok := rt.submitted.Load(id); ok {
-		c.(context.CancelCauseFunc)(errRunCancelled)
+	rt.CancelLocal(id)
+	if rt.dispatcher != nil {
+		// Every worker running a task of the run, and every other serve
+		// node (which may own the run), cancels its part.
+		rt.dispatcher.Cancel(id, "")
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newStatus(), newRun(), newValidate(), newVersion())
+	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newValidate(), newVersion())
 	for _, c := range root.Commands() {
 		if c.RunE == nil {
 			continue

@@ -112,7 +112,8 @@ var flagOf = map[string]string{
 	"DataDir": "--data-dir", "Store": "--store", "Events": "--events", "Port": "--port", "Host": "--host",
 	"MaxBodyBytes": "--max-body-bytes", "SSEHeartbeat": "--sse-heartbeat", "SSEQueueSize": "--sse-queue-size",
 	"Metrics": "--metrics", "Reload": "--reload", "ReloadInclude": "--reload-include", "PricesFile": "--prices",
-	"FilesRoot": "--files-root",
+	"FilesRoot": "--files-root", "Broker": "--broker", "NATSListen": "--nats-listen", "Worker": "--agents",
+	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver",
 }
 
 // appError turns an error of app.New or Start into the command's: a

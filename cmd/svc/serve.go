@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/spec"
@@ -40,6 +41,36 @@ type serveCmd struct {
 	reloadDirs    []string
 	reloadInclude []string
 	reloadExclude []string
+
+	brokerFlags
+	natsListen string
+}
+
+// brokerFlags are the broker flags serve and worker share.
+type brokerFlags struct {
+	broker     string
+	ackWait    time.Duration
+	maxDeliver int
+}
+
+func (b *brokerFlags) register(fs *pflag.FlagSet, usage string) {
+	fs.StringVar(&b.broker, "broker", envOr("SVC_BROKER", ""), usage)
+	fs.DurationVar(&b.ackWait, "ack-wait", svc.DefaultAckWait, "how long a task may go unacknowledged before the broker gives it to another worker (workers extend it while a task runs, so only a dead or stuck worker loses its tasks)")
+	fs.IntVar(&b.maxDeliver, "max-deliver", svc.DefaultMaxDeliver, "deliveries of a task before it goes to the dead letter and its run fails")
+}
+
+func (b *brokerFlags) check(fs *pflag.FlagSet) error {
+	if b.ackWait <= 0 || b.maxDeliver <= 0 {
+		return errors.New("--ack-wait and --max-deliver must be positive")
+	}
+	if b.broker == "" {
+		for _, name := range []string{"ack-wait", "max-deliver", "nats-listen"} {
+			if fs.Lookup(name) != nil && fs.Changed(name) {
+				return fmt.Errorf("--%s needs --broker", name)
+			}
+		}
+	}
+	return nil
 }
 
 func newServe() *cobra.Command {
@@ -70,12 +101,22 @@ to the event store (--events) that the rollup routes read: GET /events,
 GET /metrics serves the runtime, HTTP and Go metrics in the Prometheus
 format; when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._METRICS_ENDPOINT) is set,
 metrics are also pushed over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL grpc or
-http/protobuf).`,
+http/protobuf).
+
+With --broker the server is the publisher of a fleet (docs/distributed.md):
+every agent invocation of a run, gather, group or submitted run is sent as a
+task through the broker to the "svc worker start" processes serving that
+agent, and its result awaited; timeouts, the token budget, batch and group
+events stay here. --broker embedded starts a nats-server inside this
+process (JetStream files under --data-dir/nats) listening on --nats-listen:
+
+  svc serve --specs examples/specs --broker embedded
+  svc worker start --broker nats://127.0.0.1:4222 --all-from examples/specs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return s.run(cmd) },
 	}
 	fs := cmd.Flags()
-	s.register(fs, "examples/specs")
+	s.runtimeFlags.register(fs, "examples/specs")
 	fs.StringVar(&s.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
 	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token required on every route but the health checks (default $SVC_AUTH_TOKEN)")
@@ -93,6 +134,8 @@ http/protobuf).`,
 	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
 	fs.StringSliceVar(&s.reloadInclude, "reload-include", spec.DefaultWatchInclude, "glob of the files --reload watches, matched against the base name and the path relative to the watched directory; repeatable")
 	fs.StringSliceVar(&s.reloadExclude, "reload-exclude", nil, "glob of files --reload ignores even though --reload-include matches them; repeatable (default: none)")
+	s.brokerFlags.register(fs, "dispatch every invocation to workers through this broker: embedded (a nats-server in this process), nats://HOST:PORT, redis://HOST:PORT[/DB] or memory:// (default $SVC_BROKER, else none: runs happen here)")
+	fs.StringVar(&s.natsListen, "nats-listen", app.DefaultNATSListen, "client address of the embedded broker (--broker embedded), where workers connect")
 	return cmd
 }
 
@@ -133,6 +176,12 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if s.eventsMaxRows < 0 || s.eventsMaxAge < 0 {
 		return &exitError{code: 2, err: errors.New("--events-max-rows and --events-max-age must not be negative")}
 	}
+	if err := s.brokerFlags.check(fs); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if fs.Changed("nats-listen") && s.broker != "embedded" {
+		return &exitError{code: 2, err: errors.New("--nats-listen needs --broker embedded")}
+	}
 	defer func() { _ = log.Sync() }()
 
 	o := s.appOptions(fs, log)
@@ -144,6 +193,12 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	o.Metrics, o.OTLPFromEnv = s.metrics, true
 	if s.reload {
 		o.Reload, o.ReloadDirs, o.ReloadInclude, o.ReloadExclude = true, s.reloadDirs, s.reloadInclude, s.reloadExclude
+	}
+	if o.Broker = s.broker; s.broker != "" {
+		o.AckWait, o.MaxDeliver = s.ackWait, s.maxDeliver
+		if s.broker == "embedded" {
+			o.NATSListen = s.natsListen
+		}
 	}
 	a, err := app.New(o)
 	if err != nil {

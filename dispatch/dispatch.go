@@ -1,0 +1,378 @@
+// Package dispatch is the publisher side of the distributed mode: it sends an
+// agent invocation to the fleet as a task message on the agent's task
+// subject, waits for the one result that comes back on this process's
+// inbox, and drops any duplicate (a task redelivered after a worker died
+// may run twice; its run sees one result). It also follows the fleet's
+// worker events and relays cancels as broadcasts.
+//
+// Policies stay with the caller: the runtime's run actor enforces the
+// timeout and the token budget around Dispatch, exactly as it does around a
+// local invocation.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Broker carries tasks out and results back. Required.
+	Broker svc.Broker
+	// RuntimeID names this process: its inbox is svc.results.{RuntimeID}.
+	// A new UUIDv7 when empty.
+	RuntimeID string
+	// PublishEvents asks workers to relay the tasks' events to this
+	// process (svc.events.{RuntimeID}).
+	PublishEvents bool
+	// Keys verify results and cancels when not empty; SignKeyID and
+	// SignKey sign tasks and cancels.
+	Keys      map[string][]byte
+	SignKeyID string
+	SignKey   []byte
+	// Emitter receives agent_dispatched and the fleet's worker events.
+	Emitter svc.Emitter
+	// OnCancel is called with the run id of every cancel broadcast by
+	// another process, so this one cancels its own part of that run.
+	OnCancel func(runID string)
+	// Logger logs refused results; silent when nil.
+	Logger *zap.Logger
+}
+
+// Publisher dispatches tasks. It is safe for concurrent use.
+type Publisher struct {
+	cfg    Config
+	scheme string
+	inbox  string
+	log    *zap.Logger
+	em     svc.Emitter
+
+	mu      sync.Mutex
+	pending map[string]*waiter // by dispatch key
+	workers map[string]workerInfo
+	subs    []svc.Subscription
+	closed  bool
+
+	dups     atomic.Int64
+	seq      atomic.Int64   // dispatch numbers (the envelope's attempt)
+	bg       sync.WaitGroup // cancel broadcasts in flight
+	closeCtx context.Context
+	stopBg   context.CancelFunc
+}
+
+type waiter struct {
+	ch chan svc.AgentResult
+}
+
+type workerInfo struct {
+	agents  []string
+	seen    time.Time
+	stopped bool
+}
+
+// Request is one invocation to dispatch.
+type Request struct {
+	Agent      string
+	TrustLevel svc.TrustLevel
+	TaskID     string
+	TraceID    string
+	// ParentTraceID and SpanID place the invocation in its run tree.
+	ParentTraceID string
+	SpanID        string
+	// RunID is the submitted run (or the trace of a synchronous run) a
+	// cancel names.
+	RunID    string
+	Input    json.RawMessage
+	Metadata map[string]string
+	Depth    int
+	// Deadline is when the caller stops waiting; workers do not start the
+	// task after it.
+	Deadline time.Time
+}
+
+// New subscribes to this process's inbox, the worker events and the cancel
+// broadcast, and returns a ready publisher.
+func New(ctx context.Context, cfg Config) (*Publisher, error) {
+	if cfg.Broker == nil {
+		return nil, errors.New("dispatch: no broker")
+	}
+	if cfg.RuntimeID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("dispatch: runtime id: %w", err)
+		}
+		cfg.RuntimeID = id.String()
+	}
+	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: svc.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
+		em: cfg.Emitter, pending: map[string]*waiter{}, workers: map[string]workerInfo{}}
+	if p.log == nil {
+		p.log = zap.NewNop()
+	}
+	if p.em == nil {
+		p.em = svc.NopEmitter{}
+	}
+	p.closeCtx, p.stopBg = context.WithCancel(context.Background())
+	// Results are small and handled at once: a wide prefetch keeps the
+	// inbox from throttling a large gather.
+	sub, err := cfg.Broker.Subscribe(ctx, p.inbox, svc.SubscribeOptions{
+		Group: svc.DefaultGroup(p.inbox), ConsumerID: cfg.RuntimeID, Prefetch: 1024, MaxDeliver: -1,
+	}, p.onResult)
+	if err != nil {
+		p.stopBg()
+		return nil, fmt.Errorf("dispatch: subscribe %s: %w", p.inbox, err)
+	}
+	p.subs = append(p.subs, sub)
+	for subject, h := range map[string]svc.BroadcastHandler{svc.SubjectWorkers: p.onWorker, svc.SubjectCancel: p.onCancel} {
+		s, err := cfg.Broker.SubscribeBroadcast(ctx, subject, h)
+		if err != nil {
+			_ = p.Close()
+			return nil, fmt.Errorf("dispatch: subscribe %s: %w", subject, err)
+		}
+		p.mu.Lock()
+		p.subs = append(p.subs, s)
+		p.mu.Unlock()
+	}
+	return p, nil
+}
+
+// RuntimeID is this process's runtime id.
+func (p *Publisher) RuntimeID() string { return p.cfg.RuntimeID }
+
+// Backend is what events and results call where the invocations ran:
+// "broker:<scheme>".
+func (p *Publisher) Backend() string { return "broker:" + p.scheme }
+
+// Duplicates counts results dropped because their task already had one.
+func (p *Publisher) Duplicates() int64 { return p.dups.Load() }
+
+// Dispatch publishes the task and waits for its result or for ctx to end.
+// A result is returned as it came (Success false for a failure inside the
+// run); errors are the broker's (the task was not published) or ctx's.
+func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult, error) {
+	// A result is matched by span and dispatch number: a late result of an
+	// earlier dispatch of the same invocation (a retry) is not taken for
+	// this one.
+	span := req.SpanID
+	if span == "" {
+		span = newID()
+	}
+	n := int(p.seq.Add(1))
+	key := dispatchKey(span, n)
+	env := svc.Envelope{Kind: svc.KindTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
+		ParentTraceID: req.ParentTraceID, SpanID: span, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
+		Depth: req.Depth, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
+	env.SetDeadline(req.Deadline)
+	data, err := p.encode(&env)
+	if err != nil {
+		return svc.AgentResult{}, &svc.Error{Kind: svc.KindSpecValidation, Agent: req.Agent, TaskID: req.TaskID,
+			Message: "dispatch: " + err.Error(), Err: err}
+	}
+	w := &waiter{ch: make(chan svc.AgentResult, 1)}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return svc.AgentResult{}, svc.Errorf(svc.KindShuttingDown, "dispatch: publisher closed")
+	}
+	p.pending[key] = w
+	p.mu.Unlock()
+	if err := p.cfg.Broker.Publish(ctx, svc.TaskSubject(req.Agent), data); err != nil {
+		p.forget(key)
+		if ctx.Err() != nil {
+			return svc.AgentResult{}, ctx.Err()
+		}
+		return svc.AgentResult{}, &svc.Error{Kind: svc.KindRuntime, Agent: req.Agent, TaskID: req.TaskID, Reason: "broker",
+			Message: fmt.Sprintf("agent %s: dispatch to %s failed: %v", req.Agent, p.scheme, err), Err: err}
+	}
+	p.em.Emit(svc.RuntimeEvent{EventType: svc.EventAgentDispatched, Timestamp: time.Now().UTC(), AgentName: req.Agent,
+		TaskID: req.TaskID, TraceID: req.TraceID, ParentTraceID: req.ParentTraceID, SpanID: req.SpanID,
+		Payload: svc.Payload{"backend": p.Backend(), "broker": p.scheme, "trust_level": string(req.TrustLevel)}})
+	select {
+	case res := <-w.ch:
+		return res, nil
+	case <-ctx.Done():
+		p.forget(key)
+		p.Cancel(req.RunID, req.TaskID)
+		err := context.Cause(ctx)
+		if errors.Is(err, context.DeadlineExceeded) && !p.served(req.Agent) {
+			return svc.AgentResult{}, &svc.Error{Kind: svc.KindTimeout, Agent: req.Agent, TaskID: req.TaskID, Reason: "timeout", Err: err,
+				Message: fmt.Sprintf("agent %s: no result before the deadline, and no worker of the fleet announced it serves %s (start one with: svc worker start --agents %s)", req.Agent, req.Agent, req.Agent)}
+		}
+		return svc.AgentResult{}, err
+	}
+}
+
+func (p *Publisher) encode(env *svc.Envelope) ([]byte, error) {
+	if len(p.cfg.SignKey) > 0 {
+		if err := env.Sign(p.cfg.SignKeyID, p.cfg.SignKey); err != nil {
+			return nil, err
+		}
+	}
+	return env.Encode()
+}
+
+func (p *Publisher) forget(key string) {
+	p.mu.Lock()
+	delete(p.pending, key)
+	p.mu.Unlock()
+}
+
+// onResult hands a result to its waiter. A result nobody waits for (a
+// duplicate, or one that came after its deadline) is dropped. Every result
+// is acked: redelivering it would not find a waiter either.
+func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
+	defer func() { _ = d.Ack(context.WithoutCancel(ctx)) }()
+	env, err := svc.DecodeEnvelope(d.Data)
+	if err == nil && env.Kind != svc.KindResult {
+		err = fmt.Errorf("envelope: kind %q in the inbox", env.Kind)
+	}
+	if err == nil && len(p.cfg.Keys) > 0 {
+		err = env.Verify(p.cfg.Keys)
+	}
+	if err != nil {
+		p.log.Warn("result refused", zap.String("message_id", d.ID), zap.Error(err))
+		return
+	}
+	key := dispatchKey(env.SpanID, env.Attempt)
+	p.mu.Lock()
+	w, ok := p.pending[key]
+	delete(p.pending, key)
+	p.mu.Unlock()
+	if !ok {
+		p.dups.Add(1)
+		return
+	}
+	w.ch <- *env.Result
+}
+
+// Cancel broadcasts a cancel: of one task when taskID is set, else of every
+// task of the run, on every worker and serve node. It does not wait.
+func (p *Publisher) Cancel(runID, taskID string) {
+	if runID == "" {
+		return
+	}
+	env := svc.Envelope{Kind: svc.KindCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
+	data, err := p.encode(&env)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.bg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.bg.Done()
+		ctx, cancel := context.WithTimeout(p.closeCtx, 5*time.Second)
+		defer cancel()
+		if err := p.cfg.Broker.Broadcast(ctx, svc.SubjectCancel, data); err != nil {
+			p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
+		}
+	}()
+}
+
+// onCancel passes a whole-run cancel from another process to OnCancel.
+func (p *Publisher) onCancel(_ context.Context, _ string, data []byte) {
+	env, err := svc.DecodeEnvelope(data)
+	if err != nil || env.Kind != svc.KindCancel || env.TaskID != "" || env.RuntimeID == p.cfg.RuntimeID {
+		return
+	}
+	if len(p.cfg.Keys) > 0 && env.Verify(p.cfg.Keys) != nil {
+		return
+	}
+	if p.cfg.OnCancel != nil {
+		p.cfg.OnCancel(env.RunID)
+	}
+}
+
+// onWorker records a worker event (for served) and passes it to the
+// emitter, so /runtime/stats shows the fleet's health.
+func (p *Publisher) onWorker(_ context.Context, _ string, data []byte) {
+	var ev svc.RuntimeEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return
+	}
+	id, _ := ev.Payload["runtime_id"].(string)
+	if id == "" {
+		return
+	}
+	var agents []string
+	for _, k := range []string{"agents", "agent_subscriptions"} {
+		if list, ok := ev.Payload[k].([]any); ok {
+			for _, a := range list {
+				if s, ok := a.(string); ok {
+					agents = append(agents, s)
+				}
+			}
+		}
+	}
+	p.mu.Lock()
+	switch ev.EventType {
+	case svc.EventWorkerStarted, svc.EventWorkerHeartbeat:
+		p.workers[id] = workerInfo{agents: agents, seen: time.Now()}
+	case svc.EventWorkerStopped:
+		p.workers[id] = workerInfo{agents: agents, seen: time.Now(), stopped: true}
+	default:
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.em.Emit(ev)
+}
+
+// served reports whether some live worker announced it serves agent.
+func (p *Publisher) served(agent string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.workers {
+		if !w.stopped && time.Since(w.seen) < 300*time.Second && slices.Contains(w.agents, agent) {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops the subscriptions; calls waiting in Dispatch end with their
+// contexts. Idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	subs := p.subs
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		if err := s.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.stopBg()
+	p.bg.Wait()
+	return errors.Join(errs...)
+}
+
+func dispatchKey(span string, n int) string { return span + "/" + strconv.Itoa(n) }
+
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}

@@ -1,0 +1,192 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/membroker"
+	"github.com/svc-dev/svc/dispatch"
+	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type recorder struct {
+	mu  sync.Mutex
+	evs []svc.RuntimeEvent
+}
+
+func (r *recorder) Emit(ev svc.RuntimeEvent) {
+	r.mu.Lock()
+	r.evs = append(r.evs, ev)
+	r.mu.Unlock()
+}
+
+func (r *recorder) count(t svc.EventType) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.evs {
+		if ev.EventType == t {
+			n++
+		}
+	}
+	return n
+}
+
+func fleet(t *testing.T, b svc.Broker, agents ...svc.Agent) *worker.Worker {
+	t.Helper()
+	rt, err := supervisor.New(supervisor.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Register(agents...); err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(context.Background(), worker.Config{Broker: b, Runner: rt, Heartbeat: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Shutdown(ctx)
+		_ = rt.Shutdown(ctx)
+	})
+	return w
+}
+
+func publisher(t *testing.T, b svc.Broker, em svc.Emitter) *dispatch.Publisher {
+	t.Helper()
+	p, err := dispatch.New(context.Background(), dispatch.Config{Broker: b, Emitter: em})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func TestDispatchRunsOnAWorker(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	var em recorder
+	p := publisher(t, b, &em)
+	w := fleet(t, b, svc.Agent{Name: "echo", Model: "test:echo"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := p.Dispatch(ctx, dispatch.Request{Agent: "echo", TrustLevel: svc.TrustHigh, TaskID: "t1", TraceID: "tr",
+		RunID: "tr", Input: json.RawMessage(`{"a":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Success || string(res.Output) != `{"a":1}` || res.TaskID != "t1" {
+		t.Fatalf("result = %+v", res)
+	}
+	if n := em.count(svc.EventAgentDispatched); n != 1 {
+		t.Fatalf("agent_dispatched emitted %d times", n)
+	}
+	// The worker's started event reached the publisher's emitter.
+	if em.count(svc.EventWorkerStarted) != 1 {
+		t.Fatalf("worker_started relayed %d times", em.count(svc.EventWorkerStarted))
+	}
+	_ = w
+}
+
+// A result that arrives twice (a task redelivered after its worker died
+// runs twice) is taken once.
+func TestDuplicateResultDropped(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	p := publisher(t, b, nil)
+	// A fake worker that answers every task twice.
+	sub, err := b.Subscribe(context.Background(), svc.TaskSubject("twice"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := svc.DecodeEnvelope(d.Data)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		res := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
+		data, _ := res.Encode()
+		for range 2 {
+			if err := b.Publish(ctx, env.ReplyTo, data); err != nil {
+				t.Error(err)
+			}
+		}
+		_ = d.Ack(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		res, err := p.Dispatch(ctx, dispatch.Request{Agent: "twice", TaskID: "t", TraceID: "tr", Input: json.RawMessage(`1`)})
+		if err != nil || !res.Success {
+			t.Fatalf("dispatch %d: %v %+v", i, err, res)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Duplicates() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := p.Duplicates(); got != 3 {
+		t.Fatalf("duplicates dropped = %d, want 3", got)
+	}
+}
+
+// With no worker serving the agent the call ends at its deadline with a
+// TimeoutError that says so, instead of hanging.
+func TestNoWorkerServesTheAgent(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	p := publisher(t, b, nil)
+	fleet(t, b, svc.Agent{Name: "echo", Model: "test:echo"})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := p.Dispatch(ctx, dispatch.Request{Agent: "ghost", TaskID: "t", TraceID: "tr", Input: json.RawMessage(`1`)})
+	var e *svc.Error
+	if !errors.As(err, &e) || e.Kind != svc.KindTimeout || !strings.Contains(e.Message, "no worker") {
+		t.Fatalf("err = %v, want a TimeoutError naming the missing worker", err)
+	}
+}
+
+// Cancelling the call cancels the task on the worker.
+func TestCancelReachesTheWorker(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	p := publisher(t, b, nil)
+	w := fleet(t, b, svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 60_000}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Dispatch(ctx, dispatch.Request{Agent: "slow", TaskID: "t", TraceID: "tr", RunID: "run", Input: json.RawMessage(`1`)})
+		done <- err
+	}()
+	for w.InFlight() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("dispatch after cancel: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for w.InFlight() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if w.InFlight() != 0 {
+		t.Fatal("the worker still runs the cancelled task")
+	}
+}

@@ -1,0 +1,306 @@
+package svc
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// EnvelopeVersion is the version of the wire envelope; a decoder refuses any
+// other.
+const EnvelopeVersion = 1
+
+// EnvelopeKind says what an Envelope carries.
+type EnvelopeKind string
+
+// Envelope kinds.
+const (
+	// KindTask: a publisher asks a worker to run Agent on Input
+	// (published on TaskSubject(agent)).
+	KindTask EnvelopeKind = "task"
+	// KindResult: a worker's answer to a task (published on the task's
+	// ReplyTo, a ResultSubject), carrying Result and RuntimeID.
+	KindResult EnvelopeKind = "result"
+	// KindCancel: cancel what runs of RunID (broadcast on SubjectCancel).
+	KindCancel EnvelopeKind = "cancel"
+)
+
+// Envelope is the JSON message of the distributed mode (DESIGN.md,
+// "Distributed mode"). One type serves tasks, results and cancels, so every
+// message is decoded, checked and signed the same way; fields a kind does not
+// use are left empty.
+type Envelope struct {
+	V    int          `json:"v"`
+	Kind EnvelopeKind `json:"kind"`
+
+	TaskID        string `json:"task_id,omitempty"`
+	RunID         string `json:"run_id,omitempty"`
+	TraceID       string `json:"trace_id,omitempty"`
+	ParentTraceID string `json:"parent_trace_id,omitempty"`
+	SpanID        string `json:"span_id,omitempty"`
+	Agent         string `json:"agent,omitempty"`
+	// Input is the task's input, any JSON value.
+	Input json.RawMessage `json:"input,omitempty"`
+	// Metadata is the TaskSpec's metadata.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Depth is the spawn depth of the task, checked by the worker's
+	// runtime against max_spawn_depth.
+	Depth int `json:"depth"`
+	// Deadline (unix milliseconds, 0 for none) is when the publisher stops
+	// waiting; a worker does not start a task past it.
+	Deadline int64 `json:"deadline,omitempty"`
+	// ReplyTo is the subject of the result (the publisher's ResultSubject).
+	ReplyTo string `json:"reply_to,omitempty"`
+	// PublishEvents asks the worker to relay the task's RuntimeEvents on
+	// EventSubject of the publisher.
+	PublishEvents bool `json:"publish_events,omitempty"`
+	// Attempt is the publisher's dispatch attempt (1-based), not the
+	// broker's delivery count.
+	Attempt int `json:"attempt,omitempty"`
+
+	// Result is the AgentResult of a KindResult envelope.
+	Result *AgentResult `json:"result,omitempty"`
+	// RuntimeID is the runtime id of the worker that produced a result.
+	RuntimeID string `json:"runtime_id,omitempty"`
+
+	// KeyID names the key Sig was made with.
+	KeyID string `json:"key_id,omitempty"`
+	// Sig is the HMAC-SHA256 of the envelope (see Sign), base64url.
+	Sig string `json:"sig,omitempty"`
+}
+
+// DeadlineTime is Deadline as a time; zero when there is none.
+func (e *Envelope) DeadlineTime() time.Time {
+	if e.Deadline == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(e.Deadline)
+}
+
+// SetDeadline sets Deadline from t; a zero t clears it.
+func (e *Envelope) SetDeadline(t time.Time) {
+	if t.IsZero() {
+		e.Deadline = 0
+		return
+	}
+	e.Deadline = t.UnixMilli()
+}
+
+// Expired reports whether the envelope's deadline has passed at now.
+func (e *Envelope) Expired(now time.Time) bool {
+	return e.Deadline != 0 && now.UnixMilli() >= e.Deadline
+}
+
+// EventsTo is where a worker relays a task's RuntimeEvents: when
+// PublishEvents is set and ReplyTo is a ResultSubject, the EventSubject of
+// that same publisher; "" otherwise.
+func (e *Envelope) EventsTo() string {
+	if !e.PublishEvents {
+		return ""
+	}
+	id, ok := strings.CutPrefix(e.ReplyTo, subjectResults)
+	if !ok || id == "" {
+		return ""
+	}
+	return EventSubject(id)
+}
+
+// Encode validates and marshals the envelope (setting V when it is 0).
+func (e *Envelope) Encode() ([]byte, error) {
+	if e.V == 0 {
+		e.V = EnvelopeVersion
+	}
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
+}
+
+// DecodeEnvelope parses and validates one envelope from the wire. It does not
+// check the signature: call Verify when keys are configured.
+func DecodeEnvelope(data []byte) (*Envelope, error) {
+	var e Envelope
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&e); err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("envelope: data after the JSON object")
+	}
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Validate checks the version and the fields the kind needs.
+func (e *Envelope) Validate() error {
+	if e.V != EnvelopeVersion {
+		return fmt.Errorf("envelope: version %d not supported (want %d)", e.V, EnvelopeVersion)
+	}
+	if e.Depth < 0 || e.Attempt < 0 || e.Deadline < 0 {
+		return errors.New("envelope: negative depth, attempt or deadline")
+	}
+	switch e.Kind {
+	case KindTask:
+		switch {
+		case e.TaskID == "":
+			return errors.New("envelope: task without task_id")
+		case e.Agent == "":
+			return errors.New("envelope: task without agent")
+		case e.ReplyTo == "":
+			return errors.New("envelope: task without reply_to")
+		case len(e.Input) == 0:
+			return errors.New("envelope: task without input")
+		}
+	case KindResult:
+		switch {
+		case e.TaskID == "":
+			return errors.New("envelope: result without task_id")
+		case e.Result == nil:
+			return errors.New("envelope: result without result")
+		}
+	case KindCancel:
+		if e.RunID == "" {
+			return errors.New("envelope: cancel without run_id")
+		}
+	case "":
+		return errors.New("envelope: no kind")
+	default:
+		return fmt.Errorf("envelope: unknown kind %q", e.Kind)
+	}
+	return nil
+}
+
+// Signature errors, returned by Verify.
+var (
+	ErrUnsigned     = errors.New("envelope: not signed")
+	ErrUnknownKey   = errors.New("envelope: signed with an unknown key")
+	ErrBadSignature = errors.New("envelope: bad signature")
+)
+
+// sigDomain separates envelope MACs from any other use of the same key.
+const sigDomain = "svc-envelope-v1\n"
+
+// mac is the HMAC-SHA256 of the envelope's JSON with Sig empty. Go's JSON
+// encoding of this struct is a fixed point of decode-then-encode (field order
+// is the struct's, map keys are sorted, raw JSON is compacted, floats print
+// in their shortest exact form), so the receiver recomputes the same bytes
+// from what it decoded.
+func (e *Envelope) mac(key []byte) ([]byte, error) {
+	c := *e
+	c.Sig = ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(sigDomain))
+	h.Write(b)
+	return h.Sum(nil), nil
+}
+
+// Sign sets KeyID to keyID and Sig to the envelope's HMAC-SHA256 under key.
+// Sign after setting every other field: any later change breaks it.
+func (e *Envelope) Sign(keyID string, key []byte) error {
+	if len(key) == 0 {
+		return errors.New("envelope: empty signing key")
+	}
+	if e.V == 0 {
+		e.V = EnvelopeVersion
+	}
+	e.KeyID = keyID
+	e.Sig = ""
+	m, err := e.mac(key)
+	if err != nil {
+		return err
+	}
+	e.Sig = base64.RawURLEncoding.EncodeToString(m)
+	return nil
+}
+
+// Verify checks Sig against the key keys[KeyID], in constant time. It fails
+// with ErrUnsigned, ErrUnknownKey or ErrBadSignature. Several keys let a
+// fleet rotate: sign with the new id while every process still accepts the
+// old one.
+func (e *Envelope) Verify(keys map[string][]byte) error {
+	if e.Sig == "" {
+		return ErrUnsigned
+	}
+	key, ok := keys[e.KeyID]
+	if !ok || len(key) == 0 {
+		return fmt.Errorf("%w %q", ErrUnknownKey, e.KeyID)
+	}
+	got, err := base64.RawURLEncoding.DecodeString(e.Sig)
+	if err != nil {
+		return ErrBadSignature
+	}
+	want, err := e.mac(key)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(got, want) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// Keyring holds a fleet's envelope keys: Sign uses SignID, Verify accepts any
+// of Keys. A nil Keyring means signing is off: Sign does nothing and Verify
+// accepts every envelope.
+type Keyring struct {
+	SignID string
+	Keys   map[string][]byte
+}
+
+// ParseKeyring reads "id:secret,id2:secret2" (as in an environment variable);
+// the first key signs, all of them verify. An empty spec gives nil (signing
+// off).
+func ParseKeyring(spec string) (*Keyring, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	k := &Keyring{Keys: map[string][]byte{}}
+	for _, part := range strings.Split(spec, ",") {
+		id, secret, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok || id == "" || secret == "" {
+			return nil, errors.New(`envelope keys: want "id:secret[,id:secret...]"`)
+		}
+		if _, dup := k.Keys[id]; dup {
+			return nil, fmt.Errorf("envelope keys: key id %q given twice", id)
+		}
+		if k.SignID == "" {
+			k.SignID = id
+		}
+		k.Keys[id] = []byte(secret)
+	}
+	return k, nil
+}
+
+// Sign signs e with the signing key; it does nothing on a nil Keyring.
+func (k *Keyring) Sign(e *Envelope) error {
+	if k == nil {
+		return nil
+	}
+	key, ok := k.Keys[k.SignID]
+	if !ok {
+		return fmt.Errorf("envelope keys: no key %q to sign with", k.SignID)
+	}
+	return e.Sign(k.SignID, key)
+}
+
+// Verify checks e's signature; a nil Keyring accepts every envelope.
+func (k *Keyring) Verify(e *Envelope) error {
+	if k == nil {
+		return nil
+	}
+	return e.Verify(k.Keys)
+}

@@ -1,0 +1,552 @@
+// Package worker is the worker process of the distributed mode: it joins the
+// task subjects of its agents on a broker as a competing consumer, runs each
+// task in its own runtime, publishes the AgentResult to the task's reply
+// subject, acknowledges the task only after that, and announces itself with
+// worker_started, worker_heartbeat and worker_stopped.
+//
+// The worker owns none of what it is given: the runner (a local runtime),
+// the broker and the emitter belong to the caller, which closes them after
+// Shutdown.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+)
+
+// Runner runs tasks locally; a *supervisor.Runtime (built without a broker)
+// is one. A runtime that dispatches to a broker would send every task back
+// to the fleet, so the caller must give a local one.
+type Runner interface {
+	Run(ctx context.Context, agent string, task svc.TaskSpec) (svc.AgentResult, error)
+	Agents(ctx context.Context) ([]string, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultConcurrency = 10
+	DefaultHeartbeat   = 30 * time.Second
+	// resultPublishTimeout bounds the publication of one result (with its
+	// retries); a broker that takes longer gets the task back by Nack.
+	resultPublishTimeout = 10 * time.Second
+	// settleTimeout bounds an Ack or Nack made after the handler's context
+	// ended (at shutdown).
+	settleTimeout = 5 * time.Second
+	// cancelledMemory is how long a broadcast cancel is remembered, so a
+	// task of that run delivered after the cancel is refused at once.
+	cancelledMemory = 10 * time.Minute
+	// maxCancelled bounds that memory.
+	maxCancelled = 10000
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Broker carries the tasks, the results and the broadcasts. Required.
+	Broker svc.Broker
+	// Runner runs the tasks. Required.
+	Runner Runner
+	// Agents are the agents whose tasks this worker takes; every agent of
+	// the runner when empty. Each must be one the runner knows.
+	Agents []string
+	// Concurrency bounds the tasks running at once, across all agents.
+	// DefaultConcurrency when 0.
+	Concurrency int
+	// Prefetch bounds the deliveries the broker hands this worker per
+	// agent at once (held ones wait for a concurrency slot, their ack
+	// deadline kept alive). Concurrency when 0.
+	Prefetch int
+	// AckWait is the ack deadline of a task: a worker that dies holding a
+	// task loses it to another worker after this long. The worker extends
+	// it while a task runs. svc.DefaultAckWait when 0.
+	AckWait time.Duration
+	// MaxDeliver is how many deliveries a task gets before it goes to the
+	// dead letter (its run then fails with the reason).
+	// svc.DefaultMaxDeliver when 0.
+	MaxDeliver int
+	// Heartbeat is the interval of worker_heartbeat; DefaultHeartbeat when
+	// 0, none when negative.
+	Heartbeat time.Duration
+	// RuntimeID names this worker in its events; a new UUIDv7 when empty.
+	RuntimeID string
+	// ConsumerID is this worker's name within each agent's consumer group:
+	// a stable one lets a restarted worker take back its pending tasks
+	// (Redis Streams). RuntimeID when empty.
+	ConsumerID string
+	// Keys, when not empty, are the keys task envelopes must be signed
+	// with (by key id); an unsigned or badly signed task is refused.
+	Keys map[string][]byte
+	// SignKeyID and SignKey sign the results; unsigned when SignKey is
+	// empty.
+	SignKeyID string
+	SignKey   []byte
+	// Emitter receives worker_started, worker_heartbeat and
+	// worker_stopped (also broadcast on svc.workers). Nothing when nil.
+	Emitter svc.Emitter
+	// Logger logs refused and failed deliveries; silent when nil.
+	Logger *zap.Logger
+}
+
+// Worker consumes tasks. Create it with New, then Start; stop it with
+// Shutdown.
+type Worker struct {
+	cfg    Config
+	agents []string
+	log    *zap.Logger
+	em     svc.Emitter
+	slots  chan struct{}
+
+	inFlight atomic.Int64
+	mu       sync.Mutex
+	running  map[string]*task // by task id
+	// cancelled remembers run ids cancelled by broadcast, with when.
+	cancelled map[string]time.Time
+	subs      []svc.Subscription
+	cancelSub svc.Subscription
+	started   bool
+	stopped   bool
+
+	hbStop chan struct{}
+	hbDone chan struct{}
+}
+
+// task is one task running on this worker.
+type task struct {
+	runID  string
+	cancel context.CancelCauseFunc
+}
+
+// errCancelledByRequest is the cause of a task cancelled by a broadcast.
+var errCancelledByRequest = errors.New("run cancelled by request")
+
+// New checks cfg and returns a worker that has not started.
+func New(ctx context.Context, cfg Config) (*Worker, error) {
+	switch {
+	case cfg.Broker == nil:
+		return nil, errors.New("worker: no broker")
+	case cfg.Runner == nil:
+		return nil, errors.New("worker: no runner")
+	case cfg.Concurrency < 0:
+		return nil, fmt.Errorf("worker: concurrency %d: must be at least 1", cfg.Concurrency)
+	case cfg.Prefetch < 0:
+		return nil, fmt.Errorf("worker: prefetch %d: must be at least 1", cfg.Prefetch)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = cfg.Concurrency
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = svc.DefaultAckWait
+	}
+	if cfg.RuntimeID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("worker: runtime id: %w", err)
+		}
+		cfg.RuntimeID = id.String()
+	}
+	if cfg.ConsumerID == "" {
+		cfg.ConsumerID = cfg.RuntimeID
+	}
+	known, err := cfg.Runner.Agents(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worker: agents: %w", err)
+	}
+	agents := slices.Clone(cfg.Agents)
+	if len(agents) == 0 {
+		agents = known
+	}
+	if len(agents) == 0 {
+		return nil, errors.New("worker: no agents to serve: load some specs")
+	}
+	slices.Sort(agents)
+	agents = slices.Compact(agents)
+	for _, a := range agents {
+		if !slices.Contains(known, a) {
+			return nil, &svc.Error{Kind: svc.KindRegistry, Agent: a,
+				Message: fmt.Sprintf("worker: unknown agent %q (known: %v)", a, known)}
+		}
+	}
+	w := &Worker{cfg: cfg, agents: agents, log: cfg.Logger, em: cfg.Emitter,
+		slots: make(chan struct{}, cfg.Concurrency), running: map[string]*task{}, cancelled: map[string]time.Time{}}
+	if w.log == nil {
+		w.log = zap.NewNop()
+	}
+	if w.em == nil {
+		w.em = svc.NopEmitter{}
+	}
+	return w, nil
+}
+
+// RuntimeID is the worker's runtime id.
+func (w *Worker) RuntimeID() string { return w.cfg.RuntimeID }
+
+// Agents are the agents the worker serves, sorted.
+func (w *Worker) Agents() []string { return slices.Clone(w.agents) }
+
+// Subjects are the task subjects the worker consumes, by agent.
+func (w *Worker) Subjects() map[string]string {
+	m := make(map[string]string, len(w.agents))
+	for _, a := range w.agents {
+		m[a] = svc.TaskSubject(a)
+	}
+	return m
+}
+
+// InFlight is the number of tasks running now.
+func (w *Worker) InFlight() int { return int(w.inFlight.Load()) }
+
+// Config returns the worker's configuration with its defaults filled in.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Start subscribes to the cancel broadcast and to every agent's task
+// subject, emits worker_started and starts the heartbeat. On error it
+// undoes what it did.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("worker: already started")
+	}
+	w.started = true
+	w.mu.Unlock()
+	// Cancels first: a cancel that arrives while the first tasks start
+	// must not be missed.
+	cs, err := w.cfg.Broker.SubscribeBroadcast(ctx, svc.SubjectCancel, w.onCancel)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", svc.SubjectCancel, err)
+	}
+	w.cancelSub = cs
+	for _, a := range w.agents {
+		subject := svc.TaskSubject(a)
+		sub, err := w.cfg.Broker.Subscribe(ctx, subject, svc.SubscribeOptions{
+			Group: svc.DefaultGroup(subject), ConsumerID: w.cfg.ConsumerID, Prefetch: w.cfg.Prefetch,
+			AckWait: w.cfg.AckWait, MaxDeliver: w.cfg.MaxDeliver, OnDeadLetter: w.onDeadLetter,
+		}, w.handle)
+		if err != nil {
+			for _, s := range w.subs {
+				_ = s.Stop()
+			}
+			_ = cs.Stop()
+			return fmt.Errorf("worker: subscribe %s: %w", subject, err)
+		}
+		w.subs = append(w.subs, sub)
+	}
+	w.lifecycle(svc.EventWorkerStarted, svc.Payload{
+		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
+		"concurrency": w.cfg.Concurrency, "prefetch": w.cfg.Prefetch, "consumer_id": w.cfg.ConsumerID,
+		"heartbeat_seconds": max(w.cfg.Heartbeat, 0).Seconds(),
+	})
+	if w.cfg.Heartbeat > 0 {
+		w.hbStop, w.hbDone = make(chan struct{}), make(chan struct{})
+		go w.heartbeat()
+	}
+	return nil
+}
+
+// Shutdown drains the worker: it stops taking tasks, lets the tasks in
+// flight finish until ctx ends, then cancels the rest and gives them back
+// to the broker (Nack) so another worker runs them. It emits
+// worker_stopped. Idempotent; it returns ctx's error when tasks had to be
+// given back.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started || w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	var errs []error
+	var wg sync.WaitGroup
+	results := make([]error, len(w.subs))
+	for i, s := range w.subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = s.Drain(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, err := range results {
+		if err != nil {
+			errs = append(errs, err)
+			break // the same ctx error for every subscription
+		}
+	}
+	if w.hbStop != nil {
+		close(w.hbStop)
+		<-w.hbDone
+	}
+	if err := w.cancelSub.Stop(); err != nil {
+		errs = append(errs, err)
+	}
+	w.lifecycle(svc.EventWorkerStopped, svc.Payload{
+		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("worker: shutdown: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// handle runs one delivered task: it keeps the delivery alive while the
+// task waits for a slot and runs, publishes the result, then acks.
+func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
+	stopKeepAlive := svc.KeepAlive(ctx, d, 0)
+	defer stopKeepAlive()
+	env, err := svc.DecodeEnvelope(d.Data)
+	if err == nil && env.Kind != svc.KindTask {
+		err = fmt.Errorf("envelope: kind %q on a task subject", env.Kind)
+	}
+	if err == nil && len(w.cfg.Keys) > 0 {
+		err = env.Verify(w.cfg.Keys)
+	}
+	if err != nil {
+		// A message nobody can run is dropped (acked) rather than
+		// redelivered forever; its reply subject cannot be trusted.
+		w.log.Error("task refused", zap.String("subject", d.Subject), zap.String("message_id", d.ID), zap.Error(err))
+		w.settle(ctx, d, true)
+		return
+	}
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		w.settle(ctx, d, false) // shutting down before it started: give it back
+		return
+	}
+	defer func() { <-w.slots }()
+	res, handedBack := w.run(ctx, env)
+	if handedBack {
+		w.settle(ctx, d, false)
+		return
+	}
+	if err := w.reply(env, res); err != nil {
+		w.log.Error("result not published; the task goes back to the broker", zap.String("task_id", env.TaskID),
+			zap.String("run_id", env.RunID), zap.Error(err))
+		w.settle(ctx, d, false)
+		return
+	}
+	w.settle(ctx, d, true)
+}
+
+// run runs the task and returns its result, or handedBack when the worker
+// is shutting down and the task must go to another worker.
+func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResult, handedBack bool) {
+	now := time.Now()
+	if env.Expired(now) {
+		return w.failed(env, &svc.Error{Kind: svc.KindTimeout, Agent: env.Agent, TaskID: env.TaskID, Reason: "timeout",
+			Message: fmt.Sprintf("agent %s: the task's deadline passed before a worker took it", env.Agent)}), false
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if !env.DeadlineTime().IsZero() {
+		var stop context.CancelFunc
+		runCtx, stop = context.WithDeadline(runCtx, env.DeadlineTime())
+		defer stop()
+	}
+	if !w.track(env, cancel) {
+		return w.failed(env, &svc.Error{Kind: svc.KindCancelled, Agent: env.Agent, TaskID: env.TaskID, Reason: "cancelled",
+			Message: fmt.Sprintf("agent %s: cancelled", env.Agent)}), false
+	}
+	defer w.untrack(env)
+	w.inFlight.Add(1)
+	defer w.inFlight.Add(-1)
+
+	// The invocation runs at the envelope's depth (the runtime places a
+	// run one below the depth in its scope), under the publisher's trace
+	// and span, so its events hang under the dispatching invocation.
+	scope := svc.ScopeFrom(runCtx)
+	scope.Depth, scope.ParentTrace, scope.ParentSpan = env.Depth-1, env.ParentTraceID, env.SpanID
+	runCtx = svc.WithScope(runCtx, scope)
+	res, err := w.cfg.Runner.Run(runCtx, env.Agent, svc.TaskSpec{
+		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata,
+	})
+	if ctx.Err() != nil && !errors.Is(context.Cause(runCtx), errCancelledByRequest) {
+		return res, true // the worker is going away: another one runs it
+	}
+	if err != nil {
+		return w.failed(env, err), false
+	}
+	return res, false
+}
+
+func (w *Worker) failed(env *svc.Envelope, err error) svc.AgentResult {
+	return svc.AgentResult{AgentName: env.Agent, TaskID: env.TaskID, Error: svc.ErrorInfoOf(err),
+		Metadata: svc.ResultMetadata{TraceID: env.TraceID, Backend: "broker:" + w.cfg.Broker.Scheme()}}
+}
+
+// reply publishes the result to the task's reply subject, retrying a
+// failed publish a few times within resultPublishTimeout.
+func (w *Worker) reply(env *svc.Envelope, res svc.AgentResult) error {
+	out := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
+		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID}
+	if len(w.cfg.SignKey) > 0 {
+		if err := out.Sign(w.cfg.SignKeyID, w.cfg.SignKey); err != nil {
+			return err
+		}
+	}
+	data, err := out.Encode()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resultPublishTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		err = w.cfg.Broker.Publish(ctx, env.ReplyTo, data)
+		if err == nil || errors.Is(err, svc.ErrBrokerClosed) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+// settle acks (done) or nacks the delivery; after the handler's context
+// ended it still does so, within settleTimeout.
+func (w *Worker) settle(ctx context.Context, d *svc.Delivery, done bool) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	var err error
+	if done {
+		err = d.Ack(sctx)
+	} else {
+		err = d.Nack(sctx, 0)
+	}
+	if err != nil && !errors.Is(err, svc.ErrSettled) {
+		// The broker redelivers it after the ack deadline; the publisher
+		// drops a second result.
+		w.log.Warn("delivery not settled", zap.String("subject", d.Subject), zap.String("message_id", d.ID),
+			zap.Bool("ack", done), zap.Error(err))
+	}
+}
+
+// track registers a running task so a cancel broadcast reaches it; false
+// when its run was cancelled already.
+func (w *Worker) track(env *svc.Envelope, cancel context.CancelCauseFunc) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.cancelled[env.RunID]; ok && env.RunID != "" {
+		return false
+	}
+	w.running[env.TaskID] = &task{runID: env.RunID, cancel: cancel}
+	return true
+}
+
+func (w *Worker) untrack(env *svc.Envelope) {
+	w.mu.Lock()
+	delete(w.running, env.TaskID)
+	w.mu.Unlock()
+}
+
+// onCancel cancels the tasks a cancel envelope names: one task when it
+// gives a task id, else every task of the run (remembered for a while, for
+// tasks of the run still on their way).
+func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
+	env, err := svc.DecodeEnvelope(data)
+	if err == nil && env.Kind != svc.KindCancel {
+		err = fmt.Errorf("envelope: kind %q on %s", env.Kind, svc.SubjectCancel)
+	}
+	if err == nil && len(w.cfg.Keys) > 0 {
+		err = env.Verify(w.cfg.Keys)
+	}
+	if err != nil {
+		w.log.Warn("cancel refused", zap.Error(err))
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if env.TaskID != "" {
+		if t, ok := w.running[env.TaskID]; ok {
+			t.cancel(errCancelledByRequest)
+		}
+		return
+	}
+	now := time.Now()
+	if len(w.cancelled) >= maxCancelled {
+		for id, at := range w.cancelled {
+			if now.Sub(at) > cancelledMemory || len(w.cancelled) >= maxCancelled {
+				delete(w.cancelled, id)
+			}
+		}
+	}
+	w.cancelled[env.RunID] = now
+	for _, t := range w.running {
+		if t.runID == env.RunID {
+			t.cancel(errCancelledByRequest)
+		}
+	}
+}
+
+// onDeadLetter answers a task that was delivered too often with a failed
+// result, so its run fails with the reason instead of waiting for its
+// timeout.
+func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
+	env, err := svc.DecodeEnvelope(dl.Data)
+	if err != nil || env.Kind != svc.KindTask {
+		return
+	}
+	if len(w.cfg.Keys) > 0 && env.Verify(w.cfg.Keys) != nil {
+		return
+	}
+	res := w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
+		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
+	if err := w.reply(env, res); err != nil {
+		w.log.Error("dead-letter result not published", zap.String("task_id", env.TaskID), zap.Error(err))
+	}
+}
+
+func (w *Worker) heartbeat() {
+	defer close(w.hbDone)
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.hbStop:
+			return
+		case <-t.C:
+			w.lifecycle(svc.EventWorkerHeartbeat, svc.Payload{
+				"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
+				"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
+			})
+		}
+	}
+}
+
+// lifecycle emits a worker event locally and broadcasts it on svc.workers
+// for every serve node. The broadcast is best effort: a heartbeat lost is
+// replaced by the next.
+func (w *Worker) lifecycle(t svc.EventType, p svc.Payload) {
+	ev := svc.RuntimeEvent{EventType: t, Timestamp: time.Now().UTC(), AgentName: w.cfg.RuntimeID,
+		TraceID: w.cfg.RuntimeID, Payload: p}
+	w.em.Emit(ev)
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := w.cfg.Broker.Broadcast(ctx, svc.SubjectWorkers, data); err != nil {
+		w.log.Warn("worker event not broadcast", zap.String("event_type", string(t)), zap.Error(err))
+	}
+}

@@ -1,0 +1,410 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/membroker"
+	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wait bounds every wait of these tests for something that must happen; a
+// worker that needs longer is broken, not slow.
+const wait = 20 * time.Second
+
+var agents = []svc.Agent{
+	{Name: "echo", Model: "test:echo"},
+	{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 60_000}},
+	{Name: "nap", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 300}},
+	{Name: "broken", Model: "test:fail"},
+}
+
+func newRuntime(t *testing.T) *supervisor.Runtime {
+	t.Helper()
+	rt, err := supervisor.New(supervisor.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Shutdown(ctx)
+	})
+	if err := rt.Register(agents...); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+func newBroker(t *testing.T) svc.Broker {
+	t.Helper()
+	b := membroker.New()
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// recorder keeps emitted events.
+type recorder struct {
+	mu  sync.Mutex
+	evs []svc.RuntimeEvent
+}
+
+func (r *recorder) Emit(ev svc.RuntimeEvent) {
+	r.mu.Lock()
+	r.evs = append(r.evs, ev)
+	r.mu.Unlock()
+}
+
+func (r *recorder) of(t svc.EventType) []svc.RuntimeEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []svc.RuntimeEvent
+	for _, ev := range r.evs {
+		if ev.EventType == t {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func startWorker(t *testing.T, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Shutdown(ctx)
+	})
+	return w
+}
+
+// inbox collects the result envelopes published on a reply subject.
+type inbox struct {
+	subject string
+	ch      chan *svc.Envelope
+}
+
+func newInbox(t *testing.T, b svc.Broker, name string) *inbox {
+	t.Helper()
+	in := &inbox{subject: svc.ResultSubject(name), ch: make(chan *svc.Envelope, 64)}
+	sub, err := b.Subscribe(context.Background(), in.subject, svc.SubscribeOptions{Prefetch: 16}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := svc.DecodeEnvelope(d.Data)
+		if err != nil {
+			t.Errorf("result: %v", err)
+		}
+		_ = d.Ack(ctx)
+		in.ch <- env
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop() })
+	return in
+}
+
+func (in *inbox) next(t *testing.T) *svc.Envelope {
+	t.Helper()
+	select {
+	case env := <-in.ch:
+		return env
+	case <-time.After(wait):
+		t.Fatal("no result")
+		return nil
+	}
+}
+
+func (in *inbox) none(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case env := <-in.ch:
+		t.Fatalf("unexpected result for task %s: %+v", env.TaskID, env.Result)
+	case <-time.After(d):
+	}
+}
+
+func publishTask(t *testing.T, b svc.Broker, env svc.Envelope) {
+	t.Helper()
+	env.Kind = svc.KindTask
+	if env.Input == nil {
+		env.Input = json.RawMessage(`{"text":"hi"}`)
+	}
+	data, err := env.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(context.Background(), svc.TaskSubject(env.Agent), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTaskRoundTrip(t *testing.T) {
+	b := newBroker(t)
+	w := startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "t1", RunID: "r1", TraceID: "trace-1", SpanID: "s1/1", Agent: "echo",
+		ReplyTo: in.subject, Attempt: 1, Input: json.RawMessage(`{"text":"hello"}`)})
+	env := in.next(t)
+	if env.Kind != svc.KindResult || env.TaskID != "t1" || env.RunID != "r1" || env.SpanID != "s1/1" || env.RuntimeID != w.RuntimeID() {
+		t.Fatalf("result envelope = %+v", env)
+	}
+	r := env.Result
+	if !r.Success || string(r.Output) != `{"text":"hello"}` || r.TaskID != "t1" || r.Metadata.TraceID != "trace-1" {
+		t.Fatalf("result = %+v", r)
+	}
+	// A failure inside the run is a result too, with its typed error.
+	publishTask(t, b, svc.Envelope{TaskID: "t2", TraceID: "trace-2", Agent: "broken", ReplyTo: in.subject})
+	if r := in.next(t).Result; r.Success || r.Error == nil || r.Error.Type != string(svc.KindModel) {
+		t.Fatalf("failed result = %+v", r)
+	}
+}
+
+func TestAgentsDefaultToTheRunnersAndUnknownIsRefused(t *testing.T) {
+	b := newBroker(t)
+	rt := newRuntime(t)
+	w, err := worker.New(context.Background(), worker.Config{Broker: b, Runner: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Agents(); !slices.Equal(got, []string{"broken", "echo", "nap", "slow"}) {
+		t.Fatalf("agents = %v", got)
+	}
+	_, err = worker.New(context.Background(), worker.Config{Broker: b, Runner: rt, Agents: []string{"echo", "nope"}})
+	if !errors.Is(err, svc.ErrRegistry) {
+		t.Fatalf("unknown agent: err = %v, want a RegistryError", err)
+	}
+}
+
+func TestDepthTravelsInTheTask(t *testing.T) {
+	b := newBroker(t)
+	rt, err := supervisor.New(supervisor.Config{Options: func() svc.Options {
+		o := svc.DefaultOptions()
+		o.MaxSpawnDepth = 2
+		return o
+	}()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := rt.Register(agents[0]); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, worker.Config{Broker: b, Runner: rt, Heartbeat: -1})
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "ok", TraceID: "a", Agent: "echo", ReplyTo: in.subject, Depth: 2})
+	if r := in.next(t).Result; !r.Success {
+		t.Fatalf("depth 2 of 2: %+v", r)
+	}
+	publishTask(t, b, svc.Envelope{TaskID: "deep", TraceID: "b", Agent: "echo", ReplyTo: in.subject, Depth: 3})
+	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindDepthLimit) {
+		t.Fatalf("depth 3 of 2: %+v", r.Error)
+	}
+}
+
+func TestExpiredTaskIsNotRun(t *testing.T) {
+	b := newBroker(t)
+	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
+	in := newInbox(t, b, "pub")
+	env := svc.Envelope{TaskID: "late", TraceID: "x", Agent: "echo", ReplyTo: in.subject}
+	env.SetDeadline(time.Now().Add(-time.Second))
+	publishTask(t, b, env)
+	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindTimeout) {
+		t.Fatalf("expired task: %+v", r)
+	}
+}
+
+func TestCancelBroadcastStopsTheRun(t *testing.T) {
+	b := newBroker(t)
+	w := startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "t", RunID: "run-1", TraceID: "x", Agent: "slow", ReplyTo: in.subject})
+	for w.InFlight() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel, _ := (&svc.Envelope{Kind: svc.KindCancel, RunID: "run-1"}).Encode()
+	if err := b.Broadcast(context.Background(), svc.SubjectCancel, cancel); err != nil {
+		t.Fatal(err)
+	}
+	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindCancelled) {
+		t.Fatalf("cancelled task: %+v", r)
+	}
+	// A task of that run that arrives after the cancel does not run.
+	publishTask(t, b, svc.Envelope{TaskID: "t2", RunID: "run-1", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindCancelled) {
+		t.Fatalf("task of a cancelled run: %+v", r)
+	}
+}
+
+func TestShutdownLetsTasksFinish(t *testing.T) {
+	b := newBroker(t)
+	w, err := worker.New(context.Background(), worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "t", TraceID: "x", Agent: "nap", ReplyTo: in.subject})
+	for w.InFlight() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if r := in.next(t).Result; !r.Success {
+		t.Fatalf("drained task: %+v", r)
+	}
+}
+
+// A worker out of grace gives its task back, and another worker runs it:
+// nothing is lost.
+func TestShutdownPastGraceHandsTasksToAnotherWorker(t *testing.T) {
+	b := newBroker(t)
+	rt := newRuntime(t)
+	first, err := worker.New(context.Background(), worker.Config{Broker: b, Runner: rt, Agents: []string{"slow"}, Heartbeat: -1, RuntimeID: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "t", TraceID: "x", Agent: "slow", ReplyTo: in.subject})
+	for first.InFlight() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := first.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown past grace: err = %v", err)
+	}
+	in.none(t, 200*time.Millisecond) // handed back, not answered
+
+	// The second worker gets it; it cancels it by run to end the test fast.
+	second := startWorker(t, worker.Config{Broker: b, Runner: rt, Agents: []string{"slow"}, Heartbeat: -1, RuntimeID: "second"})
+	for second.InFlight() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancelRun, _ := (&svc.Envelope{Kind: svc.KindCancel, RunID: "x", TaskID: "t"}).Encode()
+	if err := b.Broadcast(context.Background(), svc.SubjectCancel, cancelRun); err != nil {
+		t.Fatal(err)
+	}
+	if env := in.next(t); env.RuntimeID != "second" {
+		t.Fatalf("result from %q, want the second worker", env.RuntimeID)
+	}
+}
+
+func TestSignedTasks(t *testing.T) {
+	b := newBroker(t)
+	keys := map[string][]byte{"k1": []byte("secret")}
+	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1, Keys: keys, SignKeyID: "k1", SignKey: []byte("secret")})
+	in := newInbox(t, b, "pub")
+	// Unsigned: refused, no result (its reply subject cannot be trusted).
+	publishTask(t, b, svc.Envelope{TaskID: "unsigned", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	// Signed: run, and the result is signed.
+	env := svc.Envelope{Kind: svc.KindTask, TaskID: "signed", TraceID: "x", Agent: "echo", ReplyTo: in.subject, Input: json.RawMessage(`1`)}
+	if err := env.Sign("k1", []byte("secret")); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := env.Encode()
+	if err := b.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+		t.Fatal(err)
+	}
+	res := in.next(t)
+	if res.TaskID != "signed" {
+		t.Fatalf("first result is for %q, want only the signed task's", res.TaskID)
+	}
+	if err := res.Verify(keys); err != nil {
+		t.Fatalf("result signature: %v", err)
+	}
+	in.none(t, 200*time.Millisecond)
+}
+
+func TestLifecycleEvents(t *testing.T) {
+	b := newBroker(t)
+	var seen recorder
+	sub, err := b.SubscribeBroadcast(context.Background(), svc.SubjectWorkers, func(_ context.Context, _ string, data []byte) {
+		var ev svc.RuntimeEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			t.Errorf("worker event: %v", err)
+		}
+		seen.Emit(ev)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	var local recorder
+	w, err := worker.New(context.Background(), worker.Config{Broker: b, Runner: newRuntime(t), Agents: []string{"echo"},
+		Concurrency: 3, Prefetch: 2, Heartbeat: 20 * time.Millisecond, ConsumerID: "c-1", Emitter: &local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for len(local.of(svc.EventWorkerHeartbeat)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := w.RuntimeID()
+	for _, typ := range []svc.EventType{svc.EventWorkerStarted, svc.EventWorkerHeartbeat, svc.EventWorkerStopped} {
+		evs := local.of(typ)
+		if len(evs) == 0 {
+			t.Fatalf("no %s emitted", typ)
+		}
+		ev := evs[0]
+		if ev.AgentName != id || ev.TraceID != id || ev.Payload["runtime_id"] != id {
+			t.Errorf("%s names %q/%q, want the runtime id %q", typ, ev.AgentName, ev.TraceID, id)
+		}
+		want := svc.PayloadKeys[typ]
+		var got []string
+		for k := range ev.Payload {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		w2 := slices.Clone(want)
+		slices.Sort(w2)
+		if !slices.Equal(got, w2) {
+			t.Errorf("%s payload keys = %v, want %v", typ, got, w2)
+		}
+	}
+	st := local.of(svc.EventWorkerStarted)[0].Payload
+	if st["concurrency"] != 3 || st["prefetch"] != 2 || st["consumer_id"] != "c-1" || st["broker_scheme"] != "memory" {
+		t.Errorf("worker_started payload = %v", st)
+	}
+	hb := local.of(svc.EventWorkerHeartbeat)[0].Payload
+	if hb["concurrency_cap"] != 3 || hb["in_flight"] != 0 {
+		t.Errorf("worker_heartbeat payload = %v", hb)
+	}
+	// Every serve node sees them on svc.workers.
+	deadline = time.Now().Add(wait)
+	for len(seen.of(svc.EventWorkerStopped)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(seen.of(svc.EventWorkerStarted)) != 1 || len(seen.of(svc.EventWorkerStopped)) != 1 {
+		t.Fatalf("broadcast worker events: started %d, stopped %d", len(seen.of(svc.EventWorkerStarted)), len(seen.of(svc.EventWorkerStopped)))
+	}
+}
