@@ -318,7 +318,7 @@ var (
 	ErrSettled = errors.New("broker: delivery already settled")
 )
 
-// Wire subjects of the distributed mode (DESIGN.md, "Distributed mode").
+// Wire subjects of the distributed mode (docs/distributed.md).
 const (
 	// SubjectWorkers (broadcast) carries worker_started, worker_heartbeat
 	// and worker_stopped RuntimeEvents, seen by every serve node.

@@ -31,8 +31,8 @@ const (
 	KindCancel EnvelopeKind = "cancel"
 )
 
-// Envelope is the JSON message of the distributed mode (DESIGN.md,
-// "Distributed mode"). One type serves tasks, results and cancels, so every
+// Envelope is the JSON message of the distributed mode
+// (docs/distributed.md, "What goes on the wire"). One type serves tasks, results and cancels, so every
 // message is decoded, checked and signed the same way; fields a kind does not
 // use are left empty.
 type Envelope struct {

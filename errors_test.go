@@ -34,7 +34,7 @@ var sentinels = map[svc.Kind]error{
 	svc.KindUnauthorized:     svc.ErrUnauthorized,
 }
 
-// ancestors is the hierarchy of DESIGN.md written out by hand, so that a
+// ancestors is the hierarchy of docs/api.md written out by hand, so that a
 // change to Kind.Parent shows up here rather than being checked against
 // itself.
 func ancestors(k svc.Kind) []svc.Kind {

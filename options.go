@@ -31,7 +31,7 @@ type Options struct {
 // RetryBackoffBase is the pause before the first retry.
 const RetryBackoffBase = 100 * time.Millisecond
 
-// DefaultOptions returns the defaults of DESIGN.md.
+// DefaultOptions returns the defaults of docs/specs.md, "Runtime options".
 func DefaultOptions() Options {
 	return Options{
 		TimeoutSeconds:     300,

@@ -12,7 +12,7 @@ import (
 	"github.com/svc-dev/svc/group"
 )
 
-// supportYAML is the group of DESIGN.md with a fan-out edge added.
+// supportYAML is the support group of docs/specs.md with a fan-out edge added.
 const supportYAML = `version: 1
 name: support            # optional, = file stem
 kind: graph

@@ -26,7 +26,7 @@ func (t fakeTool) Call(context.Context, json.RawMessage) (json.RawMessage, error
 	return json.RawMessage(`null`), nil
 }
 
-// testEnv has the built-in tools of DESIGN.md and one builtin.
+// testEnv has the built-in tools of docs/tools.md and one builtin.
 func testEnv() Env {
 	tools := map[string]svc.Tool{}
 	for _, t := range []fakeTool{

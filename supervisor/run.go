@@ -30,8 +30,8 @@ func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc
 // runCompiled runs one prepared task on a compiled agent, as Run does, and
 // returns its result with the typed error only (Run, spawn_agents and
 // delegate build the wire form). A rejection, or the run's own timeout, is
-// the call's error rather than a failed result (DESIGN.md, "Failures
-// inside an agent run"), with its kind and cause as the invocation had it.
+// the call's error rather than a failed result (docs/api.md, "Errors"),
+// with its kind and cause as the invocation had it.
 func (rt *Runtime) runCompiled(ctx context.Context, c *agent.Compiled, t actors.Task) (svc.AgentResult, error) {
 	ctx, s, rs := rt.enter(ctx)
 	depth, err := rt.checkDepth(&s, c.Def.Name, t)

@@ -168,8 +168,7 @@ func (rt *Runtime) checkDepth(s *svc.Scope, name string, t actors.Task) (int, er
 }
 
 // isRejection reports whether a failed invocation of this kind is an error
-// of the call rather than a failed result (DESIGN.md, "Failures inside an
-// agent run").
+// of the call rather than a failed result (docs/api.md, "Errors").
 func isRejection(k svc.Kind) bool {
 	switch k {
 	case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindCancelled, svc.KindShuttingDown:

@@ -14,7 +14,7 @@ import (
 	svc "github.com/svc-dev/svc"
 )
 
-// statusByKind is the one table from error kinds to HTTP statuses (DESIGN.md,
+// statusByKind is the one table from error kinds to HTTP statuses (docs/api.md,
 // "Errors"). A kind missing here takes the status of its nearest ancestor,
 // so a kind added to the root package later is still answered sensibly.
 var statusByKind = map[svc.Kind]int{
@@ -91,7 +91,7 @@ func classify(err error) (svc.Kind, bool) {
 }
 
 // Problem is the RFC 9457 body of every error response:
-// application/problem+json with the members of DESIGN.md plus Reason, an
+// application/problem+json with the members of docs/api.md plus Reason, an
 // extension member carrying svc.Error.Reason when there is one.
 type Problem struct {
 	Type   string `json:"type"`

@@ -201,7 +201,7 @@ func TestRoutes(t *testing.T) {
 }
 
 // TestErrorStatuses drives every kind through the router and checks the
-// status against DESIGN.md's table, written out again here so a change to
+// status against docs/api.md's table, written out again here so a change to
 // the table in the code is caught.
 func TestErrorStatuses(t *testing.T) {
 	want := map[svc.Kind]int{
