@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -91,6 +92,20 @@ func (rt *Runtime) storeRetry(id, op string, f func(ctx context.Context) error) 
 func (rt *Runtime) setState(id string, next svc.RunState, reason string, final *svc.RunEvent) error {
 	return rt.retry(context.Background(), id, "set state "+string(next), func(ctx context.Context, attempt int) error {
 		err := rt.store.SetState(ctx, id, next, reason, final)
+		if attempt > 1 && errors.Is(err, svc.ErrRunState) {
+			if rec, gerr := rt.store.Get(ctx, id); gerr == nil && rec.State == next && rec.Reason == reason {
+				return nil
+			}
+		}
+		return err
+	})
+}
+
+// finish ends a run with its result and final event in one store step,
+// with retries; a refusal after a retried try is judged as setState's.
+func (rt *Runtime) finish(id string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	return rt.retry(context.Background(), id, "finish "+string(next), func(ctx context.Context, attempt int) error {
+		err := rt.store.Finish(ctx, id, next, reason, result, final)
 		if attempt > 1 && errors.Is(err, svc.ErrRunState) {
 			if rec, gerr := rt.store.Get(ctx, id); gerr == nil && rec.State == next && rec.Reason == reason {
 				return nil

@@ -188,16 +188,11 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 	if kind == svc.KindGroup {
 		final = &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: time.Now().UTC()}
 	}
-	// A refusal here means the run was cancelled meanwhile: the cancel won.
-	if err := rt.storeRetry(id, "set result", func(c context.Context) error { return rt.store.SetResult(c, id, body) }); err != nil {
-		if !errors.Is(err, svc.ErrRunState) {
-			rt.storeFailed(id, "set result", err)
-			rt.failRun(id)
-		}
-		return
-	}
-	if err := rt.setState(id, state, reason, final); err != nil && !errors.Is(err, svc.ErrRunState) {
-		rt.storeFailed(id, "set state "+string(state), err)
+	// Result, terminal state and final event are one store step, so a crash
+	// cannot leave a failed run whose result says success. A refusal here
+	// means the run was cancelled meanwhile: the cancel won.
+	if err := rt.finish(id, state, reason, body, final); err != nil && !errors.Is(err, svc.ErrRunState) {
+		rt.storeFailed(id, "finish "+string(state), err)
 		rt.failRun(id)
 	}
 }
