@@ -117,17 +117,21 @@ func TestSubmitRetriesTransientStoreErrors(t *testing.T) {
 // no result that says success is left behind.
 func TestSubmitFailsRunWhenResultCannotBeStored(t *testing.T) {
 	rt, fs, logs := faultRuntime(t, supervisor.Config{}, echo("echo", nil))
-	fs.Fail(faultstore.Finish, -1, nil)
+	fs.Fail(faultstore.Finish, 3, nil) // the three tries of the run's own end
 	id := submitEcho(t, rt, "echo")
-	rec, _ := waitEnd(t, rt, fs, id)
+	rec, evs := waitEnd(t, rt, fs, id)
 	if rec.State != svc.RunFailed || rec.Reason != "store_error" {
 		t.Fatalf("run %s %s (%s), want failed (store_error)", id, rec.State, rec.Reason)
 	}
-	if strings.Contains(string(rec.Result), `"success":true`) {
-		t.Errorf("a failed run keeps a successful result: %s", rec.Result)
+	var res svc.AgentResult
+	if err := json.Unmarshal(rec.Result, &res); err != nil || res.Success || res.Error == nil || res.Error.Reason != "store_error" {
+		t.Errorf("result %s (%v), want a failed AgentResult with reason store_error", rec.Result, err)
 	}
-	if fs.Calls(faultstore.Finish) != 3 {
-		t.Errorf("Finish tried %d times, want 3", fs.Calls(faultstore.Finish))
+	if len(evs) == 0 || evs[len(evs)-1].Type != svc.RunRunFailed || evs[len(evs)-1].Error != "store_error" {
+		t.Errorf("events %+v, want run_failed (store_error) last", evs)
+	}
+	if fs.Calls(faultstore.Finish) != 4 {
+		t.Errorf("Finish tried %d times, want 4 (3 for the run's end, 1 for store_error)", fs.Calls(faultstore.Finish))
 	}
 	if !logged(logs, zapcore.ErrorLevel, id) {
 		t.Errorf("no error logged with run_id %s: %v", id, logs.All())
@@ -155,8 +159,11 @@ func TestSubmitFailsRunThatCannotStart(t *testing.T) {
 	fs.Fail(faultstore.SetState, 3, nil) // the three tries of pending → running
 	id := submitEcho(t, rt, "echo")
 	rec, evs := waitEnd(t, rt, fs, id)
-	if rec.State != svc.RunFailed || rec.Reason != "store_error" || len(evs) != 0 {
-		t.Fatalf("run %s %s (%s) with events %+v, want failed (store_error) without events", id, rec.State, rec.Reason, evs)
+	if rec.State != svc.RunFailed || rec.Reason != "store_error" || len(evs) != 1 || evs[0].Type != svc.RunRunFailed {
+		t.Fatalf("run %s %s (%s) with events %+v, want failed (store_error) with run_failed only", id, rec.State, rec.Reason, evs)
+	}
+	if res, err := rt.RunResult(context.Background(), id); err != nil || !strings.Contains(string(res), `"success":false`) {
+		t.Errorf("result %s, %v; want the failed result", res, err)
 	}
 }
 
