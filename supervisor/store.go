@@ -157,7 +157,7 @@ func (rt *Runtime) storeFailed(id, op string, err error) {
 // keeps a result that says success.
 func storeErrorResult(target string, task svc.TaskSpec) json.RawMessage {
 	b, _ := json.Marshal(svc.AgentResult{AgentName: target, TaskID: task.ID,
-		Error: &svc.ErrorInfo{Type: string(svc.KindRuntime), Message: "the run store could not record the run", Reason: reasonStoreError},
+		Error:    &svc.ErrorInfo{Type: string(svc.KindRuntime), Message: "the run store could not record the run", Reason: reasonStoreError},
 		Metadata: svc.ResultMetadata{TraceID: task.RequestID, Backend: svc.BackendLocal}})
 	return b
 }
