@@ -106,7 +106,7 @@ type RunEvent struct {
 	RunID     string       `json:"run_id"`
 	Agent     string       `json:"agent"`   // "" (null) for run-level events
 	TaskID    string       `json:"task_id"` // "" (null) for run-level events
-	Error     string       `json:"error"`   // set on agent_failed only
+	Error     string       `json:"error"`   // set on agent_failed, and on run_failed (the reason)
 	Timestamp time.Time    `json:"timestamp"`
 }
 
