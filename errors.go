@@ -16,10 +16,16 @@ type Kind string
 const (
 	// KindRuntime is the base of every domain error. A client that meets a kind
 	// it does not know keeps the name and still matches ErrRuntime.
-	KindRuntime          Kind = "AgentRuntimeError"
-	KindSpecValidation   Kind = "SpecValidationError"
-	KindTopology         Kind = "TopologyError"
-	KindPayloadTooLarge  Kind = "PayloadTooLargeError"
+	KindRuntime         Kind = "AgentRuntimeError"
+	KindSpecValidation  Kind = "SpecValidationError"
+	KindTopology        Kind = "TopologyError"
+	KindPayloadTooLarge Kind = "PayloadTooLargeError"
+	// KindUnsupportedMediaType is a request body that is not
+	// application/json.
+	KindUnsupportedMediaType Kind = "UnsupportedMediaTypeError"
+	// KindForbiddenOrigin is a browser request from an origin the server
+	// does not allow.
+	KindForbiddenOrigin  Kind = "ForbiddenOriginError"
 	KindTrustViolation   Kind = "TrustViolationError"
 	KindRegistry         Kind = "RegistryError"
 	KindRunState         Kind = "RunStateError"
@@ -44,16 +50,18 @@ var Kinds = []Kind{
 	KindDepthLimit, KindSpawnCycle, KindSpawn, KindToolExecution,
 	KindAllAgentsFailed, KindModel, KindTimeout, KindCancelled,
 	KindShuttingDown, KindOutputValidation, KindUnauthorized,
+	KindUnsupportedMediaType, KindForbiddenOrigin,
 }
 
-// Parent is the kind this kind specialises: TopologyError and
-// PayloadTooLargeError are SpecValidationErrors, every other kind is an
-// AgentRuntimeError, and the base has no parent.
+// Parent is the kind this kind specialises: TopologyError,
+// PayloadTooLargeError and UnsupportedMediaTypeError are
+// SpecValidationErrors, every other kind is an AgentRuntimeError, and the
+// base has no parent.
 func (k Kind) Parent() Kind {
 	switch k {
 	case KindRuntime:
 		return ""
-	case KindTopology, KindPayloadTooLarge:
+	case KindTopology, KindPayloadTooLarge, KindUnsupportedMediaType:
 		return KindSpecValidation
 	default:
 		return KindRuntime
@@ -63,25 +71,27 @@ func (k Kind) Parent() Kind {
 // Sentinels for errors.Is. errors.Is(err, ErrSpecValidation) holds for a
 // TopologyError too; errors.Is(err, ErrRuntime) holds for every *Error.
 var (
-	ErrRuntime          = &Error{Kind: KindRuntime}
-	ErrSpecValidation   = &Error{Kind: KindSpecValidation}
-	ErrTopology         = &Error{Kind: KindTopology}
-	ErrPayloadTooLarge  = &Error{Kind: KindPayloadTooLarge}
-	ErrTrustViolation   = &Error{Kind: KindTrustViolation}
-	ErrRegistry         = &Error{Kind: KindRegistry}
-	ErrRunState         = &Error{Kind: KindRunState}
-	ErrBudgetExceeded   = &Error{Kind: KindBudgetExceeded}
-	ErrDepthLimit       = &Error{Kind: KindDepthLimit}
-	ErrSpawnCycle       = &Error{Kind: KindSpawnCycle}
-	ErrSpawn            = &Error{Kind: KindSpawn}
-	ErrToolExecution    = &Error{Kind: KindToolExecution}
-	ErrAllAgentsFailed  = &Error{Kind: KindAllAgentsFailed}
-	ErrModel            = &Error{Kind: KindModel}
-	ErrTimeout          = &Error{Kind: KindTimeout}
-	ErrCancelled        = &Error{Kind: KindCancelled}
-	ErrShuttingDown     = &Error{Kind: KindShuttingDown}
-	ErrUnauthorized     = &Error{Kind: KindUnauthorized}
-	ErrOutputValidation = &Error{Kind: KindOutputValidation}
+	ErrRuntime              = &Error{Kind: KindRuntime}
+	ErrSpecValidation       = &Error{Kind: KindSpecValidation}
+	ErrTopology             = &Error{Kind: KindTopology}
+	ErrPayloadTooLarge      = &Error{Kind: KindPayloadTooLarge}
+	ErrUnsupportedMediaType = &Error{Kind: KindUnsupportedMediaType}
+	ErrForbiddenOrigin      = &Error{Kind: KindForbiddenOrigin}
+	ErrTrustViolation       = &Error{Kind: KindTrustViolation}
+	ErrRegistry             = &Error{Kind: KindRegistry}
+	ErrRunState             = &Error{Kind: KindRunState}
+	ErrBudgetExceeded       = &Error{Kind: KindBudgetExceeded}
+	ErrDepthLimit           = &Error{Kind: KindDepthLimit}
+	ErrSpawnCycle           = &Error{Kind: KindSpawnCycle}
+	ErrSpawn                = &Error{Kind: KindSpawn}
+	ErrToolExecution        = &Error{Kind: KindToolExecution}
+	ErrAllAgentsFailed      = &Error{Kind: KindAllAgentsFailed}
+	ErrModel                = &Error{Kind: KindModel}
+	ErrTimeout              = &Error{Kind: KindTimeout}
+	ErrCancelled            = &Error{Kind: KindCancelled}
+	ErrShuttingDown         = &Error{Kind: KindShuttingDown}
+	ErrUnauthorized         = &Error{Kind: KindUnauthorized}
+	ErrOutputValidation     = &Error{Kind: KindOutputValidation}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

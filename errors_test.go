@@ -13,25 +13,27 @@ import (
 // sentinels maps every kind to its sentinel; the test below fails when a
 // kind is added to svc.Kinds without one.
 var sentinels = map[svc.Kind]error{
-	svc.KindRuntime:          svc.ErrRuntime,
-	svc.KindSpecValidation:   svc.ErrSpecValidation,
-	svc.KindTopology:         svc.ErrTopology,
-	svc.KindPayloadTooLarge:  svc.ErrPayloadTooLarge,
-	svc.KindTrustViolation:   svc.ErrTrustViolation,
-	svc.KindRegistry:         svc.ErrRegistry,
-	svc.KindRunState:         svc.ErrRunState,
-	svc.KindBudgetExceeded:   svc.ErrBudgetExceeded,
-	svc.KindDepthLimit:       svc.ErrDepthLimit,
-	svc.KindSpawnCycle:       svc.ErrSpawnCycle,
-	svc.KindSpawn:            svc.ErrSpawn,
-	svc.KindToolExecution:    svc.ErrToolExecution,
-	svc.KindAllAgentsFailed:  svc.ErrAllAgentsFailed,
-	svc.KindModel:            svc.ErrModel,
-	svc.KindTimeout:          svc.ErrTimeout,
-	svc.KindCancelled:        svc.ErrCancelled,
-	svc.KindShuttingDown:     svc.ErrShuttingDown,
-	svc.KindOutputValidation: svc.ErrOutputValidation,
-	svc.KindUnauthorized:     svc.ErrUnauthorized,
+	svc.KindRuntime:              svc.ErrRuntime,
+	svc.KindSpecValidation:       svc.ErrSpecValidation,
+	svc.KindTopology:             svc.ErrTopology,
+	svc.KindPayloadTooLarge:      svc.ErrPayloadTooLarge,
+	svc.KindTrustViolation:       svc.ErrTrustViolation,
+	svc.KindRegistry:             svc.ErrRegistry,
+	svc.KindRunState:             svc.ErrRunState,
+	svc.KindBudgetExceeded:       svc.ErrBudgetExceeded,
+	svc.KindDepthLimit:           svc.ErrDepthLimit,
+	svc.KindSpawnCycle:           svc.ErrSpawnCycle,
+	svc.KindSpawn:                svc.ErrSpawn,
+	svc.KindToolExecution:        svc.ErrToolExecution,
+	svc.KindAllAgentsFailed:      svc.ErrAllAgentsFailed,
+	svc.KindModel:                svc.ErrModel,
+	svc.KindTimeout:              svc.ErrTimeout,
+	svc.KindCancelled:            svc.ErrCancelled,
+	svc.KindShuttingDown:         svc.ErrShuttingDown,
+	svc.KindOutputValidation:     svc.ErrOutputValidation,
+	svc.KindUnauthorized:         svc.ErrUnauthorized,
+	svc.KindUnsupportedMediaType: svc.ErrUnsupportedMediaType,
+	svc.KindForbiddenOrigin:      svc.ErrForbiddenOrigin,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a
@@ -41,7 +43,7 @@ func ancestors(k svc.Kind) []svc.Kind {
 	switch k {
 	case svc.KindRuntime:
 		return []svc.Kind{svc.KindRuntime}
-	case svc.KindTopology, svc.KindPayloadTooLarge:
+	case svc.KindTopology, svc.KindPayloadTooLarge, svc.KindUnsupportedMediaType:
 		return []svc.Kind{k, svc.KindSpecValidation, svc.KindRuntime}
 	}
 	return []svc.Kind{k, svc.KindRuntime}

@@ -306,7 +306,7 @@ func (a *App) start() error {
 	if o.MaxBodyBytes > 0 {
 		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
 	}
-	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
+	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
 	if a.evStore != nil {
 		cfg.Events = a.evStore
 	}

@@ -100,6 +100,11 @@ type Options struct {
 	// AuthToken, when set, is the bearer token every route but /healthz,
 	// /health and /readyz requires. [--auth-token, $SVC_AUTH_TOKEN]
 	AuthToken string
+	// AllowedOrigins are the browser origins besides the server's own
+	// whose requests are served, with CORS headers; a request with any
+	// other Origin header is a 403 (server.CheckOrigin).
+	// [--allowed-origins]
+	AllowedOrigins []string
 	// MaxBodyBytes bounds request bodies; server.DefaultMaxBodyBytes (1
 	// MiB) when 0. [--max-body-bytes]
 	MaxBodyBytes int64

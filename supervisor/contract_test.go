@@ -127,6 +127,7 @@ func TestIdempotencyKeyOverHTTP(t *testing.T) {
 	srv := router(t, fixture(t))
 	post := func(body, key string) (int, string) {
 		req, _ := http.NewRequest("POST", srv.URL+"/submit", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/spec"
 )
 
@@ -24,6 +25,7 @@ type serveCmd struct {
 	host      string
 	port      int
 	authToken string
+	origins   []string
 	grace     time.Duration
 	maxBody   int64
 	storeSpec string
@@ -94,6 +96,8 @@ Runtime options (runtime.yaml) apply at the next start.
 
 With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
 /readyz needs "Authorization: Bearer <token>".
+Request bodies must be application/json, and a browser request from another
+origin than the server's own is refused unless --allowed-origins lists it.
 
 Every runtime event goes to the log, to GET /events/stream (svc status), and
 to the event store (--events) that the rollup routes read: GET /events,
@@ -120,6 +124,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.StringVar(&s.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
 	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token required on every route but the health checks (default $SVC_AUTH_TOKEN)")
+	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
@@ -173,6 +178,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if s.maxBody <= 0 {
 		return &exitError{code: 2, err: errors.New("--max-body-bytes must be positive")}
 	}
+	if _, err := server.CheckOrigin(s.origins); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--allowed-origins: %w", err)}
+	}
 	if s.eventsMaxRows < 0 || s.eventsMaxAge < 0 {
 		return &exitError{code: 2, err: errors.New("--events-max-rows and --events-max-age must not be negative")}
 	}
@@ -186,6 +194,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 
 	o := s.appOptions(fs, log)
 	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, s.authToken, s.maxBody
+	o.AllowedOrigins = s.origins
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
 	// The flags' 0 is "no limit", the app's is "the default".
 	o.EventsMaxRows, o.EventsMaxAge = noLimit(s.eventsMaxRows), time.Duration(noLimit(int(s.eventsMaxAge)))

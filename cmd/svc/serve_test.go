@@ -262,6 +262,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	replies := make(chan reply, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, s.url+"/agents/slow/run", strings.NewReader(`{"input":"in flight"}`))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := httpClient.Do(req)
 		if err != nil {
 			replies <- reply{err: err}
@@ -312,6 +313,7 @@ func TestServeGraceExpires(t *testing.T) {
 	go func() {
 		defer close(replied)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/agents/slow/run", strings.NewReader(`{"input":1}`))
+		req.Header.Set("Content-Type", "application/json")
 		if resp, err := httpClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -345,6 +347,7 @@ func TestServeSecondSignalKills(t *testing.T) {
 	go func() {
 		defer close(replied)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/agents/slow/run", strings.NewReader(`{"input":1}`))
+		req.Header.Set("Content-Type", "application/json")
 		if resp, err := httpClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

@@ -4,7 +4,7 @@
 // server.
 //
 //	go run ./examples/embed            # listens on 127.0.0.1:8080
-//	curl -s -H 'X-API-Key: demo' -d '{"input":"hi"}' localhost:8080/svc/agents/echo/run
+//	curl -s -H 'X-API-Key: demo' -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8080/svc/agents/echo/run
 package main
 
 import (

@@ -28,6 +28,9 @@ func TestHost(t *testing.T) {
 	do := func(method, path, key, body string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if key != "" {
 			req.Header.Set("X-API-Key", key)
 		}

@@ -5,8 +5,8 @@
 // metrics).
 //
 //	go run ./examples/process          # listens on 127.0.0.1:8421
-//	curl -s -d '{"input":"hi"}' localhost:8421/agents/greeter/run     # registered in Go
-//	curl -s -d '{"input":"hi"}' localhost:8421/agents/echo/run        # from examples/specs
+//	curl -s -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8421/agents/greeter/run     # registered in Go
+//	curl -s -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8421/agents/echo/run        # from examples/specs
 package main
 
 import (

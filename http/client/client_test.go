@@ -387,6 +387,7 @@ func TestErrorRebuild(t *testing.T) {
 	sentinels := map[svc.Kind]error{
 		svc.KindRuntime: svc.ErrRuntime, svc.KindSpecValidation: svc.ErrSpecValidation,
 		svc.KindTopology: svc.ErrTopology, svc.KindPayloadTooLarge: svc.ErrPayloadTooLarge,
+		svc.KindUnsupportedMediaType: svc.ErrUnsupportedMediaType, svc.KindForbiddenOrigin: svc.ErrForbiddenOrigin,
 		svc.KindTrustViolation: svc.ErrTrustViolation, svc.KindRegistry: svc.ErrRegistry,
 		svc.KindRunState: svc.ErrRunState, svc.KindBudgetExceeded: svc.ErrBudgetExceeded,
 		svc.KindDepthLimit: svc.ErrDepthLimit, svc.KindSpawnCycle: svc.ErrSpawnCycle,

@@ -12,10 +12,15 @@ import (
 	svc "github.com/svc-dev/svc"
 )
 
-// readBody reads at most limit bytes of r's body. A longer body is a
+// readBody reads at most limit bytes of r's body, which must be
+// application/json (requireJSON) unless it is empty, so that a missing
+// body is reported as such. A longer body is a
 // PayloadTooLargeError; http.MaxBytesReader also tells net/http to close the
 // connection rather than drain the rest.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if err := optionalJSONBody(r); err != nil {
+		return nil, err
+	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -51,6 +56,9 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 			return svc.TaskSpec{}, "", svc.Errorf(svc.KindSpecValidation, "task must be a TaskSpec object, not null")
 		}
 		if err := checkTask(*env.Task, "task."); err != nil {
+			return svc.TaskSpec{}, "", err
+		}
+		if err := checkRequestID(env.RequestID, "request_id"); err != nil {
 			return svc.TaskSpec{}, "", err
 		}
 		return *env.Task, env.RequestID, nil
@@ -92,19 +100,21 @@ func decodeGatherBody(data []byte) (svc.GatherRequest, error) {
 	return req, nil
 }
 
-// checkTask rejects a task without input. An explicit null counts as
+// checkTask rejects a task without input, and one whose request_id the
+// X-Request-Id header could not carry. An explicit null counts as
 // missing: it is what a Go TaskSpec with a nil Input encodes to, and an
 // agent is never meant to be run on nothing.
 func checkTask(t svc.TaskSpec, path string) error {
 	if len(t.Input) == 0 || string(t.Input) == "null" {
 		return svc.Errorf(svc.KindSpecValidation, "%sinput is required", path)
 	}
-	return nil
+	return checkRequestID(t.RequestID, path+"request_id")
 }
 
 // topLevelObject checks that data is exactly one JSON object and returns its
 // members. It reports, in this order: an empty body, malformed JSON (with
-// the byte offset), a value that is not an object, and data after it.
+// the byte offset), a value that is not an object, data after it, and what
+// checkJSONText refuses.
 func topLevelObject(data []byte) (map[string]json.RawMessage, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "request body is empty: a JSON object is required")
@@ -119,6 +129,9 @@ func topLevelObject(data []byte) (map[string]json.RawMessage, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, svc.Errorf(svc.KindSpecValidation, "unexpected data after the JSON object at offset %d", dec.InputOffset())
+	}
+	if err := checkJSONText(data); err != nil {
+		return nil, err
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
@@ -222,6 +235,9 @@ func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
 		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "task is required: a TaskSpec object")
 	}
 	if err := checkTask(*env.Task, "task."); err != nil {
+		return svc.SubmitRequest{}, "", err
+	}
+	if err := checkRequestID(env.RequestID, "request_id"); err != nil {
 		return svc.SubmitRequest{}, "", err
 	}
 	switch env.Kind {

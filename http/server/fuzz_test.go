@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	svc "github.com/svc-dev/svc"
 )
@@ -26,6 +27,14 @@ var runSeeds = []string{
 	`{"task":{"input":1},"Task":{}}`,
 	`{"INPUT":"case"}`,
 	"{\"input\":\"\xff\"}",
+	`{"input":"\ud800"}`,
+	`{"input":"\ud83d\ude00","request_id":"ok"}`,
+	`{"input":"\\ud800"}`,
+	`{"input":{"a":1,"a":2}}`,
+	`{"input":[{"a":1},{"a":2}]}`,
+	`{"input":1e400}`,
+	`{"input":1,"request_id":"a b"}`,
+	`{"task":{"input":1},"request_id":"\u00e9"}`,
 }
 
 // FuzzDecodeRunBody checks that any body either decodes to a task with an
@@ -46,6 +55,23 @@ func FuzzDecodeRunBody(f *testing.F) {
 		if len(task.Input) == 0 || string(task.Input) == "null" || !json.Valid(task.Input) {
 			t.Fatalf("accepted input %q", task.Input)
 		}
+		// What is accepted comes out as it went in: UTF-8, no surrogate
+		// escape that decodes to U+FFFD, no key that shadows another, no
+		// number a reader cannot hold, and request ids a header could carry.
+		if !utf8.Valid(data) {
+			t.Fatalf("accepted invalid UTF-8: %q", data)
+		}
+		if i, esc := loneSurrogate(data); i >= 0 {
+			t.Fatalf("accepted the lone surrogate %s in %q", esc, data)
+		}
+		if !uniqueKeysAndFiniteNumbers(t, task.Input) {
+			t.Fatalf("accepted input %s with a duplicate key or an overflowing number", task.Input)
+		}
+		for _, id := range []string{task.RequestID, envID} {
+			if id != "" && !ValidRequestID(id) {
+				t.Fatalf("accepted request id %q", id)
+			}
+		}
 		if envID != "" && !bytes.Contains(data, []byte(`"task"`)) {
 			t.Fatalf("envelope request id %q from a body without a task key", envID)
 		}
@@ -62,6 +88,52 @@ func FuzzDecodeRunBody(f *testing.F) {
 			t.Fatalf("round trip changed the task: %+v -> %+v", task, again)
 		}
 	})
+}
+
+// uniqueKeysAndFiniteNumbers is an oracle independent of checkTokens:
+// decoding into an ordered walk of json.RawMessage members, it reports
+// whether no object in v repeats a key and every number fits a float64.
+func uniqueKeysAndFiniteNumbers(t *testing.T, v json.RawMessage) bool {
+	t.Helper()
+	switch v[0] {
+	case '{':
+		dec := json.NewDecoder(bytes.NewReader(v))
+		_, _ = dec.Token()
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen[k.(string)] {
+				return false
+			}
+			seen[k.(string)] = true
+			var m json.RawMessage
+			if err := dec.Decode(&m); err != nil {
+				t.Fatal(err)
+			}
+			if !uniqueKeysAndFiniteNumbers(t, m) {
+				return false
+			}
+		}
+		return true
+	case '[':
+		var items []json.RawMessage
+		if err := json.Unmarshal(v, &items); err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if !uniqueKeysAndFiniteNumbers(t, it) {
+				return false
+			}
+		}
+		return true
+	case '"', 't', 'f', 'n':
+		return true
+	}
+	var f float64
+	return json.Unmarshal(v, &f) == nil
 }
 
 func compact(t *testing.T, raw json.RawMessage) string {

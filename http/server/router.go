@@ -130,6 +130,12 @@ func WithLogger(l *zap.Logger) Option {
 // A group run answers with the plain AgentResult when one terminal node
 // fired and with a GroupResult ({"group": true, ...}) when several did.
 //
+// A request body must be application/json (an UnsupportedMediaTypeError,
+// 415, otherwise; an empty body needs no Content-Type), UTF-8 without
+// unpaired surrogate escapes, without a key repeated in one object and
+// without numbers beyond float64; a request_id in it follows the rule of
+// ValidRequestID. Origins are the host's concern here: see CheckOrigin.
+//
 // The trace id of a run (agent, group or submitted) is the task's request_id, else the
 // envelope's request_id, else the X-Request-Id header, else a new UUIDv7; it
 // is echoed in the X-Request-Id response header. A gather's batch id is the

@@ -145,6 +145,11 @@ func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The body is optional and unread, but one that is sent must be JSON,
+	// or any web page could cancel runs with a form.
+	if err := optionalJSONBody(r); err != nil {
+		return err
+	}
 	if err := h.rb.CancelRun(r.Context(), id); err != nil {
 		return err
 	}

@@ -82,3 +82,41 @@ func FuzzStreamAfter(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckOrigin checks that any Origin header is either served (absent,
+// the server's own, or an allowed one, which alone gets CORS headers) or
+// refused with a 403, never a panic.
+func FuzzCheckOrigin(f *testing.F) {
+	for _, s := range []string{"", "null", "http://127.0.0.1:8420", "HTTP://127.0.0.1:8420", "http://127.0.0.1",
+		"https://app.example", "https://app.example:443", "https://app.example/", "https://app.example.evil",
+		"http://[::1]:8420", "http://user@app.example", "*", "https://app.example/x?y", "http://%zz"} {
+		f.Add(s)
+	}
+	mw, err := CheckOrigin([]string{"https://app.example"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	f.Fuzz(func(t *testing.T, origin string) {
+		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8420/agents/echo/run", nil)
+		r.Header.Set("Origin", origin)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		acao := w.Header().Get("Access-Control-Allow-Origin")
+		n, ok := normalOrigin(origin)
+		switch {
+		case origin == "" || (ok && n == "http://127.0.0.1:8420"):
+			if w.Code != http.StatusOK || acao != "" {
+				t.Fatalf("origin %q: %d %q, want served without CORS", origin, w.Code, acao)
+			}
+		case ok && n == "https://app.example:443":
+			if w.Code != http.StatusOK || acao != origin {
+				t.Fatalf("origin %q: %d %q, want served with CORS", origin, w.Code, acao)
+			}
+		default:
+			if w.Code != http.StatusForbidden || acao != "" {
+				t.Fatalf("origin %q: %d %q, want 403", origin, w.Code, acao)
+			}
+		}
+	})
+}

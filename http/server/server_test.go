@@ -64,6 +64,11 @@ func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr ...st
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		// What every JSON client sends; a test of the media type check
+		// overrides it through hdr.
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -211,6 +216,7 @@ func TestErrorStatuses(t *testing.T) {
 		svc.KindSpawnCycle: 429, svc.KindSpawn: 500, svc.KindToolExecution: 500,
 		svc.KindAllAgentsFailed: 500, svc.KindModel: 502, svc.KindTimeout: 504,
 		svc.KindCancelled: 409, svc.KindShuttingDown: 503, svc.KindOutputValidation: 500, svc.KindUnauthorized: 401,
+		svc.KindUnsupportedMediaType: 415, svc.KindForbiddenOrigin: 403,
 		"FrobnicationError": 500, // unknown: falls back to its parent, the base
 	}
 	for _, k := range svc.Kinds {

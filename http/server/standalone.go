@@ -36,11 +36,18 @@ type StandaloneConfig struct {
 	// Metrics, when set, is served at GET /metrics (a Prometheus scrape
 	// handler), behind the bearer token like every other route.
 	Metrics http.Handler
+	// AllowedOrigins are the browser origins ("https://app.example",
+	// scheme://host[:port]) besides the server's own whose requests are
+	// served, with CORS headers and preflight answers; a request with any
+	// other Origin is a 403. Requests without an Origin (curl, the Go
+	// client) are not affected.
+	AllowedOrigins []string
 }
 
 // NewStandalone returns the handler of the standalone server: the router
-// for b, with the observation routes of mountObservation, behind RequestID, AccessLog, Recoverer and, when cfg.AuthToken is
-// set, BearerAuth, in that order from the outside in.
+// for b, with the observation routes of mountObservation, behind RequestID,
+// AccessLog, Recoverer, CheckOrigin (with cfg.AllowedOrigins) and, when
+// cfg.AuthToken is set, BearerAuth, in that order from the outside in.
 func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -59,6 +66,11 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	if cfg.AuthToken != "" {
 		h = BearerAuth(cfg.AuthToken)(h)
 	}
+	origins, err := CheckOrigin(cfg.AllowedOrigins)
+	if err != nil {
+		return nil, err
+	}
+	h = origins(h)
 	h = Recoverer(h)
 	if cfg.MeterProvider != nil {
 		mw, err := Metrics(cfg.MeterProvider)

@@ -1,0 +1,218 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	svc "github.com/svc-dev/svc"
+)
+
+// checkJSONText refuses a syntactically valid JSON text that encoding/json
+// would accept but not keep: invalid UTF-8 and unpaired surrogate escapes
+// (both silently become U+FFFD, or are echoed raw in a json.RawMessage),
+// duplicate object keys at any depth (the last one silently wins), and
+// numbers beyond the range of a float64 (kept verbatim in an input, where
+// most JSON readers fail on them). Every refusal is a SpecValidationError
+// naming the offset, and the key for a duplicate. data must already be
+// known to be one valid JSON value.
+func checkJSONText(data []byte) error {
+	if i := invalidUTF8(data); i >= 0 {
+		return svc.Errorf(svc.KindSpecValidation, "invalid UTF-8 at offset %d: JSON text must be UTF-8", i)
+	}
+	if i, esc := loneSurrogate(data); i >= 0 {
+		return svc.Errorf(svc.KindSpecValidation, "unpaired surrogate %s at offset %d: a \\uD800-\\uDFFF escape must be half of a pair", esc, i)
+	}
+	return checkTokens(data)
+}
+
+// invalidUTF8 returns the offset of the first byte of data that is not
+// part of valid UTF-8 (surrogate code points encoded directly included),
+// or -1.
+func invalidUTF8(data []byte) int {
+	if utf8.Valid(data) {
+		return -1
+	}
+	for i := 0; i < len(data); {
+		if data[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// loneSurrogate returns the offset and text of the first \u escape of a
+// surrogate that is not half of a high-low pair, or -1. In valid JSON a
+// backslash only occurs in a string, where it starts an escape, so the
+// bytes can be scanned without tracking strings.
+func loneSurrogate(data []byte) (int, string) {
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(data) || data[i+1] != 'u' {
+			i++ // skip the escaped character, which may be a backslash
+			continue
+		}
+		r, ok := hex4(data[i+2:])
+		if !ok {
+			i++
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+11 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+				if lo, ok := hex4(data[i+8:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11
+					continue
+				}
+			}
+			return i, string(data[i : i+6])
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return i, string(data[i : i+6])
+		}
+		i += 5
+	}
+	return -1, ""
+}
+
+// hex4 decodes the four hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
+	return rune(n), err == nil
+}
+
+// frame is one open object or array of checkTokens' walk.
+type frame struct {
+	object bool
+	keys   map[string]struct{}
+	key    bool   // an object's next token is a key
+	name   string // the path of this value, for messages
+	index  int    // an array's next element
+}
+
+// checkTokens walks data's tokens, refusing duplicate keys in any object
+// and numbers that overflow a float64.
+func checkTokens(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var stack []*frame
+	// child returns the path of the value about to start, and marks it
+	// consumed in its parent.
+	var lastKey string
+	child := func() string {
+		if len(stack) == 0 {
+			return ""
+		}
+		top := stack[len(stack)-1]
+		if top.object {
+			top.key = true
+			return joinPath(top.name, lastKey)
+		}
+		p := top.name + "[" + strconv.Itoa(top.index) + "]"
+		top.index++
+		return p
+	}
+	for {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return jsonError(err, dec.InputOffset())
+		}
+		if len(stack) > 0 {
+			if top := stack[len(stack)-1]; top.object && top.key {
+				if d, ok := tok.(json.Delim); ok && d == '}' {
+					stack = stack[:len(stack)-1]
+					continue
+				}
+				k, _ := tok.(string)
+				if _, dup := top.keys[k]; dup {
+					where := ""
+					if top.name != "" {
+						where = " in " + top.name
+					}
+					return svc.Errorf(svc.KindSpecValidation, "duplicate key %q%s at offset %d", k, where, keyOffset(data, start))
+				}
+				top.keys[k] = struct{}{}
+				top.key = false
+				lastKey = k
+				continue
+			}
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &frame{object: true, keys: map[string]struct{}{}, key: true, name: child()})
+			case '[':
+				stack = append(stack, &frame{name: child()})
+			default: // ']'; '}' was handled with the keys
+				stack = stack[:len(stack)-1]
+			}
+		case json.Number:
+			path := child()
+			if f, err := strconv.ParseFloat(string(t), 64); err != nil && math.IsInf(f, 0) {
+				where := ""
+				if path != "" {
+					where = " (" + path + ")"
+				}
+				return svc.Errorf(svc.KindSpecValidation, "number %s at offset %d%s is out of range: JSON numbers must fit a 64-bit float",
+					t, keyOffset(data, start), where)
+			}
+		default:
+			child()
+		}
+	}
+}
+
+// keyOffset returns the offset of the token that starts after start:
+// the decoder's offset is before the separator and blanks.
+func keyOffset(data []byte, start int64) int64 {
+	i := start
+	for i < int64(len(data)) && strings.IndexByte(" \t\r\n,:", data[i]) >= 0 {
+		i++
+	}
+	return i
+}
+
+func joinPath(parent, key string) string {
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+// checkRequestID holds a request_id from a body to the rule of the
+// X-Request-Id header (ValidRequestID); "" is no request id. field names
+// it in the message.
+func checkRequestID(id, field string) error {
+	if id == "" || ValidRequestID(id) {
+		return nil
+	}
+	return svc.Errorf(svc.KindSpecValidation, "%s %q: want 1 to %d printable ASCII characters without spaces, like %s",
+		field, truncate(id, 40), MaxRequestIDLen, RequestIDHeader)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
