@@ -17,8 +17,9 @@ import (
 //
 // It reports whether execute may go on recording the run: false when the
 // store refused the write (the run is terminal already: cancelled, or
-// interrupted by another process, and nothing may land on it) or could not
-// make it (the run was failed with store_error).
+// interrupted by another process, and nothing may land on it). A write that
+// fails after its retries is logged, and execute goes on: its terminal
+// write meets the same store and handles its failure.
 func (rt *Runtime) settleProgress(ctx context.Context, id string) bool {
 	cause := context.Cause(ctx)
 	if errors.Is(cause, errRunCancelled) {
@@ -41,6 +42,5 @@ func (rt *Runtime) settleProgress(ctx context.Context, id string) bool {
 		return false
 	}
 	rt.storeFailed(id, "set final progress", err)
-	rt.failRun(id)
-	return false
+	return true
 }
