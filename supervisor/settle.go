@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"go.uber.org/zap"
+
 	"github.com/svc-dev/svc"
 )
 
@@ -41,6 +43,6 @@ func (rt *Runtime) settleProgress(ctx context.Context, id string) bool {
 	case errors.Is(err, svc.ErrRunState):
 		return false
 	}
-	rt.storeFailed(id, "set final progress", err)
+	rt.log.Error("run store write failed: the run's final progress is not recorded", zap.String("run_id", id), zap.Error(err))
 	return true
 }
