@@ -58,7 +58,44 @@ const (
 	RunAgentFailed    RunEventType = "agent_failed"
 	RunGroupCompleted RunEventType = "group_completed"
 	RunRunCancelled   RunEventType = "run_cancelled"
+	// RunRunFailed is a run-level terminal event that the spec's list does
+	// not have: the run failed outside its agents, so no agent_failed tells
+	// the story (a run Interrupt found unfinished after its process died).
+	// Agent and TaskID are null; Error carries the reason.
+	RunRunFailed RunEventType = "run_failed"
 )
+
+// ReasonInterrupted is the Reason of a run that RunStore.Interrupt failed:
+// the process that ran it stopped before the run ended.
+const ReasonInterrupted = "interrupted"
+
+// InterruptedResult is the failed AgentResult that Interrupt stores for a
+// run the dead process left unfinished: success false, error
+// {type: AgentRuntimeError, reason: interrupted}. The record does not keep
+// the task id, so task_id is empty.
+func InterruptedResult(target string) json.RawMessage {
+	b, _ := json.Marshal(AgentResult{AgentName: target, Error: &ErrorInfo{Type: string(KindRuntime),
+		Message: "run interrupted: the process running it stopped before it ended", Reason: ReasonInterrupted}})
+	return b
+}
+
+// InterruptedEvent is the terminal run_failed event Interrupt appends.
+func InterruptedEvent(at time.Time) RunEvent {
+	return RunEvent{Type: RunRunFailed, Error: ReasonInterrupted, Timestamp: at}
+}
+
+// InterruptedProgress is the progress Interrupt stores: what was running
+// failed with the run, so nothing shows as running. Nil (no update was
+// ever made) stays nil.
+func InterruptedProgress(p *RunProgress) *RunProgress {
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.Failed += q.Running
+	q.Running = 0
+	return &q
+}
 
 // RunEvent is one frame of a run's event stream (GET /runs/{id}/stream).
 // Seq numbers a run's events from 1 in the order the store took them; it is
@@ -69,7 +106,7 @@ type RunEvent struct {
 	RunID     string       `json:"run_id"`
 	Agent     string       `json:"agent"`   // "" (null) for run-level events
 	TaskID    string       `json:"task_id"` // "" (null) for run-level events
-	Error     string       `json:"error"`   // set on agent_failed only
+	Error     string       `json:"error"`   // set on agent_failed, and on run_failed (the reason)
 	Timestamp time.Time    `json:"timestamp"`
 }
 
@@ -113,6 +150,11 @@ type RunStatus struct {
 	RunID    string       `json:"run_id"`
 	State    RunState     `json:"state"`
 	Progress *RunProgress `json:"progress"` // null until the first update
+	// Reason says why a run failed or was cancelled ("interrupted",
+	// "store_error", "timeout", "cancelled"); absent otherwise. The spec's
+	// RunStatus has no such field: it is an addition, omitted when empty, so
+	// a client reading the spec's three fields is unaffected.
+	Reason string `json:"reason,omitempty"`
 }
 
 // RunRecord is everything a RunStore keeps about one run but its events.
@@ -134,7 +176,7 @@ type RunRecord struct {
 
 // Status is the record's RunStatus.
 func (r *RunRecord) Status() RunStatus {
-	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress}
+	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason}
 }
 
 // RunStore persists submitted runs. Implementations are safe for concurrent
@@ -155,8 +197,16 @@ type RunStore interface {
 	SetState(ctx context.Context, runID string, next RunState, reason string, final *RunEvent) error
 	// SetProgress replaces a run's progress.
 	SetProgress(ctx context.Context, runID string, p RunProgress) error
-	// SetResult stores a run's result, before its terminal state.
+	// SetResult stores a run's result while it is not terminal. A run that
+	// ends with a result should use Finish, which writes both at once.
 	SetResult(ctx context.Context, runID string, result json.RawMessage) error
+	// Finish ends a run in one atomic step: it moves the run to next (a
+	// terminal state the run's state may move to), keeps reason, replaces
+	// the result with result when it is not nil, and appends final, when
+	// not nil, as the run's last event. A crash leaves either none or all
+	// of it. A refused move (a non-terminal next, or a run that is already
+	// terminal) is a RunStateError and changes nothing.
+	Finish(ctx context.Context, runID string, next RunState, reason string, result json.RawMessage, final *RunEvent) error
 	// Append adds an event and returns its sequence number (from 1).
 	Append(ctx context.Context, runID string, ev RunEvent) (int64, error)
 	// Events returns the events with Seq > after, in order.
@@ -167,7 +217,10 @@ type RunStore interface {
 	Stream(ctx context.Context, runID string, after int64) (<-chan RunEvent, error)
 	// Interrupt marks every pending or running run failed with reason
 	// "interrupted" (at startup, for runs a dead process left behind) and
-	// returns how many it marked.
+	// returns how many it marked. Each run is written in one atomic step,
+	// as Finish does: state failed, reason ReasonInterrupted, the result
+	// InterruptedResult(target), progress InterruptedProgress, and
+	// InterruptedEvent as its last event.
 	Interrupt(ctx context.Context) (int, error)
 	// Close releases the store; it is idempotent.
 	Close() error

@@ -9,7 +9,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker"
-	"github.com/svc-dev/svc/broker/internal/servertest"
+	"github.com/svc-dev/svc/internal/servertest"
 )
 
 // BenchmarkRoundTrip measures one task's trip through each broker: publish,

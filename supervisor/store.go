@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -100,6 +101,20 @@ func (rt *Runtime) setState(id string, next svc.RunState, reason string, final *
 	})
 }
 
+// finish ends a run with its result and final event in one store step,
+// with retries; a refusal after a retried try is judged as setState's.
+func (rt *Runtime) finish(id string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	return rt.retry(context.Background(), id, "finish "+string(next), func(ctx context.Context, attempt int) error {
+		err := rt.store.Finish(ctx, id, next, reason, result, final)
+		if attempt > 1 && errors.Is(err, svc.ErrRunState) {
+			if rec, gerr := rt.store.Get(ctx, id); gerr == nil && rec.State == next && rec.Reason == reason {
+				return nil
+			}
+		}
+		return err
+	})
+}
+
 // createRun stores a new run, with retries; the caller's context bounds
 // them. A duplicate after a retried try is the first try's own write.
 func (rt *Runtime) createRun(ctx context.Context, rec svc.RunRecord) error {
@@ -137,13 +152,40 @@ func (rt *Runtime) storeFailed(id, op string, err error) {
 	rt.log.Error("run store write failed; failing the run", zap.String("run_id", id), zap.String("op", op), zap.Error(err))
 }
 
+// storeErrorResult is the failed AgentResult of a run that failed because
+// the store could not record it (reason store_error): a failed run never
+// keeps a result that says success.
+func storeErrorResult(target string, task svc.TaskSpec) json.RawMessage {
+	b, _ := json.Marshal(svc.AgentResult{AgentName: target, TaskID: task.ID,
+		Error:    &svc.ErrorInfo{Type: string(svc.KindRuntime), Message: "the run store could not record the run", Reason: reasonStoreError},
+		Metadata: svc.ResultMetadata{TraceID: task.RequestID, Backend: svc.BackendLocal}})
+	return b
+}
+
+// storeErrorEvent is the terminal event of a run failed with store_error.
+func storeErrorEvent() *svc.RunEvent {
+	return &svc.RunEvent{Type: svc.RunRunFailed, Error: reasonStoreError, Timestamp: time.Now().UTC()}
+}
+
 // failRun marks a run failed with reason store_error after a write that
-// could not be made, so its stream ends. A pending run goes through running
-// (the state machine has no pending → failed). When this too fails, the run
-// stays as the store has it until the next runtime's Interrupt marks it
-// failed ("interrupted"); the log says so.
-func (rt *Runtime) failRun(id string) {
-	err := rt.setState(id, svc.RunFailed, reasonStoreError, nil)
+// could not be made, with its failed result and run_failed as its last
+// event (one Finish), so its stream ends and /result agrees with /status.
+// A pending run goes through running (the state machine has no pending →
+// failed). When this too fails, the run stays as the store has it until
+// the next runtime's Interrupt marks it failed ("interrupted"); the log
+// says so.
+func (rt *Runtime) failRun(id, target string, task svc.TaskSpec) {
+	result := storeErrorResult(target, task)
+	// Without its result when even that small one cannot be stored: a
+	// failed run with no result (409) beats a run left open.
+	end := func() error {
+		err := rt.finish(id, svc.RunFailed, reasonStoreError, result, storeErrorEvent())
+		if err != nil && !errors.Is(err, svc.ErrRunState) {
+			err = rt.setState(id, svc.RunFailed, reasonStoreError, storeErrorEvent())
+		}
+		return err
+	}
+	err := end()
 	if errors.Is(err, svc.ErrRunState) {
 		var rec svc.RunRecord
 		err = rt.storeRetry(id, "get", func(ctx context.Context) error {
@@ -157,7 +199,7 @@ func (rt *Runtime) failRun(id string) {
 			return // it ended meanwhile (a cancel): nothing is left open
 		case rec.State == svc.RunPending:
 			if err = rt.setState(id, svc.RunRunning, "", nil); err == nil {
-				err = rt.setState(id, svc.RunFailed, reasonStoreError, nil)
+				err = end()
 			}
 		}
 	}

@@ -142,7 +142,7 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		w.close()
 		if !errors.Is(err, svc.ErrRunState) { // a refusal: cancelled while pending
 			rt.storeFailed(id, "set state running", err)
-			rt.failRun(id)
+			rt.failRun(id, target, task)
 		}
 		return
 	}
@@ -176,8 +176,10 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		return // CancelRun recorded the end already
 	case errors.Is(cause, errStoreWrite):
 		// The writer lost an event or a progress update and stopped the
-		// work: the run fails, with what result it has.
+		// work: the run fails, and so does its result (one that said
+		// success would contradict the state).
 		success, reason = false, reasonStoreError
+		result = json.RawMessage(storeErrorResult(target, task))
 	}
 	body, merr := json.Marshal(result)
 	if merr != nil {
@@ -188,20 +190,18 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		state = svc.RunFailed
 	}
 	var final *svc.RunEvent
-	if kind == svc.KindGroup {
+	switch {
+	case reason == reasonStoreError:
+		final = storeErrorEvent() // the history has a hole: say why it ends
+	case kind == svc.KindGroup:
 		final = &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: time.Now().UTC()}
 	}
-	// A refusal here means the run was cancelled meanwhile: the cancel won.
-	if err := rt.storeRetry(id, "set result", func(c context.Context) error { return rt.store.SetResult(c, id, body) }); err != nil {
-		if !errors.Is(err, svc.ErrRunState) {
-			rt.storeFailed(id, "set result", err)
-			rt.failRun(id)
-		}
-		return
-	}
-	if err := rt.setState(id, state, reason, final); err != nil && !errors.Is(err, svc.ErrRunState) {
-		rt.storeFailed(id, "set state "+string(state), err)
-		rt.failRun(id)
+	// Result, terminal state and final event are one store step, so a crash
+	// cannot leave a failed run whose result says success. A refusal here
+	// means the run was cancelled meanwhile: the cancel won.
+	if err := rt.finish(id, state, reason, body, final); err != nil && !errors.Is(err, svc.ErrRunState) {
+		rt.storeFailed(id, "finish "+string(state), err)
+		rt.failRun(id, target, task)
 	}
 }
 

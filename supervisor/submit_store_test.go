@@ -87,7 +87,7 @@ func logged(logs *observer.ObservedLogs, level zapcore.Level, id string) bool {
 // all its events.
 func TestSubmitRetriesTransientStoreErrors(t *testing.T) {
 	rt, fs, logs := faultRuntime(t, supervisor.Config{}, echo("echo", nil))
-	for _, m := range []faultstore.Method{faultstore.SetState, faultstore.SetResult, faultstore.SetProgress, faultstore.Append} {
+	for _, m := range []faultstore.Method{faultstore.SetState, faultstore.Finish, faultstore.SetProgress, faultstore.Append} {
 		fs.Fail(m, 2, nil)
 	}
 	id := submitEcho(t, rt, "echo")
@@ -98,8 +98,11 @@ func TestSubmitRetriesTransientStoreErrors(t *testing.T) {
 	if len(evs) != 2 || evs[0].Type != svc.RunAgentStarted || evs[1].Type != svc.RunAgentCompleted {
 		t.Fatalf("events %+v, want agent_started, agent_completed", evs)
 	}
-	if fs.Failed(faultstore.SetResult) != 2 || fs.Failed(faultstore.Append) != 2 {
-		t.Errorf("faults used: SetResult %d, Append %d; want 2 each", fs.Failed(faultstore.SetResult), fs.Failed(faultstore.Append))
+	if fs.Failed(faultstore.Finish) != 2 || fs.Failed(faultstore.Append) != 2 {
+		t.Errorf("faults used: Finish %d, Append %d; want 2 each", fs.Failed(faultstore.Finish), fs.Failed(faultstore.Append))
+	}
+	if res, err := rt.RunResult(context.Background(), id); err != nil || !strings.Contains(string(res), `"success":true`) {
+		t.Errorf("result %s, %v; want the successful result", res, err)
 	}
 	if !logged(logs, zapcore.WarnLevel, id) {
 		t.Errorf("no warning with run_id %s: %v", id, logs.All())
@@ -109,18 +112,26 @@ func TestSubmitRetriesTransientStoreErrors(t *testing.T) {
 	}
 }
 
-// A result that cannot be stored fails the run: its stream ends and the
-// error is logged with the run id.
+// A result that cannot be stored (with the terminal state: one Finish)
+// fails the run: its stream ends, the error is logged with the run id, and
+// no result that says success is left behind.
 func TestSubmitFailsRunWhenResultCannotBeStored(t *testing.T) {
 	rt, fs, logs := faultRuntime(t, supervisor.Config{}, echo("echo", nil))
-	fs.Fail(faultstore.SetResult, -1, nil)
+	fs.Fail(faultstore.Finish, 3, nil) // the three tries of the run's own end
 	id := submitEcho(t, rt, "echo")
-	rec, _ := waitEnd(t, rt, fs, id)
+	rec, evs := waitEnd(t, rt, fs, id)
 	if rec.State != svc.RunFailed || rec.Reason != "store_error" {
 		t.Fatalf("run %s %s (%s), want failed (store_error)", id, rec.State, rec.Reason)
 	}
-	if fs.Calls(faultstore.SetResult) != 3 {
-		t.Errorf("SetResult tried %d times, want 3", fs.Calls(faultstore.SetResult))
+	var res svc.AgentResult
+	if err := json.Unmarshal(rec.Result, &res); err != nil || res.Success || res.Error == nil || res.Error.Reason != "store_error" {
+		t.Errorf("result %s (%v), want a failed AgentResult with reason store_error", rec.Result, err)
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Type != svc.RunRunFailed || evs[len(evs)-1].Error != "store_error" {
+		t.Errorf("events %+v, want run_failed (store_error) last", evs)
+	}
+	if fs.Calls(faultstore.Finish) != 4 {
+		t.Errorf("Finish tried %d times, want 4 (3 for the run's end, 1 for store_error)", fs.Calls(faultstore.Finish))
 	}
 	if !logged(logs, zapcore.ErrorLevel, id) {
 		t.Errorf("no error logged with run_id %s: %v", id, logs.All())
@@ -148,8 +159,11 @@ func TestSubmitFailsRunThatCannotStart(t *testing.T) {
 	fs.Fail(faultstore.SetState, 3, nil) // the three tries of pending → running
 	id := submitEcho(t, rt, "echo")
 	rec, evs := waitEnd(t, rt, fs, id)
-	if rec.State != svc.RunFailed || rec.Reason != "store_error" || len(evs) != 0 {
-		t.Fatalf("run %s %s (%s) with events %+v, want failed (store_error) without events", id, rec.State, rec.Reason, evs)
+	if rec.State != svc.RunFailed || rec.Reason != "store_error" || len(evs) != 1 || evs[0].Type != svc.RunRunFailed {
+		t.Fatalf("run %s %s (%s) with events %+v, want failed (store_error) with run_failed only", id, rec.State, rec.Reason, evs)
+	}
+	if res, err := rt.RunResult(context.Background(), id); err != nil || !strings.Contains(string(res), `"success":false`) {
+		t.Errorf("result %s, %v; want the failed result", res, err)
 	}
 }
 
@@ -212,6 +226,20 @@ func TestSubmitStoreDownLeavesRunToInterrupt(t *testing.T) {
 	defer rt2.Close()
 	if rec, _ := inner.Get(context.Background(), id); rec.State != svc.RunFailed || rec.Reason != "interrupted" {
 		t.Fatalf("after the next start: %s (%s), want failed (interrupted)", rec.State, rec.Reason)
+	}
+	// The interrupted run reads the same everywhere: status with the
+	// reason, a failed result, a stream that ends with run_failed.
+	if st, err := rt2.RunStatus(context.Background(), id); err != nil || st.Reason != svc.ReasonInterrupted {
+		t.Errorf("status %+v, %v; want the reason interrupted", st, err)
+	}
+	res, err := rt2.RunResult(context.Background(), id)
+	var ar svc.AgentResult
+	if err != nil || json.Unmarshal(res, &ar) != nil || ar.Success || ar.Error == nil || ar.Error.Reason != svc.ReasonInterrupted || ar.AgentName != "echo" {
+		t.Errorf("result %s, %v; want a failed AgentResult of echo with reason interrupted", res, err)
+	}
+	_, evs := waitEnd(t, rt2, inner, id)
+	if len(evs) == 0 || evs[len(evs)-1].Type != svc.RunRunFailed {
+		t.Errorf("events %+v, want run_failed last", evs)
 	}
 }
 

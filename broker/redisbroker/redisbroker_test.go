@@ -11,8 +11,8 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/brokertest"
-	"github.com/svc-dev/svc/broker/internal/servertest"
 	"github.com/svc-dev/svc/broker/redisbroker"
+	"github.com/svc-dev/svc/internal/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/servertest"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -59,69 +56,9 @@ var fleetBrokers = []struct {
 		return fleetBroker{serveArgs: []string{"--broker", "embedded", "--nats-listen", addr}, workerURL: "nats://" + addr}
 	}},
 	{"redis", func(t *testing.T) fleetBroker {
-		url := startRedisServer(t)
+		url := servertest.Redis(t)
 		return fleetBroker{serveArgs: []string{"--broker", url}, workerURL: url}
 	}},
-}
-
-// startRedisServer runs redis-server without persistence on a free port of
-// 127.0.0.1, its files in a temp dir, and returns its redis:// URL. The
-// server is killed when the test ends. Without redis-server the test skips,
-// unless SVC_REQUIRE_REDIS=1 (CI) makes that a failure.
-func startRedisServer(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("SVC_REQUIRE_REDIS") == "1" {
-			t.Fatalf("redis-server not found (%v) and SVC_REQUIRE_REDIS=1", err)
-		}
-		t.Skipf("redis-server not found (%v): install it to run the Redis fleet tests", err)
-	}
-	for attempt := 0; ; attempt++ { // the free port may be taken before redis binds it
-		port := freePort(t)
-		dir := t.TempDir()
-		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if redisPing("127.0.0.1:" + port) {
-				return "redis://127.0.0.1:" + port
-			}
-			select {
-			case <-exited:
-				deadline = time.Time{}
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-		if attempt == 2 {
-			t.Fatalf("redis-server on port %s did not answer PING:\n%s", port, log)
-		}
-	}
-}
-
-// redisPing reports whether a Redis server answers PING at addr.
-func redisPing(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
 // fleetProc is a running svc process of a fleet (serve or worker).

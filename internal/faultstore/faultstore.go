@@ -27,6 +27,7 @@ const (
 	Events           Method = "Events"
 	Stream           Method = "Stream"
 	Interrupt        Method = "Interrupt"
+	Finish           Method = "Finish"
 )
 
 // ErrFault is the transient-looking error Fail injects when given nil: an
@@ -62,7 +63,8 @@ func New(inner svc.RunStore) *Store {
 // reaching the inner store; n < 0 fails every later call.
 func (s *Store) Fail(m Method, n int, err error) { s.add(&fault{m: m, n: n, err: err}) }
 
-// FailState is Fail for the SetState calls that move a run to next.
+// FailState is Fail for the calls that move a run to next: SetState and
+// Finish.
 func (s *Store) FailState(next svc.RunState, n int, err error) {
 	s.add(&fault{m: SetState, n: n, err: err, state: next})
 }
@@ -103,7 +105,8 @@ func (s *Store) check(m Method, state svc.RunState) error {
 	defer s.mu.Unlock()
 	s.calls[m]++
 	for _, f := range s.faults {
-		if f.m != m || f.n == 0 || (f.state != "" && f.state != state) {
+		move := f.m == SetState && f.state != "" && m == Finish // FailState covers Finish
+		if (f.m != m && !move) || f.n == 0 || (f.state != "" && f.state != state) {
 			continue
 		}
 		if f.n > 0 {
@@ -152,6 +155,15 @@ func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, r
 		return err
 	}
 	return s.inner.SetState(ctx, runID, next, reason, final)
+}
+
+// Finish implements svc.RunStore; its faults are matched by next, as
+// SetState's are.
+func (s *Store) Finish(ctx context.Context, runID string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	if err := s.check(Finish, next); err != nil {
+		return err
+	}
+	return s.inner.Finish(ctx, runID, next, reason, result, final)
 }
 
 // SetProgress implements svc.RunStore.

@@ -19,6 +19,11 @@ type Pool struct {
 	idle   []*worker // LIFO; idle[0] has waited longest
 	closed bool
 	live   int
+	// late counts the functions started after Close; they are counted
+	// under mu rather than in wg, whose Add must not race with Close's
+	// Wait (a timer may hand work to the pool at any time).
+	late     int
+	lateDone *sync.Cond
 
 	idleFor time.Duration
 	stop    chan struct{}
@@ -34,6 +39,7 @@ type worker struct {
 // New returns a pool whose workers exit after idle without work.
 func New(idle time.Duration) *Pool {
 	p := &Pool{idleFor: idle, stop: make(chan struct{})}
+	p.lateDone = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.janitor()
 	return p
@@ -59,9 +65,18 @@ func (p *Pool) Go(f func()) {
 		return
 	}
 	if p.closed {
+		p.late++
 		p.mu.Unlock()
-		p.wg.Add(1)
-		go func() { defer p.wg.Done(); f() }()
+		go func() {
+			defer func() {
+				p.mu.Lock()
+				if p.late--; p.late == 0 {
+					p.lateDone.Broadcast()
+				}
+				p.mu.Unlock()
+			}()
+			f()
+		}()
 		return
 	}
 	p.live++
@@ -146,6 +161,11 @@ func (p *Pool) Close() {
 		close(p.stop)
 	})
 	p.wg.Wait()
+	p.mu.Lock()
+	for p.late > 0 {
+		p.lateDone.Wait()
+	}
+	p.mu.Unlock()
 }
 
 // Dispatcher adapts the pool to protoactor's actor.Dispatcher, so actor

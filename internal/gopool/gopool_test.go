@@ -85,3 +85,24 @@ func TestGoAfterClose(t *testing.T) {
 	}
 	p.Close()
 }
+
+// Work handed to the pool while Close waits (a timer firing during a
+// shutdown) runs, and Close still returns: the race detector flagged the
+// WaitGroup Add that used to race with Close's Wait.
+func TestGoDuringClose(t *testing.T) {
+	for range 50 {
+		p := New(time.Second)
+		var ran sync.WaitGroup
+		ran.Add(2)
+		p.Go(func() { ran.Done() })
+		stop := make(chan struct{})
+		go func() {
+			<-stop
+			p.Go(func() { ran.Done() })
+		}()
+		close(stop)
+		p.Close()
+		ran.Wait()
+		p.Close()
+	}
+}

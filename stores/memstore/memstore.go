@@ -188,6 +188,29 @@ func (s *Store) SetState(_ context.Context, runID string, next svc.RunState, rea
 	return nil
 }
 
+// Finish ends a run under one lock: state, reason, result and final event;
+// see svc.RunStore.
+func (s *Store) Finish(_ context.Context, runID string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookup(runID)
+	if err != nil {
+		return err
+	}
+	if !next.Terminal() || !r.rec.State.CanMove(next) {
+		return svc.Errorf(svc.KindRunState, "memstore: run %q is %s, cannot finish as %q", runID, r.rec.State, next)
+	}
+	r.rec.State, r.rec.Reason, r.rec.UpdatedAt = next, reason, now()
+	if result != nil {
+		r.rec.Result = cloneBytes(result)
+	}
+	if final != nil {
+		r.add(*final)
+	}
+	r.broadcast()
+	return nil
+}
+
 // SetProgress replaces a run's progress.
 func (s *Store) SetProgress(_ context.Context, runID string, p svc.RunProgress) error {
 	s.mu.Lock()
@@ -271,7 +294,8 @@ func (s *Store) follow(ctx context.Context, r *run, after int64, out chan<- svc.
 	}, out)
 }
 
-// Interrupt fails every pending or running run with reason "interrupted".
+// Interrupt fails every pending or running run with reason "interrupted",
+// its failed result, progress and run_failed event, under one lock.
 func (s *Store) Interrupt(_ context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -283,7 +307,10 @@ func (s *Store) Interrupt(_ context.Context) (int, error) {
 		if r.rec.State.Terminal() {
 			continue
 		}
-		r.rec.State, r.rec.Reason, r.rec.UpdatedAt = svc.RunFailed, "interrupted", t
+		r.rec.State, r.rec.Reason, r.rec.UpdatedAt = svc.RunFailed, svc.ReasonInterrupted, t
+		r.rec.Result = svc.InterruptedResult(r.rec.Target)
+		r.rec.Progress = svc.InterruptedProgress(r.rec.Progress)
+		r.add(svc.InterruptedEvent(t))
 		r.broadcast()
 		n++
 	}

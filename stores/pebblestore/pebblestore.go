@@ -389,6 +389,32 @@ func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, r
 	})
 }
 
+// Finish ends runID in one batch, under the write lock: state, reason,
+// result (when not nil) and final event; see svc.RunStore.
+func (s *Store) Finish(ctx context.Context, runID string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	if result != nil && !json.Valid(result) {
+		return svc.Errorf(svc.KindSpecValidation, "pebblestore: result of run %q is not valid JSON", runID)
+	}
+	return s.update(ctx, runID, func(st *stored, b *pebble.Batch) error {
+		if !next.Terminal() || !st.State.CanMove(next) {
+			return svc.Errorf(svc.KindRunState, "run %q cannot finish as %s from %s", runID, next, st.State)
+		}
+		if err := moveStateIndex(b, &st.RunRecord, next); err != nil {
+			return err
+		}
+		st.State, st.Reason = next, reason
+		if result != nil {
+			st.Result = append(json.RawMessage(nil), result...)
+		}
+		if final != nil {
+			if _, err := appendEvent(b, st, *final); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // SetProgress replaces the progress of runID.
 func (s *Store) SetProgress(ctx context.Context, runID string, p svc.RunProgress) error {
 	return s.update(ctx, runID, func(st *stored, _ *pebble.Batch) error {
@@ -511,8 +537,8 @@ func (s *Store) snapshot(runID string, last int64) ([]svc.RunEvent, bool, error)
 	return evs, st.State.Terminal(), err
 }
 
-// Interrupt fails every pending or running run with reason "interrupted" in
-// one batch.
+// Interrupt fails every pending or running run with reason "interrupted",
+// its failed result, progress and run_failed event, in one batch.
 func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	var ids []string
 	err := s.write(ctx, func(b *pebble.Batch) ([]string, error) {
@@ -539,7 +565,13 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 				_ = it.Close()
 				return nil, err
 			}
-			st.State, st.Reason, st.UpdatedAt = svc.RunFailed, "interrupted", now
+			st.State, st.Reason, st.UpdatedAt = svc.RunFailed, svc.ReasonInterrupted, now
+			st.Result = svc.InterruptedResult(st.Target)
+			st.Progress = svc.InterruptedProgress(st.Progress)
+			if _, err := appendEvent(b, st, svc.InterruptedEvent(now)); err != nil {
+				_ = it.Close()
+				return nil, err
+			}
 			if err := putRecord(b, st); err != nil {
 				_ = it.Close()
 				return nil, err

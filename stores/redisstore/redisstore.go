@@ -357,6 +357,29 @@ func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, r
 	})
 }
 
+// Finish ends runID in one script: state, reason, result (when not nil) and
+// final event; see svc.RunStore.
+func (s *Store) Finish(ctx context.Context, runID string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	has := "0"
+	if result != nil {
+		if !json.Valid(result) {
+			return svc.Errorf(svc.KindSpecValidation, "redisstore: result of run %q is not valid JSON", runID)
+		}
+		has = "1"
+	}
+	args := []any{runID, string(next), reason, formatTime(time.Now()), s.ttl.Milliseconds(), has, []byte(result)}
+	if final != nil {
+		args = append(args, eventFields(*final)...)
+	}
+	return s.do(ctx, runID, func(ctx context.Context) error {
+		r, err := s.run(ctx, finishScript, runID, "state", args...)
+		if err == nil && r.code == 2 {
+			return svc.Errorf(svc.KindRunState, "run %q cannot finish as %s from %s", runID, next, r.state)
+		}
+		return err
+	})
+}
+
 // SetProgress replaces the progress of runID.
 func (s *Store) SetProgress(ctx context.Context, runID string, p svc.RunProgress) error {
 	b, err := json.Marshal(p)
@@ -444,15 +467,16 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	n := 0
 	err := s.do(ctx, "", func(ctx context.Context) error {
 		active := s.prefix + "::active"
-		now := formatTime(time.Now())
+		t := time.Now()
+		now := formatTime(t)
 		// SSCAN visits every member present throughout, even as the script
 		// removes the ones it handles.
 		it := s.c.SScan(ctx, active, 0, "", readBatch).Iterator()
 		for it.Next(ctx) {
 			id := it.Val()
-			done, err := interruptScript.Run(ctx, s.c, s.keys(id), id, now, s.ttl.Milliseconds()).Int()
+			done, err := s.interrupt(ctx, id, now, t)
 			if err != nil {
-				return s.fail(err, "interrupt", id)
+				return err
 			}
 			n += done
 		}
@@ -462,6 +486,27 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// interrupt fails one run as Interrupt does and answers 1, or 0 when it
+// was terminal or gone. The result names the target, read first; the
+// script checks it is still the run's.
+func (s *Store) interrupt(ctx context.Context, id, now string, t time.Time) (int, error) {
+	for {
+		target, err := s.c.HGet(ctx, s.recKey(id), "target").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, s.fail(err, "interrupt", id)
+		}
+		args := append([]any{id, now, s.ttl.Milliseconds(), target, []byte(svc.InterruptedResult(target))},
+			eventFields(svc.InterruptedEvent(t))...)
+		done, err := interruptScript.Run(ctx, s.c, s.keys(id), args...).Int()
+		if err != nil {
+			return 0, s.fail(err, "interrupt", id)
+		}
+		if done != 2 {
+			return done, nil
+		}
+	}
 }
 
 // ListRuns returns a page of runs, newest first; see svc.RunLister and

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/servertest"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -28,69 +27,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// startRedis runs a throwaway redis-server on a free loopback port for the
-// test and returns its redis:// URL. CI installs redis-server, so a missing
-// binary fails rather than skips.
-func startRedis(t testing.TB) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not found (%v): install redis-server (apt-get install -y redis-server)", err)
-	}
-	// The port is free when picked but may be taken before redis binds it;
-	// a few attempts make that race harmless.
-	var lastErr error
-	for range 3 {
-		url, err := tryStartRedis(t, bin)
-		if err == nil {
-			return url
-		}
-		lastErr = err
-	}
-	t.Fatalf("starting redis-server: %v", lastErr)
-	return ""
-}
-
-func tryStartRedis(t testing.TB, bin string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	dir := t.TempDir()
-	logFile := filepath.Join(dir, "redis.log")
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", logFile)
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c.Ping(context.Background()).Err()
-		if err == nil {
-			return "redis://127.0.0.1:" + port, nil
-		}
-		select {
-		case werr := <-exited:
-			exited <- werr // for the cleanup
-			log, _ := os.ReadFile(logFile)
-			return "", fmt.Errorf("redis-server exited (%v): %s", werr, log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("redis-server on port %s does not answer PING: %v", port, err)
-		}
-	}
-}
+// startRedis runs a throwaway redis-server for the test (internal/servertest)
+// and returns its redis:// URL.
+func startRedis(t testing.TB) string { return servertest.Redis(t) }
 
 var prefixes atomic.Int64
 

@@ -190,16 +190,51 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], 'updated_at', ARGV[3])
 return {0, 0}
 `)
 
-// interruptScript: ARGV = {id, now, ttl ms}; answers 1 when it failed the
-// run, 0 when the run was already terminal or is gone (it then only leaves
-// the active set).
+// finishScript: ARGV = {id, next, reason, now, ttl ms, "1" when a result
+// follows else "0", result, final event fields...}: setStateScript with the
+// result, for terminal states only, in one script.
+var finishScript = redis.NewScript(prelude + `
+local cur = redis.call('HGET', KEYS[1], 'state')
+if not cur then return {1, 0} end
+local nxt = ARGV[2]
+if not (terminal(nxt) and allowed[cur] and allowed[cur][nxt]) then return {2, codes[cur] or 0} end
+redis.call('HSET', KEYS[1], 'state', nxt, 'reason', ARGV[3], 'updated_at', ARGV[4])
+if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'result', ARGV[7]) end
+local seq = lastseq()
+if #ARGV > 7 then
+  seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+  redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 8))
+end
+finish(seq, ARGV[1], tonumber(ARGV[5]))
+return {0, seq}
+`)
+
+// interruptScript: ARGV = {id, now, ttl ms, target, result, final event
+// fields...}; answers 1 when it failed the run, 0 when the run was already
+// terminal or is gone (it then only leaves the active set), 2 when the
+// run's target is not the one result was made for (the caller reads it
+// again). In one script: state failed, reason, the failed result, the
+// progress with nothing running (what ran failed with the run), and the
+// run_failed event before the end marker.
 var interruptScript = redis.NewScript(prelude + `
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur or terminal(cur) then
   redis.call('SREM', KEYS[3], ARGV[1])
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'failed', 'reason', 'interrupted', 'updated_at', ARGV[2])
-finish(lastseq(), ARGV[1], tonumber(ARGV[3]))
+if (redis.call('HGET', KEYS[1], 'target') or '') ~= ARGV[4] then return 2 end
+redis.call('HSET', KEYS[1], 'state', 'failed', 'reason', 'interrupted', 'updated_at', ARGV[2], 'result', ARGV[5])
+local p = redis.call('HGET', KEYS[1], 'progress')
+if p then
+  local ok, t = pcall(cjson.decode, p)
+  if ok and type(t) == 'table' then
+    t.failed = (tonumber(t.failed) or 0) + (tonumber(t.running) or 0)
+    t.running = 0
+    redis.call('HSET', KEYS[1], 'progress', cjson.encode(t))
+  end
+end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 6))
+finish(seq, ARGV[1], tonumber(ARGV[3]))
 return 1
 `)

@@ -106,6 +106,11 @@ const (
 	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
 	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
 		WHERE run_id = ?1 AND state IN (?5, ?6)`
+	// sqlFinish is SetState with the result: ?7 replaces the result when
+	// ?8 is 1 (a NULL result is no result).
+	sqlFinish = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4,
+		result = CASE WHEN ?8 = 1 THEN ?7 ELSE result END
+		WHERE run_id = ?1 AND state IN (?5, ?6)`
 	sqlSetProgress = `UPDATE runs SET progress = ?2, updated_at = ?3
 		WHERE run_id = ?1 AND state IN ('pending', 'running')`
 	sqlSetResult = `UPDATE runs SET result = ?2, updated_at = ?3
@@ -138,8 +143,9 @@ const (
 		(SELECT key FROM idempotency WHERE expires_at <= ?1 ORDER BY expires_at LIMIT 64)`
 	sqlIdemTrim = `DELETE FROM idempotency WHERE key IN (SELECT key FROM idempotency ORDER BY expires_at
 		LIMIT max(0, (SELECT count(*) FROM idempotency) - ?1))`
-	sqlInterrupt = `UPDATE runs SET state = 'failed', reason = 'interrupted', updated_at = ?1
-		WHERE state IN ('pending', 'running') RETURNING run_id`
+	sqlInterruptList = `SELECT run_id, target, progress FROM runs WHERE state IN ('pending', 'running')`
+	sqlInterrupt     = `UPDATE runs SET state = 'failed', reason = ?2, result = ?3, progress = ?4, updated_at = ?5
+		WHERE run_id = ?1 AND state IN ('pending', 'running')`
 )
 
 // listQuery is a page of ListRuns: ?1 the row count, ?2 the state, ?3 and
@@ -222,8 +228,8 @@ func Open(path string) (*Store, error) {
 // small statements. database/sql prepares each again, lazily, on every
 // connection of its pool that runs it.
 type statements struct {
-	create, setState, setProgress, setResult, append, appendFinal *sql.Stmt // writer
-	get, state, events                                            *sql.Stmt // reader
+	create, setState, finish, setProgress, setResult, append, appendFinal *sql.Stmt // writer
+	get, state, events                                                    *sql.Stmt // reader
 	// list[state filter][cursor] are the ListRuns queries (reader).
 	list [2][2]*sql.Stmt
 }
@@ -236,6 +242,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 	}{
 		{writer, sqlCreate, &st.create},
 		{writer, sqlSetState, &st.setState},
+		{writer, sqlFinish, &st.finish},
 		{writer, sqlSetProgress, &st.setProgress},
 		{writer, sqlSetResult, &st.setResult},
 		{writer, sqlAppend, &st.append},
@@ -455,6 +462,20 @@ func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 // SetState moves a run to next, appending final as its last event in the
 // same transaction when not nil; see svc.RunStore.
 func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, reason string, final *svc.RunEvent) error {
+	return s.move(ctx, runID, next, reason, false, nil, final)
+}
+
+// Finish ends a run in one transaction: state, reason, result and final
+// event; see svc.RunStore.
+func (s *Store) Finish(ctx context.Context, runID string, next svc.RunState, reason string, result json.RawMessage, final *svc.RunEvent) error {
+	if !next.Terminal() {
+		return s.refuse(ctx, runID, fmt.Sprintf("cannot finish as %q", next))
+	}
+	return s.move(ctx, runID, next, reason, true, result, final)
+}
+
+// move is SetState, and Finish when finish is set.
+func (s *Store) move(ctx context.Context, runID string, next svc.RunState, reason string, finish bool, result json.RawMessage, final *svc.RunEvent) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -478,7 +499,16 @@ func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, r
 	}
 	defer tx.Rollback()
 	now := micros(time.Now())
-	res, err := tx.StmtContext(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1])
+	var res sql.Result
+	if finish {
+		has := 0
+		if result != nil {
+			has = 1
+		}
+		res, err = tx.StmtContext(ctx, s.stmt.finish).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1], []byte(result), has)
+	} else {
+		res, err = tx.StmtContext(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1])
+	}
 	if err != nil {
 		return s.fail(ctx, err, "set state of run %q", runID)
 	}
@@ -644,32 +674,65 @@ func (s *Store) follow(ctx context.Context, runID string, after int64, out chan<
 	}, out)
 }
 
-// Interrupt fails every pending or running run with reason "interrupted".
+// Interrupt fails every pending or running run with reason "interrupted",
+// its failed result, progress and run_failed event, all in one
+// transaction; see svc.RunStore.
 func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	rows, err := s.writer.QueryContext(ctx, sqlInterrupt, micros(time.Now()))
+	fail := func(err error) (int, error) { return 0, s.fail(ctx, err, "interrupt runs") }
+	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, s.fail(ctx, err, "interrupt runs")
+		return fail(err)
 	}
-	var ids []string
+	defer tx.Rollback()
+	type open struct {
+		id, target string
+		progress   sql.NullString
+	}
+	var runs []open
+	rows, err := tx.QueryContext(ctx, sqlInterruptList)
+	if err != nil {
+		return fail(err)
+	}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var r open
+		if err := rows.Scan(&r.id, &r.target, &r.progress); err != nil {
 			rows.Close()
-			return 0, s.fail(ctx, err, "interrupt runs")
+			return fail(err)
 		}
-		ids = append(ids, id)
+		runs = append(runs, r)
 	}
-	// The UPDATE commits when its rows are exhausted and closed.
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, s.fail(ctx, err, "interrupt runs")
+		return fail(err)
 	}
-	for _, id := range ids {
-		s.notify.signal(id)
+	t := time.Now()
+	for _, r := range runs {
+		var progress any // NULL stays NULL
+		if r.progress.Valid {
+			var p svc.RunProgress
+			if err := json.Unmarshal([]byte(r.progress.String), &p); err != nil {
+				return 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: run %q: corrupt progress", r.id))
+			}
+			b, _ := json.Marshal(svc.InterruptedProgress(&p))
+			progress = string(b)
+		}
+		if _, err := tx.ExecContext(ctx, sqlInterrupt, r.id, svc.ReasonInterrupted,
+			[]byte(svc.InterruptedResult(r.target)), progress, micros(t)); err != nil {
+			return fail(err)
+		}
+		if _, err := tx.StmtContext(ctx, s.stmt.appendFinal).ExecContext(ctx, eventArgs(r.id, svc.InterruptedEvent(t))...); err != nil {
+			return fail(err)
+		}
 	}
-	return len(ids), nil
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	for _, r := range runs {
+		s.notify.signal(r.id)
+	}
+	return len(runs), nil
 }
 
 // ListRuns returns a page of runs, newest first; see svc.RunLister and

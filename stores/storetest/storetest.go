@@ -12,8 +12,15 @@
 //   - Create keeps RunID, Target, Kind and CreatedAt (now when zero), starts
 //     the run pending with no progress, result or reason, and sets UpdatedAt
 //     to CreatedAt. The suite never passes a State to Create.
-//   - SetState, SetProgress and SetResult set UpdatedAt to the time of the
-//     change; a refused call changes nothing.
+//   - SetState, Finish, SetProgress and SetResult set UpdatedAt to the time
+//     of the change; a refused call changes nothing.
+//   - Finish is one change: after it Get shows the state, reason and result
+//     together and its final event is the last; a nil result keeps the
+//     stored one; a refused Finish (a non-terminal next state, a move the
+//     state machine refuses, a run already terminal) changes nothing.
+//   - Interrupt leaves each run it fails as svc.RunStore says: failed,
+//     reason interrupted, svc.InterruptedResult, svc.InterruptedProgress
+//     and a run_failed event last; a reopened store keeps all of it.
 //   - Append and SetState's final event: the store assigns Seq (the caller's
 //     is ignored) and RunID, and keeps Type, Agent, TaskID, Error and
 //     Timestamp, setting Timestamp to now when it is zero.
@@ -25,7 +32,7 @@
 //     changes nothing stored. The same holds for Progress.
 //   - Events on a run that has none is empty, not an error.
 //   - Stream's channel also closes when the run becomes terminal by
-//     Interrupt, and when the store is closed.
+//     Interrupt (after its run_failed frame), and when the store is closed.
 //   - After Close, every method returns an error.
 //
 // Every store is also a svc.IdempotentStore (idempotent.go states its
@@ -88,6 +95,8 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"Append", testAppend},
 		{"SeqPerRun", testSeqPerRun},
 		{"FinalEvent", testFinalEvent},
+		{"Finish", testFinish},
+		{"FinishRefused", testFinishRefused},
 		{"StreamLive", testStreamLive},
 		{"StreamResume", testStreamResume},
 		{"StreamTerminal", testStreamTerminal},
@@ -195,10 +204,16 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	_, _, err := idem(t, s).CreateIdempotent(ctx, "key", "other", svc.RunRecord{RunID: "k3", Target: "echo", Kind: "agent"}, time.Hour)
 	mustKind(t, "CreateIdempotent with another fingerprint after reopen", err, svc.ErrRunState)
 	create(t, s, "n")
+	records["n"] = get(t, s, "n")
 	n, err := s.Interrupt(ctx)
 	mustOK(t, "Interrupt", err)
 	if n != 3 {
 		t.Errorf("Interrupt after reopen = %d, want 3 (p, r, n)", n)
+	}
+	interrupted := map[string]svc.RunRecord{}
+	for _, id := range []string{"p", "r", "n"} {
+		interrupted[id] = get(t, s, id)
+		events[id] = eventsOf(t, s, id, 0)
 	}
 	mustOK(t, "Close", s.Close())
 
@@ -206,16 +221,19 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	defer func() { mustOK(t, "Close", s.Close()) }()
 	for _, id := range []string{"p", "r", "n"} {
 		rec := get(t, s, id)
-		if rec.State != svc.RunFailed || rec.Reason != "interrupted" {
-			t.Errorf("%s after interrupt and reopen: state %q reason %q, want failed, interrupted", id, rec.State, rec.Reason)
+		checkInterrupted(t, id+" after interrupt and reopen", rec, records[id])
+		checkRecord(t, id+" after interrupt and reopen", rec, interrupted[id])
+		checkEvents(t, id+" events after interrupt and reopen", eventsOf(t, s, id, 0), events[id])
+		if evs := events[id]; len(evs) == 0 || evs[len(evs)-1].Type != svc.RunRunFailed {
+			t.Errorf("%s: events after interrupt %+v, want run_failed last", id, evs)
 		}
 	}
 	for _, id := range []string{"c", "f", "x"} {
 		checkRecord(t, "terminal run after two reopens, "+id, get(t, s, id), records[id])
 		checkEvents(t, "terminal run after two reopens, "+id, eventsOf(t, s, id, 0), events[id])
 	}
-	if got := eventsOf(t, s, "r", 0); len(got) != 4 {
-		t.Errorf("r has %d events after two reopens, want 4", len(got))
+	if got := eventsOf(t, s, "r", 0); len(got) != 5 {
+		t.Errorf("r has %d events after two reopens, want 5 (4 and run_failed)", len(got))
 	}
 	checkListing(t, "failed after two reopens", s, svc.RunFilter{State: svc.RunFailed, Limit: 3}, []string{"r", "p", "n", "f"})
 	checkListing(t, "pending after two reopens", s, svc.RunFilter{State: svc.RunPending}, nil)
@@ -275,6 +293,9 @@ func testUnknownRun(t *testing.T, s svc.RunStore) {
 		}},
 		{"SetProgress", func() error { return s.SetProgress(ctx, id, svc.RunProgress{Total: 1}) }},
 		{"SetResult", func() error { return s.SetResult(ctx, id, json.RawMessage(`{}`)) }},
+		{"Finish", func() error {
+			return s.Finish(ctx, id, svc.RunCompleted, "", json.RawMessage(`{}`), &svc.RunEvent{Type: svc.RunGroupCompleted})
+		}},
 		{"Append", func() error { _, err := s.Append(ctx, id, svc.RunEvent{Type: svc.RunAgentStarted}); return err }},
 		{"Events", func() error { _, err := s.Events(ctx, id, 0); return err }},
 		{"Stream", func() error {
@@ -359,6 +380,7 @@ func testTerminalIsFinal(t *testing.T, s svc.RunStore) {
 				{"SetProgress", s.SetProgress(ctx, id, svc.RunProgress{Total: 9})},
 				{"Append", appendErr(s, id)},
 				{"SetState with a final event", s.SetState(ctx, id, svc.RunCancelled, "late", &svc.RunEvent{Type: svc.RunRunCancelled})},
+				{"Finish", s.Finish(ctx, id, svc.RunFailed, "late", json.RawMessage(`{"output":"late"}`), &svc.RunEvent{Type: svc.RunRunFailed})},
 			}
 			for _, to := range states {
 				calls = append(calls, struct {
@@ -709,6 +731,10 @@ func testStreamEndsOnInterrupt(t *testing.T, s svc.RunStore) {
 	if _, err := s.Interrupt(ctx); err != nil {
 		t.Fatalf("Interrupt: %v", err)
 	}
+	// The stream ends with Interrupt's terminal frame.
+	if ev := receiveN(t, ch, 1)[0]; ev.Type != svc.RunRunFailed || ev.Error != svc.ReasonInterrupted {
+		t.Errorf("last frame %+v, want run_failed (interrupted)", ev)
+	}
 	expectClosed(t, ch)
 }
 
@@ -745,13 +771,19 @@ func testInterrupt(t *testing.T, s svc.RunStore) {
 		if st.Terminal() {
 			checkRecord(t, "terminal run after Interrupt", got, before[id])
 		} else {
-			if got.State != svc.RunFailed || got.Reason != "interrupted" {
-				t.Errorf("%s run after Interrupt: state %q reason %q, want failed, interrupted", id, got.State, got.Reason)
-			}
-			if (got.Progress == nil) != (before[id].Progress == nil) {
-				t.Errorf("%s run after Interrupt: progress %v, was %v", id, got.Progress, before[id].Progress)
-			}
+			checkInterrupted(t, id+" run after Interrupt", got, before[id])
 			mustKind(t, "Append to an interrupted run", appendErr(s, id), svc.ErrRunState)
+			evs := eventsOf(t, s, id, 0)
+			if len(evs) != len(events[id])+1 {
+				t.Fatalf("%s events after Interrupt: %+v, want %d then run_failed", id, evs, len(events[id]))
+			}
+			checkEvents(t, id+" events after Interrupt", evs[:len(events[id])], events[id])
+			last := evs[len(evs)-1]
+			if last.Type != svc.RunRunFailed || last.Seq != int64(len(evs)) || last.RunID != id || last.Agent != "" ||
+				last.TaskID != "" || last.Error != svc.ReasonInterrupted {
+				t.Errorf("%s: last event after Interrupt = %+v, want run_failed (seq %d, error interrupted)", id, last, len(evs))
+			}
+			continue
 		}
 		checkEvents(t, id+" events after Interrupt", eventsOf(t, s, id, 0), events[id])
 	}
@@ -759,6 +791,139 @@ func testInterrupt(t *testing.T, s svc.RunStore) {
 	mustOK(t, "Interrupt", err)
 	if n != 0 {
 		t.Errorf("second Interrupt = %d, want 0", n)
+	}
+}
+
+// checkInterrupted checks the record Interrupt made of a run that was
+// before: failed, reason interrupted, the failed AgentResult of
+// svc.InterruptedResult, and its progress with what ran counted failed.
+func checkInterrupted(t *testing.T, what string, got, before svc.RunRecord) {
+	t.Helper()
+	if got.State != svc.RunFailed || got.Reason != svc.ReasonInterrupted {
+		t.Errorf("%s: state %q reason %q, want failed, interrupted", what, got.State, got.Reason)
+	}
+	var res svc.AgentResult
+	if err := json.Unmarshal(got.Result, &res); err != nil {
+		t.Errorf("%s: result %q: %v", what, got.Result, err)
+	} else if res.Success || res.AgentName != before.Target || res.Error == nil ||
+		res.Error.Type != string(svc.KindRuntime) || res.Error.Reason != svc.ReasonInterrupted {
+		t.Errorf("%s: result %s, want a failed AgentResult of %q (AgentRuntimeError, reason interrupted)", what, got.Result, before.Target)
+	}
+	want := svc.InterruptedProgress(before.Progress)
+	if (got.Progress == nil) != (want == nil) || got.Progress != nil && *got.Progress != *want {
+		t.Errorf("%s: progress %v, want %v (was %v)", what, got.Progress, want, before.Progress)
+	}
+	if got.UpdatedAt.Before(before.UpdatedAt) {
+		t.Errorf("%s: UpdatedAt %v went back from %v", what, got.UpdatedAt, before.UpdatedAt)
+	}
+}
+
+// testFinish: Finish writes state, reason, result and its final event as
+// one change, which Get, Events and Stream all see together.
+func testFinish(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	drive(t, s, "g", svc.RunRunning)
+	mustOK(t, "SetProgress", s.SetProgress(ctx, "g", svc.RunProgress{Total: 2, Completed: 2}))
+	evs := appendN(t, s, "g", 2)
+	ch, err := s.Stream(ctx, "g", 0)
+	mustOK(t, "Stream", err)
+	receiveN(t, ch, 2)
+	before := get(t, s, "g")
+	result := json.RawMessage(`{"group": true, "outputs": {"a": {"success": true}},  "success":true}`)
+	mustOK(t, "Finish", s.Finish(ctx, "g", svc.RunCompleted, "", result, &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: ts(40)}))
+	want := before
+	want.State, want.Result = svc.RunCompleted, result
+	got := get(t, s, "g")
+	want.UpdatedAt = got.UpdatedAt
+	checkRecord(t, "after Finish", got, want)
+	if got.UpdatedAt.Before(before.UpdatedAt) {
+		t.Errorf("UpdatedAt %v went back from %v", got.UpdatedAt, before.UpdatedAt)
+	}
+	evs = append(evs, svc.RunEvent{Seq: 3, Type: svc.RunGroupCompleted, RunID: "g", Timestamp: ts(40)})
+	checkEvents(t, "events after Finish", eventsOf(t, s, "g", 0), evs)
+	checkEvents(t, "stream after Finish", receiveN(t, ch, 1), evs[2:])
+	expectClosed(t, ch)
+
+	// A failed run with its failed result and no final event; the result
+	// replaces one set before.
+	drive(t, s, "f", svc.RunRunning)
+	mustOK(t, "SetResult", s.SetResult(ctx, "f", json.RawMessage(`{"success":true}`)))
+	failed := json.RawMessage(`{"success":false,"error":{"type":"ModelError","message":"boom"}}`)
+	mustOK(t, "Finish", s.Finish(ctx, "f", svc.RunFailed, "model", failed, nil))
+	rec := get(t, s, "f")
+	if rec.State != svc.RunFailed || rec.Reason != "model" || !bytes.Equal(rec.Result, failed) {
+		t.Errorf("after Finish failed: state %q reason %q result %s, want failed, model, %s", rec.State, rec.Reason, rec.Result, failed)
+	}
+	if n := len(eventsOf(t, s, "f", 0)); n != 0 {
+		t.Errorf("Finish without a final event added %d events", n)
+	}
+
+	// A nil result keeps the one stored; a pending run may finish cancelled.
+	drive(t, s, "k", svc.RunRunning)
+	mustOK(t, "SetResult", s.SetResult(ctx, "k", json.RawMessage(`{"kept":1}`)))
+	mustOK(t, "Finish", s.Finish(ctx, "k", svc.RunCompleted, "", nil, nil))
+	if rec := get(t, s, "k"); rec.State != svc.RunCompleted || string(rec.Result) != `{"kept":1}` {
+		t.Errorf("after Finish with a nil result: state %q result %s, want completed, {\"kept\":1}", rec.State, rec.Result)
+	}
+	create(t, s, "p")
+	mustOK(t, "Finish pending → cancelled", s.Finish(ctx, "p", svc.RunCancelled, "cancelled", nil, &svc.RunEvent{Type: svc.RunRunCancelled}))
+	if rec := get(t, s, "p"); rec.State != svc.RunCancelled || rec.Reason != "cancelled" || rec.Result != nil {
+		t.Errorf("after Finish pending → cancelled: state %q reason %q result %s", rec.State, rec.Reason, rec.Result)
+	}
+	if evs := eventsOf(t, s, "p", 0); len(evs) != 1 || evs[0].Type != svc.RunRunCancelled {
+		t.Errorf("events after Finish pending → cancelled: %+v, want run_cancelled", evs)
+	}
+
+	// A stored result is not shared with the caller.
+	drive(t, s, "c", svc.RunRunning)
+	buf := []byte(`{"x":1}`)
+	mustOK(t, "Finish", s.Finish(ctx, "c", svc.RunCompleted, "", buf, nil))
+	buf[2] = 'y'
+	if rec := get(t, s, "c"); string(rec.Result) != `{"x":1}` {
+		t.Errorf("result %s changed with the caller's slice", rec.Result)
+	}
+}
+
+// testFinishRefused: a Finish the state machine refuses is a RunStateError
+// and changes nothing: not the state, the reason, the result, the progress
+// nor the events.
+func testFinishRefused(t *testing.T, s svc.RunStore) {
+	ctx := t.Context()
+	late := json.RawMessage(`{"success":true,"output":"late"}`)
+	cases := []struct {
+		name string
+		from svc.RunState
+		next svc.RunState
+	}{
+		{"pending to completed", svc.RunPending, svc.RunCompleted},
+		{"pending to failed", svc.RunPending, svc.RunFailed},
+		{"to running", svc.RunPending, svc.RunRunning},
+		{"running to running", svc.RunRunning, svc.RunRunning},
+		{"running to pending", svc.RunRunning, svc.RunPending},
+		{"completed", svc.RunCompleted, svc.RunFailed},
+		{"failed", svc.RunFailed, svc.RunCompleted},
+		{"cancelled", svc.RunCancelled, svc.RunCompleted},
+		{"failed twice", svc.RunFailed, svc.RunFailed},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := fmt.Sprint("r", i)
+			create(t, s, id)
+			if c.from != svc.RunPending {
+				mustOK(t, "SetState running", s.SetState(ctx, id, svc.RunRunning, "", nil))
+				mustOK(t, "SetProgress", s.SetProgress(ctx, id, svc.RunProgress{Total: 2, Running: 1}))
+				mustOK(t, "SetResult", s.SetResult(ctx, id, json.RawMessage(`{"first":true}`)))
+				appendN(t, s, id, 1)
+				if c.from.Terminal() {
+					mustOK(t, "Finish", s.Finish(ctx, id, c.from, "first", nil, &svc.RunEvent{Type: svc.RunRunFailed}))
+				}
+			}
+			rec, evs := get(t, s, id), eventsOf(t, s, id, 0)
+			err := s.Finish(ctx, id, c.next, "late", late, &svc.RunEvent{Type: svc.RunRunFailed, Error: "late"})
+			mustKind(t, "Finish "+c.name, err, svc.ErrRunState)
+			checkRecord(t, "record after a refused Finish", get(t, s, id), rec)
+			checkEvents(t, "events after a refused Finish", eventsOf(t, s, id, 0), evs)
+		})
 	}
 }
 
@@ -900,6 +1065,9 @@ func testClose(t *testing.T, s svc.RunStore) {
 	}
 	if _, err := s.Append(ctx, "r1", svc.RunEvent{Type: svc.RunAgentStarted}); err == nil {
 		t.Errorf("Append after Close succeeded")
+	}
+	if err := s.Finish(ctx, "r1", svc.RunCompleted, "", json.RawMessage(`{}`), nil); err == nil {
+		t.Errorf("Finish after Close succeeded")
 	}
 	if ch, err := s.Stream(ctx, "r1", 0); err == nil {
 		// A store may hand out a channel that is already closed.

@@ -20,7 +20,8 @@ import (
 
 // Runs is an svc.RunBackend over an svc.Backend and a memstore, with
 // the runtime's rules: targets are checked before anything is stored, a
-// run goes pending → running → completed (its result stored first), an
+// run goes pending → running → completed (its result stored with the
+// terminal state, in one Finish), an
 // agent run records agent_started and agent_completed or agent_failed, a
 // group run ends with group_completed, and cancel stops the run's context
 // and records cancelled with run_cancelled. Embedding the Backend, it is
@@ -158,14 +159,11 @@ func (f *Runs) execute(ctx context.Context, id, kind string, req svc.SubmitReque
 		final, failed = &svc.RunEvent{Type: svc.RunGroupCompleted, RunID: id, Timestamp: time.Now()}, !res.Success()
 	}
 	data, _ := json.Marshal(result)
-	if st.SetResult(ctx, id, data) != nil {
-		return
-	}
 	next := svc.RunCompleted
 	if failed {
 		next = svc.RunFailed
 	}
-	_ = st.SetState(ctx, id, next, "", final)
+	_ = st.Finish(ctx, id, next, "", data, final)
 }
 
 func (f *Runs) RunStatus(ctx context.Context, id string) (svc.RunStatus, error) {
