@@ -16,8 +16,10 @@ type Backend interface {
 	// the run come back as a result with Success false; rejections (unknown
 	// agent, bad input, budget, depth) and the run's timeout are errors.
 	Run(ctx context.Context, agent string, task TaskSpec) (AgentResult, error)
-	// Gather runs many tasks on one agent, at most maxConcurrency at once (0
-	// means DefaultGatherConcurrency), and returns the results in task order.
+	// Gather runs many tasks on one agent, at most maxConcurrency at once
+	// (1..MaxGatherConcurrency; DefaultGatherConcurrency is the default of
+	// the HTTP route, and 0 is a SpecValidationError like any value out of
+	// range), and returns the results in task order.
 	// One task's failure is that task's result and never fails the others.
 	Gather(ctx context.Context, agent string, tasks []TaskSpec, maxConcurrency int) ([]AgentResult, error)
 	// Ready reports whether the backend can take traffic: nil when ready.

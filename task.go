@@ -114,8 +114,12 @@ var AnySchema = json.RawMessage(`{}`)
 
 // GatherRequest is the body of POST /agents/{name}/gather.
 type GatherRequest struct {
-	Tasks          []TaskSpec `json:"tasks"`
-	MaxConcurrency int        `json:"max_concurrency,omitempty"`
+	Tasks []TaskSpec `json:"tasks"`
+	// MaxConcurrency bounds the tasks in flight, 1..10000. 0 leaves the
+	// field out of the body, which means DefaultGatherConcurrency; on the
+	// wire an explicit "max_concurrency": 0 is a 400, like any value
+	// outside the range.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 }
 
 // Gather limits.
@@ -124,14 +128,14 @@ const (
 	MaxGatherConcurrency     = 10000
 )
 
-// CheckGatherConcurrency applies the default (0 means 100) and rejects
-// values outside 1..10000 with a SpecValidationError.
+// CheckGatherConcurrency rejects a max_concurrency outside 1..10000, 0
+// included, with a SpecValidationError, and returns n otherwise. A gather
+// without max_concurrency (absent from the request body) runs with
+// DefaultGatherConcurrency; in Go, pass that constant.
 func CheckGatherConcurrency(n int) (int, error) {
-	if n == 0 {
-		return DefaultGatherConcurrency, nil
-	}
 	if n < 1 || n > MaxGatherConcurrency {
-		return 0, Errorf(KindSpecValidation, "max_concurrency %d: must be between 1 and %d", n, MaxGatherConcurrency)
+		return 0, Errorf(KindSpecValidation, "max_concurrency %d: must be between 1 and %d (leave it out for the default, %d)",
+			n, MaxGatherConcurrency, DefaultGatherConcurrency)
 	}
 	return n, nil
 }

@@ -89,8 +89,7 @@ func TestCheckGatherConcurrency(t *testing.T) {
 		in, want int
 		ok       bool
 	}{
-		{0, svc.DefaultGatherConcurrency, true},
-		{0, 100, true},
+		{0, 0, false}, // an explicit 0 is refused; absent is the default
 		{1, 1, true},
 		{7, 7, true},
 		{10000, 10000, true},

@@ -38,6 +38,7 @@ import (
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/internal/dirlock"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/providers"
 	"github.com/svc-dev/svc/spec"
@@ -78,6 +79,7 @@ type App struct {
 	mp          metric.MeterProvider
 	set         *spec.Set
 	env         spec.Env
+	locks       []*dirlock.Lock // the data directory's and the store path's
 	runStore    svc.RunStore
 	ownRunStore bool
 	evStore     eventstore.Store
@@ -109,7 +111,9 @@ func New(opts Options) (*App, error) {
 }
 
 // Start builds and starts the process, in this order: the metrics provider,
-// the specs (loaded and checked), the run store, the event store and its
+// the specs (loaded and checked), the locks (the data directory's and the
+// store path's; a *LockedError naming the holder's PID when another process
+// has them), the run store, the event store and its
 // emitter, the actor system, the emitter chain (log, SSE, OTel metrics,
 // event store), the runtime with its agents and groups, the HTTP handler,
 // the spec watcher, and last the HTTP server, so that nothing is served
@@ -186,6 +190,12 @@ func (a *App) start() error {
 			return &ConfigError{Option: "PricesFile", Err: err}
 		}
 		prices = &p
+	}
+
+	// The locks, before any store is opened: one server per data
+	// directory and per store path.
+	if err := a.lock(); err != nil {
+		return err
 	}
 
 	// The run store.
@@ -438,7 +448,8 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 //  6. the emitters: the SSE subscribers end, the log queue and the event
 //     store emitter are written out, and the event store closes;
 //  7. the actor system stops, nothing running in it any more;
-//  8. the run store closes (unless it is Options.RunStore, the caller's);
+//  8. the run store closes (unless it is Options.RunStore, the caller's),
+//     and the data directory and store path locks are released;
 //  9. the metrics provider flushes (OTLP) and stops.
 //
 // ctx bounds steps 1, 3 and 4, the waits for requests and runs: when it ends,
@@ -545,6 +556,8 @@ func (a *App) stop(ctx context.Context) error {
 	if a.runStore != nil && a.ownRunStore {
 		fail("run store", a.runStore.Close())
 	}
+	// The locks, once nothing writes under the data directory any more.
+	fail("releasing the data directory lock", a.unlock())
 	// 9. Metrics, last, so that they count everything.
 	if a.tel != nil {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)

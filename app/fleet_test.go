@@ -38,7 +38,9 @@ func TestFleetInOneProcess(t *testing.T) {
 			}
 			defer shutdown(t, pub)
 			url := pub.BrokerURL()
-			wk, err := New(Options{SpecsDir: exampleSpecs, Store: "memory", Events: "none", Broker: url,
+			// The publisher's data directory, which it has locked: a
+			// worker uses none and takes no lock.
+			wk, err := New(Options{SpecsDir: exampleSpecs, DataDir: dataDir, Store: "memory", Events: "none", Broker: url,
 				Worker: &WorkerOptions{Agents: []string{"echo"}, Heartbeat: -1}, Logger: zap.NewNop()})
 			if err != nil {
 				t.Fatal(err)

@@ -61,12 +61,16 @@ type Options struct {
 	PricesFile string
 
 	// DataDir holds the default run and event stores (runs.db, events.db);
-	// DefaultDataDir when "". It is created only when a default store is
-	// used. [--data-dir]
+	// DefaultDataDir when "". It is created only when a default store or
+	// the embedded broker is used, and then locked (DataDir/svc.lock, the
+	// holder's PID inside) until Shutdown: a second process on it fails to
+	// start with a *LockedError. A worker neither uses nor locks it.
+	// [--data-dir]
 	DataDir string
 	// Store is where submitted runs are kept: "" (a SQLite file under
 	// DataDir), memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT
-	// (rediss:// for TLS). [--store]
+	// (rediss:// for TLS). A sqlite: or pebble: PATH outside DataDir is
+	// locked on its own (PATH.lock). [--store]
 	Store string
 	// RunStore, when set, is an open run store to use instead of Store;
 	// it stays the caller's to close, after Shutdown. Setting both is an

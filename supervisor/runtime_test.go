@@ -355,7 +355,7 @@ func TestGatherConcurrencyBound(t *testing.T) {
 	if peak.Load() > 7 || peak.Load() < 2 {
 		t.Fatalf("peak concurrency %d, bound 7", peak.Load())
 	}
-	for _, n := range []int{-1, 10001} {
+	for _, n := range []int{0, -1, 10001} {
 		if _, err := rt.Gather(context.Background(), "p", tasks, n); !errors.Is(err, svc.ErrSpecValidation) {
 			t.Errorf("max_concurrency %d: %v", n, err)
 		}

@@ -161,6 +161,9 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		result, success = r, r.Success()
 	}
 	w.close() // every run event is in the store before the terminal state
+	if !rt.settleProgress(ctx, id) {
+		return
+	}
 	reason := ""
 	if err != nil {
 		success = false

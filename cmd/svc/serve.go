@@ -128,7 +128,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
-	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores")
+	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores and of the embedded broker; locked (svc.lock) while this server runs, so a second server on it exits at once")
 	fs.StringVar(&s.eventsSpec, "events", "", "where runtime events are kept for the rollup routes: memory, sqlite:PATH or none (default: a SQLite file under --data-dir)")
 	fs.IntVar(&s.eventsMaxRows, "events-max-rows", 1_000_000, "keep at most this many events, the newest (0: no limit)")
 	fs.DurationVar(&s.eventsMaxAge, "events-max-age", 7*24*time.Hour, "drop events older than this (0: no limit)")

@@ -200,10 +200,14 @@ func runRequestID(ctx context.Context, task svc.TaskSpec) string {
 	return newRequestID()
 }
 
-// Gather runs tasks on the agent, at most maxConcurrency at once (0: the
-// server's default), and returns the results in task order. A request id
-// in ctx becomes the batch's id.
+// Gather runs tasks on the agent, at most maxConcurrency at once
+// (1..svc.MaxGatherConcurrency; 0 is a SpecValidationError, as from the
+// runtime: pass svc.DefaultGatherConcurrency for the default), and returns
+// the results in task order. A request id in ctx becomes the batch's id.
 func (c *Client) Gather(ctx context.Context, agent string, tasks []svc.TaskSpec, maxConcurrency int) ([]svc.AgentResult, error) {
+	if _, err := svc.CheckGatherConcurrency(maxConcurrency); err != nil {
+		return nil, err // 0 would be left out of the body and mean the default
+	}
 	var results []svc.AgentResult
 	body := svc.GatherRequest{Tasks: tasks, MaxConcurrency: maxConcurrency}
 	if err := c.call(ctx, http.MethodPost, "/agents/"+url.PathEscape(agent)+"/gather", svc.RequestIDFrom(ctx), body, &results); err != nil {

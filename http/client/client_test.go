@@ -141,7 +141,7 @@ func callAll(t *testing.T, b svc.Backend) {
 	if _, err := b.Run(ctx, "echo", svc.TaskSpec{Input: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Gather(ctx, "echo", []svc.TaskSpec{{Input: json.RawMessage(`1`)}}, 0); err != nil {
+	if _, err := b.Gather(ctx, "echo", []svc.TaskSpec{{Input: json.RawMessage(`1`)}}, svc.DefaultGatherConcurrency); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Ready(ctx); err != nil {
@@ -223,7 +223,7 @@ func TestRunRequestID(t *testing.T) {
 
 	// A gather sends the context's id as the batch id, and no header without one.
 	tasks := []svc.TaskSpec{{Input: json.RawMessage(`1`)}}
-	if _, err := c.Gather(svc.WithRequestID(t.Context(), "batch"), "echo", tasks, 0); err != nil {
+	if _, err := c.Gather(svc.WithRequestID(t.Context(), "batch"), "echo", tasks, svc.DefaultGatherConcurrency); err != nil {
 		t.Fatal(err)
 	}
 	if r := rec.take()[0]; r.requestID != "batch" {
@@ -316,7 +316,7 @@ func TestTimeout(t *testing.T) {
 		_, err := c.Run(t.Context(), "echo", svc.TaskSpec{Input: json.RawMessage(`1`)})
 		check(t, err, time.Since(start))
 		start = time.Now()
-		_, err = c.Gather(t.Context(), "echo", []svc.TaskSpec{{Input: json.RawMessage(`1`)}}, 0)
+		_, err = c.Gather(t.Context(), "echo", []svc.TaskSpec{{Input: json.RawMessage(`1`)}}, svc.DefaultGatherConcurrency)
 		check(t, err, time.Since(start))
 		start = time.Now()
 		_, err = c.RunGroup(t.Context(), "pair", svc.TaskSpec{Input: json.RawMessage(`1`)})
@@ -503,7 +503,7 @@ func TestBadSuccessResponses(t *testing.T) {
 				io.WriteString(w, tc.body)
 			}))
 			tasks := []svc.TaskSpec{{Input: json.RawMessage(`1`)}, {Input: json.RawMessage(`2`)}}
-			if _, err := newClient(t, srv.URL).Gather(t.Context(), "echo", tasks, 0); !errors.Is(err, svc.ErrRuntime) {
+			if _, err := newClient(t, srv.URL).Gather(t.Context(), "echo", tasks, svc.DefaultGatherConcurrency); !errors.Is(err, svc.ErrRuntime) {
 				t.Errorf("error %v, want an AgentRuntimeError", err)
 			}
 		})

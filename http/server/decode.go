@@ -75,9 +75,10 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 
 // decodeGatherBody decodes the body of POST /agents/{name}/gather and checks
 // it: at least one task, each with an input, and max_concurrency in range
-// (0 becomes the default).
+// when present (0 included: a 400); absent or null, it is the default.
 func decodeGatherBody(data []byte) (svc.GatherRequest, error) {
-	if _, err := topLevelObject(data); err != nil {
+	obj, err := topLevelObject(data)
+	if err != nil {
 		return svc.GatherRequest{}, err
 	}
 	var req svc.GatherRequest
@@ -92,11 +93,11 @@ func decodeGatherBody(data []byte) (svc.GatherRequest, error) {
 			return svc.GatherRequest{}, err
 		}
 	}
-	n, err := svc.CheckGatherConcurrency(req.MaxConcurrency)
-	if err != nil {
+	if raw, ok := obj["max_concurrency"]; !ok || string(raw) == "null" {
+		req.MaxConcurrency = svc.DefaultGatherConcurrency
+	} else if _, err := svc.CheckGatherConcurrency(req.MaxConcurrency); err != nil {
 		return svc.GatherRequest{}, err
 	}
-	req.MaxConcurrency = n
 	return req, nil
 }
 

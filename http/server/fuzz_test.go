@@ -153,6 +153,8 @@ func FuzzDecodeGatherBody(f *testing.F) {
 		`{"tasks":[{"input":1},{"id":"x"}]}`,
 		`{"tasks":[{"input":1}],"max_concurrency":10001}`,
 		`{"tasks":[{"input":1}],"max_concurrency":-5}`,
+		`{"tasks":[{"input":1}],"max_concurrency":0}`,
+		`{"tasks":[{"input":1}],"max_concurrency":null}`,
 		`{"tasks":null}`,
 		`{"tasks":[{"input":1}]} {}`,
 	} {

@@ -278,7 +278,7 @@ func testGatherOrder(t *testing.T, b svc.Backend) {
 
 func testGatherFailures(t *testing.T, b svc.Backend) {
 	tasks := inputs(3)
-	results, err := b.Gather(ctxFor(t), "fail", tasks, 0)
+	results, err := b.Gather(ctxFor(t), "fail", tasks, svc.DefaultGatherConcurrency)
 	if err != nil {
 		t.Fatalf("Gather(fail) returned error %v: failed tasks are results", err)
 	}
@@ -295,7 +295,7 @@ func testGatherFailures(t *testing.T, b svc.Backend) {
 func testGatherTraceID(t *testing.T, b svc.Backend) {
 	tasks := inputs(3)
 	tasks[1].RequestID = "own-request"
-	results, err := b.Gather(svc.WithRequestID(ctxFor(t), "batch-request"), "echo", tasks, 0)
+	results, err := b.Gather(svc.WithRequestID(ctxFor(t), "batch-request"), "echo", tasks, svc.DefaultGatherConcurrency)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,13 +308,13 @@ func testGatherTraceID(t *testing.T, b svc.Backend) {
 }
 
 func testGatherConcurrency(t *testing.T, b svc.Backend) {
-	for _, n := range []int{0, 1, svc.MaxGatherConcurrency} {
+	for _, n := range []int{1, svc.DefaultGatherConcurrency, svc.MaxGatherConcurrency} {
 		results, err := b.Gather(ctxFor(t), "echo", inputs(3), n)
 		if err != nil || len(results) != 3 {
 			t.Errorf("Gather with max_concurrency %d: %d results, %v", n, len(results), err)
 		}
 	}
-	for _, n := range []int{-1, svc.MaxGatherConcurrency + 1} {
+	for _, n := range []int{0, -1, svc.MaxGatherConcurrency + 1} {
 		if _, err := b.Gather(ctxFor(t), "echo", inputs(3), n); !errors.Is(err, svc.ErrSpecValidation) {
 			t.Errorf("Gather with max_concurrency %d: error %v, want a SpecValidationError", n, err)
 		}
@@ -322,10 +322,10 @@ func testGatherConcurrency(t *testing.T, b svc.Backend) {
 }
 
 func testGatherRejections(t *testing.T, b svc.Backend) {
-	if _, err := b.Gather(ctxFor(t), "echo", nil, 0); !errors.Is(err, svc.ErrSpecValidation) {
+	if _, err := b.Gather(ctxFor(t), "echo", nil, svc.DefaultGatherConcurrency); !errors.Is(err, svc.ErrSpecValidation) {
 		t.Errorf("Gather without tasks: error %v, want a SpecValidationError", err)
 	}
-	if _, err := b.Gather(ctxFor(t), "nope", inputs(2), 0); !errors.Is(err, svc.ErrRegistry) {
+	if _, err := b.Gather(ctxFor(t), "nope", inputs(2), svc.DefaultGatherConcurrency); !errors.Is(err, svc.ErrRegistry) {
 		t.Errorf("Gather(nope): error %v, want a RegistryError", err)
 	}
 }
