@@ -25,7 +25,8 @@ func acquire(path string) (*Lock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt(pid, 0)
 	}
 	if err != nil {
