@@ -82,7 +82,7 @@ func (h *Hub) Connect() *Broker {
 	h.mu.Lock()
 	h.clients++
 	h.mu.Unlock()
-	return &Broker{hub: h, subs: map[*subscription]struct{}{}}
+	return &Broker{hub: h}
 }
 
 // shutdown stops every timer of the hub; its queues are dropped.
@@ -104,9 +104,7 @@ func (h *Hub) shutdown() {
 type Broker struct {
 	hub *Hub
 
-	mu     sync.Mutex
-	closed bool
-	subs   map[*subscription]struct{}
+	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
 
 var _ svc.Broker = (*Broker)(nil)
@@ -114,11 +112,7 @@ var _ svc.Broker = (*Broker)(nil)
 // Scheme is "memory".
 func (b *Broker) Scheme() string { return "memory" }
 
-func (b *Broker) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+func (b *Broker) isClosed() bool { return b.subs.Closed() }
 
 // Ping reports ErrBrokerClosed after Close.
 func (b *Broker) Ping(ctx context.Context) error {
@@ -131,17 +125,10 @@ func (b *Broker) Ping(ctx context.Context) error {
 // Close stops this client's subscriptions; the hub's messages stay for its
 // other clients (a private hub closes with its only client).
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	subs, first := b.subs.Close()
+	if !first {
 		return nil
 	}
-	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
-	b.mu.Unlock()
 	for _, s := range subs {
 		_ = s.Stop()
 	}
@@ -156,21 +143,9 @@ func (b *Broker) Close() error {
 	return nil
 }
 
-func (b *Broker) track(s *subscription) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return svc.ErrBrokerClosed
-	}
-	b.subs[s] = struct{}{}
-	return nil
-}
+func (b *Broker) track(s *subscription) error { return b.subs.Track(s) }
 
-func (b *Broker) untrack(s *subscription) {
-	b.mu.Lock()
-	delete(b.subs, s)
-	b.mu.Unlock()
-}
+func (b *Broker) untrack(s *subscription) { b.subs.Untrack(s) }
 
 func checkPublish(ctx context.Context, subject string, data []byte) error {
 	if subject == "" {

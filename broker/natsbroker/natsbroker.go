@@ -74,9 +74,7 @@ type Broker struct {
 
 	streams sync.Map // stream name → struct{} once ensured
 
-	mu     sync.Mutex
-	closed bool
-	subs   map[*subscription]struct{}
+	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
 
 var _ svc.Broker = (*Broker)(nil)
@@ -128,7 +126,7 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 		nc.Close()
 		return nil, fmt.Errorf("natsbroker: %w", err)
 	}
-	b := &Broker{nc: nc, js: js, log: log, o: o, subs: map[*subscription]struct{}{}}
+	b := &Broker{nc: nc, js: js, log: log, o: o}
 	if err := b.Ping(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -147,11 +145,7 @@ func (b *Broker) Scheme() string { return "nats" }
 // Conn is the underlying connection, for callers that need more of NATS.
 func (b *Broker) Conn() *nats.Conn { return b.nc }
 
-func (b *Broker) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+func (b *Broker) isClosed() bool { return b.subs.Closed() }
 
 // Ping asks the server for the account's JetStream info: nil when the server
 // answers and JetStream is on.
@@ -168,17 +162,10 @@ func (b *Broker) Ping(ctx context.Context) error {
 // Close stops every subscription, sends what is buffered and closes the
 // connection.
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	subs, first := b.subs.Close()
+	if !first {
 		return nil
 	}
-	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
-	b.mu.Unlock()
 	for _, s := range subs {
 		_ = s.Stop()
 	}
@@ -189,21 +176,9 @@ func (b *Broker) Close() error {
 	return nil
 }
 
-func (b *Broker) track(s *subscription) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return svc.ErrBrokerClosed
-	}
-	b.subs[s] = struct{}{}
-	return nil
-}
+func (b *Broker) track(s *subscription) error { return b.subs.Track(s) }
 
-func (b *Broker) untrack(s *subscription) {
-	b.mu.Lock()
-	delete(b.subs, s)
-	b.mu.Unlock()
-}
+func (b *Broker) untrack(s *subscription) { b.subs.Untrack(s) }
 
 // wrap turns a NATS error after Close into ErrBrokerClosed.
 func (b *Broker) wrap(op string, err error) error {

@@ -77,9 +77,7 @@ type Broker struct {
 	o        Options
 	log      *zap.Logger
 
-	mu     sync.Mutex
-	closed bool
-	subs   map[*subscription]struct{}
+	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
 
 var _ svc.Broker = (*Broker)(nil)
@@ -115,7 +113,7 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 	bopt.MaxIdleConns = 0
 	b := &Broker{
 		rdb: rdb, blocking: redis.NewClient(&bopt), o: o,
-		log: o.Logger.With(zap.String("broker", "redis")), subs: map[*subscription]struct{}{},
+		log: o.Logger.With(zap.String("broker", "redis")),
 	}
 	return b, nil
 }
@@ -129,11 +127,7 @@ func (b *Broker) Client() *redis.Client { return b.rdb }
 func (b *Broker) streamKey(subject string) string  { return b.o.Prefix + "q:" + subject }
 func (b *Broker) channelKey(subject string) string { return b.o.Prefix + "b:" + subject }
 
-func (b *Broker) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+func (b *Broker) isClosed() bool { return b.subs.Closed() }
 
 // Ping sends PING.
 func (b *Broker) Ping(ctx context.Context) error {
@@ -145,38 +139,19 @@ func (b *Broker) Ping(ctx context.Context) error {
 
 // Close stops every subscription and closes the pool.
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	subs, first := b.subs.Close()
+	if !first {
 		return nil
 	}
-	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
-	b.mu.Unlock()
 	for _, s := range subs {
 		_ = s.Stop()
 	}
 	return errors.Join(b.blocking.Close(), b.rdb.Close())
 }
 
-func (b *Broker) track(s *subscription) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return svc.ErrBrokerClosed
-	}
-	b.subs[s] = struct{}{}
-	return nil
-}
+func (b *Broker) track(s *subscription) error { return b.subs.Track(s) }
 
-func (b *Broker) untrack(s *subscription) {
-	b.mu.Lock()
-	delete(b.subs, s)
-	b.mu.Unlock()
-}
+func (b *Broker) untrack(s *subscription) { b.subs.Untrack(s) }
 
 func (b *Broker) wrap(op string, err error) error {
 	if err == nil {
