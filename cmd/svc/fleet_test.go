@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -63,55 +62,15 @@ var fleetBrokers = []struct {
 
 // fleetProc is a running svc process of a fleet (serve or worker).
 type fleetProc struct {
-	name   string
-	url    string // serve's HTTP address
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-	code   int
+	*proc
+	url string // serve's HTTP address
 }
 
 // startFleetProc starts svc with args; it is SIGKILLed (if still running)
 // when the test ends.
 func startFleetProc(t *testing.T, name string, args ...string) *fleetProc {
 	t.Helper()
-	cmd := exec.Command(svcBin, args...)
-	cmd.Env = cleanEnv()
-	p := &fleetProc{name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			p.code = ee.ExitCode()
-		} else if err != nil {
-			p.code = -1
-		}
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		checkNoRace(t, p.stderr.String())
-		if t.Failed() {
-			t.Logf("%s stderr (last 8 KiB):\n%s", p.name, tail(p.stderr.String(), 8<<10))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
+	return &fleetProc{proc: startProc(t, name, nil, args...)}
 }
 
 // startFleetServe starts `svc serve` as the fleet's publisher on a free

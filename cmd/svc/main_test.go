@@ -133,11 +133,61 @@ func (b *syncBuffer) String() string {
 
 // serveProc is a running `svc serve`.
 type serveProc struct {
-	url    string
+	*proc
+	url string
+}
+
+// proc is a running svc process.
+type proc struct {
+	name   string
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	done   chan struct{} // closed once the process has exited
 	code   int           // the exit code, valid once done is closed
+}
+
+// startProc starts svc with args and the given extra environment; when the
+// test ends it is SIGKILLed if still running, checked for data races, and
+// its stderr logged if the test failed.
+func startProc(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(svcBin, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	p := &proc{name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			p.code = ee.ExitCode()
+		} else if err != nil {
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		checkNoRace(t, p.stderr.String())
+		if t.Failed() {
+			t.Logf("%s stderr (last 8 KiB):\n%s", p.name, tail(p.stderr.String(), 8<<10))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
 }
 
 // servingURL finds the address in the "svc serving" log line, in either
@@ -148,35 +198,8 @@ var servingURL = regexp.MustCompile(`svc serving.*?"url": ?"(http://127\.0\.0\.1
 // it to log its address. The process is killed when the test ends.
 func startServe(t *testing.T, env []string, args ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(svcBin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", t.TempDir()}, args...)...)
-	cmd.Env = append(cleanEnv(), env...)
-	s := &serveProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			s.code = ee.ExitCode()
-		} else if err != nil {
-			s.code = -1
-		}
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-s.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-s.done
-		}
-		checkNoRace(t, s.stderr.String())
-		if t.Failed() {
-			t.Logf("svc serve stderr:\n%s", s.stderr.String())
-		}
-	})
+	s := &serveProc{proc: startProc(t, "svc serve", env,
+		append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", t.TempDir()}, args...)...)}
 	s.waitLog(t, servingURL, 20*time.Second)
 	s.url = servingURL.FindStringSubmatch(s.stderr.String())[1]
 	return s
