@@ -227,6 +227,37 @@ type RuntimeStats struct {
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`
 	Workers     []WorkerStatus     `json:"workers"`
+	// TokenBudget is the runtime's token budget (Options.TokenBudget) as
+	// it stands; absent when the runtime has none or the backend keeps no
+	// budget (svc.BudgetKeeper).
+	TokenBudget *BudgetStatus `json:"token_budget,omitempty"`
+}
+
+// BudgetStatus is the state of the runtime's token budget.
+type BudgetStatus struct {
+	// Limit is Options.TokenBudget.
+	Limit int64 `json:"limit"`
+	// Used is the tokens charged since the start or the last reset.
+	Used int64 `json:"used"`
+	// Reserved is what the model calls in flight set aside at their
+	// pre-check and have not charged yet.
+	Reserved int64 `json:"reserved"`
+	// Remaining is Limit - Used - Reserved, never below 0: what a new
+	// model call may reserve.
+	Remaining int64 `json:"remaining"`
+}
+
+// BudgetKeeper is implemented by a backend that keeps the runtime's token
+// budget (the in-process runtime): GET /runtime/stats shows it and POST
+// /runtime/budget/reset resets it.
+type BudgetKeeper interface {
+	// TokenBudget returns the budget's state; ok is false when the runtime
+	// has no budget.
+	TokenBudget() (st BudgetStatus, ok bool)
+	// ResetTokenBudget sets the tokens used back to 0, so runs are
+	// admitted again, and returns the state after the reset; reservations
+	// of the calls in flight stay. ok is false when there is no budget.
+	ResetTokenBudget() (st BudgetStatus, ok bool)
 }
 
 // EventTree is one run's events as a tree (GET /runs/{trace_id}/tree): the

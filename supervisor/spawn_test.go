@@ -443,7 +443,7 @@ func TestSpawnSharesBudget(t *testing.T) {
 		return resp, err
 	}}
 	rec := &emittertest.Recorder{}
-	rt := newRuntime(t, opts(func(o *svc.Options) { o.TokenBudget = 10 }), rec, s.registry(), boss(nil))
+	rt := newRuntime(t, opts(func(o *svc.Options) { o.MaxTokensPerRun = 10 }), rec, s.registry(), boss(nil))
 	_, err := rt.Run(context.Background(), "boss", svc.TaskSpec{Input: json.RawMessage(`1`)})
 	if !errors.Is(err, svc.ErrBudgetExceeded) {
 		t.Fatalf("parent after its child overspent: %v", err)
