@@ -248,17 +248,23 @@ type BudgetStatus struct {
 }
 
 // BudgetKeeper is implemented by a backend that keeps the runtime's token
-// budget (the in-process runtime): GET /runtime/stats shows it and POST
-// /runtime/budget/reset resets it.
+// budget (the in-process runtime, and the HTTP client for a server's):
+// GET /runtime/budget and /runtime/stats show it, POST
+// /runtime/budget/reset resets it. Both fail with a RegistryError (404)
+// when the runtime has no budget (token_budget 0).
 type BudgetKeeper interface {
-	// TokenBudget returns the budget's state; ok is false when the runtime
-	// has no budget.
-	TokenBudget() (st BudgetStatus, ok bool)
+	// TokenBudget returns the budget's state.
+	TokenBudget(ctx context.Context) (BudgetStatus, error)
 	// ResetTokenBudget sets the tokens used back to 0, so runs are
-	// admitted again, and returns the state after the reset; reservations
-	// of the calls in flight stay. ok is false when there is no budget.
-	ResetTokenBudget() (st BudgetStatus, ok bool)
+	// admitted again, and returns the state after the reset; the
+	// reservations of model calls in flight stay, and they charge after
+	// it.
+	ResetTokenBudget(ctx context.Context) (BudgetStatus, error)
 }
+
+// ErrNoTokenBudget is the error of a BudgetKeeper whose runtime has no
+// token budget.
+var ErrNoTokenBudget = &Error{Kind: KindRegistry, Message: "this runtime has no token budget (token_budget is 0)"}
 
 // EventTree is one run's events as a tree (GET /runs/{trace_id}/tree): the
 // run at the root, its agent invocations below, their tool calls below

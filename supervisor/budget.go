@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 
+	"go.uber.org/zap"
+
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors"
 )
@@ -19,26 +21,27 @@ import (
 //     top-level run (withCap) and shared through the context with the runs
 //     nested in it; in a gather each task has its own.
 
-// TokenBudget returns the state of the runtime's token budget; ok is false
-// when it has none. It implements svc.BudgetKeeper.
-func (rt *Runtime) TokenBudget() (svc.BudgetStatus, bool) {
+// TokenBudget returns the state of the runtime's token budget, or
+// svc.ErrNoTokenBudget. It implements svc.BudgetKeeper.
+func (rt *Runtime) TokenBudget(context.Context) (svc.BudgetStatus, error) {
 	if rt.env.Budget == nil {
-		return svc.BudgetStatus{}, false
+		return svc.BudgetStatus{}, svc.ErrNoTokenBudget
 	}
-	return rt.env.Budget.Status(), true
+	return rt.env.Budget.Status(), nil
 }
 
 // ResetTokenBudget sets the runtime budget's used tokens back to 0, so
 // runs are admitted again (the operator's reset; POST
 // /runtime/budget/reset). Model calls in flight keep their reservations
-// and charge them after the reset. ok is false when there is no budget.
-func (rt *Runtime) ResetTokenBudget() (svc.BudgetStatus, bool) {
+// and charge them after the reset. svc.ErrNoTokenBudget when there is no
+// budget.
+func (rt *Runtime) ResetTokenBudget(context.Context) (svc.BudgetStatus, error) {
 	if rt.env.Budget == nil {
-		return svc.BudgetStatus{}, false
+		return svc.BudgetStatus{}, svc.ErrNoTokenBudget
 	}
 	st := rt.env.Budget.Reset()
-	rt.log.Info("token budget reset")
-	return st, true
+	rt.log.Info("token budget reset", zap.Int64("limit", st.Limit), zap.Int64("reserved", st.Reserved))
+	return st, nil
 }
 
 // refuseSpent refuses a new run once the runtime's budget is spent,

@@ -58,8 +58,8 @@ func TestRuntimeBudgetSharedByRuns(t *testing.T) {
 			t.Fatalf("run %s within the budget: %v", id, err)
 		}
 	}
-	if st, ok := rt.TokenBudget(); !ok || st != (svc.BudgetStatus{Limit: 25, Used: 20, Remaining: 5}) {
-		t.Fatalf("budget after two runs = %+v, %v", st, ok)
+	if st, err := rt.TokenBudget(ctx); err != nil || st != (svc.BudgetStatus{Limit: 25, Used: 20, Remaining: 5}) {
+		t.Fatalf("budget after two runs = %+v, %v", st, err)
 	}
 	// The third run fits at its pre-check (5 left) and overdraws at its
 	// post-charge.
@@ -92,13 +92,13 @@ func TestRuntimeBudgetSharedByRuns(t *testing.T) {
 		emittertest.CheckPayload(t, ev)
 	}
 	// An operator's reset admits runs again.
-	if st, ok := rt.ResetTokenBudget(); !ok || st != (svc.BudgetStatus{Limit: 25, Remaining: 25}) {
-		t.Fatalf("reset = %+v, %v", st, ok)
+	if st, err := rt.ResetTokenBudget(ctx); err != nil || st != (svc.BudgetStatus{Limit: 25, Remaining: 25}) {
+		t.Fatalf("reset = %+v, %v", st, err)
 	}
 	if err := run("r5"); err != nil {
 		t.Fatalf("run after the reset: %v", err)
 	}
-	if st, _ := rt.TokenBudget(); st.Used != 10 {
+	if st, _ := rt.TokenBudget(ctx); st.Used != 10 {
 		t.Fatalf("after the reset and one run: %+v", st)
 	}
 }
@@ -145,8 +145,11 @@ func TestRunCap(t *testing.T) {
 			t.Fatalf("run under its cap: %v", err)
 		}
 	}
-	if _, ok := rt.TokenBudget(); ok {
-		t.Fatal("a runtime without token_budget reports a budget")
+	if _, err := rt.TokenBudget(ctx); !errors.Is(err, svc.ErrRegistry) {
+		t.Fatalf("a runtime without token_budget: %v", err)
+	}
+	if _, err := rt.ResetTokenBudget(ctx); !errors.Is(err, svc.ErrRegistry) {
+		t.Fatalf("reset of a runtime without token_budget: %v", err)
 	}
 	_, err := rt.Run(ctx, "spender", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 5})
 	if !errors.Is(err, svc.ErrBudgetExceeded) || !strings.Contains(err.Error(), "run") {
@@ -201,7 +204,7 @@ func TestRuntimeBudgetConcurrentRuns(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	st, _ := rt.TokenBudget()
+	st, _ := rt.TokenBudget(context.Background())
 	if st.Used > limit+charge || st.Reserved != 0 {
 		t.Fatalf("%d runs passed and charged %d tokens against a budget of %d (status %+v)", ok.Load(), st.Used, limit, st)
 	}
