@@ -4,13 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"go.uber.org/zap"
+
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/http/client"
+	"github.com/svc-dev/svc/http/server"
 )
 
 // budgetEvents records budget_exceeded events and, for each, whether an
@@ -213,5 +221,79 @@ func TestRuntimeBudgetConcurrentRuns(t *testing.T) {
 	}
 	if ok.Load() == 0 {
 		t.Fatal("no run succeeded")
+	}
+}
+
+// Over HTTP: a spent runtime budget is a 429 problem+json of kind
+// BudgetExceededError for every run; GET /runtime/stats shows the budget;
+// the reset is behind the bearer token, and admits runs again.
+func TestRuntimeBudgetOverHTTP(t *testing.T) {
+	rt := newRuntime(t, opts(func(o *svc.Options) { o.TokenBudget = 15 }), nil, nil, echo("spender", map[string]any{"tokens": 10}))
+	events := eventstore.NewMemory(eventstore.Retention{})
+	t.Cleanup(func() { _ = events.Close() })
+	h, err := server.NewStandalone(rt, server.StandaloneConfig{AuthToken: "s3cret", Events: events, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	call := func(method, path, body, token string) (int, http.Header, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	run := func() (int, http.Header, []byte) {
+		return call(http.MethodPost, "/agents/spender/run", `{"input":1}`, "s3cret")
+	}
+	if code, _, body := run(); code != http.StatusOK {
+		t.Fatalf("first run: %d %s", code, body)
+	}
+	for i := range 2 { // the one that overdraws, then one refused up front
+		code, hdr, body := run()
+		var p server.Problem
+		if err := json.Unmarshal(body, &p); err != nil || code != http.StatusTooManyRequests ||
+			hdr.Get("Content-Type") != "application/problem+json" || p.Error != string(svc.KindBudgetExceeded) {
+			t.Fatalf("run %d over the budget: %d %s", i+2, code, body)
+		}
+	}
+	code, _, body := call(http.MethodGet, "/runtime/stats", "", "s3cret")
+	var st svc.RuntimeStats
+	if err := json.Unmarshal(body, &st); err != nil || code != http.StatusOK {
+		t.Fatalf("stats: %d %s", code, body)
+	}
+	if st.TokenBudget == nil || *st.TokenBudget != (svc.BudgetStatus{Limit: 15, Used: 20, Remaining: 0}) {
+		t.Fatalf("stats token_budget = %s", body)
+	}
+	if code, _, _ := call(http.MethodPost, "/runtime/budget/reset", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("reset without the token: %d", code)
+	}
+	c, err := client.New(srv.URL, client.WithAuthToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if b, err := c.ResetTokenBudget(t.Context()); err != nil || b != (svc.BudgetStatus{Limit: 15, Remaining: 15}) {
+		t.Fatalf("reset: %+v, %v", b, err)
+	}
+	if res, err := c.Run(t.Context(), "spender", svc.TaskSpec{Input: json.RawMessage(`1`)}); err != nil || !res.Success {
+		t.Fatalf("run after the reset: %+v, %v", res, err)
+	}
+	if b, err := c.TokenBudget(t.Context()); err != nil || b.Used != 10 {
+		t.Fatalf("budget after the reset and a run: %+v, %v", b, err)
 	}
 }
