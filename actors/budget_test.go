@@ -130,6 +130,10 @@ func TestBudgetConcurrentReservations(t *testing.T) {
 		if passed > limit/charge+1 {
 			t.Fatalf("estimate %d: %d of %d calls passed a budget of %d calls", est, passed, calls, limit/charge)
 		}
+		// The reservations bound the calls in flight at once.
+		if maxInFlight > int(limit/est)+1 {
+			t.Fatalf("estimate %d: %d calls in flight at once on a budget of %d", est, maxInFlight, limit)
+		}
 		if st := b.Status(); st.Reserved != 0 {
 			t.Fatalf("reservations left behind: %+v", st)
 		}
@@ -181,4 +185,24 @@ func TestProgress(t *testing.T) {
 	if p.Snapshot() != (svc.RunProgress{Total: 2, Completed: 1}) || len(got) != 3 || got[1].Running != 1 {
 		t.Fatalf("progress %+v, reports %+v", p.Snapshot(), got)
 	}
+}
+
+// BenchmarkBudgetReserveCharge is one model call's pre-check and
+// post-charge against a run cap and the runtime's budget, from many
+// goroutines at once (the runtime's budget is shared by all of them).
+func BenchmarkBudgetReserveCharge(b *testing.B) {
+	rtb := NewBudget(1<<62, ScopeRuntime, svc.NopEmitter{})
+	inv := &agent.Invocation{Agent: &agent.Compiled{Def: svc.Agent{Name: "a"}}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ib := Budgets(NewBudget(1<<62, ScopeRun, svc.NopEmitter{}), rtb, inv)
+		for pb.Next() {
+			if err := ib.Reserve(600); err != nil {
+				b.Fatal(err)
+			}
+			if err := ib.Charge(500); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
