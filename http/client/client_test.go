@@ -395,6 +395,8 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindAllAgentsFailed: svc.ErrAllAgentsFailed, svc.KindModel: svc.ErrModel,
 		svc.KindTimeout: svc.ErrTimeout, svc.KindCancelled: svc.ErrCancelled,
 		svc.KindShuttingDown: svc.ErrShuttingDown, svc.KindOutputValidation: svc.ErrOutputValidation, svc.KindUnauthorized: svc.ErrUnauthorized,
+		svc.KindNotFound: svc.ErrNotFound, svc.KindMethodNotAllowed: svc.ErrMethodNotAllowed,
+		svc.KindCondition: svc.ErrCondition,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))
