@@ -252,8 +252,22 @@ func TestGroupCancel(t *testing.T) {
 func TestGroupUnknownAndTopology(t *testing.T) {
 	g := mustGroup(t, group.New("pipe").Node("a", "echo").Node("b", "echo").Edge("a", "b", group.When(`output != 0`)))
 	rt := groupRuntime(t, nil, []svc.Agent{echo("echo", nil)}, g)
-	if _, err := rt.RunGroup(context.Background(), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) {
-		t.Fatalf("unknown group: %v", err)
+	if _, err := rt.RunGroup(context.Background(), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		err.Error() != `unknown group "nope" (registered groups: pipe)` {
+		t.Fatalf("unknown group: %v, want a RegistryError listing the groups", err)
+	}
+	// A name of the other kind says which call to make instead.
+	if _, err := rt.RunGroup(context.Background(), "echo", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		!strings.Contains(err.Error(), "echo is an agent: POST /agents/echo/run") {
+		t.Fatalf("group run of an agent: %v, want a RegistryError pointing at the agent route", err)
+	}
+	if _, err := rt.Run(context.Background(), "pipe", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		!strings.Contains(err.Error(), "pipe is a group: POST /groups/pipe/run") {
+		t.Fatalf("agent run of a group: %v, want a RegistryError pointing at the group route", err)
+	}
+	if _, err := rt.Run(context.Background(), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)}); err == nil ||
+		err.Error() != `unknown agent "nope" (registered agents: echo)` {
+		t.Fatalf("unknown agent: %v, want it to list the agents", err)
 	}
 	top, err := rt.GroupTopology(context.Background(), "pipe")
 	if err != nil || fmt.Sprint(top.Entry) != "[a]" || fmt.Sprint(top.Terminal) != "[b]" || top.Edges[0].When != `output != 0` || !strings.Contains(top.Mermaid, "flowchart") {
