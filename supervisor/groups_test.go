@@ -127,12 +127,34 @@ func TestGroupNoTerminalFired(t *testing.T) {
 	}
 }
 
+// A condition that compiled but fails on a run's data (a missing key, the
+// cost limit, an overflow) fails the run with a ConditionError, not the
+// TopologyError (400) of a bad group: the request was fine.
 func TestGroupConditionErrorAtRunTime(t *testing.T) {
-	g := mustGroup(t, group.New("bad").Node("a", "echo").Node("b", "echo").Edge("a", "b", group.When(`output.missing == 1`)))
-	rt := groupRuntime(t, nil, []svc.Agent{echo("echo", nil)}, g)
-	_, err := rt.RunGroup(context.Background(), "bad", svc.TaskSpec{Input: json.RawMessage(`{"x":1}`)})
-	if !errors.Is(err, svc.ErrTopology) {
-		t.Fatalf("err = %v, want TopologyError", err)
+	for name, when := range map[string]string{
+		"missing key": `output.missing == 1`,
+		"cost limit":  `lists.range(100000).map(x, lists.range(1000).map(y, y)).size() > 0`,
+		"overflow":    `int(output.x) * 9223372036854775807 > 0`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := mustGroup(t, group.New("bad").Node("a", "echo").Node("b", "echo").Edge("a", "b", group.When(when)))
+			rt := groupRuntime(t, nil, []svc.Agent{echo("echo", nil)}, g)
+			_, err := rt.RunGroup(context.Background(), "bad", svc.TaskSpec{Input: json.RawMessage(`{"x":2}`)})
+			if !errors.Is(err, svc.ErrCondition) || errors.Is(err, svc.ErrTopology) || svc.KindOf(err) != svc.KindCondition ||
+				!strings.Contains(err.Error(), "edges[0].when") {
+				t.Fatalf("err = %v (%s), want a ConditionError naming edges[0].when", err, svc.KindOf(err))
+			}
+			// Submitted, the run fails with the same kind in its result.
+			id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: "bad", Task: svc.TaskSpec{Input: json.RawMessage(`{"x":2}`)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, rt, id, svc.RunFailed)
+			res, err := rt.RunResult(context.Background(), id)
+			if err != nil || !strings.Contains(string(res), `"ConditionError"`) {
+				t.Fatalf("result %s, %v; want a failed result of type ConditionError", res, err)
+			}
+		})
 	}
 }
 
