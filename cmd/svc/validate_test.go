@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,5 +103,25 @@ func TestServeRefusesEmptySpecs(t *testing.T) {
 	r := svcExec(t, nil, "", "serve", "--specs", dir, "--port", "0", "--data-dir", t.TempDir())
 	if r.code != 2 || !strings.Contains(r.stderr, "no agents or groups found in "+dir) {
 		t.Errorf("serve on an empty specs directory: exit %d, stderr:\n%s\nwant exit 2 saying no agents or groups were found", r.code, r.stderr)
+	}
+}
+
+// TestServeOutsideRepositoryNeedsSpecs: run where the default --specs
+// (examples/specs) does not exist, serve says to pass --specs instead of
+// reporting a missing file.
+func TestServeOutsideRepositoryNeedsSpecs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, svcBin, "serve", "--port", "0", "--data-dir", t.TempDir())
+	cmd.Dir = t.TempDir()
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("serve outside the repository: %v, want exit 2; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "no --specs given, and the default examples/specs does not exist in "+cmd.Dir+": pass --specs DIR") {
+		t.Errorf("output:\n%s\nwant it to say to pass --specs", out)
 	}
 }
