@@ -581,3 +581,15 @@ func TestGroupNameEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteErrorsRebuilt: a route the server does not have (the runs of a
+// server whose backend has none) comes back as a NotFoundError, not as a
+// RegistryError about some run nor as the base kind.
+func TestRouteErrorsRebuilt(t *testing.T) {
+	c := newClient(t, serve(t, router(t, &fakeBackend{})).URL)
+	_, err := c.RunStatus(t.Context(), "some-run")
+	if !errors.Is(err, svc.ErrNotFound) || errors.Is(err, svc.ErrRegistry) || svc.KindOf(err) != svc.KindNotFound ||
+		!strings.Contains(err.Error(), "no route for GET /runs/some-run/status") {
+		t.Fatalf("RunStatus against a server without runs: %v (%s), want a NotFoundError naming the route", err, svc.KindOf(err))
+	}
+}
