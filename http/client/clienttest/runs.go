@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,6 +189,20 @@ func testSubmitUnknown(t *testing.T, b svc.RunBackend) {
 		}
 		if id != "" {
 			t.Errorf("Submit(%s, kind %q) refused but returned run id %q", req.Target, req.Kind, id)
+		}
+	}
+	// The refusals say what to submit instead.
+	for _, tc := range []struct {
+		req  svc.SubmitRequest
+		want string
+	}{
+		{svc.SubmitRequest{Target: "nope"}, `unknown target "nope" (registered agents: `},
+		{svc.SubmitRequest{Target: "echo", Kind: svc.KindGroup}, `echo is an agent: submit it with kind "agent"`},
+		{svc.SubmitRequest{Target: "pair", Kind: svc.KindAgent}, `pair is a group: submit it with kind "group"`},
+	} {
+		tc.req.Task = svc.TaskSpec{Input: json.RawMessage(`1`)}
+		if _, err := b.Submit(ctxFor(t), tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Submit(%s, kind %q) = %v, want it to say %q", tc.req.Target, tc.req.Kind, err, tc.want)
 		}
 	}
 }
