@@ -416,8 +416,10 @@ func (a *App) watch(started svc.Options) error {
 
 // SpecEnv is what spec files may refer to in a process: the built-in tools
 // (read_file and write_file confined to filesRoot), spawn_agents, the model
-// providers of models and the names of agents registered from Go. `svc
-// validate` checks files against it.
+// providers of models, the names of agents registered from Go, and the
+// compile the runtime applies when it registers an agent. `svc validate`
+// checks files against it and `svc serve` loads them with it: one path,
+// so the two cannot disagree.
 func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.Env {
 	env := spec.Env{
 		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
@@ -426,6 +428,8 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 			_, err := models.Resolve(id)
 			return err
 		},
+		// The runtime's own compile: what passes here, Register accepts.
+		CheckAgent: func(a svc.Agent) error { return supervisor.CheckAgent(models, a) },
 	}
 	for _, ag := range agents {
 		env.Agents = append(env.Agents, ag.Name)

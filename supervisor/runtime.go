@@ -202,9 +202,10 @@ func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
 }
 
 func (rt *Runtime) lookup(name string) (*agent.Compiled, error) {
-	c, ok := rt.agents.Load().byName[name]
+	reg := rt.agents.Load()
+	c, ok := reg.byName[name]
 	if !ok {
-		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: fmt.Sprintf("unknown agent %q", name)}
+		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: reg.unknownAgent(name)}
 	}
 	return c, nil
 }

@@ -55,7 +55,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	case kind != "" && kind != svc.KindAgent && kind != svc.KindGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "kind %q: want agent or group", kind)
 	case kind == svc.KindAgent && !isAgent, kind == svc.KindGroup && !isGroup, !isAgent && !isGroup:
-		return "", &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown %starget %q", kindWord(kind), req.Target)}
+		return "", &svc.Error{Kind: svc.KindRegistry, Message: reg.unknownTarget(req.Target, kind, isAgent, isGroup)}
 	case kind == "" && isAgent && isGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: say which with kind", req.Target)
 	case kind == "" && isAgent:
@@ -106,13 +106,6 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	runCtx = withRunSink(runCtx, id, w.event, w.progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
-}
-
-func kindWord(kind string) string {
-	if kind == "" {
-		return ""
-	}
-	return kind + " "
 }
 
 // checkInput refuses a task the target's entry agents would refuse, before

@@ -120,6 +120,22 @@ var flagOf = map[string]string{
 	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver",
 }
 
+// defaultSpecsHint refuses to start on the default --specs directory when
+// it is not there: run outside the repository, the default (examples/specs,
+// relative to the working directory) names nothing, and a bare "no such
+// file" would not say that --specs is the way out.
+func (f *runtimeFlags) defaultSpecsHint(fs *pflag.FlagSet) error {
+	if fs.Changed("specs") || f.specs == "" {
+		return nil
+	}
+	if _, err := os.Stat(f.specs); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	wd, _ := os.Getwd()
+	return &exitError{code: 2, err: fmt.Errorf("no --specs given, and the default %s does not exist in %s: "+
+		"pass --specs DIR, a directory of agents/*.yaml and groups/*.yaml (svc validate DIR checks one)", f.specs, wd)}
+}
+
 // appError turns an error of app.New or Start into the command's: a
 // problem with the options is bad usage (exit 2), named by its flag; any
 // other failure (a port in use, say) exits 1.

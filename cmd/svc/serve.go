@@ -209,6 +209,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 			o.NATSListen = s.natsListen
 		}
 	}
+	if err := s.defaultSpecsHint(fs); err != nil {
+		return err
+	}
 	a, err := app.New(o)
 	if err != nil {
 		return appError(s.specs, err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +30,13 @@ type fakeBackend struct {
 
 var fakeAgents = []string{"budget", "echo", "err", "fail", "slow"}
 
+// registryError says what the runtime says of a name that is no agent.
 func registryError(name string) error {
-	return &svc.Error{Kind: svc.KindRegistry, Message: "agent " + name + " is not registered", Agent: name}
+	msg := fmt.Sprintf("unknown agent %q (registered agents: %s)", name, strings.Join(fakeAgents, ", "))
+	if _, ok := fakeGroups[name]; ok {
+		msg = fmt.Sprintf("unknown agent %q: %s is a group: POST /groups/%s/run (RunGroup in Go)", name, name, name)
+	}
+	return &svc.Error{Kind: svc.KindRegistry, Message: msg, Agent: name}
 }
 
 func (f *fakeBackend) Agents(context.Context) ([]string, error) {

@@ -54,6 +54,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -159,7 +160,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		})
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		writeProblem(w, req, http.StatusNotFound, Problem{Detail: "no route for " + req.Method + " " + req.URL.Path})
+		writeProblem(w, req, http.StatusNotFound, Problem{Error: string(svc.KindNotFound), Detail: "no route for " + req.Method + " " + req.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		// chi drops its Allow header once the handler is replaced; rebuild it.
@@ -172,7 +173,12 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 				w.Header().Add("Allow", m)
 			}
 		}
-		writeProblem(w, req, http.StatusMethodNotAllowed, Problem{Detail: "method " + req.Method + " is not allowed on " + req.URL.Path})
+		allow := w.Header().Values("Allow")
+		detail := "method " + req.Method + " is not allowed on " + req.URL.Path
+		if len(allow) > 0 {
+			detail += " (allowed: " + strings.Join(allow, ", ") + ")"
+		}
+		writeProblem(w, req, http.StatusMethodNotAllowed, Problem{Error: string(svc.KindMethodNotAllowed), Detail: detail})
 	})
 	r.Method(http.MethodGet, "/agents", Handle(h.agents))
 	r.Method(http.MethodGet, "/agents/{name}/schema", Handle(h.schema))

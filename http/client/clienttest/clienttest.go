@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,6 +233,15 @@ func testRunUnknownAgent(t *testing.T, b svc.Backend) {
 	_, err := b.Run(ctxFor(t), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)})
 	if !errors.Is(err, svc.ErrRegistry) {
 		t.Errorf("Run(nope) error = %v, want a RegistryError", err)
+	}
+	// The error says what to do: the agents there are to run.
+	if err != nil && (!strings.Contains(err.Error(), `unknown agent "nope" (registered agents: `) || !strings.Contains(err.Error(), "echo")) {
+		t.Errorf("Run(nope) error = %q, want it to list the registered agents", err)
+	}
+	// A group's name points at the group route.
+	_, err = b.Run(ctxFor(t), "pair", svc.TaskSpec{Input: json.RawMessage(`1`)})
+	if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), "pair is a group: POST /groups/pair/run") {
+		t.Errorf("Run(pair), a group, error = %v, want a RegistryError saying it is a group", err)
 	}
 }
 

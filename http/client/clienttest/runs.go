@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,24 +192,42 @@ func testSubmitUnknown(t *testing.T, b svc.RunBackend) {
 			t.Errorf("Submit(%s, kind %q) refused but returned run id %q", req.Target, req.Kind, id)
 		}
 	}
+	// The refusals say what to submit instead.
+	for _, tc := range []struct {
+		req  svc.SubmitRequest
+		want string
+	}{
+		{svc.SubmitRequest{Target: "nope"}, `unknown target "nope" (registered agents: `},
+		{svc.SubmitRequest{Target: "echo", Kind: svc.KindGroup}, `echo is an agent: submit it with kind "agent"`},
+		{svc.SubmitRequest{Target: "pair", Kind: svc.KindAgent}, `pair is a group: submit it with kind "group"`},
+	} {
+		tc.req.Task = svc.TaskSpec{Input: json.RawMessage(`1`)}
+		if _, err := b.Submit(ctxFor(t), tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Submit(%s, kind %q) = %v, want it to say %q", tc.req.Target, tc.req.Kind, err, tc.want)
+		}
+	}
 }
 
 func testUnknownRun(t *testing.T, b svc.RunBackend) {
 	const id = "nope-run"
-	if err := b.CancelRun(ctxFor(t), id); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("CancelRun(unknown) = %v, want a RegistryError", err)
+	// The same words from every backend and store, none of them a
+	// package's name: users read this text in a 404.
+	const want = `unknown run "nope-run"`
+	check := func(call string, err error) {
+		t.Helper()
+		if !errors.Is(err, svc.ErrRegistry) || err.Error() != want {
+			t.Errorf("%s(unknown) = %v, want a RegistryError %q", call, err, want)
+		}
 	}
-	if _, err := b.RunStatus(ctxFor(t), id); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunStatus(unknown) = %v, want a RegistryError", err)
-	}
-	if _, err := b.RunResult(ctxFor(t), id); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunResult(unknown) = %v, want a RegistryError", err)
-	}
+	check("CancelRun", b.CancelRun(ctxFor(t), id))
+	_, err := b.RunStatus(ctxFor(t), id)
+	check("RunStatus", err)
+	_, err = b.RunResult(ctxFor(t), id)
+	check("RunResult", err)
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	defer cancel()
-	if _, err := b.RunEvents(ctx, id, 0); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunEvents(unknown) = %v, want a RegistryError", err)
-	}
+	_, err = b.RunEvents(ctx, id, 0)
+	check("RunEvents", err)
 }
 
 func types(evs []svc.RunEvent) []svc.RunEventType {

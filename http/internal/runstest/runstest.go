@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,14 +74,15 @@ func (f *Runs) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error
 	case req.Kind == "" && isAgent && isGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: give kind", req.Target)
 	}
-	return "", svc.Errorf(svc.KindRegistry, "no %s named %q", cmpOr(req.Kind, "agent or group"), req.Target)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+	// The runtime's words (clienttest checks them).
+	switch {
+	case req.Kind == svc.KindAgent && isGroup:
+		return "", svc.Errorf(svc.KindRegistry, "unknown agent target %q: %s is a group: submit it with kind %q", req.Target, req.Target, svc.KindGroup)
+	case req.Kind == svc.KindGroup && isAgent:
+		return "", svc.Errorf(svc.KindRegistry, "unknown group target %q: %s is an agent: submit it with kind %q", req.Target, req.Target, svc.KindAgent)
 	}
-	return b
+	return "", svc.Errorf(svc.KindRegistry, "unknown %s %q (registered agents: %s; registered groups: %s)",
+		strings.TrimSpace(req.Kind+" target"), req.Target, strings.Join(agents, ", "), strings.Join(groups, ", "))
 }
 
 func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
