@@ -97,11 +97,11 @@ func TestStatusFlags(t *testing.T) {
 		}
 	}
 
-	if s := parseStatus(t); s.authToken != "from-env" || s.noReconnect || s.idleTimeout != time.Minute {
-		t.Errorf("defaults: token %q, no-reconnect %v, idle %v; want $SVC_AUTH_TOKEN, false, 1m", s.authToken, s.noReconnect, s.idleTimeout)
+	if s := parseStatus(t); s.auth.token != "from-env" || s.noReconnect || s.idleTimeout != time.Minute {
+		t.Errorf("defaults: token %q, no-reconnect %v, idle %v; want $SVC_AUTH_TOKEN, false, 1m", s.auth.token, s.noReconnect, s.idleTimeout)
 	}
-	if s := parseStatus(t, "--auth-token", "flag", "--no-reconnect"); s.authToken != "flag" || !s.noReconnect {
-		t.Errorf("--auth-token flag --no-reconnect: token %q, no-reconnect %v", s.authToken, s.noReconnect)
+	if s := parseStatus(t, "--auth-token", "flag", "--no-reconnect"); s.auth.token != "flag" || !s.noReconnect {
+		t.Errorf("--auth-token flag --no-reconnect: token %q, no-reconnect %v", s.auth.token, s.noReconnect)
 	}
 }
 
