@@ -74,6 +74,9 @@ func TestStatusFlags(t *testing.T) {
 		wantErr string
 	}{
 		{nil, "http://127.0.0.1:8420/events/stream", ""},
+		// --url is the base URL; the stream's own URL still works.
+		{[]string{"--url", "https://example.test/svc/"}, "https://example.test/svc/events/stream", ""},
+		{[]string{"--url", "http://127.0.0.1:9000"}, "http://127.0.0.1:9000/events/stream", ""},
 		{[]string{"--filter-event-type", "agent_spawned", "--filter-event-type", "agent_failed,tool_call_failed", "--filter-agent", "billing team"},
 			"http://127.0.0.1:8420/events/stream?agent=billing+team&event_type=agent_spawned&event_type=agent_failed&event_type=tool_call_failed", ""},
 		{[]string{"--url", "https://example.test/svc/events/stream?x=1", "--filter-agent", "a"},
