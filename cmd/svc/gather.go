@@ -123,6 +123,9 @@ func (g *gatherCmd) run(cmd *cobra.Command, agent string) error {
 	results, err := c.Gather(svc.WithProgress(ctx, line.set), agent, tasks, g.concurrency)
 	line.stop()
 	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("the gather was cancelled (interrupt): %w", err)
+		}
 		return &exitError{code: 1, err: err}
 	}
 	w := bufio.NewWriter(cmd.OutOrStdout())

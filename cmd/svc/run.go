@@ -117,6 +117,9 @@ func (r *runCmd) run(cmd *cobra.Command, target string) error {
 	}
 	line.stop()
 	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("the run was cancelled (interrupt): %w", err)
+		}
 		return &exitError{code: 1, err: err}
 	}
 	if err := printJSON(cmd.OutOrStdout(), res, true); err != nil {

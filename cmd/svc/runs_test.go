@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -357,4 +360,49 @@ func TestAuthTokenFlags(t *testing.T) {
 			t.Errorf("the server log contains the token:\n%s", s.stderr.String())
 		}
 	})
+}
+
+// A run that does not end when cancelled (a stuck server, say): the first
+// Ctrl-C asks for the cancel and keeps following, the second exits at
+// once with status 130.
+func TestFollowSecondInterruptExits(t *testing.T) {
+	t.Parallel()
+	cancels := make(chan struct{}, 10)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /runs/r1/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"run_id":"r1","state":"running","progress":{"total":2,"completed":1,"failed":0,"running":1}}`)
+	})
+	mux.HandleFunc("POST /runs/r1/cancel", func(w http.ResponseWriter, _ *http.Request) {
+		cancels <- struct{}{}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /runs/r1/stream", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "id: 1\nevent: agent_started\ndata: {\"seq\":1,\"type\":\"agent_started\",\"run_id\":\"r1\",\"agent\":\"a\",\"task_id\":\"t\",\"error\":null,\"timestamp\":\"2026-01-01T00:00:00Z\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the run never ends
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer srv.CloseClientConnections()
+
+	p := &serveProc{proc: startProc(t, "svc runs follow", nil, "runs", "follow", "r1", "--url", srv.URL, "--progress", "always")}
+	p.waitLog(t, regexp.MustCompile(`run r1: running`), 20*time.Second)
+	p.signal(t, syscall.SIGINT)
+	select {
+	case <-cancels:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no POST /runs/r1/cancel after the first interrupt")
+	}
+	p.waitLog(t, regexp.MustCompile(`cancelling run r1`), 20*time.Second)
+	select {
+	case <-p.done:
+		t.Fatalf("exited (%d) after the first interrupt, before the run ended", p.code)
+	case <-time.After(200 * time.Millisecond):
+	}
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 20*time.Second); code != 130 {
+		t.Errorf("exit %d after the second interrupt, want 130", code)
+	}
 }
