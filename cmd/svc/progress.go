@@ -63,9 +63,9 @@ type progressLine struct {
 	label string
 	start time.Time
 
-	mu   sync.Mutex
-	prog *svc.RunProgress
-	note string
+	mu    sync.Mutex
+	prog  *svc.RunProgress
+	note  string
 	wrote bool
 
 	done    chan struct{}
