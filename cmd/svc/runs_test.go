@@ -171,6 +171,18 @@ func TestCLIOnServer(t *testing.T) {
 		}
 	})
 
+	t.Run("submit --idempotency-key", func(t *testing.T) {
+		args := append([]string{"submit", "echo", "--input", "7", "--idempotency-key", "k-1"}, u...)
+		first := mustExec(t, 0, nil, args...).stdout
+		if again := mustExec(t, 0, nil, args...).stdout; again != first {
+			t.Errorf("a retried submit made run %q, want the first one %q", again, first)
+		}
+		r := mustExec(t, 1, nil, append([]string{"submit", "echo", "--input", "8", "--idempotency-key", "k-1"}, u...)...)
+		if !strings.Contains(r.stderr, "Idempotency-Key") {
+			t.Errorf("another request with the key: stderr %q", r.stderr)
+		}
+	})
+
 	t.Run("submit --wait", func(t *testing.T) {
 		r := mustExec(t, 0, nil, append([]string{"submit", "pair", "--input", `"w"`, "--wait", "--progress", "always"}, u...)...)
 		if res := decodeResult(t, r.stdout); !res.Success || compactJSON(t, res.Output) != `"w"` {
