@@ -30,7 +30,7 @@ type remoteFlags struct {
 func (r *remoteFlags) register(fs *pflag.FlagSet, urlDefault, urlUsage string) {
 	fs.StringVar(&r.url, "url", urlDefault, urlUsage)
 	r.auth.register(fs, "bearer token sent to the server of --url")
-	fs.DurationVar(&r.timeout, "timeout", 30*time.Second, "HTTP timeout of each call to --url (a wait for a run is many calls)")
+	fs.DurationVar(&r.timeout, "timeout", 30*time.Second, "HTTP timeout of each call to --url: a synchronous run or gather is one call, so raise it for long ones (waiting for a submitted run is many short calls)")
 }
 
 // client returns a client of --url; its errors are usage errors.
