@@ -24,7 +24,7 @@ type serveCmd struct {
 	runtimeFlags
 	host      string
 	port      int
-	authToken string
+	auth      authFlags
 	origins   []string
 	grace     time.Duration
 	maxBody   int64
@@ -94,8 +94,10 @@ flight finish on the definitions they started with. A change that does not
 validate is logged with its file and line, and the previous definitions stay.
 Runtime options (runtime.yaml) apply at the next start.
 
-With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
-/readyz needs "Authorization: Bearer <token>".
+With --auth-token (or SVC_AUTH_TOKEN, or --auth-token-file, which keeps the
+token out of ps) every route but /healthz, /health and /readyz needs
+"Authorization: Bearer <token>". A token that is only whitespace, or an
+empty or missing token file, is refused at start (exit 2).
 Request bodies must be application/json, and a browser request from another
 origin than the server's own is refused unless --allowed-origins lists it.
 
@@ -123,7 +125,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	s.runtimeFlags.register(fs, "examples/specs")
 	fs.StringVar(&s.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
-	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token required on every route but the health checks (default $SVC_AUTH_TOKEN)")
+	s.auth.register(fs, "bearer token required on every route but the health checks")
 	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
@@ -169,6 +171,10 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	authToken, err := s.auth.resolve()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	if err := s.checkReloadFlags(fs); err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -193,7 +199,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	defer func() { _ = log.Sync() }()
 
 	o := s.appOptions(fs, log)
-	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, s.authToken, s.maxBody
+	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody
 	o.AllowedOrigins = s.origins
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
 	// The flags' 0 is "no limit", the app's is "the default".

@@ -32,6 +32,7 @@ func RunSubmit(t *testing.T, newBackend func(t *testing.T) svc.RunBackend) {
 		{"EventsLive", testRunEventsLive},
 		{"SubmitGroups", testSubmitGroups},
 		{"SubmitTokenBudget", testSubmitTokenBudget},
+		{"SubmitIdempotent", testSubmitIdempotent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -370,4 +371,26 @@ func testSubmitTokenBudget(t *testing.T, b svc.RunBackend) {
 	if _, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}, svc.KindAgent); !errors.Is(err, svc.ErrSpecValidation) {
 		t.Fatalf("Submit with token_budget -1: %v, want a SpecValidationError", err)
 	}
+}
+
+// testSubmitIdempotent: the request's IdempotencyKey reaches the backend,
+// so a retried submit returns the first run and a different request with
+// the same key is refused.
+func testSubmitIdempotent(t *testing.T, b svc.RunBackend) {
+	key := "key-" + time.Now().Format(time.RFC3339Nano)
+	req := svc.SubmitRequest{Target: "echo", Task: svc.TaskSpec{Input: json.RawMessage(`1`), RequestID: "req-idem"}, IdempotencyKey: key}
+	first, err := b.Submit(ctxFor(t), req)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	again, err := b.Submit(ctxFor(t), req)
+	if err != nil || again != first {
+		t.Errorf("Submit again with key %q = %q, %v; want the first run %q", key, again, err, first)
+	}
+	other := req
+	other.Task.Input = json.RawMessage(`2`)
+	if id, err := b.Submit(ctxFor(t), other); !errors.Is(err, svc.ErrRunState) {
+		t.Errorf("Submit of another request with the same key = %q, %v; want a RunStateError", id, err)
+	}
+	waitTerminal(t, b, first)
 }

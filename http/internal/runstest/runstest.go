@@ -95,7 +95,21 @@ func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error
 		return "", err
 	}
 	id := uuid.Must(uuid.NewV7()).String()
-	if err := f.Store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}); err != nil {
+	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}
+	if req.IdempotencyKey != "" {
+		// As the runtime does: the same key and request return the first
+		// run, another request with the key is a RunStateError.
+		task := req.Task
+		task.RequestID = ""
+		fp, err := json.Marshal([]any{req.Target, req.Kind, task})
+		if err != nil {
+			return "", err
+		}
+		got, created, err := f.Store.CreateIdempotent(ctx, req.IdempotencyKey, string(fp), rec, 0)
+		if err != nil || !created {
+			return got, err
+		}
+	} else if err := f.Store.Create(ctx, rec); err != nil {
 		return "", err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
