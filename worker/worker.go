@@ -93,8 +93,19 @@ type Config struct {
 	// Emitter receives worker_started, worker_heartbeat and
 	// worker_stopped (also broadcast on svc.workers). Nothing when nil.
 	Emitter svc.Emitter
+	// Events, when set, is the BrokerEventBridge in the runner's emitter
+	// chain (emitters/bridge): for each task whose publisher asked for its
+	// events (publish_events), the worker binds the task's span to the
+	// publisher's svc.events.{runtime_id} while the task runs.
+	Events Binder
 	// Logger logs refused and failed deliveries; silent when nil.
 	Logger *zap.Logger
+}
+
+// Binder binds the events under a span to a subject until unbind is called;
+// *bridge.Bridge is one.
+type Binder interface {
+	Bind(span, subject string) (unbind func())
 }
 
 // Worker consumes tasks. Create it with New, then Start; stop it with
@@ -367,6 +378,11 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 	defer w.untrack(env)
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
+	// The task's events go to its publisher when it asked for them; the
+	// binding ends with the run, after its last event was queued.
+	if to := env.EventsTo(); to != "" && w.cfg.Events != nil {
+		defer w.cfg.Events.Bind(env.SpanID, to)()
+	}
 
 	// The invocation runs at the envelope's depth (the runtime places a
 	// run one below the depth in its scope), under the publisher's trace
