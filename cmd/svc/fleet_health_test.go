@@ -185,3 +185,26 @@ func fleetHealth(t *testing.T, specs string, b fleetBroker) {
 		t.Errorf("svc status --workers printed:\n%s\nwant worker_stopped for w-stop only", r.stdout)
 	}
 }
+
+// The fleet flags of serve are refused, with exit status 2 and the flag
+// named, where they cannot apply.
+func TestServeFleetFlagsChecked(t *testing.T) {
+	specs := writeSpecs(t, fleetSpecs)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--publish-events"}, "--publish-events needs --broker"},
+		{[]string{"--worker-stale-after", "5s"}, "--worker-stale-after needs --broker"},
+		{[]string{"--broker", "memory://", "--worker-stale-after", "10s", "--worker-down-after", "5s"}, "want 0 < stale < down"},
+	} {
+		r := svcExec(t, nil, "", append([]string{"serve", "--specs", specs, "--port", "0", "--data-dir", t.TempDir()}, tc.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("svc serve %v: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	r := svcExec(t, nil, "", "status", "--workers", "--url", "ftp://x")
+	if r.code != 2 || !strings.Contains(r.stderr, "--url") {
+		t.Errorf("svc status --workers with a bad --url: exit %d, %q", r.code, r.stderr)
+	}
+}
