@@ -171,6 +171,12 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		p.subs = append(p.subs, s)
 		p.mu.Unlock()
 	}
+	// Ask the fleet for a heartbeat now, so this node knows the workers
+	// that started before it without waiting for their next one. Best
+	// effort: a lost ping costs that wait.
+	if err := cfg.Broker.Broadcast(ctx, svc.SubjectWorkersPing, []byte("{}")); err != nil {
+		p.log.Warn("workers not pinged", zap.Error(err))
+	}
 	return p, nil
 }
 

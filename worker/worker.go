@@ -124,6 +124,7 @@ type Worker struct {
 	cancelled map[string]time.Time
 	subs      []svc.Subscription
 	cancelSub svc.Subscription
+	pingSub   svc.Subscription
 	started   bool
 	stopped   bool
 
@@ -258,6 +259,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		w.subs = append(w.subs, sub)
 	}
+	// A serve node that starts asks for a heartbeat at once. Without the
+	// subscription the node still learns of this worker at its next
+	// heartbeat: not worth failing the start for.
+	if ps, err := w.cfg.Broker.SubscribeBroadcast(ctx, svc.SubjectWorkersPing, w.onPing); err == nil {
+		w.pingSub = ps
+	} else {
+		w.log.Warn("not answering serve nodes' pings", zap.Error(err))
+	}
 	w.lifecycle(svc.EventWorkerStarted, svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
 		"concurrency": w.cfg.Concurrency, "prefetch": w.cfg.Prefetch, "consumer_id": w.cfg.ConsumerID,
@@ -306,6 +315,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	}
 	if err := w.cancelSub.Stop(); err != nil {
 		errs = append(errs, err)
+	}
+	if w.pingSub != nil {
+		_ = w.pingSub.Stop()
 	}
 	w.lifecycle(svc.EventWorkerStopped, svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
@@ -541,11 +553,26 @@ func (w *Worker) heartbeat() {
 		case <-w.hbStop:
 			return
 		case <-t.C:
-			w.lifecycle(svc.EventWorkerHeartbeat, svc.Payload{
-				"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
-				"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
-			})
+			w.beat()
 		}
+	}
+}
+
+func (w *Worker) beat() {
+	w.lifecycle(svc.EventWorkerHeartbeat, svc.Payload{
+		"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
+		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
+	})
+}
+
+// onPing answers a serve node's ping with a heartbeat, unless the worker is
+// stopping (its worker_stopped says the rest).
+func (w *Worker) onPing(context.Context, string, []byte) {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if !stopped {
+		w.beat()
 	}
 }
 
