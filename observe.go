@@ -143,13 +143,42 @@ const (
 // last: healthy under 90 s, stale under 300 s, down otherwise or once it
 // sent worker_stopped.
 func WorkerHealth(last time.Time, stopped bool, now time.Time) string {
+	return WorkerThresholds{}.Status(last, stopped, now)
+}
+
+// WorkerThresholds are the ages of a worker's latest sign of life at which a
+// serve node calls it stale and down. The zero value is the spec's: stale
+// from WorkerHealthyWithin (90 s), down from WorkerStaleWithin (300 s).
+// `svc serve --worker-stale-after/--worker-down-after` set them, for a fleet
+// whose heartbeat interval is not the default (and tests, in seconds).
+type WorkerThresholds struct {
+	Stale time.Duration
+	Down  time.Duration
+}
+
+// WithDefaults fills in the zero fields.
+func (th WorkerThresholds) WithDefaults() WorkerThresholds {
+	if th.Stale <= 0 {
+		th.Stale = WorkerHealthyWithin
+	}
+	if th.Down <= 0 {
+		th.Down = WorkerStaleWithin
+	}
+	return th
+}
+
+// Status is the health of a worker last heard from at last: healthy while
+// younger than Stale, stale while younger than Down, down after that or once
+// it sent worker_stopped.
+func (th WorkerThresholds) Status(last time.Time, stopped bool, now time.Time) string {
+	th = th.WithDefaults()
 	age := now.Sub(last)
 	switch {
 	case stopped:
 		return WorkerDown
-	case age < WorkerHealthyWithin:
+	case age < th.Stale:
 		return WorkerHealthy
-	case age < WorkerStaleWithin:
+	case age < th.Down:
 		return WorkerStale
 	}
 	return WorkerDown
@@ -195,6 +224,18 @@ type WorkerStatus struct {
 	Concurrency   int64     `json:"concurrency_cap"`
 	Agents        []string  `json:"agent_subscriptions"`
 	BrokerScheme  string    `json:"broker_scheme"`
+	// Stopped is true once the worker sent worker_stopped (it is down at
+	// once, however recent its last heartbeat).
+	Stopped bool `json:"worker_stopped"`
+}
+
+// FleetReader is what a serve node knows of the fleet's workers, live from
+// the worker lifecycle events on svc.workers (dispatch.Publisher is one):
+// one WorkerStatus per runtime id, health by the node's WorkerThresholds,
+// sorted by runtime id. GET /runtime/stats lists them, ahead of what the
+// event store remembers.
+type FleetReader interface {
+	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
 
 // ToolServerStatus describes one MCP tool server of the runtime.

@@ -35,6 +35,7 @@ import (
 	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/emitters/bridge"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/http/server"
@@ -92,6 +93,7 @@ type App struct {
 	broker      svc.Broker
 	pub         *dispatch.Publisher // a publisher's, with a broker and no Worker
 	worker      *worker.Worker
+	bridge      *bridge.Bridge // a worker's BrokerEventBridge
 	handler     http.Handler
 	watchStop   context.CancelFunc
 	watcher     *spec.Watcher
@@ -253,6 +255,12 @@ func (a *App) start() error {
 		}
 		chain = append(chain, otelEm)
 	}
+	// A worker relays the events of the tasks whose publisher asked for
+	// them; the bridge ignores every other event.
+	if a.broker != nil && o.Worker != nil {
+		a.bridge = bridge.New(a.broker, bridge.Config{Logger: log.Named("bridge")})
+		chain = append(chain, a.bridge)
+	}
 
 	// The runtime, with its agents and groups. A publisher's dispatches
 	// every invocation to the fleet; a worker's runs them here and says
@@ -266,6 +274,7 @@ func (a *App) start() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
+			PublishEvents: o.PublishEvents, Health: o.WorkerHealth,
 			OnCancel: func(runID string) {
 				if rt := cancelled.Load(); rt != nil {
 					rt.CancelLocal(runID)
@@ -300,7 +309,7 @@ func (a *App) start() error {
 		defer cancel()
 		wk, err := worker.New(sctx, worker.Config{Broker: a.broker, Runner: rt, Agents: w.Agents,
 			Concurrency: w.Concurrency, Prefetch: w.Prefetch, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver,
-			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter,
+			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter, Events: a.bridge,
 			Logger: log.Named("worker")})
 		if err != nil {
 			return &ConfigError{Option: "Worker", Err: err}
@@ -319,6 +328,9 @@ func (a *App) start() error {
 	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
 	if a.evStore != nil {
 		cfg.Events = a.evStore
+	}
+	if a.pub != nil {
+		cfg.Fleet = a.pub
 	}
 	if a.tel != nil && a.tel.metrics != nil {
 		cfg.Metrics = a.tel.metrics
@@ -447,8 +459,8 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 //  4. the runtime refuses new runs, waits for those in flight (submitted
 //     runs too), cancels what is left when ctx ends, and stops its actors
 //     and tool servers; then connections still open are closed;
-//  5. the publisher's subscriptions, the broker connection and the
-//     embedded broker close;
+//  5. a worker's event bridge relays its last events; the publisher's
+//     subscriptions, the broker connection and the embedded broker close;
 //  6. the emitters: the SSE subscribers end, the log queue and the event
 //     store emitter are written out, and the event store closes;
 //  7. the actor system stops, nothing running in it any more;
@@ -522,8 +534,16 @@ func (a *App) stop(ctx context.Context) error {
 		_ = a.srv.Close()
 		<-a.served
 	}
-	// 5. The broker: the publisher's subscriptions, the connection, the
-	// embedded server.
+	// 5. The broker: the bridge's last events, the publisher's
+	// subscriptions, the connection, the embedded server.
+	if a.bridge != nil {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		fail("relaying the last events", a.bridge.Close(bctx))
+		cancel()
+		if d := a.bridge.Dropped(); d > 0 {
+			a.log.Warn("events the bridge could not relay to their publishers", zap.Int64("dropped", d))
+		}
+	}
 	if a.pub != nil {
 		fail("publisher", a.pub.Close())
 	}

@@ -46,6 +46,37 @@ type serveCmd struct {
 
 	brokerFlags
 	natsListen string
+	fleetFlags
+}
+
+// fleetFlags are serve's flags about the fleet's events and health.
+type fleetFlags struct {
+	publishEvents bool
+	staleAfter    time.Duration
+	downAfter     time.Duration
+}
+
+func (f *fleetFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.publishEvents, "publish-events", false, "with --broker: have the workers relay every event of this server's tasks, so the log, /events/stream, the event store, its rollups and the metrics show the whole fleet's per-agent and per-tool events (about twice the broker messages) (default false)")
+	fs.DurationVar(&f.staleAfter, "worker-stale-after", svc.WorkerHealthyWithin, "with --broker: GET /runtime/stats calls a worker stale when it has not been heard from for this long")
+	fs.DurationVar(&f.downAfter, "worker-down-after", svc.WorkerStaleWithin, "with --broker: ... and down after this long (at once when it stopped cleanly)")
+}
+
+// apply checks the flags and sets them on o.
+func (f *fleetFlags) apply(fs *pflag.FlagSet, o *app.Options) error {
+	if o.Broker == "" {
+		for _, name := range []string{"publish-events", "worker-stale-after", "worker-down-after"} {
+			if fs.Changed(name) {
+				return fmt.Errorf("--%s needs --broker", name)
+			}
+		}
+	}
+	if f.staleAfter <= 0 || f.downAfter <= f.staleAfter {
+		return fmt.Errorf("--worker-stale-after %v and --worker-down-after %v: want 0 < stale < down", f.staleAfter, f.downAfter)
+	}
+	o.PublishEvents = f.publishEvents
+	o.WorkerHealth = svc.WorkerThresholds{Stale: f.staleAfter, Down: f.downAfter}
+	return nil
 }
 
 // brokerFlags are the broker flags serve and worker share.
@@ -143,6 +174,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.StringSliceVar(&s.reloadExclude, "reload-exclude", nil, "glob of files --reload ignores even though --reload-include matches them; repeatable (default: none)")
 	s.brokerFlags.register(fs, "dispatch every invocation to workers through this broker: embedded (a nats-server in this process), nats://HOST:PORT, redis://HOST:PORT[/DB] or memory:// (default $SVC_BROKER, else none: runs happen here)")
 	fs.StringVar(&s.natsListen, "nats-listen", app.DefaultNATSListen, "client address of the embedded broker (--broker embedded), where workers connect")
+	s.fleetFlags.register(fs)
 	return cmd
 }
 
@@ -217,6 +249,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	}
 	if err := s.defaultSpecsHint(fs); err != nil {
 		return err
+	}
+	if err := s.fleetFlags.apply(fs, &o); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	a, err := app.New(o)
 	if err != nil {

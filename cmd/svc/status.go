@@ -41,6 +41,7 @@ type statusCmd struct {
 	auth        authFlags
 	noReconnect bool
 	idleTimeout time.Duration
+	workers     bool // --workers: print the fleet (status_workers.go) and exit
 
 	// Backoff bounds; the tests shorten them.
 	minBackoff, maxBackoff time.Duration
@@ -80,6 +81,9 @@ connection failed or dropped; 2 for bad usage.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if s.workers {
+				return s.printWorkers(ctx, cmd.OutOrStdout())
+			}
 			return s.run(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -90,6 +94,7 @@ connection failed or dropped; 2 for bad usage.`,
 	s.auth.register(fs, "bearer token sent to the server")
 	fs.BoolVar(&s.noReconnect, "no-reconnect", false, "stop when the stream ends or the connection fails, instead of reconnecting (default false)")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", time.Minute, "reconnect when the stream is silent this long, heartbeats included; 0 never")
+	fs.BoolVar(&s.workers, "workers", false, "print the fleet's workers from GET /runtime/stats of the same server (runtime_id, healthy/stale/down, in_flight, concurrency_cap, agents) and exit, instead of following events (default false)")
 	return cmd
 }
 
