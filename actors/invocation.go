@@ -38,7 +38,7 @@ type invState struct {
 	reapAt time.Time
 	// state is the attempt's (attemptRunning, ...): set by the
 	// invocation actor, settled by its goroutine or by abandon.
-	state atomic.Int32
+	state    atomic.Int32
 	attempt  int
 	tokens   int64
 	cost     float64

@@ -113,7 +113,7 @@ type Runtime struct {
 	active   atomic.Int64 // the same count, readable (InFlight)
 	// stuck counts the attempts runs stopped waiting for (see
 	// actors.Stuck).
-	stuck *actors.Stuck
+	stuck    *actors.Stuck
 	mu       sync.RWMutex // guards closed against admissions racing Shutdown
 	closed   bool
 	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
