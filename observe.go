@@ -241,6 +241,16 @@ type StuckStats struct {
 	Calls []StuckCall `json:"calls"`
 }
 
+// MarshalJSON encodes no calls as [], never null: whoever fills
+// RuntimeStats (an event store has no stuck calls to give) need not.
+func (s StuckStats) MarshalJSON() ([]byte, error) {
+	type plain StuckStats
+	if s.Calls == nil {
+		s.Calls = []StuckCall{}
+	}
+	return json.Marshal(plain(s))
+}
+
 // StuckCall is one abandoned call still running.
 type StuckCall struct {
 	// Kind is "tool", "model", "hook", "tool_source", or "agent" when the
