@@ -11,6 +11,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/testutil"
+	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
 )
@@ -187,5 +188,54 @@ func TestShutdownWithStuckTool(t *testing.T) {
 		t.Errorf("run: %v; want ShuttingDownError", err)
 	}
 	tool.release()
+	waitStuck(t, rt, 0)
+}
+
+// A model call that ignores its context is abandoned like a tool call: in
+// a gather, the stuck task fails with TimeoutError naming the model, and
+// the others are unaffected.
+func TestStuckModelInGather(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	reg := model.NewRegistry()
+	reg.Register("deaf", func(string) (svc.Model, error) {
+		return svc.ModelFunc(func(_ context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
+			if string(req.Messages[0].Content) == `"hang"` {
+				<-gate
+			}
+			return svc.ModelResponse{Output: req.Messages[0].Content}, nil
+		}), nil
+	})
+	rt := newRuntime(t, opts(func(o *svc.Options) { o.TimeoutSeconds = 0.5 }), nil, reg, svc.Agent{Name: "deaf", Model: "deaf:m"})
+	t.Cleanup(release) // before the runtime's shutdown, should the test fail
+
+	done := make(chan []svc.AgentResult, 1)
+	go func() {
+		res, err := rt.Gather(context.Background(), "deaf", []svc.TaskSpec{
+			{ID: "ok", Input: json.RawMessage(`"fine"`)}, {ID: "hang", Input: json.RawMessage(`"hang"`)}}, 2)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	var res []svc.AgentResult
+	testutil.Eventually(t, "the gather to answer", func() bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if len(res) != 2 || !res[0].Success || res[1].Success || res[1].Error == nil || res[1].Error.Type != "TimeoutError" ||
+		!strings.Contains(res[1].Error.Message, "model deaf:m did not return") {
+		t.Fatalf("results = %+v", res)
+	}
+	if st := waitStuck(t, rt, 1); st.Calls[0].Kind != "model" || st.Calls[0].TaskID != "hang" {
+		t.Errorf("stuck call = %+v", st.Calls[0])
+	}
+	release()
 	waitStuck(t, rt, 0)
 }
