@@ -227,6 +227,10 @@ type RuntimeStats struct {
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`
 	Workers     []WorkerStatus     `json:"workers"`
+	// TokenBudget is the runtime's token budget (Options.TokenBudget) as
+	// it stands; absent when the runtime has none or the backend keeps no
+	// budget (svc.BudgetKeeper).
+	TokenBudget *BudgetStatus `json:"token_budget,omitempty"`
 	// Stuck are the calls runs stopped waiting for: filled from the
 	// backend (a StuckReporter), not the event store.
 	Stuck StuckStats `json:"stuck"`
@@ -280,6 +284,39 @@ func (c StuckCall) String() string {
 type StuckReporter interface {
 	Stuck() StuckStats
 }
+
+// BudgetStatus is the state of the runtime's token budget.
+type BudgetStatus struct {
+	// Limit is Options.TokenBudget.
+	Limit int64 `json:"limit"`
+	// Used is the tokens charged since the start or the last reset.
+	Used int64 `json:"used"`
+	// Reserved is what the model calls in flight set aside at their
+	// pre-check and have not charged yet.
+	Reserved int64 `json:"reserved"`
+	// Remaining is Limit - Used - Reserved, never below 0: what a new
+	// model call may reserve.
+	Remaining int64 `json:"remaining"`
+}
+
+// BudgetKeeper is implemented by a backend that keeps the runtime's token
+// budget (the in-process runtime, and the HTTP client for a server's):
+// GET /runtime/budget and /runtime/stats show it, POST
+// /runtime/budget/reset resets it. Both fail with a RegistryError (404)
+// when the runtime has no budget (token_budget 0).
+type BudgetKeeper interface {
+	// TokenBudget returns the budget's state.
+	TokenBudget(ctx context.Context) (BudgetStatus, error)
+	// ResetTokenBudget sets the tokens used back to 0, so runs are
+	// admitted again, and returns the state after the reset; the
+	// reservations of model calls in flight stay, and they charge after
+	// it.
+	ResetTokenBudget(ctx context.Context) (BudgetStatus, error)
+}
+
+// ErrNoTokenBudget is the error of a BudgetKeeper whose runtime has no
+// token budget.
+var ErrNoTokenBudget = &Error{Kind: KindRegistry, Message: "this runtime has no token budget (token_budget is 0)"}
 
 // EventTree is one run's events as a tree (GET /runs/{trace_id}/tree): the
 // run at the root, its agent invocations below, their tool calls below

@@ -124,9 +124,11 @@ func (a *invocation) startAttempt(c actor.Context) {
 		if !st.env.Silent {
 			st.inv.SpanID = NewSpanID()
 		}
-		if st.run.Budget != nil {
-			st.inv.Budget = st.run.Budget.For(&st.inv)
+		capped := st.run.Budget
+		if st.task.Budget != nil {
+			capped = st.task.Budget
 		}
+		st.inv.Budget = Budgets(capped, st.env.Budget, &st.inv)
 		st.runEvent(svc.RunAgentStarted, "")
 		if !st.env.Silent && !st.env.Remote {
 			st.emit(svc.EventAgentSpawned, svc.Payload{

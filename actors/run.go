@@ -59,6 +59,9 @@ type Env struct {
 	// the worker emits its own and this side emits agent_dispatched (the
 	// spec's rule 4: per-agent events fire on the worker).
 	Remote bool
+	// Budget is the runtime's token budget, shared by every run (nil:
+	// none).
+	Budget *Budget
 }
 
 // BackendName is e.Backend, defaulted.
@@ -92,6 +95,11 @@ type Task struct {
 	ID    string
 	Trace string
 	Input json.RawMessage
+	// Budget, when set, is the task's own token cap (a gather task's),
+	// drawn on instead of the run's; Ctx is then the run's context with
+	// that cap in its scope, so runs the task's tools start share it.
+	Budget *Budget
+	Ctx    context.Context
 }
 
 // StartRun asks a shard to start a run. Reply receives exactly one RunReply.
@@ -113,7 +121,9 @@ type StartRun struct {
 	ParentTrace string
 	ParentSpan  string
 	BatchSpan   string
-	Budget      *Budget // nil: no budget
+	// Budget is the run's token cap (nil: none); the runtime's budget is
+	// Env.Budget.
+	Budget *Budget
 	// Progress, when set, counts this run's invocations.
 	Progress *Progress
 	// Sink, when set, receives the run events of this run's invocations
@@ -291,7 +301,13 @@ func (r *runActor) fill(c actor.Context) {
 		now := time.Now()
 		st := &invState{env: r.env, run: r.req, task: &r.req.Tasks[r.next], out: &r.results[r.next],
 			start: now}
-		st.ctx, st.cancel = context.WithCancelCause(r.detached)
+		base := r.detached
+		if st.task.Ctx != nil {
+			// The run actor cancels each task itself (cancelAll), so the
+			// task's context is detached from cancellation like the run's.
+			base = context.WithoutCancel(st.task.Ctx)
+		}
+		st.ctx, st.cancel = context.WithCancelCause(base)
 		if r.cancelled != nil {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
 		}

@@ -35,12 +35,52 @@ const (
 // Budget is the token budget an invocation draws on. The supervisor's
 // implementation emits budget_exceeded before returning its error.
 type Budget interface {
-	// Reserve is the pre-check before each model call: it fails with a
-	// BudgetExceededError when nothing is left.
-	Reserve() error
-	// Charge records the tokens a model call used and fails with a
-	// BudgetExceededError when they overdraw the budget.
+	// Reserve is the pre-check before each model call: it sets aside an
+	// estimate of the call's tokens (EstimateTokens) and fails with a
+	// BudgetExceededError when it does not fit.
+	Reserve(estimate int64) error
+	// Charge is the post-charge, made after every Reserve that succeeded
+	// (with 0 when the call failed): it releases the reservation, records
+	// the tokens the call used and fails with a BudgetExceededError when
+	// they overdraw the budget.
 	Charge(tokens int64) error
+}
+
+// EstimateTokens is what a model call reserves at the budget's pre-check:
+// the request's max_tokens setting (the most the model may answer with),
+// plus one token per four bytes of the prompt (instructions, messages,
+// tool specs, output schema), a common rule of thumb for input tokens.
+// Without max_tokens the answer is not covered, so a call may overshoot
+// its reservation by its output.
+func EstimateTokens(req *svc.ModelRequest) int64 {
+	n := len(req.Instructions) + len(req.OutputSchema)
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		n += len(m.Content)
+		for _, c := range m.ToolCalls {
+			n += len(c.Name) + len(c.Arguments)
+		}
+	}
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	return MaxTokens(req.Settings) + int64(n+3)/4
+}
+
+// MaxTokens is the max_tokens of model settings as a positive integer, 0
+// when it is absent or not one.
+func MaxTokens(settings map[string]any) int64 {
+	switch v := settings["max_tokens"].(type) {
+	case int:
+		return max(int64(v), 0)
+	case int64:
+		return max(v, 0)
+	case float64:
+		if v > 0 && v < 1<<53 {
+			return int64(v)
+		}
+	}
+	return 0
 }
 
 // Invocation is one run of a compiled agent on one input.
@@ -333,7 +373,7 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest) (svc.Model
 func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp svc.ModelResponse, stop, failed error) {
 	b := r.inv.Budget
 	if b != nil {
-		if err := b.Reserve(); err != nil {
+		if err := b.Reserve(EstimateTokens(req)); err != nil {
 			return resp, err, nil
 		}
 	}
@@ -349,6 +389,9 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	resp, err := generateSafely(ctx, m.Model, req)
 	r.inv.leave()
 	if err != nil {
+		if b != nil {
+			_ = b.Charge(0) // release the reservation: nothing to charge
+		}
 		if ctx.Err() != nil {
 			return resp, r.interrupted(ctx), nil
 		}

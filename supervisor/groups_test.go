@@ -365,7 +365,7 @@ func TestTeamMaxRounds(t *testing.T) {
 
 // Budget and depth apply inside groups and teams as for single runs.
 func TestGroupBudgetAndTeamDepth(t *testing.T) {
-	o := opts(func(o *svc.Options) { o.TokenBudget = 15; o.MaxSpawnDepth = 0 })
+	o := opts(func(o *svc.Options) { o.MaxTokensPerRun = 15; o.MaxSpawnDepth = 0 })
 	rec := &emittertest.Recorder{}
 	rt := newRuntime(t, o, rec, nil, echo("spend", map[string]any{"tokens": 10}),
 		svc.Agent{Name: "lead", Model: "test:echo", TrustLevel: svc.TrustLow, ModelSettings: map[string]any{"call_tools": "all"}},

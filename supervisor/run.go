@@ -22,7 +22,10 @@ func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc
 	if err != nil {
 		return svc.AgentResult{}, err
 	}
-	res, err := rt.runCompiled(ctx, c, t)
+	if err := rt.refuseSpent(ctx, name, t.ID, t.Trace); err != nil {
+		return svc.AgentResult{}, err
+	}
+	res, err := rt.runCompiled(rt.withCap(ctx, &task), c, t)
 	res.Publish()
 	return res, err
 }

@@ -171,7 +171,8 @@ func New(cfg Config) (*Runtime, error) {
 	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
-		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend}
+		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend,
+		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter)}
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher
 		rt.env.Execute, rt.env.Backend, rt.env.Remote = rt.remoteExecute, cfg.Dispatcher.Backend(), true

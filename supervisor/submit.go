@@ -76,6 +76,9 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	if err := rt.checkInput(reg, kind, req.Target, task); err != nil {
 		return "", err
 	}
+	if err := rt.refuseSpent(ctx, req.Target, task.ID, task.RequestID); err != nil {
+		return "", err
+	}
 	if err := rt.admit(); err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,6 +24,8 @@ import (
 //	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's tool servers)
 //	GET /runs/{trace_id}/tree                                svc.EventTree (event store)
 //	GET /runs?state=&limit=&cursor=                          svc.RunPage (backend's svc.RunLister)
+//	GET /runtime/budget                                      svc.BudgetStatus (backend's svc.BudgetKeeper; 404 without a token_budget)
+//	POST /runtime/budget/reset                               svc.BudgetStatus after the reset (backend's svc.BudgetKeeper)
 //
 // since and until are RFC 3339 timestamps or Unix milliseconds. An unknown
 // query parameter, a bad value or a limit above svc.MaxEventLimit is a 400
@@ -48,6 +51,27 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader) {
 	if _, ok := b.(svc.RunLister); ok {
 		r.Method(http.MethodGet, "/runs", Handle(o.runs))
 	}
+	if k, ok := b.(svc.BudgetKeeper); ok {
+		r.Method(http.MethodGet, "/runtime/budget", Handle(func(w http.ResponseWriter, r *http.Request) error {
+			return budgetReply(w, r, k.TokenBudget)
+		}))
+		r.Method(http.MethodPost, "/runtime/budget/reset", Handle(func(w http.ResponseWriter, r *http.Request) error {
+			return budgetReply(w, r, k.ResetTokenBudget)
+		}))
+	}
+}
+
+// budgetReply answers a budget route with what op returns. The reset takes
+// no body and no query: an operator's POST with either is a mistake.
+func budgetReply(w http.ResponseWriter, r *http.Request, op func(context.Context) (svc.BudgetStatus, error)) error {
+	if _, err := queryOf(r); err != nil {
+		return err
+	}
+	st, err := op(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
 }
 
 // queryOf returns r's query, refusing parameters outside allowed and
@@ -208,6 +232,11 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	}
 	if st.ToolServers == nil {
 		st.ToolServers = []svc.ToolServerStatus{}
+	}
+	if k, ok := o.b.(svc.BudgetKeeper); ok {
+		if b, err := k.TokenBudget(r.Context()); err == nil {
+			st.TokenBudget = &b
+		}
 	}
 	if sr, ok := o.b.(svc.StuckReporter); ok {
 		st.Stuck = sr.Stuck()

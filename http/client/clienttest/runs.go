@@ -30,6 +30,7 @@ func RunSubmit(t *testing.T, newBackend func(t *testing.T) svc.RunBackend) {
 		{"Events", testRunEvents},
 		{"EventsLive", testRunEventsLive},
 		{"SubmitGroups", testSubmitGroups},
+		{"SubmitTokenBudget", testSubmitTokenBudget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -326,5 +327,28 @@ func testSubmitGroups(t *testing.T, b svc.RunBackend) {
 	}
 	if !sameJSON(t, obj["output"], json.RawMessage(groupInput)) {
 		t.Errorf("Result(pair).output = %s, want the input through two echoes", obj["output"])
+	}
+}
+
+// testSubmitTokenBudget: a submitted task's token_budget caps its run as it
+// does a synchronous one: below what echo spends, the run fails; a
+// negative one is refused at Submit.
+func testSubmitTokenBudget(t *testing.T, b svc.RunBackend) {
+	run, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 1}, svc.KindAgent)
+	if err != nil {
+		t.Fatalf("Submit(echo, token_budget 1): %v", err)
+	}
+	st := waitTerminal(t, b, run.ID)
+	if st.State != svc.RunFailed {
+		t.Fatalf("Status of a run over its token_budget = %+v, want failed", st)
+	}
+	if raw, err := run.Result(ctxFor(t)); err == nil {
+		var res svc.AgentResult
+		if err := json.Unmarshal(raw, &res); err != nil || res.Success || res.Error == nil || res.Error.Type != string(svc.KindBudgetExceeded) {
+			t.Errorf("Result = %s (%v); want success false with a BudgetExceededError", raw, err)
+		}
+	}
+	if _, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}, svc.KindAgent); !errors.Is(err, svc.ErrSpecValidation) {
+		t.Fatalf("Submit with token_budget -1: %v, want a SpecValidationError", err)
 	}
 }

@@ -19,7 +19,8 @@ import (
 )
 
 // Runs is an svc.RunBackend over an svc.Backend and a memstore, with
-// the runtime's rules: targets are checked before anything is stored, a
+// the runtime's rules: targets (and a task's token_budget) are checked
+// before anything is stored, a
 // run goes pending → running → completed (its result stored with the
 // terminal state, in one Finish), an
 // agent run records agent_started and agent_completed or agent_failed, a
@@ -85,6 +86,10 @@ func cmpOr(a, b string) string {
 func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
 	kind, err := f.kindOf(ctx, req)
 	if err != nil {
+		return "", err
+	}
+	// The runtime refuses a task it would refuse to run before storing it.
+	if err := req.Task.CheckTokenBudget(); err != nil {
 		return "", err
 	}
 	id := uuid.Must(uuid.NewV7()).String()
