@@ -272,6 +272,58 @@ type RuntimeStats struct {
 	// it stands; absent when the runtime has none or the backend keeps no
 	// budget (svc.BudgetKeeper).
 	TokenBudget *BudgetStatus `json:"token_budget,omitempty"`
+	// Stuck are the calls runs stopped waiting for: filled from the
+	// backend (a StuckReporter), not the event store.
+	Stuck StuckStats `json:"stuck"`
+}
+
+// StuckStats counts the calls (tool, model, hook) that runs abandoned: a
+// run that reaches its timeout, or is cancelled, answers at once with
+// TimeoutError or CancelledError even when a call inside it never
+// returns; that call's goroutine is counted here until it does return.
+type StuckStats struct {
+	Count int         `json:"count"`
+	Calls []StuckCall `json:"calls"`
+}
+
+// MarshalJSON encodes no calls as [], never null: whoever fills
+// RuntimeStats (an event store has no stuck calls to give) need not.
+func (s StuckStats) MarshalJSON() ([]byte, error) {
+	type plain StuckStats
+	if s.Calls == nil {
+		s.Calls = []StuckCall{}
+	}
+	return json.Marshal(plain(s))
+}
+
+// StuckCall is one abandoned call still running.
+type StuckCall struct {
+	// Kind is "tool", "model", "hook", "tool_source", or "agent" when the
+	// invocation was in none of those (its own code, or a remote
+	// dispatch).
+	Kind string `json:"kind"`
+	// Name is the tool's, the model's ("provider:name"), the hook's
+	// ("pre_process", "post_process") or the agent's name.
+	Name    string `json:"name"`
+	Agent   string `json:"agent"`
+	TaskID  string `json:"task_id"`
+	TraceID string `json:"trace_id"`
+	// Reason is why the run stopped waiting: "timeout", "cancelled" or
+	// "shutting_down".
+	Reason      string    `json:"reason"`
+	AbandonedAt time.Time `json:"abandoned_at"`
+}
+
+// String names the call as logs and shutdown errors do:
+// "tool write_file (agent writer, task T, trace R)".
+func (c StuckCall) String() string {
+	return c.Kind + " " + c.Name + " (agent " + c.Agent + ", task " + c.TaskID + ", trace " + c.TraceID + ")"
+}
+
+// StuckReporter is implemented by a backend that abandons stuck calls
+// (the runtime): GET /runtime/stats reports them.
+type StuckReporter interface {
+	Stuck() StuckStats
 }
 
 // BudgetStatus is the state of the runtime's token budget.

@@ -8,6 +8,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -33,6 +34,12 @@ type Env struct {
 	Pool *gopool.Pool
 	// Dispatcher is given to every actor this package spawns.
 	Dispatcher actor.Dispatcher
+	// Stuck counts the attempts runs stopped waiting for (nil: not
+	// counted). AbandonAfter is how long a run waits for an invocation
+	// whose context it ended before it stops waiting
+	// (DefaultAbandonAfter when 0); a shutdown does not wait.
+	Stuck        *Stuck
+	AbandonAfter time.Duration
 
 	// Execute runs one attempt of an invocation and returns its outcome;
 	// nil means the local agent loop (agent.Run). It is the seam of the
@@ -221,6 +228,13 @@ type runActor struct {
 	self    *actor.PID
 	root    *actor.RootContext
 
+	// reap holds the invocations whose contexts the run ended, in the
+	// order it did, until they report or their grace (reapAt) is over;
+	// reapTimer fires for the first.
+	reap      []*invState
+	reapTimer *time.Timer
+	reapArmed bool
+
 	results  []svc.AgentResult
 	next     int // index of the next task to start
 	inflight int
@@ -265,10 +279,13 @@ func (r *runActor) Receive(c actor.Context) {
 	case timeoutTick:
 		r.expire()
 	case cancelRun:
-		r.cancelAll(m.cause)
+		r.cancelAll(c, m.cause)
+	case reapTick:
+		r.reapArmed = false
+		r.reapDue(c)
 	case *actor.Stopping:
 		if r.cancel != nil {
-			r.cancelAll(svc.ErrShuttingDown)
+			r.cancelAll(nil, svc.ErrShuttingDown)
 			r.stopTimer()
 		}
 		if !r.replied && r.req.Reply != nil {
@@ -295,7 +312,7 @@ func (r *runActor) fill(c actor.Context) {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
 		}
 		r.pending = append(r.pending, st)
-		c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
+		st.pid = c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
 		r.next++
 		r.inflight++
 		r.req.Progress.Add(0, 1, 0, 0)
@@ -343,15 +360,75 @@ func (r *runActor) expire() {
 				break
 			}
 			st.cancel(context.DeadlineExceeded)
+			r.watch(st, now)
 		}
 		r.pending[r.head] = nil
 		r.head++
 	}
 	r.arm()
+	r.armReap()
+}
+
+// watch starts st's grace: if it has not reported by then, the run stops
+// waiting for it (reapDue).
+func (r *runActor) watch(st *invState, now time.Time) {
+	st.reapAt = now.Add(r.env.abandonAfter())
+	r.reap = append(r.reap, st)
+}
+
+func (e *Env) abandonAfter() time.Duration {
+	if e.AbandonAfter > 0 {
+		return e.AbandonAfter
+	}
+	return DefaultAbandonAfter
+}
+
+// armReap makes sure the reap timer fires for the earliest grace of the
+// invocations watched, if any.
+func (r *runActor) armReap() {
+	if r.reapArmed || len(r.reap) == 0 {
+		return
+	}
+	first := r.reap[0].reapAt
+	for _, st := range r.reap[1:] {
+		if st.reapAt.Before(first) {
+			first = st.reapAt
+		}
+	}
+	r.reapArmed = true
+	d := time.Until(first)
+	if r.reapTimer == nil {
+		self, root := r.self, r.root
+		r.reapTimer = time.AfterFunc(d, func() { root.Send(self, reapTick{}) })
+		return
+	}
+	r.reapTimer.Reset(d)
+}
+
+// reapDue abandons the attempts of the watched invocations whose grace is
+// over and that have not reported, and re-arms for the rest. The
+// invocation actor decides, against its attempt's own report, which wins.
+func (r *runActor) reapDue(c actor.Context) {
+	now := time.Now()
+	keep := r.reap[:0]
+	for _, st := range r.reap {
+		switch {
+		case st.finished:
+		case st.reapAt.After(now):
+			keep = append(keep, st)
+		default:
+			c.Send(st.pid, abandonAttempt{})
+		}
+	}
+	clear(r.reap[len(keep):])
+	r.reap = keep
+	r.armReap()
 }
 
 // cancelAll cancels the run and every invocation in flight with cause.
-func (r *runActor) cancelAll(cause error) {
+// Those that do not report within their grace are abandoned; at once when
+// the runtime shuts down, whose own grace is over by then.
+func (r *runActor) cancelAll(c actor.Context, cause error) {
 	if r.cancelled != nil {
 		return
 	}
@@ -360,16 +437,29 @@ func (r *runActor) cancelAll(cause error) {
 	}
 	r.cancelled = cause
 	r.cancel(cause)
+	now := time.Now()
+	if errors.Is(cause, svc.ErrShuttingDown) {
+		now = now.Add(-r.env.abandonAfter())
+	}
 	for _, st := range r.pending[r.head:] {
 		if !st.finished {
 			st.cancel(cause)
+			r.watch(st, now)
 		}
 	}
+	if c != nil && errors.Is(cause, svc.ErrShuttingDown) {
+		r.reapDue(c)
+		return
+	}
+	r.armReap()
 }
 
 func (r *runActor) stopTimer() {
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	if r.reapTimer != nil {
+		r.reapTimer.Stop()
 	}
 	if r.stopWatch != nil {
 		r.stopWatch()

@@ -99,7 +99,40 @@ type Invocation struct {
 	Budget Budget
 	// Emitter receives tool events; nil drops them.
 	Emitter svc.Emitter
+
+	// step is the call the loop is in (nil: none), for whoever stops
+	// waiting for a call that never returns and must say which it was.
+	step atomic.Pointer[Step]
 }
+
+// Step names a call an invocation's loop makes to code it does not own: a
+// model, a tool, a hook or a tool source.
+type Step struct {
+	Kind string // StepModel, StepTool, StepHook or StepToolSource
+	Name string // the model id, the tool's name, the hook's reason, the source's name
+}
+
+// Kinds of Step.
+const (
+	StepModel      = "model"
+	StepTool       = "tool"
+	StepHook       = "hook"
+	StepToolSource = "tool_source"
+)
+
+// Step returns the call the loop is in now, and false between calls (in
+// the loop's own code). It is safe to call from any goroutine while Run
+// runs: the runtime calls it for an attempt it stops waiting for.
+func (inv *Invocation) Step() (Step, bool) {
+	if s := inv.step.Load(); s != nil {
+		return *s, true
+	}
+	return Step{}, false
+}
+
+// enter marks the start of a call to outside code; leave its end.
+func (inv *Invocation) enter(s *Step) { inv.step.Store(s) }
+func (inv *Invocation) leave()        { inv.step.Store(nil) }
 
 // Outcome is what an invocation produced. Run returns it on failure too,
 // with the tokens spent and the model that answered so far.
@@ -348,7 +381,13 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	req.Model = nameOf(m.ID)
 	r.out.ModelCalls++
 	r.tried = max(r.tried, i)
+	if i < len(r.c.modelSteps) {
+		r.inv.enter(&r.c.modelSteps[i])
+	} else {
+		r.inv.enter(&Step{Kind: StepModel, Name: m.ID})
+	}
 	resp, err := generateSafely(ctx, m.Model, req)
+	r.inv.leave()
 	if err != nil {
 		if b != nil {
 			_ = b.Charge(0) // release the reservation: nothing to charge
@@ -479,7 +518,9 @@ func (r *runner) execTool(ctx context.Context, trust svc.TrustLevel, call svc.To
 	if len(args) == 0 {
 		args = emptyObject
 	}
+	r.inv.enter(&Step{Kind: StepTool, Name: call.Name})
 	out, err := callSafely(ctx, tool, args)
+	r.inv.leave()
 	if err != nil {
 		return nil, err
 	}
@@ -503,14 +544,26 @@ func callSafely(ctx context.Context, t svc.Tool, args json.RawMessage) (out json
 	return t.Call(ctx, args)
 }
 
+var (
+	preProcessStep  = Step{Kind: StepHook, Name: ReasonPreProcess}
+	postProcessStep = Step{Kind: StepHook, Name: ReasonPostProcess}
+)
+
 // hook runs a pre- or post-process hook; reason names which.
 func (r *runner) hook(ctx context.Context, h svc.Hook, v json.RawMessage, reason string) (out json.RawMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			r.inv.leave()
 			err = r.fail(svc.KindRuntime, reason, fmt.Errorf("panic: %v", p), "agent "+r.c.Def.Name+": "+reason+" hook failed")
 		}
 	}()
+	if reason == ReasonPreProcess {
+		r.inv.enter(&preProcessStep)
+	} else {
+		r.inv.enter(&postProcessStep)
+	}
 	out, err = h(ctx, v)
+	r.inv.leave()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, r.interrupted(ctx)
@@ -614,7 +667,9 @@ func (r *runner) loadSources(ctx context.Context) error {
 	specs := slices.Clone(c.ToolSpecs)
 	for i, src := range c.Sources {
 		name := sourceName(src, i)
+		r.inv.enter(&Step{Kind: StepToolSource, Name: name})
 		ts, err := sourceTools(ctx, src)
+		r.inv.leave()
 		if err != nil {
 			if ctx.Err() != nil {
 				return r.interrupted(ctx)

@@ -101,6 +101,8 @@ type App struct {
 	srv         *http.Server
 	serveErr    chan error    // the error that stopped Serve, if not Shutdown
 	served      chan struct{} // closed when Serve has returned
+	// requests counts the HTTP requests the server is handling.
+	requests atomic.Int64
 }
 
 // New checks opts and returns an App ready to Start. It opens, creates and
@@ -359,7 +361,12 @@ func (a *App) start() error {
 		}
 	}
 	a.ln = ln
-	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.requests.Add(1)
+		defer a.requests.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+	a.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
 	// http.Server.Shutdown waits for open connections, and a subscriber
 	// of GET /events/stream never hangs up: end the streams as soon as
 	// the shutdown starts.
@@ -469,7 +476,11 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 //  9. the metrics provider flushes (OTLP) and stops.
 //
 // ctx bounds steps 1, 3 and 4, the waits for requests and runs: when it ends,
-// what is left is cancelled and Shutdown reports it. The releases after
+// what is left is cancelled and Shutdown reports it. A run whose tool or
+// model call never returns (one blocked in a system call, deaf to its
+// context) is answered all the same and its call abandoned: Shutdown
+// does not wait for it, and its error names every such call still
+// running (a *supervisor.StuckError). The releases after
 // them always run, the final metrics flush within 5 s of its own.
 // Shutdown before Start, after a failed Start, and a second time return at
 // once (a second call waits, within its ctx, for the first to finish and
@@ -589,6 +600,25 @@ func (a *App) stop(ctx context.Context) error {
 		cancel()
 	}
 	return errors.Join(errs...)
+}
+
+// InFlight is what a shutdown waits for: the HTTP requests the server is
+// handling (event streams included) and the runtime's calls in flight
+// (runs, gathers, group runs, submitted runs, nested runs included). Both
+// are 0 before Start.
+type InFlight struct {
+	Requests int
+	Runs     int
+}
+
+// InFlight counts what is in flight now; `svc serve` logs it while it
+// shuts down.
+func (a *App) InFlight() InFlight {
+	n := InFlight{Requests: int(a.requests.Load())}
+	if rt := a.Runtime(); rt != nil {
+		n.Runs = rt.InFlight()
+	}
+	return n
 }
 
 // Err delivers the error that stopped the HTTP server, when it stops for

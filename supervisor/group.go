@@ -45,7 +45,7 @@ func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec)
 	if err := rt.admit(); err != nil {
 		return svc.RunResult{}, err
 	}
-	defer rt.inflight.Done()
+	defer rt.leave()
 	reply := make(chan actors.GroupReply, 1)
 	rt.system.Root.Send(rt.shard(), &actors.StartGroup{
 		Ctx: ctx, Graph: g.graph, Agents: reg.byName, Task: t, Metadata: task.Metadata,

@@ -59,7 +59,7 @@ func (rt *Runtime) start(ctx context.Context, s *svc.Scope, rs *runScope, req *a
 	if err := rt.admit(); err != nil {
 		return nil, err
 	}
-	defer rt.inflight.Done()
+	defer rt.leave()
 	req.ParentTrace, req.ParentSpan = s.ParentTrace, s.ParentSpan
 	req.Budget, req.Progress, req.Sink = rs.budget, rs.progress, rs.sink
 	req.Ctx = ctx

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,10 @@ type Runtime struct {
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.
 	inflight sync.WaitGroup
+	active   atomic.Int64 // the same count, readable (InFlight)
+	// stuck counts the attempts runs stopped waiting for (see
+	// actors.Stuck).
+	stuck    *actors.Stuck
 	mu       sync.RWMutex // guards closed against admissions racing Shutdown
 	closed   bool
 	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
@@ -163,8 +168,9 @@ func New(cfg Config) (*Runtime, error) {
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
+	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
-	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
+	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
 		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend,
 		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter)}
 	if cfg.Dispatcher != nil {
@@ -256,7 +262,38 @@ func (rt *Runtime) admit() error {
 		return svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")
 	}
 	rt.inflight.Add(1)
+	rt.active.Add(1)
 	return nil
+}
+
+// leave ends what admit began.
+func (rt *Runtime) leave() {
+	rt.active.Add(-1)
+	rt.inflight.Done()
+}
+
+// InFlight is the number of calls (runs, gathers, group runs, submitted
+// runs, nested runs included) admitted and not yet answered.
+func (rt *Runtime) InFlight() int { return int(rt.active.Load()) }
+
+// Stuck reports the calls (tool, model, hook) that runs stopped waiting
+// for, at their timeout or cancellation, and that have not returned yet.
+// Each is also logged when abandoned and when it returns.
+func (rt *Runtime) Stuck() svc.StuckStats { return rt.stuck.Stats() }
+
+func (rt *Runtime) newStuck() *actors.Stuck {
+	log := rt.log
+	return &actors.Stuck{
+		OnAbandon: func(c svc.StuckCall, n int) {
+			log.Warn("a run stopped waiting for a call that does not return; its goroutine is abandoned until it does",
+				zap.String("call", c.Kind+" "+c.Name), zap.String("agent", c.Agent), zap.String("task_id", c.TaskID),
+				zap.String("trace_id", c.TraceID), zap.String("reason", c.Reason), zap.Int("stuck", n))
+		},
+		OnReturn: func(c svc.StuckCall, after time.Duration, n int) {
+			log.Info("an abandoned call returned", zap.String("call", c.Kind+" "+c.Name), zap.String("agent", c.Agent),
+				zap.String("task_id", c.TaskID), zap.Duration("after", after), zap.Int("stuck", n))
+		},
+	}
 }
 
 // shard picks the next run shard, round robin.
@@ -267,6 +304,9 @@ func (rt *Runtime) shard() *actor.PID {
 // Shutdown stops the runtime: new calls are refused with ShuttingDownError,
 // calls in flight are given until ctx ends to finish, then every run is
 // cancelled, its goroutines are awaited and the actor system is stopped.
+// A goroutine stuck in a call that ignores its context (a tool blocked in
+// a system call) is not awaited: its run is answered at once, and
+// Shutdown returns a *StuckError naming every such call still running.
 // It is safe to call more than once.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	var err error
@@ -305,8 +345,35 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		if rt.ownStore {
 			_ = rt.store.Close()
 		}
+		if st := rt.stuck.Stats(); st.Count > 0 {
+			err = errors.Join(err, &StuckError{Calls: st.Calls})
+		}
 	})
 	return err
+}
+
+// StuckError is Shutdown's report of the calls that were still running
+// when it returned: abandoned by their runs, they go on until they return
+// or the process exits.
+type StuckError struct{ Calls []svc.StuckCall }
+
+func (e *StuckError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "supervisor: shutdown: %d %s still running, abandoned: ", len(e.Calls), plural(len(e.Calls), "call", "calls"))
+	for i, c := range e.Calls {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(c.String())
+	}
+	return b.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func newID() string {

@@ -87,13 +87,13 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	if req.IdempotencyKey == "" {
 		err := rt.createRun(ctx, rec)
 		if err != nil {
-			rt.inflight.Done()
+			rt.leave()
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	} else {
 		got, created, err := rt.createKeyed(ctx, req.IdempotencyKey, fingerprint(req), rec)
 		if err != nil || !created {
-			rt.inflight.Done()
+			rt.leave()
 			if err != nil && !errors.Is(err, svc.ErrRunState) {
 				err = fmt.Errorf("submit: %w", err)
 			}
@@ -131,7 +131,7 @@ func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskS
 // execute runs a submitted run to its end and records the outcome. It owns
 // the writer and is owned by the runtime (inflight), which waits for it.
 func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id, kind, target string, task svc.TaskSpec) {
-	defer rt.inflight.Done()
+	defer rt.leave()
 	defer rt.submitted.Delete(id)
 	defer cancel(nil)
 	if err := rt.setState(id, svc.RunRunning, "", nil); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/app"
@@ -116,7 +118,11 @@ func newServe() *cobra.Command {
 The server loads DIR/agents/*.yaml, DIR/groups/*.yaml and DIR/runtime.yaml
 (--specs), serves the routes of docs/api.md, and stops gracefully on SIGINT or
 SIGTERM: it stops accepting connections, lets requests in flight finish within
---shutdown-grace, then cancels what is left and shuts the runtime down.
+--shutdown-grace, then cancels what is left and shuts the runtime down. While
+it waits it logs every second how many requests and runs are in flight and how
+long is left; a second SIGINT or SIGTERM stops it at once (exit 128+signal).
+A tool or model call that ignores cancellation does not hold the shutdown up:
+it is abandoned, and serve exits 1 naming it.
 
 With --reload it watches the specs directory (and each --reload-dir) for
 changes to the files --reload-include matches and --reload-exclude does not,
@@ -158,7 +164,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
 	s.auth.register(fs, "bearer token required on every route but the health checks")
 	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
-	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests and runs in flight may take to finish on shutdown before they are cancelled (a second SIGINT or SIGTERM stops at once)")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
 	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores and of the embedded broker; locked (svc.lock) while this server runs, so a second server on it exits at once")
@@ -257,29 +263,74 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if err != nil {
 		return appError(s.specs, err)
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// The signals are ours from before Start until the process exits: the
+	// first starts the shutdown, a second one during it stops at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	if err := a.Start(); err != nil {
 		return appError(s.specs, err)
 	}
 	var serveErr error
 	select {
 	case serveErr = <-a.Err():
-	case <-ctx.Done():
+	case sig := <-sigs:
+		log.Info("received "+sig.String()+"; shutting down (a second signal stops at once)", zap.Duration("shutdown_grace", s.grace))
+	case <-cmd.Context().Done():
 	}
-	// Give the signals back: a second SIGINT or SIGTERM during the grace
-	// period kills the process instead of being swallowed.
-	stop()
-	graceCtx, cancel := context.WithTimeout(context.Background(), s.grace)
-	defer cancel()
-	err = a.Shutdown(graceCtx)
+	err = s.shutdown(a, log, sigs)
 	if serveErr != nil {
 		return errors.Join(serveErr, err)
 	}
-	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, err)}
+	return err
+}
+
+// shutdownSlack is how long past --shutdown-grace serve waits for the
+// shutdown to finish (the steps after the grace: closing the stores and
+// the broker, the last metrics flush) before it exits regardless.
+const shutdownSlack = 10 * time.Second
+
+// shutdown runs the app's Shutdown within the grace, logging every second
+// what is still in flight and how long is left. A second SIGINT or
+// SIGTERM stops at once, and so does a shutdown still not done past the
+// grace and its slack: both exit non-zero, saying what they abandoned.
+func (s *serveCmd) shutdown(a *app.App, log *zap.Logger, sigs <-chan os.Signal) error {
+	deadline := time.Now().Add(s.grace)
+	graceCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Shutdown(graceCtx) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	backstop := time.NewTimer(s.grace + shutdownSlack)
+	defer backstop.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, err)}
+			}
+			return nil
+		case <-tick.C:
+			n := a.InFlight()
+			left := max(time.Until(deadline), 0).Round(time.Second)
+			msg := fmt.Sprintf("shutting down: %d requests, %d runs in flight, %s left", n.Requests, n.Runs, left)
+			if left == 0 {
+				msg = fmt.Sprintf("shutting down: %d requests, %d runs in flight, grace over: cancelling", n.Requests, n.Runs)
+			}
+			log.Info(msg, zap.Int("requests", n.Requests), zap.Int("runs", n.Runs), zap.Duration("left", left))
+		case sig := <-sigs:
+			n := a.InFlight()
+			code := 1
+			if ss, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(ss) // as if the signal had killed us
+			}
+			return &exitError{code: code, err: fmt.Errorf("second %s during the shutdown: stopped at once, abandoning %d requests and %d runs in flight", sig, n.Requests, n.Runs)}
+		case <-backstop.C:
+			n := a.InFlight()
+			return &exitError{code: 1, err: fmt.Errorf("shutdown still not finished %s after --shutdown-grace %s: exiting, abandoning %d requests and %d runs in flight", shutdownSlack, s.grace, n.Requests, n.Runs)}
+		}
 	}
-	return nil
 }
 
 // noLimit maps a flag's 0 ("no limit") to the app's -1.

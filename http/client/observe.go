@@ -256,6 +256,12 @@ func (l *Local) RuntimeStats(ctx context.Context) (svc.RuntimeStats, error) {
 	if st.ToolServers == nil {
 		st.ToolServers = []svc.ToolServerStatus{}
 	}
+	if sr, ok := l.b.(svc.StuckReporter); ok {
+		st.Stuck = sr.Stuck()
+	}
+	if st.Stuck.Calls == nil {
+		st.Stuck.Calls = []svc.StuckCall{}
+	}
 	return st, nil
 }
 

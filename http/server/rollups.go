@@ -249,6 +249,12 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 			st.TokenBudget = &b
 		}
 	}
+	if sr, ok := o.b.(svc.StuckReporter); ok {
+		st.Stuck = sr.Stuck()
+	}
+	if st.Stuck.Calls == nil {
+		st.Stuck.Calls = []svc.StuckCall{}
+	}
 	return writeJSON(w, http.StatusOK, st)
 }
 
