@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// slowSpecs is a specs directory with one agent whose model takes ten
+// stuckSpecs is a specs directory with one agent whose model takes ten
 // minutes to answer (honouring cancellation): a run that is still in
 // flight whenever a test shuts the server down.
-func slowSpecs(t *testing.T) string {
+func stuckSpecs(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "agents"), 0o755); err != nil {
@@ -51,7 +51,7 @@ func startSlowRun(t *testing.T, s *serveProc) <-chan int {
 // and exits non-zero saying so, within the grace and some slack.
 func TestServeShutdownCountsDown(t *testing.T) {
 	t.Parallel()
-	s := startServe(t, nil, "--specs", slowSpecs(t), "--events", "memory", "--shutdown-grace", "2s")
+	s := startServe(t, nil, "--specs", stuckSpecs(t), "--events", "memory", "--shutdown-grace", "2s")
 	status := startSlowRun(t, s)
 	s.signal(t, syscall.SIGTERM)
 	s.waitLog(t, regexp.MustCompile(`shutting down: 1 requests, 1 runs in flight, 1s left`), 20*time.Second)
@@ -70,7 +70,7 @@ func TestServeShutdownCountsDown(t *testing.T) {
 // it abandons.
 func TestServeSecondSignalStopsAtOnce(t *testing.T) {
 	t.Parallel()
-	s := startServe(t, nil, "--specs", slowSpecs(t), "--events", "memory", "--shutdown-grace", "10m")
+	s := startServe(t, nil, "--specs", stuckSpecs(t), "--events", "memory", "--shutdown-grace", "10m")
 	startSlowRun(t, s)
 	s.signal(t, syscall.SIGINT)
 	s.waitLog(t, regexp.MustCompile(`received interrupt; shutting down`), 20*time.Second)
