@@ -232,7 +232,7 @@ func (a *App) start() error {
 
 	// One actor system for the process: the runtime's actors and the SSE
 	// subscribers live in it.
-	a.system = supervisor.NewActorSystem(log, a.mp)
+	a.system = supervisor.NewActorSystem(log)
 
 	// The emitter chain. Events reach the log through a queue, so that a
 	// slow stderr never holds up a run.
@@ -259,7 +259,7 @@ func (a *App) start() error {
 	// so ("backend": "broker:<scheme>").
 	emitter := emitters.Multi(chain...)
 	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
-		Emitter: emitter, Logger: log, MeterProvider: a.mp, Store: a.runStore, System: a.system}
+		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system}
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	switch {
 	case a.broker != nil && o.Worker == nil:
