@@ -237,7 +237,7 @@ func (a *App) start() error {
 	// The emitter chain. Events reach the log through a queue, so that a
 	// slow stderr never holds up a run.
 	a.logEm = emitters.NewAsync(emitters.NewLog(log), 0)
-	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize})
+	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize, MeterProvider: a.mp})
 	if err != nil {
 		return &ConfigError{Option: "SSEQueueSize", Err: err}
 	}
@@ -347,7 +347,10 @@ func (a *App) start() error {
 		}
 	}
 	a.ln = ln
-	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	// ConnContext lets the event streams cap a connection's send buffer,
+	// so that a client that stops reading costs little (issue 13).
+	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http")),
+		ConnContext: server.ConnContext}
 	// http.Server.Shutdown waits for open connections, and a subscriber
 	// of GET /events/stream never hangs up: end the streams as soon as
 	// the shutdown starts.
