@@ -150,3 +150,40 @@ func BenchmarkSSESlowSubscribers(b *testing.B) {
 	b.ReportMetric(slowRate/baseRate, "ratio")
 	b.ReportMetric(float64(cut)/float64(b.N), "slow_cut_off")
 }
+
+// BenchmarkAppMetrics is issue 13's --metrics cost: the requests/s of
+// POST /agents/echo/run against an `svc serve` process (app.New, a real
+// listener) with Metrics on and off, 10 s each in the same run, and the
+// live heap the metered process holds after its load and a GC, above
+// where it started (heap_growth_MB; about 6 KB a request stayed live
+// before the fix).
+func BenchmarkAppMetrics(b *testing.B) {
+	const phase, clients = 10 * time.Second, 32
+	rate := map[bool]float64{}
+	var growth float64
+	for i := 0; i < b.N; i++ {
+		for _, metrics := range []bool{false, true} {
+			a, err := app.New(app.Options{SpecsDir: "../examples/specs", DataDir: b.TempDir(), Metrics: metrics, Logger: zap.NewNop()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := a.Start(); err != nil {
+				b.Fatal(err)
+			}
+			url := a.URL() + "/agents/echo/run"
+			loadFor(b, url, time.Second, clients)
+			before := inuse()
+			rate[metrics] += loadFor(b, url, phase, clients)
+			if metrics {
+				growth += (float64(inuse()) - float64(before)) / (1 << 20)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = a.Shutdown(ctx)
+			cancel()
+		}
+	}
+	b.ReportMetric(rate[false]/float64(b.N), "plain_req/s")
+	b.ReportMetric(rate[true]/float64(b.N), "metrics_req/s")
+	b.ReportMetric(rate[true]/rate[false], "ratio")
+	b.ReportMetric(growth/float64(b.N), "heap_growth_MB")
+}
