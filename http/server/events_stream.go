@@ -295,10 +295,11 @@ func startSSE(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*s
 		timeout = DefaultStreamWriteTimeout
 	}
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
-	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && r.ProtoMajor == 1 {
 		// The connection itself, when the server gave it (ConnContext):
 		// a wrapper without Unwrap (otelhttp's) hides it from the
-		// ResponseController.
+		// ResponseController. Over HTTP/1 only: an HTTP/2 connection
+		// carries other requests' streams too.
 		s.conn = c
 		if tc, ok := c.(interface{ SetWriteBuffer(int) error }); ok {
 			_ = tc.SetWriteBuffer(streamSendBuffer)
