@@ -50,5 +50,9 @@ fuzz:
 	  done; \
 	done
 
+## soak-metrics: issue 13's full soak, 100,000 runs with --metrics (live heap within 20 MB)
+soak-metrics:
+	SVC_SOAK_REQUESTS=100000 $(GO) test -count=1 -run '^TestMetricsSoak$$' -v -timeout 30m ./app/
+
 clean:
 	rm -rf bin .svc svc embed

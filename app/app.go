@@ -236,12 +236,12 @@ func (a *App) start() error {
 
 	// One actor system for the process: the runtime's actors and the SSE
 	// subscribers live in it.
-	a.system = supervisor.NewActorSystem(log, a.mp)
+	a.system = supervisor.NewActorSystem(log)
 
 	// The emitter chain. Events reach the log through a queue, so that a
 	// slow stderr never holds up a run.
 	a.logEm = emitters.NewAsync(emitters.NewLog(log), 0)
-	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize})
+	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize, MeterProvider: a.mp})
 	if err != nil {
 		return &ConfigError{Option: "SSEQueueSize", Err: err}
 	}
@@ -269,7 +269,7 @@ func (a *App) start() error {
 	// so ("backend": "broker:<scheme>").
 	emitter := emitters.Multi(chain...)
 	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
-		Emitter: emitter, Logger: log, MeterProvider: a.mp, Store: a.runStore, System: a.system}
+		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system}
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	switch {
 	case a.broker != nil && o.Worker == nil:
@@ -366,7 +366,10 @@ func (a *App) start() error {
 		defer a.requests.Add(-1)
 		h.ServeHTTP(w, r)
 	})
-	a.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	// ConnContext lets the event streams cap a connection's send buffer,
+	// so that a client that stops reading costs little (issue 13).
+	a.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http")),
+		ConnContext: server.ConnContext}
 	// http.Server.Shutdown waits for open connections, and a subscriber
 	// of GET /events/stream never hangs up: end the streams as soon as
 	// the shutdown starts.

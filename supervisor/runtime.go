@@ -45,7 +45,11 @@ type Config struct {
 	Emitter svc.Emitter
 	// Logger receives the runtime's and the actor system's logs.
 	Logger *zap.Logger
-	// MeterProvider, when set, receives the actor system's own metrics.
+	// MeterProvider is ignored: it used to turn on protoactor's actor
+	// metrics, which leaked every spawned actor (see NewActorSystem).
+	//
+	// Deprecated: the runtime records no metrics of its own; give the
+	// provider to the emitters (emitters.NewOTel) instead.
 	MeterProvider metric.MeterProvider
 	// Shards is the number of run-supervising actors; 4×GOMAXPROCS when 0.
 	Shards int
@@ -72,8 +76,8 @@ type Config struct {
 	// System is the actor system to run in, for a process that runs other
 	// actors beside the runtime's (NewActorSystem builds one configured
 	// like the runtime's own). It is the caller's to shut down, after the
-	// runtime's Shutdown; Logger and MeterProvider then do not apply to
-	// it. When nil the runtime builds its own and Shutdown stops it.
+	// runtime's Shutdown; Logger then does not apply to it. When nil the
+	// runtime builds its own and Shutdown stops it.
 	System *actor.ActorSystem
 }
 
@@ -163,7 +167,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
 	if rt.system = cfg.System; rt.system == nil {
-		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger, cfg.MeterProvider), true
+		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}

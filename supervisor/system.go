@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc/internal/zapslog"
@@ -13,13 +12,19 @@ import (
 
 // NewActorSystem builds an actor system configured the way the runtime
 // builds its own: protoactor logs to log (named "actor"; nil discards
-// them), its metrics go to mp (none when nil; never protoactor's default
-// Prometheus provider, which listens on a port of its own), and the
-// dead-letter throttle window is short. Give it to Config.System to share
+// them), and the dead-letter throttle window is short.
+//
+// protoactor's own actor metrics stay off. Turned on (WithMetricProviders),
+// they record on the global OpenTelemetry provider whatever provider they
+// are given, so they never reached /metrics, and every spawn registers a
+// mailbox-length callback that is never unregistered: the callback holds
+// the actor's context and mailbox, so every run actor ever spawned stayed
+// live (about 6 KB a request, issue 13) and the callback list grew without
+// end. Give it to Config.System to share
 // one system between the runtime and other actors of the process, such as
 // the SSE emitter's subscribers (emitters/sse.New); shut it down with
 // Shutdown after everything running in it has stopped.
-func NewActorSystem(log *zap.Logger, mp metric.MeterProvider) *actor.ActorSystem {
+func NewActorSystem(log *zap.Logger) *actor.ActorSystem {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -32,9 +37,6 @@ func NewActorSystem(log *zap.Logger, mp metric.MeterProvider) *actor.ActorSystem
 		// short so its timer goroutine does not outlive Shutdown by much.
 		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
 		actor.WithDeadLetterRequestLogging(false),
-	}
-	if mp != nil {
-		opts = append(opts, actor.WithMetricProviders(mp))
 	}
 	return actor.NewActorSystem(opts...)
 }

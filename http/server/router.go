@@ -79,6 +79,9 @@ type config struct {
 	log       *zap.Logger
 	heartbeat time.Duration
 	sse       svc.EventSubscriber // WithSSEEmitter
+	// writeTimeout bounds each write of an event stream
+	// (WithStreamWriteTimeout).
+	writeTimeout time.Duration
 }
 
 // WithMaxBodyBytes bounds request bodies to n bytes (default 1 MiB); a
@@ -146,7 +149,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	if b == nil {
 		return nil, errors.New("server: NewRouter: nil backend")
 	}
-	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L(), heartbeat: DefaultHeartbeat}
+	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L(), heartbeat: DefaultHeartbeat, writeTimeout: DefaultStreamWriteTimeout}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -191,7 +194,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/health", Handle(h.healthz))
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
 	if rb, ok := b.(svc.RunBackend); ok {
-		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat})
+		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout})
 	}
 	if own, ok := b.(svc.EventSubscriber); ok {
 		if cfg.sse != nil {
@@ -200,7 +203,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		cfg.sse = own
 	}
 	if cfg.sse != nil {
-		mountEventStream(r, cfg.sse)
+		mountEventStream(r, cfg.sse, cfg.writeTimeout)
 	}
 	return r, nil
 }
