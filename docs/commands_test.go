@@ -92,9 +92,10 @@ func normalise(s string) string {
 }
 
 // matches reports whether got is an answer of the shape want shows: equal
-// once both are normalised, where `…` in want stands for any text.
+// once both are normalised, where `…` in want (and the blanks around it)
+// stands for any text.
 func matches(want, got string) bool {
-	parts := strings.Split(normalise(want), "…")
+	parts := regexp.MustCompile(`\s*…\s*`).Split(normalise(want), -1)
 	for i, p := range parts {
 		parts[i] = regexp.QuoteMeta(p)
 	}
