@@ -156,7 +156,8 @@ func runSession(t *testing.T, bin, file string, cmds []command) map[int]string {
 			env = append(env, kv)
 		}
 	}
-	sh.Env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// TMPDIR: what the commands create with mktemp goes with the test.
+	sh.Env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+t.TempDir())
 	stdin, err := sh.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +213,7 @@ func runSession(t *testing.T, bin, file string, cmds []command) map[int]string {
 	got := map[int]string{}
 	for i, c := range cmds {
 		text := mapText(c.text, ports)
-		if strings.HasSuffix(strings.TrimSpace(text), "&") && i+1 < len(cmds) {
+		if background(text) && i+1 < len(cmds) {
 			if _, err := io.WriteString(stdin, text+"\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -253,6 +254,15 @@ func runSession(t *testing.T, bin, file string, cmds []command) map[int]string {
 		}
 	}
 	return got
+}
+
+// trailingComment is a shell comment at the end of a command line (one
+// without quotes in it, so as not to cut a quoted #).
+var trailingComment = regexp.MustCompile(`\s+#[^'"]*$`)
+
+// background reports whether a command ends in `&`, before any comment.
+func background(text string) bool {
+	return strings.HasSuffix(strings.TrimSpace(trailingComment.ReplaceAllString(text, "")), "&")
 }
 
 // mapPorts gives each port the commands name (and 8420, svc serve's
