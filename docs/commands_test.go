@@ -114,7 +114,7 @@ func matches(want, got string) bool {
 // serve` gets a data directory of its own. A command must exit 0.
 func TestDocCommands(t *testing.T) {
 	if testing.Short() {
-		t.Skip("SKIP-REASON: -short: the doc commands build and start svc")
+		t.Skip("-short: the doc commands build and start svc")
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bin, "svc"), "./cmd/svc")
