@@ -269,7 +269,8 @@ func (a *App) start() error {
 	// so ("backend": "broker:<scheme>").
 	emitter := emitters.Multi(chain...)
 	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
-		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system}
+		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system,
+		NoEventLog: true} // the chain logs the events, the dispatcher's and worker's too
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	switch {
 	case a.broker != nil && o.Worker == nil:

@@ -23,6 +23,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
@@ -41,10 +42,18 @@ type Config struct {
 	// (model.LoadPrices reads a price file); the built-in model.Prices
 	// when nil.
 	Prices *model.PriceTable
-	// Emitter receives every runtime event; nothing is emitted when nil.
+	// Emitter receives every runtime event, beside the log (see
+	// NoEventLog); nil: no other emitter.
 	Emitter svc.Emitter
-	// Logger receives the runtime's and the actor system's logs.
+	// Logger receives the runtime's and the actor system's logs and, unless
+	// NoEventLog is set, one line per runtime event (the spec's
+	// LogEventEmitter, emitters.NewLog, fed through a queue so that a slow
+	// log never holds up a run). nil: nothing is logged.
 	Logger *zap.Logger
+	// NoEventLog turns the LogEventEmitter off: set it when Emitter
+	// already logs the events (app.App's chain does) or when the host
+	// wants no event lines in its log.
+	NoEventLog bool
 	// MeterProvider is ignored: it used to turn on protoactor's actor
 	// metrics, which leaked every spawned actor (see NewActorSystem).
 	//
@@ -88,7 +97,10 @@ type Runtime struct {
 	models  *model.Registry
 	prices  *model.PriceTable // nil: the built-in prices
 	emitter svc.Emitter
-	log     *zap.Logger
+	// eventLog is the LogEventEmitter's queue (nil when off), written out
+	// by Shutdown.
+	eventLog *emitters.Async
+	log      *zap.Logger
 	// dispatcher runs the invocations on the fleet (nil: here).
 	dispatcher Dispatcher
 
@@ -125,7 +137,7 @@ type Runtime struct {
 }
 
 // New starts a runtime.
-func New(cfg Config) (*Runtime, error) {
+func New(cfg Config) (rt *Runtime, err error) {
 	opts := cfg.Options
 	if opts == (svc.Options{}) {
 		opts = svc.DefaultOptions()
@@ -139,6 +151,23 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Models == nil {
 		cfg.Models = model.Default()
 	}
+	// The LogEventEmitter is on by default, in an embedded runtime as in
+	// svc serve; without a Logger it would write nowhere, so it is left
+	// out and a runtime with no emitter at all keeps its silent fast path.
+	var eventLog *emitters.Async
+	if cfg.Logger != nil && !cfg.NoEventLog {
+		eventLog = emitters.NewAsync(emitters.NewLog(cfg.Logger), 0)
+		defer func() {
+			if rt == nil { // New failed: nothing will close it
+				eventLog.Close()
+			}
+		}()
+		if cfg.Emitter == nil {
+			cfg.Emitter = eventLog
+		} else {
+			cfg.Emitter = emitters.Multi(eventLog, cfg.Emitter)
+		}
+	}
 	if cfg.Emitter == nil {
 		cfg.Emitter = svc.NopEmitter{}
 	}
@@ -151,7 +180,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.IdempotencyTTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
 	}
-	rt := &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store,
+	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store,
 		idemTTL: cfg.IdempotencyTTL, quit: make(chan struct{})}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
@@ -346,6 +375,10 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			rt.system.Shutdown()
 		}
 		rt.pool.Close()
+		// Every event has been emitted: write out the log's queue.
+		if rt.eventLog != nil {
+			rt.eventLog.Close()
+		}
 		if rt.ownStore {
 			_ = rt.store.Close()
 		}
