@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/dispatch"
 )
@@ -41,14 +42,39 @@ type Dispatcher interface {
 	Backend() string
 }
 
-// remoteExecute is the Env.Execute of a runtime with a Dispatcher.
-func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error) {
-	// A worker runs an agent as its specs register it. An agent this
-	// runtime compiled for one run (a team's coordinator, which gets the
-	// delegate tool) has no such twin there: it runs here, and the runs
-	// its tools start (the delegates) go to the fleet.
+// dispatches reports whether inv goes to the fleet. A worker runs an
+// agent as its specs register it. An agent this runtime compiled for one
+// run (a team's coordinator, which gets the delegate tool; a child
+// spawn_agents derived from its parent) has no such twin there: it runs
+// here, and the runs its tools start go to the fleet. With a
+// NestedDispatcher only the nested runs (children and delegates) go.
+func (rt *Runtime) dispatches(ctx context.Context, inv *agent.Invocation) bool {
+	if rt.dispatcher == nil {
+		return false
+	}
 	if c, ok := rt.agents.Load().byName[inv.Agent.Def.Name]; !ok || c != inv.Agent {
+		return false
+	}
+	if rt.nestedOnly {
+		_, rs := scopeOf(ctx)
+		return rs.nested
+	}
+	return true
+}
+
+// remoteExecute is the Env.Execute of a runtime with a Dispatcher or a
+// NestedDispatcher.
+func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error) {
+	if !rt.dispatches(ctx, inv) {
 		return agent.Run(ctx, inv)
+	}
+	// A run's cap travels with the task: the run on the worker may spend
+	// what is left of it, no more (taken before this dispatch reserves).
+	var capLeft int64
+	if ib, ok := inv.Budget.(*actors.InvocationBudget); ok {
+		if left, capped := ib.RunRemaining(); capped {
+			capLeft = max(left, 1) // 0 would mean "no cap" on the wire
+		}
 	}
 	if inv.Budget != nil {
 		// The worker's model calls are not seen from here: the pre-check
@@ -59,14 +85,21 @@ func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (ag
 			return agent.Outcome{}, err
 		}
 	}
-	_, rs := scopeOf(ctx)
+	// The run id is the submitted run's; on a worker, the run of the task
+	// this one is nested in (so a cancel of that run reaches this task on
+	// whichever worker takes it); else the trace of a synchronous call.
+	s, rs := scopeOf(ctx)
 	runID := rs.runID
 	if runID == "" {
-		runID = inv.TraceID // a synchronous call: its trace names it
+		runID = s.RunID
+	}
+	if runID == "" {
+		runID = inv.TraceID
 	}
 	res, err := rt.dispatcher.Dispatch(ctx, dispatch.Request{
 		Agent: inv.Agent.Def.Name, TrustLevel: inv.Agent.Def.Trust(), TaskID: inv.TaskID, TraceID: inv.TraceID,
-		ParentTraceID: inv.ParentTraceID, SpanID: inv.SpanID, RunID: runID, Input: inv.Input, Depth: inv.Depth,
+		ParentTraceID: inv.ParentTraceID, SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID, RunID: runID,
+		Input: inv.Input, Depth: inv.Depth, TokenBudget: capLeft, EventsTo: s.EventsTo,
 		Deadline: time.Now().Add(rt.opts.Timeout()),
 	})
 	if err != nil {

@@ -399,11 +399,15 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 	// The invocation runs at the envelope's depth (the runtime places a
 	// run one below the depth in its scope), under the publisher's trace
 	// and span, so its events hang under the dispatching invocation.
+	// The run id and the events subject go along too, for the runs nested
+	// in the task that the runtime dispatches to the fleet in turn; the
+	// token cap, when the task has one, is what its dispatcher had left.
 	scope := svc.ScopeFrom(runCtx)
 	scope.Depth, scope.ParentTrace, scope.ParentSpan = env.Depth-1, env.ParentTraceID, env.SpanID
+	scope.RunID, scope.EventsTo = env.RunID, env.EventsTo()
 	runCtx = svc.WithScope(runCtx, scope)
 	res, err := w.cfg.Runner.Run(runCtx, env.Agent, svc.TaskSpec{
-		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata,
+		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata, TokenBudget: env.TokenBudget,
 	})
 	if ctx.Err() != nil && !errors.Is(context.Cause(runCtx), errCancelledByRequest) {
 		return res, true // the worker is going away: another one runs it
