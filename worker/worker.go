@@ -413,7 +413,13 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 		return res, true // the worker is going away: another one runs it
 	}
 	if err != nil {
-		return w.failed(env, err), false
+		// A rejected run (its token cap, say) still reports what it spent,
+		// for the dispatcher to charge to its own cap.
+		failed := w.failed(env, err)
+		md := res.Metadata
+		failed.Metadata.TokensUsed, failed.Metadata.CostUSD, failed.Metadata.CostUnknown = md.TokensUsed, md.CostUSD, md.CostUnknown
+		failed.Metadata.Model, failed.Metadata.ModelsTried = md.Model, md.ModelsTried
+		return failed, false
 	}
 	return res, false
 }
