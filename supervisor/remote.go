@@ -29,6 +29,14 @@ import (
 //   - a cancelled or timed-out invocation broadcasts a cancel of its task,
 //     and CancelRun a cancel of the whole run, which the workers (and other
 //     serve nodes) act on.
+//
+// A worker's runtime may have a NestedDispatcher instead (`svc worker
+// start --dispatch-nested`): the tasks it takes run here, and only the
+// runs nested in them (spawn_agents' children, a team's delegates) go to
+// the fleet, carrying the run id the worker was given (so a cancel of
+// that run reaches them), what is left of the run's token cap (the
+// task's token_budget on the next worker) and the subject the outermost
+// publisher wants the events on; the depth travels as for any task.
 
 // Dispatcher sends invocations to a fleet of workers; *dispatch.Publisher
 // is one.

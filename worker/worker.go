@@ -27,7 +27,8 @@ import (
 
 // Runner runs tasks locally; a *supervisor.Runtime (built without a broker)
 // is one. A runtime that dispatches to a broker would send every task back
-// to the fleet, so the caller must give a local one.
+// to the fleet, so the caller must give a local one (one with a
+// NestedDispatcher is: it sends back only the runs nested in its tasks).
 type Runner interface {
 	Run(ctx context.Context, agent string, task svc.TaskSpec) (svc.AgentResult, error)
 	Agents(ctx context.Context) ([]string, error)
