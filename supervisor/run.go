@@ -12,7 +12,10 @@ import (
 // actor (actors.StartRun) → one invocation actor → the agent loop, or
 // Env.Execute.
 
-// Run runs one task on an agent and waits for the result.
+// Run runs one task on an agent and waits for the result. A run rejected
+// once started (its token cap, its timeout, the depth limit) is the
+// error, with the result as far as the run went: its metadata says what
+// it spent.
 func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
 	c, err := rt.lookup(name)
 	if err != nil {
