@@ -19,7 +19,8 @@ import (
 //
 //   - the token budget is checked here before the dispatch (pre-check) and
 //     charged here with the tokens the worker reports (post-charge), a soft
-//     cap across the fleet;
+//     cap across the fleet; what is left of the run's cap goes with the
+//     task, so the worker stops the run there too once it is spent;
 //   - agent_dispatched is emitted here (by the dispatcher); agent_spawned,
 //     agent_completed and agent_failed fire on the worker, except a failure
 //     that happens here (the budget, the broker, no result in time);
