@@ -244,6 +244,19 @@ func TestNestedRunsOverBroker(t *testing.T) {
 			evs := f.events(t, svc.EventAgentDispatched, "child")
 			return len(evs) > 0 && evs[len(evs)-1].ParentTraceID == res.Metadata.TraceID
 		})
+		// The run's tree on the publisher has the child, which ran two
+		// hops away, below the parent.
+		testutil.Eventually(t, "the child below the parent in the run's tree", func() bool {
+			tree, err := f.c.Tree(ctx, res.Metadata.TraceID)
+			if err != nil || tree.Root == nil {
+				return false
+			}
+			// (The dispatch and the worker's invocation of an agent are two
+			// nodes; the worker's has the tool calls.)
+			return findNode(tree.Root, "parent", func(n *svc.TreeNode) bool {
+				return findNode(n, "child", nil) != nil
+			}) != nil
+		})
 	})
 
 	t.Run("depth limit across hops", func(t *testing.T) {
@@ -344,4 +357,18 @@ func TestNestedRunsStayOnWorker(t *testing.T) {
 	if slices.Contains(f.w2.agents(), "child") {
 		t.Fatalf("w2 ran %v: the child should stay on w1", f.w2.agents())
 	}
+}
+
+// findNode returns the first agent node named name in the tree under n (n
+// included), depth first, that meets ok (any, when nil).
+func findNode(n *svc.TreeNode, name string, ok func(*svc.TreeNode) bool) *svc.TreeNode {
+	if n.Name == name && n.Kind == "agent" && (ok == nil || ok(n)) {
+		return n
+	}
+	for _, c := range n.Children {
+		if f := findNode(c, name, ok); f != nil {
+			return f
+		}
+	}
+	return nil
 }
