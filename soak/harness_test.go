@@ -27,7 +27,9 @@ import (
 )
 
 // svcBin is the svc binary under test, built once in TestMain; SOAK_RACE=1
-// builds it with the race detector (slower, several times the memory).
+// builds it with the race detector (slower, several times the memory), and
+// SOAK_SVC_BIN names a binary to test instead (one built with a profiler,
+// to find what a growth check found).
 var svcBin string
 
 func TestMain(m *testing.M) {
@@ -36,17 +38,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	svcBin = filepath.Join(dir, "svc")
-	args := []string{"build", "-o", svcBin}
-	if os.Getenv("SOAK_RACE") == "1" {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "../cmd/svc")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build:", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
+	svcBin = os.Getenv("SOAK_SVC_BIN")
+	if svcBin == "" {
+		svcBin = filepath.Join(dir, "svc")
+		args := []string{"build", "-o", svcBin}
+		if os.Getenv("SOAK_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		build := exec.Command("go", append(args, "../cmd/svc")...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "go build:", err)
+			_ = os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	if code == 0 {
@@ -311,12 +316,14 @@ func readSSE(r io.Reader, fn func(frame) bool) error {
 type sample struct {
 	at         time.Duration
 	rssKiB     int64
+	heapKiB    int64 // go_memstats_heap_inuse_bytes: the Go heap's part of rssKiB
 	fds        int
 	goroutines int
 }
 
-// takeSample reads RSS and open files from /proc and the goroutine count
-// from the Go collector of GET /metrics (svc serve --metrics).
+// takeSample reads RSS and open files from /proc, and the goroutine count
+// and Go heap in use from the Go collector of GET /metrics (svc serve
+// --metrics).
 func takeSample(ctx context.Context, c *http.Client, s *server, at time.Duration) (sample, error) {
 	out := sample{at: at}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid()))
@@ -341,6 +348,13 @@ func takeSample(ctx context.Context, c *http.Client, s *server, at time.Duration
 		return out, fmt.Errorf("GET /metrics: %d %v", code, err)
 	}
 	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				return out, fmt.Errorf("go_memstats_heap_inuse_bytes %q: %w", rest, err)
+			}
+			out.heapKiB = int64(f) >> 10
+		}
 		if rest, ok := strings.CutPrefix(line, "go_goroutines "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			if err != nil {

@@ -44,7 +44,9 @@ type Config struct {
 	Emitter svc.Emitter
 	// Logger receives the runtime's and the actor system's logs.
 	Logger *zap.Logger
-	// MeterProvider, when set, receives the actor system's own metrics.
+	// MeterProvider is not used: protoactor's own metrics leak every actor
+	// (see NewActorSystem), so the actor system is built without them. It
+	// is kept so that existing configurations still compile.
 	MeterProvider metric.MeterProvider
 	// Shards is the number of run-supervising actors; 4×GOMAXPROCS when 0.
 	Shards int

@@ -13,9 +13,14 @@ import (
 
 // NewActorSystem builds an actor system configured the way the runtime
 // builds its own: protoactor logs to log (named "actor"; nil discards
-// them), its metrics go to mp (none when nil; never protoactor's default
-// Prometheus provider, which listens on a port of its own), and the
-// dead-letter throttle window is short. Give it to Config.System to share
+// them), and the dead-letter throttle window is short.
+//
+// mp is not given to protoactor, whatever it is: with a metrics provider,
+// protoactor registers a mailbox-length callback for every actor it spawns
+// on the global OTel meter and never unregisters it, which keeps every
+// actor ever spawned reachable (a leak of one actor per invocation; its
+// metrics never reached svc's exporters anyway). Nor is protoactor's
+// default Prometheus provider used, which listens on a port of its own. Give it to Config.System to share
 // one system between the runtime and other actors of the process, such as
 // the SSE emitter's subscribers (emitters/sse.New); shut it down with
 // Shutdown after everything running in it has stopped.
@@ -33,8 +38,6 @@ func NewActorSystem(log *zap.Logger, mp metric.MeterProvider) *actor.ActorSystem
 		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
 		actor.WithDeadLetterRequestLogging(false),
 	}
-	if mp != nil {
-		opts = append(opts, actor.WithMetricProviders(mp))
-	}
+	_ = mp
 	return actor.NewActorSystem(opts...)
 }
