@@ -120,8 +120,8 @@ func TestMixedLoad(t *testing.T) {
 		}{
 			// RSS: the Go heap breathes with the load and SQLite fills its page
 			// caches (32 MiB for the event writer), hence the slack. A leak of
-			// one actor per request (fixed) took RSS from 88 to 383 MiB in ten
-			// minutes: the medians were 265 and 349 MiB, which this catches.
+			// one actor per request (fixed) took RSS from 86 to 374 MiB in ten
+			// minutes: the medians were 258 and 341 MiB, which this catches.
 			{"rss KiB", series(func(s sample) float64 { return float64(s.rssKiB) }), 1.15, 24 << 10},
 			// The Go heap alone: growth here is the server's own.
 			{"heap KiB", series(func(s sample) float64 { return float64(s.heapKiB) }), 1.15, 16 << 10},
