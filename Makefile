@@ -12,8 +12,15 @@ SOAK_KILL_ROUNDS ?= 20
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN_DIR   := $(shell d=$$($(GO) env GOBIN); echo $${d:-$$($(GO) env GOPATH)/bin})
 STATICCHECK ?= $(GOBIN_DIR)/staticcheck
+# The MCP reference server the tools/mcp tests run, pinned so that a new
+# release cannot change what they see; installed into .cache/mcp (kept out
+# of git), where the tests find it.
+MCP_EVERYTHING_VERSION ?= 2026.8.31
+MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
+# bash, for pipefail: `make test` pipes go test through the summary.
+SHELL := bash
 
-.PHONY: run build test check vet staticcheck bench fuzz fuzz-long soak clean
+.PHONY: run build test deps check vet staticcheck bench fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -23,9 +30,22 @@ run:
 build:
 	$(GO) build -o bin/svc ./cmd/svc
 
-## test: all tests with the race detector
+## test: all tests with the race detector; prints one line per package,
+## the output of what failed, and every skipped test with its reason
+## (internal/testsummary), ending with a SKIPPED: line when any skipped
 test:
-	$(GO) test -race -count=1 ./...
+	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
+
+## deps: installs what the tests need and can install without root (the
+## MCP reference server, with npm) and says loudly what is missing
+## (redis-server, npm): the tests that need it skip, and say so
+deps:
+	@if [ -x $(MCP_EVERYTHING) ]; then :; \
+	elif command -v npm >/dev/null; then \
+	  npm install --no-audit --no-fund --prefix .cache/mcp @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION); \
+	else echo "make deps: npm not found: the MCP tests (tools/mcp) will skip; install nodejs and npm"; fi
+	@command -v redis-server >/dev/null || \
+	  echo "make deps: redis-server not found: the Redis tests will skip; install redis-server (SVC_REQUIRE_REDIS=1 makes them fail instead)"
 
 ## vet: go vet
 vet:
@@ -37,8 +57,9 @@ staticcheck:
 	  $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	"$(STATICCHECK)" ./...
 
-## check: vet, staticcheck, gofmt, then the tests (import direction included)
-check: vet staticcheck
+## check: what the tests need (deps), vet, staticcheck, gofmt, then the
+## tests (import direction and the docs' commands included)
+check: deps vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(MAKE) test
 
@@ -72,6 +93,10 @@ fuzz-long:
 soak:
 	SOAK_DURATION=$(SOAK_DURATION) SOAK_KILL_ROUNDS=$(SOAK_KILL_ROUNDS) SVC_REQUIRE_REDIS=1 \
 	  nice -n 19 $(GO) test -tags soak -count=1 -v -timeout 90m ./soak/
+
+## soak-metrics: issue 13's full soak, 100,000 runs with --metrics (live heap within 20 MB)
+soak-metrics:
+	SVC_SOAK_REQUESTS=100000 $(GO) test -count=1 -run '^TestMetricsSoak$$' -v -timeout 30m ./app/
 
 clean:
 	rm -rf bin .svc svc embed

@@ -323,6 +323,10 @@ const (
 	// SubjectWorkers (broadcast) carries worker_started, worker_heartbeat
 	// and worker_stopped RuntimeEvents, seen by every serve node.
 	SubjectWorkers = "svc.workers"
+	// SubjectWorkersPing (broadcast) asks every worker for a
+	// worker_heartbeat now: a serve node that starts sends it, so it
+	// knows the fleet at once rather than at the next heartbeat.
+	SubjectWorkersPing = "svc.workers.ping"
 	// SubjectCancel (broadcast) carries cancel envelopes: every process
 	// cancels what it runs of that run_id.
 	SubjectCancel = "svc.cancel"

@@ -41,6 +41,18 @@ const (
 	KindShuttingDown     Kind = "ShuttingDownError"
 	KindUnauthorized     Kind = "UnauthorizedError"
 	KindOutputValidation Kind = "OutputValidationError"
+	// KindNotFound is a request for a path the server has no route for
+	// (as opposed to KindRegistry, a known route naming an unknown agent,
+	// group or run).
+	KindNotFound Kind = "NotFoundError"
+	// KindMethodNotAllowed is a known path asked with a method it does not
+	// serve.
+	KindMethodNotAllowed Kind = "MethodNotAllowedError"
+	// KindCondition is a group's CEL expression (when, fan_out, input) that
+	// compiled but failed while a run evaluated it: the cost limit, an
+	// overflow, a key missing from the output, a value of the wrong type.
+	// The request was fine; the run failed.
+	KindCondition Kind = "ConditionError"
 )
 
 // Kinds lists every kind the runtime produces, base first.
@@ -50,7 +62,8 @@ var Kinds = []Kind{
 	KindDepthLimit, KindSpawnCycle, KindSpawn, KindToolExecution,
 	KindAllAgentsFailed, KindModel, KindTimeout, KindCancelled,
 	KindShuttingDown, KindOutputValidation, KindUnauthorized,
-	KindUnsupportedMediaType, KindForbiddenOrigin,
+	KindUnsupportedMediaType, KindForbiddenOrigin, KindNotFound,
+	KindMethodNotAllowed, KindCondition,
 }
 
 // Parent is the kind this kind specialises: TopologyError,
@@ -92,6 +105,9 @@ var (
 	ErrShuttingDown         = &Error{Kind: KindShuttingDown}
 	ErrUnauthorized         = &Error{Kind: KindUnauthorized}
 	ErrOutputValidation     = &Error{Kind: KindOutputValidation}
+	ErrNotFound             = &Error{Kind: KindNotFound}
+	ErrMethodNotAllowed     = &Error{Kind: KindMethodNotAllowed}
+	ErrCondition            = &Error{Kind: KindCondition}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

@@ -34,6 +34,9 @@ var sentinels = map[svc.Kind]error{
 	svc.KindUnauthorized:         svc.ErrUnauthorized,
 	svc.KindUnsupportedMediaType: svc.ErrUnsupportedMediaType,
 	svc.KindForbiddenOrigin:      svc.ErrForbiddenOrigin,
+	svc.KindNotFound:             svc.ErrNotFound,
+	svc.KindMethodNotAllowed:     svc.ErrMethodNotAllowed,
+	svc.KindCondition:            svc.ErrCondition,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a

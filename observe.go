@@ -143,13 +143,42 @@ const (
 // last: healthy under 90 s, stale under 300 s, down otherwise or once it
 // sent worker_stopped.
 func WorkerHealth(last time.Time, stopped bool, now time.Time) string {
+	return WorkerThresholds{}.Status(last, stopped, now)
+}
+
+// WorkerThresholds are the ages of a worker's latest sign of life at which a
+// serve node calls it stale and down. The zero value is the spec's: stale
+// from WorkerHealthyWithin (90 s), down from WorkerStaleWithin (300 s).
+// `svc serve --worker-stale-after/--worker-down-after` set them, for a fleet
+// whose heartbeat interval is not the default (and tests, in seconds).
+type WorkerThresholds struct {
+	Stale time.Duration
+	Down  time.Duration
+}
+
+// WithDefaults fills in the zero fields.
+func (th WorkerThresholds) WithDefaults() WorkerThresholds {
+	if th.Stale <= 0 {
+		th.Stale = WorkerHealthyWithin
+	}
+	if th.Down <= 0 {
+		th.Down = WorkerStaleWithin
+	}
+	return th
+}
+
+// Status is the health of a worker last heard from at last: healthy while
+// younger than Stale, stale while younger than Down, down after that or once
+// it sent worker_stopped.
+func (th WorkerThresholds) Status(last time.Time, stopped bool, now time.Time) string {
+	th = th.WithDefaults()
 	age := now.Sub(last)
 	switch {
 	case stopped:
 		return WorkerDown
-	case age < WorkerHealthyWithin:
+	case age < th.Stale:
 		return WorkerHealthy
-	case age < WorkerStaleWithin:
+	case age < th.Down:
 		return WorkerStale
 	}
 	return WorkerDown
@@ -195,6 +224,18 @@ type WorkerStatus struct {
 	Concurrency   int64     `json:"concurrency_cap"`
 	Agents        []string  `json:"agent_subscriptions"`
 	BrokerScheme  string    `json:"broker_scheme"`
+	// Stopped is true once the worker sent worker_stopped (it is down at
+	// once, however recent its last heartbeat).
+	Stopped bool `json:"worker_stopped"`
+}
+
+// FleetReader is what a serve node knows of the fleet's workers, live from
+// the worker lifecycle events on svc.workers (dispatch.Publisher is one):
+// one WorkerStatus per runtime id, health by the node's WorkerThresholds,
+// sorted by runtime id. GET /runtime/stats lists them, ahead of what the
+// event store remembers.
+type FleetReader interface {
+	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
 
 // ToolServerStatus describes one MCP tool server of the runtime.
@@ -227,7 +268,96 @@ type RuntimeStats struct {
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`
 	Workers     []WorkerStatus     `json:"workers"`
+	// TokenBudget is the runtime's token budget (Options.TokenBudget) as
+	// it stands; absent when the runtime has none or the backend keeps no
+	// budget (svc.BudgetKeeper).
+	TokenBudget *BudgetStatus `json:"token_budget,omitempty"`
+	// Stuck are the calls runs stopped waiting for: filled from the
+	// backend (a StuckReporter), not the event store.
+	Stuck StuckStats `json:"stuck"`
 }
+
+// StuckStats counts the calls (tool, model, hook) that runs abandoned: a
+// run that reaches its timeout, or is cancelled, answers at once with
+// TimeoutError or CancelledError even when a call inside it never
+// returns; that call's goroutine is counted here until it does return.
+type StuckStats struct {
+	Count int         `json:"count"`
+	Calls []StuckCall `json:"calls"`
+}
+
+// MarshalJSON encodes no calls as [], never null: whoever fills
+// RuntimeStats (an event store has no stuck calls to give) need not.
+func (s StuckStats) MarshalJSON() ([]byte, error) {
+	type plain StuckStats
+	if s.Calls == nil {
+		s.Calls = []StuckCall{}
+	}
+	return json.Marshal(plain(s))
+}
+
+// StuckCall is one abandoned call still running.
+type StuckCall struct {
+	// Kind is "tool", "model", "hook", "tool_source", or "agent" when the
+	// invocation was in none of those (its own code, or a remote
+	// dispatch).
+	Kind string `json:"kind"`
+	// Name is the tool's, the model's ("provider:name"), the hook's
+	// ("pre_process", "post_process") or the agent's name.
+	Name    string `json:"name"`
+	Agent   string `json:"agent"`
+	TaskID  string `json:"task_id"`
+	TraceID string `json:"trace_id"`
+	// Reason is why the run stopped waiting: "timeout", "cancelled" or
+	// "shutting_down".
+	Reason      string    `json:"reason"`
+	AbandonedAt time.Time `json:"abandoned_at"`
+}
+
+// String names the call as logs and shutdown errors do:
+// "tool write_file (agent writer, task T, trace R)".
+func (c StuckCall) String() string {
+	return c.Kind + " " + c.Name + " (agent " + c.Agent + ", task " + c.TaskID + ", trace " + c.TraceID + ")"
+}
+
+// StuckReporter is implemented by a backend that abandons stuck calls
+// (the runtime): GET /runtime/stats reports them.
+type StuckReporter interface {
+	Stuck() StuckStats
+}
+
+// BudgetStatus is the state of the runtime's token budget.
+type BudgetStatus struct {
+	// Limit is Options.TokenBudget.
+	Limit int64 `json:"limit"`
+	// Used is the tokens charged since the start or the last reset.
+	Used int64 `json:"used"`
+	// Reserved is what the model calls in flight set aside at their
+	// pre-check and have not charged yet.
+	Reserved int64 `json:"reserved"`
+	// Remaining is Limit - Used - Reserved, never below 0: what a new
+	// model call may reserve.
+	Remaining int64 `json:"remaining"`
+}
+
+// BudgetKeeper is implemented by a backend that keeps the runtime's token
+// budget (the in-process runtime, and the HTTP client for a server's):
+// GET /runtime/budget and /runtime/stats show it, POST
+// /runtime/budget/reset resets it. Both fail with a RegistryError (404)
+// when the runtime has no budget (token_budget 0).
+type BudgetKeeper interface {
+	// TokenBudget returns the budget's state.
+	TokenBudget(ctx context.Context) (BudgetStatus, error)
+	// ResetTokenBudget sets the tokens used back to 0, so runs are
+	// admitted again, and returns the state after the reset; the
+	// reservations of model calls in flight stay, and they charge after
+	// it.
+	ResetTokenBudget(ctx context.Context) (BudgetStatus, error)
+}
+
+// ErrNoTokenBudget is the error of a BudgetKeeper whose runtime has no
+// token budget.
+var ErrNoTokenBudget = &Error{Kind: KindRegistry, Message: "this runtime has no token budget (token_budget is 0)"}
 
 // EventTree is one run's events as a tree (GET /runs/{trace_id}/tree): the
 // run at the root, its agent invocations below, their tool calls below

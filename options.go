@@ -20,9 +20,18 @@ type Options struct {
 	// RetryBackoffFactor grows the pause between attempts: attempt n+1 waits
 	// RetryBackoffBase × factor^(n-1). 1.5 by default.
 	RetryBackoffFactor float64 `json:"retry_backoff_factor" yaml:"retry_backoff_factor"`
-	// TokenBudget caps the tokens of one run (all its invocations); 0 means
-	// no budget.
+	// TokenBudget is one token budget for the whole runtime, shared by
+	// every run, as in the spec: each model call reserves an estimate
+	// against it first (the pre-check) and charges what it used after (the
+	// post-charge). Once it is spent, every run is refused with a
+	// BudgetExceededError (429) until the process restarts or an operator
+	// resets it. 0 means no budget.
 	TokenBudget int64 `json:"token_budget" yaml:"token_budget"`
+	// MaxTokensPerRun caps the tokens of one run (all its invocations and
+	// the runs nested in it) when its TaskSpec has no TokenBudget of its
+	// own; in a gather each task is a run. 0 means no per-run cap. This
+	// limit is separate from TokenBudget, and both apply.
+	MaxTokensPerRun int64 `json:"max_tokens_per_run" yaml:"max_tokens_per_run"`
 	// MCPEagerStart starts MCP tool servers with the runtime instead of on
 	// first use.
 	MCPEagerStart bool `json:"mcp_eager_start" yaml:"mcp_eager_start"`
@@ -67,14 +76,16 @@ func (o Options) Validate() error {
 		return Errorf(KindSpecValidation, "retry_backoff_factor %v: must be 1 or more", o.RetryBackoffFactor)
 	case o.TokenBudget < 0:
 		return Errorf(KindSpecValidation, "token_budget %d: must be 0 (none) or more", o.TokenBudget)
+	case o.MaxTokensPerRun < 0:
+		return Errorf(KindSpecValidation, "max_tokens_per_run %d: must be 0 (none) or more", o.MaxTokensPerRun)
 	}
 	return nil
 }
 
 // String is a compact description for logs.
 func (o Options) String() string {
-	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d mcp_eager_start=%v",
-		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MCPEagerStart)
+	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d max_tokens_per_run=%d mcp_eager_start=%v",
+		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MaxTokensPerRun, o.MCPEagerStart)
 }
 
 // Version is the version of svc. Nothing has been released yet.

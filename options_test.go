@@ -24,7 +24,7 @@ func TestDefaultOptions(t *testing.T) {
 		t.Errorf("Timeout() = %v", o.Timeout())
 	}
 	s := o.String()
-	for _, part := range []string{"timeout_seconds=300", "max_spawn_depth=4", "retry_max_attempts=1", "retry_backoff_factor=1.5", "token_budget=0", "mcp_eager_start=false"} {
+	for _, part := range []string{"timeout_seconds=300", "max_spawn_depth=4", "retry_max_attempts=1", "retry_backoff_factor=1.5", "token_budget=0", "max_tokens_per_run=0", "mcp_eager_start=false"} {
 		if !strings.Contains(s, part) {
 			t.Errorf("String() = %q lacks %q", s, part)
 		}
@@ -58,6 +58,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"NaN factor", with(func(o *svc.Options) { o.RetryBackoffFactor = math.NaN() }), "retry_backoff_factor"},
 		{"infinite factor", with(func(o *svc.Options) { o.RetryBackoffFactor = math.Inf(1) }), "retry_backoff_factor"},
 		{"negative budget", with(func(o *svc.Options) { o.TokenBudget = -1 }), "token_budget"},
+		{"negative per-run cap", with(func(o *svc.Options) { o.MaxTokensPerRun = -1 }), "max_tokens_per_run"},
 		{"zero value", svc.Options{}, "timeout_seconds"},
 	}
 	for _, tt := range tests {

@@ -15,6 +15,22 @@ type TaskSpec struct {
 	// RequestID becomes the trace_id of every event of the run.
 	RequestID string            `json:"request_id,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	// TokenBudget caps the tokens of this run (all its invocations and the
+	// runs nested in it), with scope "run" in budget_exceeded; 0 takes the
+	// runtime's max_tokens_per_run. It is separate from the runtime's
+	// token_budget, which every run shares and which applies too. A task
+	// of a run nested in another (spawn_agents, delegate) draws on the
+	// enclosing run's cap and its own field is not used.
+	TokenBudget int64 `json:"token_budget,omitempty"`
+}
+
+// CheckTokenBudget rejects a negative TokenBudget with a
+// SpecValidationError.
+func (t *TaskSpec) CheckTokenBudget() error {
+	if t.TokenBudget < 0 {
+		return Errorf(KindSpecValidation, "token_budget %d: must be 0 (the runtime's max_tokens_per_run) or more", t.TokenBudget)
+	}
+	return nil
 }
 
 // ErrorInfo is the error of a failed AgentResult.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,6 +31,14 @@ type invState struct {
 	cancel   context.CancelCauseFunc
 	start    time.Time
 	finished bool
+	// pid is the invocation actor's, for the run actor's abandonAttempt;
+	// reapAt is when the run actor stops waiting for an invocation whose
+	// context it ended.
+	pid    *actor.PID
+	reapAt time.Time
+	// state is the attempt's (attemptRunning, ...): set by the
+	// invocation actor, settled by its goroutine or by abandon.
+	state    atomic.Int32
 	attempt  int
 	tokens   int64
 	cost     float64
@@ -75,7 +84,30 @@ func (a *invocation) Receive(c actor.Context) {
 		a.startAttempt(c)
 	case *workDone:
 		a.finishAttempt(c, m)
+	case abandonAttempt:
+		a.abandon(c)
 	}
+}
+
+// abandon stops waiting for the attempt in flight, if there is one and
+// its goroutine has not reported yet: the goroutine is detached from the
+// pool and the runtime's wait group (whoever waits for them must not
+// wait for it), counted as stuck, and the invocation finishes at once
+// with its context's end as its error.
+func (a *invocation) abandon(c actor.Context) {
+	st := a.st
+	if st.ctx.Err() == nil || !st.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
+		return // not ended, or the attempt reported (its message is on its way)
+	}
+	st.env.Work.Done()
+	st.env.Pool.Detach()
+	call := svc.StuckCall{Kind: "agent", Name: st.run.Agent.Def.Name, Agent: st.run.Agent.Def.Name,
+		TaskID: st.task.ID, TraceID: st.task.Trace, Reason: reasonOf(context.Cause(st.ctx)), AbandonedAt: time.Now().UTC()}
+	if step, ok := st.inv.Step(); ok {
+		call.Kind, call.Name = step.Kind, step.Name
+	}
+	st.env.Stuck.add(st, call)
+	a.finishAttempt(c, &workDone{err: &abandoned{call: call, err: st.ctx.Err()}})
 }
 
 func (a *invocation) startAttempt(c actor.Context) {
@@ -92,9 +124,11 @@ func (a *invocation) startAttempt(c actor.Context) {
 		if !st.env.Silent {
 			st.inv.SpanID = NewSpanID()
 		}
-		if st.run.Budget != nil {
-			st.inv.Budget = st.run.Budget.For(&st.inv)
+		capped := st.run.Budget
+		if st.task.Budget != nil {
+			capped = st.task.Budget
 		}
+		st.inv.Budget = Budgets(capped, st.env.Budget, &st.inv)
 		st.runEvent(svc.RunAgentStarted, "")
 		if !st.env.Silent && !st.env.Remote {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
@@ -105,6 +139,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 	backoff := st.env.Options.Backoff(st.attempt)
 	st.self, st.root = c.Self(), c.ActorSystem().Root
 	st.env.Work.Add(1)
+	st.state.Store(attemptRunning)
 	if backoff > 0 {
 		st.env.Pool.Go(func() { st.work(backoff) })
 	} else {
@@ -119,7 +154,6 @@ func (st *invState) deadline() time.Time { return st.start.Add(st.env.Options.Ti
 func (st *invState) workNow() { st.work(0) }
 
 func (st *invState) work(backoff time.Duration) {
-	defer st.env.Work.Done()
 	d := &st.done
 	*d = workDone{}
 	if backoff > 0 {
@@ -129,12 +163,25 @@ func (st *invState) work(backoff time.Duration) {
 		case <-st.ctx.Done():
 			t.Stop()
 			d.err = st.ctx.Err()
-			st.root.Send(st.self, d)
+			st.report(d)
 			return
 		}
 	}
 	d.out, d.err = execute(st.env.Execute, st.ctx, &st.inv)
-	st.root.Send(st.self, d)
+	st.report(d)
+}
+
+// report hands an attempt's outcome to the invocation actor, unless the
+// actor abandoned the attempt meanwhile: then nobody waits for it any
+// more, and the attempt only stops counting as stuck.
+func (st *invState) report(d *workDone) {
+	if st.state.CompareAndSwap(attemptRunning, attemptDone) {
+		st.root.Send(st.self, d)
+		st.env.Work.Done()
+		return
+	}
+	st.env.Stuck.remove(st)
+	st.env.Pool.Rejoin()
 }
 
 // execute runs one attempt through the Env's Execute, the local agent loop
@@ -221,17 +268,23 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 func (st *invState) describe(err error) error {
 	name := st.run.Agent.Def.Name
 	cause := context.Cause(st.ctx)
+	// An abandoned attempt says which call did not return.
+	var stuck string
+	var ab *abandoned
+	if errors.As(err, &ab) {
+		stuck = fmt.Sprintf(" (%s %s did not return and was abandoned)", ab.call.Kind, ab.call.Name)
+	}
 	if errors.Is(cause, svc.ErrShuttingDown) {
 		return &svc.Error{Kind: svc.KindShuttingDown, Reason: "shutting_down", Agent: name, TaskID: st.task.ID, Err: err,
-			Message: fmt.Sprintf("agent %s: cancelled: the runtime is shutting down", name)}
+			Message: fmt.Sprintf("agent %s: cancelled: the runtime is shutting down%s", name, stuck)}
 	}
 	switch kind := svc.KindOf(err); {
 	case kind == svc.KindTimeout || errors.Is(err, context.DeadlineExceeded) || errors.Is(cause, context.DeadlineExceeded):
 		return &svc.Error{Kind: svc.KindTimeout, Reason: "timeout", Agent: name, TaskID: st.task.ID, Err: err,
-			Message: fmt.Sprintf("agent %s: timed out after %v", name, st.env.Options.Timeout())}
+			Message: fmt.Sprintf("agent %s: timed out after %v%s", name, st.env.Options.Timeout(), stuck)}
 	case kind == svc.KindCancelled || errors.Is(err, context.Canceled):
 		return &svc.Error{Kind: svc.KindCancelled, Reason: "cancelled", Agent: name, TaskID: st.task.ID, Err: err,
-			Message: fmt.Sprintf("agent %s: cancelled", name)}
+			Message: fmt.Sprintf("agent %s: cancelled%s", name, stuck)}
 	}
 	return err
 }

@@ -8,6 +8,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -33,6 +34,12 @@ type Env struct {
 	Pool *gopool.Pool
 	// Dispatcher is given to every actor this package spawns.
 	Dispatcher actor.Dispatcher
+	// Stuck counts the attempts runs stopped waiting for (nil: not
+	// counted). AbandonAfter is how long a run waits for an invocation
+	// whose context it ended before it stops waiting
+	// (DefaultAbandonAfter when 0); a shutdown does not wait.
+	Stuck        *Stuck
+	AbandonAfter time.Duration
 
 	// Execute runs one attempt of an invocation and returns its outcome;
 	// nil means the local agent loop (agent.Run). It is the seam of the
@@ -52,6 +59,9 @@ type Env struct {
 	// the worker emits its own and this side emits agent_dispatched (the
 	// spec's rule 4: per-agent events fire on the worker).
 	Remote bool
+	// Budget is the runtime's token budget, shared by every run (nil:
+	// none).
+	Budget *Budget
 }
 
 // BackendName is e.Backend, defaulted.
@@ -85,6 +95,11 @@ type Task struct {
 	ID    string
 	Trace string
 	Input json.RawMessage
+	// Budget, when set, is the task's own token cap (a gather task's),
+	// drawn on instead of the run's; Ctx is then the run's context with
+	// that cap in its scope, so runs the task's tools start share it.
+	Budget *Budget
+	Ctx    context.Context
 }
 
 // StartRun asks a shard to start a run. Reply receives exactly one RunReply.
@@ -106,7 +121,9 @@ type StartRun struct {
 	ParentTrace string
 	ParentSpan  string
 	BatchSpan   string
-	Budget      *Budget // nil: no budget
+	// Budget is the run's token cap (nil: none); the runtime's budget is
+	// Env.Budget.
+	Budget *Budget
 	// Progress, when set, counts this run's invocations.
 	Progress *Progress
 	// Sink, when set, receives the run events of this run's invocations
@@ -211,6 +228,13 @@ type runActor struct {
 	self    *actor.PID
 	root    *actor.RootContext
 
+	// reap holds the invocations whose contexts the run ended, in the
+	// order it did, until they report or their grace (reapAt) is over;
+	// reapTimer fires for the first.
+	reap      []*invState
+	reapTimer *time.Timer
+	reapArmed bool
+
 	results  []svc.AgentResult
 	next     int // index of the next task to start
 	inflight int
@@ -255,10 +279,13 @@ func (r *runActor) Receive(c actor.Context) {
 	case timeoutTick:
 		r.expire()
 	case cancelRun:
-		r.cancelAll(m.cause)
+		r.cancelAll(c, m.cause)
+	case reapTick:
+		r.reapArmed = false
+		r.reapDue(c)
 	case *actor.Stopping:
 		if r.cancel != nil {
-			r.cancelAll(svc.ErrShuttingDown)
+			r.cancelAll(nil, svc.ErrShuttingDown)
 			r.stopTimer()
 		}
 		if !r.replied && r.req.Reply != nil {
@@ -274,12 +301,18 @@ func (r *runActor) fill(c actor.Context) {
 		now := time.Now()
 		st := &invState{env: r.env, run: r.req, task: &r.req.Tasks[r.next], out: &r.results[r.next],
 			start: now}
-		st.ctx, st.cancel = context.WithCancelCause(r.detached)
+		base := r.detached
+		if st.task.Ctx != nil {
+			// The run actor cancels each task itself (cancelAll), so the
+			// task's context is detached from cancellation like the run's.
+			base = context.WithoutCancel(st.task.Ctx)
+		}
+		st.ctx, st.cancel = context.WithCancelCause(base)
 		if r.cancelled != nil {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
 		}
 		r.pending = append(r.pending, st)
-		c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
+		st.pid = c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
 		r.next++
 		r.inflight++
 		r.req.Progress.Add(0, 1, 0, 0)
@@ -327,15 +360,75 @@ func (r *runActor) expire() {
 				break
 			}
 			st.cancel(context.DeadlineExceeded)
+			r.watch(st, now)
 		}
 		r.pending[r.head] = nil
 		r.head++
 	}
 	r.arm()
+	r.armReap()
+}
+
+// watch starts st's grace: if it has not reported by then, the run stops
+// waiting for it (reapDue).
+func (r *runActor) watch(st *invState, now time.Time) {
+	st.reapAt = now.Add(r.env.abandonAfter())
+	r.reap = append(r.reap, st)
+}
+
+func (e *Env) abandonAfter() time.Duration {
+	if e.AbandonAfter > 0 {
+		return e.AbandonAfter
+	}
+	return DefaultAbandonAfter
+}
+
+// armReap makes sure the reap timer fires for the earliest grace of the
+// invocations watched, if any.
+func (r *runActor) armReap() {
+	if r.reapArmed || len(r.reap) == 0 {
+		return
+	}
+	first := r.reap[0].reapAt
+	for _, st := range r.reap[1:] {
+		if st.reapAt.Before(first) {
+			first = st.reapAt
+		}
+	}
+	r.reapArmed = true
+	d := time.Until(first)
+	if r.reapTimer == nil {
+		self, root := r.self, r.root
+		r.reapTimer = time.AfterFunc(d, func() { root.Send(self, reapTick{}) })
+		return
+	}
+	r.reapTimer.Reset(d)
+}
+
+// reapDue abandons the attempts of the watched invocations whose grace is
+// over and that have not reported, and re-arms for the rest. The
+// invocation actor decides, against its attempt's own report, which wins.
+func (r *runActor) reapDue(c actor.Context) {
+	now := time.Now()
+	keep := r.reap[:0]
+	for _, st := range r.reap {
+		switch {
+		case st.finished:
+		case st.reapAt.After(now):
+			keep = append(keep, st)
+		default:
+			c.Send(st.pid, abandonAttempt{})
+		}
+	}
+	clear(r.reap[len(keep):])
+	r.reap = keep
+	r.armReap()
 }
 
 // cancelAll cancels the run and every invocation in flight with cause.
-func (r *runActor) cancelAll(cause error) {
+// Those that do not report within their grace are abandoned; at once when
+// the runtime shuts down, whose own grace is over by then.
+func (r *runActor) cancelAll(c actor.Context, cause error) {
 	if r.cancelled != nil {
 		return
 	}
@@ -344,16 +437,29 @@ func (r *runActor) cancelAll(cause error) {
 	}
 	r.cancelled = cause
 	r.cancel(cause)
+	now := time.Now()
+	if errors.Is(cause, svc.ErrShuttingDown) {
+		now = now.Add(-r.env.abandonAfter())
+	}
 	for _, st := range r.pending[r.head:] {
 		if !st.finished {
 			st.cancel(cause)
+			r.watch(st, now)
 		}
 	}
+	if c != nil && errors.Is(cause, svc.ErrShuttingDown) {
+		r.reapDue(c)
+		return
+	}
+	r.armReap()
 }
 
 func (r *runActor) stopTimer() {
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	if r.reapTimer != nil {
+		r.reapTimer.Stop()
 	}
 	if r.stopWatch != nil {
 		r.stopWatch()

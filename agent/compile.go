@@ -49,6 +49,9 @@ type Compiled struct {
 	// modelIDs are the ids of Models, in order: an Outcome's ModelsTried is
 	// a prefix of it, so reporting them costs no allocation.
 	modelIDs []string
+	// modelSteps are the Steps of calls to Models, in order, made once so
+	// that marking a model call costs no allocation.
+	modelSteps []Step
 }
 
 // Builtin builds the tool that one builtin_tools name stands for, for the
@@ -136,6 +139,10 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 	}
 	ids := c.Def.Models()
 	c.modelIDs = ids
+	c.modelSteps = make([]Step, len(ids))
+	for i, id := range ids {
+		c.modelSteps[i] = Step{Kind: StepModel, Name: id}
+	}
 	c.Models = make([]Resolved, len(ids))
 	for i, id := range ids {
 		m, err := models.Resolve(id)

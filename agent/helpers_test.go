@@ -162,7 +162,7 @@ type budget struct {
 	chargeErr  error
 }
 
-func (b *budget) Reserve() error {
+func (b *budget) Reserve(int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls = append(b.calls, "reserve")

@@ -35,12 +35,52 @@ const (
 // Budget is the token budget an invocation draws on. The supervisor's
 // implementation emits budget_exceeded before returning its error.
 type Budget interface {
-	// Reserve is the pre-check before each model call: it fails with a
-	// BudgetExceededError when nothing is left.
-	Reserve() error
-	// Charge records the tokens a model call used and fails with a
-	// BudgetExceededError when they overdraw the budget.
+	// Reserve is the pre-check before each model call: it sets aside an
+	// estimate of the call's tokens (EstimateTokens) and fails with a
+	// BudgetExceededError when it does not fit.
+	Reserve(estimate int64) error
+	// Charge is the post-charge, made after every Reserve that succeeded
+	// (with 0 when the call failed): it releases the reservation, records
+	// the tokens the call used and fails with a BudgetExceededError when
+	// they overdraw the budget.
 	Charge(tokens int64) error
+}
+
+// EstimateTokens is what a model call reserves at the budget's pre-check:
+// the request's max_tokens setting (the most the model may answer with),
+// plus one token per four bytes of the prompt (instructions, messages,
+// tool specs, output schema), a common rule of thumb for input tokens.
+// Without max_tokens the answer is not covered, so a call may overshoot
+// its reservation by its output.
+func EstimateTokens(req *svc.ModelRequest) int64 {
+	n := len(req.Instructions) + len(req.OutputSchema)
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		n += len(m.Content)
+		for _, c := range m.ToolCalls {
+			n += len(c.Name) + len(c.Arguments)
+		}
+	}
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	return MaxTokens(req.Settings) + int64(n+3)/4
+}
+
+// MaxTokens is the max_tokens of model settings as a positive integer, 0
+// when it is absent or not one.
+func MaxTokens(settings map[string]any) int64 {
+	switch v := settings["max_tokens"].(type) {
+	case int:
+		return max(int64(v), 0)
+	case int64:
+		return max(v, 0)
+	case float64:
+		if v > 0 && v < 1<<53 {
+			return int64(v)
+		}
+	}
+	return 0
 }
 
 // Invocation is one run of a compiled agent on one input.
@@ -59,7 +99,40 @@ type Invocation struct {
 	Budget Budget
 	// Emitter receives tool events; nil drops them.
 	Emitter svc.Emitter
+
+	// step is the call the loop is in (nil: none), for whoever stops
+	// waiting for a call that never returns and must say which it was.
+	step atomic.Pointer[Step]
 }
+
+// Step names a call an invocation's loop makes to code it does not own: a
+// model, a tool, a hook or a tool source.
+type Step struct {
+	Kind string // StepModel, StepTool, StepHook or StepToolSource
+	Name string // the model id, the tool's name, the hook's reason, the source's name
+}
+
+// Kinds of Step.
+const (
+	StepModel      = "model"
+	StepTool       = "tool"
+	StepHook       = "hook"
+	StepToolSource = "tool_source"
+)
+
+// Step returns the call the loop is in now, and false between calls (in
+// the loop's own code). It is safe to call from any goroutine while Run
+// runs: the runtime calls it for an attempt it stops waiting for.
+func (inv *Invocation) Step() (Step, bool) {
+	if s := inv.step.Load(); s != nil {
+		return *s, true
+	}
+	return Step{}, false
+}
+
+// enter marks the start of a call to outside code; leave its end.
+func (inv *Invocation) enter(s *Step) { inv.step.Store(s) }
+func (inv *Invocation) leave()        { inv.step.Store(nil) }
 
 // Outcome is what an invocation produced. Run returns it on failure too,
 // with the tokens spent and the model that answered so far.
@@ -300,7 +373,7 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest) (svc.Model
 func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp svc.ModelResponse, stop, failed error) {
 	b := r.inv.Budget
 	if b != nil {
-		if err := b.Reserve(); err != nil {
+		if err := b.Reserve(EstimateTokens(req)); err != nil {
 			return resp, err, nil
 		}
 	}
@@ -308,8 +381,17 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	req.Model = nameOf(m.ID)
 	r.out.ModelCalls++
 	r.tried = max(r.tried, i)
+	if i < len(r.c.modelSteps) {
+		r.inv.enter(&r.c.modelSteps[i])
+	} else {
+		r.inv.enter(&Step{Kind: StepModel, Name: m.ID})
+	}
 	resp, err := generateSafely(ctx, m.Model, req)
+	r.inv.leave()
 	if err != nil {
+		if b != nil {
+			_ = b.Charge(0) // release the reservation: nothing to charge
+		}
 		if ctx.Err() != nil {
 			return resp, r.interrupted(ctx), nil
 		}
@@ -436,7 +518,9 @@ func (r *runner) execTool(ctx context.Context, trust svc.TrustLevel, call svc.To
 	if len(args) == 0 {
 		args = emptyObject
 	}
+	r.inv.enter(&Step{Kind: StepTool, Name: call.Name})
 	out, err := callSafely(ctx, tool, args)
+	r.inv.leave()
 	if err != nil {
 		return nil, err
 	}
@@ -460,14 +544,26 @@ func callSafely(ctx context.Context, t svc.Tool, args json.RawMessage) (out json
 	return t.Call(ctx, args)
 }
 
+var (
+	preProcessStep  = Step{Kind: StepHook, Name: ReasonPreProcess}
+	postProcessStep = Step{Kind: StepHook, Name: ReasonPostProcess}
+)
+
 // hook runs a pre- or post-process hook; reason names which.
 func (r *runner) hook(ctx context.Context, h svc.Hook, v json.RawMessage, reason string) (out json.RawMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			r.inv.leave()
 			err = r.fail(svc.KindRuntime, reason, fmt.Errorf("panic: %v", p), "agent "+r.c.Def.Name+": "+reason+" hook failed")
 		}
 	}()
+	if reason == ReasonPreProcess {
+		r.inv.enter(&preProcessStep)
+	} else {
+		r.inv.enter(&postProcessStep)
+	}
 	out, err = h(ctx, v)
+	r.inv.leave()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, r.interrupted(ctx)
@@ -571,7 +667,9 @@ func (r *runner) loadSources(ctx context.Context) error {
 	specs := slices.Clone(c.ToolSpecs)
 	for i, src := range c.Sources {
 		name := sourceName(src, i)
+		r.inv.enter(&Step{Kind: StepToolSource, Name: name})
 		ts, err := sourceTools(ctx, src)
+		r.inv.leave()
 		if err != nil {
 			if ctx.Err() != nil {
 				return r.interrupted(ctx)

@@ -204,6 +204,25 @@ func TestFallbackSticky(t *testing.T) {
 	}
 }
 
+// The pre-check reserves max_tokens plus a quarter token per byte of the
+// prompt: a bigger prompt or a larger max_tokens reserves more.
+func TestEstimateTokens(t *testing.T) {
+	req := svc.ModelRequest{Instructions: strings.Repeat("x", 40), Messages: []svc.Message{{Role: svc.RoleUser, Content: json.RawMessage(`"` + strings.Repeat("y", 38) + `"`)}}}
+	if got := agent.EstimateTokens(&req); got != 20 {
+		t.Fatalf("estimate without max_tokens = %d, want 20 (80 bytes / 4)", got)
+	}
+	for _, mt := range []any{100, int64(100), float64(100)} {
+		req.Settings = map[string]any{"max_tokens": mt}
+		if got := agent.EstimateTokens(&req); got != 120 {
+			t.Fatalf("estimate with max_tokens %T = %d, want 120", mt, got)
+		}
+	}
+	req.Settings = map[string]any{"max_tokens": "lots"}
+	if got := agent.EstimateTokens(&req); got != 20 {
+		t.Fatalf("a max_tokens that is no number counts as none: %d", got)
+	}
+}
+
 func TestBudget(t *testing.T) {
 	budgetErr := svc.Errorf(svc.KindBudgetExceeded, "token budget 10 exceeded")
 	toolThenAnswer := func(n int, _ svc.ModelRequest) (svc.ModelResponse, error) {
@@ -223,7 +242,8 @@ func TestBudget(t *testing.T) {
 		modelCalls int
 	}{
 		{"two turns", false, &budget{}, []string{"reserve", "charge 5", "reserve", "charge 7"}, false, 12, "fake:m", 2},
-		{"failed attempt reserves, is not charged", true, &budget{}, []string{"reserve", "reserve", "charge 5", "reserve", "charge 7"}, false, 12, "fake:m", 3},
+		// A failed call gives its reservation back with a charge of 0.
+		{"failed attempt reserves, is not charged", true, &budget{}, []string{"reserve", "charge 0", "reserve", "charge 5", "reserve", "charge 7"}, false, 12, "fake:m", 3},
 		{"reserve refused at once", false, &budget{reserveErr: budgetErr, failAt: 1}, []string{"reserve"}, true, 0, "", 0},
 		{"reserve refused on turn 2", false, &budget{reserveErr: budgetErr, failAt: 2}, []string{"reserve", "charge 5", "reserve"}, true, 5, "fake:m", 1},
 		{"charge overdraws", false, &budget{chargeErr: budgetErr}, []string{"reserve", "charge 5"}, true, 5, "fake:m", 1},

@@ -35,6 +35,7 @@ import (
 	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/emitters/bridge"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/http/server"
@@ -92,6 +93,7 @@ type App struct {
 	broker      svc.Broker
 	pub         *dispatch.Publisher // a publisher's, with a broker and no Worker
 	worker      *worker.Worker
+	bridge      *bridge.Bridge // a worker's BrokerEventBridge
 	handler     http.Handler
 	watchStop   context.CancelFunc
 	watcher     *spec.Watcher
@@ -99,6 +101,8 @@ type App struct {
 	srv         *http.Server
 	serveErr    chan error    // the error that stopped Serve, if not Shutdown
 	served      chan struct{} // closed when Serve has returned
+	// requests counts the HTTP requests the server is handling.
+	requests atomic.Int64
 }
 
 // New checks opts and returns an App ready to Start. It opens, creates and
@@ -232,12 +236,12 @@ func (a *App) start() error {
 
 	// One actor system for the process: the runtime's actors and the SSE
 	// subscribers live in it.
-	a.system = supervisor.NewActorSystem(log, a.mp)
+	a.system = supervisor.NewActorSystem(log)
 
 	// The emitter chain. Events reach the log through a queue, so that a
 	// slow stderr never holds up a run.
 	a.logEm = emitters.NewAsync(emitters.NewLog(log), 0)
-	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize})
+	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize, MeterProvider: a.mp})
 	if err != nil {
 		return &ConfigError{Option: "SSEQueueSize", Err: err}
 	}
@@ -253,19 +257,27 @@ func (a *App) start() error {
 		}
 		chain = append(chain, otelEm)
 	}
+	// A worker relays the events of the tasks whose publisher asked for
+	// them; the bridge ignores every other event.
+	if a.broker != nil && o.Worker != nil {
+		a.bridge = bridge.New(a.broker, bridge.Config{Logger: log.Named("bridge")})
+		chain = append(chain, a.bridge)
+	}
 
 	// The runtime, with its agents and groups. A publisher's dispatches
 	// every invocation to the fleet; a worker's runs them here and says
 	// so ("backend": "broker:<scheme>").
 	emitter := emitters.Multi(chain...)
 	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
-		Emitter: emitter, Logger: log, MeterProvider: a.mp, Store: a.runStore, System: a.system}
+		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system,
+		NoEventLog: true} // the chain logs the events, the dispatcher's and worker's too
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	switch {
 	case a.broker != nil && o.Worker == nil:
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
+			PublishEvents: o.PublishEvents, Health: o.WorkerHealth,
 			OnCancel: func(runID string) {
 				if rt := cancelled.Load(); rt != nil {
 					rt.CancelLocal(runID)
@@ -300,7 +312,7 @@ func (a *App) start() error {
 		defer cancel()
 		wk, err := worker.New(sctx, worker.Config{Broker: a.broker, Runner: rt, Agents: w.Agents,
 			Concurrency: w.Concurrency, Prefetch: w.Prefetch, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver,
-			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter,
+			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter, Events: a.bridge,
 			Logger: log.Named("worker")})
 		if err != nil {
 			return &ConfigError{Option: "Worker", Err: err}
@@ -319,6 +331,9 @@ func (a *App) start() error {
 	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
 	if a.evStore != nil {
 		cfg.Events = a.evStore
+	}
+	if a.pub != nil {
+		cfg.Fleet = a.pub
 	}
 	if a.tel != nil && a.tel.metrics != nil {
 		cfg.Metrics = a.tel.metrics
@@ -347,7 +362,15 @@ func (a *App) start() error {
 		}
 	}
 	a.ln = ln
-	a.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.requests.Add(1)
+		defer a.requests.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+	// ConnContext lets the event streams cap a connection's send buffer,
+	// so that a client that stops reading costs little (issue 13).
+	a.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http")),
+		ConnContext: server.ConnContext}
 	// http.Server.Shutdown waits for open connections, and a subscriber
 	// of GET /events/stream never hangs up: end the streams as soon as
 	// the shutdown starts.
@@ -416,8 +439,10 @@ func (a *App) watch(started svc.Options) error {
 
 // SpecEnv is what spec files may refer to in a process: the built-in tools
 // (read_file and write_file confined to filesRoot), spawn_agents, the model
-// providers of models and the names of agents registered from Go. `svc
-// validate` checks files against it.
+// providers of models, the names of agents registered from Go, and the
+// compile the runtime applies when it registers an agent. `svc validate`
+// checks files against it and `svc serve` loads them with it: one path,
+// so the two cannot disagree.
 func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.Env {
 	env := spec.Env{
 		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
@@ -426,6 +451,8 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 			_, err := models.Resolve(id)
 			return err
 		},
+		// The runtime's own compile: what passes here, Register accepts.
+		CheckAgent: func(a svc.Agent) error { return supervisor.CheckAgent(models, a) },
 	}
 	for _, ag := range agents {
 		env.Agents = append(env.Agents, ag.Name)
@@ -443,8 +470,8 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 //  4. the runtime refuses new runs, waits for those in flight (submitted
 //     runs too), cancels what is left when ctx ends, and stops its actors
 //     and tool servers; then connections still open are closed;
-//  5. the publisher's subscriptions, the broker connection and the
-//     embedded broker close;
+//  5. a worker's event bridge relays its last events; the publisher's
+//     subscriptions, the broker connection and the embedded broker close;
 //  6. the emitters: the SSE subscribers end, the log queue and the event
 //     store emitter are written out, and the event store closes;
 //  7. the actor system stops, nothing running in it any more;
@@ -453,7 +480,11 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 //  9. the metrics provider flushes (OTLP) and stops.
 //
 // ctx bounds steps 1, 3 and 4, the waits for requests and runs: when it ends,
-// what is left is cancelled and Shutdown reports it. The releases after
+// what is left is cancelled and Shutdown reports it. A run whose tool or
+// model call never returns (one blocked in a system call, deaf to its
+// context) is answered all the same and its call abandoned: Shutdown
+// does not wait for it, and its error names every such call still
+// running (a *supervisor.StuckError). The releases after
 // them always run, the final metrics flush within 5 s of its own.
 // Shutdown before Start, after a failed Start, and a second time return at
 // once (a second call waits, within its ctx, for the first to finish and
@@ -518,8 +549,16 @@ func (a *App) stop(ctx context.Context) error {
 		_ = a.srv.Close()
 		<-a.served
 	}
-	// 5. The broker: the publisher's subscriptions, the connection, the
-	// embedded server.
+	// 5. The broker: the bridge's last events, the publisher's
+	// subscriptions, the connection, the embedded server.
+	if a.bridge != nil {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		fail("relaying the last events", a.bridge.Close(bctx))
+		cancel()
+		if d := a.bridge.Dropped(); d > 0 {
+			a.log.Warn("events the bridge could not relay to their publishers", zap.Int64("dropped", d))
+		}
+	}
 	if a.pub != nil {
 		fail("publisher", a.pub.Close())
 	}
@@ -565,6 +604,25 @@ func (a *App) stop(ctx context.Context) error {
 		cancel()
 	}
 	return errors.Join(errs...)
+}
+
+// InFlight is what a shutdown waits for: the HTTP requests the server is
+// handling (event streams included) and the runtime's calls in flight
+// (runs, gathers, group runs, submitted runs, nested runs included). Both
+// are 0 before Start.
+type InFlight struct {
+	Requests int
+	Runs     int
+}
+
+// InFlight counts what is in flight now; `svc serve` logs it while it
+// shuts down.
+func (a *App) InFlight() InFlight {
+	n := InFlight{Requests: int(a.requests.Load())}
+	if rt := a.Runtime(); rt != nil {
+		n.Runs = rt.InFlight()
+	}
+	return n
 }
 
 // Err delivers the error that stopped the HTTP server, when it stops for

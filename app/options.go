@@ -48,7 +48,8 @@ type Options struct {
 	// reload, and returns the options to run with: command-line flags win
 	// over the file this way. nil runs with the file's options.
 	// [--timeout-seconds, --max-spawn-depth, --retry-max-attempts,
-	// --retry-backoff-factor, --token-budget, --mcp-eager-start]
+	// --retry-backoff-factor, --token-budget, --max-tokens-per-run,
+	// --mcp-eager-start]
 	RuntimeOptions func(fromSpecs svc.Options) svc.Options
 	// Models resolves provider:name model ids; nil: every provider linked
 	// into svc (model/providers.Default: test, openai, anthropic).
@@ -177,6 +178,19 @@ type Options struct {
 	// dead letter and its run fails; svc.DefaultMaxDeliver when 0.
 	// [--max-deliver]
 	MaxDeliver int
+	// PublishEvents, with Broker on a publisher, asks the workers to relay
+	// every RuntimeEvent of this process's tasks (the BrokerEventBridge),
+	// and feeds them into this process's emitter chain: the log, GET
+	// /events/stream, the event store and its rollups and the metrics see
+	// the fleet's per-agent and per-tool events. Without it they see
+	// agent_dispatched, batch and group events, and the workers' lifecycle
+	// events. It about doubles the broker's messages. [--publish-events]
+	PublishEvents bool
+	// WorkerHealth are the thresholds GET /runtime/stats judges the
+	// fleet's workers by: stale after WorkerHealth.Stale without a
+	// heartbeat, down after WorkerHealth.Down; the spec's 90 s and 300 s
+	// when zero. [--worker-stale-after, --worker-down-after]
+	WorkerHealth svc.WorkerThresholds
 	// Worker, with Broker, makes the process a worker: it takes the tasks
 	// of its agents from the broker and runs them; it serves no HTTP.
 	// (`svc worker start`)
@@ -321,6 +335,13 @@ func (o *Options) check() error {
 		return bad("MaxDeliver", "%d: must not be negative", o.MaxDeliver)
 	case o.NATSListen != "" && o.Broker != "embedded":
 		return bad("NATSListen", "only for Broker embedded")
+	case o.PublishEvents && (o.Broker == "" || o.Worker != nil):
+		return bad("PublishEvents", "needs Broker, on a publisher (not a Worker)")
+	case o.WorkerHealth.Stale < 0 || o.WorkerHealth.Down < 0:
+		return bad("WorkerHealth", "thresholds must not be negative")
+	}
+	if th := o.WorkerHealth.WithDefaults(); th.Down <= th.Stale {
+		return bad("WorkerHealth", "down after %v must be later than stale after %v", th.Down, th.Stale)
 	}
 	if o.Worker != nil {
 		o.NoListen = true

@@ -264,10 +264,14 @@ func load(b *testing.B, h http.Handler, requests, clients int) float64 {
 	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Close() }()
-	url := "http://" + ln.Addr().String() + "/agents/echo/run"
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr}
+	return loadURL(b, "http://"+ln.Addr().String()+"/agents/echo/run", requests, clients, &http.Client{Transport: tr})
+}
+
+// loadURL posts requests test:echo runs to url from clients concurrent
+// clients of c and returns the requests per second.
+func loadURL(b *testing.B, url string, requests, clients int, c *http.Client) float64 {
 	body := []byte(`{"input":{"text":"hello world"},"request_id":"bench"}`)
 	var next atomic.Int64
 	var g errgroup.Group

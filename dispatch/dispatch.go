@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/emitters/bridge"
 )
 
 // Config configures a Publisher.
@@ -35,8 +37,18 @@ type Config struct {
 	// A new UUIDv7 when empty.
 	RuntimeID string
 	// PublishEvents asks workers to relay the tasks' events to this
-	// process (svc.events.{RuntimeID}).
+	// process: the publisher subscribes to svc.events.{RuntimeID} and
+	// feeds every event relayed there into Emitter, so the node's log,
+	// event stream, event store and metrics see the fleet's per-agent and
+	// per-tool events. Without it Emitter sees only what happens here
+	// (agent_dispatched, batch and group events) and the workers'
+	// lifecycle events.
 	PublishEvents bool
+	// Health are the thresholds of Workers; the spec's 90 s and 300 s
+	// when zero.
+	Health svc.WorkerThresholds
+	// Now is the clock of Workers; time.Now when nil.
+	Now func() time.Time
 	// Keys verify results and cancels when not empty; SignKeyID and
 	// SignKey sign tasks and cancels.
 	Keys      map[string][]byte
@@ -50,6 +62,8 @@ type Config struct {
 	// Logger logs refused results; silent when nil.
 	Logger *zap.Logger
 }
+
+var _ svc.FleetReader = (*Publisher)(nil)
 
 // Publisher dispatches tasks. It is safe for concurrent use.
 type Publisher struct {
@@ -66,6 +80,7 @@ type Publisher struct {
 	closed  bool
 
 	dups     atomic.Int64
+	relayed  atomic.Int64
 	seq      atomic.Int64   // dispatch numbers (the envelope's attempt)
 	bg       sync.WaitGroup // cancel broadcasts in flight
 	closeCtx context.Context
@@ -76,10 +91,14 @@ type waiter struct {
 	ch chan svc.AgentResult
 }
 
+// workerInfo is what the worker lifecycle events said of one worker.
 type workerInfo struct {
-	agents  []string
-	seen    time.Time
-	stopped bool
+	agents      []string
+	seen        time.Time // when this node last heard from it
+	stopped     bool
+	inFlight    int64
+	concurrency int64
+	scheme      string
 }
 
 // Request is one invocation to dispatch.
@@ -123,6 +142,10 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	if p.em == nil {
 		p.em = svc.NopEmitter{}
 	}
+	if p.cfg.Now == nil {
+		p.cfg.Now = time.Now
+	}
+	p.cfg.Health = p.cfg.Health.WithDefaults()
 	p.closeCtx, p.stopBg = context.WithCancel(context.Background())
 	// Results are small and handled at once: a wide prefetch keeps the
 	// inbox from throttling a large gather.
@@ -134,7 +157,11 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("dispatch: subscribe %s: %w", p.inbox, err)
 	}
 	p.subs = append(p.subs, sub)
-	for subject, h := range map[string]svc.BroadcastHandler{svc.SubjectWorkers: p.onWorker, svc.SubjectCancel: p.onCancel} {
+	broadcasts := map[string]svc.BroadcastHandler{svc.SubjectWorkers: p.onWorker, svc.SubjectCancel: p.onCancel}
+	if cfg.PublishEvents {
+		broadcasts[svc.EventSubject(cfg.RuntimeID)] = p.onEvents
+	}
+	for subject, h := range broadcasts {
 		s, err := cfg.Broker.SubscribeBroadcast(ctx, subject, h)
 		if err != nil {
 			_ = p.Close()
@@ -143,6 +170,12 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		p.mu.Lock()
 		p.subs = append(p.subs, s)
 		p.mu.Unlock()
+	}
+	// Ask the fleet for a heartbeat now, so this node knows the workers
+	// that started before it without waiting for their next one. Best
+	// effort: a lost ping costs that wait.
+	if err := cfg.Broker.Broadcast(ctx, svc.SubjectWorkersPing, []byte("{}")); err != nil {
+		p.log.Warn("workers not pinged", zap.Error(err))
 	}
 	return p, nil
 }
@@ -156,6 +189,24 @@ func (p *Publisher) Backend() string { return "broker:" + p.scheme }
 
 // Duplicates counts results dropped because their task already had one.
 func (p *Publisher) Duplicates() int64 { return p.dups.Load() }
+
+// Relayed counts the events workers relayed to this publisher (with
+// PublishEvents) that it fed into its emitter.
+func (p *Publisher) Relayed() int64 { return p.relayed.Load() }
+
+// onEvents feeds a message of relayed events (emitters/bridge's wire form)
+// into the emitter, in the order the worker emitted them.
+func (p *Publisher) onEvents(_ context.Context, _ string, data []byte) {
+	evs, err := bridge.Decode(data)
+	if err != nil {
+		p.log.Warn("relayed events refused", zap.Error(err))
+		return
+	}
+	for _, ev := range evs {
+		p.em.Emit(ev)
+	}
+	p.relayed.Add(int64(len(evs)))
+}
 
 // Dispatch publishes the task and waits for its result or for ctx to end.
 // A result is returned as it came (Success false for a failure inside the
@@ -319,18 +370,56 @@ func (p *Publisher) onWorker(_ context.Context, _ string, data []byte) {
 			}
 		}
 	}
-	p.mu.Lock()
 	switch ev.EventType {
-	case svc.EventWorkerStarted, svc.EventWorkerHeartbeat:
-		p.workers[id] = workerInfo{agents: agents, seen: time.Now()}
-	case svc.EventWorkerStopped:
-		p.workers[id] = workerInfo{agents: agents, seen: time.Now(), stopped: true}
+	case svc.EventWorkerStarted, svc.EventWorkerHeartbeat, svc.EventWorkerStopped:
 	default:
-		p.mu.Unlock()
 		return
 	}
+	p.mu.Lock()
+	// A field an event does not carry keeps what an earlier one said
+	// (worker_stopped has no in_flight, worker_started no in_flight).
+	w := p.workers[id]
+	w.seen, w.stopped = p.cfg.Now(), ev.EventType == svc.EventWorkerStopped
+	if agents != nil {
+		w.agents = agents
+	}
+	if s, ok := ev.Payload["broker_scheme"].(string); ok {
+		w.scheme = s
+	}
+	for key, dst := range map[string]*int64{"concurrency": &w.concurrency, "concurrency_cap": &w.concurrency, "in_flight": &w.inFlight} {
+		if n, ok := ev.Payload[key].(float64); ok {
+			*dst = int64(n)
+		}
+	}
+	if w.stopped {
+		w.inFlight = 0
+	}
+	p.workers[id] = w
 	p.mu.Unlock()
 	p.em.Emit(ev)
+}
+
+// Workers is the fleet as this node heard it on svc.workers since it
+// started: every worker that announced itself, with its health by
+// Config.Health (healthy, stale, down; down at once after worker_stopped),
+// its agents, in_flight and concurrency cap, sorted by runtime id. It
+// implements svc.FleetReader.
+func (p *Publisher) Workers(context.Context) ([]svc.WorkerStatus, error) {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	out := make([]svc.WorkerStatus, 0, len(p.workers))
+	for id, w := range p.workers {
+		agents := slices.Clone(w.agents)
+		if agents == nil {
+			agents = []string{}
+		}
+		out = append(out, svc.WorkerStatus{RuntimeID: id, Status: p.cfg.Health.Status(w.seen, w.stopped, now),
+			LastHeartbeat: w.seen.UTC(), InFlight: w.inFlight, Concurrency: w.concurrency, Agents: agents,
+			BrokerScheme: w.scheme, Stopped: w.stopped})
+	}
+	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b svc.WorkerStatus) int { return strings.Compare(a.RuntimeID, b.RuntimeID) })
+	return out, nil
 }
 
 // served reports whether some live worker announced it serves agent.
@@ -338,7 +427,7 @@ func (p *Publisher) served(agent string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, w := range p.workers {
-		if !w.stopped && time.Since(w.seen) < 300*time.Second && slices.Contains(w.agents, agent) {
+		if p.cfg.Health.Status(w.seen, w.stopped, p.cfg.Now()) != svc.WorkerDown && slices.Contains(w.agents, agent) {
 			return true
 		}
 	}

@@ -302,7 +302,7 @@ func (s *statsAcc) result() svc.RuntimeStats {
 			RuntimeID: id, LastHeartbeat: hb.ev.Timestamp,
 			Status:   svc.WorkerHealth(hb.ev.Timestamp, stopped, s.now),
 			InFlight: countOf(p["in_flight"]), Concurrency: countOf(p["concurrency_cap"]),
-			Agents: []string{}, BrokerScheme: str(p["broker_scheme"]),
+			Agents: []string{}, BrokerScheme: str(p["broker_scheme"]), Stopped: stopped,
 		}
 		if list, ok := p["agent_subscriptions"].([]any); ok {
 			for _, a := range list {

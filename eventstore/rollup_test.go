@@ -131,7 +131,7 @@ func TestRollups(t *testing.T) {
 			{RuntimeID: "w1", Status: svc.WorkerHealthy, LastHeartbeat: mins(9.8), InFlight: 3, Concurrency: 8, Agents: []string{"triage", "billing"}, BrokerScheme: "nats"},
 			{RuntimeID: "w2", Status: svc.WorkerStale, LastHeartbeat: mins(8), Concurrency: 8, Agents: []string{"triage", "billing"}, BrokerScheme: "nats"},
 			{RuntimeID: "w3", Status: svc.WorkerDown, LastHeartbeat: mins(3), Concurrency: 8, Agents: []string{"triage", "billing"}, BrokerScheme: "nats"},
-			{RuntimeID: "w4", Status: svc.WorkerDown, LastHeartbeat: mins(9.9), InFlight: 1, Concurrency: 8, Agents: []string{"triage", "billing"}, BrokerScheme: "nats"},
+			{RuntimeID: "w4", Status: svc.WorkerDown, LastHeartbeat: mins(9.9), InFlight: 1, Concurrency: 8, Agents: []string{"triage", "billing"}, BrokerScheme: "nats", Stopped: true},
 		},
 	}
 

@@ -17,6 +17,8 @@ import (
 	"cel.dev/cel-go/common/types/traits"
 	"cel.dev/cel-go/ext"
 	"cel.dev/cel-go/interpreter"
+
+	"github.com/svc-dev/svc"
 )
 
 // Limits on expressions. Group definitions come from files and HTTP
@@ -372,7 +374,9 @@ func (e *Edge) BuildInput(v Vars) (json.RawMessage, error) {
 func (e *Edge) IsFanOut() bool { return e.FanOut != "" }
 
 func (e *Edge) err(field, msg string) *Error {
-	return &Error{Group: e.group, Key: fmt.Sprintf("edges[%d].%s", e.Index, field), Msg: msg}
+	// Only a run evaluates an edge: the expressions compiled, so what
+	// fails now is the run, not the group's definition.
+	return &Error{Group: e.group, Key: fmt.Sprintf("edges[%d].%s", e.Index, field), Msg: msg, Kind: svc.KindCondition}
 }
 
 // marshalVal writes a CEL value as JSON. Ints stay integral (`3`, not

@@ -36,8 +36,10 @@ func wantErr(t *testing.T, err error, key, msg string) {
 	if ge.Group != "g" || ge.Key != key || !strings.Contains(ge.Msg, msg) {
 		t.Fatalf("error = {%q %q %q}, want key %q and a message containing %q", ge.Group, ge.Key, ge.Msg, key, msg)
 	}
-	if !errors.Is(err, svc.ErrTopology) {
-		t.Errorf("runtime error %v is not a TopologyError", err)
+	// Evaluation happens during a run: the run failed, the request (and
+	// the group) did not.
+	if !errors.Is(err, svc.ErrCondition) || errors.Is(err, svc.ErrTopology) || errors.Is(err, svc.ErrSpecValidation) || svc.KindOf(err) != svc.KindCondition {
+		t.Errorf("runtime error %v (%s) is not a ConditionError, or also a TopologyError", err, svc.KindOf(err))
 	}
 }
 
@@ -73,6 +75,7 @@ func TestFires(t *testing.T) {
 		{"trailing data", `output.ok`, group.Vars{Output: raw(`{"ok":true} {}`)}, false, "output is not JSON: data after the JSON value"},
 		{"big integer compares", `output.id == 9007199254740993`, group.Vars{Output: raw(`{"id": 9007199254740993}`)}, true, ""},
 		{"runaway", `lists.range(100000).map(x, lists.range(1000).map(y, y)).size() > 0`, group.Vars{}, false, "cost limit exceeded"},
+		{"overflow", `int(output.n) * 9223372036854775807 > 0`, group.Vars{Output: raw(`{"n": 2}`)}, false, "overflow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,8 +7,11 @@ import (
 )
 
 // Error is a problem with one part of a group: a validation error found by
-// Compile, or an expression that failed while a run evaluated it. It is a
-// TopologyError (so also a SpecValidationError and an AgentRuntimeError).
+// Compile, a TopologyError (so also a SpecValidationError and an
+// AgentRuntimeError); or an expression that compiled but failed while a run
+// evaluated it (the cost limit, an overflow, a missing key, a value of the
+// wrong type), a ConditionError: the request was fine, the run failed, and
+// over HTTP it is a 500 rather than a 400.
 //
 // Key names the part, in the shape of the YAML spec so a loader can point at
 // a line: "name", "kind", "nodes", "nodes.billing", "nodes.billing.agent",
@@ -20,6 +23,17 @@ type Error struct {
 	Group string
 	Key   string
 	Msg   string
+	// Kind is svc.KindTopology when empty (a Compile error), or
+	// svc.KindCondition for an evaluation that failed during a run.
+	Kind svc.Kind
+}
+
+// kind is the error's kind, TopologyError by default.
+func (e *Error) kind() svc.Kind {
+	if e.Kind == "" {
+		return svc.KindTopology
+	}
+	return e.Kind
 }
 
 // Error reads "group support: edges[2].when: <msg>".
@@ -34,22 +48,20 @@ func (e *Error) Error() string {
 	return "group " + name + ": " + e.Key + ": " + e.Msg
 }
 
-// topology is the kind every *Error has; its Is carries the kind hierarchy.
-var topology = &svc.Error{Kind: svc.KindTopology}
+// Is matches the kind sentinels of the error's kind: svc.ErrTopology,
+// svc.ErrSpecValidation and svc.ErrRuntime for a TopologyError;
+// svc.ErrCondition and svc.ErrRuntime for a ConditionError.
+func (e *Error) Is(target error) bool { return (&svc.Error{Kind: e.kind()}).Is(target) }
 
-// Is matches the kind sentinels a TopologyError matches: svc.ErrTopology,
-// svc.ErrSpecValidation and svc.ErrRuntime.
-func (e *Error) Is(target error) bool { return topology.Is(target) }
-
-// As lets errors.As read an *Error as a *svc.Error of kind TopologyError,
-// so svc.KindOf and the HTTP error mapping see the right kind without the
+// As lets errors.As read an *Error as a *svc.Error of its kind, so
+// svc.KindOf and the HTTP error mapping see the right kind without the
 // caller wrapping it.
 func (e *Error) As(target any) bool {
 	t, ok := target.(**svc.Error)
 	if !ok {
 		return false
 	}
-	*t = &svc.Error{Kind: svc.KindTopology, Message: e.Error()}
+	*t = &svc.Error{Kind: e.kind(), Message: e.Error()}
 	return true
 }
 

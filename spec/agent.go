@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/schema"
 )
 
 var agentKeys = []string{
@@ -136,6 +136,9 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	// knows (tools, builtins, models, schema files).
 	d.report(a.Validate())
 	d.checkModels(a)
+	if len(d.errs) == 0 && d.env.CheckAgent != nil {
+		d.checkAgent(*a)
+	}
 
 	return out, d.finish()
 }
@@ -465,16 +468,39 @@ func (d *agentDecoder) jsonSchemaFile(path string, data []byte) json.RawMessage 
 }
 
 // checkSchema rejects what the JSON Schema validator could not use later:
-// malformed keywords, bad regular expressions, dangling references.
+// it is schema.Compile, the compile a runtime applies to the agent's
+// input_type and output_type when it registers the agent, so a schema this
+// accepts the runtime accepts.
 func checkSchema(raw json.RawMessage) error {
-	var s jsonschema.Schema
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return err
+	_, err := schema.Compile(raw)
+	var e *svc.Error
+	if errors.As(err, &e) && e.Message == "invalid schema" && e.Err != nil {
+		// The location is the key this is reported under.
+		return errors.New(strings.ReplaceAll(e.Err.Error(), "jsonschema.Schema: <anonymous schema>: ", ""))
 	}
-	if _, err := s.Resolve(nil); err != nil {
-		return errors.New(strings.ReplaceAll(err.Error(), "jsonschema.Schema: <anonymous schema>: ", ""))
+	return err
+}
+
+// checkAgent runs Env.CheckAgent on an agent the decoder found no fault
+// with and reports what it refuses at the line of the field the error
+// names ("agent NAME: input_type: ..." is reported at input_type), else at
+// the top of the file.
+func (d *agentDecoder) checkAgent(a svc.Agent) {
+	err := d.env.CheckAgent(a)
+	if err == nil {
+		return
 	}
-	return nil
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "agent "+a.Name+": ")
+	key := ""
+	if i := strings.Index(msg, ": "); i > 0 && !strings.ContainsAny(msg[:i], " \"'") {
+		key, msg = msg[:i], msg[i+2:]
+	}
+	n, k := d.root, key
+	if key != "" {
+		n, k = d.locate(key)
+	}
+	d.fail(n, k, "%s", msg)
 }
 
 // mcpServers decodes the list of MCP tool servers: the shape of each

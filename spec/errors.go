@@ -33,14 +33,16 @@ type Error struct {
 }
 
 // Error formats the problem as "file:line: key: msg", leaving out a zero
-// line and an empty key, the way compilers do so editors can jump to it.
+// line, an empty key and an empty file (a problem of the whole directory), the way compilers do so editors can jump to it.
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
 	}
-	b.WriteString(": ")
 	if e.Key != "" {
 		b.WriteString(e.Key)
 		b.WriteString(": ")

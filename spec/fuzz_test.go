@@ -81,7 +81,7 @@ func FuzzDecodeAgent(f *testing.F) {
 func FuzzDecodeOptions(f *testing.F) {
 	for _, seed := range []string{
 		"version: 1\n",
-		"version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmcp_eager_start: true\n",
+		"version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmax_tokens_per_run: 4000\nmcp_eager_start: true\n",
 		"version: 1\ntimeout_seconds: .nan\n",
 		"version: 1\nmax_spawn_depth: 99999999999999999999\n",
 	} {

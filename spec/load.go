@@ -6,6 +6,7 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -25,7 +26,14 @@ type Env struct {
 	CheckModel func(id string) error
 	// Agents are the names of agents defined elsewhere (registered from
 	// Go) that groups may use besides the agents of the specs directory.
+	// With any, a directory without agents or groups is not an error.
 	Agents []string
+	// CheckAgent, when set, is what the runtime that will run the agents
+	// refuses at registration (app.SpecEnv gives the runtime's own
+	// compile), run on every agent the file checks found no fault with.
+	// Load and Validate both apply it, so what `svc validate` accepts
+	// `svc serve` registers.
+	CheckAgent func(svc.Agent) error
 }
 
 // Set is the content of a specs directory.
@@ -145,16 +153,37 @@ func scan(dir string, env Env) (scanResult, error) {
 		sc.results = append(sc.results, r)
 	}
 
-	defined := sc.scanAgents(filepath.Join(dir, AgentsDir), env)
+	defined, nAgents := sc.scanAgents(filepath.Join(dir, AgentsDir), env)
 	for _, name := range env.Agents {
 		defined[name] = ""
 	}
-	sc.scanGroups(filepath.Join(dir, GroupsDir), func(name string) bool {
+	nGroups := sc.scanGroups(filepath.Join(dir, GroupsDir), func(name string) bool {
 		_, ok := defined[name]
 		return ok
 	})
+	if nAgents == 0 && nGroups == 0 && len(env.Agents) == 0 && !sc.failed() {
+		// Most often the wrong directory (the repository root, say, or a
+		// typo): serving nothing is never what was meant.
+		sc.results = append(sc.results, scanned{file: dir, errs: []*Error{{Msg: fmt.Sprintf(
+			"no agents or groups found in %s (looked for %s and %s)", dir,
+			filepath.Join(dir, AgentsDir, "*.yaml"), filepath.Join(dir, GroupsDir, "*.yaml")), cause: ErrNoSpecs}}})
+	}
 	return sc, nil
 }
+
+// failed reports whether any file had an error.
+func (sc *scanResult) failed() bool {
+	for _, r := range sc.results {
+		if len(r.errs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNoSpecs is the cause of the error of Load and Validate for a specs
+// directory without agent or group files (unless Env.Agents has some).
+var ErrNoSpecs = errors.New("no agents or groups found")
 
 // specFiles lists the spec files of sub, sorted by name, adding a result
 // for sub itself when it cannot be read. A missing sub has none.
@@ -186,10 +215,12 @@ func isSpecFile(name string) bool {
 
 // scanAgents decodes the agent files of sub. It returns the names they
 // define, files with errors included: a group that uses an agent whose
-// file has a mistake should not be told the agent does not exist.
-func (sc *scanResult) scanAgents(sub string, env Env) map[string]string {
+// file has a mistake should not be told the agent does not exist; and how
+// many files it found.
+func (sc *scanResult) scanAgents(sub string, env Env) (map[string]string, int) {
 	defined := map[string]string{} // agent name → file
-	for _, file := range sc.specFiles(sub) {
+	files := sc.specFiles(sub)
+	for _, file := range files {
 		r := scanned{file: file}
 		data, err := readSpecFile(file)
 		if err != nil {
@@ -213,14 +244,15 @@ func (sc *scanResult) scanAgents(sub string, env Env) map[string]string {
 		}
 		sc.results = append(sc.results, r)
 	}
-	return defined
+	return defined, len(files)
 }
 
 // scanGroups decodes the group files of sub and compiles each group
-// against the agents hasAgent knows.
-func (sc *scanResult) scanGroups(sub string, hasAgent func(string) bool) {
+// against the agents hasAgent knows. It returns how many files it found.
+func (sc *scanResult) scanGroups(sub string, hasAgent func(string) bool) int {
 	defined := map[string]string{} // group name → file
-	for _, file := range sc.specFiles(sub) {
+	files := sc.specFiles(sub)
+	for _, file := range files {
 		r := scanned{file: file}
 		data, err := readSpecFile(file)
 		if err != nil {
@@ -252,6 +284,7 @@ func (sc *scanResult) scanGroups(sub string, hasAgent func(string) bool) {
 		}
 		sc.results = append(sc.results, r)
 	}
+	return len(files)
 }
 
 // asSpecError returns err as an *Error about file.

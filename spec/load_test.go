@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -50,20 +51,71 @@ func TestValidateReportsEachFile(t *testing.T) {
 	}
 }
 
-func TestValidateWithoutRuntimeOrAgents(t *testing.T) {
-	root := writeTree(t, map[string]string{"specs/notes/g.yaml": "x", "specs/README.md": "x"})
-	for _, dir := range []string{"specs", filepath.Join(root, "specs")} {
+// A directory without agent or group files is an error for Validate and
+// Load alike (most often the wrong directory), unless agents registered
+// from Go are there to serve; files that are not specs do not count.
+func TestNoSpecsIsAnError(t *testing.T) {
+	root := writeTree(t, map[string]string{"specs/notes/g.yaml": "x", "specs/README.md": "x", "only/runtime.yaml": "version: 1\n"})
+	for _, dir := range []string{"specs", filepath.Join(root, "specs"), "only"} {
+		want := fmt.Sprintf("no agents or groups found in %s (looked for %s and %s)", dir,
+			filepath.Join(dir, "agents", "*.yaml"), filepath.Join(dir, "groups", "*.yaml"))
 		res, err := Validate(dir, Env{})
-		if err != nil || len(res) != 0 {
-			t.Fatalf("Validate(%s) = %v, %v; want nothing to report", dir, res, err)
+		if err != nil || len(res) == 0 {
+			t.Fatalf("Validate(%s) = %v, %v; want a result saying there are no specs", dir, res, err)
 		}
-		set, err := Load(dir, Env{})
-		if err != nil {
-			t.Fatal(err)
+		last := res[len(res)-1]
+		if last.File != dir || last.Err == nil || last.Err.Error() != want || !errors.Is(last.Err, ErrNoSpecs) || !errors.Is(last.Err, svc.ErrSpecValidation) {
+			t.Errorf("Validate(%s): last result %+v, want %q for the directory", dir, last, want)
 		}
-		if set.Dir != dir || len(set.Agents) != 0 || set.HasOptions || set.Options != svc.DefaultOptions() {
-			t.Fatalf("set = %+v", set)
+		if _, err := Load(dir, Env{}); err == nil || err.Error() != want || !errors.Is(err, ErrNoSpecs) {
+			t.Errorf("Load(%s) = %v, want %q", dir, err, want)
 		}
+		set, err := Load(dir, Env{Agents: []string{"from_go"}})
+		if err != nil || set.Dir != dir || len(set.Agents) != 0 {
+			t.Fatalf("Load(%s) with agents from Go = %+v, %v; want an empty set", dir, set, err)
+		}
+	}
+}
+
+// Env.CheckAgent, the runtime's compile in a process, runs on every agent
+// the file checks pass, and what it refuses is reported at the line of the
+// field its error names (else at the top of the file).
+func TestCheckAgent(t *testing.T) {
+	writeTree(t, map[string]string{
+		"specs/agents/a.yaml": "version: 1\nname: a\nmodel: test:echo\n\ninput_type: {type: string}\n",
+		"specs/agents/b.yaml": "version: 1\nname: b\nmodel: test:echo\n",
+		"specs/agents/c.yaml": "version: 1\nname: c\nmodel: test:echo\nbogus: 1\n",
+	})
+	var seen []string
+	env := Env{CheckAgent: func(a svc.Agent) error {
+		seen = append(seen, a.Name)
+		switch a.Name {
+		case "a":
+			return svc.Errorf(svc.KindSpecValidation, "agent a: input_type: refused by the runtime")
+		case "b":
+			return svc.Errorf(svc.KindSpecValidation, "agent b: something about the whole agent")
+		}
+		return nil
+	}}
+	res, err := Validate("specs", env)
+	if err != nil || len(res) != 3 {
+		t.Fatalf("Validate = %v, %v", res, err)
+	}
+	for i, want := range []string{
+		"specs/agents/a.yaml:5: input_type: refused by the runtime",
+		"specs/agents/b.yaml:1: something about the whole agent",
+		"specs/agents/c.yaml:4: bogus: ",
+	} {
+		if res[i].Err == nil || !strings.HasPrefix(res[i].Err.Error(), want) {
+			t.Errorf("result %d = %v, want it to start %q", i, res[i].Err, want)
+		}
+	}
+	// c has a file error already: the runtime is not asked about it.
+	if strings.Join(seen, ",") != "a,b" {
+		t.Errorf("CheckAgent saw %v, want a and b", seen)
+	}
+	if _, err := Load("specs", env); err == nil || !strings.Contains(err.Error(), "refused by the runtime") {
+		t.Errorf("Load = %v, want CheckAgent's refusal", err)
 	}
 }
 

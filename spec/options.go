@@ -15,7 +15,7 @@ const SpecVersion = 1
 
 var optionKeys = []string{
 	"version", "timeout_seconds", "max_spawn_depth", "retry_max_attempts",
-	"retry_backoff_factor", "token_budget", "mcp_eager_start",
+	"retry_backoff_factor", "token_budget", "max_tokens_per_run", "mcp_eager_start",
 }
 
 // LoadOptions reads a runtime.yaml: `version: 1` and any of the option names
@@ -72,6 +72,11 @@ func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
 	set("token_budget", func(f field) {
 		if v, ok := d.integer(f.val, "token_budget"); ok {
 			o.TokenBudget = v
+		}
+	})
+	set("max_tokens_per_run", func(f field) {
+		if v, ok := d.integer(f.val, "max_tokens_per_run"); ok {
+			o.MaxTokensPerRun = v
 		}
 	})
 	set("mcp_eager_start", func(f field) {

@@ -11,14 +11,14 @@ import (
 )
 
 func TestLoadOptions(t *testing.T) {
-	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MCPEagerStart: true}
+	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MaxTokensPerRun: 4000, MCPEagerStart: true}
 	cases := []struct {
 		name string
 		yaml string
 		want svc.Options
 	}{
 		{"defaults", "version: 1\n", svc.DefaultOptions()},
-		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmcp_eager_start: true\n", full},
+		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmax_tokens_per_run: 4000\nmcp_eager_start: true\n", full},
 		{"nulls keep defaults", "version: 1\ntimeout_seconds: ~\ntoken_budget: null\n", svc.DefaultOptions()},
 		{"integer timeout", "version: 1\ntimeout_seconds: 60\n", func() svc.Options { o := svc.DefaultOptions(); o.TimeoutSeconds = 60; return o }()},
 	}
@@ -54,6 +54,9 @@ func TestBadOptions(t *testing.T) {
 		{"no attempts", "version: 1\nretry_max_attempts: 0\n", 2, "retry_max_attempts", "must be 1 or more"},
 		{"shrinking backoff", "version: 1\nretry_backoff_factor: 0.5\n", 2, "retry_backoff_factor", "must be 1 or more"},
 		{"negative budget", "version: 1\ntoken_budget: -5\n", 2, "token_budget", "must be 0 (none) or more"},
+		{"negative per-run cap", "version: 1\ntoken_budget: 5\n\nmax_tokens_per_run: -1\n", 4, "max_tokens_per_run", "must be 0 (none) or more"},
+		{"per-run cap as text", "version: 1\nmax_tokens_per_run: lots\n", 2, "max_tokens_per_run", `want an integer, got the string "lots"`},
+		{"fractional budget", "version: 1\ntoken_budget: 1.5\n", 2, "token_budget", "want an integer, got the number 1.5"},
 		{"repeated", "version: 1\ntoken_budget: 5\ntoken_budget: 6\n", 3, "token_budget", "repeated (first at line 2)"},
 		{"a list", "- version: 1\n", 1, "", "want a mapping of runtime options"},
 		{"syntax", "version: 1\ntoken_budget: [\n", 3, "", "invalid YAML"}, // yaml names the end of the file

@@ -92,8 +92,8 @@ func (w *Watcher) Done() <-chan struct{} { return w.done }
 //     (nil, err) instead, with errors.Is(err, ErrEmptied); the specs in
 //     use stay in use. "In use" is the last Set handed to onChange, and
 //     before the first, the spec files Watch found in cfg.Dir when it
-//     started. To really remove every spec, restart with the directory
-//     empty.
+//     started. A directory with no specs at all is refused by Load too
+//     (ErrNoSpecs) unless Env.Agents has some.
 //
 // Its error is for a bad glob pattern or an empty cfg.Dir.
 func Watch(ctx context.Context, cfg WatchConfig, onChange func(*Set, error)) (*Watcher, error) {
@@ -192,6 +192,10 @@ func (p *poller) poll(ctx context.Context, now time.Time, last *snapshot, change
 		// not, this retries after one more debounce.
 		*changedAt = now
 		return true
+	case errors.Is(err, ErrNoSpecs) && p.agents+p.groups > 0:
+		err = &Error{File: p.cfg.Dir, cause: ErrEmptied, Msg: fmt.Sprintf(
+			"%v (the specs in use have %d agents and %d groups; the directory now has none)",
+			ErrEmptied, p.agents, p.groups)}
 	case err == nil && p.emptied(set):
 		err = &Error{File: p.cfg.Dir, cause: ErrEmptied, Msg: fmt.Sprintf(
 			"%v (the specs in use have %d agents and %d groups; the directory now has %d and %d)",

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -148,5 +149,40 @@ func TestIdempotencyKeyOverHTTP(t *testing.T) {
 	}
 	if s3, e := post(`{"target":"echo","task":{"input":2}}`, "abc"); s3 != 409 || e != "RunStateError" {
 		t.Fatalf("same key, other body: %d %s", s3, e)
+	}
+}
+
+// TestConditionErrorOverHTTP: a group condition that fails at run time is a
+// 500 ConditionError on the wire, not a 400, and the Go client rebuilds the
+// same kind the runtime returns.
+func TestConditionErrorOverHTTP(t *testing.T) {
+	rt := newRuntime(t, svc.Options{}, nil, nil, svc.Agent{Name: "echo", Model: "test:echo"})
+	err := rt.RegisterGroups(svc.Group{Name: "costly",
+		Nodes: []svc.GroupNode{{Name: "a", Agent: "echo"}, {Name: "b", Agent: "echo"}},
+		Edges: []svc.GroupEdge{{From: "a", To: "b", When: `lists.range(100000).map(x, lists.range(1000).map(y, y)).size() > 0`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := router(t, rt)
+	resp, err := http.Post(srv.URL+"/groups/costly/run", "application/json", strings.NewReader(`{"input":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p server.Problem
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusInternalServerError || p.Error != string(svc.KindCondition) ||
+		!strings.Contains(p.Detail, "edges[0].when") || !strings.Contains(p.Detail, "cost limit") {
+		t.Errorf("POST /groups/costly/run = %d %+v, want a 500 ConditionError naming the edge and the cost limit", resp.StatusCode, p)
+	}
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.RunGroup(t.Context(), "costly", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrCondition) || errors.Is(err, svc.ErrTopology) {
+		t.Errorf("client RunGroup = %v, want a ConditionError", err)
 	}
 }

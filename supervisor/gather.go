@@ -35,10 +35,24 @@ func (rt *Runtime) Gather(ctx context.Context, name string, tasks []svc.TaskSpec
 			return nil, err
 		}
 	}
+	if err := rt.refuseSpent(ctx, name, "", batch); err != nil {
+		return nil, err
+	}
 	ctx, s, rs := rt.enter(ctx)
 	depth, err := rt.checkDepth(&s, c.Def.Name, actors.Task{Trace: batch})
 	if err != nil {
 		return nil, err
+	}
+	if rs.budget == nil {
+		// Each task is a run with a cap of its own; in a gather nested in
+		// a capped run, the tasks share that run's cap instead.
+		for i := range prepared {
+			if tctx := rt.withCap(ctx, &tasks[i]); tctx != ctx {
+				prepared[i].Ctx = tctx
+				_, trs := scopeOf(tctx)
+				prepared[i].Budget = trs.budget
+			}
+		}
 	}
 	res, err := rt.start(ctx, &s, rs, &actors.StartRun{
 		Agent: c, Tasks: prepared, MaxConcurrency: min(conc, len(prepared)), Depth: depth,

@@ -34,7 +34,10 @@ func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec)
 			task.ID, task.RequestID = t.ID, t.Trace // same ids for every entry
 		}
 	}
-	ctx, s, rs := rt.enter(ctx)
+	if err := rt.refuseSpent(ctx, name, t.ID, t.Trace); err != nil {
+		return svc.RunResult{}, err
+	}
+	ctx, s, rs := rt.enter(rt.withCap(ctx, &task))
 	depth, err := rt.checkDepth(&s, name, t)
 	if err != nil {
 		return svc.RunResult{}, err
@@ -42,7 +45,7 @@ func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec)
 	if err := rt.admit(); err != nil {
 		return svc.RunResult{}, err
 	}
-	defer rt.inflight.Done()
+	defer rt.leave()
 	reply := make(chan actors.GroupReply, 1)
 	rt.system.Root.Send(rt.shard(), &actors.StartGroup{
 		Ctx: ctx, Graph: g.graph, Agents: reg.byName, Task: t, Metadata: task.Metadata,
@@ -80,6 +83,10 @@ func (rt *Runtime) runTeam(ctx context.Context, g *compiledGroup, task svc.TaskS
 	if err != nil {
 		return svc.RunResult{}, err
 	}
+	if err := rt.refuseSpent(ctx, g.def.Name, t.ID, t.Trace); err != nil {
+		return svc.RunResult{}, err
+	}
+	ctx = rt.withCap(ctx, &task)
 	start := time.Now()
 	// The team run is a span of its own: the coordinator's invocation
 	// names it as its parent.

@@ -127,12 +127,34 @@ func TestGroupNoTerminalFired(t *testing.T) {
 	}
 }
 
+// A condition that compiled but fails on a run's data (a missing key, the
+// cost limit, an overflow) fails the run with a ConditionError, not the
+// TopologyError (400) of a bad group: the request was fine.
 func TestGroupConditionErrorAtRunTime(t *testing.T) {
-	g := mustGroup(t, group.New("bad").Node("a", "echo").Node("b", "echo").Edge("a", "b", group.When(`output.missing == 1`)))
-	rt := groupRuntime(t, nil, []svc.Agent{echo("echo", nil)}, g)
-	_, err := rt.RunGroup(context.Background(), "bad", svc.TaskSpec{Input: json.RawMessage(`{"x":1}`)})
-	if !errors.Is(err, svc.ErrTopology) {
-		t.Fatalf("err = %v, want TopologyError", err)
+	for name, when := range map[string]string{
+		"missing key": `output.missing == 1`,
+		"cost limit":  `lists.range(100000).map(x, lists.range(1000).map(y, y)).size() > 0`,
+		"overflow":    `int(output.x) * 9223372036854775807 > 0`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := mustGroup(t, group.New("bad").Node("a", "echo").Node("b", "echo").Edge("a", "b", group.When(when)))
+			rt := groupRuntime(t, nil, []svc.Agent{echo("echo", nil)}, g)
+			_, err := rt.RunGroup(context.Background(), "bad", svc.TaskSpec{Input: json.RawMessage(`{"x":2}`)})
+			if !errors.Is(err, svc.ErrCondition) || errors.Is(err, svc.ErrTopology) || svc.KindOf(err) != svc.KindCondition ||
+				!strings.Contains(err.Error(), "edges[0].when") {
+				t.Fatalf("err = %v (%s), want a ConditionError naming edges[0].when", err, svc.KindOf(err))
+			}
+			// Submitted, the run fails with the same kind in its result.
+			id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: "bad", Task: svc.TaskSpec{Input: json.RawMessage(`{"x":2}`)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, rt, id, svc.RunFailed)
+			res, err := rt.RunResult(context.Background(), id)
+			if err != nil || !strings.Contains(string(res), `"ConditionError"`) {
+				t.Fatalf("result %s, %v; want a failed result of type ConditionError", res, err)
+			}
+		})
 	}
 }
 
@@ -252,8 +274,22 @@ func TestGroupCancel(t *testing.T) {
 func TestGroupUnknownAndTopology(t *testing.T) {
 	g := mustGroup(t, group.New("pipe").Node("a", "echo").Node("b", "echo").Edge("a", "b", group.When(`output != 0`)))
 	rt := groupRuntime(t, nil, []svc.Agent{echo("echo", nil)}, g)
-	if _, err := rt.RunGroup(context.Background(), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) {
-		t.Fatalf("unknown group: %v", err)
+	if _, err := rt.RunGroup(context.Background(), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		err.Error() != `unknown group "nope" (registered groups: pipe)` {
+		t.Fatalf("unknown group: %v, want a RegistryError listing the groups", err)
+	}
+	// A name of the other kind says which call to make instead.
+	if _, err := rt.RunGroup(context.Background(), "echo", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		!strings.Contains(err.Error(), "echo is an agent: POST /agents/echo/run") {
+		t.Fatalf("group run of an agent: %v, want a RegistryError pointing at the agent route", err)
+	}
+	if _, err := rt.Run(context.Background(), "pipe", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		!strings.Contains(err.Error(), "pipe is a group: POST /groups/pipe/run") {
+		t.Fatalf("agent run of a group: %v, want a RegistryError pointing at the group route", err)
+	}
+	if _, err := rt.Run(context.Background(), "nope", svc.TaskSpec{Input: json.RawMessage(`1`)}); err == nil ||
+		err.Error() != `unknown agent "nope" (registered agents: echo)` {
+		t.Fatalf("unknown agent: %v, want it to list the agents", err)
 	}
 	top, err := rt.GroupTopology(context.Background(), "pipe")
 	if err != nil || fmt.Sprint(top.Entry) != "[a]" || fmt.Sprint(top.Terminal) != "[b]" || top.Edges[0].When != `output != 0` || !strings.Contains(top.Mermaid, "flowchart") {
@@ -365,7 +401,7 @@ func TestTeamMaxRounds(t *testing.T) {
 
 // Budget and depth apply inside groups and teams as for single runs.
 func TestGroupBudgetAndTeamDepth(t *testing.T) {
-	o := opts(func(o *svc.Options) { o.TokenBudget = 15; o.MaxSpawnDepth = 0 })
+	o := opts(func(o *svc.Options) { o.MaxTokensPerRun = 15; o.MaxSpawnDepth = 0 })
 	rec := &emittertest.Recorder{}
 	rt := newRuntime(t, o, rec, nil, echo("spend", map[string]any{"tokens": 10}),
 		svc.Agent{Name: "lead", Model: "test:echo", TrustLevel: svc.TrustLow, ModelSettings: map[string]any{"call_tools": "all"}},

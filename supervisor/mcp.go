@@ -7,6 +7,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -20,20 +21,25 @@ import (
 // each configuration first so a bad one fails compilation before any server
 // is touched.
 func (rt *Runtime) mcpSources(owner string, a svc.Agent) ([]svc.ToolSource, error) {
-	if len(a.MCPServers) == 0 {
-		return nil, nil
-	}
-	for i, s := range a.MCPServers {
-		if err := mcp.Validate(s); err != nil {
-			return nil, &svc.Error{Kind: svc.KindSpecValidation, Agent: a.Name, Err: err,
-				Message: "agent " + a.Name + ": mcp_servers[" + strconv.Itoa(i) + "]: " + err.Error()}
-		}
+	if err := checkMCP(a); err != nil || len(a.MCPServers) == 0 {
+		return nil, err
 	}
 	out := make([]svc.ToolSource, len(a.MCPServers))
 	for i, s := range a.MCPServers {
 		out[i] = rt.mcpm.Source(owner, s)
 	}
 	return out, nil
+}
+
+// checkMCP checks the configuration of each of a's MCP servers.
+func checkMCP(a svc.Agent) error {
+	for i, s := range a.MCPServers {
+		if err := mcp.Validate(s); err != nil {
+			return &svc.Error{Kind: svc.KindSpecValidation, Agent: a.Name, Err: err,
+				Message: "agent " + a.Name + ": mcp_servers[" + strconv.Itoa(i) + "]: " + err.Error()}
+		}
+	}
+	return nil
 }
 
 // compileAgentFor compiles a with the MCP servers of owner (a itself, or
@@ -43,10 +49,32 @@ func (rt *Runtime) compileAgentFor(a svc.Agent, owner string) (*agent.Compiled, 
 	if err != nil {
 		return nil, err
 	}
-	return agent.Compile(a, rt.models,
-		agent.WithPrices(rt.prices),
-		agent.WithBuiltins(map[string]agent.Builtin{SpawnAgents: rt.newSpawnTool}),
+	return compileWith(a, rt.models, rt.prices, rt.newSpawnTool, sources)
+}
+
+// compileWith is the one compile of an agent: registration (above) and
+// CheckAgent differ only in the tool sources and the spawn tool they bind.
+func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, spawn agent.Builtin, sources []svc.ToolSource) (*agent.Compiled, error) {
+	return agent.Compile(a, models,
+		agent.WithPrices(prices),
+		agent.WithBuiltins(map[string]agent.Builtin{SpawnAgents: spawn}),
 		agent.WithToolSources(sources...))
+}
+
+// CheckAgent reports what a runtime over models would refuse in a when
+// registering it (Register), without a runtime: the same compile, with
+// every MCP server configuration checked and none started. `svc validate`
+// and the spec loader use it (app.SpecEnv), so that the specs they accept
+// are the specs `svc serve` registers.
+func CheckAgent(models *model.Registry, a svc.Agent) error {
+	if err := checkMCP(a); err != nil {
+		return err
+	}
+	// Sources are only counted and kept by the compile, never called.
+	sources := make([]svc.ToolSource, len(a.MCPServers))
+	spawn := func(def svc.Agent) (svc.Tool, error) { return &spawnTool{parent: def}, nil }
+	_, err := compileWith(a, models, nil, spawn, sources)
+	return err
 }
 
 // retireServers stops the servers of agents no longer registered, and of

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
@@ -176,7 +178,7 @@ func (rt *Runtime) Groups(context.Context) ([]string, error) {
 func (rt *Runtime) lookupGroup(reg *registry, name string) (*compiledGroup, error) {
 	g, ok := reg.groups[name]
 	if !ok {
-		return nil, &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown group %q", name)}
+		return nil, &svc.Error{Kind: svc.KindRegistry, Message: reg.unknownGroup(name)}
 	}
 	return g, nil
 }
@@ -197,4 +199,54 @@ func (rt *Runtime) GroupTopology(_ context.Context, name string) (svc.Topology, 
 		return svc.Topology{}, err
 	}
 	return g.graph.Topology(), nil
+}
+
+// maxListedNames bounds the names an unknown-name error lists.
+const maxListedNames = 20
+
+// unknownAgent says what to do about a name that is no agent: run the
+// group of that name, or pick one of the registered agents.
+func (r *registry) unknownAgent(name string) string {
+	if _, ok := r.groups[name]; ok {
+		return fmt.Sprintf("unknown agent %q: %s is a group: POST /groups/%s/run (RunGroup in Go)", name, name, url.PathEscape(name))
+	}
+	return fmt.Sprintf("unknown agent %q (%s)", name, listNames("registered agents", r.names))
+}
+
+// unknownGroup is unknownAgent for groups.
+func (r *registry) unknownGroup(name string) string {
+	if _, ok := r.byName[name]; ok {
+		return fmt.Sprintf("unknown group %q: %s is an agent: POST /agents/%s/run (Run in Go)", name, name, url.PathEscape(name))
+	}
+	return fmt.Sprintf("unknown group %q (%s)", name, listNames("registered groups", r.groupNames))
+}
+
+// unknownTarget says what to submit instead of a target that is not of
+// the kind asked for ("" for either).
+func (r *registry) unknownTarget(name, kind string, isAgent, isGroup bool) string {
+	switch {
+	case kind == svc.KindAgent && isGroup:
+		return fmt.Sprintf("unknown agent target %q: %s is a group: submit it with kind %q", name, name, svc.KindGroup)
+	case kind == svc.KindGroup && isAgent:
+		return fmt.Sprintf("unknown group target %q: %s is an agent: submit it with kind %q", name, name, svc.KindAgent)
+	case kind == svc.KindAgent:
+		return fmt.Sprintf("unknown agent target %q (%s)", name, listNames("registered agents", r.names))
+	case kind == svc.KindGroup:
+		return fmt.Sprintf("unknown group target %q (%s)", name, listNames("registered groups", r.groupNames))
+	}
+	return fmt.Sprintf("unknown target %q (%s; %s)", name, listNames("registered agents", r.names), listNames("registered groups", r.groupNames))
+}
+
+// listNames is "what: a, b, c", at most maxListedNames of them, or "no
+// what" when there are none.
+func listNames(what string, names []string) string {
+	if len(names) == 0 {
+		return "no " + what
+	}
+	shown := names[:min(len(names), maxListedNames)]
+	out := what + ": " + strings.Join(shown, ", ")
+	if more := len(names) - len(shown); more > 0 {
+		out += fmt.Sprintf(" and %d more", more)
+	}
+	return out
 }

@@ -51,7 +51,11 @@ func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (ag
 		return agent.Run(ctx, inv)
 	}
 	if inv.Budget != nil {
-		if err := inv.Budget.Reserve(); err != nil {
+		// The worker's model calls are not seen from here: the pre-check
+		// reserves the agent's max_tokens plus the input's estimate, and
+		// the charge is the tokens the worker reports.
+		est := agent.MaxTokens(inv.Agent.Def.ModelSettings) + int64(len(inv.Input)+3)/4
+		if err := inv.Budget.Reserve(est); err != nil {
 			return agent.Outcome{}, err
 		}
 	}
@@ -66,12 +70,15 @@ func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (ag
 		Deadline: time.Now().Add(rt.opts.Timeout()),
 	})
 	if err != nil {
+		if inv.Budget != nil {
+			_ = inv.Budget.Charge(0) // release the reservation
+		}
 		return agent.Outcome{}, err
 	}
 	out := agent.Outcome{Output: res.Output, Model: res.Metadata.Model, TokensUsed: res.Metadata.TokensUsed,
 		CostUSD: res.Metadata.CostUSD, CostUnknown: res.Metadata.CostUnknown, ModelsTried: res.Metadata.ModelsTried,
 		Remote: true}
-	if inv.Budget != nil && out.TokensUsed > 0 {
+	if inv.Budget != nil {
 		if err := inv.Budget.Charge(out.TokensUsed); err != nil {
 			out.Remote = false // the rejection is this side's: emit it here
 			return out, err

@@ -22,7 +22,10 @@ func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc
 	if err != nil {
 		return svc.AgentResult{}, err
 	}
-	res, err := rt.runCompiled(ctx, c, t)
+	if err := rt.refuseSpent(ctx, name, t.ID, t.Trace); err != nil {
+		return svc.AgentResult{}, err
+	}
+	res, err := rt.runCompiled(rt.withCap(ctx, &task), c, t)
 	res.Publish()
 	return res, err
 }
@@ -56,7 +59,7 @@ func (rt *Runtime) start(ctx context.Context, s *svc.Scope, rs *runScope, req *a
 	if err := rt.admit(); err != nil {
 		return nil, err
 	}
-	defer rt.inflight.Done()
+	defer rt.leave()
 	req.ParentTrace, req.ParentSpan = s.ParentTrace, s.ParentSpan
 	req.Budget, req.Progress, req.Sink = rs.budget, rs.progress, rs.sink
 	req.Ctx = ctx

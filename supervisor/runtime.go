@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
@@ -40,13 +42,23 @@ type Config struct {
 	// (model.LoadPrices reads a price file); the built-in model.Prices
 	// when nil.
 	Prices *model.PriceTable
-	// Emitter receives every runtime event; nothing is emitted when nil.
+	// Emitter receives every runtime event, beside the log (see
+	// NoEventLog); nil: no other emitter.
 	Emitter svc.Emitter
-	// Logger receives the runtime's and the actor system's logs.
+	// Logger receives the runtime's and the actor system's logs and, unless
+	// NoEventLog is set, one line per runtime event (the spec's
+	// LogEventEmitter, emitters.NewLog, fed through a queue so that a slow
+	// log never holds up a run). nil: nothing is logged.
 	Logger *zap.Logger
-	// MeterProvider is not used: protoactor's own metrics leak every actor
-	// (see NewActorSystem), so the actor system is built without them. It
-	// is kept so that existing configurations still compile.
+	// NoEventLog turns the LogEventEmitter off: set it when Emitter
+	// already logs the events (app.App's chain does) or when the host
+	// wants no event lines in its log.
+	NoEventLog bool
+	// MeterProvider is ignored: it used to turn on protoactor's actor
+	// metrics, which leaked every spawned actor (see NewActorSystem).
+	//
+	// Deprecated: the runtime records no metrics of its own; give the
+	// provider to the emitters (emitters.NewOTel) instead.
 	MeterProvider metric.MeterProvider
 	// Shards is the number of run-supervising actors; 4×GOMAXPROCS when 0.
 	Shards int
@@ -73,8 +85,8 @@ type Config struct {
 	// System is the actor system to run in, for a process that runs other
 	// actors beside the runtime's (NewActorSystem builds one configured
 	// like the runtime's own). It is the caller's to shut down, after the
-	// runtime's Shutdown; Logger and MeterProvider then do not apply to
-	// it. When nil the runtime builds its own and Shutdown stops it.
+	// runtime's Shutdown; Logger then does not apply to it. When nil the
+	// runtime builds its own and Shutdown stops it.
 	System *actor.ActorSystem
 }
 
@@ -85,7 +97,10 @@ type Runtime struct {
 	models  *model.Registry
 	prices  *model.PriceTable // nil: the built-in prices
 	emitter svc.Emitter
-	log     *zap.Logger
+	// eventLog is the LogEventEmitter's queue (nil when off), written out
+	// by Shutdown.
+	eventLog *emitters.Async
+	log      *zap.Logger
 	// dispatcher runs the invocations on the fleet (nil: here).
 	dispatcher Dispatcher
 
@@ -111,6 +126,10 @@ type Runtime struct {
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.
 	inflight sync.WaitGroup
+	active   atomic.Int64 // the same count, readable (InFlight)
+	// stuck counts the attempts runs stopped waiting for (see
+	// actors.Stuck).
+	stuck    *actors.Stuck
 	mu       sync.RWMutex // guards closed against admissions racing Shutdown
 	closed   bool
 	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
@@ -118,7 +137,7 @@ type Runtime struct {
 }
 
 // New starts a runtime.
-func New(cfg Config) (*Runtime, error) {
+func New(cfg Config) (rt *Runtime, err error) {
 	opts := cfg.Options
 	if opts == (svc.Options{}) {
 		opts = svc.DefaultOptions()
@@ -132,6 +151,23 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Models == nil {
 		cfg.Models = model.Default()
 	}
+	// The LogEventEmitter is on by default, in an embedded runtime as in
+	// svc serve; without a Logger it would write nowhere, so it is left
+	// out and a runtime with no emitter at all keeps its silent fast path.
+	var eventLog *emitters.Async
+	if cfg.Logger != nil && !cfg.NoEventLog {
+		eventLog = emitters.NewAsync(emitters.NewLog(cfg.Logger), 0)
+		defer func() {
+			if rt == nil { // New failed: nothing will close it
+				eventLog.Close()
+			}
+		}()
+		if cfg.Emitter == nil {
+			cfg.Emitter = eventLog
+		} else {
+			cfg.Emitter = emitters.Multi(eventLog, cfg.Emitter)
+		}
+	}
 	if cfg.Emitter == nil {
 		cfg.Emitter = svc.NopEmitter{}
 	}
@@ -144,7 +180,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.IdempotencyTTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
 	}
-	rt := &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, log: cfg.Logger, store: cfg.Store,
+	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store,
 		idemTTL: cfg.IdempotencyTTL, quit: make(chan struct{})}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
@@ -160,14 +196,16 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
 	if rt.system = cfg.System; rt.system == nil {
-		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger, cfg.MeterProvider), true
+		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
+	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
-	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool,
-		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend}
+	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
+		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend,
+		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter)}
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher
 		rt.env.Execute, rt.env.Backend, rt.env.Remote = rt.remoteExecute, cfg.Dispatcher.Backend(), true
@@ -203,9 +241,10 @@ func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
 }
 
 func (rt *Runtime) lookup(name string) (*agent.Compiled, error) {
-	c, ok := rt.agents.Load().byName[name]
+	reg := rt.agents.Load()
+	c, ok := reg.byName[name]
 	if !ok {
-		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: fmt.Sprintf("unknown agent %q", name)}
+		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: reg.unknownAgent(name)}
 	}
 	return c, nil
 }
@@ -256,7 +295,38 @@ func (rt *Runtime) admit() error {
 		return svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")
 	}
 	rt.inflight.Add(1)
+	rt.active.Add(1)
 	return nil
+}
+
+// leave ends what admit began.
+func (rt *Runtime) leave() {
+	rt.active.Add(-1)
+	rt.inflight.Done()
+}
+
+// InFlight is the number of calls (runs, gathers, group runs, submitted
+// runs, nested runs included) admitted and not yet answered.
+func (rt *Runtime) InFlight() int { return int(rt.active.Load()) }
+
+// Stuck reports the calls (tool, model, hook) that runs stopped waiting
+// for, at their timeout or cancellation, and that have not returned yet.
+// Each is also logged when abandoned and when it returns.
+func (rt *Runtime) Stuck() svc.StuckStats { return rt.stuck.Stats() }
+
+func (rt *Runtime) newStuck() *actors.Stuck {
+	log := rt.log
+	return &actors.Stuck{
+		OnAbandon: func(c svc.StuckCall, n int) {
+			log.Warn("a run stopped waiting for a call that does not return; its goroutine is abandoned until it does",
+				zap.String("call", c.Kind+" "+c.Name), zap.String("agent", c.Agent), zap.String("task_id", c.TaskID),
+				zap.String("trace_id", c.TraceID), zap.String("reason", c.Reason), zap.Int("stuck", n))
+		},
+		OnReturn: func(c svc.StuckCall, after time.Duration, n int) {
+			log.Info("an abandoned call returned", zap.String("call", c.Kind+" "+c.Name), zap.String("agent", c.Agent),
+				zap.String("task_id", c.TaskID), zap.Duration("after", after), zap.Int("stuck", n))
+		},
+	}
 }
 
 // shard picks the next run shard, round robin.
@@ -267,6 +337,9 @@ func (rt *Runtime) shard() *actor.PID {
 // Shutdown stops the runtime: new calls are refused with ShuttingDownError,
 // calls in flight are given until ctx ends to finish, then every run is
 // cancelled, its goroutines are awaited and the actor system is stopped.
+// A goroutine stuck in a call that ignores its context (a tool blocked in
+// a system call) is not awaited: its run is answered at once, and
+// Shutdown returns a *StuckError naming every such call still running.
 // It is safe to call more than once.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	var err error
@@ -302,11 +375,42 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			rt.system.Shutdown()
 		}
 		rt.pool.Close()
+		// Every event has been emitted: write out the log's queue.
+		if rt.eventLog != nil {
+			rt.eventLog.Close()
+		}
 		if rt.ownStore {
 			_ = rt.store.Close()
 		}
+		if st := rt.stuck.Stats(); st.Count > 0 {
+			err = errors.Join(err, &StuckError{Calls: st.Calls})
+		}
 	})
 	return err
+}
+
+// StuckError is Shutdown's report of the calls that were still running
+// when it returned: abandoned by their runs, they go on until they return
+// or the process exits.
+type StuckError struct{ Calls []svc.StuckCall }
+
+func (e *StuckError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "supervisor: shutdown: %d %s still running, abandoned: ", len(e.Calls), plural(len(e.Calls), "call", "calls"))
+	for i, c := range e.Calls {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(c.String())
+	}
+	return b.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func newID() string {

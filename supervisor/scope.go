@@ -29,7 +29,8 @@ import (
 // every run nested in one request shares. It is never modified once in a
 // context; a change makes a copy.
 type runScope struct {
-	// budget is the request's token account (nil: no budget).
+	// budget is the cap of the top-level run (nil: none), shared by the
+	// runs nested in it (budget.go).
 	budget *actors.Budget
 	// progress counts the invocations of the request, nested runs' too
 	// (nil: nobody watches).
@@ -68,23 +69,17 @@ func withRun(ctx context.Context, s svc.Scope, rs *runScope) context.Context {
 }
 
 // enter is the start of a request or of a run nested in one: it returns
-// ctx with the request's budget and progress counter in its scope, made
-// here when the enclosing request has none, and that scope. Without a
-// budget and a progress callback it changes nothing and allocates nothing.
+// ctx with the request's progress counter in its scope, made here when the
+// enclosing request has none, and that scope. Without a progress callback
+// it changes nothing and allocates nothing. (The run's token cap is put in
+// the scope before, by withCap.)
 func (rt *Runtime) enter(ctx context.Context) (context.Context, svc.Scope, *runScope) {
 	s, rs := scopeOf(ctx)
-	needBudget := rs.budget == nil && rt.opts.TokenBudget > 0
-	needProgress := rs.progress == nil && s.Progress != nil
-	if !needBudget && !needProgress {
+	if rs.progress != nil || s.Progress == nil {
 		return ctx, s, rs
 	}
 	next := *rs
-	if needBudget {
-		next.budget = actors.NewBudget(rt.opts.TokenBudget, rt.emitter)
-	}
-	if needProgress {
-		next.progress = actors.NewProgress(s.Progress)
-	}
+	next.progress = actors.NewProgress(s.Progress)
 	return withRun(ctx, s, &next), s, &next
 }
 
@@ -134,6 +129,12 @@ func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (act
 	}
 	if len(t.Input) == 0 {
 		t.Input = json.RawMessage("null")
+	}
+	if err := task.CheckTokenBudget(); err != nil {
+		if index >= 0 {
+			err = svc.Errorf(svc.KindSpecValidation, "tasks[%d]: %s", index, err.(*svc.Error).Message)
+		}
+		return t, err
 	}
 	if err := c.ValidateInput(t.Input); err != nil {
 		if index >= 0 {

@@ -443,13 +443,44 @@ func TestSpawnSharesBudget(t *testing.T) {
 		return resp, err
 	}}
 	rec := &emittertest.Recorder{}
-	rt := newRuntime(t, opts(func(o *svc.Options) { o.TokenBudget = 10 }), rec, s.registry(), boss(nil))
+	rt := newRuntime(t, opts(func(o *svc.Options) { o.MaxTokensPerRun = 10 }), rec, s.registry(), boss(nil))
 	_, err := rt.Run(context.Background(), "boss", svc.TaskSpec{Input: json.RawMessage(`1`)})
 	if !errors.Is(err, svc.ErrBudgetExceeded) {
 		t.Fatalf("parent after its child overspent: %v", err)
 	}
 	b := rec.OfType(svc.EventBudgetExceeded)
 	if len(b) < 1 || b[0].AgentName != "spender" || b[0].Payload["used"] != int64(21) {
+		t.Fatalf("budget_exceeded = %+v", b)
+	}
+}
+
+// In a gather each task has its own cap, and the runs its tools start draw
+// on that task's cap: the spender a task spawns overdraws the task's 15
+// tokens (1 + 20) and not a cap of its own, while the other task, under
+// max_tokens_per_run 30, completes.
+func TestGatherTaskCapSharedWithChildren(t *testing.T) {
+	parent := spawner(map[string]string{"boss": `{"agents":[{"name":"spender","instructions":"spend"}]}`})
+	s := &script{fn: func(ctx context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
+		if req.Instructions == "spend" {
+			return svc.ModelResponse{Output: json.RawMessage(`1`), TokensUsed: 20}, nil
+		}
+		resp, err := parent(ctx, req)
+		resp.TokensUsed = 1
+		return resp, err
+	}}
+	rec := &emittertest.Recorder{}
+	rt := newRuntime(t, opts(func(o *svc.Options) { o.MaxTokensPerRun = 30 }), rec, s.registry(), boss(nil))
+	out, err := rt.Gather(context.Background(), "boss", []svc.TaskSpec{
+		{ID: "roomy", Input: json.RawMessage(`1`)}, {ID: "tight", Input: json.RawMessage(`1`), TokenBudget: 15},
+	}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Success || out[1].Success || out[1].Error.Type != string(svc.KindBudgetExceeded) {
+		t.Fatalf("results: %+v", out)
+	}
+	b := rec.OfType(svc.EventBudgetExceeded)
+	if len(b) < 1 || b[0].AgentName != "spender" || b[0].Payload["used"] != int64(21) || b[0].Payload["limit"] != int64(15) {
 		t.Fatalf("budget_exceeded = %+v", b)
 	}
 }

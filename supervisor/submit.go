@@ -55,7 +55,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	case kind != "" && kind != svc.KindAgent && kind != svc.KindGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "kind %q: want agent or group", kind)
 	case kind == svc.KindAgent && !isAgent, kind == svc.KindGroup && !isGroup, !isAgent && !isGroup:
-		return "", &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown %starget %q", kindWord(kind), req.Target)}
+		return "", &svc.Error{Kind: svc.KindRegistry, Message: reg.unknownTarget(req.Target, kind, isAgent, isGroup)}
 	case kind == "" && isAgent && isGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: say which with kind", req.Target)
 	case kind == "" && isAgent:
@@ -76,6 +76,9 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	if err := rt.checkInput(reg, kind, req.Target, task); err != nil {
 		return "", err
 	}
+	if err := rt.refuseSpent(ctx, req.Target, task.ID, task.RequestID); err != nil {
+		return "", err
+	}
 	if err := rt.admit(); err != nil {
 		return "", err
 	}
@@ -84,13 +87,13 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	if req.IdempotencyKey == "" {
 		err := rt.createRun(ctx, rec)
 		if err != nil {
-			rt.inflight.Done()
+			rt.leave()
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	} else {
 		got, created, err := rt.createKeyed(ctx, req.IdempotencyKey, fingerprint(req), rec)
 		if err != nil || !created {
-			rt.inflight.Done()
+			rt.leave()
 			if err != nil && !errors.Is(err, svc.ErrRunState) {
 				err = fmt.Errorf("submit: %w", err)
 			}
@@ -103,13 +106,6 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	runCtx = withRunSink(runCtx, id, w.event, w.progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
-}
-
-func kindWord(kind string) string {
-	if kind == "" {
-		return ""
-	}
-	return kind + " "
 }
 
 // checkInput refuses a task the target's entry agents would refuse, before
@@ -135,7 +131,7 @@ func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskS
 // execute runs a submitted run to its end and records the outcome. It owns
 // the writer and is owned by the runtime (inflight), which waits for it.
 func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id, kind, target string, task svc.TaskSpec) {
-	defer rt.inflight.Done()
+	defer rt.leave()
 	defer rt.submitted.Delete(id)
 	defer cancel(nil)
 	if err := rt.setState(id, svc.RunRunning, "", nil); err != nil {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc/internal/zapslog"
@@ -15,16 +14,17 @@ import (
 // builds its own: protoactor logs to log (named "actor"; nil discards
 // them), and the dead-letter throttle window is short.
 //
-// mp is not given to protoactor, whatever it is: with a metrics provider,
-// protoactor registers a mailbox-length callback for every actor it spawns
-// on the global OTel meter and never unregisters it, which keeps every
-// actor ever spawned reachable (a leak of one actor per invocation; its
-// metrics never reached svc's exporters anyway). Nor is protoactor's
-// default Prometheus provider used, which listens on a port of its own. Give it to Config.System to share
+// protoactor's own actor metrics stay off. Turned on (WithMetricProviders),
+// they record on the global OpenTelemetry provider whatever provider they
+// are given, so they never reached /metrics, and every spawn registers a
+// mailbox-length callback that is never unregistered: the callback holds
+// the actor's context and mailbox, so every run actor ever spawned stayed
+// live (about 6 KB a request, issue 13) and the callback list grew without
+// end. Give it to Config.System to share
 // one system between the runtime and other actors of the process, such as
 // the SSE emitter's subscribers (emitters/sse.New); shut it down with
 // Shutdown after everything running in it has stopped.
-func NewActorSystem(log *zap.Logger, mp metric.MeterProvider) *actor.ActorSystem {
+func NewActorSystem(log *zap.Logger) *actor.ActorSystem {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -38,6 +38,5 @@ func NewActorSystem(log *zap.Logger, mp metric.MeterProvider) *actor.ActorSystem
 		actor.WithDeadLetterThrottleInterval(10 * time.Millisecond),
 		actor.WithDeadLetterRequestLogging(false),
 	}
-	_ = mp
 	return actor.NewActorSystem(opts...)
 }

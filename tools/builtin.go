@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 	// Embedded zone data: current_time must know every IANA zone even in a
 	// container image without /usr/share/zoneinfo.
@@ -120,18 +121,9 @@ func (b builtins) readFile(_ context.Context, in ReadArgs) (ReadResult, error) {
 		return ReadResult{}, err
 	}
 	defer root.Close()
-	// Only regular files: a FIFO or device under the root would block or
-	// never end.
-	info, err := root.Stat(name)
+	f, err := openRegular(root, name, in.Path, os.O_RDONLY)
 	if err != nil {
-		return ReadResult{}, pathError(in.Path, err)
-	}
-	if !info.Mode().IsRegular() {
-		return ReadResult{}, fmt.Errorf("%s is not a regular file", in.Path)
-	}
-	f, err := root.Open(name)
-	if err != nil {
-		return ReadResult{}, pathError(in.Path, err)
+		return ReadResult{}, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, b.o.MaxBytes+1))
@@ -175,10 +167,49 @@ func (b builtins) writeFile(ctx context.Context, in WriteArgs) (WriteResult, err
 			return WriteResult{}, pathError(in.Path, err)
 		}
 	}
-	if err := root.WriteFile(name, []byte(in.Content), 0o644); err != nil {
+	f, err := openRegular(root, name, in.Path, os.O_WRONLY|os.O_CREATE)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	// Truncate only once the file is known to be a regular one.
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.Write([]byte(in.Content))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return WriteResult{}, pathError(in.Path, err)
 	}
 	return WriteResult{Path: in.Path, Bytes: len(in.Content)}, nil
+}
+
+// openRegular opens name under root with flag and refuses anything but a
+// regular file. The open is non-blocking: opening a FIFO blocks until its
+// other end is opened (forever, for a FIFO nobody reads), and a device may
+// never end; checking the type of what was opened, not of what a Stat saw
+// before, leaves no window for the path to change in between. O_NONBLOCK
+// changes nothing for a regular file.
+func openRegular(root *os.Root, name, p string, flag int) (*os.File, error) {
+	f, err := root.OpenFile(name, flag|syscall.O_NONBLOCK, 0o644)
+	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			// A FIFO opened for writing without a reader.
+			return nil, fmt.Errorf("%s is not a regular file", p)
+		}
+		return nil, pathError(p, err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, pathError(p, err)
+	}
+	if !info.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	}
+	return f, nil
 }
 
 // openRoot opens the files root and checks p: relative, and not leaving

@@ -303,3 +303,53 @@ func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// A FIFO under the files root must not hang write_file (or read_file):
+// opening one for writing blocks until a reader comes, and none does. The
+// call is refused as not a regular file, whether or not a reader holds the
+// FIFO open.
+func TestFileToolsRefuseFIFO(t *testing.T) {
+	root := filesRoot(t)
+	b := Builtins(BuiltinOptions{FilesRoot: root})
+	callSoon := func(tool, args string) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			_, err := b[tool].Call(context.Background(), json.RawMessage(args))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			// Unblock the call so the test ends: a reader lets the open go on.
+			if f, err := os.OpenFile(filepath.Join(root, "fifo"), os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+				defer f.Close()
+				<-done
+			}
+			t.Fatalf("%s %s still blocked after 10s", tool, args)
+			return nil
+		}
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, svc.ErrToolExecution) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s: err %v; want a ToolExecutionError saying it is not a regular file", what, err)
+		}
+	}
+	check("write to a FIFO without a reader", callSoon(WriteFile, `{"path":"fifo","content":"x"}`))
+	check("read from a FIFO without a writer", callSoon(ReadFile, `{"path":"fifo"}`))
+
+	// With a reader holding it open, the open succeeds: the type check
+	// after the open is what refuses it.
+	r, err := os.OpenFile(filepath.Join(root, "fifo"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	check("write to a FIFO with a reader", callSoon(WriteFile, `{"path":"fifo","content":"x"}`))
+	buf := make([]byte, 8)
+	if n, _ := r.Read(buf); n > 0 {
+		t.Errorf("write_file wrote %q into the FIFO", buf[:n])
+	}
+}

@@ -93,8 +93,19 @@ type Config struct {
 	// Emitter receives worker_started, worker_heartbeat and
 	// worker_stopped (also broadcast on svc.workers). Nothing when nil.
 	Emitter svc.Emitter
+	// Events, when set, is the BrokerEventBridge in the runner's emitter
+	// chain (emitters/bridge): for each task whose publisher asked for its
+	// events (publish_events), the worker binds the task's span to the
+	// publisher's svc.events.{runtime_id} while the task runs.
+	Events Binder
 	// Logger logs refused and failed deliveries; silent when nil.
 	Logger *zap.Logger
+}
+
+// Binder binds the events under a span to a subject until unbind is called;
+// *bridge.Bridge is one.
+type Binder interface {
+	Bind(span, subject string) (unbind func())
 }
 
 // Worker consumes tasks. Create it with New, then Start; stop it with
@@ -113,6 +124,7 @@ type Worker struct {
 	cancelled map[string]time.Time
 	subs      []svc.Subscription
 	cancelSub svc.Subscription
+	pingSub   svc.Subscription
 	started   bool
 	stopped   bool
 
@@ -247,6 +259,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		w.subs = append(w.subs, sub)
 	}
+	// A serve node that starts asks for a heartbeat at once. Without the
+	// subscription the node still learns of this worker at its next
+	// heartbeat: not worth failing the start for.
+	if ps, err := w.cfg.Broker.SubscribeBroadcast(ctx, svc.SubjectWorkersPing, w.onPing); err == nil {
+		w.pingSub = ps
+	} else {
+		w.log.Warn("not answering serve nodes' pings", zap.Error(err))
+	}
 	w.lifecycle(svc.EventWorkerStarted, svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
 		"concurrency": w.cfg.Concurrency, "prefetch": w.cfg.Prefetch, "consumer_id": w.cfg.ConsumerID,
@@ -295,6 +315,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	}
 	if err := w.cancelSub.Stop(); err != nil {
 		errs = append(errs, err)
+	}
+	if w.pingSub != nil {
+		_ = w.pingSub.Stop()
 	}
 	w.lifecycle(svc.EventWorkerStopped, svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
@@ -367,6 +390,11 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 	defer w.untrack(env)
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
+	// The task's events go to its publisher when it asked for them; the
+	// binding ends with the run, after its last event was queued.
+	if to := env.EventsTo(); to != "" && w.cfg.Events != nil {
+		defer w.cfg.Events.Bind(env.SpanID, to)()
+	}
 
 	// The invocation runs at the envelope's depth (the runtime places a
 	// run one below the depth in its scope), under the publisher's trace
@@ -525,11 +553,26 @@ func (w *Worker) heartbeat() {
 		case <-w.hbStop:
 			return
 		case <-t.C:
-			w.lifecycle(svc.EventWorkerHeartbeat, svc.Payload{
-				"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
-				"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
-			})
+			w.beat()
 		}
+	}
+}
+
+func (w *Worker) beat() {
+	w.lifecycle(svc.EventWorkerHeartbeat, svc.Payload{
+		"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
+		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
+	})
+}
+
+// onPing answers a serve node's ping with a heartbeat, unless the worker is
+// stopping (its worker_stopped says the rest).
+func (w *Worker) onPing(context.Context, string, []byte) {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if !stopped {
+		w.beat()
 	}
 }
 

@@ -16,15 +16,17 @@ import (
 
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	r := svcExec(t, nil, "", "version")
-	if r.code != 0 {
-		t.Fatalf("exit %d; stderr: %s", r.code, r.stderr)
-	}
-	if !strings.HasPrefix(r.stdout, "svc 0.0.0 ") || !strings.HasPrefix(r.stdout, "svc "+svc.Version+" ") {
-		t.Errorf("stdout %q, want it to start with %q", r.stdout, "svc "+svc.Version)
-	}
-	if !regexp.MustCompile(`^svc \S+ \(go\S+ \w+/\w+\)\n$`).MatchString(r.stdout) {
-		t.Errorf("stdout %q is not one line of version, Go version and platform", r.stdout)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := svcExec(t, nil, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d; stderr: %s", args, r.code, r.stderr)
+		}
+		if !strings.HasPrefix(r.stdout, "svc 0.0.0 ") || !strings.HasPrefix(r.stdout, "svc "+svc.Version+" ") {
+			t.Errorf("%v: stdout %q, want it to start with %q", args, r.stdout, "svc "+svc.Version)
+		}
+		if !regexp.MustCompile(`^svc \S+ \(commit ([0-9a-f]{40}(-dirty)?|unknown), go\S+ \w+/\w+\)\n$`).MatchString(r.stdout) {
+			t.Errorf("%v: stdout %q is not one line of version, commit, Go version and platform", args, r.stdout)
+		}
 	}
 }
 
@@ -271,7 +273,7 @@ func TestRunRefusedAndUsage(t *testing.T) {
 		wantCode   int
 		wantStderr string
 	}{
-		{"unknown agent", []string{"run", "nope", "--input", "1", "--specs", exampleSpecs}, 1, `unknown agent "nope"`},
+		{"unknown agent", []string{"run", "nope", "--input", "1", "--specs", exampleSpecs}, 1, `unknown agent or group "nope"`},
 		{"input not matching input_type", []string{"run", "triage", "--input", `{"x":1}`, "--specs", exampleSpecs}, 1, "input_type"},
 		{"bad input JSON", []string{"run", "echo", "--input", `{"a":`, "--specs", exampleSpecs}, 2, "--input is not valid JSON"},
 		{"missing input file", []string{"run", "echo", "--input", "@/nonexistent/in.json", "--specs", exampleSpecs}, 2, "--input"},

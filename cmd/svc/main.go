@@ -1,7 +1,9 @@
 // Command svc runs LLM agents as a service: `svc serve` starts the HTTP
 // server on a directory of YAML specs, `svc status` follows its runtime
-// events, `svc run` runs one task, `svc validate` checks spec files, `svc
-// version` prints the version.
+// events, `svc run` runs one task on an agent or a group, `svc gather`
+// many tasks on an agent, `svc submit` and `svc runs` submit runs and come
+// back for them, `svc validate` checks spec files, `svc version` prints the
+// version and commit. docs/cli.md describes them all.
 package main
 
 import (
@@ -77,13 +79,33 @@ func newRoot() *cobra.Command {
   svc serve --specs examples/specs     start the HTTP server (no API key needed for test:* models)
   svc status                           follow the server's runtime events, one line each
   svc run echo --input '{"text":"hi"}' --specs examples/specs
+  svc run pipeline --input '"draft"' --url http://127.0.0.1:8420
+  svc gather echo --inputs tasks.jsonl --specs examples/specs
+  svc submit panel --input '"plan"' --wait     submit a run (to --url, default none) and wait
+  svc runs --state running                     list a server's runs; svc runs show|result|cancel|follow ID
   svc validate examples/specs          check spec files
-  svc version`,
+  svc version
+
+--url is the base URL of a server for every command that talks to one.
+
+Exit status: 0 on success, 1 when a run failed or was cancelled or a call
+was refused, 2 for bad usage (unknown command or flag, bad flag value, bad
+input), 130 after a second interrupt of a command waiting for a run.`,
+		Version:       versionLine(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newValidate(), newVersion())
-	for _, c := range root.Commands() {
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newGather(), newSubmit(), newRuns(), newValidate(), newVersion())
+	wrapRunE(root)
+	return root
+}
+
+// wrapRunE marks the errors of every command's RunE, subcommands
+// included, as runErrors.
+func wrapRunE(parent *cobra.Command) {
+	for _, c := range parent.Commands() {
+		wrapRunE(c)
 		if c.RunE == nil {
 			continue
 		}
@@ -95,5 +117,4 @@ func newRoot() *cobra.Command {
 			return nil
 		}
 	}
-	return root
 }

@@ -7,129 +7,135 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/app"
-	"github.com/svc-dev/svc/http/client"
 )
 
 type runCmd struct {
-	runtimeFlags
+	connFlags
+	progress  progressFlag
 	input     string
 	taskID    string
 	requestID string
-	url       string
-	authToken string
-	timeout   time.Duration
+	kind      string
 }
 
 func newRun() *cobra.Command {
 	r := &runCmd{}
 	cmd := &cobra.Command{
-		Use:   "run AGENT --input JSON (--specs DIR | --url URL)",
-		Short: "Run one task on an agent and print the AgentResult",
-		Long: `Run one task on an agent and print its AgentResult as JSON.
+		Use:   "run TARGET --input JSON (--specs DIR | --url URL)",
+		Short: "Run one task on an agent or a group and print the result",
+		Long: `Run one task on an agent or a group (TARGET) and wait for the result: an
+AgentResult as JSON, or a GroupResult when several terminal nodes of a
+group fired.
 
-In process with --specs DIR (the agents of DIR/agents, no server needed), or
-against a running server with --url. --input is a JSON value; @FILE reads it
-from a file and - from standard input.
+In process with --specs DIR (the agents and groups of DIR, no server
+needed), or on a running server with --url. --input is a JSON value; @FILE
+reads it from a file and - from standard input. A name that is both an
+agent and a group needs --kind.
 
-Exit status: 0 when the result is a success, 1 when the agent failed (the
-result is still printed) or the call was refused, 2 for bad usage.`,
+While the run lasts, a progress line on stderr (when it is a terminal, see
+--progress) shows the invocations completed, failed and running (in
+process; on a server only the elapsed time, a synchronous call reports no
+progress: use svc submit --wait for that). Ctrl-C cancels the run and
+waits for it to end; a second Ctrl-C exits at once.
+
+Exit status: 0 when the result is a success, 1 when the run failed or was
+cancelled (the result is still printed when there is one) or the call was
+refused, 2 for bad usage, 130 after a second interrupt.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return r.run(cmd, args[0]) },
 	}
 	fs := cmd.Flags()
-	r.register(fs, "")
+	r.connFlags.register(fs)
+	r.progress.register(fs)
 	fs.StringVar(&r.input, "input", "", "task input as JSON (@FILE: from a file, -: from stdin); required, no default")
 	fs.StringVar(&r.taskID, "task-id", "", "task id (default: a new UUIDv7)")
 	fs.StringVar(&r.requestID, "request-id", "", "request id, the trace_id of every event (default: a new UUIDv7)")
-	fs.StringVar(&r.url, "url", "", "run against the server at this URL instead of in process (default: none, in process with --specs)")
-	fs.StringVar(&r.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token for --url (default $SVC_AUTH_TOKEN)")
-	fs.DurationVar(&r.timeout, "timeout", 30*time.Second, "HTTP client timeout for --url")
+	fs.StringVar(&r.kind, "kind", "", "agent or group, for a name that is both (default: whichever TARGET names)")
 	_ = cmd.MarkFlagRequired("input")
 	return cmd
 }
 
-func (r *runCmd) readInput(stdin io.Reader) (json.RawMessage, error) {
-	data := []byte(r.input)
+// readInput reads a JSON value given as --input: inline, @FILE or -.
+func readInput(flag, value string, stdin io.Reader) (json.RawMessage, error) {
+	data := []byte(value)
 	var err error
 	switch {
-	case r.input == "-":
+	case value == "-":
 		data, err = io.ReadAll(stdin)
-	case strings.HasPrefix(r.input, "@"):
-		data, err = os.ReadFile(r.input[1:])
+	case strings.HasPrefix(value, "@"):
+		data, err = os.ReadFile(value[1:])
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--input: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if !json.Valid(data) {
-		return nil, fmt.Errorf("--input is not valid JSON: %.80q", data)
+		return nil, fmt.Errorf("%s is not valid JSON: %.80q", flag, data)
 	}
 	return json.RawMessage(data), nil
 }
 
-func (r *runCmd) run(cmd *cobra.Command, agentName string) error {
+func (r *runCmd) run(cmd *cobra.Command, target string) error {
 	usage := func(err error) error { return &exitError{code: 2, err: err} }
-	input, err := r.readInput(cmd.InOrStdin())
+	input, err := readInput("--input", r.input, cmd.InOrStdin())
 	if err != nil {
 		return usage(err)
 	}
-	if (r.url == "") == (r.specs == "") {
-		return usage(fmt.Errorf("give --specs DIR (in process) or --url URL (a server), one of them"))
+	if err := r.progress.check(); err != nil {
+		return usage(err)
 	}
-	var b svc.Backend
-	if r.url != "" {
-		c, err := client.New(r.url, client.WithAuthToken(r.authToken), client.WithTimeout(r.timeout))
-		if err != nil {
-			return usage(err)
-		}
-		defer func() { _ = c.Close() }()
-		b = c
-	} else {
-		// In process, the log (and the events in it) goes to stderr at warn
-		// level and above unless --log-level asks otherwise: the result on
-		// stdout is what a run is for.
-		if !cmd.Flags().Changed("log-level") {
-			r.logLevel = "warn"
-		}
-		log, err := r.logger()
-		if err != nil {
-			return usage(err)
-		}
-		defer func() { _ = log.Sync() }()
-		// The process without its server and stores: runs in memory, no
-		// event store, nothing listening.
-		o := r.appOptions(cmd.Flags(), log)
-		o.NoListen, o.Store, o.Events = true, "memory", "none"
-		a, err := app.New(o)
-		if err != nil {
-			return appError(r.specs, err)
-		}
-		if err := a.Start(); err != nil {
-			return appError(r.specs, err)
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = a.Shutdown(ctx)
-		}()
-		b = a.Backend()
-	}
-	res, err := b.Run(context.Background(), agentName, svc.TaskSpec{ID: r.taskID, Input: input, RequestID: r.requestID})
+	c, err := r.open(cmd)
 	if err != nil {
-		return &exitError{code: 1, err: err}
-	}
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(res); err != nil {
 		return err
 	}
-	if !res.Success {
+	defer c.close()
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	kind, err := kindOf(ctx, c, target, r.kind)
+	if err != nil {
+		return err
+	}
+	errw := cmd.ErrOrStderr()
+	line := newProgressLine(errw, r.progress.enabled(errw), kind+" "+target)
+	defer line.stop()
+	// A synchronous call has no run id to cancel: cancelling its context
+	// stops it (in process), or ends the request, which the server takes
+	// for a cancellation.
+	stopWatch := onInterrupt(errw, "the run", func() { line.setNote("cancelling"); cancel() })
+	defer stopWatch()
+	task := svc.TaskSpec{ID: r.taskID, Input: input, RequestID: r.requestID}
+	var res svc.RunResult
+	if kind == svc.KindGroup {
+		res, err = c.RunGroup(svc.WithProgress(ctx, line.set), target, task)
+	} else {
+		var a svc.AgentResult
+		a, err = c.Run(ctx, target, task)
+		res.Agent = &a
+	}
+	line.stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("the run was cancelled (interrupt): %w", err)
+		}
+		return &exitError{code: 1, err: err}
+	}
+	if err := printJSON(cmd.OutOrStdout(), res, true); err != nil {
+		return err
+	}
+	if !res.Success() {
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// printJSON writes v as JSON and a newline, indented when indent is set.
+func printJSON(w io.Writer, v any, indent bool) error {
+	enc := json.NewEncoder(w)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
 }

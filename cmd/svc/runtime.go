@@ -39,7 +39,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
 	fs.IntVar(&f.opts.MaxSpawnDepth, "max-spawn-depth", d.MaxSpawnDepth, "deepest nesting of agent invocations (overrides runtime.yaml)")
 	fs.IntVar(&f.opts.RetryMaxAttempts, "retry-max-attempts", d.RetryMaxAttempts, "attempts per invocation, 1 = no retry (overrides runtime.yaml)")
 	fs.Float64Var(&f.opts.RetryBackoffFactor, "retry-backoff-factor", d.RetryBackoffFactor, "growth of the pause between attempts, from 100ms (overrides runtime.yaml)")
-	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens one request may use, 0 = no budget (overrides runtime.yaml)"+zeroDefault(d.TokenBudget == 0, "0"))
+	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens all runs together may use until restart or POST /runtime/budget/reset, 0 = no budget (overrides runtime.yaml)"+zeroDefault(d.TokenBudget == 0, "0"))
+	fs.Int64Var(&f.opts.MaxTokensPerRun, "max-tokens-per-run", d.MaxTokensPerRun, "tokens one run may use unless its task sets token_budget, 0 = no cap (overrides runtime.yaml)"+zeroDefault(d.MaxTokensPerRun == 0, "0"))
 	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)"+zeroDefault(!d.MCPEagerStart, "false"))
 	fs.StringVar(&f.prices, "prices", "", "YAML or JSON file of model prices per million tokens ({\"openai:gpt-4o\": {input_per_mtok: 2.5, output_per_mtok: 10}}), overriding and extending the built-in table that cost_usd uses (default: built-in only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -72,6 +73,9 @@ func (f *runtimeFlags) options(fs *pflag.FlagSet) func(svc.Options) svc.Options 
 		}
 		if fs.Changed("token-budget") {
 			o.TokenBudget = f.opts.TokenBudget
+		}
+		if fs.Changed("max-tokens-per-run") {
+			o.MaxTokensPerRun = f.opts.MaxTokensPerRun
 		}
 		if fs.Changed("mcp-eager-start") {
 			o.MCPEagerStart = f.opts.MCPEagerStart
@@ -114,6 +118,22 @@ var flagOf = map[string]string{
 	"Metrics": "--metrics", "Reload": "--reload", "ReloadInclude": "--reload-include", "PricesFile": "--prices",
 	"FilesRoot": "--files-root", "Broker": "--broker", "NATSListen": "--nats-listen", "Worker": "--agents",
 	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver",
+}
+
+// defaultSpecsHint refuses to start on the default --specs directory when
+// it is not there: run outside the repository, the default (examples/specs,
+// relative to the working directory) names nothing, and a bare "no such
+// file" would not say that --specs is the way out.
+func (f *runtimeFlags) defaultSpecsHint(fs *pflag.FlagSet) error {
+	if fs.Changed("specs") || f.specs == "" {
+		return nil
+	}
+	if _, err := os.Stat(f.specs); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	wd, _ := os.Getwd()
+	return &exitError{code: 2, err: fmt.Errorf("no --specs given, and the default %s does not exist in %s: "+
+		"pass --specs DIR, a directory of agents/*.yaml and groups/*.yaml (svc validate DIR checks one)", f.specs, wd)}
 }
 
 // appError turns an error of app.New or Start into the command's: a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/app"
@@ -24,7 +26,7 @@ type serveCmd struct {
 	runtimeFlags
 	host      string
 	port      int
-	authToken string
+	auth      authFlags
 	origins   []string
 	grace     time.Duration
 	maxBody   int64
@@ -46,6 +48,37 @@ type serveCmd struct {
 
 	brokerFlags
 	natsListen string
+	fleetFlags
+}
+
+// fleetFlags are serve's flags about the fleet's events and health.
+type fleetFlags struct {
+	publishEvents bool
+	staleAfter    time.Duration
+	downAfter     time.Duration
+}
+
+func (f *fleetFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.publishEvents, "publish-events", false, "with --broker: have the workers relay every event of this server's tasks, so the log, /events/stream, the event store, its rollups and the metrics show the whole fleet's per-agent and per-tool events (about twice the broker messages) (default false)")
+	fs.DurationVar(&f.staleAfter, "worker-stale-after", svc.WorkerHealthyWithin, "with --broker: GET /runtime/stats calls a worker stale when it has not been heard from for this long")
+	fs.DurationVar(&f.downAfter, "worker-down-after", svc.WorkerStaleWithin, "with --broker: ... and down after this long (at once when it stopped cleanly)")
+}
+
+// apply checks the flags and sets them on o.
+func (f *fleetFlags) apply(fs *pflag.FlagSet, o *app.Options) error {
+	if o.Broker == "" {
+		for _, name := range []string{"publish-events", "worker-stale-after", "worker-down-after"} {
+			if fs.Changed(name) {
+				return fmt.Errorf("--%s needs --broker", name)
+			}
+		}
+	}
+	if f.staleAfter <= 0 || f.downAfter <= f.staleAfter {
+		return fmt.Errorf("--worker-stale-after %v and --worker-down-after %v: want 0 < stale < down", f.staleAfter, f.downAfter)
+	}
+	o.PublishEvents = f.publishEvents
+	o.WorkerHealth = svc.WorkerThresholds{Stale: f.staleAfter, Down: f.downAfter}
+	return nil
 }
 
 // brokerFlags are the broker flags serve and worker share.
@@ -85,7 +118,11 @@ func newServe() *cobra.Command {
 The server loads DIR/agents/*.yaml, DIR/groups/*.yaml and DIR/runtime.yaml
 (--specs), serves the routes of docs/api.md, and stops gracefully on SIGINT or
 SIGTERM: it stops accepting connections, lets requests in flight finish within
---shutdown-grace, then cancels what is left and shuts the runtime down.
+--shutdown-grace, then cancels what is left and shuts the runtime down. While
+it waits it logs every second how many requests and runs are in flight and how
+long is left; a second SIGINT or SIGTERM stops it at once (exit 128+signal).
+A tool or model call that ignores cancellation does not hold the shutdown up:
+it is abandoned, and serve exits 1 naming it.
 
 With --reload it watches the specs directory (and each --reload-dir) for
 changes to the files --reload-include matches and --reload-exclude does not,
@@ -94,8 +131,10 @@ flight finish on the definitions they started with. A change that does not
 validate is logged with its file and line, and the previous definitions stay.
 Runtime options (runtime.yaml) apply at the next start.
 
-With --auth-token (or SVC_AUTH_TOKEN) every route but /healthz, /health and
-/readyz needs "Authorization: Bearer <token>".
+With --auth-token (or SVC_AUTH_TOKEN, or --auth-token-file, which keeps the
+token out of ps) every route but /healthz, /health and /readyz needs
+"Authorization: Bearer <token>". A token that is only whitespace, or an
+empty or missing token file, is refused at start (exit 2).
 Request bodies must be application/json, and a browser request from another
 origin than the server's own is refused unless --allowed-origins lists it.
 
@@ -123,9 +162,9 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	s.runtimeFlags.register(fs, "examples/specs")
 	fs.StringVar(&s.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
-	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token required on every route but the health checks (default $SVC_AUTH_TOKEN)")
+	s.auth.register(fs, "bearer token required on every route but the health checks")
 	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
-	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests and runs in flight may take to finish on shutdown before they are cancelled (a second SIGINT or SIGTERM stops at once)")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
 	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores and of the embedded broker; locked (svc.lock) while this server runs, so a second server on it exits at once")
@@ -141,6 +180,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.StringSliceVar(&s.reloadExclude, "reload-exclude", nil, "glob of files --reload ignores even though --reload-include matches them; repeatable (default: none)")
 	s.brokerFlags.register(fs, "dispatch every invocation to workers through this broker: embedded (a nats-server in this process), nats://HOST:PORT, redis://HOST:PORT[/DB] or memory:// (default $SVC_BROKER, else none: runs happen here)")
 	fs.StringVar(&s.natsListen, "nats-listen", app.DefaultNATSListen, "client address of the embedded broker (--broker embedded), where workers connect")
+	s.fleetFlags.register(fs)
 	return cmd
 }
 
@@ -169,6 +209,10 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	authToken, err := s.auth.resolve()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	if err := s.checkReloadFlags(fs); err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -193,7 +237,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	defer func() { _ = log.Sync() }()
 
 	o := s.appOptions(fs, log)
-	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, s.authToken, s.maxBody
+	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody
 	o.AllowedOrigins = s.origins
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
 	// The flags' 0 is "no limit", the app's is "the default".
@@ -209,33 +253,84 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 			o.NATSListen = s.natsListen
 		}
 	}
+	if err := s.defaultSpecsHint(fs); err != nil {
+		return err
+	}
+	if err := s.fleetFlags.apply(fs, &o); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	a, err := app.New(o)
 	if err != nil {
 		return appError(s.specs, err)
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// The signals are ours from before Start until the process exits: the
+	// first starts the shutdown, a second one during it stops at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	if err := a.Start(); err != nil {
 		return appError(s.specs, err)
 	}
 	var serveErr error
 	select {
 	case serveErr = <-a.Err():
-	case <-ctx.Done():
+	case sig := <-sigs:
+		log.Info("received "+sig.String()+"; shutting down (a second signal stops at once)", zap.Duration("shutdown_grace", s.grace))
+	case <-cmd.Context().Done():
 	}
-	// Give the signals back: a second SIGINT or SIGTERM during the grace
-	// period kills the process instead of being swallowed.
-	stop()
-	graceCtx, cancel := context.WithTimeout(context.Background(), s.grace)
-	defer cancel()
-	err = a.Shutdown(graceCtx)
+	err = s.shutdown(a, log, sigs)
 	if serveErr != nil {
 		return errors.Join(serveErr, err)
 	}
-	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, err)}
+	return err
+}
+
+// shutdownSlack is how long past --shutdown-grace serve waits for the
+// shutdown to finish (the steps after the grace: closing the stores and
+// the broker, the last metrics flush) before it exits regardless.
+const shutdownSlack = 10 * time.Second
+
+// shutdown runs the app's Shutdown within the grace, logging every second
+// what is still in flight and how long is left. A second SIGINT or
+// SIGTERM stops at once, and so does a shutdown still not done past the
+// grace and its slack: both exit non-zero, saying what they abandoned.
+func (s *serveCmd) shutdown(a *app.App, log *zap.Logger, sigs <-chan os.Signal) error {
+	deadline := time.Now().Add(s.grace)
+	graceCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Shutdown(graceCtx) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	backstop := time.NewTimer(s.grace + shutdownSlack)
+	defer backstop.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("shutdown within --shutdown-grace %s: %w", s.grace, err)}
+			}
+			return nil
+		case <-tick.C:
+			n := a.InFlight()
+			left := max(time.Until(deadline), 0).Round(time.Second)
+			msg := fmt.Sprintf("shutting down: %d requests, %d runs in flight, %s left", n.Requests, n.Runs, left)
+			if left == 0 {
+				msg = fmt.Sprintf("shutting down: %d requests, %d runs in flight, grace over: cancelling", n.Requests, n.Runs)
+			}
+			log.Info(msg, zap.Int("requests", n.Requests), zap.Int("runs", n.Runs), zap.Duration("left", left))
+		case sig := <-sigs:
+			n := a.InFlight()
+			code := 1
+			if ss, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(ss) // as if the signal had killed us
+			}
+			return &exitError{code: code, err: fmt.Errorf("second %s during the shutdown: stopped at once, abandoning %d requests and %d runs in flight", sig, n.Requests, n.Runs)}
+		case <-backstop.C:
+			n := a.InFlight()
+			return &exitError{code: 1, err: fmt.Errorf("shutdown still not finished %s after --shutdown-grace %s: exiting, abandoning %d requests and %d runs in flight", shutdownSlack, s.grace, n.Requests, n.Runs)}
+		}
 	}
-	return nil
 }
 
 // noLimit maps a flag's 0 ("no limit") to the app's -1.

@@ -369,15 +369,17 @@ func TestServeSecondSignalKills(t *testing.T) {
 func TestServeOptionFlagsOverrideRuntimeYAML(t *testing.T) {
 	t.Parallel()
 	dir := writeSpecs(t, map[string]string{
-		"runtime.yaml":     "version: 1\ntimeout_seconds: 60\nmax_spawn_depth: 7\nretry_max_attempts: 3\n",
+		"runtime.yaml":     "version: 1\ntimeout_seconds: 60\nmax_spawn_depth: 7\nretry_max_attempts: 3\ntoken_budget: 100\nmax_tokens_per_run: 50\n",
 		"agents/slow.yaml": "version: 1\nname: slow\nmodel: test:echo\nmodel_settings: {latency_ms: 2000}\n",
 		"agents/fast.yaml": "version: 1\nname: fast\nmodel: test:echo\n",
 	})
-	s := startServe(t, nil, "--specs", dir, "--timeout-seconds", "0.2", "--retry-max-attempts", "1")
+	s := startServe(t, nil, "--specs", dir, "--timeout-seconds", "0.2", "--retry-max-attempts", "1", "--token-budget", "100000")
 
 	// Flags replace only the options they name; runtime.yaml gives the rest.
-	if want := "timeout_seconds=0.2 max_spawn_depth=7 retry_max_attempts=1 "; !strings.Contains(s.stderr.String(), want) {
-		t.Errorf("the serving log does not show options %q:\n%s", want, s.stderr.String())
+	for _, want := range []string{"timeout_seconds=0.2 max_spawn_depth=7 retry_max_attempts=1 ", "token_budget=100000 max_tokens_per_run=50 "} {
+		if !strings.Contains(s.stderr.String(), want) {
+			t.Errorf("the serving log does not show options %q:\n%s", want, s.stderr.String())
+		}
 	}
 	resp, body := do(t, context.Background(), http.MethodPost, s.url+"/agents/slow/run", `{"input":1}`, nil)
 	p := decodeProblem(t, resp, body, http.StatusGatewayTimeout)

@@ -38,9 +38,10 @@ type statusCmd struct {
 	url         string
 	eventTypes  []string
 	agent       string
-	authToken   string
+	auth        authFlags
 	noReconnect bool
 	idleTimeout time.Duration
+	workers     bool // --workers: print the fleet (status_workers.go) and exit
 
 	// Backoff bounds; the tests shorten them.
 	minBackoff, maxBackoff time.Duration
@@ -55,8 +56,8 @@ func statusCommand(s *statusCmd) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Follow the runtime events of a server, one line per event",
-		Long: `Follow GET /events/stream of a running server and print one line per
-runtime event:
+		Long: `Follow GET /events/stream of a running server (--url, its base URL) and
+print one line per runtime event:
 
   agent_completed agent=echo task=0193… trace=req-1 backend=local duration_ms=1.2 model=test:echo tokens_used=3
 
@@ -80,16 +81,20 @@ connection failed or dropped; 2 for bad usage.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if s.workers {
+				return s.printWorkers(ctx, cmd.OutOrStdout())
+			}
 			return s.run(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&s.url, "url", "http://127.0.0.1:8420/events/stream", "URL of the server's event stream")
+	fs.StringVar(&s.url, "url", envOr("SVC_URL", defaultURL), "base URL of the server (its /events/stream is followed; a URL ending in /events/stream is taken as it is) (default $SVC_URL, else "+defaultURL+")")
 	fs.StringSliceVar(&s.eventTypes, "filter-event-type", nil, "print only events of this type; repeatable or comma-separated (default: all types)")
 	fs.StringVar(&s.agent, "filter-agent", "", "print only events of this agent (default: all agents)")
-	fs.StringVar(&s.authToken, "auth-token", envOr("SVC_AUTH_TOKEN", ""), "bearer token for the server (default $SVC_AUTH_TOKEN)")
+	s.auth.register(fs, "bearer token sent to the server")
 	fs.BoolVar(&s.noReconnect, "no-reconnect", false, "stop when the stream ends or the connection fails, instead of reconnecting (default false)")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", time.Minute, "reconnect when the stream is silent this long, heartbeats included; 0 never")
+	fs.BoolVar(&s.workers, "workers", false, "print the fleet's workers from GET /runtime/stats of the same server (runtime_id, healthy/stale/down, in_flight, concurrency_cap, agents) and exit, instead of following events (default false)")
 	return cmd
 }
 
@@ -101,6 +106,12 @@ func (s *statusCmd) streamURL() (string, error) {
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return "", fmt.Errorf("--url %q: want an http:// or https:// URL", s.url)
+	}
+	// --url is the server's base URL, as for every command; the stream's
+	// own URL, which it used to be, still works.
+	if !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/events/stream") {
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/events/stream"
+		u.RawPath = ""
 	}
 	q := u.Query()
 	for _, t := range s.eventTypes {
@@ -138,6 +149,10 @@ func (s *statusCmd) run(ctx context.Context, out, errw io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	token, err := s.auth.resolve()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	// No keep-alive: a stream's connection is not worth reusing, and no
 	// idle connection outlives the command. No client timeout either: a
 	// stream lasts as long as it lasts; --idle-timeout watches it.
@@ -150,7 +165,7 @@ func (s *statusCmd) run(ctx context.Context, out, errw io.Writer) error {
 	}}
 	backoff := s.minBackoff
 	for {
-		connected, err := s.follow(ctx, client, target, out, errw)
+		connected, err := s.follow(ctx, client, target, token, out, errw)
 		if ctx.Err() != nil {
 			return nil // interrupted: a normal way to stop
 		}
@@ -183,7 +198,7 @@ func (s *statusCmd) run(ctx context.Context, out, errw io.Writer) error {
 // follow makes one connection and prints its events until the stream
 // ends. connected reports whether the server accepted the stream; the
 // error is nil when it ended the stream cleanly.
-func (s *statusCmd) follow(ctx context.Context, client *http.Client, target string, out, errw io.Writer) (connected bool, err error) {
+func (s *statusCmd) follow(ctx context.Context, client *http.Client, target, token string, out, errw io.Writer) (connected bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
@@ -191,8 +206,8 @@ func (s *statusCmd) follow(ctx context.Context, client *http.Client, target stri
 		return false, &refusedError{err}
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	if s.authToken != "" {
-		req.Header.Set("Authorization", "Bearer "+s.authToken)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

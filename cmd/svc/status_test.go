@@ -74,6 +74,9 @@ func TestStatusFlags(t *testing.T) {
 		wantErr string
 	}{
 		{nil, "http://127.0.0.1:8420/events/stream", ""},
+		// --url is the base URL; the stream's own URL still works.
+		{[]string{"--url", "https://example.test/svc/"}, "https://example.test/svc/events/stream", ""},
+		{[]string{"--url", "http://127.0.0.1:9000"}, "http://127.0.0.1:9000/events/stream", ""},
 		{[]string{"--filter-event-type", "agent_spawned", "--filter-event-type", "agent_failed,tool_call_failed", "--filter-agent", "billing team"},
 			"http://127.0.0.1:8420/events/stream?agent=billing+team&event_type=agent_spawned&event_type=agent_failed&event_type=tool_call_failed", ""},
 		{[]string{"--url", "https://example.test/svc/events/stream?x=1", "--filter-agent", "a"},
@@ -97,11 +100,11 @@ func TestStatusFlags(t *testing.T) {
 		}
 	}
 
-	if s := parseStatus(t); s.authToken != "from-env" || s.noReconnect || s.idleTimeout != time.Minute {
-		t.Errorf("defaults: token %q, no-reconnect %v, idle %v; want $SVC_AUTH_TOKEN, false, 1m", s.authToken, s.noReconnect, s.idleTimeout)
+	if s := parseStatus(t); s.auth.token != "from-env" || s.noReconnect || s.idleTimeout != time.Minute {
+		t.Errorf("defaults: token %q, no-reconnect %v, idle %v; want $SVC_AUTH_TOKEN, false, 1m", s.auth.token, s.noReconnect, s.idleTimeout)
 	}
-	if s := parseStatus(t, "--auth-token", "flag", "--no-reconnect"); s.authToken != "flag" || !s.noReconnect {
-		t.Errorf("--auth-token flag --no-reconnect: token %q, no-reconnect %v", s.authToken, s.noReconnect)
+	if s := parseStatus(t, "--auth-token", "flag", "--no-reconnect"); s.auth.token != "flag" || !s.noReconnect {
+		t.Errorf("--auth-token flag --no-reconnect: token %q, no-reconnect %v", s.auth.token, s.noReconnect)
 	}
 }
 

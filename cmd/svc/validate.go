@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -18,11 +19,15 @@ func newValidate() *cobra.Command {
 		Long: `Check DIR/runtime.yaml, DIR/agents/*.yaml and DIR/groups/*.yaml without
 running anything. Groups are checked against the agents of DIR: the agents
 their nodes name, their edges, cycles, entry and terminal nodes, and their
-CEL expressions.
+CEL expressions. Agents are compiled the way serve registers them (their
+models, JSON Schemas, tools and MCP server settings): validate and serve load
+specs through the same function, so a directory validate accepts serve
+starts with, and one serve refuses validate reports with file and line.
 
 Prints one line per file (runtime.yaml, then the agents, then the groups):
 "[ok] FILE" or "[error] FILE:LINE: message".
-Exit status: 0 when every file is valid, 1 when any is not, 2 when DIR is
+Exit status: 0 when every file is valid, 1 when any is not or when DIR has
+no agents or groups ("no agents or groups found in DIR"), 2 when DIR is
 missing or not a directory.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -39,6 +44,11 @@ missing or not a directory.`,
 				}
 				bad++
 				fmt.Fprintf(out, "[error] %s\n", r.Err)
+			}
+			for _, r := range results {
+				if errors.Is(r.Err, spec.ErrNoSpecs) {
+					return &exitError{code: 1, err: r.Err}
+				}
 			}
 			if bad > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("%d of %d files have errors", bad, len(results))}

@@ -16,6 +16,11 @@
 // reading holds at most QueueSize events waiting for it (plus at most
 // QueueSize in transit in its mailbox), however long it stalls, and costs
 // the runtime nothing but the drops.
+//
+// A subscriber whose client stops taking the stream altogether (the HTTP
+// handler's write deadline expires) is cut off: the handler calls
+// DisconnectSlow on its subscription, which ends it and counts it in
+// SlowDisconnects and the svc.sse.slow_disconnects counter.
 package sse
 
 import (
@@ -28,9 +33,17 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/svc-dev/svc"
 )
+
+// MetricSlowDisconnects is the Int64Counter, in {subscriber}, of the
+// subscribers cut off for not keeping up (DisconnectSlow).
+const MetricSlowDisconnects = "svc.sse.slow_disconnects"
+
+// MeterName is the instrumentation scope of the emitter's meter.
+const MeterName = "github.com/svc-dev/svc/emitters/sse"
 
 // Defaults of Config.
 const (
@@ -51,6 +64,8 @@ type Config struct {
 	// system itself; nil discards them. With a system given to New, that
 	// system's logger is used.
 	Logger *slog.Logger
+	// MeterProvider, when set, receives MetricSlowDisconnects.
+	MeterProvider metric.MeterProvider
 }
 
 // Emitter is the SSE emitter: an svc.Emitter and an svc.EventSubscriber.
@@ -70,6 +85,11 @@ type Emitter struct {
 
 	// live counts the subscriber actors spawned and not yet stopped.
 	live atomic.Int64
+
+	// slow counts DisconnectSlow; slowCounter records it too when a
+	// MeterProvider was given.
+	slow        atomic.Uint64
+	slowCounter metric.Int64Counter
 
 	// fan is the fan-out queue between Emit and the fan-out goroutine,
 	// which stops when done closes and closes fanned when it has.
@@ -103,6 +123,14 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	}
 	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize,
 		fan: make(chan *svc.RuntimeEvent, 4*cfg.QueueSize), done: make(chan struct{}), fanned: make(chan struct{})}
+	if cfg.MeterProvider != nil {
+		c, err := cfg.MeterProvider.Meter(MeterName).Int64Counter(MetricSlowDisconnects, metric.WithUnit("{subscriber}"),
+			metric.WithDescription("Event stream subscribers disconnected for not keeping up."))
+		if err != nil {
+			return nil, fmt.Errorf("sse: %s counter: %w", MetricSlowDisconnects, err)
+		}
+		e.slowCounter = c
+	}
 	if system == nil {
 		logger := cfg.Logger
 		if logger == nil {
@@ -149,6 +177,10 @@ func (e *Emitter) HeartbeatInterval() time.Duration { return e.heartbeat }
 // Subscribers is the number of subscriber actors running: one per open
 // subscription, until its actor has stopped.
 func (e *Emitter) Subscribers() int { return int(e.live.Load()) }
+
+// SlowDisconnects is how many subscriptions were ended by DisconnectSlow:
+// subscribers cut off because their client did not keep up.
+func (e *Emitter) SlowDisconnects() uint64 { return e.slow.Load() }
 
 // Emit queues ev for the subscribers. It takes no lock and never waits:
 // with the fan-out queue full, ev is dropped (and counted). With no
@@ -274,6 +306,7 @@ type subscription struct {
 	stopWatch atomic.Pointer[func() bool] // stops the context.AfterFunc of Subscribe
 	once      sync.Once
 	stopped   chan struct{} // closed by the actor once it has stopped
+	slow      atomic.Bool   // DisconnectSlow has counted it
 }
 
 // Events delivers the matching events in emit order; it is closed once
@@ -300,6 +333,22 @@ func (s *subscription) Close() error {
 	})
 	<-s.stopped
 	return nil
+}
+
+// DisconnectSlow ends the subscription because its client cannot keep
+// up (the HTTP handler's write deadline expired), and counts it in the
+// emitter's SlowDisconnects and svc.sse.slow_disconnects. Only the first
+// call of a subscription counts; it returns whether this one did.
+func (s *subscription) DisconnectSlow() bool {
+	counted := s.slow.CompareAndSwap(false, true)
+	if counted {
+		s.em.slow.Add(1)
+		if s.em.slowCounter != nil {
+			s.em.slowCounter.Add(context.Background(), 1)
+		}
+	}
+	_ = s.Close()
+	return counted
 }
 
 // subscriber is the actor of one subscription. Its Receive never waits:

@@ -401,3 +401,27 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// DisconnectSlow ends the subscription (Events closes, the actor stops)
+// and counts it once, however often the handler calls it.
+func TestDisconnectSlowEndsAndCountsOnce(t *testing.T) {
+	e := newEmitter(t, sse.Config{})
+	keep := subscribe(t, e, t.Context(), svc.EventFilter{})
+	sub := subscribe(t, e, t.Context(), svc.EventFilter{})
+	sd, ok := sub.(interface{ DisconnectSlow() bool })
+	if !ok {
+		t.Fatalf("%T has no DisconnectSlow", sub)
+	}
+	if !sd.DisconnectSlow() || sd.DisconnectSlow() {
+		t.Fatal("DisconnectSlow counted other than once")
+	}
+	waitClosed(t, sub)
+	if got := e.SlowDisconnects(); got != 1 {
+		t.Fatalf("SlowDisconnects = %d, want 1", got)
+	}
+	if got := e.Subscribers(); got != 1 {
+		t.Fatalf("Subscribers = %d, want 1 (the other subscription stays)", got)
+	}
+	e.Emit(numbered(svc.EventAgentCompleted, 1))
+	receive(t, keep, 1)
+}

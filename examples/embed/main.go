@@ -1,10 +1,10 @@
 // Command embed shows svc embedded in a host Go service: the host owns the
-// HTTP server, mounts the svc router under /svc behind its own auth
-// middleware, registers agents in Go, and shuts the runtime down with the
-// server.
+// HTTP server, loads the YAML specs and its own Go agents into one runtime,
+// mounts the svc router under /svc behind its own auth middleware, and
+// shuts the runtime down with the server.
 //
-//	go run ./examples/embed            # listens on 127.0.0.1:8080
-//	curl -s -H 'X-API-Key: demo' -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8080/svc/agents/echo/run
+//	go run ./examples/embed            # listens on 127.0.0.1:8080, loads examples/specs
+//	curl -s -H 'X-API-Key: demo' -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8080/svc/agents/greeter/run
 package main
 
 import (
@@ -21,7 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
@@ -29,10 +29,11 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
+	specs := flag.String("specs", "examples/specs", "directory of agent and group specs")
 	apiKey := flag.String("api-key", "demo", "the host's own API key (X-API-Key header)")
 	flag.Parse()
 	logger, _ := zap.NewDevelopment()
-	if err := run(*addr, *apiKey, logger); err != nil {
+	if err := run(*addr, *specs, *apiKey, logger); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -43,8 +44,8 @@ type Greeting struct {
 	Name string `json:"name" jsonschema:"who to greet"`
 }
 
-func run(addr, apiKey string, logger *zap.Logger) error {
-	rt, host, err := newHost(apiKey, logger)
+func run(addr, specs, apiKey string, logger *zap.Logger) error {
+	rt, host, err := newHost(specs, apiKey, logger)
 	if err != nil {
 		return err
 	}
@@ -74,21 +75,22 @@ func run(addr, apiKey string, logger *zap.Logger) error {
 	return errors.Join(serr, rerr)
 }
 
-// newHost builds the runtime with its agents and the host's router with
-// the svc router mounted under /svc.
-func newHost(apiKey string, logger *zap.Logger) (*supervisor.Runtime, http.Handler, error) {
-	rt, err := supervisor.New(supervisor.Config{Emitter: emitters.NewLog(logger), Logger: logger})
-	if err != nil {
-		return nil, nil, err
-	}
+// newHost builds the runtime from the specs and a Go agent, and the host's
+// router with the svc router mounted under /svc.
+func newHost(specs, apiKey string, logger *zap.Logger) (*supervisor.Runtime, http.Handler, error) {
 	greet := tools.MustFunc("greet", "Greets someone by name.", svc.AccessRead,
 		func(_ context.Context, g Greeting) (string, error) { return "hello, " + g.Name, nil })
-	if err := rt.Register(
-		svc.Agent{Name: "echo", Model: "test:echo"},
-		svc.Agent{Name: "greeter", Model: "test:echo", Tools: []svc.Tool{greet}, TrustLevel: svc.TrustLow,
-			ModelSettings: map[string]any{"call_tools": "all"}},
-	); err != nil {
-		_ = rt.Close()
+	greeter := svc.Agent{Name: "greeter", Model: "test:echo", Tools: []svc.Tool{greet}, TrustLevel: svc.TrustLow,
+		ModelSettings: map[string]any{"call_tools": "all"}}
+	// One call: the specs' agents and groups, the built-in tools,
+	// spawn_agents, MCP servers, and the Go agents. Events are logged to
+	// logger (supervisor.Config.NoEventLog turns that off).
+	rt, err := app.NewRuntime(app.RuntimeConfig{
+		SpecsDir: specs,
+		Agents:   []svc.Agent{greeter},
+		Runtime:  supervisor.Config{Logger: logger},
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	agents, err := server.NewRouter(rt, server.WithLogger(logger))

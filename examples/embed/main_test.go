@@ -17,10 +17,10 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestHost drives the example host over real HTTP: the host's auth guards
-// the mounted router, agents run, host handlers map errors with svc's table,
+// the mounted router, the specs' and the Go agents and groups run, host handlers map errors with svc's table,
 // and the runtime shuts down with the server.
 func TestHost(t *testing.T) {
-	rt, host, err := newHost("k", zap.NewNop())
+	rt, host, err := newHost("../specs", "k", zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestHost(t *testing.T) {
 		t.Fatalf("no key: %d", resp.StatusCode)
 	}
 	resp, body := do("GET", "/svc/agents", "k", "")
-	if resp.StatusCode != 200 || body != `["echo","greeter"]`+"\n" && body != `["echo","greeter"]` {
+	if resp.StatusCode != 200 || !strings.Contains(body, `"greeter"`) || !strings.Contains(body, `"clock"`) {
 		t.Fatalf("agents: %d %q", resp.StatusCode, body)
 	}
 	resp, body = do("POST", "/svc/agents/greeter/run", "k", `{"input":"hi"}`)
@@ -61,6 +61,13 @@ func TestHost(t *testing.T) {
 	}
 	if !strings.HasPrefix(res.Output.Tools["greet"], "hello, ") {
 		t.Fatalf("greet tool result: %s", body)
+	}
+	// A spec agent with a built-in tool, and a spec group.
+	if resp, body = do("POST", "/svc/agents/clock/run", "k", `{"input":"time?"}`); resp.StatusCode != 200 || !strings.Contains(body, `"current_time"`) {
+		t.Fatalf("clock: %d %s", resp.StatusCode, body)
+	}
+	if resp, body = do("POST", "/svc/groups/pipeline/run", "k", `{"input":{"text":"hi"}}`); resp.StatusCode != 200 || !strings.Contains(body, `"success":true`) {
+		t.Fatalf("pipeline: %d %s", resp.StatusCode, body)
 	}
 	resp, body = do("GET", "/teapot", "", "")
 	if resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(body, `"RegistryError"`) {

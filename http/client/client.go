@@ -238,6 +238,11 @@ const maxErrorBody = 64 << 10
 // call sends one request and decodes a 2xx JSON answer into out (unless out
 // is nil); any other answer becomes an error.
 func (c *Client) call(ctx context.Context, method, path, requestID string, in, out any) error {
+	return c.callWith(ctx, method, path, requestID, nil, in, out)
+}
+
+// callWith is call with extra request headers.
+func (c *Client) callWith(ctx context.Context, method, path, requestID string, header http.Header, in, out any) error {
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -254,6 +259,9 @@ func (c *Client) call(ctx context.Context, method, path, requestID string, in, o
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return svc.Wrap(svc.KindSpecValidation, err, "client: building the request")
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	if in != nil {

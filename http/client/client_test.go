@@ -395,6 +395,8 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindAllAgentsFailed: svc.ErrAllAgentsFailed, svc.KindModel: svc.ErrModel,
 		svc.KindTimeout: svc.ErrTimeout, svc.KindCancelled: svc.ErrCancelled,
 		svc.KindShuttingDown: svc.ErrShuttingDown, svc.KindOutputValidation: svc.ErrOutputValidation, svc.KindUnauthorized: svc.ErrUnauthorized,
+		svc.KindNotFound: svc.ErrNotFound, svc.KindMethodNotAllowed: svc.ErrMethodNotAllowed,
+		svc.KindCondition: svc.ErrCondition,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))
@@ -577,5 +579,17 @@ func TestGroupNameEscaped(t *testing.T) {
 		if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
 			t.Errorf("RunGroup(%q) = %v, want a RegistryError naming it", name, err)
 		}
+	}
+}
+
+// TestRouteErrorsRebuilt: a route the server does not have (the runs of a
+// server whose backend has none) comes back as a NotFoundError, not as a
+// RegistryError about some run nor as the base kind.
+func TestRouteErrorsRebuilt(t *testing.T) {
+	c := newClient(t, serve(t, router(t, &fakeBackend{})).URL)
+	_, err := c.RunStatus(t.Context(), "some-run")
+	if !errors.Is(err, svc.ErrNotFound) || errors.Is(err, svc.ErrRegistry) || svc.KindOf(err) != svc.KindNotFound ||
+		!strings.Contains(err.Error(), "no route for GET /runs/some-run/status") {
+		t.Fatalf("RunStatus against a server without runs: %v (%s), want a NotFoundError naming the route", err, svc.KindOf(err))
 	}
 }

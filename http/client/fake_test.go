@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +30,13 @@ type fakeBackend struct {
 
 var fakeAgents = []string{"budget", "echo", "err", "fail", "slow"}
 
+// registryError says what the runtime says of a name that is no agent.
 func registryError(name string) error {
-	return &svc.Error{Kind: svc.KindRegistry, Message: "agent " + name + " is not registered", Agent: name}
+	msg := fmt.Sprintf("unknown agent %q (registered agents: %s)", name, strings.Join(fakeAgents, ", "))
+	if _, ok := fakeGroups[name]; ok {
+		msg = fmt.Sprintf("unknown agent %q: %s is a group: POST /groups/%s/run (RunGroup in Go)", name, name, name)
+	}
+	return &svc.Error{Kind: svc.KindRegistry, Message: msg, Agent: name}
 }
 
 func (f *fakeBackend) Agents(context.Context) ([]string, error) {
@@ -57,10 +64,19 @@ func (f *fakeBackend) Run(ctx context.Context, name string, task svc.TaskSpec) (
 	if trace == "" {
 		trace = uuid.Must(uuid.NewV7()).String()
 	}
+	if err := task.CheckTokenBudget(); err != nil {
+		return svc.AgentResult{}, err
+	}
 	res := svc.AgentResult{AgentName: name, TaskID: task.ID, Metadata: svc.ResultMetadata{TraceID: trace, Backend: "local", Attempts: 1}}
 	switch name {
 	case "echo":
-		res.Success, res.Output, res.Metadata.Model = true, task.Input, "test:echo"
+		// Like test:echo on the one-word inputs of the suite: a word in
+		// and a word out.
+		const spent = 2
+		if task.TokenBudget > 0 && task.TokenBudget < spent {
+			return svc.AgentResult{}, &svc.Error{Kind: svc.KindBudgetExceeded, Message: "token budget of the run exceeded", Agent: name, TaskID: task.ID}
+		}
+		res.Success, res.Output, res.Metadata.Model, res.Metadata.TokensUsed = true, task.Input, "test:echo", spent
 	case "fail":
 		res.Error, res.Metadata.Model = &svc.ErrorInfo{Type: string(svc.KindModel), Message: "test:fail always fails"}, "test:fail"
 	case "slow":

@@ -24,8 +24,12 @@ var fakeGroups = map[string]svc.Group{
 	"err": {Name: "err", Nodes: []svc.GroupNode{{Name: "a", Agent: "err"}}},
 }
 
+// groupRegistryError says what the runtime says of a name that is no group.
 func groupRegistryError(name string) error {
-	return &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("group %q is not registered", name)}
+	if slices.Contains(fakeAgents, name) {
+		return &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown group %q: %s is an agent: POST /agents/%s/run (Run in Go)", name, name, name)}
+	}
+	return &svc.Error{Kind: svc.KindRegistry, Message: fmt.Sprintf("unknown group %q (registered groups: ...)", name)}
 }
 
 func (f *fakeBackend) Groups(context.Context) ([]string, error) {

@@ -15,6 +15,7 @@ import (
 )
 
 var _ svc.Observer = (*Client)(nil)
+var _ svc.BudgetKeeper = (*Client)(nil)
 
 // openStream opens a text/event-stream GET of path, resuming after the
 // given event id when it is positive. The stream is bound by ctx only,
@@ -77,6 +78,23 @@ func (c *Client) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, 
 func (c *Client) RuntimeStats(ctx context.Context) (svc.RuntimeStats, error) {
 	var st svc.RuntimeStats
 	err := c.call(ctx, http.MethodGet, "/runtime/stats", "", nil, &st)
+	return st, err
+}
+
+// TokenBudget calls GET /runtime/budget: the state of the server's runtime
+// token budget (a RegistryError when it has none). It implements
+// svc.BudgetKeeper.
+func (c *Client) TokenBudget(ctx context.Context) (svc.BudgetStatus, error) {
+	var st svc.BudgetStatus
+	err := c.call(ctx, http.MethodGet, "/runtime/budget", "", nil, &st)
+	return st, err
+}
+
+// ResetTokenBudget calls POST /runtime/budget/reset: the operator's reset
+// of the server's runtime token budget, which admits runs again.
+func (c *Client) ResetTokenBudget(ctx context.Context) (svc.BudgetStatus, error) {
+	var st svc.BudgetStatus
+	err := c.call(ctx, http.MethodPost, "/runtime/budget/reset", "", nil, &st)
 	return st, err
 }
 
@@ -237,6 +255,12 @@ func (l *Local) RuntimeStats(ctx context.Context) (svc.RuntimeStats, error) {
 	}
 	if st.ToolServers == nil {
 		st.ToolServers = []svc.ToolServerStatus{}
+	}
+	if sr, ok := l.b.(svc.StuckReporter); ok {
+		st.Stuck = sr.Stuck()
+	}
+	if st.Stuck.Calls == nil {
+		st.Stuck.Calls = []svc.StuckCall{}
 	}
 	return st, nil
 }

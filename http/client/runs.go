@@ -98,14 +98,18 @@ type submitRequest struct {
 
 // Submit implements svc.RunBackend: POST /submit. The request id is chosen
 // as for Run and becomes the run's trace id unless the task carries its
-// own.
+// own. req.IdempotencyKey goes as the Idempotency-Key header.
 func (c *Client) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
 	id := runRequestID(ctx, req.Task)
 	var reply struct {
 		RunID string `json:"run_id"`
 	}
+	var header http.Header
+	if req.IdempotencyKey != "" {
+		header = http.Header{"Idempotency-Key": {req.IdempotencyKey}}
+	}
 	body := submitRequest{Target: req.Target, Task: req.Task, Kind: req.Kind, RequestID: id}
-	if err := c.call(ctx, http.MethodPost, "/submit", id, body, &reply); err != nil {
+	if err := c.callWith(ctx, http.MethodPost, "/submit", id, header, body, &reply); err != nil {
 		return "", err
 	}
 	if reply.RunID == "" {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	svc "github.com/svc-dev/svc"
@@ -63,6 +65,9 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 		}
 		return *env.Task, env.RequestID, nil
 	}
+	if _, ok := obj["input"]; !ok {
+		return svc.TaskSpec{}, "", missingInput(obj)
+	}
 	var task svc.TaskSpec
 	if err := strictUnmarshal(data, &task); err != nil {
 		return svc.TaskSpec{}, "", err
@@ -71,6 +76,22 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 		return svc.TaskSpec{}, "", err
 	}
 	return task, "", nil
+}
+
+// missingInput is the error for a run body without "input": most often
+// the agent's input sent as the body itself, so say what the body is.
+func missingInput(obj map[string]json.RawMessage) error {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, strconv.Quote(k))
+	}
+	slices.Sort(keys)
+	found := "it is empty"
+	if len(keys) > 0 {
+		found = "it has " + truncate(strings.Join(keys, ", "), 80)
+	}
+	return svc.Errorf(svc.KindSpecValidation,
+		`input is required: the body is a TaskSpec: {"input": …} (or {"task": {"input": …}}), with the agent's input under "input"; %s`, found)
 }
 
 // decodeGatherBody decodes the body of POST /agents/{name}/gather and checks
@@ -123,20 +144,24 @@ func topLevelObject(data []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		return nil, jsonError(err, dec.InputOffset())
+		return nil, jsonError(data, err, dec.InputOffset())
 	}
 	if raw[0] != '{' {
 		return nil, svc.Errorf(svc.KindSpecValidation, "request body must be a JSON object, not %s", jsonKind(raw[0]))
 	}
+	off := dec.InputOffset()
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, svc.Errorf(svc.KindSpecValidation, "unexpected data after the JSON object at offset %d", dec.InputOffset())
+		for off < int64(len(data)) && strings.IndexByte(" \t\r\n", data[off]) >= 0 {
+			off++
+		}
+		return nil, svc.Errorf(svc.KindSpecValidation, "unexpected data after the JSON object at offset %d", off)
 	}
 	if err := checkJSONText(data); err != nil {
 		return nil, err
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, jsonError(err, 0)
+		return nil, jsonError(raw, err, 0)
 	}
 	return obj, nil
 }
@@ -146,17 +171,20 @@ func strictUnmarshal(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err, dec.InputOffset())
+		return jsonError(data, err, dec.InputOffset())
 	}
 	return nil
 }
 
-// jsonError turns an encoding/json error into a SpecValidationError that
-// names the field or the offset, without Go type names a client cannot act
-// on. offset is where the decoder stopped, for errors that carry none.
-func jsonError(err error, offset int64) error {
+// jsonError turns an encoding/json error about data into a
+// SpecValidationError that names the field or the offset, without Go type
+// names a client cannot act on. offset is where the decoder stopped, for
+// errors that carry none.
+func jsonError(data []byte, err error, offset int64) error {
 	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return svc.Errorf(svc.KindSpecValidation, "malformed JSON at offset %d: %s", e.Offset, e.Error())
+		// Offset counts the bytes read, the offending one included; the
+		// message names that byte, 0-based like every other offset here.
+		return malformed(data, e.Offset-1, e.Error())
 	}
 	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		field := e.Field
@@ -166,12 +194,26 @@ func jsonError(err error, offset int64) error {
 		return svc.Errorf(svc.KindSpecValidation, "field %q: expected %s, got JSON %s", field, jsonTypeName(e.Type.Kind().String()), e.Value)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return svc.Errorf(svc.KindSpecValidation, "malformed JSON at offset %d: unexpected end of input", offset)
+		// The text stopped short: the break is at its end, whatever the
+		// decoder had consumed when it gave up.
+		return malformed(data, int64(len(data)), "unexpected end of input")
 	}
 	msg := strings.TrimPrefix(err.Error(), "json: ")
 	// The remaining decoder errors are unknown fields ("unknown field \"x\"")
 	// and invalid values for a type; both already name what is wrong.
 	return svc.Errorf(svc.KindSpecValidation, "%s", msg)
+}
+
+// malformed reports broken JSON at the 0-based byte offset off of data,
+// with its line and column (1-based, in bytes) for bodies typed by hand.
+func malformed(data []byte, off int64, what string) error {
+	off = max(0, min(off, int64(len(data))))
+	line := 1 + bytes.Count(data[:off], []byte("\n"))
+	col := off + 1
+	if nl := bytes.LastIndexByte(data[:off], '\n'); nl >= 0 {
+		col = off - int64(nl)
+	}
+	return svc.Errorf(svc.KindSpecValidation, "malformed JSON at offset %d (line %d, column %d): %s", off, line, col, what)
 }
 
 // jsonTypeName names a Go reflect kind the way a JSON user would.

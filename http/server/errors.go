@@ -38,6 +38,11 @@ var statusByKind = map[svc.Kind]int{
 	svc.KindShuttingDown:         http.StatusServiceUnavailable,
 	svc.KindUnauthorized:         http.StatusUnauthorized,
 	svc.KindOutputValidation:     http.StatusInternalServerError,
+	svc.KindNotFound:             http.StatusNotFound,
+	svc.KindMethodNotAllowed:     http.StatusMethodNotAllowed,
+	// The expression compiled when the group was registered; failing on
+	// a run's data is the run's failure, not the request's.
+	svc.KindCondition: http.StatusInternalServerError,
 	// 499 (nginx's "client closed request") is not a registered status and
 	// some proxies rewrite it; a cancelled run is a conflict with the run's
 	// state, which is how /runs/{id}/result reports it too.

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -56,13 +58,62 @@ func WithSSEEmitter(sub svc.EventSubscriber) Option {
 	}
 }
 
+// DefaultStreamWriteTimeout is how long one write of an event stream
+// (GET /events/stream, GET /runs/{id}/stream) may wait for the client to
+// take it before the client counts as unable to keep up and is
+// disconnected.
+const DefaultStreamWriteTimeout = 10 * time.Second
+
+// streamSendBuffer caps the kernel send buffer of a stream's connection
+// when the server was built with ConnContext. Left to autotuning, a
+// client that stops reading absorbs some 4 MB of frames (measured on
+// loopback) before a write blocks, each encoded and written for nothing:
+// 500 such clients cost the server 2 GB of frames and ~99% of its
+// throughput for half a minute (issue 13). Linux doubles the value: 32 KB
+// in all, still tens of frames for a client that reads.
+const streamSendBuffer = 16 << 10
+
+// WithStreamWriteTimeout sets how long one write of an event stream may
+// wait for the client (default DefaultStreamWriteTimeout). A client that
+// takes longer cannot keep up: its stream ends, and a subscriber of
+// GET /events/stream is counted (sse.Emitter.SlowDisconnects) and logged.
+// d must be positive.
+func WithStreamWriteTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errors.New("server: WithStreamWriteTimeout: the timeout must be positive")
+		}
+		c.writeTimeout = d
+		return nil
+	}
+}
+
+type connKey struct{}
+
+// ConnContext is an http.Server ConnContext that lets the event streams
+// reach their connection, to cap its kernel send buffer (see
+// streamSendBuffer): set it on the server that serves the router so that a
+// client that stops reading costs the server little before its write
+// deadline expires. Without it the streams work the same, with the
+// system's buffers.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// slowDisconnecter is implemented by a subscription that counts the
+// subscribers cut off for not keeping up (emitters/sse).
+type slowDisconnecter interface {
+	DisconnectSlow() bool
+}
+
 // mountEventStream adds GET /events/stream to r.
-func mountEventStream(r chi.Router, sub svc.EventSubscriber) {
-	r.Method(http.MethodGet, "/events/stream", Handle((&eventStream{sub: sub}).serve))
+func mountEventStream(r chi.Router, sub svc.EventSubscriber, writeTimeout time.Duration) {
+	r.Method(http.MethodGet, "/events/stream", Handle((&eventStream{sub: sub, writeTimeout: writeTimeout}).serve))
 }
 
 type eventStream struct {
-	sub svc.EventSubscriber
+	sub          svc.EventSubscriber
+	writeTimeout time.Duration
 }
 
 // eventFilter reads the filter of GET /events/stream. Other parameters
@@ -126,9 +177,22 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	log := loggerFrom(r.Context())
+	var out *sseWriter
 	defer func() {
+		if out != nil && out.end() {
+			// The client stopped taking the stream: cut it off, once.
+			counted := true
+			if sd, ok := sub.(slowDisconnecter); ok {
+				counted = sd.DisconnectSlow()
+			}
+			if counted {
+				log.Warn("event stream subscriber too slow; disconnected",
+					zap.Duration("write_timeout", out.timeout), zap.Uint64("dropped", sub.Dropped()),
+					zap.String("request_id", requestIDOf(w, r)))
+			}
+		}
 		_ = sub.Close()
-		if d := sub.Dropped(); d > 0 {
+		if d := sub.Dropped(); d > 0 && (out == nil || !out.slow) {
 			log.Warn("event stream subscriber fell behind; events dropped",
 				zap.Uint64("dropped", d), zap.String("request_id", requestIDOf(w, r)))
 		}
@@ -137,8 +201,9 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 	if heartbeat <= 0 {
 		heartbeat = DefaultHeartbeat
 	}
-	out, err := startSSE(w)
+	out, err = startSSE(w, r, h.writeTimeout)
 	if err != nil {
+		out = nil
 		return fmt.Errorf("server: event stream: %w", err)
 	}
 	write := out.write
@@ -186,22 +251,61 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
+// lineBreaks removes line breaks; built once, since a Replacer builds its
+// tables on first use and sseField runs for every frame.
+var lineBreaks = strings.NewReplacer("\r", "", "\n", "")
+
 // sseField keeps a value on its line: a line break inside an event type
 // would end the field and start a forged one.
 func sseField(s string) string {
-	return strings.NewReplacer("\r", "", "\n", "").Replace(s)
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return lineBreaks.Replace(s)
 }
 
 // sseWriter writes a text/event-stream response, flushing every write so
-// that each frame reaches the client at once.
+// that each frame reaches the client at once, and giving each write
+// timeout to complete.
 type sseWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	conn    net.Conn // from ConnContext; nil without it
+	timeout time.Duration
+	slow    bool // a write missed its deadline
 }
 
-// startSSE sends the event stream's headers and flushes them.
-func startSSE(w http.ResponseWriter) (*sseWriter, error) {
-	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+// setDeadline sets the connection's write deadline. A writer without
+// deadlines (a recorder, middleware without Unwrap, no ConnContext) just
+// writes: the error is ignored, and the write's duration still tells a
+// stalled client.
+func (s *sseWriter) setDeadline(t time.Time) {
+	if s.conn != nil {
+		_ = s.conn.SetWriteDeadline(t)
+		return
+	}
+	_ = s.rc.SetWriteDeadline(t)
+}
+
+// startSSE sends the event stream's headers and flushes them. With the
+// connection in r's context (ConnContext), it caps the connection's
+// kernel send buffer first. timeout 0 is DefaultStreamWriteTimeout.
+func startSSE(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*sseWriter, error) {
+	if timeout <= 0 {
+		timeout = DefaultStreamWriteTimeout
+	}
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && r.ProtoMajor == 1 {
+		// The connection itself, when the server gave it (ConnContext):
+		// a wrapper without Unwrap (otelhttp's) hides it from the
+		// ResponseController. Over HTTP/1 only: an HTTP/2 connection
+		// carries other requests' streams too.
+		s.conn = c
+		if tc, ok := c.(interface{ SetWriteBuffer(int) error }); ok {
+			_ = tc.SetWriteBuffer(streamSendBuffer)
+		}
+	}
+	s.setDeadline(time.Now().Add(timeout))
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-cache")
@@ -213,10 +317,43 @@ func startSSE(w http.ResponseWriter) (*sseWriter, error) {
 	return s, nil
 }
 
-// write sends b at once; false means the client has gone.
+// write sends b at once; false means the client has gone, or did not
+// take b within the timeout (then slow is set).
 func (s *sseWriter) write(b []byte) bool {
-	if _, err := s.w.Write(b); err != nil {
+	start := time.Now()
+	s.setDeadline(start.Add(s.timeout))
+	_, err := s.w.Write(b)
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	// A wrapper's Flush without FlushError (chi's, for one) swallows the
+	// deadline's error: the time the write took tells as well.
+	if errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= s.timeout {
+		s.slow = true
 		return false
 	}
-	return s.rc.Flush() == nil
+	return err == nil
+}
+
+// end clears the write deadline, which would otherwise outlive the
+// stream on a kept-alive connection, and reports whether the stream
+// ended because the client did not keep up; then the connection is
+// closed.
+func (s *sseWriter) end() bool {
+	if !s.slow {
+		s.setDeadline(time.Time{})
+		return false
+	}
+	if s.conn != nil {
+		// net/http may take the response for complete when a wrapper
+		// swallowed the write's error, and keep the connection for the
+		// next request: close it, so the client sees the cut. Reset, not
+		// closed in order: a FIN would wait behind the unsent frames for
+		// a client that does not read.
+		if tc, ok := s.conn.(interface{ SetLinger(int) error }); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = s.conn.Close()
+	}
+	return true
 }

@@ -179,6 +179,7 @@ func TestGroupRunErrors(t *testing.T) {
 		status int
 	}{
 		{svc.KindTopology, 400},
+		{svc.KindCondition, 500}, // a condition failing on a run's data
 		{svc.KindAllAgentsFailed, 500},
 		{svc.KindSpecValidation, 400},
 		{svc.KindBudgetExceeded, 429},

@@ -134,7 +134,7 @@ func checkTokens(data []byte) error {
 			return nil
 		}
 		if err != nil {
-			return jsonError(err, dec.InputOffset())
+			return jsonError(data, err, dec.InputOffset())
 		}
 		if len(stack) > 0 {
 			if top := stack[len(stack)-1]; top.object && top.key {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -20,9 +21,11 @@ import (
 //	GET /usage?group_by=agent|trace|model|none                svc.Usage (event store)
 //	GET /tools                                               []svc.ToolDescriptor (backend's svc.ToolCatalog)
 //	GET /tools?group_by=tool|agent_tool                      svc.ToolUsage (event store)
-//	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's tool servers)
+//	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's tool servers and the live fleet)
 //	GET /runs/{trace_id}/tree                                svc.EventTree (event store)
 //	GET /runs?state=&limit=&cursor=                          svc.RunPage (backend's svc.RunLister)
+//	GET /runtime/budget                                      svc.BudgetStatus (backend's svc.BudgetKeeper; 404 without a token_budget)
+//	POST /runtime/budget/reset                               svc.BudgetStatus after the reset (backend's svc.BudgetKeeper)
 //
 // since and until are RFC 3339 timestamps or Unix milliseconds. An unknown
 // query parameter, a bad value or a limit above svc.MaxEventLimit is a 400
@@ -30,17 +33,20 @@ import (
 type observation struct {
 	b      svc.Backend
 	events svc.EventReader // nil without an event store
+	fleet  svc.FleetReader // nil without a broker
 	now    func() time.Time
 }
 
-func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader) {
-	o := &observation{b: b, events: events, now: time.Now}
+func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet svc.FleetReader) {
+	o := &observation{b: b, events: events, fleet: fleet, now: time.Now}
 	_, hasCatalog := b.(svc.ToolCatalog)
 	if events != nil {
 		r.Method(http.MethodGet, "/events", Handle(o.listEvents))
 		r.Method(http.MethodGet, "/usage", Handle(o.usage))
-		r.Method(http.MethodGet, "/runtime/stats", Handle(o.stats))
 		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(o.tree))
+	}
+	if events != nil || fleet != nil {
+		r.Method(http.MethodGet, "/runtime/stats", Handle(o.stats))
 	}
 	if events != nil || hasCatalog {
 		r.Method(http.MethodGet, "/tools", Handle(o.tools))
@@ -48,6 +54,27 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader) {
 	if _, ok := b.(svc.RunLister); ok {
 		r.Method(http.MethodGet, "/runs", Handle(o.runs))
 	}
+	if k, ok := b.(svc.BudgetKeeper); ok {
+		r.Method(http.MethodGet, "/runtime/budget", Handle(func(w http.ResponseWriter, r *http.Request) error {
+			return budgetReply(w, r, k.TokenBudget)
+		}))
+		r.Method(http.MethodPost, "/runtime/budget/reset", Handle(func(w http.ResponseWriter, r *http.Request) error {
+			return budgetReply(w, r, k.ResetTokenBudget)
+		}))
+	}
+}
+
+// budgetReply answers a budget route with what op returns. The reset takes
+// no body and no query: an operator's POST with either is a mistake.
+func budgetReply(w http.ResponseWriter, r *http.Request, op func(context.Context) (svc.BudgetStatus, error)) error {
+	if _, err := queryOf(r); err != nil {
+		return err
+	}
+	st, err := op(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
 }
 
 // queryOf returns r's query, refusing parameters outside allowed and
@@ -197,10 +224,18 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryOf(r); err != nil {
 		return err
 	}
-	st, err := o.events.RuntimeStats(r.Context(), o.now())
-	if err != nil {
+	now := o.now()
+	st := svc.RuntimeStats{GeneratedAt: now.UTC(), Rejections: map[string]int64{}, ErrorGroups: []svc.ErrorGroup{}}
+	if o.events != nil {
+		var err error
+		if st, err = o.events.RuntimeStats(r.Context(), now); err != nil {
+			return err
+		}
+	}
+	if err := o.addFleet(r, &st); err != nil {
 		return err
 	}
+	var err error
 	if cat, ok := o.b.(svc.ToolCatalog); ok {
 		if st.ToolServers, err = cat.ToolServers(r.Context()); err != nil {
 			return err
@@ -209,7 +244,47 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	if st.ToolServers == nil {
 		st.ToolServers = []svc.ToolServerStatus{}
 	}
+	if k, ok := o.b.(svc.BudgetKeeper); ok {
+		if b, err := k.TokenBudget(r.Context()); err == nil {
+			st.TokenBudget = &b
+		}
+	}
+	if sr, ok := o.b.(svc.StuckReporter); ok {
+		st.Stuck = sr.Stuck()
+	}
+	if st.Stuck.Calls == nil {
+		st.Stuck.Calls = []svc.StuckCall{}
+	}
 	return writeJSON(w, http.StatusOK, st)
+}
+
+// addFleet puts the live fleet ahead of the workers the event store
+// remembers: a worker this node has heard from is listed as it heard it
+// (with its own health thresholds, worker_started counting as a sign of
+// life); one only the store knows (heard before a restart) stays as the
+// store derived it.
+func (o *observation) addFleet(r *http.Request, st *svc.RuntimeStats) error {
+	if o.fleet != nil {
+		live, err := o.fleet.Workers(r.Context())
+		if err != nil {
+			return err
+		}
+		seen := make(map[string]bool, len(live))
+		for _, w := range live {
+			seen[w.RuntimeID] = true
+		}
+		for _, w := range st.Workers {
+			if !seen[w.RuntimeID] {
+				live = append(live, w)
+			}
+		}
+		slices.SortFunc(live, func(a, b svc.WorkerStatus) int { return strings.Compare(a.RuntimeID, b.RuntimeID) })
+		st.Workers = live
+	}
+	if st.Workers == nil {
+		st.Workers = []svc.WorkerStatus{}
+	}
+	return nil
 }
 
 func (o *observation) tree(w http.ResponseWriter, r *http.Request) error {

@@ -54,6 +54,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -78,6 +79,9 @@ type config struct {
 	log       *zap.Logger
 	heartbeat time.Duration
 	sse       svc.EventSubscriber // WithSSEEmitter
+	// writeTimeout bounds each write of an event stream
+	// (WithStreamWriteTimeout).
+	writeTimeout time.Duration
 }
 
 // WithMaxBodyBytes bounds request bodies to n bytes (default 1 MiB); a
@@ -145,7 +149,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	if b == nil {
 		return nil, errors.New("server: NewRouter: nil backend")
 	}
-	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L(), heartbeat: DefaultHeartbeat}
+	cfg := config{maxBody: DefaultMaxBodyBytes, log: zap.L(), heartbeat: DefaultHeartbeat, writeTimeout: DefaultStreamWriteTimeout}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -159,7 +163,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		})
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		writeProblem(w, req, http.StatusNotFound, Problem{Detail: "no route for " + req.Method + " " + req.URL.Path})
+		writeProblem(w, req, http.StatusNotFound, Problem{Error: string(svc.KindNotFound), Detail: "no route for " + req.Method + " " + req.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		// chi drops its Allow header once the handler is replaced; rebuild it.
@@ -172,7 +176,12 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 				w.Header().Add("Allow", m)
 			}
 		}
-		writeProblem(w, req, http.StatusMethodNotAllowed, Problem{Detail: "method " + req.Method + " is not allowed on " + req.URL.Path})
+		allow := w.Header().Values("Allow")
+		detail := "method " + req.Method + " is not allowed on " + req.URL.Path
+		if len(allow) > 0 {
+			detail += " (allowed: " + strings.Join(allow, ", ") + ")"
+		}
+		writeProblem(w, req, http.StatusMethodNotAllowed, Problem{Error: string(svc.KindMethodNotAllowed), Detail: detail})
 	})
 	r.Method(http.MethodGet, "/agents", Handle(h.agents))
 	r.Method(http.MethodGet, "/agents/{name}/schema", Handle(h.schema))
@@ -185,7 +194,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/health", Handle(h.healthz))
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
 	if rb, ok := b.(svc.RunBackend); ok {
-		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat})
+		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout})
 	}
 	if own, ok := b.(svc.EventSubscriber); ok {
 		if cfg.sse != nil {
@@ -194,7 +203,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		cfg.sse = own
 	}
 	if cfg.sse != nil {
-		mountEventStream(r, cfg.sse)
+		mountEventStream(r, cfg.sse, cfg.writeTimeout)
 	}
 	return r, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.uber.org/zap"
 
 	svc "github.com/svc-dev/svc"
 )
@@ -38,9 +39,10 @@ func WithHeartbeat(d time.Duration) Option {
 
 // runHandlers serve the asynchronous routes over a svc.RunBackend.
 type runHandlers struct {
-	rb        svc.RunBackend
-	maxBody   int64
-	heartbeat time.Duration
+	rb           svc.RunBackend
+	maxBody      int64
+	heartbeat    time.Duration
+	writeTimeout time.Duration // WithStreamWriteTimeout
 }
 
 // mountRuns adds the routes of the asynchronous runs to r.
@@ -191,10 +193,17 @@ func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, err := startSSE(w)
+	out, err := startSSE(w, r, h.writeTimeout)
 	if err != nil {
 		return fmt.Errorf("server: run stream %q: %w", id, err)
 	}
+	defer func() {
+		if out.end() {
+			loggerFrom(r.Context()).Warn("run stream client too slow; disconnected",
+				zap.String("run_id", id), zap.Duration("write_timeout", out.timeout),
+				zap.String("request_id", requestIDOf(w, r)))
+		}
+	}()
 	idle := time.NewTimer(h.heartbeat)
 	defer idle.Stop()
 	for {

@@ -197,9 +197,13 @@ func TestRoutes(t *testing.T) {
 		problem(t, r, 503)
 	}
 
-	problem(t, do(t, srv, "GET", "/nowhere", ""), 404)
+	if p := problem(t, do(t, srv, "GET", "/nowhere", ""), 404); p.Error != string(svc.KindNotFound) || p.Detail != "no route for GET /nowhere" {
+		t.Errorf("unknown route: error %q, detail %q; want NotFoundError naming the route", p.Error, p.Detail)
+	}
 	r = do(t, srv, "DELETE", "/agents/echo/run", "")
-	problem(t, r, 405)
+	if p := problem(t, r, 405); p.Error != string(svc.KindMethodNotAllowed) || !strings.Contains(p.Detail, "DELETE") || !strings.Contains(p.Detail, "allowed: POST") {
+		t.Errorf("wrong method: error %q, detail %q; want MethodNotAllowedError naming DELETE and the allowed POST", p.Error, p.Detail)
+	}
 	if got := r.header.Values("Allow"); len(got) != 1 || got[0] != "POST" {
 		t.Errorf("405 Allow = %q, want [POST]", got)
 	}
@@ -217,6 +221,7 @@ func TestErrorStatuses(t *testing.T) {
 		svc.KindAllAgentsFailed: 500, svc.KindModel: 502, svc.KindTimeout: 504,
 		svc.KindCancelled: 409, svc.KindShuttingDown: 503, svc.KindOutputValidation: 500, svc.KindUnauthorized: 401,
 		svc.KindUnsupportedMediaType: 415, svc.KindForbiddenOrigin: 403,
+		svc.KindNotFound: 404, svc.KindMethodNotAllowed: 405, svc.KindCondition: 500,
 		"FrobnicationError": 500, // unknown: falls back to its parent, the base
 	}
 	for _, k := range svc.Kinds {
@@ -276,15 +281,25 @@ func TestNonDomainErrorIsHiddenAndLogged(t *testing.T) {
 func TestRunBodyErrors(t *testing.T) {
 	srv, _ := newRouter(t)
 	for _, tc := range []struct{ name, body, want string }{
-		{"unknown field", `{"inptu":1}`, `unknown field "inptu"`},
+		{"unknown field", `{"input":1,"inptu":1}`, `unknown field "inptu"`},
+		// The agent's input sent as the body: say what the body is.
+		{"input not wrapped", `{"text":"hi"}`, `the body is a TaskSpec: {"input": …}`},
+		{"input misspelt", `{"inptu":1}`, `it has "inptu"`},
+		{"empty object", `{}`, `the body is a TaskSpec: {"input": …} (or {"task": {"input": …}}), with the agent's input under "input"; it is empty`},
 		{"unknown field in envelope", `{"task":{"input":1},"requestid":"x"}`, `unknown field "requestid"`},
 		{"unknown field in task", `{"task":{"input":1,"ID2":"x"}}`, `unknown field "ID2"`},
 		{"wrong type", `{"input":1,"id":7}`, `field "id": expected a string, got JSON number`},
 		{"wrong type in envelope", `{"task":{"input":1,"metadata":{"k":1}}}`, `field "task.metadata": expected a string, got JSON number`},
 		{"wrong type of task", `{"task":"x"}`, `field "task": expected an object`},
-		{"malformed", `{"input": 1,}`, "malformed JSON at offset 13"},
-		{"truncated", `{"input": `, "malformed JSON at offset"},
-		{"missing input", `{"id":"x"}`, "input is required"},
+		// Offsets are 0-based and name the byte where the text breaks.
+		{"malformed", `{"input": 1,}`, "malformed JSON at offset 12 (line 1, column 13): invalid character '}'"},
+		{"double comma", `{"input": [1, 2,, 3]}`, "malformed JSON at offset 16 (line 1, column 17): invalid character ','"},
+		{"bad literal", `{"input": {"a": tru}}`, "malformed JSON at offset 19 (line 1, column 20): invalid character '}' in literal true"},
+		{"second line", "{\n  \"input\": 1\n  \"id\": \"x\"}", "malformed JSON at offset 17 (line 3, column 3): invalid character '\"' after object key:value pair"},
+		{"truncated", `{"input": `, "malformed JSON at offset 10 (line 1, column 11): unexpected end of input"},
+		{"unterminated string", `{"input": "abc`, "malformed JSON at offset 14 (line 1, column 15): unexpected end of input"},
+		{"trailing data offset", `{"input":1}  {"input":2}`, "unexpected data after the JSON object at offset 13"},
+		{"missing input", `{"id":"x"}`, "input is required: the body is a TaskSpec"},
 		{"null input", `{"input":null}`, "input is required"},
 		{"missing input in envelope", `{"task":{"id":"x"},"request_id":"r"}`, "task.input is required"},
 		{"null task", `{"task":null}`, "task must be a TaskSpec object"},

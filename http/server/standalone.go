@@ -30,6 +30,11 @@ type StandaloneConfig struct {
 	// are served whenever the backend implements svc.ToolCatalog and
 	// svc.RunLister.
 	Events svc.EventReader
+	// Fleet, when set, is the live list of the fleet's workers (a
+	// publisher's dispatch.Publisher): GET /runtime/stats lists them, ahead
+	// of the workers the event store remembers, and is served even without
+	// an event store.
+	Fleet svc.FleetReader
 	// MeterProvider, when set, receives the HTTP server metrics (see
 	// Metrics).
 	MeterProvider metric.MeterProvider
@@ -58,7 +63,7 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mountObservation(rt, b, cfg.Events)
+	mountObservation(rt, b, cfg.Events, cfg.Fleet)
 	if cfg.Metrics != nil {
 		rt.Method(http.MethodGet, "/metrics", cfg.Metrics)
 	}

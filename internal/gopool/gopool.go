@@ -19,15 +19,20 @@ type Pool struct {
 	idle   []*worker // LIFO; idle[0] has waited longest
 	closed bool
 	live   int
-	// late counts the functions started after Close; they are counted
-	// under mu rather than in wg, whose Add must not race with Close's
-	// Wait (a timer may hand work to the pool at any time).
-	late     int
-	lateDone *sync.Cond
+	// live and late (the functions started after Close) count what Close
+	// waits for; they are counted under mu rather than in a WaitGroup,
+	// whose Add must not race with Close's Wait (a timer may hand work to
+	// the pool at any time).
+	late int
+	// detached counts the functions that may never return (Detach):
+	// Close does not wait for that many workers.
+	detached int
+	// exited is signalled whenever a worker or late goroutine ends.
+	exited *sync.Cond
 
 	idleFor time.Duration
 	stop    chan struct{}
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the janitor
 	once    sync.Once
 }
 
@@ -39,7 +44,7 @@ type worker struct {
 // New returns a pool whose workers exit after idle without work.
 func New(idle time.Duration) *Pool {
 	p := &Pool{idleFor: idle, stop: make(chan struct{})}
-	p.lateDone = sync.NewCond(&p.mu)
+	p.exited = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.janitor()
 	return p
@@ -70,9 +75,8 @@ func (p *Pool) Go(f func()) {
 		go func() {
 			defer func() {
 				p.mu.Lock()
-				if p.late--; p.late == 0 {
-					p.lateDone.Broadcast()
-				}
+				p.late--
+				p.exited.Broadcast()
 				p.mu.Unlock()
 			}()
 			f()
@@ -81,12 +85,10 @@ func (p *Pool) Go(f func()) {
 	}
 	p.live++
 	p.mu.Unlock()
-	p.wg.Add(1)
 	go p.run(&worker{ch: make(chan func(), 1)}, f)
 }
 
 func (p *Pool) run(w *worker, f func()) {
-	defer p.wg.Done()
 	for f != nil {
 		f()
 		if !p.park(w) {
@@ -96,6 +98,24 @@ func (p *Pool) run(w *worker, f func()) {
 	}
 	p.mu.Lock()
 	p.live--
+	p.exited.Broadcast()
+	p.mu.Unlock()
+}
+
+// Detach tells the pool that a function it runs was abandoned by its
+// owner and may never return (a tool call stuck in a system call): Close
+// then does not wait for one worker. Call Rejoin when the function does
+// return.
+func (p *Pool) Detach() {
+	p.mu.Lock()
+	p.detached++
+	p.mu.Unlock()
+}
+
+// Rejoin undoes one Detach, once the abandoned function has returned.
+func (p *Pool) Rejoin() {
+	p.mu.Lock()
+	p.detached--
 	p.mu.Unlock()
 }
 
@@ -147,7 +167,9 @@ func (p *Pool) janitor() {
 }
 
 // Close makes idle workers exit and waits for every worker (and function
-// started after Close) to finish. Calling Go after Close still runs f.
+// started after Close) to finish, but for as many as are detached: those
+// exit on their own if their functions ever return. Calling Go after
+// Close still runs f.
 func (p *Pool) Close() {
 	p.once.Do(func() {
 		p.mu.Lock()
@@ -160,10 +182,10 @@ func (p *Pool) Close() {
 		}
 		close(p.stop)
 	})
-	p.wg.Wait()
+	p.wg.Wait() // the janitor
 	p.mu.Lock()
-	for p.late > 0 {
-		p.lateDone.Wait()
+	for p.live+p.late > p.detached {
+		p.exited.Wait()
 	}
 	p.mu.Unlock()
 }

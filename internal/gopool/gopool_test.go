@@ -106,3 +106,27 @@ func TestGoDuringClose(t *testing.T) {
 		p.Close()
 	}
 }
+
+// Close does not wait for a function its owner detached (one stuck for
+// good, as far as anyone knows); the worker still exits once it returns.
+func TestCloseSkipsDetached(t *testing.T) {
+	p := New(time.Second)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	p.Go(func() { close(started); <-release })
+	<-started
+	p.Detach()
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Close waited for a detached function")
+	}
+	p.Rejoin()
+	close(release)
+	for p.Workers() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -366,7 +366,7 @@ func (s *Store) lookup(runID string) (*run, error) {
 	}
 	r, ok := s.runs[runID]
 	if !ok {
-		return nil, svc.Errorf(svc.KindRegistry, "memstore: unknown run %q", runID)
+		return nil, svc.Errorf(svc.KindRegistry, "unknown run %q", runID)
 	}
 	return r, nil
 }

@@ -730,7 +730,7 @@ func (s *Store) write(ctx context.Context, prepare func(*pebble.Batch) ([]string
 func (s *Store) load(runID string) (*stored, error) {
 	v, closer, err := s.db.Get(runKey(runID))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, svc.Errorf(svc.KindRegistry, "run %q not found", runID)
+		return nil, svc.Errorf(svc.KindRegistry, "unknown run %q", runID)
 	}
 	if err != nil {
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read run %q", runID))

@@ -700,7 +700,7 @@ func (s *Store) expiringKey() string { return s.prefix + "::expiring" }
 // return numbers, so the Int64Slice reply stays uniform).
 var stateNames = map[int64]svc.RunState{1: svc.RunPending, 2: svc.RunRunning, 3: svc.RunCompleted, 4: svc.RunFailed, 5: svc.RunCancelled}
 
-func notFound(runID string) error { return svc.Errorf(svc.KindRegistry, "run %q not found", runID) }
+func notFound(runID string) error { return svc.Errorf(svc.KindRegistry, "unknown run %q", runID) }
 
 func errClosed() error { return svc.Errorf(svc.KindShuttingDown, "redisstore: store is closed") }
 

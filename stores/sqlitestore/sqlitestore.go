@@ -849,7 +849,7 @@ func (s *Store) fail(ctx context.Context, err error, format string, args ...any)
 }
 
 func unknown(runID string) error {
-	return svc.Errorf(svc.KindRegistry, "sqlitestore: unknown run %q", runID)
+	return svc.Errorf(svc.KindRegistry, "unknown run %q", runID)
 }
 
 // eventArgs are the arguments of sqlAppend and sqlAppendFinal.

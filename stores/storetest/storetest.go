@@ -313,6 +313,11 @@ func testUnknownRun(t *testing.T, s svc.RunStore) {
 			if errors.Is(err, svc.ErrRunState) {
 				t.Errorf("%s of an unknown run: %v is also a RunStateError", c.name, err)
 			}
+			// Callers show this text to users (a 404 of GET /runs/ID/status):
+			// the same words from every store, and no store's name in them.
+			if want := fmt.Sprintf("unknown run %q", id); err != nil && err.Error() != want {
+				t.Errorf("%s of an unknown run: %q, want %q", c.name, err, want)
+			}
 		})
 	}
 	if _, err := s.Get(ctx, id); err == nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 //
 // Agents:
 //
-//	echo  model test:echo: the output is the input
+//	echo  model test:echo: the output is the input; a run spends at least 2
+//	      tokens, and a task's token_budget caps them (BudgetExceededError)
 //	fail  model test:fail: every run fails (success false, error type ModelError)
 //	slow  model test:echo with model_settings latency_ms 10000
 //
@@ -59,6 +61,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) svc.Backend) {
 		{"GatherTraceID", testGatherTraceID},
 		{"GatherConcurrency", testGatherConcurrency},
 		{"GatherRejections", testGatherRejections},
+		{"RunTokenBudget", testRunTokenBudget},
 		{"Ready", testReady},
 		{"Groups", testGroups},
 		{"GroupTopology", testGroupTopology},
@@ -231,6 +234,15 @@ func testRunUnknownAgent(t *testing.T, b svc.Backend) {
 	if !errors.Is(err, svc.ErrRegistry) {
 		t.Errorf("Run(nope) error = %v, want a RegistryError", err)
 	}
+	// The error says what to do: the agents there are to run.
+	if err != nil && (!strings.Contains(err.Error(), `unknown agent "nope" (registered agents: `) || !strings.Contains(err.Error(), "echo")) {
+		t.Errorf("Run(nope) error = %q, want it to list the registered agents", err)
+	}
+	// A group's name points at the group route.
+	_, err = b.Run(ctxFor(t), "pair", svc.TaskSpec{Input: json.RawMessage(`1`)})
+	if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), "pair is a group: POST /groups/pair/run") {
+		t.Errorf("Run(pair), a group, error = %v, want a RegistryError saying it is a group", err)
+	}
 }
 
 func testRunCancelled(t *testing.T, b svc.Backend) {
@@ -333,5 +345,31 @@ func testGatherRejections(t *testing.T, b svc.Backend) {
 func testReady(t *testing.T, b svc.Backend) {
 	if err := b.Ready(ctxFor(t)); err != nil {
 		t.Errorf("Ready = %v, want nil", err)
+	}
+}
+
+// testRunTokenBudget: a task's token_budget travels with it and caps its
+// run: below what the run spends, Run fails with a BudgetExceededError and
+// a gather task's result fails with that type; above, nothing changes; a
+// negative one is a SpecValidationError.
+func testRunTokenBudget(t *testing.T, b svc.Backend) {
+	ctx := ctxFor(t)
+	_, err := b.Run(ctx, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 1})
+	if !errors.Is(err, svc.ErrBudgetExceeded) {
+		t.Fatalf("Run with token_budget 1: %v, want a BudgetExceededError", err)
+	}
+	res, err := b.Run(ctx, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 1000})
+	if err != nil || !res.Success {
+		t.Fatalf("Run with token_budget 1000: %+v, %v", res, err)
+	}
+	out, err := b.Gather(ctx, "echo", []svc.TaskSpec{{Input: json.RawMessage(`1`)}, {Input: json.RawMessage(`2`), TokenBudget: 1}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Success || out[1].Success || out[1].Error == nil || out[1].Error.Type != string(svc.KindBudgetExceeded) {
+		t.Fatalf("gather with one task capped at 1 token: %+v", out)
+	}
+	if _, err := b.Run(ctx, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}); !errors.Is(err, svc.ErrSpecValidation) {
+		t.Fatalf("Run with token_budget -1: %v, want a SpecValidationError", err)
 	}
 }

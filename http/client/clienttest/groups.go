@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,8 +96,9 @@ func testGroupUnknown(t *testing.T, b svc.Backend) {
 		t.Errorf("RunGroup(nope) error = %v, want a RegistryError", err)
 	}
 	// An agent's name is not a group's.
-	if _, err := b.RunGroup(ctxFor(t), "echo", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunGroup(echo), an agent, error = %v, want a RegistryError", err)
+	if _, err := b.RunGroup(ctxFor(t), "echo", svc.TaskSpec{Input: json.RawMessage(`1`)}); !errors.Is(err, svc.ErrRegistry) ||
+		!strings.Contains(err.Error(), "echo is an agent: POST /agents/echo/run") {
+		t.Errorf("RunGroup(echo), an agent, error = %v, want a RegistryError pointing at the agent route", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ func RunSubmit(t *testing.T, newBackend func(t *testing.T) svc.RunBackend) {
 		{"Events", testRunEvents},
 		{"EventsLive", testRunEventsLive},
 		{"SubmitGroups", testSubmitGroups},
+		{"SubmitTokenBudget", testSubmitTokenBudget},
+		{"SubmitIdempotent", testSubmitIdempotent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,24 +193,42 @@ func testSubmitUnknown(t *testing.T, b svc.RunBackend) {
 			t.Errorf("Submit(%s, kind %q) refused but returned run id %q", req.Target, req.Kind, id)
 		}
 	}
+	// The refusals say what to submit instead.
+	for _, tc := range []struct {
+		req  svc.SubmitRequest
+		want string
+	}{
+		{svc.SubmitRequest{Target: "nope"}, `unknown target "nope" (registered agents: `},
+		{svc.SubmitRequest{Target: "echo", Kind: svc.KindGroup}, `echo is an agent: submit it with kind "agent"`},
+		{svc.SubmitRequest{Target: "pair", Kind: svc.KindAgent}, `pair is a group: submit it with kind "group"`},
+	} {
+		tc.req.Task = svc.TaskSpec{Input: json.RawMessage(`1`)}
+		if _, err := b.Submit(ctxFor(t), tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Submit(%s, kind %q) = %v, want it to say %q", tc.req.Target, tc.req.Kind, err, tc.want)
+		}
+	}
 }
 
 func testUnknownRun(t *testing.T, b svc.RunBackend) {
 	const id = "nope-run"
-	if err := b.CancelRun(ctxFor(t), id); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("CancelRun(unknown) = %v, want a RegistryError", err)
+	// The same words from every backend and store, none of them a
+	// package's name: users read this text in a 404.
+	const want = `unknown run "nope-run"`
+	check := func(call string, err error) {
+		t.Helper()
+		if !errors.Is(err, svc.ErrRegistry) || err.Error() != want {
+			t.Errorf("%s(unknown) = %v, want a RegistryError %q", call, err, want)
+		}
 	}
-	if _, err := b.RunStatus(ctxFor(t), id); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunStatus(unknown) = %v, want a RegistryError", err)
-	}
-	if _, err := b.RunResult(ctxFor(t), id); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunResult(unknown) = %v, want a RegistryError", err)
-	}
+	check("CancelRun", b.CancelRun(ctxFor(t), id))
+	_, err := b.RunStatus(ctxFor(t), id)
+	check("RunStatus", err)
+	_, err = b.RunResult(ctxFor(t), id)
+	check("RunResult", err)
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	defer cancel()
-	if _, err := b.RunEvents(ctx, id, 0); !errors.Is(err, svc.ErrRegistry) {
-		t.Errorf("RunEvents(unknown) = %v, want a RegistryError", err)
-	}
+	_, err = b.RunEvents(ctx, id, 0)
+	check("RunEvents", err)
 }
 
 func types(evs []svc.RunEvent) []svc.RunEventType {
@@ -327,4 +348,49 @@ func testSubmitGroups(t *testing.T, b svc.RunBackend) {
 	if !sameJSON(t, obj["output"], json.RawMessage(groupInput)) {
 		t.Errorf("Result(pair).output = %s, want the input through two echoes", obj["output"])
 	}
+}
+
+// testSubmitTokenBudget: a submitted task's token_budget caps its run as it
+// does a synchronous one: below what echo spends, the run fails; a
+// negative one is refused at Submit.
+func testSubmitTokenBudget(t *testing.T, b svc.RunBackend) {
+	run, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 1}, svc.KindAgent)
+	if err != nil {
+		t.Fatalf("Submit(echo, token_budget 1): %v", err)
+	}
+	st := waitTerminal(t, b, run.ID)
+	if st.State != svc.RunFailed {
+		t.Fatalf("Status of a run over its token_budget = %+v, want failed", st)
+	}
+	if raw, err := run.Result(ctxFor(t)); err == nil {
+		var res svc.AgentResult
+		if err := json.Unmarshal(raw, &res); err != nil || res.Success || res.Error == nil || res.Error.Type != string(svc.KindBudgetExceeded) {
+			t.Errorf("Result = %s (%v); want success false with a BudgetExceededError", raw, err)
+		}
+	}
+	if _, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}, svc.KindAgent); !errors.Is(err, svc.ErrSpecValidation) {
+		t.Fatalf("Submit with token_budget -1: %v, want a SpecValidationError", err)
+	}
+}
+
+// testSubmitIdempotent: the request's IdempotencyKey reaches the backend,
+// so a retried submit returns the first run and a different request with
+// the same key is refused.
+func testSubmitIdempotent(t *testing.T, b svc.RunBackend) {
+	key := "key-" + time.Now().Format(time.RFC3339Nano)
+	req := svc.SubmitRequest{Target: "echo", Task: svc.TaskSpec{Input: json.RawMessage(`1`), RequestID: "req-idem"}, IdempotencyKey: key}
+	first, err := b.Submit(ctxFor(t), req)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	again, err := b.Submit(ctxFor(t), req)
+	if err != nil || again != first {
+		t.Errorf("Submit again with key %q = %q, %v; want the first run %q", key, again, err, first)
+	}
+	other := req
+	other.Task.Input = json.RawMessage(`2`)
+	if id, err := b.Submit(ctxFor(t), other); !errors.Is(err, svc.ErrRunState) {
+		t.Errorf("Submit of another request with the same key = %q, %v; want a RunStateError", id, err)
+	}
+	waitTerminal(t, b, first)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +20,8 @@ import (
 )
 
 // Runs is an svc.RunBackend over an svc.Backend and a memstore, with
-// the runtime's rules: targets are checked before anything is stored, a
+// the runtime's rules: targets (and a task's token_budget) are checked
+// before anything is stored, a
 // run goes pending → running → completed (its result stored with the
 // terminal state, in one Finish), an
 // agent run records agent_started and agent_completed or agent_failed, a
@@ -72,14 +74,15 @@ func (f *Runs) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error
 	case req.Kind == "" && isAgent && isGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: give kind", req.Target)
 	}
-	return "", svc.Errorf(svc.KindRegistry, "no %s named %q", cmpOr(req.Kind, "agent or group"), req.Target)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+	// The runtime's words (clienttest checks them).
+	switch {
+	case req.Kind == svc.KindAgent && isGroup:
+		return "", svc.Errorf(svc.KindRegistry, "unknown agent target %q: %s is a group: submit it with kind %q", req.Target, req.Target, svc.KindGroup)
+	case req.Kind == svc.KindGroup && isAgent:
+		return "", svc.Errorf(svc.KindRegistry, "unknown group target %q: %s is an agent: submit it with kind %q", req.Target, req.Target, svc.KindAgent)
 	}
-	return b
+	return "", svc.Errorf(svc.KindRegistry, "unknown %s %q (registered agents: %s; registered groups: %s)",
+		strings.TrimSpace(req.Kind+" target"), req.Target, strings.Join(agents, ", "), strings.Join(groups, ", "))
 }
 
 func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
@@ -87,8 +90,26 @@ func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error
 	if err != nil {
 		return "", err
 	}
+	// The runtime refuses a task it would refuse to run before storing it.
+	if err := req.Task.CheckTokenBudget(); err != nil {
+		return "", err
+	}
 	id := uuid.Must(uuid.NewV7()).String()
-	if err := f.Store.Create(ctx, svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}); err != nil {
+	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}
+	if req.IdempotencyKey != "" {
+		// As the runtime does: the same key and request return the first
+		// run, another request with the key is a RunStateError.
+		task := req.Task
+		task.RequestID = ""
+		fp, err := json.Marshal([]any{req.Target, req.Kind, task})
+		if err != nil {
+			return "", err
+		}
+		got, created, err := f.Store.CreateIdempotent(ctx, req.IdempotencyKey, string(fp), rec, 0)
+		if err != nil || !created {
+			return got, err
+		}
+	} else if err := f.Store.Create(ctx, rec); err != nil {
 		return "", err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/app"
+)
+
+// TestValidateAgreesWithServe runs every bad specs directory of
+// testdata/badspecs through `svc validate` and through the start of a
+// server on it (app.Start, what `svc serve` runs): validate exits 1 naming
+// the file, line and key, and the server refuses to start, with the same
+// message, before it has created anything in its data directory.
+func TestValidateAgreesWithServe(t *testing.T) {
+	t.Parallel()
+	const root = "testdata/badspecs"
+	emptyDir := t.TempDir()
+	cases := []struct {
+		dir string
+		// want is the start of validate's line for the bad file, after
+		// "[error] ", relative to dir; the server's error contains it too.
+		want string
+	}{
+		{"schema_type", `agents/a.yaml:4: input_type: not a valid JSON Schema: schema root: type "objekt"`},
+		{"schema_pattern", `agents/a.yaml:4: input_type: not a valid JSON Schema: pattern: error parsing regexp`},
+		{"schema_draft", `agents/a.yaml:4: output_type: not a valid JSON Schema: invalid schema: $schema "http://example.com/my-draft"`},
+		{"schema_ref_inside", `agents/a.yaml:4: output_type: not a valid JSON Schema: loading /other.json`},
+		{"ref_missing", `agents/a.yaml:4: output_type.$ref: cannot read `},
+		{"unknown_provider", `agents/a.yaml:3: model: model nope:echo: model "nope:echo": unknown provider "nope"`},
+		{"unknown_model", `agents/a.yaml:3: model: model test:nonexistent`},
+		{"fallback_provider", `agents/a.yaml:4: fallback_models[0]: model zzz:q: model "zzz:q": unknown provider "zzz"`},
+		{"mcp_timeout", `agents/a.yaml:5: mcp_servers[0].timeout_seconds: 100000: want seconds above 0`},
+		{"cel_syntax", `groups/g.yaml:7: edges[0].when: does not compile: 1:14: Syntax error`},
+		{"cel_type", `groups/g.yaml:7: edges[0].when: does not compile: 1:3: found no matching overload for '_+_'`},
+		{"cel_fanout", `groups/g.yaml:7: edges[0].fan_out: gives string, want a list`},
+		{"runtime_only", "no agents or groups found in DIR"},
+		{emptyDir, "no agents or groups found in DIR"},
+	}
+	for _, tc := range cases {
+		dir := tc.dir
+		name := tc.dir
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(root, tc.dir)
+		} else {
+			name = "empty"
+		}
+		want := strings.ReplaceAll(tc.want, "DIR", dir)
+		if !strings.HasPrefix(want, "no agents") {
+			want = filepath.Join(dir, want[:strings.Index(want, ":")]) + want[strings.Index(want, ":"):]
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := svcExec(t, nil, "", "validate", dir)
+			if r.code != 1 {
+				t.Errorf("validate: exit %d, want 1; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stdout, "[error] "+want) {
+				t.Errorf("validate printed\n%s\nwant a line starting %q", r.stdout, "[error] "+want)
+			}
+
+			dataDir := t.TempDir()
+			a, err := app.New(app.Options{SpecsDir: dir, DataDir: dataDir, NoListen: true, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = a.Start()
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_ = a.Shutdown(ctx)
+				t.Fatalf("the server started on specs validate refuses")
+			}
+			var ce *app.ConfigError
+			if !errors.As(err, &ce) || ce.Option != "SpecsDir" || !errors.Is(err, svc.ErrSpecValidation) {
+				t.Errorf("start: %v, want a SpecValidationError about SpecsDir", err)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("start: %v\nwant it to contain %q", err, want)
+			}
+			// Specs are loaded before any store: a bad one leaves nothing behind.
+			if entries, _ := os.ReadDir(dataDir); len(entries) != 0 {
+				t.Errorf("the refused start left %d entries in the data directory", len(entries))
+			}
+		})
+	}
+}
+
+// TestServeRefusesEmptySpecs: `svc serve` on a directory without specs
+// exits with the same message validate gives.
+func TestServeRefusesEmptySpecs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := svcExec(t, nil, "", "serve", "--specs", dir, "--port", "0", "--data-dir", t.TempDir())
+	if r.code != 2 || !strings.Contains(r.stderr, "no agents or groups found in "+dir) {
+		t.Errorf("serve on an empty specs directory: exit %d, stderr:\n%s\nwant exit 2 saying no agents or groups were found", r.code, r.stderr)
+	}
+}
+
+// TestServeOutsideRepositoryNeedsSpecs: run where the default --specs
+// (examples/specs) does not exist, serve says to pass --specs instead of
+// reporting a missing file.
+func TestServeOutsideRepositoryNeedsSpecs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, svcBin, "serve", "--port", "0", "--data-dir", t.TempDir())
+	cmd.Dir = t.TempDir()
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("serve outside the repository: %v, want exit 2; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "no --specs given, and the default examples/specs does not exist in "+cmd.Dir+": pass --specs DIR") {
+		t.Errorf("output:\n%s\nwant it to say to pass --specs", out)
+	}
+}

@@ -1,0 +1,151 @@
+// Command testsummary reads `go test -json` on stdin and prints what a
+// person reading CI needs: one line per package (ok or FAIL), the output
+// of every failed test and build, and at the end every skipped test with
+// its reason, then one summary line. A test that skips is thus never
+// silent: `make test` pipes the tests through it.
+//
+//	go test -json ./... | go run ./internal/testsummary
+//
+// It exits 1 when a test, a package or a build failed, or when the input
+// held no test result at all.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+func main() {
+	if !summarize(os.Stdin, os.Stdout) {
+		os.Exit(1)
+	}
+}
+
+// event is one line of `go test -json` (test2json's TestEvent, and the
+// build events of go test).
+type event struct {
+	Action     string
+	Package    string
+	ImportPath string
+	Test       string
+	Output     string
+	Elapsed    float64
+}
+
+// skip is a skipped test and why.
+type skip struct {
+	pkg, test, reason string
+}
+
+// summarize copies the results of in to out, summarised, and reports
+// whether everything passed.
+func summarize(in io.Reader, out io.Writer) bool {
+	var (
+		output  = map[string][]string{} // package + test → its output lines
+		skips   []skip
+		passed  int
+		failed  []string // package.Test
+		pkgFail int
+		build   = map[string][]string{} // import path → build output
+		results int
+	)
+	key := func(e event) string { return e.Package + "\x00" + e.Test }
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if err := json.Unmarshal(line, &e); err != nil || e.Action == "" {
+			// Not an event: go test's own words (a setup failure, say).
+			fmt.Fprintln(out, string(line))
+			continue
+		}
+		switch e.Action {
+		case "build-output":
+			build[e.ImportPath] = append(build[e.ImportPath], e.Output)
+		case "build-fail":
+			fmt.Fprintf(out, "BUILD FAIL %s\n%s", e.ImportPath, strings.Join(build[e.ImportPath], ""))
+			pkgFail++
+			results++
+		case "output":
+			output[key(e)] = append(output[key(e)], e.Output)
+		case "pass", "fail", "skip":
+			results++
+			lines := output[key(e)]
+			delete(output, key(e))
+			switch {
+			case e.Test == "" && e.Action == "pass":
+				fmt.Fprintf(out, "ok   %s %.1fs\n", e.Package, e.Elapsed)
+			case e.Test == "" && e.Action == "fail":
+				pkgFail++
+				// A package failing outside any test (a panic in
+				// TestMain, a goroutine leak, a build error) says why
+				// in its own output.
+				fmt.Fprintf(out, "FAIL %s %.1fs\n%s", e.Package, e.Elapsed, strings.Join(lines, ""))
+			case e.Test == "":
+				// A package without tests.
+			case e.Action == "pass":
+				passed++
+			case e.Action == "fail":
+				failed = append(failed, e.Package+"."+e.Test)
+				fmt.Fprintf(out, "--- FAIL %s %s\n%s", e.Package, e.Test, strings.Join(lines, ""))
+			default:
+				skips = append(skips, skip{pkg: e.Package, test: e.Test, reason: reason(lines)})
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(out, "testsummary: reading the test output: %v\n", err)
+		return false
+	}
+	sort.Slice(skips, func(i, j int) bool {
+		if skips[i].pkg != skips[j].pkg {
+			return skips[i].pkg < skips[j].pkg
+		}
+		return skips[i].test < skips[j].test
+	})
+	if len(skips) > 0 {
+		fmt.Fprintf(out, "\nSKIPPED tests (%d):\n", len(skips))
+		for _, s := range skips {
+			fmt.Fprintf(out, "  %s %s: %s\n", s.pkg, s.test, s.reason)
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(out, "\nFAILED tests (%d):\n  %s\n", len(failed), strings.Join(failed, "\n  "))
+	}
+	fmt.Fprintf(out, "\ntests: %d passed, %d failed, %d skipped; %d packages failed\n", passed, len(failed), len(skips), pkgFail)
+	if len(skips) > 0 {
+		names := make([]string, len(skips))
+		for i, s := range skips {
+			names[i] = s.test
+		}
+		fmt.Fprintf(out, "SKIPPED: %d tests (%s): see the reasons above\n", len(skips), strings.Join(names, ", "))
+	}
+	if results == 0 {
+		fmt.Fprintln(out, "testsummary: no test results in the input")
+		return false
+	}
+	return len(failed) == 0 && pkgFail == 0
+}
+
+// reason is what a skipped test said: its output without go test's own
+// framing lines.
+func reason(lines []string) string {
+	var said []string
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- SKIP") {
+			continue
+		}
+		said = append(said, t)
+	}
+	if len(said) == 0 {
+		return "(no reason given)"
+	}
+	return strings.Join(said, " / ")
+}

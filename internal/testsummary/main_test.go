@@ -1,0 +1,66 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `{"Action":"start","Package":"x/a"}
+{"Action":"run","Package":"x/a","Test":"TestOK"}
+{"Action":"output","Package":"x/a","Test":"TestOK","Output":"=== RUN   TestOK\n"}
+{"Action":"pass","Package":"x/a","Test":"TestOK","Elapsed":0.1}
+{"Action":"run","Package":"x/a","Test":"TestRedis"}
+{"Action":"output","Package":"x/a","Test":"TestRedis","Output":"=== RUN   TestRedis\n"}
+{"Action":"output","Package":"x/a","Test":"TestRedis","Output":"    redis_test.go:9: redis-server not found\n"}
+{"Action":"output","Package":"x/a","Test":"TestRedis","Output":"--- SKIP: TestRedis (0.00s)\n"}
+{"Action":"skip","Package":"x/a","Test":"TestRedis","Elapsed":0}
+{"Action":"pass","Package":"x/a","Elapsed":0.2}
+`
+
+// A skipped test is named with its reason, in the list and in the last
+// line; a run with skips and no failures passes.
+func TestSkipsAreLoud(t *testing.T) {
+	var out strings.Builder
+	if !summarize(strings.NewReader(sample), &out) {
+		t.Fatalf("summarize failed:\n%s", out.String())
+	}
+	got := out.String()
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "SKIPPED: 1 tests (TestRedis)") {
+		t.Errorf("last line %q", last)
+	}
+	if !strings.Contains(got, "x/a TestRedis: redis_test.go:9: redis-server not found") {
+		t.Errorf("no reason in:\n%s", got)
+	}
+	if !strings.Contains(got, "tests: 1 passed, 0 failed, 1 skipped") {
+		t.Errorf("no counts in:\n%s", got)
+	}
+}
+
+// A failed test fails the run and shows its output; so does a package
+// that fails outside its tests, and a build failure.
+func TestFailures(t *testing.T) {
+	for name, in := range map[string]string{
+		"test": `{"Action":"output","Package":"x/b","Test":"TestBad","Output":"    b_test.go:3: boom\n"}
+{"Action":"fail","Package":"x/b","Test":"TestBad"}
+{"Action":"fail","Package":"x/b"}
+`,
+		"package": `{"Action":"output","Package":"x/b","Output":"goleak: found unexpected goroutines boom\n"}
+{"Action":"fail","Package":"x/b"}
+`,
+		"build": `{"ImportPath":"x/b [x/b.test]","Action":"build-output","Output":"b.go:1: boom\n"}
+{"ImportPath":"x/b [x/b.test]","Action":"build-fail"}
+`,
+		"nothing": "no Go files\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out strings.Builder
+			if summarize(strings.NewReader(in), &out) {
+				t.Fatalf("passed:\n%s", out.String())
+			}
+			if name != "nothing" && !strings.Contains(out.String(), "boom") {
+				t.Errorf("the failure's output is missing:\n%s", out.String())
+			}
+		})
+	}
+}
