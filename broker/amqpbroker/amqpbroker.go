@@ -26,8 +26,11 @@
 //     dropping the oldest, so a subscriber far behind loses messages) and
 //     consumes it with auto-ack.
 //
-// A connection lost ends its subscriptions (logged); the process that owns
-// the broker restarts them. It needs RabbitMQ 3.8 or later (quorum queues).
+// A connection lost is dialled again (with backoff, until Close) and every
+// subscription consumes again on the new one: the messages its handlers held
+// were requeued by the server (their late Ack fails), and broadcasts sent
+// while it was down are missed. Publishes fail while it is down. It needs
+// RabbitMQ 3.8 or later (quorum queues).
 package amqpbroker
 
 import (
@@ -63,15 +66,21 @@ const (
 	broadcastBacklog = 100000
 )
 
-// Broker is one AMQP connection.
+// Broker is one AMQP connection, dialled again when it is lost.
 type Broker struct {
-	conn *amqp.Connection
+	url  string
+	cfg  amqp.Config
 	o    Options
 	log  *zap.Logger
+	done chan struct{} // closed by Close: stops the reconnecting watcher
+	wg   sync.WaitGroup
+
+	connMu sync.Mutex
+	conn   *amqp.Connection // the current connection
 
 	pubMu    sync.Mutex // serializes publishes and their confirms
 	pub      *amqp.Channel
-	declared map[string]bool // queues and exchanges known to exist
+	declared map[string]bool // queues and exchanges known to exist on pub
 
 	subs flow.Registry[svc.Subscription]
 }
@@ -101,9 +110,22 @@ func Connect(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Dial = amqp.DefaultDial(time.Until(dl))
 	}
-	conn, err := amqp.DialConfig(rawURL, cfg)
+	b := &Broker{url: rawURL, cfg: cfg, o: o, done: make(chan struct{}), log: o.Logger.With(zap.String("broker", "amqp"))}
+	conn, err := b.dial()
 	if err != nil {
 		return nil, fmt.Errorf("amqpbroker: connect to %s: %w", u.Host, err)
+	}
+	b.cfg.Dial = nil // later dials use the default timeout
+	b.wg.Add(1)
+	go b.watch(conn)
+	return b, nil
+}
+
+// dial connects and opens the publishing channel.
+func (b *Broker) dial() (*amqp.Connection, error) {
+	conn, err := amqp.DialConfig(b.url, b.cfg)
+	if err != nil {
+		return nil, err
 	}
 	pub, err := conn.Channel()
 	if err == nil {
@@ -111,16 +133,82 @@ func Connect(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	}
 	if err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("amqpbroker: open publishing channel: %w", err)
+		return nil, fmt.Errorf("open publishing channel: %w", err)
 	}
-	return &Broker{conn: conn, o: o, pub: pub, declared: map[string]bool{}, log: o.Logger.With(zap.String("broker", "amqp"))}, nil
+	b.connMu.Lock()
+	b.conn = conn
+	b.connMu.Unlock()
+	b.pubMu.Lock()
+	b.pub, b.declared = pub, map[string]bool{}
+	b.pubMu.Unlock()
+	return conn, nil
+}
+
+// watch dials again whenever the connection is lost, until Close.
+func (b *Broker) watch(conn *amqp.Connection) {
+	defer b.wg.Done()
+	for {
+		lost := conn.NotifyClose(make(chan *amqp.Error, 1))
+		select {
+		case <-b.done:
+			return
+		case err := <-lost:
+			b.log.Warn("connection lost; reconnecting", zap.Error(err))
+		}
+		backoff := 100 * time.Millisecond
+		for {
+			select {
+			case <-b.done:
+				return
+			case <-time.After(backoff):
+			}
+			c, err := b.dial()
+			if err == nil {
+				b.log.Info("reconnected")
+				conn = c
+				break
+			}
+			b.log.Warn("reconnect", zap.Error(err))
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+}
+
+func (b *Broker) current() *amqp.Connection {
+	b.connMu.Lock()
+	defer b.connMu.Unlock()
+	return b.conn
+}
+
+// openChannel opens a channel on the current connection, waiting (until
+// ctx ends or Close) for a reconnection when it is down.
+func (b *Broker) openChannel(ctx context.Context) (*amqp.Channel, error) {
+	for {
+		ch, err := b.current().Channel()
+		if err == nil {
+			return ch, nil
+		}
+		if b.subs.Closed() {
+			return nil, svc.ErrBrokerClosed
+		}
+		if !errors.Is(err, amqp.ErrClosed) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (connection down: %v)", ctx.Err(), err)
+		case <-b.done:
+			return nil, svc.ErrBrokerClosed
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Scheme is "amqp".
 func (b *Broker) Scheme() string { return "amqp" }
 
 // Connection is the underlying connection.
-func (b *Broker) Connection() *amqp.Connection { return b.conn }
+func (b *Broker) Connection() *amqp.Connection { return b.current() }
 
 func (b *Broker) queueName(subject string) string    { return b.o.Prefix + "q." + subject }
 func (b *Broker) exchangeName(subject string) string { return b.o.Prefix + "b." + subject }
@@ -130,7 +218,7 @@ func (b *Broker) Ping(ctx context.Context) error {
 	if b.subs.Closed() {
 		return svc.ErrBrokerClosed
 	}
-	ch, err := b.conn.Channel()
+	ch, err := b.current().Channel()
 	if err != nil {
 		return b.wrap("ping", err)
 	}
@@ -147,7 +235,9 @@ func (b *Broker) Close() error {
 	for _, s := range subs {
 		errs = append(errs, s.Stop())
 	}
-	if err := b.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+	close(b.done)
+	b.wg.Wait()
+	if err := b.current().Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -262,11 +352,30 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 	if err := checkSubject(subject); err != nil {
 		return nil, err
 	}
-	ch, err := b.conn.Channel()
-	if err != nil {
-		return nil, b.wrap("subscribe", err)
-	}
 	ex := b.exchangeName(subject)
+	ch, msgs, err := b.bindBroadcast(ctx, ex)
+	if err != nil {
+		return nil, b.wrap("subscribe to "+ex, err)
+	}
+	s := &bsub{b: b, ex: ex, ch: ch, done: make(chan struct{})}
+	var lctx context.Context
+	lctx, s.cancel = context.WithCancel(context.Background())
+	if err := b.subs.Track(s); err != nil {
+		s.cancel()
+		_ = ch.Close()
+		return nil, err
+	}
+	s.untrack = func() { b.subs.Untrack(s) }
+	go s.run(lctx, subject, msgs, h)
+	return s, nil
+}
+
+// bindBroadcast opens a channel with a private queue bound to ex.
+func (b *Broker) bindBroadcast(ctx context.Context, ex string) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := b.openChannel(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	var msgs <-chan amqp.Delivery
 	err = declareExchange(ch, ex)
 	if err == nil {
@@ -281,22 +390,15 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 	}
 	if err != nil {
 		_ = ch.Close()
-		return nil, b.wrap("subscribe to "+ex, err)
+		return nil, nil, err
 	}
-	s := &bsub{ch: ch, done: make(chan struct{})}
-	var lctx context.Context
-	lctx, s.cancel = context.WithCancel(context.Background())
-	if err := b.subs.Track(s); err != nil {
-		s.cancel()
-		_ = ch.Close()
-		return nil, err
-	}
-	s.untrack = func() { b.subs.Untrack(s) }
-	go s.run(lctx, subject, msgs, h)
-	return s, nil
+	return ch, msgs, nil
 }
 
 type bsub struct {
+	b       *Broker
+	ex      string
+	mu      sync.Mutex
 	ch      *amqp.Channel
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -312,7 +414,19 @@ func (s *bsub) run(ctx context.Context, subject string, msgs <-chan amqp.Deliver
 			return
 		case m, ok := <-msgs:
 			if !ok {
-				return
+				// The connection was lost: bind again on the next one.
+				ch, next, err := s.b.bindBroadcast(ctx, s.ex)
+				if err != nil {
+					if ctx.Err() == nil && !errors.Is(err, svc.ErrBrokerClosed) {
+						s.b.log.Error("broadcast subscription ended", zap.String("exchange", s.ex), zap.Error(err))
+					}
+					return
+				}
+				s.mu.Lock()
+				s.ch = ch
+				s.mu.Unlock()
+				msgs = next
+				continue
 			}
 			func() {
 				defer func() { _ = recover() }()
@@ -326,7 +440,9 @@ func (s *bsub) Stop() error {
 	s.once.Do(func() {
 		s.cancel()
 		<-s.done
+		s.mu.Lock()
 		_ = s.ch.Close()
+		s.mu.Unlock()
 		s.untrack()
 	})
 	return nil

@@ -15,7 +15,10 @@ import (
 	"github.com/svc-dev/svc/broker/internal/flow"
 )
 
-var errExpired = errors.New("amqpbroker: ack deadline passed: the message was redelivered")
+var (
+	errExpired = errors.New("amqpbroker: ack deadline passed: the message was redelivered")
+	errLost    = errors.New("amqpbroker: the connection was lost: the server requeued the message")
+)
 
 type state int
 
@@ -32,6 +35,7 @@ type entry struct {
 	attempt  int
 	st       state
 	deadline time.Time
+	lost     bool // its channel went with a lost connection
 }
 
 // wsub is one consumer of a work queue.
@@ -40,13 +44,14 @@ type wsub struct {
 	subject string
 	opts    svc.SubscribeOptions
 	h       svc.Handler
-	ch      *amqp.Channel
+	queue   string
 	tag     string
 	fs      *flow.Sub
 	log     *zap.Logger
 
 	mu   sync.Mutex
-	live map[uint64]*entry // by delivery tag, until settled
+	ch   *amqp.Channel       // the current channel
+	live map[*entry]struct{} // delivered, not settled
 }
 
 // Subscribe consumes the subject's queue.
@@ -58,36 +63,53 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 		return nil, err
 	}
 	opts = opts.WithDefaults(subject)
-	ch, err := b.conn.Channel()
-	if err != nil {
-		return nil, b.wrap("subscribe", err)
-	}
-	q := b.queueName(subject)
 	s := &wsub{
-		b: b, subject: subject, opts: opts, h: h, ch: ch, tag: opts.ConsumerID + "-" + newID(),
-		live: map[uint64]*entry{},
+		b: b, subject: subject, opts: opts, h: h, queue: b.queueName(subject), tag: opts.ConsumerID + "-" + newID(),
+		live: map[*entry]struct{}{},
 		log:  b.log.With(zap.String("subject", subject), zap.String("consumer", opts.ConsumerID)),
 	}
-	var msgs <-chan amqp.Delivery
-	err = declareQueue(ch, q)
-	if err == nil {
-		err = ch.Qos(opts.Prefetch, 0, false)
-	}
-	if err == nil {
-		msgs, err = ch.Consume(q, s.tag, false, false, false, false, nil)
-	}
+	msgs, err := s.open(ctx)
 	if err != nil {
-		_ = ch.Close()
-		return nil, b.wrap("subscribe to "+q, err)
+		return nil, b.wrap("subscribe to "+s.queue, err)
 	}
 	s.fs = flow.New(opts.Prefetch, s.finish)
 	if err := b.subs.Track(s); err != nil {
-		_ = ch.Close()
+		_ = s.channel().Close()
 		return nil, err
 	}
 	s.fs.Loop(func(ctx context.Context) { s.consume(ctx, msgs) })
 	s.fs.Loop(s.reap)
 	return s, nil
+}
+
+// open consumes the queue on a new channel.
+func (s *wsub) open(ctx context.Context) (<-chan amqp.Delivery, error) {
+	ch, err := s.b.openChannel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var msgs <-chan amqp.Delivery
+	err = declareQueue(ch, s.queue)
+	if err == nil {
+		err = ch.Qos(s.opts.Prefetch, 0, false)
+	}
+	if err == nil {
+		msgs, err = ch.Consume(s.queue, s.tag, false, false, false, false, nil)
+	}
+	if err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.ch = ch
+	s.mu.Unlock()
+	return msgs, nil
+}
+
+func (s *wsub) channel() *amqp.Channel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ch
 }
 
 func (s *wsub) Stop() error                     { return s.fs.Stop() }
@@ -96,17 +118,30 @@ func (s *wsub) Drain(ctx context.Context) error { return s.fs.Drain(ctx) }
 func (s *wsub) consume(ctx context.Context, msgs <-chan amqp.Delivery) {
 	// Stop taking messages the moment the subscription stops: the server
 	// keeps the rest for other members.
-	defer func() { _ = s.ch.Cancel(s.tag, false) }()
+	defer func() { _ = s.channel().Cancel(s.tag, false) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case m, ok := <-msgs:
 			if !ok {
-				if ctx.Err() == nil {
-					s.log.Error("the server closed the consumer (connection lost?); the subscription has ended")
+				// The channel went (a lost connection): what it held is
+				// requeued by the server; consume again on the next one.
+				s.mu.Lock()
+				for e := range s.live {
+					e.lost = true
 				}
-				return
+				clear(s.live)
+				s.mu.Unlock()
+				next, err := s.open(ctx)
+				if err != nil {
+					if ctx.Err() == nil && !errors.Is(err, svc.ErrBrokerClosed) {
+						s.log.Error("subscription ended: cannot consume again", zap.Error(err))
+					}
+					return
+				}
+				msgs = next
+				continue
 			}
 			if !s.fs.Acquire() {
 				return // unacked: the server requeues it when the channel closes
@@ -151,7 +186,7 @@ func (s *wsub) dispatch(m amqp.Delivery) {
 		fn = func(ctx context.Context) { s.h(ctx, d) }
 	}
 	s.mu.Lock()
-	s.live[m.DeliveryTag] = e
+	s.live[e] = struct{}{}
 	s.mu.Unlock()
 	s.fs.Go(fn) // refused after Stop: left unacked, requeued on close
 }
@@ -171,7 +206,7 @@ func (s *wsub) deadLetter(ctx context.Context, e *entry) {
 		s.opts.OnDeadLetter(ctx, dl)
 	}
 	s.done(e)
-	if err := s.ch.Ack(e.m.DeliveryTag, false); err != nil {
+	if err := e.m.Ack(false); err != nil {
 		s.log.Warn("ack dead letter", zap.Error(err))
 	}
 }
@@ -179,7 +214,7 @@ func (s *wsub) deadLetter(ctx context.Context, e *entry) {
 func (s *wsub) done(e *entry) {
 	s.mu.Lock()
 	e.st = stDone
-	delete(s.live, e.m.DeliveryTag)
+	delete(s.live, e)
 	s.mu.Unlock()
 }
 
@@ -198,7 +233,7 @@ func (s *wsub) reap(ctx context.Context) {
 		now := time.Now()
 		var due []*entry
 		s.mu.Lock()
-		for _, e := range s.live {
+		for e := range s.live {
 			if (e.st == stHandling || e.st == stDelayed) && now.After(e.deadline) {
 				e.st = stRedelivering
 				due = append(due, e)
@@ -220,7 +255,7 @@ func (s *wsub) redeliver(e *entry) error {
 	// x-delivery-count no longer applies to it.
 	err := s.b.append(ctx, s.subject, e.m.Body, e.id, e.attempt)
 	if err == nil {
-		err = s.ch.Ack(e.m.DeliveryTag, false)
+		err = e.m.Ack(false)
 	}
 	if err != nil {
 		s.log.Warn("redeliver", zap.Error(err))
@@ -237,7 +272,7 @@ func (s *wsub) redeliver(e *entry) error {
 // finish runs after the loops and handlers have stopped: closing the
 // channel requeues every message not acked, counted in x-delivery-count.
 func (s *wsub) finish() {
-	_ = s.ch.Close()
+	_ = s.channel().Close()
 	s.b.subs.Untrack(s)
 }
 
@@ -249,7 +284,10 @@ type acker struct {
 func (a *acker) settle(st state, at time.Time) error {
 	a.s.mu.Lock()
 	defer a.s.mu.Unlock()
-	if a.e.st != stHandling {
+	switch {
+	case a.e.lost:
+		return errLost
+	case a.e.st != stHandling:
 		return errExpired
 	}
 	a.e.st = st
@@ -262,7 +300,7 @@ func (a *acker) Ack(context.Context) error {
 		return err
 	}
 	a.s.done(a.e)
-	if err := a.s.ch.Ack(a.e.m.DeliveryTag, false); err != nil {
+	if err := a.e.m.Ack(false); err != nil {
 		return a.s.b.wrap("ack", err)
 	}
 	return nil
