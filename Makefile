@@ -27,8 +27,10 @@ run:
 	$(GO) run ./cmd/svc serve --specs $(SPECS)
 
 ## build: build the svc binary into ./bin/svc
+# The commit is stamped with -ldflags too: go build's own VCS stamp is
+# missing where GOFLAGS has -buildvcs=false or the tree is a git worktree.
 build:
-	$(GO) build -o bin/svc ./cmd/svc
+	$(GO) build -ldflags "-X main.commit=$$(git rev-parse --short=12 HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" -o bin/svc ./cmd/svc
 
 ## test: all tests with the race detector; prints one line per package,
 ## the output of what failed, and every skipped test with its reason
