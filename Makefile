@@ -2,6 +2,10 @@
 GO        ?= go
 SPECS     ?= examples/specs
 BENCHTIME ?= 1x
+FUZZTIME  ?= 10m
+# make soak: minutes of mixed load, and kills per store in the kill loop.
+SOAK_DURATION    ?= 10m
+SOAK_KILL_ROUNDS ?= 20
 # staticcheck is pinned: v0.8.2 (release 2026.2.2) reads Go 1.26 code
 # (checked with go1.26.8). `make staticcheck` installs this version into
 # GOBIN when the staticcheck found there is another one.
@@ -16,15 +20,17 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench fuzz clean
+.PHONY: run build test deps check vet staticcheck bench fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
 	$(GO) run ./cmd/svc serve --specs $(SPECS)
 
 ## build: build the svc binary into ./bin/svc
+# The commit is stamped with -ldflags too: go build's own VCS stamp is
+# missing where GOFLAGS has -buildvcs=false or the tree is a git worktree.
 build:
-	$(GO) build -o bin/svc ./cmd/svc
+	$(GO) build -ldflags "-X main.commit=$$(git rev-parse --short=12 HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" -o bin/svc ./cmd/svc
 
 ## test: all tests with the race detector; prints one line per package,
 ## the output of what failed, and every skipped test with its reason
@@ -70,6 +76,25 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 10s $$p || exit 1; \
 	  done; \
 	done
+
+## fuzz-long: every fuzz target for FUZZTIME (default 10m) each, one worker,
+## nice'd; an input that fails is kept in the package's testdata/fuzz/<Target>/
+## (commit it with the fix). Goes on after a failure and lists them at the end.
+fuzz-long:
+	@failed=""; for p in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+	    echo "== $$p $$f for $(FUZZTIME)"; \
+	    nice -n 19 $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 $$p || failed="$$failed $$p.$$f"; \
+	  done; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz targets that failed:$$failed"; exit 1; fi
+
+## soak: SOAK_DURATION (10m) of mixed load against svc serve, sampling RSS,
+## goroutines and open files, then the kill -9 loop (SOAK_KILL_ROUNDS kills)
+## on SQLite, Pebble and Redis; see RELIABILITY.md. Not part of check.
+soak:
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_KILL_ROUNDS=$(SOAK_KILL_ROUNDS) SVC_REQUIRE_REDIS=1 \
+	  nice -n 19 $(GO) test -tags soak -count=1 -v -timeout 90m ./soak/
 
 ## soak-metrics: issue 13's full soak, 100,000 runs with --metrics (live heap within 20 MB)
 soak-metrics:

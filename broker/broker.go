@@ -1,5 +1,5 @@
 // Package broker opens the svc.Broker a URL names: memory://, nats://,
-// redis://.
+// redis://, kafka://, amqp://.
 package broker
 
 import (
@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/amqpbroker"
+	"github.com/svc-dev/svc/broker/kafkabroker"
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/broker/redisbroker"
@@ -28,7 +30,7 @@ type Options struct {
 // Schemes are the URL schemes Open accepts. `svc serve --broker embedded`
 // is not a URL: the caller starts natsbroker.StartEmbedded and opens its
 // ClientURL.
-var Schemes = []string{"memory", "nats", "redis"}
+var Schemes = []string{"memory", "nats", "redis", "kafka", "amqp"}
 
 // Open connects to the broker rawURL names:
 //
@@ -37,7 +39,11 @@ var Schemes = []string{"memory", "nats", "redis"}
 //   - nats://host:port (several servers: nats://h1:4222,nats://h2:4222;
 //     user:password@ or token@ for auth; tls:// for TLS): NATS JetStream;
 //   - redis://[user:password@]host:port[/db] (rediss:// for TLS): Redis
-//     Streams.
+//     Streams;
+//   - kafka://host:port[,host:port...][?partitions=N]: Apache Kafka (or a
+//     server speaking its protocol), a consumer group per agent;
+//   - amqp://user:password@host:port/vhost (amqps:// for TLS): RabbitMQ,
+//     a durable quorum queue per agent.
 //
 // It fails when the broker is unreachable, so a bad --broker stops the
 // process at start rather than at its first task.
@@ -63,6 +69,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (svc.Broker, error) 
 		return natsbroker.Connect(ctx, rawURL, natsbroker.Options{Name: opts.Name, Logger: opts.Logger})
 	case "redis", "rediss":
 		return redisbroker.Connect(ctx, rawURL, redisbroker.Options{Name: opts.Name, Logger: opts.Logger})
+	case "kafka":
+		return kafkabroker.Connect(ctx, rawURL, kafkabroker.Options{Name: opts.Name, Logger: opts.Logger})
+	case "amqp", "amqps":
+		return amqpbroker.Connect(ctx, rawURL, amqpbroker.Options{Name: opts.Name, Logger: opts.Logger})
 	default:
 		return nil, fmt.Errorf("broker: unknown scheme %q in %q (supported: %s)", scheme, redact(rawURL), schemeList())
 	}

@@ -119,5 +119,9 @@ func (rt *Runtime) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, 
 	if !ok {
 		return svc.RunPage{}, svc.Errorf(svc.KindRegistry, "the run store (%T) cannot list runs", rt.store)
 	}
-	return rl.ListRuns(ctx, f)
+	page, err := rl.ListRuns(ctx, f)
+	for i, r := range page.Runs {
+		page.Runs[i].Progress = settledProgress(r.State, r.Progress)
+	}
+	return page, err
 }

@@ -232,7 +232,21 @@ func (rt *Runtime) RunStatus(ctx context.Context, id string) (svc.RunStatus, err
 	if err != nil {
 		return svc.RunStatus{}, err
 	}
-	return rec.Status(), nil
+	st := rec.Status()
+	st.Progress = settledProgress(st.State, st.Progress)
+	return st, nil
+}
+
+// settledProgress is the progress a run in state reports. A terminal run
+// has nothing running: execute settles its progress before it ends a run,
+// but a cancel ends it first, and the store then refuses the update of the
+// invocations the cancel stopped, so the stored progress may still count
+// them running. They count failed, as for an interrupted run.
+func settledProgress(state svc.RunState, p *svc.RunProgress) *svc.RunProgress {
+	if !state.Terminal() || p == nil || p.Running == 0 {
+		return p
+	}
+	return svc.InterruptedProgress(p)
 }
 
 // RunResult returns a finished run's stored result.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/group"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/stores/sqlitestore"
 	"github.com/svc-dev/svc/supervisor"
 )
@@ -173,5 +174,40 @@ func TestSubmitInterruptedOnRestart(t *testing.T) {
 	rec, err := st2.Get(context.Background(), "r1")
 	if err != nil || rec.State != svc.RunFailed || rec.Reason != "interrupted" {
 		t.Fatalf("after restart: %+v %v", rec, err)
+	}
+}
+
+// A run cancelled while its agent runs reports nothing running, in its
+// status and in the run list: the invocation the cancel stopped counts as
+// failed, as for an interrupted run. (The soak kill loop found cancelled
+// runs reporting running 1 for good: the store refuses the progress update
+// the stopped invocation would have made, since the run is terminal.)
+func TestSubmitCancelSettlesProgress(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t, svc.Options{}, nil, nil, echo("slow", map[string]any{"latency_ms": 30000}))
+	id, err := rt.Submit(ctx, svc.SubmitRequest{Target: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the agent to be counted running", func() bool {
+		st, err := rt.RunStatus(ctx, id)
+		return err == nil && st.Progress != nil && st.Progress.Running == 1
+	})
+	if err := rt.CancelRun(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	want := svc.RunProgress{Total: 1, Failed: 1}
+	st, err := rt.RunStatus(ctx, id)
+	if err != nil || st.State != svc.RunCancelled || st.Progress == nil || *st.Progress != want {
+		t.Fatalf("status after cancel = %+v (progress %+v), %v; want cancelled with progress %+v", st, st.Progress, err, want)
+	}
+	page, err := rt.ListRuns(ctx, svc.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range page.Runs {
+		if r.RunID == id && (r.Progress == nil || *r.Progress != want) {
+			t.Fatalf("run list shows progress %+v, want %+v", r.Progress, want)
+		}
 	}
 }

@@ -178,7 +178,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
 	fs.StringSliceVar(&s.reloadInclude, "reload-include", spec.DefaultWatchInclude, "glob of the files --reload watches, matched against the base name and the path relative to the watched directory; repeatable")
 	fs.StringSliceVar(&s.reloadExclude, "reload-exclude", nil, "glob of files --reload ignores even though --reload-include matches them; repeatable (default: none)")
-	s.brokerFlags.register(fs, "dispatch every invocation to workers through this broker: embedded (a nats-server in this process), nats://HOST:PORT, redis://HOST:PORT[/DB] or memory:// (default $SVC_BROKER, else none: runs happen here)")
+	s.brokerFlags.register(fs, "dispatch every invocation to workers through this broker: embedded (a nats-server in this process), nats://HOST:PORT, redis://HOST:PORT[/DB], kafka://HOST:PORT[,HOST:PORT], amqp://USER:PASS@HOST:PORT/VHOST or memory:// (default $SVC_BROKER, else none: runs happen here)")
 	fs.StringVar(&s.natsListen, "nats-listen", app.DefaultNATSListen, "client address of the embedded broker (--broker embedded), where workers connect")
 	s.fleetFlags.register(fs)
 	return cmd

@@ -76,7 +76,7 @@ another worker runs them. A second signal exits at once.
 	}
 	fs := cmd.Flags()
 	w.runtimeFlags.register(fs, "")
-	w.brokerFlags.register(fs, "the fleet's broker: nats://HOST:PORT (the embedded broker of svc serve --broker embedded listens on nats://127.0.0.1:4222), redis://HOST:PORT[/DB] or memory:// (required; default $SVC_BROKER)")
+	w.brokerFlags.register(fs, "the fleet's broker: nats://HOST:PORT (the embedded broker of svc serve --broker embedded listens on nats://127.0.0.1:4222), redis://HOST:PORT[/DB], kafka://HOST:PORT[,HOST:PORT], amqp://USER:PASS@HOST:PORT/VHOST or memory:// (required; default $SVC_BROKER)")
 	fs.StringVar(&w.allFrom, "all-from", "", "serve every agent of this specs directory (instead of --specs with --agents)")
 	fs.StringSliceVar(&w.agents, "agents", nil, "agents of --specs to serve, comma-separated or repeated (default: all of them)")
 	fs.IntVar(&w.concurrency, "concurrency", worker.DefaultConcurrency, "tasks run at once, across all agents")
@@ -98,7 +98,7 @@ func (w *workerCmd) run(cmd *cobra.Command) error {
 	defer func() { _ = log.Sync() }()
 	switch {
 	case w.broker == "":
-		return &exitError{code: 2, err: errors.New("--broker is required (nats://HOST:PORT, redis://HOST:PORT or memory://)")}
+		return &exitError{code: 2, err: errors.New("--broker is required (nats://HOST:PORT, redis://HOST:PORT, kafka://HOST:PORT, amqp://HOST:PORT or memory://)")}
 	case w.allFrom == "" && w.specs == "":
 		return &exitError{code: 2, err: errors.New("give the agents to serve: --all-from DIR, or --specs DIR (with --agents to pick some)")}
 	case w.allFrom != "" && w.specs != "":

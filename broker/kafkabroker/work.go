@@ -1,0 +1,431 @@
+package kafkabroker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/internal/flow"
+)
+
+// Errors of a delivery settled too late.
+var (
+	errExpired = errors.New("kafkabroker: ack deadline passed: the message was redelivered")
+	errMoved   = errors.New("kafkabroker: the message's partition moved to another member, which reads it again")
+)
+
+// state of one record a member read.
+type state int
+
+const (
+	stHandling     state = iota // in a handler, or abandoned by it
+	stDelayed                   // nacked with a delay: re-append at `at`
+	stRedelivering              // being re-appended
+	stDone                      // acked, re-appended or dead-lettered: committable
+)
+
+type entry struct {
+	rec       *kgo.Record
+	id        string
+	prior     int // deliveries before this record was read
+	delivered bool
+	st        state
+	deadline  time.Time // stHandling: ack deadline; stDelayed: re-append time
+	lost      bool      // its partition was revoked before it settled
+}
+
+// wsub is one member of a work subject's consumer group.
+type wsub struct {
+	b       *Broker
+	subject string
+	topic   string
+	opts    svc.SubscribeOptions
+	h       svc.Handler
+	cl      *kgo.Client
+	fs      *flow.Sub
+	log     *zap.Logger
+
+	mu        sync.Mutex
+	parts     map[int32][]*entry // read, not yet committed past, by offset
+	committed map[int32]int64
+	closing   bool
+
+	commitMu sync.Mutex
+}
+
+// Subscribe joins the subject's consumer group.
+func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.SubscribeOptions, h svc.Handler) (svc.Subscription, error) {
+	if b.subs.Closed() {
+		return nil, svc.ErrBrokerClosed
+	}
+	if err := checkSubject(subject); err != nil {
+		return nil, err
+	}
+	opts = opts.WithDefaults(subject)
+	s := &wsub{
+		b: b, subject: subject, topic: b.workTopic(subject), opts: opts, h: h,
+		parts: map[int32][]*entry{}, committed: map[int32]int64{},
+		log: b.log.With(zap.String("subject", subject), zap.String("consumer", opts.ConsumerID)),
+	}
+	if err := b.ensureTopic(ctx, s.topic, b.o.Partitions); err != nil {
+		return nil, err
+	}
+	kopts := append([]kgo.Opt{
+		kgo.SeedBrokers(b.seeds...),
+		kgo.ClientID(b.o.Name + "-" + opts.ConsumerID),
+		kgo.ConsumerGroup(b.groupName(subject, opts.Group)),
+		kgo.ConsumeTopics(s.topic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxPartitionBytes(maxMessageBytes),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.HeartbeatInterval(300 * time.Millisecond),
+		kgo.SessionTimeout(10 * time.Second),
+		kgo.OnPartitionsRevoked(s.revoked),
+		kgo.OnPartitionsLost(s.lost),
+		kgo.ProducerBatchMaxBytes(maxMessageBytes),
+	}, b.o.ExtraOpts...)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, b.wrap("subscribe to "+s.topic, err)
+	}
+	s.cl = cl
+	s.fs = flow.New(opts.Prefetch, s.finish)
+	if err := b.subs.Track(s); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	s.fs.Loop(s.poll)
+	s.fs.Loop(s.reap)
+	return s, nil
+}
+
+func (s *wsub) Stop() error                     { return s.fs.Stop() }
+func (s *wsub) Drain(ctx context.Context) error { return s.fs.Drain(ctx) }
+
+// poll reads at most as many records as there are free handler slots.
+func (s *wsub) poll(ctx context.Context) {
+	for {
+		if !s.fs.Acquire() {
+			return
+		}
+		n := 1
+		for s.fs.TryAcquire() {
+			n++
+		}
+		fetches := s.cl.PollRecords(ctx, n)
+		recs := fetches.Records()
+		failed := false
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
+				failed = true
+				s.log.Warn("fetch", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
+			}
+		})
+		for range n - len(recs) {
+			s.fs.Release()
+		}
+		for _, r := range recs {
+			s.dispatch(r)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if failed && len(recs) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func header(r *kgo.Record, key string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// dispatch hands one record, holding a slot, to the handler or the dead
+// letter.
+func (s *wsub) dispatch(r *kgo.Record) {
+	e := &entry{rec: r}
+	if id, ok := header(r, hdrID); ok {
+		e.id = id
+	} else {
+		e.id = fmt.Sprintf("%d-%d", r.Partition, r.Offset)
+	}
+	if a, ok := header(r, hdrAttempt); ok {
+		e.prior, _ = strconv.Atoi(a)
+	}
+	attempt := e.prior + 1
+	s.mu.Lock()
+	s.parts[r.Partition] = append(s.parts[r.Partition], e)
+	e.delivered = true
+	e.deadline = time.Now().Add(s.opts.AckWait)
+	s.mu.Unlock()
+	var fn func(ctx context.Context)
+	if s.opts.MaxDeliver > 0 && attempt > s.opts.MaxDeliver {
+		e.delivered = false // a dead letter is not a delivery
+		fn = func(ctx context.Context) { s.deadLetter(ctx, e) }
+	} else {
+		d := &svc.Delivery{Subject: s.subject, Data: r.Value, Attempt: attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &acker{s: s, e: e}}
+		fn = func(ctx context.Context) { s.h(ctx, d) }
+	}
+	if !s.fs.Go(fn) {
+		s.mu.Lock()
+		e.delivered = false
+		s.mu.Unlock()
+	}
+}
+
+func (s *wsub) deadLetter(ctx context.Context, e *entry) {
+	dl := svc.DeadLetter{
+		Subject: s.subject, Data: e.rec.Value, Deliveries: e.prior, At: time.Now().UTC(),
+		Reason: fmt.Sprintf("delivered %d times without being acknowledged (max_deliver %d)", e.prior, s.opts.MaxDeliver),
+	}
+	raw, _ := json.Marshal(dl)
+	if err := s.b.Publish(ctx, svc.DeadLetterSubject(s.subject), raw); err != nil {
+		s.log.Warn("dead letter", zap.Error(err))
+		return // left stHandling: its deadline re-appends it, and it comes back here
+	}
+	if s.opts.OnDeadLetter != nil {
+		s.opts.OnDeadLetter(ctx, dl)
+	}
+	s.mu.Lock()
+	e.st = stDone
+	s.mu.Unlock()
+	s.commit()
+}
+
+// reap re-appends records whose ack deadline passed or whose nack delay
+// ended.
+func (s *wsub) reap(ctx context.Context) {
+	tick := s.opts.AckWait / 10
+	tick = min(max(tick, 10*time.Millisecond), 250*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []*entry
+		s.mu.Lock()
+		for _, es := range s.parts {
+			for _, e := range es {
+				if (e.st == stHandling || e.st == stDelayed) && !e.lost && now.After(e.deadline) {
+					e.st = stRedelivering
+					due = append(due, e)
+				}
+			}
+		}
+		s.mu.Unlock()
+		if len(due) > 0 {
+			s.redeliver(due)
+		}
+	}
+}
+
+// redeliver re-appends entries (already stRedelivering) and commits past
+// them; one that fails to append goes back to its deadline.
+func (s *wsub) redeliver(es []*entry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, e := range es {
+		prior := e.prior
+		if e.delivered {
+			prior++
+		}
+		err := s.b.append(ctx, s.topic, e.rec.Value, e.id, prior)
+		s.mu.Lock()
+		if err != nil {
+			s.log.Warn("redeliver", zap.Error(err))
+			e.st = stHandling
+			e.deadline = time.Now().Add(s.opts.AckWait)
+		} else {
+			e.st = stDone
+		}
+		s.mu.Unlock()
+	}
+	s.commit()
+}
+
+// commit commits each partition up to its first record not done.
+func (s *wsub) commit() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	offsets := map[int32]kgo.EpochOffset{}
+	s.mu.Lock()
+	for p, es := range s.parts {
+		i := 0
+		var next int64 = -1
+		var epoch int32 = -1
+		for i < len(es) && es[i].st == stDone {
+			next, epoch = es[i].rec.Offset+1, es[i].rec.LeaderEpoch
+			i++
+		}
+		s.parts[p] = es[i:]
+		if next > s.committed[p] {
+			offsets[p] = kgo.EpochOffset{Epoch: epoch, Offset: next}
+		}
+	}
+	s.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cerr error
+	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.topic: offsets},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				cerr = err
+				return
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if e := kerr.ErrorForCode(p.ErrorCode); e != nil {
+						cerr = errors.Join(cerr, e)
+					}
+				}
+			}
+		})
+	if cerr != nil {
+		return fmt.Errorf("kafkabroker: commit %s: %w", s.topic, cerr)
+	}
+	s.mu.Lock()
+	for p, o := range offsets {
+		if o.Offset > s.committed[p] {
+			s.committed[p] = o.Offset
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// revoked runs in a rebalance that takes partitions away: it waits a while
+// for their records to settle, so that their new owner does not read again
+// what this member finished, and commits.
+func (s *wsub) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	deadline := time.Now().Add(s.b.o.RevokeWait)
+	for {
+		s.mu.Lock()
+		busy := false
+		for _, p := range lost[s.topic] {
+			for _, e := range s.parts[p] {
+				if e.st != stDone {
+					busy = true
+				}
+			}
+		}
+		closing := s.closing
+		s.mu.Unlock()
+		if !busy || closing || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.commit(); err != nil {
+		s.log.Warn("commit on revoke", zap.Error(err))
+	}
+	s.lost(context.Background(), nil, lost)
+}
+
+// lost forgets partitions this member no longer owns.
+func (s *wsub) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range lost[s.topic] {
+		for _, e := range s.parts[p] {
+			e.lost = true
+		}
+		delete(s.parts, p)
+		delete(s.committed, p)
+	}
+}
+
+// finish runs once the loops and handlers have stopped: it re-appends what
+// was not settled, commits, and leaves the group.
+func (s *wsub) finish() {
+	var rest []*entry
+	s.mu.Lock()
+	for _, es := range s.parts {
+		for _, e := range es {
+			if e.st != stDone && !e.lost {
+				e.st = stRedelivering
+				rest = append(rest, e)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(rest) > 0 {
+		s.redeliver(rest)
+	} else if err := s.commit(); err != nil {
+		s.log.Warn("final commit", zap.Error(err))
+	}
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.cl.Close()
+	s.b.subs.Untrack(s)
+}
+
+// acker settles one delivery.
+type acker struct {
+	s *wsub
+	e *entry
+}
+
+// settle moves e from stHandling to st, or explains why it cannot.
+func (a *acker) settle(st state, at time.Time) error {
+	a.s.mu.Lock()
+	defer a.s.mu.Unlock()
+	switch {
+	case a.e.lost:
+		return errMoved
+	case a.e.st != stHandling:
+		return errExpired
+	}
+	a.e.st = st
+	a.e.deadline = at
+	return nil
+}
+
+func (a *acker) Ack(context.Context) error {
+	if err := a.settle(stDone, time.Time{}); err != nil {
+		return err
+	}
+	return a.s.commit()
+}
+
+func (a *acker) Nack(_ context.Context, delay time.Duration) error {
+	if delay > 0 {
+		return a.settle(stDelayed, time.Now().Add(min(delay, a.s.opts.AckWait)))
+	}
+	if err := a.settle(stRedelivering, time.Time{}); err != nil {
+		return err
+	}
+	a.s.redeliver([]*entry{a.e})
+	return nil
+}
+
+func (a *acker) InProgress(context.Context) error {
+	return a.settle(stHandling, time.Now().Add(a.s.opts.AckWait))
+}
