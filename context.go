@@ -32,6 +32,14 @@ type Scope struct {
 	// Conversation, inside a tool call, returns the calling invocation's
 	// conversation so far (package agent's Conversation reads it).
 	Conversation func() []Message
+	// RunID and EventsTo are set by a worker for the task it runs: the run
+	// the task belongs to (what a fleet's cancel broadcast names) and the
+	// subject its publisher wants the events on ("" for none). A runtime
+	// that dispatches the runs nested in the task to the fleet passes them
+	// on, so a cancel of the run and the events of the whole tree reach
+	// every worker and the publisher across hops.
+	RunID    string
+	EventsTo string
 	// Runtime is the runtime's own state of the run the context belongs to
 	// (its token budget, progress counter, run event sink, spawn path and
 	// team rounds). Only the runtime that put it there reads it.

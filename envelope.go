@@ -60,6 +60,15 @@ type Envelope struct {
 	// PublishEvents asks the worker to relay the task's RuntimeEvents on
 	// EventSubject of the publisher.
 	PublishEvents bool `json:"publish_events,omitempty"`
+	// TokenBudget (0 for none) is the token cap the task's run may use:
+	// what was left of the cap of the run that dispatched it, so a nested
+	// run on another worker cannot spend more than its parent had.
+	TokenBudget int64 `json:"token_budget,omitempty"`
+	// RelayTo, with PublishEvents, is where the task's events go when it
+	// is not the ReplyTo's publisher: a run nested in a task and dispatched
+	// by a worker relays to the publisher of the outermost task. It must
+	// be an EventSubject.
+	RelayTo string `json:"relay_to,omitempty"`
 	// Attempt is the publisher's dispatch attempt (1-based), not the
 	// broker's delivery count.
 	Attempt int `json:"attempt,omitempty"`
@@ -98,10 +107,17 @@ func (e *Envelope) Expired(now time.Time) bool {
 }
 
 // EventsTo is where a worker relays a task's RuntimeEvents: when
-// PublishEvents is set and ReplyTo is a ResultSubject, the EventSubject of
-// that same publisher; "" otherwise.
+// PublishEvents is set, RelayTo when given (and an EventSubject), else,
+// when ReplyTo is a ResultSubject, the EventSubject of that same
+// publisher; "" otherwise.
 func (e *Envelope) EventsTo() string {
 	if !e.PublishEvents {
+		return ""
+	}
+	if e.RelayTo != "" {
+		if id, ok := strings.CutPrefix(e.RelayTo, subjectEvents); ok && id != "" {
+			return e.RelayTo
+		}
 		return ""
 	}
 	id, ok := strings.CutPrefix(e.ReplyTo, subjectResults)
@@ -145,8 +161,8 @@ func (e *Envelope) Validate() error {
 	if e.V != EnvelopeVersion {
 		return fmt.Errorf("envelope: version %d not supported (want %d)", e.V, EnvelopeVersion)
 	}
-	if e.Depth < 0 || e.Attempt < 0 || e.Deadline < 0 {
-		return errors.New("envelope: negative depth, attempt or deadline")
+	if e.Depth < 0 || e.Attempt < 0 || e.Deadline < 0 || e.TokenBudget < 0 {
+		return errors.New("envelope: negative depth, attempt, deadline or token budget")
 	}
 	switch e.Kind {
 	case KindTask:

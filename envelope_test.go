@@ -207,6 +207,31 @@ func TestEnvelopeEventsTo(t *testing.T) {
 	}
 }
 
+// A task a worker dispatched for a run nested in its own task relays its
+// events to the outermost publisher (relay_to), never to a subject that is
+// not an events subject.
+func TestEnvelopeRelayTo(t *testing.T) {
+	e := sampleTask()
+	e.RelayTo = svc.EventSubject("origin")
+	if got := e.EventsTo(); got != "svc.events.origin" {
+		t.Errorf("EventsTo with relay_to = %q", got)
+	}
+	for _, bad := range []string{svc.TaskSubject("echo"), "svc.events.", svc.ResultSubject("rt1")} {
+		e.RelayTo = bad
+		if got := e.EventsTo(); got != "" {
+			t.Errorf("EventsTo with relay_to %q = %q, want none", bad, got)
+		}
+	}
+	e.RelayTo, e.PublishEvents = svc.EventSubject("origin"), false
+	if got := e.EventsTo(); got != "" {
+		t.Errorf("EventsTo without publish_events = %q", got)
+	}
+	e.PublishEvents, e.TokenBudget = true, -1
+	if _, err := e.Encode(); err == nil {
+		t.Error("a negative token_budget encoded")
+	}
+}
+
 func TestKeyring(t *testing.T) {
 	var off *svc.Keyring
 	e := sampleTask()

@@ -164,6 +164,16 @@ type InvocationBudget struct {
 	heldRun, heldRuntime int64
 }
 
+// RunRemaining is what is left of the run's cap (limit less what is used
+// and reserved), and false when the invocation draws on no run cap. A
+// dispatcher hands it on as the cap of a run it sends to another process.
+func (ib *InvocationBudget) RunRemaining() (int64, bool) {
+	if ib.run == nil {
+		return 0, false
+	}
+	return ib.run.Status().Remaining, true
+}
+
 // Reserve is the pre-check: it reserves est tokens in the run's cap, then
 // in the runtime's budget, and fails (emitting budget_exceeded with that
 // budget's scope) when either has no room, releasing what it took.

@@ -130,7 +130,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 		}
 		st.inv.Budget = Budgets(capped, st.env.Budget, &st.inv)
 		st.runEvent(svc.RunAgentStarted, "")
-		if !st.env.Silent && !st.env.Remote {
+		if !st.env.Silent && !st.env.remote(st.ctx, &st.inv) {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
 				"backend": st.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
 			})

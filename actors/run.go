@@ -59,9 +59,19 @@ type Env struct {
 	// the worker emits its own and this side emits agent_dispatched (the
 	// spec's rule 4: per-agent events fire on the worker).
 	Remote bool
+	// RemoteIf, when set, says of each invocation whether Execute runs
+	// it on another process, as Remote says of all of them: a worker
+	// that dispatches only the runs nested in its tasks runs the rest
+	// here.
+	RemoteIf func(ctx context.Context, inv *agent.Invocation) bool
 	// Budget is the runtime's token budget, shared by every run (nil:
 	// none).
 	Budget *Budget
+}
+
+// remote reports whether Execute runs inv on another process.
+func (e *Env) remote(ctx context.Context, inv *agent.Invocation) bool {
+	return e.Remote || (e.RemoteIf != nil && e.RemoteIf(ctx, inv))
 }
 
 // BackendName is e.Backend, defaulted.

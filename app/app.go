@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
@@ -92,6 +93,7 @@ type App struct {
 	nats        *natsbroker.Embedded // Broker "embedded"
 	broker      svc.Broker
 	pub         *dispatch.Publisher // a publisher's, with a broker and no Worker
+	nestedPub   *dispatch.Publisher // a worker's, with Worker.DispatchNested
 	worker      *worker.Worker
 	bridge      *bridge.Bridge // a worker's BrokerEventBridge
 	handler     http.Handler
@@ -290,6 +292,29 @@ func (a *App) start() error {
 		rcfg.Dispatcher = pub
 	case a.broker != nil:
 		rcfg.Backend = "broker:" + a.broker.Scheme()
+		if o.Worker.DispatchNested {
+			// The runs nested in the worker's tasks go back on the broker
+			// through a publisher of its own, whose inbox is named by the
+			// worker's runtime id.
+			if o.Worker.RuntimeID == "" {
+				id, err := uuid.NewV7()
+				if err != nil {
+					return fmt.Errorf("app: runtime id: %w", err)
+				}
+				w := *o.Worker
+				w.RuntimeID = id.String()
+				o.Worker = &w
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, RuntimeID: o.Worker.RuntimeID,
+				Emitter: emitter, Logger: log.Named("dispatch"), Health: o.WorkerHealth})
+			if err != nil {
+				return fmt.Errorf("app: nested publisher: %w", err)
+			}
+			a.nestedPub = pub
+			rcfg.NestedDispatcher = pub
+		}
 	}
 	rt, err := supervisor.New(rcfg)
 	if err != nil {
@@ -561,6 +586,9 @@ func (a *App) stop(ctx context.Context) error {
 	}
 	if a.pub != nil {
 		fail("publisher", a.pub.Close())
+	}
+	if a.nestedPub != nil {
+		fail("nested publisher", a.nestedPub.Close())
 	}
 	if a.broker != nil {
 		fail("broker", a.broker.Close())

@@ -227,6 +227,13 @@ type WorkerOptions struct {
 	// ConsumerID is its name in each agent's consumer group; RuntimeID
 	// when "". [--consumer-id]
 	ConsumerID string
+	// DispatchNested sends the runs nested in its tasks, spawn_agents'
+	// children and a team's delegates, back on the broker, to run on any
+	// worker of the fleet, with the task's depth, what is left of its
+	// token cap, its run id (for cancels) and its trace carried along;
+	// when false they run in this worker's own runtime.
+	// [--dispatch-nested]
+	DispatchNested bool
 }
 
 // ConfigError is a problem with Options, found by New or by Start (a specs

@@ -107,15 +107,25 @@ type Request struct {
 	TrustLevel svc.TrustLevel
 	TaskID     string
 	TraceID    string
-	// ParentTraceID and SpanID place the invocation in its run tree.
+	// ParentTraceID, SpanID and ParentSpanID place the invocation in its
+	// run tree (ParentSpanID is the invocation that started its run, ""
+	// for a top-level run).
 	ParentTraceID string
 	SpanID        string
+	ParentSpanID  string
 	// RunID is the submitted run (or the trace of a synchronous run) a
 	// cancel names.
 	RunID    string
 	Input    json.RawMessage
 	Metadata map[string]string
 	Depth    int
+	// TokenBudget (0 for none) is the token cap of the task's run on the
+	// worker: what is left of the cap of the run that dispatches it.
+	TokenBudget int64
+	// EventsTo, when set, is the EventSubject the worker relays the task's
+	// events to, instead of this publisher's (a worker dispatching the
+	// runs nested in a task passes on where that task's events go).
+	EventsTo string
 	// Deadline is when the caller stops waiting; workers do not start the
 	// task after it.
 	Deadline time.Time
@@ -223,7 +233,10 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	key := dispatchKey(span, n)
 	env := svc.Envelope{Kind: svc.KindTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
 		ParentTraceID: req.ParentTraceID, SpanID: span, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
-		Depth: req.Depth, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
+		Depth: req.Depth, TokenBudget: req.TokenBudget, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
+	if req.EventsTo != "" {
+		env.PublishEvents, env.RelayTo = true, req.EventsTo
+	}
 	env.SetDeadline(req.Deadline)
 	data, err := p.encode(&env)
 	if err != nil {
@@ -247,7 +260,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 			Message: fmt.Sprintf("agent %s: dispatch to %s failed: %v", req.Agent, p.scheme, err), Err: err}
 	}
 	p.em.Emit(svc.RuntimeEvent{EventType: svc.EventAgentDispatched, Timestamp: time.Now().UTC(), AgentName: req.Agent,
-		TaskID: req.TaskID, TraceID: req.TraceID, ParentTraceID: req.ParentTraceID, SpanID: req.SpanID,
+		TaskID: req.TaskID, TraceID: req.TraceID, ParentTraceID: req.ParentTraceID, SpanID: req.SpanID, ParentSpanID: req.ParentSpanID,
 		Payload: svc.Payload{"backend": p.Backend(), "broker": p.scheme, "trust_level": string(req.TrustLevel)}})
 	select {
 	case res := <-w.ch:

@@ -193,3 +193,59 @@ func TestCancelReachesTheWorker(t *testing.T) {
 		t.Fatal("the worker still runs the cancelled task")
 	}
 }
+
+// A nested dispatch (a worker's) carries the remaining token cap, where
+// the events go (relay_to, with publish_events) and the invocation's
+// parent span, which agent_dispatched names too.
+func TestDispatchNestedFields(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	got := make(chan *svc.Envelope, 1)
+	sub, err := b.Subscribe(context.Background(), svc.TaskSubject("probe"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := svc.DecodeEnvelope(d.Data)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		got <- env
+		out := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, RunID: env.RunID, SpanID: env.SpanID, Attempt: env.Attempt,
+			Result: &svc.AgentResult{AgentName: "probe", TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
+		data, err := out.Encode()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = b.Publish(ctx, env.ReplyTo, data)
+		_ = d.Ack(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Stop() }()
+	rec := &recorder{}
+	p := publisher(t, b, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := p.Dispatch(ctx, dispatch.Request{Agent: "probe", TaskID: "t1", TraceID: "child-trace", ParentTraceID: "parent-trace",
+		SpanID: "child-span", ParentSpanID: "parent-span", RunID: "run-1", Input: json.RawMessage(`{}`), Depth: 2,
+		TokenBudget: 90, EventsTo: svc.EventSubject("origin")})
+	if err != nil || !res.Success {
+		t.Fatalf("dispatch: %+v %v", res, err)
+	}
+	env := <-got
+	if env.TokenBudget != 90 || env.EventsTo() != "svc.events.origin" || env.Depth != 2 || env.RunID != "run-1" ||
+		env.ParentTraceID != "parent-trace" {
+		t.Errorf("task envelope = %+v", env)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var found bool
+	for _, ev := range rec.evs {
+		if ev.EventType == svc.EventAgentDispatched {
+			found = ev.ParentSpanID == "parent-span" && ev.SpanID == "child-span" && ev.ParentTraceID == "parent-trace"
+		}
+	}
+	if !found {
+		t.Errorf("no agent_dispatched under the parent span: %+v", rec.evs)
+	}
+}

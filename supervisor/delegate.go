@@ -89,7 +89,7 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if err != nil {
 		return nil, err
 	}
-	res, err := t.rt.runCompiled(ctx, c, task)
+	res, err := t.rt.runCompiled(withNested(ctx), c, task)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/dispatch"
 )
@@ -18,7 +19,8 @@ import (
 //
 //   - the token budget is checked here before the dispatch (pre-check) and
 //     charged here with the tokens the worker reports (post-charge), a soft
-//     cap across the fleet;
+//     cap across the fleet; what is left of the run's cap goes with the
+//     task, so the worker stops the run there too once it is spent;
 //   - agent_dispatched is emitted here (by the dispatcher); agent_spawned,
 //     agent_completed and agent_failed fire on the worker, except a failure
 //     that happens here (the budget, the broker, no result in time);
@@ -28,6 +30,14 @@ import (
 //   - a cancelled or timed-out invocation broadcasts a cancel of its task,
 //     and CancelRun a cancel of the whole run, which the workers (and other
 //     serve nodes) act on.
+//
+// A worker's runtime may have a NestedDispatcher instead (`svc worker
+// start --dispatch-nested`): the tasks it takes run here, and only the
+// runs nested in them (spawn_agents' children, a team's delegates) go to
+// the fleet, carrying the run id the worker was given (so a cancel of
+// that run reaches them), what is left of the run's token cap (the
+// task's token_budget on the next worker) and the subject the outermost
+// publisher wants the events on; the depth travels as for any task.
 
 // Dispatcher sends invocations to a fleet of workers; *dispatch.Publisher
 // is one.
@@ -41,14 +51,39 @@ type Dispatcher interface {
 	Backend() string
 }
 
-// remoteExecute is the Env.Execute of a runtime with a Dispatcher.
-func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error) {
-	// A worker runs an agent as its specs register it. An agent this
-	// runtime compiled for one run (a team's coordinator, which gets the
-	// delegate tool) has no such twin there: it runs here, and the runs
-	// its tools start (the delegates) go to the fleet.
+// dispatches reports whether inv goes to the fleet. A worker runs an
+// agent as its specs register it. An agent this runtime compiled for one
+// run (a team's coordinator, which gets the delegate tool; a child
+// spawn_agents derived from its parent) has no such twin there: it runs
+// here, and the runs its tools start go to the fleet. With a
+// NestedDispatcher only the nested runs (children and delegates) go.
+func (rt *Runtime) dispatches(ctx context.Context, inv *agent.Invocation) bool {
+	if rt.dispatcher == nil {
+		return false
+	}
 	if c, ok := rt.agents.Load().byName[inv.Agent.Def.Name]; !ok || c != inv.Agent {
+		return false
+	}
+	if rt.nestedOnly {
+		_, rs := scopeOf(ctx)
+		return rs.nested
+	}
+	return true
+}
+
+// remoteExecute is the Env.Execute of a runtime with a Dispatcher or a
+// NestedDispatcher.
+func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (agent.Outcome, error) {
+	if !rt.dispatches(ctx, inv) {
 		return agent.Run(ctx, inv)
+	}
+	// A run's cap travels with the task: the run on the worker may spend
+	// what is left of it, no more (taken before this dispatch reserves).
+	var capLeft int64
+	if ib, ok := inv.Budget.(*actors.InvocationBudget); ok {
+		if left, capped := ib.RunRemaining(); capped {
+			capLeft = max(left, 1) // 0 would mean "no cap" on the wire
+		}
 	}
 	if inv.Budget != nil {
 		// The worker's model calls are not seen from here: the pre-check
@@ -59,14 +94,21 @@ func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (ag
 			return agent.Outcome{}, err
 		}
 	}
-	_, rs := scopeOf(ctx)
+	// The run id is the submitted run's; on a worker, the run of the task
+	// this one is nested in (so a cancel of that run reaches this task on
+	// whichever worker takes it); else the trace of a synchronous call.
+	s, rs := scopeOf(ctx)
 	runID := rs.runID
 	if runID == "" {
-		runID = inv.TraceID // a synchronous call: its trace names it
+		runID = s.RunID
+	}
+	if runID == "" {
+		runID = inv.TraceID
 	}
 	res, err := rt.dispatcher.Dispatch(ctx, dispatch.Request{
 		Agent: inv.Agent.Def.Name, TrustLevel: inv.Agent.Def.Trust(), TaskID: inv.TaskID, TraceID: inv.TraceID,
-		ParentTraceID: inv.ParentTraceID, SpanID: inv.SpanID, RunID: runID, Input: inv.Input, Depth: inv.Depth,
+		ParentTraceID: inv.ParentTraceID, SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID, RunID: runID,
+		Input: inv.Input, Depth: inv.Depth, TokenBudget: capLeft, EventsTo: s.EventsTo,
 		Deadline: time.Now().Add(rt.opts.Timeout()),
 	})
 	if err != nil {

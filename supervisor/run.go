@@ -12,7 +12,10 @@ import (
 // actor (actors.StartRun) → one invocation actor → the agent loop, or
 // Env.Execute.
 
-// Run runs one task on an agent and waits for the result.
+// Run runs one task on an agent and waits for the result. A run rejected
+// once started (its token cap, its timeout, the depth limit) is the
+// error, with the result as far as the run went: its metadata says what
+// it spent.
 func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc.AgentResult, error) {
 	c, err := rt.lookup(name)
 	if err != nil {
@@ -34,7 +37,8 @@ func (rt *Runtime) Run(ctx context.Context, name string, task svc.TaskSpec) (svc
 // returns its result with the typed error only (Run, spawn_agents and
 // delegate build the wire form). A rejection, or the run's own timeout, is
 // the call's error rather than a failed result (docs/api.md, "Errors"),
-// with its kind and cause as the invocation had it.
+// with its kind and cause as the invocation had it; the result that comes
+// with it says what the run spent.
 func (rt *Runtime) runCompiled(ctx context.Context, c *agent.Compiled, t actors.Task) (svc.AgentResult, error) {
 	ctx, s, rs := rt.enter(ctx)
 	depth, err := rt.checkDepth(&s, c.Def.Name, t)
@@ -47,7 +51,10 @@ func (rt *Runtime) runCompiled(ctx context.Context, c *agent.Compiled, t actors.
 	}
 	r := res[0]
 	if r.Err != nil && isRejection(svc.KindOf(r.Err)) {
-		return svc.AgentResult{}, r.Err
+		// The result goes along with the error for what it spent: a worker
+		// reports a run stopped by its token cap with the tokens it used,
+		// charged to the cap of the run that dispatched it.
+		return r, r.Err
 	}
 	return r, nil
 }

@@ -82,6 +82,13 @@ type Config struct {
 	// distributed mode: every invocation runs on the fleet behind it (see
 	// remote.go). It excludes Execute and Backend.
 	Dispatcher Dispatcher
+	// NestedDispatcher, when set, sends only the runs nested in this
+	// runtime's runs to the fleet behind it: spawn_agents' children and a
+	// team's delegates, whose agents are registered here (a worker's
+	// runtime with `svc worker start --dispatch-nested`). The runs the
+	// runtime is asked for run here, under Execute and Backend. It
+	// excludes Dispatcher.
+	NestedDispatcher Dispatcher
 	// System is the actor system to run in, for a process that runs other
 	// actors beside the runtime's (NewActorSystem builds one configured
 	// like the runtime's own). It is the caller's to shut down, after the
@@ -103,6 +110,8 @@ type Runtime struct {
 	log      *zap.Logger
 	// dispatcher runs the invocations on the fleet (nil: here).
 	dispatcher Dispatcher
+	// nestedOnly: the dispatcher takes only nested runs (NestedDispatcher).
+	nestedOnly bool
 
 	system    *actor.ActorSystem
 	ownSystem bool // built by New, so stopped by Shutdown
@@ -144,6 +153,9 @@ func New(cfg Config) (rt *Runtime, err error) {
 	}
 	if cfg.Dispatcher != nil && (cfg.Execute != nil || cfg.Backend != "") {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: Dispatcher excludes Execute and Backend")
+	}
+	if cfg.NestedDispatcher != nil && (cfg.Dispatcher != nil || cfg.Execute != nil) {
+		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: NestedDispatcher excludes Dispatcher and Execute")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -209,6 +221,10 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher
 		rt.env.Execute, rt.env.Backend, rt.env.Remote = rt.remoteExecute, cfg.Dispatcher.Backend(), true
+	}
+	if cfg.NestedDispatcher != nil {
+		rt.dispatcher, rt.nestedOnly = cfg.NestedDispatcher, true
+		rt.env.Execute, rt.env.RemoteIf = rt.remoteExecute, rt.dispatches
 	}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {

@@ -46,6 +46,9 @@ type runScope struct {
 	// runID is the submitted run the request belongs to ("" for a
 	// synchronous call): what a cancel broadcast to the fleet names.
 	runID string
+	// nested is set for a spawned child or a team's delegate and the runs
+	// inside them: what a NestedDispatcher sends to the fleet.
+	nested bool
 }
 
 // noRun is the runtime part of a scope that has none. It is shared and
@@ -102,7 +105,18 @@ func withRunSink(ctx context.Context, runID string, sink actors.RunSink, progres
 func withSpawn(ctx context.Context, path []string) context.Context {
 	s, rs := scopeOf(ctx)
 	next := *rs
-	next.path = path
+	next.path, next.nested = path, true
+	return withRun(ctx, s, &next)
+}
+
+// withNested returns ctx for a team's delegate.
+func withNested(ctx context.Context) context.Context {
+	s, rs := scopeOf(ctx)
+	if rs.nested {
+		return ctx
+	}
+	next := *rs
+	next.nested = true
 	return withRun(ctx, s, &next)
 }
 

@@ -27,7 +27,8 @@ import (
 
 // Runner runs tasks locally; a *supervisor.Runtime (built without a broker)
 // is one. A runtime that dispatches to a broker would send every task back
-// to the fleet, so the caller must give a local one.
+// to the fleet, so the caller must give a local one (one with a
+// NestedDispatcher is: it sends back only the runs nested in its tasks).
 type Runner interface {
 	Run(ctx context.Context, agent string, task svc.TaskSpec) (svc.AgentResult, error)
 	Agents(ctx context.Context) ([]string, error)
@@ -399,17 +400,27 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 	// The invocation runs at the envelope's depth (the runtime places a
 	// run one below the depth in its scope), under the publisher's trace
 	// and span, so its events hang under the dispatching invocation.
+	// The run id and the events subject go along too, for the runs nested
+	// in the task that the runtime dispatches to the fleet in turn; the
+	// token cap, when the task has one, is what its dispatcher had left.
 	scope := svc.ScopeFrom(runCtx)
 	scope.Depth, scope.ParentTrace, scope.ParentSpan = env.Depth-1, env.ParentTraceID, env.SpanID
+	scope.RunID, scope.EventsTo = env.RunID, env.EventsTo()
 	runCtx = svc.WithScope(runCtx, scope)
 	res, err := w.cfg.Runner.Run(runCtx, env.Agent, svc.TaskSpec{
-		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata,
+		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata, TokenBudget: env.TokenBudget,
 	})
 	if ctx.Err() != nil && !errors.Is(context.Cause(runCtx), errCancelledByRequest) {
 		return res, true // the worker is going away: another one runs it
 	}
 	if err != nil {
-		return w.failed(env, err), false
+		// A rejected run (its token cap, say) still reports what it spent,
+		// for the dispatcher to charge to its own cap.
+		failed := w.failed(env, err)
+		md := res.Metadata
+		failed.Metadata.TokensUsed, failed.Metadata.CostUSD, failed.Metadata.CostUnknown = md.TokensUsed, md.CostUSD, md.CostUnknown
+		failed.Metadata.Model, failed.Metadata.ModelsTried = md.Model, md.ModelsTried
+		return failed, false
 	}
 	return res, false
 }

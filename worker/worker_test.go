@@ -408,3 +408,28 @@ func TestLifecycleEvents(t *testing.T) {
 		t.Fatalf("broadcast worker events: started %d, stopped %d", len(seen.of(svc.EventWorkerStarted)), len(seen.of(svc.EventWorkerStopped)))
 	}
 }
+
+// A task's token_budget is the cap of its run on the worker; a run stopped
+// by it reports the tokens it used, for its dispatcher to charge.
+func TestTokenBudgetTravelsInTheTask(t *testing.T) {
+	b := newBroker(t)
+	rt, err := supervisor.New(supervisor.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := rt.Register(svc.Agent{Name: "big", Model: "test:echo", ModelSettings: map[string]any{"tokens": 50}}); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, worker.Config{Broker: b, Runner: rt, Heartbeat: -1})
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "roomy", TraceID: "a", Agent: "big", ReplyTo: in.subject, TokenBudget: 100})
+	if r := in.next(t).Result; !r.Success || r.Metadata.TokensUsed != 50 {
+		t.Fatalf("50 tokens of a 100 cap: %+v", r)
+	}
+	publishTask(t, b, svc.Envelope{TaskID: "tight", TraceID: "b", Agent: "big", ReplyTo: in.subject, TokenBudget: 20})
+	r := in.next(t).Result
+	if r.Success || r.Error.Type != string(svc.KindBudgetExceeded) || r.Metadata.TokensUsed != 50 {
+		t.Fatalf("50 tokens of a 20 cap: %+v (error %+v)", r, r.Error)
+	}
+}

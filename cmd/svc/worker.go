@@ -44,6 +44,7 @@ type workerCmd struct {
 	consumerID  string
 	runtimeID   string
 	grace       time.Duration
+	nested      bool
 }
 
 func newWorkerStart() *cobra.Command {
@@ -60,7 +61,8 @@ competing consumers, runs every task it receives in its own runtime (budget
 per task, depth, timeout, retries, tools and MCP servers as in svc serve),
 publishes the result to the server that sent it, and only then acknowledges
 the task: a worker that dies mid-task loses it to another worker after
---ack-wait. It announces itself with worker_started, a worker_heartbeat
+--ack-wait. With --dispatch-nested, the runs its tasks start (spawn_agents
+children, team delegates) go back on the broker and may run on any worker. It announces itself with worker_started, a worker_heartbeat
 every --heartbeat-seconds and worker_stopped, seen by every serve node.
 
 SIGINT or SIGTERM drains it: it stops taking tasks, lets the ones in flight
@@ -82,6 +84,7 @@ another worker runs them. A second signal exits at once.
 	fs.Float64Var(&w.heartbeat, "heartbeat-seconds", worker.DefaultHeartbeat.Seconds(), "seconds between worker_heartbeat events (0: none)")
 	fs.StringVar(&w.consumerID, "consumer-id", "", "this worker's name in each agent's consumer group; keep it stable across restarts to take back pending tasks on Redis (default: the runtime id)")
 	fs.StringVar(&w.runtimeID, "runtime-id", "", "the worker's id in its events (default: a new UUIDv7)")
+	fs.BoolVar(&w.nested, "dispatch-nested", false, "send the runs nested in this worker's tasks (spawn_agents children, team delegates) back on the broker to run on any worker, with depth, token cap, cancellation and trace carried along (default: run them in this worker)")
 	fs.DurationVar(&w.grace, "shutdown-grace", 30*time.Second, "how long tasks in flight may take to finish on shutdown before they are given back to the broker")
 	return cmd
 }
@@ -121,7 +124,7 @@ func (w *workerCmd) run(cmd *cobra.Command) error {
 		hb = -1
 	}
 	o.Worker = &app.WorkerOptions{Agents: w.agents, Concurrency: w.concurrency, Prefetch: w.prefetch,
-		Heartbeat: hb, RuntimeID: w.runtimeID, ConsumerID: w.consumerID}
+		Heartbeat: hb, RuntimeID: w.runtimeID, ConsumerID: w.consumerID, DispatchNested: w.nested}
 	a, err := app.New(o)
 	if err != nil {
 		return appError(w.specs, err)

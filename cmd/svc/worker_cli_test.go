@@ -45,7 +45,7 @@ func TestWorkerBrokerUnreachable(t *testing.T) {
 func TestWorkerHelp(t *testing.T) {
 	r := svcExec(t, nil, "", "worker", "start", "--help")
 	for _, flag := range []string{"--broker", "--all-from", "--agents", "--concurrency", "--prefetch", "--heartbeat-seconds",
-		"--consumer-id", "--shutdown-grace", "--ack-wait", "--max-deliver"} {
+		"--consumer-id", "--shutdown-grace", "--ack-wait", "--max-deliver", "--dispatch-nested"} {
 		if !strings.Contains(r.stdout, flag) {
 			t.Errorf("worker start --help lacks %s", flag)
 		}
