@@ -113,6 +113,11 @@ func (w *workerCmd) run(cmd *cobra.Command) error {
 	}
 	o := w.appOptions(fs, log)
 	o.Broker, o.AckWait, o.MaxDeliver = w.broker, w.ackWait, w.maxDeliver
+	keys, err := w.keyring()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	o.BrokerKeys = keys
 	// A worker keeps no submitted runs and no event store: its runs are
 	// the publisher's.
 	o.Store, o.Events = "memory", "none"
