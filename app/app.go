@@ -328,6 +328,11 @@ func (a *App) start() error {
 
 	// The HTTP handler: the router and the routes of the standalone server.
 	ropts := []server.Option{server.WithSSEEmitter(live)}
+	if a.broker != nil {
+		// /readyz: 503 while the broker is away (the client reconnects
+		// by itself), 200 again once it is back.
+		ropts = append(ropts, server.WithReadyCheck("broker", newBrokerProbe(a.broker, log.Named("ready")).check))
+	}
 	if o.MaxBodyBytes > 0 {
 		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
 	}

@@ -1,0 +1,88 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/http/client"
+	"github.com/svc-dev/svc/internal/servertest"
+	"github.com/svc-dev/svc/internal/testutil"
+)
+
+// readyz returns GET /readyz's status and, on a 503, the problem's reason.
+func readyz(t *testing.T, a *App) (int, string) {
+	t.Helper()
+	resp, err := httpClient.Get(a.URL() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct {
+		Reason string `json:"reason"`
+		Detail string `json:"detail"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&p)
+	return resp.StatusCode, p.Reason
+}
+
+// TestReadyzFollowsTheBroker: a publisher's /readyz is 503 naming the
+// broker while its redis-server is down and 200 once it is back on the same
+// address, and the fleet works again without a restart: a task submitted
+// after the outage runs on the worker (both reconnected on their own).
+func TestReadyzFollowsTheBroker(t *testing.T) {
+	srv := servertest.StartRedis(t)
+	pub, err := New(Options{SpecsDir: exampleSpecs, DataDir: t.TempDir(), Store: "memory", Events: "none",
+		Broker: srv.URL, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, pub)
+	wk, err := New(Options{SpecsDir: exampleSpecs, Store: "memory", Events: "none", Broker: srv.URL,
+		Worker: &WorkerOptions{Agents: []string{"echo"}, Heartbeat: -1}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, wk)
+	c, err := client.New(pub.URL(), client.WithHTTPClient(httpClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	run := func(id string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := c.Run(ctx, "echo", svc.TaskSpec{ID: id, Input: json.RawMessage(`{"text":"hi"}`)})
+		if err != nil || !res.Success {
+			t.Fatalf("run %s: %+v %v", id, res, err)
+		}
+	}
+
+	if code, _ := readyz(t, pub); code != http.StatusOK {
+		t.Fatalf("/readyz with the broker up = %d", code)
+	}
+	run("before")
+	srv.Stop()
+	testutil.Eventually(t, "/readyz 503 naming the broker while it is down", func() bool {
+		code, reason := readyz(t, pub)
+		return code == http.StatusServiceUnavailable && reason == "broker"
+	})
+	srv.Restart()
+	testutil.Eventually(t, "/readyz 200 once the broker is back", func() bool {
+		code, _ := readyz(t, pub)
+		return code == http.StatusOK
+	})
+	run("after")
+}
