@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/internal/servertest"
 	"github.com/svc-dev/svc/internal/testutil"
@@ -36,9 +38,51 @@ func readyz(t *testing.T, a *App) (int, string) {
 // address, and the fleet works again without a restart: a task submitted
 // after the outage runs on the worker (both reconnected on their own).
 func TestReadyzFollowsTheBroker(t *testing.T) {
-	srv := servertest.StartRedis(t)
+	t.Run("redis", func(t *testing.T) {
+		srv := servertest.StartRedis(t)
+		outage(t, srv.URL, srv.Stop, srv.Restart)
+	})
+	t.Run("nats", func(t *testing.T) {
+		// An external nats-server (here one of this process, reached
+		// over TCP like any other), restarted on its port and data.
+		dir := t.TempDir()
+		start := func(listen string) *natsbroker.Embedded {
+			t.Helper()
+			e, err := natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: dir, Listen: listen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		e := start("127.0.0.1:0")
+		url := e.ClientURL()
+		stop := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := e.Shutdown(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		defer func() { stop() }()
+		outage(t, url, stop, func() {
+			var err error
+			for range 50 { // the port may linger a moment
+				if e, err = natsbroker.StartEmbedded(natsbroker.EmbeddedConfig{DataDir: dir, Listen: strings.TrimPrefix(url, "nats://")}); err == nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("restarting nats-server: %v", err)
+		})
+	})
+}
+
+// outage runs a publisher and a worker on the broker at url, stops the
+// broker, checks /readyz turns 503, restarts it, checks /readyz turns 200
+// and a task runs again.
+func outage(t *testing.T, url string, stop, restart func()) {
 	pub, err := New(Options{SpecsDir: exampleSpecs, DataDir: t.TempDir(), Store: "memory", Events: "none",
-		Broker: srv.URL, Logger: zap.NewNop()})
+		Broker: url, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +90,7 @@ func TestReadyzFollowsTheBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer shutdown(t, pub)
-	wk, err := New(Options{SpecsDir: exampleSpecs, Store: "memory", Events: "none", Broker: srv.URL,
+	wk, err := New(Options{SpecsDir: exampleSpecs, Store: "memory", Events: "none", Broker: url,
 		Worker: &WorkerOptions{Agents: []string{"echo"}, Heartbeat: -1}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -74,12 +118,12 @@ func TestReadyzFollowsTheBroker(t *testing.T) {
 		t.Fatalf("/readyz with the broker up = %d", code)
 	}
 	run("before")
-	srv.Stop()
+	stop()
 	testutil.Eventually(t, "/readyz 503 naming the broker while it is down", func() bool {
 		code, reason := readyz(t, pub)
 		return code == http.StatusServiceUnavailable && reason == "broker"
 	})
-	srv.Restart()
+	restart()
 	testutil.Eventually(t, "/readyz 200 once the broker is back", func() bool {
 		code, _ := readyz(t, pub)
 		return code == http.StatusOK
