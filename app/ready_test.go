@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -129,4 +130,21 @@ func outage(t *testing.T, url string, stop, restart func()) {
 		return code == http.StatusOK
 	})
 	run("after")
+}
+
+func TestBrokerKeysNeedABroker(t *testing.T) {
+	k, err := svc.ParseKeyring("k1:0123456789abcdef-k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Options{SpecsDir: exampleSpecs, BrokerKeys: k, Logger: zap.NewNop()})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Option != "BrokerKeys" {
+		t.Fatalf("New with keys and no broker = %v, want a ConfigError on BrokerKeys", err)
+	}
+	k.SignID = "gone"
+	_, err = New(Options{SpecsDir: exampleSpecs, Broker: "memory://", BrokerKeys: k, Logger: zap.NewNop()})
+	if !errors.As(err, &ce) || ce.Option != "BrokerKeys" {
+		t.Fatalf("New with no signing key = %v, want a ConfigError on BrokerKeys", err)
+	}
 }
