@@ -29,6 +29,9 @@ func TestSignedFleet(t *testing.T) {
 	b := fleetBrokers[0].setup(t) // embedded NATS
 	serve := startFleetServe(t, "serve", specs, t.TempDir(), b, "--broker-keys", keys)
 	worker := startFleetWorker(t, "wk-signed", specs, b, "--broker-keys", keys)
+	if !strings.Contains(worker.stderr.String(), "signing      results with key k2; tasks must be signed with one of k2") {
+		t.Errorf("the worker's banner does not say it checks signatures:\n%s", tail(worker.stderr.String(), 2<<10))
+	}
 	c := newFleetClient(t, serve.url)
 	run := c.mustSubmit("echo", "genuine", `{"text":"hi"}`)
 	c.waitState(run, "completed")
