@@ -93,6 +93,17 @@ type Broker interface {
 	Close() error
 }
 
+// BrokerStatus is implemented by a broker whose client knows, without a
+// round trip, whether its connection is up (a NATS connection's state).
+// /readyz asks it before Ping, so a probe during an outage answers at once
+// instead of waiting for Ping's timeout. It is optional: a broker without
+// it is judged by Ping alone.
+type BrokerStatus interface {
+	// Connected is nil while the client is connected, else why it is not
+	// (reconnecting, closed).
+	Connected() error
+}
+
 // Handler handles one delivery of a work subject. See Broker.Subscribe.
 type Handler func(ctx context.Context, d *Delivery)
 

@@ -3,6 +3,8 @@ package svc_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -244,7 +246,7 @@ func TestKeyring(t *testing.T) {
 	if k, err := svc.ParseKeyring("  "); k != nil || err != nil {
 		t.Errorf("empty spec = %v, %v", k, err)
 	}
-	k, err := svc.ParseKeyring("new:s3cret, old:older")
+	k, err := svc.ParseKeyring("new:0123456789abcdef-new, old:0123456789abcdef-old")
 	if err != nil || k.SignID != "new" || len(k.Keys) != 2 {
 		t.Fatalf("ParseKeyring = %+v, %v", k, err)
 	}
@@ -254,16 +256,62 @@ func TestKeyring(t *testing.T) {
 	if err := k.Verify(e); err != nil {
 		t.Errorf("Verify: %v", err)
 	}
-	oldOnly := &svc.Keyring{SignID: "old", Keys: map[string][]byte{"old": []byte("older")}}
+	oldOnly := &svc.Keyring{SignID: "old", Keys: map[string][]byte{"old": []byte("0123456789abcdef-old")}}
 	if err := oldOnly.Verify(e); !errors.Is(err, svc.ErrUnknownKey) {
 		t.Errorf("Verify without the signing key = %v", err)
 	}
 	if err := k.Verify(sampleTask()); !errors.Is(err, svc.ErrUnsigned) {
 		t.Errorf("Verify of an unsigned envelope with keys = %v", err)
 	}
-	for _, bad := range []string{"nocolon", ":x", "id:", "a:1,a:2"} {
+	for _, bad := range []string{"nocolon", ":0123456789abcdef", "id:", "a:0123456789abcdef,a:0123456789abcdef", "short:s3cret", "a b:0123456789abcdef"} {
 		if _, err := svc.ParseKeyring(bad); err == nil {
 			t.Errorf("ParseKeyring(%q) accepted", bad)
 		}
+	}
+}
+
+func TestLoadKeyring(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := write("keys", "# rotated 2026-11\n\nnew:0123456789abcdef-new\n  old : 0123456789abcdef-old  \n")
+	k, err := svc.LoadKeyring(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.SignID != "new" || string(k.Keys["old"]) != "0123456789abcdef-old" || len(k.Keys) != 2 {
+		t.Fatalf("LoadKeyring = %+v", k)
+	}
+	// The file and the environment variable give the same keys.
+	env, err := svc.ParseKeyring("new:0123456789abcdef-new,old:0123456789abcdef-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := sampleTask()
+	if err := env.Sign(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Verify(e); err != nil {
+		t.Errorf("a key from the env var does not verify with the file's: %v", err)
+	}
+	for name, c := range map[string]struct{ body, want string }{
+		"short":   {"ok:0123456789abcdef\n# c\nweak:abc\n", ":3: "},
+		"nocolon": {"\njust-a-secret-without-id\n", ":2: "},
+		"dup":     {"a:0123456789abcdef\na:0123456789abcdef\n", ":2: "},
+		"empty":   {"# nothing\n", "no keys"},
+	} {
+		p := write(name, c.body)
+		_, err := svc.LoadKeyring(p)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: LoadKeyring = %v, want an error naming %s and %q", name, err, p, c.want)
+		}
+	}
+	if _, err := svc.LoadKeyring(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file was accepted")
 	}
 }

@@ -71,6 +71,9 @@ var PayloadKeys = map[EventType][]string{
 var OptionalPayloadKeys = map[EventType][]string{
 	EventAgentFailed:    {"reason", "model"},
 	EventToolCallFailed: {"reason"},
+	// The task messages a worker refused unrun (unsigned, badly signed,
+	// tampered or undecodable), once there is one.
+	EventWorkerHeartbeat: {"rejected"},
 }
 
 // IsFailure reports whether events of this type log at error level.

@@ -274,12 +274,14 @@ func (a *App) start() error {
 		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system,
 		NoEventLog: true} // the chain logs the events, the dispatcher's and worker's too
 	var cancelled atomic.Pointer[supervisor.Runtime]
+	keys := keysOf(o.BrokerKeys)
 	switch {
 	case a.broker != nil && o.Worker == nil:
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
 			PublishEvents: o.PublishEvents, Health: o.WorkerHealth,
+			Keys: keys.verify, SignKeyID: keys.signID, SignKey: keys.sign,
 			OnCancel: func(runID string) {
 				if rt := cancelled.Load(); rt != nil {
 					rt.CancelLocal(runID)
@@ -307,8 +309,11 @@ func (a *App) start() error {
 			}
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
+			// Nested tasks are signed like the serve node's: a worker
+			// with keys refuses unsigned tasks, these included.
 			pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, RuntimeID: o.Worker.RuntimeID,
-				Emitter: emitter, Logger: log.Named("dispatch"), Health: o.WorkerHealth})
+				Emitter: emitter, Logger: log.Named("dispatch"), Health: o.WorkerHealth,
+				Keys: keys.verify, SignKeyID: keys.signID, SignKey: keys.sign})
 			if err != nil {
 				return fmt.Errorf("app: nested publisher: %w", err)
 			}
@@ -338,6 +343,7 @@ func (a *App) start() error {
 		wk, err := worker.New(sctx, worker.Config{Broker: a.broker, Runner: rt, Agents: w.Agents,
 			Concurrency: w.Concurrency, Prefetch: w.Prefetch, AckWait: o.AckWait, MaxDeliver: o.MaxDeliver,
 			Heartbeat: w.Heartbeat, RuntimeID: w.RuntimeID, ConsumerID: w.ConsumerID, Emitter: emitter, Events: a.bridge,
+			Keys: keys.verify, SignKeyID: keys.signID, SignKey: keys.sign,
 			Logger: log.Named("worker")})
 		if err != nil {
 			return &ConfigError{Option: "Worker", Err: err}
@@ -350,6 +356,11 @@ func (a *App) start() error {
 
 	// The HTTP handler: the router and the routes of the standalone server.
 	ropts := []server.Option{server.WithSSEEmitter(live)}
+	if a.broker != nil {
+		// /readyz: 503 while the broker is away (the client reconnects
+		// by itself), 200 again once it is back.
+		ropts = append(ropts, server.WithReadyCheck("broker", newBrokerProbe(a.broker, log.Named("ready")).check))
+	}
 	if o.MaxBodyBytes > 0 {
 		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
 	}
@@ -749,4 +760,18 @@ func (a *App) BrokerURL() string {
 		return a.nats.ClientURL()
 	}
 	return a.opts.Broker
+}
+
+// brokerKeys is a Keyring as dispatch.Config and worker.Config take it.
+type brokerKeys struct {
+	verify map[string][]byte
+	signID string
+	sign   []byte
+}
+
+func keysOf(k *svc.Keyring) brokerKeys {
+	if k == nil {
+		return brokerKeys{}
+	}
+	return brokerKeys{verify: k.Keys, signID: k.SignID, sign: k.Keys[k.SignID]}
 }

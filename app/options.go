@@ -191,6 +191,14 @@ type Options struct {
 	// heartbeat, down after WorkerHealth.Down; the spec's 90 s and 300 s
 	// when zero. [--worker-stale-after, --worker-down-after]
 	WorkerHealth svc.WorkerThresholds
+	// BrokerKeys, with Broker, sign and verify every task, result and
+	// cancel message (HMAC-SHA256, docs/distributed.md "Signing and key
+	// rotation"): the process signs with the first key and accepts any of
+	// them; a worker refuses (counts, logs and dead-letters) a task that is
+	// unsigned or not signed by one of them. Every process of a fleet needs
+	// the same keys. nil: nothing is signed or checked.
+	// [--broker-keys FILE, $SVC_BROKER_KEYS]
+	BrokerKeys *svc.Keyring
 	// Worker, with Broker, makes the process a worker: it takes the tasks
 	// of its agents from the broker and runs them; it serves no HTTP.
 	// (`svc worker start`)
@@ -342,6 +350,10 @@ func (o *Options) check() error {
 		return bad("MaxDeliver", "%d: must not be negative", o.MaxDeliver)
 	case o.NATSListen != "" && o.Broker != "embedded":
 		return bad("NATSListen", "only for Broker embedded")
+	case o.BrokerKeys != nil && o.Broker == "":
+		return bad("BrokerKeys", "needs Broker")
+	case o.BrokerKeys != nil && len(o.BrokerKeys.Keys[o.BrokerKeys.SignID]) == 0:
+		return bad("BrokerKeys", "no key %q to sign with", o.BrokerKeys.SignID)
 	case o.PublishEvents && (o.Broker == "" || o.Worker != nil):
 		return bad("PublishEvents", "needs Broker, on a publisher (not a Worker)")
 	case o.WorkerHealth.Stale < 0 || o.WorkerHealth.Down < 0:

@@ -20,7 +20,7 @@ func Example() {
 		panic(err)
 	}
 	defer b.Close()
-	keys, _ := svc.ParseKeyring("k1:secret")
+	keys, _ := svc.ParseKeyring("k1:an-example-secret-of-32-bytes!")
 
 	// The worker.
 	work, err := b.Subscribe(ctx, svc.TaskSubject("echo"), svc.SubscribeOptions{

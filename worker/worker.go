@@ -119,6 +119,7 @@ type Worker struct {
 	slots  chan struct{}
 
 	inFlight atomic.Int64
+	rejected atomic.Int64
 	mu       sync.Mutex
 	running  map[string]*task // by task id
 	// cancelled remembers run ids cancelled by broadcast, with when.
@@ -342,10 +343,7 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 		err = env.Verify(w.cfg.Keys)
 	}
 	if err != nil {
-		// A message nobody can run is dropped (acked) rather than
-		// redelivered forever; its reply subject cannot be trusted.
-		w.log.Error("task refused", zap.String("subject", d.Subject), zap.String("message_id", d.ID), zap.Error(err))
-		w.settle(ctx, d, true)
+		w.reject(ctx, d, env, err)
 		return
 	}
 	select {
@@ -368,6 +366,40 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 	}
 	w.settle(ctx, d, true)
 }
+
+// reject refuses a task message nobody may run: one that does not decode,
+// is not a task, or fails the signature check (unsigned, unknown key id,
+// tampered). It is counted, logged without its payload (a forged message's
+// content is the attacker's and may be large), sent to the subject's dead
+// letter for an operator to inspect, and acked so it is not redelivered.
+// No result goes back: its reply subject cannot be trusted.
+func (w *Worker) reject(ctx context.Context, d *svc.Delivery, env *svc.Envelope, err error) {
+	w.rejected.Add(1)
+	fields := []zap.Field{zap.String("subject", d.Subject), zap.String("message_id", d.ID),
+		zap.Int("attempt", d.Attempt), zap.Int("bytes", len(d.Data)), zap.Error(err)}
+	if env != nil {
+		fields = append(fields, zap.String("key_id", env.KeyID), zap.String("task_id", env.TaskID))
+	}
+	w.log.Error("task rejected", fields...)
+	rec, merr := json.Marshal(svc.DeadLetter{Subject: d.Subject, Data: d.Data, Deliveries: d.Attempt,
+		Reason: "rejected: " + err.Error(), At: time.Now().UTC()})
+	if merr == nil {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultPublishTimeout)
+		merr = w.cfg.Broker.Publish(pctx, svc.DeadLetterSubject(d.Subject), rec)
+		cancel()
+	}
+	if merr != nil {
+		// Dropped rather than redelivered forever: the count and the log
+		// above still say it came.
+		w.log.Warn("rejected task not dead-lettered", zap.String("subject", d.Subject), zap.String("message_id", d.ID), zap.Error(merr))
+	}
+	w.settle(ctx, d, true)
+}
+
+// Rejected is how many task messages this worker refused without running
+// them (see reject); worker_heartbeat carries it as "rejected" once it is
+// not zero.
+func (w *Worker) Rejected() int64 { return w.rejected.Load() }
 
 // run runs the task and returns its result, or handedBack when the worker
 // is shutting down and the task must go to another worker.
@@ -570,10 +602,14 @@ func (w *Worker) heartbeat() {
 }
 
 func (w *Worker) beat() {
-	w.lifecycle(svc.EventWorkerHeartbeat, svc.Payload{
+	p := svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
 		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
-	})
+	}
+	if n := w.Rejected(); n > 0 {
+		p["rejected"] = n
+	}
+	w.lifecycle(svc.EventWorkerHeartbeat, p)
 }
 
 // onPing answers a serve node's ping with a heartbeat, unless the worker is

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/worker"
 )
@@ -432,4 +436,155 @@ func TestTokenBudgetTravelsInTheTask(t *testing.T) {
 	if r.Success || r.Error.Type != string(svc.KindBudgetExceeded) || r.Metadata.TokensUsed != 50 {
 		t.Fatalf("50 tokens of a 20 cap: %+v (error %+v)", r, r.Error)
 	}
+}
+
+// countingRunner counts the runs it is asked for.
+type countingRunner struct {
+	worker.Runner
+	runs atomic.Int64
+}
+
+func (c *countingRunner) Run(ctx context.Context, agent string, task svc.TaskSpec) (svc.AgentResult, error) {
+	c.runs.Add(1)
+	return c.Runner.Run(ctx, agent, task)
+}
+
+// deadLetters collects the records of a dead-letter subject.
+func deadLetters(t *testing.T, b svc.Broker, subject string) <-chan svc.DeadLetter {
+	t.Helper()
+	ch := make(chan svc.DeadLetter, 64)
+	sub, err := b.Subscribe(context.Background(), svc.DeadLetterSubject(subject), svc.SubscribeOptions{Prefetch: 16},
+		func(ctx context.Context, d *svc.Delivery) {
+			var dl svc.DeadLetter
+			if err := json.Unmarshal(d.Data, &dl); err != nil {
+				t.Errorf("dead letter: %v", err)
+			}
+			_ = d.Ack(ctx)
+			ch <- dl
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop() })
+	return ch
+}
+
+// TestRejectedTasks puts forged task messages on the broker, as an attacker
+// with access to it would: none is run, each is counted, logged and
+// dead-lettered once (not redelivered), and the worker goes on running
+// tasks signed with a key it knows.
+func TestRejectedTasks(t *testing.T) {
+	const secret = "0123456789abcdef-k1"
+	b := newBroker(t)
+	keys := map[string][]byte{"k1": []byte(secret)}
+	runner := &countingRunner{Runner: newRuntime(t)}
+	rec := &recorder{}
+	w := startWorker(t, worker.Config{Broker: b, Runner: runner, Heartbeat: 50 * time.Millisecond, Emitter: rec,
+		Keys: keys, SignKeyID: "k1", SignKey: []byte(secret), MaxDeliver: 3})
+	in := newInbox(t, b, "pub")
+	dead := deadLetters(t, b, svc.TaskSubject("echo"))
+
+	task := func(id string) svc.Envelope {
+		return svc.Envelope{V: svc.EnvelopeVersion, Kind: svc.KindTask, TaskID: id, TraceID: "x", Agent: "echo",
+			ReplyTo: in.subject, Input: json.RawMessage(`{"text":"hi"}`)}
+	}
+	forged := map[string][]byte{}
+	raw := func(name string, e svc.Envelope) {
+		data, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged[name] = data
+	}
+	raw("unsigned", task("unsigned"))
+	e := task("wrong-secret")
+	if err := e.Sign("k1", []byte("0123456789abcdef-not-k1")); err != nil {
+		t.Fatal(err)
+	}
+	raw("wrong-secret", e)
+	e = task("unknown-key")
+	if err := e.Sign("k0", []byte(secret)); err != nil {
+		t.Fatal(err)
+	}
+	raw("unknown-key", e)
+	e = task("tampered")
+	if err := e.Sign("k1", []byte(secret)); err != nil {
+		t.Fatal(err)
+	}
+	e.Input = json.RawMessage(`{"text":"rm -rf /"}`) // changed after signing
+	raw("tampered", e)
+	e = task("garbled-sig")
+	e.KeyID, e.Sig = "k1", "!!not base64!!"
+	raw("garbled-sig", e)
+	forged["not-json"] = []byte("\x00\x01 not an envelope")
+	for name, data := range forged {
+		if err := b.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+
+	got := map[string]string{}
+	for range forged {
+		select {
+		case dl := <-dead:
+			for name, data := range forged {
+				if string(dl.Data) == string(data) {
+					got[name] = dl.Reason
+				}
+			}
+			if !strings.HasPrefix(dl.Reason, "rejected: ") || dl.Subject != svc.TaskSubject("echo") {
+				t.Errorf("dead letter %q on %s", dl.Reason, dl.Subject)
+			}
+		case <-time.After(wait):
+			t.Fatalf("dead letters: got %v, want all of %d forged messages", got, len(forged))
+		}
+	}
+	for name := range forged {
+		if _, ok := got[name]; !ok {
+			t.Errorf("%s: not dead-lettered", name)
+		}
+	}
+	for name, want := range map[string]string{"unsigned": "not signed", "unknown-key": `"k0"`,
+		"wrong-secret": "bad signature", "tampered": "bad signature", "garbled-sig": "bad signature"} {
+		if !strings.Contains(got[name], want) {
+			t.Errorf("%s: dead-letter reason %q, want it to say %q", name, got[name], want)
+		}
+	}
+
+	// A task signed with k1 still runs: the only run of this test.
+	good := task("good")
+	if err := good.Sign("k1", []byte(secret)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := good.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+		t.Fatal(err)
+	}
+	if res := in.next(t); res.TaskID != "good" || !res.Result.Success {
+		t.Fatalf("result %s: %+v", res.TaskID, res.Result)
+	}
+	in.none(t, 200*time.Millisecond)
+	if n := runner.runs.Load(); n != 1 {
+		t.Errorf("runner ran %d tasks, want only the good one", n)
+	}
+	if n := w.Rejected(); n != int64(len(forged)) {
+		t.Errorf("Rejected = %d, want %d", n, len(forged))
+	}
+	// Acked, not redelivered up to MaxDeliver: nothing more dead-lettered.
+	select {
+	case dl := <-dead:
+		t.Errorf("a second dead letter: %q", dl.Reason)
+	case <-time.After(200 * time.Millisecond):
+	}
+	testutil.Eventually(t, fmt.Sprintf("a worker_heartbeat with rejected = %d", len(forged)), func() bool {
+		for _, ev := range rec.of(svc.EventWorkerHeartbeat) {
+			if n, _ := ev.Payload["rejected"].(int64); n == int64(len(forged)) {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -159,6 +159,20 @@ func (b *Broker) Ping(ctx context.Context) error {
 	return nil
 }
 
+var _ svc.BrokerStatus = (*Broker)(nil)
+
+// Connected is nil while the connection is up; while nats.go reconnects
+// (it does so for ever, every 500 ms) it says so.
+func (b *Broker) Connected() error {
+	if b.isClosed() {
+		return svc.ErrBrokerClosed
+	}
+	if st := b.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("natsbroker: %s, not connected", strings.ToLower(st.String()))
+	}
+	return nil
+}
+
 // Close stops every subscription, sends what is buffered and closes the
 // connection.
 func (b *Broker) Close() error {

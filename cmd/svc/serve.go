@@ -86,12 +86,27 @@ type brokerFlags struct {
 	broker     string
 	ackWait    time.Duration
 	maxDeliver int
+	keysFile   string
 }
 
 func (b *brokerFlags) register(fs *pflag.FlagSet, usage string) {
 	fs.StringVar(&b.broker, "broker", envOr("SVC_BROKER", ""), usage)
 	fs.DurationVar(&b.ackWait, "ack-wait", svc.DefaultAckWait, "how long a task may go unacknowledged before the broker gives it to another worker (workers extend it while a task runs, so only a dead or stuck worker loses its tasks)")
 	fs.IntVar(&b.maxDeliver, "max-deliver", svc.DefaultMaxDeliver, "deliveries of a task before it goes to the dead letter and its run fails")
+	fs.StringVar(&b.keysFile, "broker-keys", "", "sign every task, result and cancel with HMAC-SHA256 and refuse what is not signed: a file of KEYID:SECRET lines, the first signing and all accepted (docs/distributed.md, \"Signing and key rotation\"); every process of the fleet needs the same keys (default $SVC_BROKER_KEYS as KEYID:SECRET[,KEYID:SECRET...], else unsigned)")
+}
+
+// keyring is the fleet's signing keys: --broker-keys, else
+// $SVC_BROKER_KEYS, else nil (unsigned).
+func (b *brokerFlags) keyring() (*svc.Keyring, error) {
+	if b.keysFile != "" {
+		return svc.LoadKeyring(b.keysFile)
+	}
+	k, err := svc.ParseKeyring(os.Getenv("SVC_BROKER_KEYS"))
+	if err != nil {
+		return nil, fmt.Errorf("SVC_BROKER_KEYS: %w", err)
+	}
+	return k, nil
 }
 
 func (b *brokerFlags) check(fs *pflag.FlagSet) error {
@@ -99,7 +114,7 @@ func (b *brokerFlags) check(fs *pflag.FlagSet) error {
 		return errors.New("--ack-wait and --max-deliver must be positive")
 	}
 	if b.broker == "" {
-		for _, name := range []string{"ack-wait", "max-deliver", "nats-listen"} {
+		for _, name := range []string{"ack-wait", "max-deliver", "nats-listen", "broker-keys"} {
 			if fs.Lookup(name) != nil && fs.Changed(name) {
 				return fmt.Errorf("--%s needs --broker", name)
 			}
@@ -249,6 +264,11 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	}
 	if o.Broker = s.broker; s.broker != "" {
 		o.AckWait, o.MaxDeliver = s.ackWait, s.maxDeliver
+		keys, err := s.keyring()
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		o.BrokerKeys = keys
 		if s.broker == "embedded" {
 			o.NATSListen = s.natsListen
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -116,6 +117,11 @@ func (w *workerCmd) run(cmd *cobra.Command) error {
 	}
 	o := w.appOptions(fs, log)
 	o.Broker, o.AckWait, o.MaxDeliver = w.broker, w.ackWait, w.maxDeliver
+	keys, err := w.keyring()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	o.BrokerKeys = keys
 	// A worker keeps no submitted runs and no event store: its runs are
 	// the publisher's.
 	o.Store, o.Events = "memory", "none"
@@ -164,6 +170,12 @@ func banner(out io.Writer, a *app.App) {
 	fmt.Fprintf(&b, "  consumer id  %s\n", cfg.ConsumerID)
 	fmt.Fprintf(&b, "  concurrency  %d (prefetch %d per agent)\n", cfg.Concurrency, cfg.Prefetch)
 	fmt.Fprintf(&b, "  results      to the reply subject of each task (%s)\n", svc.ResultSubject("{publisher}"))
+	if len(cfg.Keys) > 0 {
+		ids := slices.Sorted(maps.Keys(cfg.Keys))
+		fmt.Fprintf(&b, "  signing      results with key %s; tasks must be signed with one of %s\n", cfg.SignKeyID, strings.Join(ids, ", "))
+	} else {
+		fmt.Fprintf(&b, "  signing      off: any task on the broker runs (--broker-keys)\n")
+	}
 	fmt.Fprintf(&b, "  agents       %d\n", len(names))
 	for _, n := range names {
 		fmt.Fprintf(&b, "    %-*s  ← %s\n", width, n, subjects[n])

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -55,5 +57,33 @@ func TestWorkerHelp(t *testing.T) {
 		if !strings.Contains(r.stdout, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
+	}
+}
+
+// A bad key file or SVC_BROKER_KEYS stops serve and worker before they
+// connect, naming the file and line (or the variable).
+func TestBrokerKeysUsage(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("# fleet keys\nnew:0123456789abcdef-new\nold:short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"serve bad file", nil, []string{"serve", "--broker", "memory://", "--broker-keys", keys}, keys + ":3: "},
+		{"worker bad file", nil, []string{"worker", "start", "--broker", "memory://", "--all-from", exampleSpecs, "--broker-keys", keys}, keys + ":3: "},
+		{"worker missing file", nil, []string{"worker", "start", "--broker", "memory://", "--all-from", exampleSpecs, "--broker-keys", keys + ".nope"}, "keys.nope"},
+		{"worker bad env", []string{"SVC_BROKER_KEYS=k1"}, []string{"worker", "start", "--broker", "memory://", "--all-from", exampleSpecs}, "SVC_BROKER_KEYS"},
+		{"serve keys without broker", nil, []string{"serve", "--broker-keys", keys}, "--broker-keys needs --broker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := svcExec(t, tc.env, "", tc.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit 2 and %q", r.code, r.stderr, tc.want)
+			}
+		})
 	}
 }

@@ -48,6 +48,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +83,30 @@ type config struct {
 	// writeTimeout bounds each write of an event stream
 	// (WithStreamWriteTimeout).
 	writeTimeout time.Duration
+	ready        []readyCheck // WithReadyCheck
+}
+
+// readyCheck is one dependency /readyz asks about.
+type readyCheck struct {
+	name  string
+	check func(context.Context) error
+}
+
+// WithReadyCheck makes GET /readyz ask check too, after the backend's
+// Ready: while check fails, /readyz answers 503 with a problem naming what
+// is not ready: its reason is name, its detail "not ready: <name>", followed
+// by the message of a *svc.Error check returns (other errors are logged,
+// not shown: /readyz needs no token).
+// A process with a broker gives one for it. check is called on every probe:
+// make it cheap (cache a round trip).
+func WithReadyCheck(name string, check func(context.Context) error) Option {
+	return func(c *config) error {
+		if name == "" || check == nil {
+			return errors.New("server: WithReadyCheck: a name and a check are required")
+		}
+		c.ready = append(c.ready, readyCheck{name: name, check: check})
+		return nil
+	}
 }
 
 // WithMaxBodyBytes bounds request bodies to n bytes (default 1 MiB); a
@@ -119,7 +144,7 @@ func WithLogger(l *zap.Logger) Option {
 //	GET  /groups/{name}/topology svc.Topology
 //	POST /groups/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.RunResult
 //	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
-//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready fails
+//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails
 //
 // When b also implements svc.RunBackend, the asynchronous runs are served
 // too (without it, these routes answer 404):
@@ -155,7 +180,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 			return nil, err
 		}
 	}
-	h := &handlers{b: b, maxBody: cfg.maxBody}
+	h := &handlers{b: b, maxBody: cfg.maxBody, ready: cfg.ready}
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -211,6 +236,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 type handlers struct {
 	b       svc.Backend
 	maxBody int64
+	ready   []readyCheck
 }
 
 func (h *handlers) agents(w http.ResponseWriter, r *http.Request) error {
@@ -380,6 +406,21 @@ func (h *handlers) readyz(w http.ResponseWriter, r *http.Request) error {
 		}
 		writeProblem(w, r, http.StatusServiceUnavailable, p)
 		return nil
+	}
+	for _, c := range h.ready {
+		if err := c.check(r.Context()); err != nil {
+			// /readyz answers without a token: only a domain error's
+			// message is shown (the check's to word); the cause, which
+			// may name hosts, goes to the log.
+			p := Problem{Error: string(svc.KindRuntime), Reason: c.name, Detail: "not ready: " + c.name}
+			var e *svc.Error
+			if errors.As(err, &e) && e.Message != "" {
+				p.Error, p.Detail = string(e.Kind), p.Detail+": "+e.Message
+			}
+			loggerFrom(r.Context()).Warn("not ready", zap.String("check", c.name), zap.Error(err))
+			writeProblem(w, r, http.StatusServiceUnavailable, p)
+			return nil
+		}
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

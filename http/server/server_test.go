@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -693,5 +694,41 @@ func TestHostHandlers(t *testing.T) {
 	}
 	if r := do(t, srv, "GET", "/panics-string", ""); r.status != 599 || repanicked != "a bug" {
 		t.Errorf("a non-error panic must propagate: %d %v", r.status, repanicked)
+	}
+}
+
+// WithReadyCheck: /readyz is 503 naming the failing check while it fails,
+// without showing a cause that is not a domain error, and 200 again after.
+func TestReadyCheck(t *testing.T) {
+	var mu sync.Mutex
+	var broker error
+	set := func(err error) { mu.Lock(); broker = err; mu.Unlock() }
+	srv, _ := newRouter(t, server.WithReadyCheck("broker", func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return broker
+	}))
+	if r := do(t, srv, "GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("GET /readyz = %d %s", r.status, r.body)
+	}
+	set(&svc.Error{Kind: svc.KindRuntime, Message: "the nats broker is not connected", Err: errors.New("dial 10.0.0.7:4222")})
+	p := problem(t, do(t, srv, "GET", "/readyz", ""), 503)
+	if p.Reason != "broker" || p.Detail != "not ready: broker: the nats broker is not connected" {
+		t.Errorf("problem %+v", p)
+	}
+	set(errors.New("redis://:hunter2@10.0.0.7"))
+	r := do(t, srv, "GET", "/readyz", "")
+	if strings.Contains(string(r.body), "hunter2") {
+		t.Errorf("readyz leaked a non-domain error: %s", r.body)
+	}
+	if p := problem(t, r, 503); p.Detail != "not ready: broker" {
+		t.Errorf("problem %+v", p)
+	}
+	set(nil)
+	if r := do(t, srv, "GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("GET /readyz after recovery = %d %s", r.status, r.body)
+	}
+	if _, err := server.NewRouter(&fakeBackend{}, server.WithReadyCheck("", nil)); err == nil {
+		t.Error("WithReadyCheck without a name and check accepted")
 	}
 }

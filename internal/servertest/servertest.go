@@ -24,6 +24,29 @@ import (
 // skips, unless SVC_REQUIRE_REDIS=1 (as in CI) makes that a failure.
 func Redis(tb testing.TB) string {
 	tb.Helper()
+	return StartRedis(tb).URL
+}
+
+// RedisServer is a redis-server a test can stop and start again on the same
+// port, to test what survives an outage.
+type RedisServer struct {
+	// URL is the server's redis:// URL; it stays the same across
+	// restarts.
+	URL string
+
+	tb      testing.TB
+	bin     string
+	port    string
+	dir     string
+	cmd     *exec.Cmd
+	exited  chan error
+	stopped bool
+}
+
+// StartRedis is Redis, returning the server so the test can Stop and
+// Restart it.
+func StartRedis(tb testing.TB) *RedisServer {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("SVC_REQUIRE_REDIS") == "1" {
@@ -33,53 +56,76 @@ func Redis(tb testing.TB) string {
 	}
 	var lastErr error
 	for range 3 { // the free port may be taken before redis binds it
-		url, err := tryRedis(tb, bin)
-		if err == nil {
-			return url
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
 		}
-		lastErr = err
+		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		_ = l.Close()
+		s := &RedisServer{URL: "redis://127.0.0.1:" + port, tb: tb, bin: bin, port: port, dir: tb.TempDir()}
+		if lastErr = s.start(); lastErr == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
 	}
 	tb.Fatalf("starting redis-server: %v", lastErr)
-	return ""
+	return nil
 }
 
-func tryRedis(tb testing.TB, bin string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// Stop kills the server (its data is gone: it keeps none). Idempotent.
+func (s *RedisServer) Stop() {
+	if s.stopped {
+		return
 	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	dir := tb.TempDir()
-	logFile := filepath.Join(dir, "redis.log")
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", logFile)
+	s.stopped = true
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// Restart starts the server again, empty, on the same port; it fails the
+// test if it cannot.
+func (s *RedisServer) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	var err error
+	for range 50 { // the port may linger a moment after the kill
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.tb.Fatalf("restarting redis-server on port %s: %v", s.port, err)
+}
+
+func (s *RedisServer) start() error {
+	logFile := filepath.Join(s.dir, "redis.log")
+	cmd := exec.Command(s.bin, "--port", s.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--logfile", logFile)
 	if err := cmd.Start(); err != nil {
-		return "", err
+		return err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	s.cmd, s.exited, s.stopped = cmd, exited, false
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + s.port, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := c.Ping(context.Background()).Err()
 		if err == nil {
-			return "redis://127.0.0.1:" + port, nil
+			return nil
 		}
 		select {
 		case werr := <-exited:
-			exited <- werr // for the cleanup
+			exited <- werr // for Stop
+			s.Stop()
 			log, _ := os.ReadFile(logFile)
-			return "", fmt.Errorf("redis-server exited (%v): %s", werr, log)
+			return fmt.Errorf("redis-server exited (%v): %s", werr, log)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("redis-server on port %s does not answer PING: %v", port, err)
+			s.Stop()
+			return fmt.Errorf("redis-server on port %s does not answer PING: %v", s.port, err)
 		}
 	}
 }
