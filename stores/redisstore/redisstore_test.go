@@ -36,6 +36,21 @@ var prefixes atomic.Int64
 // uniquePrefix keeps the stores of one server apart.
 func uniquePrefix() string { return fmt.Sprintf("test%d", prefixes.Add(1)) }
 
+// TestShared runs the ownership contract on nodes sharing a prefix.
+func TestShared(t *testing.T) {
+	url := startRedis(t)
+	storetest.Shared(t, func(t *testing.T) storetest.Opener {
+		prefix := uniquePrefix()
+		return func(t *testing.T, node string, lease time.Duration) (svc.SharedRunStore, func()) {
+			s, err := redisstore.Open(redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: node, LeaseTTL: lease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, s.StopLease
+		}
+	})
+}
+
 func open(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.Open(opts)
