@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
@@ -31,10 +32,12 @@ func checkStoreSpec(spec string) error {
 //	memory         in memory: runs die with the process
 //	sqlite:PATH    a SQLite file
 //	pebble:PATH    a Pebble directory
-//	redis://…      a Redis server (rediss:// for TLS)
+//	redis://…      a Redis server (rediss:// for TLS), shared by every
+//	               node that opens it: lease is its node lease (see
+//	               svc.SharedRunStore; 0: redisstore.DefaultLeaseTTL)
 //
 // It returns the store and where it is, for the log.
-func openStore(spec, dataDir string) (svc.RunStore, string, error) {
+func openStore(spec, dataDir string, lease time.Duration) (svc.RunStore, string, error) {
 	if err := checkStoreSpec(spec); err != nil {
 		return nil, "", &ConfigError{Option: "Store", Err: err}
 	}
@@ -65,7 +68,7 @@ func openStore(spec, dataDir string) (svc.RunStore, string, error) {
 		}
 		return s, spec, nil
 	default: // redis:// or rediss://
-		s, err := redisstore.Open(redisstore.Options{URL: spec})
+		s, err := redisstore.Open(redisstore.Options{URL: spec, LeaseTTL: lease})
 		if err != nil {
 			return nil, "", fail(err)
 		}
