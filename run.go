@@ -242,7 +242,8 @@ type RunStore interface {
 // unfinished runs no live node owns: those of this node's id from an
 // earlier life, those whose owner's lease expired, and those created
 // without an owner; the runs of the other live nodes are left alone. Sweep
-// does the same for the runs of dead owners only, and is called
+// fails the runs of dead owners only (not this node's, nor ownerless
+// ones, which an older build may still be running), and is called
 // periodically by every node, so the survivors fail a killed node's runs
 // once its lease expires (reason ReasonInterrupted, the result
 // NodeLostResult naming the node). Package stores/storetest checks it

@@ -208,7 +208,7 @@ func (a *App) start() error {
 	if o.RunStore != nil {
 		a.runStore = o.RunStore
 	} else {
-		s, where, err := openStore(o.Store, o.DataDir, o.NodeLease)
+		s, where, err := openStore(o.Store, o.DataDir, o.NodeID, o.NodeLease)
 		if err != nil {
 			return err
 		}

@@ -33,11 +33,12 @@ func checkStoreSpec(spec string) error {
 //	sqlite:PATH    a SQLite file
 //	pebble:PATH    a Pebble directory
 //	redis://…      a Redis server (rediss:// for TLS), shared by every
-//	               node that opens it: lease is its node lease (see
-//	               svc.SharedRunStore; 0: redisstore.DefaultLeaseTTL)
+//	               node that opens it: node and lease are its node id
+//	               and lease (see svc.SharedRunStore; "" and 0: the
+//	               defaults)
 //
 // It returns the store and where it is, for the log.
-func openStore(spec, dataDir string, lease time.Duration) (svc.RunStore, string, error) {
+func openStore(spec, dataDir, node string, lease time.Duration) (svc.RunStore, string, error) {
 	if err := checkStoreSpec(spec); err != nil {
 		return nil, "", &ConfigError{Option: "Store", Err: err}
 	}
@@ -68,7 +69,7 @@ func openStore(spec, dataDir string, lease time.Duration) (svc.RunStore, string,
 		}
 		return s, spec, nil
 	default: // redis:// or rediss://
-		s, err := redisstore.Open(redisstore.Options{URL: spec, LeaseTTL: lease})
+		s, err := redisstore.Open(redisstore.Options{URL: spec, NodeID: node, LeaseTTL: lease})
 		if err != nil {
 			return nil, "", fail(err)
 		}

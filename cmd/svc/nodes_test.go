@@ -23,9 +23,10 @@ import (
 const nodeLease = "2s"
 
 // startNode starts a serve node on the shared store and broker.
-func startNode(t *testing.T, name, specs, store string, b fleetBroker) *fleetProc {
+func startNode(t *testing.T, name, specs, store string, b fleetBroker, extra ...string) *fleetProc {
 	t.Helper()
-	return startFleetServe(t, name, specs, filepath.Join(t.TempDir(), name), b, "--store", store, "--node-lease", nodeLease)
+	return startFleetServe(t, name, specs, filepath.Join(t.TempDir(), name), b,
+		append([]string{"--store", store, "--node-lease", nodeLease}, extra...)...)
 }
 
 // nodeID is the run store node id the serve node logged at startup.
@@ -164,17 +165,25 @@ func TestManyServeNodes(t *testing.T) {
 	cb.waitState(survivor, "running")
 
 	t.Run("ThirdNodeLeavesRunsAlone", func(t *testing.T) {
-		c := startNode(t, "node-c", specs, store, b)
-		cc := newFleetClient(t, c.url)
-		// Past a lease of A's: its renewal is what keeps its runs alive.
-		time.Sleep(3 * time.Second)
-		for _, cl := range []*fleetClient{ca, cb, cc} {
-			if st, reason := cl.runStatus(survivor); st != "running" {
-				t.Errorf("A's run seen on %s: %s (%s), want running", cl.base, st, reason)
+		// Started, stopped and restarted (with a stable node id).
+		for i := range 2 {
+			c := startNode(t, "node-c", specs, store, b, "--node-id", "node-c")
+			if id := nodeID(t, c); id != "node-c" {
+				t.Errorf("node C's id %q, want node-c (--node-id)", id)
 			}
+			cc := newFleetClient(t, c.url)
+			if i == 0 {
+				// Past a lease of A's: its renewal is what keeps its runs alive.
+				time.Sleep(3 * time.Second)
+			}
+			for _, cl := range []*fleetClient{ca, cb, cc} {
+				if st, reason := cl.runStatus(survivor); st != "running" {
+					t.Errorf("A's run seen on %s (C started %d times): %s (%s), want running", cl.base, i+1, st, reason)
+				}
+			}
+			c.signal(t, syscall.SIGTERM)
+			c.wait(t, fleetWait)
 		}
-		c.signal(t, syscall.SIGTERM)
-		c.wait(t, fleetWait)
 		if st, reason := cb.runStatus(survivor); st != "running" {
 			t.Errorf("A's run after C stopped: %s (%s), want running", st, reason)
 		}
@@ -200,4 +209,22 @@ func TestManyServeNodes(t *testing.T) {
 			return strings.Contains(nodeB.stderr.String(), node)
 		})
 	})
+}
+
+// The node flags need a shared store, and a lease long enough to renew.
+func TestServeNodeFlagsChecked(t *testing.T) {
+	specs := writeSpecs(t, fleetSpecs)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node-lease", "5s"}, "--node-lease and --node-id need a shared store"},
+		{[]string{"--store", "memory", "--node-id", "api-1"}, "--node-lease and --node-id need a shared store"},
+		{[]string{"--store", "redis://127.0.0.1:1", "--node-lease", "10ms"}, "10ms: must be at least 1s"},
+	} {
+		r := svcExec(t, nil, "", append([]string{"serve", "--specs", specs, "--port", "0", "--data-dir", t.TempDir()}, tc.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("svc serve %v: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
 }

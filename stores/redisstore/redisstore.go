@@ -30,7 +30,8 @@
 // Run ownership (svc.SharedRunStore): a record's "owner" field is the node
 // id of the Store that created it. Interrupt and Sweep fail a run only when
 // its owner is gone (no lease), is this node (an earlier life of a stable
-// NodeID; Interrupt only), or is unset (a run an older build created), so
+// NodeID; Interrupt only), or is unset (a run an older build created;
+// Interrupt only), so
 // one node's start never fails the runs another live node is running.
 //
 // Every change is one Lua script that checks the state machine and writes, so
@@ -524,9 +525,9 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Sweep fails the unfinished runs of the other nodes whose lease expired
-// (and those without an owner), as Interrupt does; see
-// svc.SharedRunStore.
+// Sweep fails the unfinished runs of the other nodes whose lease expired,
+// as Interrupt does; see svc.SharedRunStore. Runs without an owner (an
+// older build's, perhaps still running them) are left to Interrupt.
 func (s *Store) Sweep(ctx context.Context) (int, []string, error) {
 	return s.interruptAll(ctx, false)
 }

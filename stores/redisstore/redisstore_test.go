@@ -51,6 +51,42 @@ func TestShared(t *testing.T) {
 	})
 }
 
+// A run without an owner (an older build made it, and may still be running
+// it) is left alone by Sweep and failed by a node's start (Interrupt), as
+// before ownership.
+func TestOwnerlessRun(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, LeaseTTL: time.Second})
+	ctx := t.Context()
+	if err := s.Create(ctx, svc.RunRecord{RunID: "old", Target: "echo", Kind: svc.KindAgent}); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(mustParse(t, url))
+	defer c.Close()
+	if err := c.HDel(ctx, prefix+":old", "owner").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep of an ownerless run = %d, %v; want 0", n, err)
+	}
+	if n, err := s.Interrupt(ctx); err != nil || n != 1 {
+		t.Fatalf("Interrupt of an ownerless run = %d, %v; want 1", n, err)
+	}
+	if rec, err := s.Get(ctx, "old"); err != nil || rec.State != svc.RunFailed || rec.Reason != svc.ReasonInterrupted {
+		t.Fatalf("ownerless run after Interrupt: %+v %v", rec, err)
+	}
+}
+
+func mustParse(t *testing.T, url string) *redis.Options {
+	t.Helper()
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func open(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.Open(opts)

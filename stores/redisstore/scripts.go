@@ -215,7 +215,8 @@ return {0, seq}
 // terminal or is gone (it then only leaves the active set), 2 when the
 // run's target or owner is not the one result was made for (the caller
 // reads them again), 3 when a live node owns the run: another node whose
-// lease key exists, or this node in mode "others". In one script: state
+// lease key exists, or, in mode "others", this node or no owner (a run an
+// older build made: only a node's start fails those). In one script: state
 // failed, reason, the failed result, the progress with nothing running
 // (what ran failed with the run), and the run_failed event before the end
 // marker.
@@ -227,9 +228,9 @@ if not cur or terminal(cur) then
 end
 local owner = redis.call('HGET', KEYS[1], 'owner') or ''
 if (redis.call('HGET', KEYS[1], 'target') or '') ~= ARGV[4] or owner ~= ARGV[6] then return 2 end
-if owner == ARGV[7] then
+if owner == ARGV[7] or owner == '' then
   if ARGV[8] ~= 'all' then return 3 end
-elseif owner ~= '' and redis.call('EXISTS', ARGV[9] .. owner) == 1 then
+elseif redis.call('EXISTS', ARGV[9] .. owner) == 1 then
   return 3
 end
 redis.call('HSET', KEYS[1], 'state', 'failed', 'reason', 'interrupted', 'updated_at', ARGV[2], 'result', ARGV[5])
