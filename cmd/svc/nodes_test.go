@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,6 +190,30 @@ func TestManyServeNodes(t *testing.T) {
 		}
 	})
 
+	t.Run("NodesVisibleFromAnyNode", func(t *testing.T) {
+		idA, idB := nodeID(t, a), nodeID(t, nodeB)
+		for _, cl := range []*fleetClient{ca, cb} {
+			st := runtimeStats(t, cl)
+			var ids []string
+			self := ""
+			for _, n := range st.Nodes {
+				ids = append(ids, n.NodeID)
+				if n.Self {
+					self = n.NodeID
+				}
+			}
+			if !slices.Contains(ids, idA) || !slices.Contains(ids, idB) || slices.Contains(ids, "node-c") {
+				t.Errorf("nodes on %s: %v, want %s and %s (C stopped)", cl.base, ids, idA, idB)
+			}
+			if want := map[*fleetClient]string{ca: idA, cb: idB}[cl]; self != want {
+				t.Errorf("self on %s: %q, want %q", cl.base, self, want)
+			}
+			if _, ok := workerIn(st, "worker-1"); !ok {
+				t.Errorf("%s does not list the worker", cl.base)
+			}
+		}
+	})
+
 	t.Run("KilledNodeRunsFailedBySurvivor", func(t *testing.T) {
 		node := nodeID(t, a)
 		a.kill(t)
@@ -208,6 +233,11 @@ func TestManyServeNodes(t *testing.T) {
 		testutil.Within(t, fleetWait, "B to log the failed runs", func() bool {
 			return strings.Contains(nodeB.stderr.String(), node)
 		})
+		for _, n := range runtimeStats(t, cb).Nodes {
+			if n.NodeID == node {
+				t.Errorf("the killed node %s is still listed in /runtime/stats", node)
+			}
+		}
 	})
 }
 

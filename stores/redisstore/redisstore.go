@@ -150,6 +150,7 @@ var (
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
 	_ svc.SharedRunStore  = (*Store)(nil)
+	_ svc.NodeLister      = (*Store)(nil)
 )
 
 // Open connects to Redis (checking it answers PING) and returns the store.
@@ -624,6 +625,35 @@ func (s *Store) keepLease() {
 			cancel()
 		}
 	}
+}
+
+// ServeNodes lists the nodes whose lease is current, this one included,
+// sorted by node id.
+func (s *Store) ServeNodes(ctx context.Context) ([]svc.ServeNode, error) {
+	var nodes []svc.ServeNode
+	err := s.do(ctx, "", func(ctx context.Context) error {
+		lead := s.leaseKey("")
+		it := s.c.Scan(ctx, 0, globEscape(lead)+"*", readBatch).Iterator()
+		for it.Next(ctx) {
+			at, err := s.c.Get(ctx, it.Val()).Result()
+			if errors.Is(err, redis.Nil) {
+				continue // expired since the scan saw it
+			}
+			if err != nil {
+				return svc.Wrap(svc.KindRuntime, err, "redisstore: read node leases")
+			}
+			n := svc.ServeNode{NodeID: strings.TrimPrefix(it.Val(), lead)}
+			n.LastRenewal, _ = time.Parse(time.RFC3339Nano, at)
+			n.Self = n.NodeID == s.node
+			nodes = append(nodes, n)
+		}
+		if err := it.Err(); err != nil {
+			return svc.Wrap(svc.KindRuntime, err, "redisstore: scan node leases")
+		}
+		return nil
+	})
+	slices.SortFunc(nodes, func(a, b svc.ServeNode) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return nodes, err
 }
 
 // renew sets the node's lease for another LeaseTTL.

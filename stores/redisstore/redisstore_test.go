@@ -608,3 +608,23 @@ func TestIdempotencyKeysAcrossStores(t *testing.T) {
 		t.Fatalf("PTTL of the reservation = %v, %v", ttl, err)
 	}
 }
+
+// ServeNodes lists the nodes with a current lease, marking the caller's; a
+// closed node leaves the list.
+func TestServeNodes(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	a := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "a", LeaseTTL: time.Minute})
+	b := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "b", LeaseTTL: time.Minute})
+	nodes, err := b.ServeNodes(t.Context())
+	if err != nil || len(nodes) != 2 || nodes[0].NodeID != "a" || nodes[0].Self || nodes[1].NodeID != "b" || !nodes[1].Self ||
+		nodes[0].LastRenewal.IsZero() {
+		t.Fatalf("ServeNodes = %+v, %v; want a, then b (self)", nodes, err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if nodes, err := b.ServeNodes(t.Context()); err != nil || len(nodes) != 1 || nodes[0].NodeID != "b" {
+		t.Fatalf("ServeNodes after a closed = %+v, %v; want b", nodes, err)
+	}
+}
