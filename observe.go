@@ -238,6 +238,22 @@ type FleetReader interface {
 	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
 
+// ServeNode is a live serve node of a shared run store: one whose lease is
+// current (see SharedRunStore).
+type ServeNode struct {
+	NodeID string `json:"node_id"`
+	// LastRenewal is when the node last renewed its lease.
+	LastRenewal time.Time `json:"last_renewal"`
+	// Self marks the node that answered.
+	Self bool `json:"self"`
+}
+
+// NodeLister lists the live serve nodes of a shared run store, sorted by
+// node id; GET /runtime/stats shows them when the backend is one.
+type NodeLister interface {
+	ServeNodes(ctx context.Context) ([]ServeNode, error)
+}
+
 // ToolServerStatus describes one MCP tool server of the runtime.
 type ToolServerStatus struct {
 	Name      string `json:"name"`
@@ -268,6 +284,10 @@ type RuntimeStats struct {
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`
 	Workers     []WorkerStatus     `json:"workers"`
+	// Nodes are the live serve nodes sharing this node's run store (a
+	// svc.NodeLister's, Redis), this one included; absent with a store of
+	// one node.
+	Nodes []ServeNode `json:"nodes,omitempty"`
 	// TokenBudget is the runtime's token budget (Options.TokenBudget) as
 	// it stands; absent when the runtime has none or the backend keeps no
 	// budget (svc.BudgetKeeper).

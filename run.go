@@ -79,6 +79,16 @@ func InterruptedResult(target string) json.RawMessage {
 	return b
 }
 
+// NodeLostResult is the InterruptedResult of a run whose owner, another
+// node sharing the store, stopped renewing its lease (it was killed or cut
+// off): the message names the node, so an operator knows where to look.
+func NodeLostResult(target, node string) json.RawMessage {
+	b, _ := json.Marshal(AgentResult{AgentName: target, Error: &ErrorInfo{Type: string(KindRuntime),
+		Message: "run interrupted: node " + node + " running it stopped (its lease in the run store expired) before it ended",
+		Reason:  ReasonInterrupted}})
+	return b
+}
+
 // InterruptedEvent is the terminal run_failed event Interrupt appends.
 func InterruptedEvent(at time.Time) RunEvent {
 	return RunEvent{Type: RunRunFailed, Error: ReasonInterrupted, Timestamp: at}
@@ -224,6 +234,30 @@ type RunStore interface {
 	Interrupt(ctx context.Context) (int, error)
 	// Close releases the store; it is idempotent.
 	Close() error
+}
+
+// SharedRunStore is a RunStore several serve nodes share (redisstore):
+// each node's Store owns the runs it creates and keeps a lease on them
+// alive in the store while it is open. Interrupt then fails only the
+// unfinished runs no live node owns: those of this node's id from an
+// earlier life, those whose owner's lease expired, and those created
+// without an owner; the runs of the other live nodes are left alone. Sweep
+// fails the runs of dead owners only (not this node's, nor ownerless
+// ones, which an older build may still be running), and is called
+// periodically by every node, so the survivors fail a killed node's runs
+// once its lease expires (reason ReasonInterrupted, the result
+// NodeLostResult naming the node). Package stores/storetest checks it
+// (Shared).
+type SharedRunStore interface {
+	RunStore
+	// NodeID is the owner this Store writes into the runs it creates.
+	NodeID() string
+	// LeaseTTL is how long the node's lease outlives its last renewal.
+	LeaseTTL() time.Duration
+	// Sweep fails the unfinished runs whose owner is another node whose
+	// lease expired, as Interrupt does, and returns how many it failed
+	// and, for the log, the nodes they belonged to.
+	Sweep(ctx context.Context) (n int, nodes []string, err error)
 }
 
 // IdempotentStore is a RunStore that also keeps Idempotency-Keys, so a

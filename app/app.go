@@ -84,6 +84,8 @@ type App struct {
 	locks       []*dirlock.Lock // the data directory's and the store path's
 	runStore    svc.RunStore
 	ownRunStore bool
+	sweepStop   context.CancelFunc // the shared run store's sweep (nodes.go)
+	sweepDone   chan struct{}
 	evStore     eventstore.Store
 	storeEm     *eventstore.Emitter
 	system      *actor.ActorSystem
@@ -208,12 +210,16 @@ func (a *App) start() error {
 	if o.RunStore != nil {
 		a.runStore = o.RunStore
 	} else {
-		s, where, err := openStore(o.Store, o.DataDir)
+		s, where, err := openStore(o.Store, o.DataDir, o.NodeID, o.NodeLease)
 		if err != nil {
 			return err
 		}
 		a.runStore, a.ownRunStore = s, true
-		log.Info("run store", zap.String("store", where))
+		fields := []zap.Field{zap.String("store", where)}
+		if sh, ok := s.(svc.SharedRunStore); ok {
+			fields = append(fields, zap.String("node", sh.NodeID()), zap.Duration("node_lease", sh.LeaseTTL()))
+		}
+		log.Info("run store", fields...)
 	}
 
 	// The event store, written through a batching emitter off the
@@ -327,6 +333,7 @@ func (a *App) start() error {
 	}
 	a.rt = rt
 	cancelled.Store(rt)
+	a.startSweeper()
 	agents, groups := a.definitions(a.set)
 	if err := rt.Register(agents...); err != nil {
 		return &ConfigError{Option: "Agents", Err: err}
@@ -631,6 +638,7 @@ func (a *App) stop(ctx context.Context) error {
 		a.system.Shutdown()
 	}
 	// 8. The run store, which the runtime no longer writes.
+	a.stopSweeper()
 	if a.runStore != nil && a.ownRunStore {
 		fail("run store", a.runStore.Close())
 	}

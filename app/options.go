@@ -73,6 +73,18 @@ type Options struct {
 	// (rediss:// for TLS). A sqlite: or pebble: PATH outside DataDir is
 	// locked on its own (PATH.lock). [--store]
 	Store string
+	// NodeLease, with a shared run store (redis://), is how long this
+	// node's ownership of its runs outlives its last renewal: once it
+	// lapses (the process was killed), the other nodes fail the runs it
+	// left unfinished, reason interrupted. 0 means
+	// redisstore.DefaultLeaseTTL (15 s). [--node-lease]
+	NodeLease time.Duration
+	// NodeID, with a shared run store, names this node as the owner of the
+	// runs it creates; "" means a fresh id per start (host-pid-random).
+	// A stable id (one per node, never two live nodes with the same) lets
+	// a restarted node mark the runs of its previous life failed at once,
+	// rather than after their lease expires. [--node-id]
+	NodeID string
 	// RunStore, when set, is an open run store to use instead of Store;
 	// it stays the caller's to close, after Shutdown. Setting both is an
 	// error.
@@ -358,6 +370,10 @@ func (o *Options) check() error {
 		return bad("PublishEvents", "needs Broker, on a publisher (not a Worker)")
 	case o.WorkerHealth.Stale < 0 || o.WorkerHealth.Down < 0:
 		return bad("WorkerHealth", "thresholds must not be negative")
+	case o.NodeLease < 0:
+		return bad("NodeLease", "%v: must not be negative", o.NodeLease)
+	case o.NodeLease != 0 && o.NodeLease < time.Second:
+		return bad("NodeLease", "%v: must be at least 1s", o.NodeLease)
 	}
 	if th := o.WorkerHealth.WithDefaults(); th.Down <= th.Stale {
 		return bad("WorkerHealth", "down after %v must be later than stale after %v", th.Down, th.Stale)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
@@ -31,10 +32,13 @@ func checkStoreSpec(spec string) error {
 //	memory         in memory: runs die with the process
 //	sqlite:PATH    a SQLite file
 //	pebble:PATH    a Pebble directory
-//	redis://…      a Redis server (rediss:// for TLS)
+//	redis://…      a Redis server (rediss:// for TLS), shared by every
+//	               node that opens it: node and lease are its node id
+//	               and lease (see svc.SharedRunStore; "" and 0: the
+//	               defaults)
 //
 // It returns the store and where it is, for the log.
-func openStore(spec, dataDir string) (svc.RunStore, string, error) {
+func openStore(spec, dataDir, node string, lease time.Duration) (svc.RunStore, string, error) {
 	if err := checkStoreSpec(spec); err != nil {
 		return nil, "", &ConfigError{Option: "Store", Err: err}
 	}
@@ -65,7 +69,7 @@ func openStore(spec, dataDir string) (svc.RunStore, string, error) {
 		}
 		return s, spec, nil
 	default: // redis:// or rediss://
-		s, err := redisstore.Open(redisstore.Options{URL: spec})
+		s, err := redisstore.Open(redisstore.Options{URL: spec, NodeID: node, LeaseTTL: lease})
 		if err != nil {
 			return nil, "", fail(err)
 		}

@@ -330,6 +330,15 @@ func (rt *Runtime) InFlight() int { return int(rt.active.Load()) }
 // Each is also logged when abandoned and when it returns.
 func (rt *Runtime) Stuck() svc.StuckStats { return rt.stuck.Stats() }
 
+// ServeNodes lists the live serve nodes sharing the run store (a
+// svc.NodeLister's); none for a store of one node.
+func (rt *Runtime) ServeNodes(ctx context.Context) ([]svc.ServeNode, error) {
+	if nl, ok := rt.store.(svc.NodeLister); ok {
+		return nl.ServeNodes(ctx)
+	}
+	return nil, nil
+}
+
 func (rt *Runtime) newStuck() *actors.Stuck {
 	log := rt.log
 	return &actors.Stuck{

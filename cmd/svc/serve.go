@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +32,8 @@ type serveCmd struct {
 	grace     time.Duration
 	maxBody   int64
 	storeSpec string
+	nodeLease time.Duration
+	nodeID    string
 	dataDir   string
 	metrics   bool
 
@@ -182,6 +185,8 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests and runs in flight may take to finish on shutdown before they are cancelled (a second SIGINT or SIGTERM stops at once)")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
+	fs.DurationVar(&s.nodeLease, "node-lease", 0, "with a redis:// --store shared by several serve nodes: how long this node's ownership of its runs outlives its last renewal; once it lapses (the node was killed), the other nodes mark the runs it left unfinished failed (reason interrupted) (default 15s)")
+	fs.StringVar(&s.nodeID, "node-id", "", "with a redis:// --store shared by several serve nodes: this node's name as the owner of its runs, stable across restarts so a restarted node marks its previous life's unfinished runs failed at once; never give two live nodes the same (default: host-pid-random, new each start)")
 	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores and of the embedded broker; locked (svc.lock) while this server runs, so a second server on it exits at once")
 	fs.StringVar(&s.eventsSpec, "events", "", "where runtime events are kept for the rollup routes: memory, sqlite:PATH or none (default: a SQLite file under --data-dir)")
 	fs.IntVar(&s.eventsMaxRows, "events-max-rows", 1_000_000, "keep at most this many events, the newest (0: no limit)")
@@ -255,6 +260,10 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody
 	o.AllowedOrigins = s.origins
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
+	if (fs.Changed("node-lease") || fs.Changed("node-id")) && !strings.HasPrefix(s.storeSpec, "redis") {
+		return &exitError{code: 2, err: errors.New("--node-lease and --node-id need a shared store (--store redis://…)")}
+	}
+	o.NodeLease, o.NodeID = s.nodeLease, s.nodeID
 	// The flags' 0 is "no limit", the app's is "the default".
 	o.EventsMaxRows, o.EventsMaxAge = noLimit(s.eventsMaxRows), time.Duration(noLimit(int(s.eventsMaxAge)))
 	o.SSEHeartbeat, o.SSEQueueSize = s.sseHeartbeat, s.sseQueue

@@ -249,6 +249,11 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 			st.TokenBudget = &b
 		}
 	}
+	if nl, ok := o.b.(svc.NodeLister); ok {
+		if st.Nodes, err = nl.ServeNodes(r.Context()); err != nil {
+			return err
+		}
+	}
 	if sr, ok := o.b.(svc.StuckReporter); ok {
 		st.Stuck = sr.Stuck()
 	}

@@ -23,6 +23,16 @@
 //	                       expires with the key's TTL
 //	P::idemkeys    zset    the live keys, scored by expiry (server clock,
 //	                       Unix milliseconds), for the bound
+//	P::node:<id>   string  the lease of node <id> (a Store): set at Open,
+//	                       renewed every LeaseTTL/3 with a TTL of LeaseTTL,
+//	                       deleted at Close
+//
+// Run ownership (svc.SharedRunStore): a record's "owner" field is the node
+// id of the Store that created it. Interrupt and Sweep fail a run only when
+// its owner is gone (no lease), is this node (an earlier life of a stable
+// NodeID; Interrupt only), or is unset (a run an older build created;
+// Interrupt only), so
+// one node's start never fails the runs another live node is running.
 //
 // Every change is one Lua script that checks the state machine and writes, so
 // the rules hold across processes: no change after a terminal state, and a
@@ -52,6 +62,8 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,7 +100,19 @@ type Options struct {
 	KeyPrefix string
 	// TTL is set on a run's keys once it is terminal; 0 keeps runs forever.
 	TTL time.Duration
+	// NodeID names this Store as the owner of the runs it creates (see
+	// svc.SharedRunStore); "" means a fresh one, host-pid-random. Give a
+	// stable id to have a restarted node fail its own earlier runs at
+	// once rather than after their lease expires.
+	NodeID string
+	// LeaseTTL is how long this node's lease outlives its last renewal;
+	// it is renewed every LeaseTTL/3. 0 means DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
+
+// DefaultLeaseTTL is Options.LeaseTTL when zero: a killed node's runs are
+// failed by the others within about this long.
+const DefaultLeaseTTL = 15 * time.Second
 
 // Store is a Redis-backed svc.RunStore. It is safe for concurrent use, and
 // several Stores, in one process or many, may share a server and prefix.
@@ -97,6 +121,12 @@ type Store struct {
 	owned  bool // c was created by Open: Close closes it
 	prefix string
 	ttl    time.Duration
+	node   string        // the owner written into the runs created here
+	lease  time.Duration // the node lease's TTL
+	// leaseCtx ends at Close, or when a test stops the renewals to play a
+	// killed node (export_test.go).
+	leaseCtx  context.Context
+	leaseStop context.CancelFunc
 
 	// mu is held shared by every call and exclusively by Close, so Close
 	// never closes the client under a command and no Stream starts after it.
@@ -119,6 +149,8 @@ var (
 	_ svc.RunStore        = (*Store)(nil)
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
+	_ svc.SharedRunStore  = (*Store)(nil)
+	_ svc.NodeLister      = (*Store)(nil)
 )
 
 // Open connects to Redis (checking it answers PING) and returns the store.
@@ -132,6 +164,17 @@ func Open(opts Options) (*Store, error) {
 	}
 	if opts.TTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: negative TTL %v", opts.TTL)
+	}
+	switch {
+	case opts.LeaseTTL < 0:
+		return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: negative LeaseTTL %v", opts.LeaseTTL)
+	case opts.LeaseTTL == 0:
+		opts.LeaseTTL = DefaultLeaseTTL
+	case opts.LeaseTTL < 30*time.Millisecond:
+		return nil, svc.Errorf(svc.KindSpecValidation, "redisstore: LeaseTTL %v is below 30ms", opts.LeaseTTL)
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = defaultNodeID()
 	}
 	prefix := strings.TrimRight(opts.KeyPrefix, ":")
 	if prefix == "" {
@@ -156,15 +199,24 @@ func Open(opts Options) (*Store, error) {
 		return nil, svc.Errorf(svc.KindRuntime, "redisstore: cannot reach redis at %s: %s", where, redactErr(err, opts.URL))
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, ctx: ctx, stop: stop,
-		watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}
-	if err := s.ensureIndex(context.Background()); err != nil {
+	s := &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, node: opts.NodeID, lease: opts.LeaseTTL,
+		ctx: ctx, stop: stop, watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}
+	err := s.ensureIndex(context.Background())
+	if err != nil {
+		err = svc.Wrap(svc.KindRuntime, err, "redisstore: index the runs under "+strconv.Quote(prefix))
+	} else if err = s.renew(pctx); err != nil {
+		err = svc.Wrap(svc.KindRuntime, err, "redisstore: take the lease of node "+strconv.Quote(s.node))
+	}
+	if err != nil {
 		stop()
 		if owned {
 			_ = c.Close()
 		}
-		return nil, svc.Wrap(svc.KindRuntime, err, "redisstore: index the runs under "+strconv.Quote(prefix))
+		return nil, err
 	}
+	s.leaseCtx, s.leaseStop = context.WithCancel(ctx)
+	s.wg.Add(1)
+	go s.keepLease()
 	return s, nil
 }
 
@@ -240,6 +292,11 @@ func (s *Store) Close() error {
 		cancel()
 	}
 	s.wg.Wait()
+	// A clean stop gives the lease up at once: what this node leaves
+	// unfinished is the others' to fail now, not after the TTL.
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	_ = s.c.Del(ctx, s.leaseKey(s.node)).Err()
+	cancel()
 	if !s.owned {
 		return nil
 	}
@@ -261,7 +318,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
 		n, err := createScript.Run(ctx, s.c, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
 			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
-			"reason", "", "created_at", created, "updated_at", created, "seq", 0).Int()
+			"reason", "", "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Int()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
 		}
@@ -295,7 +352,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 		res, err := createIdemScript.Run(ctx, s.c, keys, fingerprint, max(ttl.Milliseconds(), 1), svc.MaxIdempotencyKeys, key,
 			rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
 			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
-			"reason", "", "created_at", created, "updated_at", created, "seq", 0).Slice()
+			"reason", "", "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Slice()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
 		}
@@ -460,11 +517,31 @@ func (s *Store) Events(ctx context.Context, runID string, after int64) ([]svc.Ru
 	return evs, err
 }
 
-// Interrupt fails every pending or running run with reason "interrupted".
-// It acts on every run under the prefix, so with several processes sharing
-// a prefix it must only run when none of them has runs in flight.
+// Interrupt fails every pending or running run no live node owns, with
+// reason "interrupted": this node's own (left by an earlier life of its
+// NodeID), those of nodes whose lease expired, and those without an owner.
+// The runs of the other live nodes sharing the prefix are left alone.
 func (s *Store) Interrupt(ctx context.Context) (int, error) {
+	n, _, err := s.interruptAll(ctx, true)
+	return n, err
+}
+
+// Sweep fails the unfinished runs of the other nodes whose lease expired,
+// as Interrupt does; see svc.SharedRunStore. Runs without an owner (an
+// older build's, perhaps still running them) are left to Interrupt.
+func (s *Store) Sweep(ctx context.Context) (int, []string, error) {
+	return s.interruptAll(ctx, false)
+}
+
+// NodeID is the owner written into the runs this Store creates.
+func (s *Store) NodeID() string { return s.node }
+
+// LeaseTTL is how long this node's lease outlives its last renewal.
+func (s *Store) LeaseTTL() time.Duration { return s.lease }
+
+func (s *Store) interruptAll(ctx context.Context, own bool) (int, []string, error) {
 	n := 0
+	var nodes []string
 	err := s.do(ctx, "", func(ctx context.Context) error {
 		active := s.prefix + "::active"
 		t := time.Now()
@@ -474,39 +551,125 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		it := s.c.SScan(ctx, active, 0, "", readBatch).Iterator()
 		for it.Next(ctx) {
 			id := it.Val()
-			done, err := s.interrupt(ctx, id, now, t)
+			owner, done, err := s.interrupt(ctx, id, now, t, own)
 			if err != nil {
 				return err
 			}
 			n += done
+			if done == 1 && owner != "" && !slices.Contains(nodes, owner) {
+				nodes = append(nodes, owner)
+			}
 		}
 		if err := it.Err(); err != nil {
 			return svc.Wrap(svc.KindRuntime, err, "redisstore: scan active runs")
 		}
 		return nil
 	})
-	return n, err
+	return n, nodes, err
 }
 
 // interrupt fails one run as Interrupt does and answers 1, or 0 when it
-// was terminal or gone. The result names the target, read first; the
-// script checks it is still the run's.
-func (s *Store) interrupt(ctx context.Context, id, now string, t time.Time) (int, error) {
+// was terminal, gone, or owned by a live node (this one too unless own).
+// The result names the target and the owner, read first; the script checks
+// they are still the run's.
+func (s *Store) interrupt(ctx context.Context, id, now string, t time.Time, own bool) (string, int, error) {
+	mode := "others"
+	if own {
+		mode = "all"
+	}
 	for {
-		target, err := s.c.HGet(ctx, s.recKey(id), "target").Result()
+		vals, err := s.c.HMGet(ctx, s.recKey(id), "target", "owner").Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, s.fail(err, "interrupt", id)
+			return "", 0, s.fail(err, "interrupt", id)
 		}
-		args := append([]any{id, now, s.ttl.Milliseconds(), target, []byte(svc.InterruptedResult(target))},
+		target, owner := "", ""
+		if len(vals) == 2 {
+			target, _ = vals[0].(string)
+			owner, _ = vals[1].(string)
+		}
+		result := svc.InterruptedResult(target)
+		if owner != "" && owner != s.node {
+			result = svc.NodeLostResult(target, owner)
+		}
+		args := append([]any{id, now, s.ttl.Milliseconds(), target, []byte(result), owner, s.node, mode, s.prefix + "::node:"},
 			eventFields(svc.InterruptedEvent(t))...)
 		done, err := interruptScript.Run(ctx, s.c, s.keys(id), args...).Int()
 		if err != nil {
-			return 0, s.fail(err, "interrupt", id)
+			return "", 0, s.fail(err, "interrupt", id)
 		}
-		if done != 2 {
-			return done, nil
+		switch done {
+		case 2:
+			continue
+		case 3:
+			return owner, 0, nil
+		}
+		return owner, done, nil
+	}
+}
+
+// keepLease renews the node's lease every third of its TTL until Close. A
+// renewal that fails is retried at the next tick: should the lease lapse
+// meanwhile, the other nodes fail this node's runs, and its own later
+// writes to them are refused (a terminal run takes no change).
+func (s *Store) keepLease() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.leaseCtx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(s.leaseCtx, s.lease/3)
+			_ = s.renew(ctx)
+			cancel()
 		}
 	}
+}
+
+// ServeNodes lists the nodes whose lease is current, this one included,
+// sorted by node id.
+func (s *Store) ServeNodes(ctx context.Context) ([]svc.ServeNode, error) {
+	var nodes []svc.ServeNode
+	err := s.do(ctx, "", func(ctx context.Context) error {
+		lead := s.leaseKey("")
+		it := s.c.Scan(ctx, 0, globEscape(lead)+"*", readBatch).Iterator()
+		for it.Next(ctx) {
+			at, err := s.c.Get(ctx, it.Val()).Result()
+			if errors.Is(err, redis.Nil) {
+				continue // expired since the scan saw it
+			}
+			if err != nil {
+				return svc.Wrap(svc.KindRuntime, err, "redisstore: read node leases")
+			}
+			n := svc.ServeNode{NodeID: strings.TrimPrefix(it.Val(), lead)}
+			n.LastRenewal, _ = time.Parse(time.RFC3339Nano, at)
+			n.Self = n.NodeID == s.node
+			nodes = append(nodes, n)
+		}
+		if err := it.Err(); err != nil {
+			return svc.Wrap(svc.KindRuntime, err, "redisstore: scan node leases")
+		}
+		return nil
+	})
+	slices.SortFunc(nodes, func(a, b svc.ServeNode) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return nodes, err
+}
+
+// renew sets the node's lease for another LeaseTTL.
+func (s *Store) renew(ctx context.Context) error {
+	return s.c.Set(ctx, s.leaseKey(s.node), formatTime(time.Now()), s.lease).Err()
+}
+
+func (s *Store) leaseKey(node string) string { return s.prefix + "::node:" + node }
+
+// defaultNodeID is host-pid-random: unique per Open, readable in a log.
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex()[:6])
 }
 
 // ListRuns returns a page of runs, newest first; see svc.RunLister and

@@ -36,6 +36,57 @@ var prefixes atomic.Int64
 // uniquePrefix keeps the stores of one server apart.
 func uniquePrefix() string { return fmt.Sprintf("test%d", prefixes.Add(1)) }
 
+// TestShared runs the ownership contract on nodes sharing a prefix.
+func TestShared(t *testing.T) {
+	url := startRedis(t)
+	storetest.Shared(t, func(t *testing.T) storetest.Opener {
+		prefix := uniquePrefix()
+		return func(t *testing.T, node string, lease time.Duration) (svc.SharedRunStore, func()) {
+			s, err := redisstore.Open(redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: node, LeaseTTL: lease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, s.StopLease
+		}
+	})
+}
+
+// A run without an owner (an older build made it, and may still be running
+// it) is left alone by Sweep and failed by a node's start (Interrupt), as
+// before ownership.
+func TestOwnerlessRun(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, LeaseTTL: time.Second})
+	ctx := t.Context()
+	if err := s.Create(ctx, svc.RunRecord{RunID: "old", Target: "echo", Kind: svc.KindAgent}); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(mustParse(t, url))
+	defer c.Close()
+	if err := c.HDel(ctx, prefix+":old", "owner").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep of an ownerless run = %d, %v; want 0", n, err)
+	}
+	if n, err := s.Interrupt(ctx); err != nil || n != 1 {
+		t.Fatalf("Interrupt of an ownerless run = %d, %v; want 1", n, err)
+	}
+	if rec, err := s.Get(ctx, "old"); err != nil || rec.State != svc.RunFailed || rec.Reason != svc.ReasonInterrupted {
+		t.Fatalf("ownerless run after Interrupt: %+v %v", rec, err)
+	}
+}
+
+func mustParse(t *testing.T, url string) *redis.Options {
+	t.Helper()
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func open(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.Open(opts)
@@ -555,5 +606,25 @@ func TestIdempotencyKeysAcrossStores(t *testing.T) {
 	c := rawClient(t, url)
 	if ttl, err := c.PTTL(ctx, prefix+"::idem:k").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("PTTL of the reservation = %v, %v", ttl, err)
+	}
+}
+
+// ServeNodes lists the nodes with a current lease, marking the caller's; a
+// closed node leaves the list.
+func TestServeNodes(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	a := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "a", LeaseTTL: time.Minute})
+	b := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "b", LeaseTTL: time.Minute})
+	nodes, err := b.ServeNodes(t.Context())
+	if err != nil || len(nodes) != 2 || nodes[0].NodeID != "a" || nodes[0].Self || nodes[1].NodeID != "b" || !nodes[1].Self ||
+		nodes[0].LastRenewal.IsZero() {
+		t.Fatalf("ServeNodes = %+v, %v; want a, then b (self)", nodes, err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if nodes, err := b.ServeNodes(t.Context()); err != nil || len(nodes) != 1 || nodes[0].NodeID != "b" {
+		t.Fatalf("ServeNodes after a closed = %+v, %v; want b", nodes, err)
 	}
 }

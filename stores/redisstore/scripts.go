@@ -209,20 +209,30 @@ finish(seq, ARGV[1], tonumber(ARGV[5]))
 return {0, seq}
 `)
 
-// interruptScript: ARGV = {id, now, ttl ms, target, result, final event
+// interruptScript: ARGV = {id, now, ttl ms, target, result, owner, this
+// node, mode ("all" or "others"), lease key prefix, final event
 // fields...}; answers 1 when it failed the run, 0 when the run was already
 // terminal or is gone (it then only leaves the active set), 2 when the
-// run's target is not the one result was made for (the caller reads it
-// again). In one script: state failed, reason, the failed result, the
-// progress with nothing running (what ran failed with the run), and the
-// run_failed event before the end marker.
+// run's target or owner is not the one result was made for (the caller
+// reads them again), 3 when a live node owns the run: another node whose
+// lease key exists, or, in mode "others", this node or no owner (a run an
+// older build made: only a node's start fails those). In one script: state
+// failed, reason, the failed result, the progress with nothing running
+// (what ran failed with the run), and the run_failed event before the end
+// marker.
 var interruptScript = redis.NewScript(prelude + `
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur or terminal(cur) then
   redis.call('SREM', KEYS[3], ARGV[1])
   return 0
 end
-if (redis.call('HGET', KEYS[1], 'target') or '') ~= ARGV[4] then return 2 end
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+if (redis.call('HGET', KEYS[1], 'target') or '') ~= ARGV[4] or owner ~= ARGV[6] then return 2 end
+if owner == ARGV[7] or owner == '' then
+  if ARGV[8] ~= 'all' then return 3 end
+elseif redis.call('EXISTS', ARGV[9] .. owner) == 1 then
+  return 3
+end
 redis.call('HSET', KEYS[1], 'state', 'failed', 'reason', 'interrupted', 'updated_at', ARGV[2], 'result', ARGV[5])
 local p = redis.call('HGET', KEYS[1], 'progress')
 if p then
@@ -234,7 +244,7 @@ if p then
   end
 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 6))
+redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 10))
 finish(seq, ARGV[1], tonumber(ARGV[3]))
 return 1
 `)
