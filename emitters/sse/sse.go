@@ -163,9 +163,22 @@ func (e *Emitter) fanOut() {
 				continue
 			}
 			for _, s := range *subs {
-				if s.filter.Match(ev) {
-					s.mb.offer(ev)
+				if !s.filter.Match(ev) {
+					continue
 				}
+				// A subscriber whose channel is full (its client is not
+				// reading) would only have the event queued, its actor
+				// scheduled and the event dropped there: with hundreds
+				// of stalled subscribers that was most of the process's
+				// CPU (issue 13). Drop it here, for the cost of a length
+				// check. len is racy, which is fine: an event let through
+				// is dropped by the actor, one held back is one the
+				// subscriber had no room for a moment ago.
+				if len(s.out) == cap(s.out) {
+					s.skipped.Add(1)
+					continue
+				}
+				s.mb.offer(ev)
 			}
 		}
 	}
@@ -300,7 +313,8 @@ type subscription struct {
 	mb     *dropMailbox
 	// out is written and closed only by the subscriber actor.
 	out       chan svc.RuntimeEvent
-	dropped   atomic.Uint64 // events that found out full
+	dropped   atomic.Uint64 // events that found out full in the actor
+	skipped   atomic.Uint64 // events the fan-out did not offer: out was full
 	fanBase   uint64        // the emitter's fan-out drops when this subscription began
 	pid       *actor.PID
 	stopWatch atomic.Pointer[func() bool] // stops the context.AfterFunc of Subscribe
@@ -316,7 +330,7 @@ func (s *subscription) Events() <-chan svc.RuntimeEvent { return s.out }
 // Dropped is how many matching events this subscriber missed because its
 // queues were full.
 func (s *subscription) Dropped() uint64 {
-	return s.dropped.Load() + s.mb.Dropped() + s.em.fanDropped.Load() - s.fanBase
+	return s.dropped.Load() + s.skipped.Load() + s.mb.Dropped() + s.em.fanDropped.Load() - s.fanBase
 }
 
 // Close ends the subscription and returns once its actor has stopped (and
