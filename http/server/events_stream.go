@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,42 +206,69 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 		out = nil
 		return fmt.Errorf("server: event stream: %w", err)
 	}
-	write := out.write
 	idle := time.NewTimer(heartbeat)
 	defer idle.Stop()
 	var seq int64
 	var reported uint64
+	// frame appends ev's frame to buf. An event that cannot be encoded is
+	// skipped: buf gets at most the drop comment, ended as a frame of
+	// its own.
+	frame := func(buf []byte, ev svc.RuntimeEvent) []byte {
+		start := len(buf)
+		if d := sub.Dropped(); d > reported {
+			reported = d
+			// A comment line at the head of the next frame.
+			buf = fmt.Appendf(buf, ": dropped %d\n", d)
+		}
+		// MarshalJSON directly: json.Marshal would check and compact
+		// what it returns, which is compact JSON already.
+		data, err := ev.MarshalJSON()
+		if err != nil {
+			// An event the JSON encoder refuses (a NaN, a func in the
+			// payload) is the emitter's bug; skip it, keep the stream.
+			log.Warn("event stream: event not encodable; skipped",
+				zap.String("event_type", string(ev.EventType)), zap.Error(err))
+			if len(buf) > start {
+				buf = append(buf, '\n')
+			}
+			return buf
+		}
+		seq++
+		buf = append(buf, "id: "...)
+		buf = strconv.AppendInt(buf, seq, 10)
+		buf = append(buf, "\nevent: "...)
+		buf = append(buf, sseField(string(ev.EventType))...)
+		buf = append(buf, "\ndata: "...)
+		buf = append(buf, data...)
+		return append(buf, "\n\n"...)
+	}
+	var buf []byte
 	for {
 		select {
 		case ev, ok := <-sub.Events():
 			if !ok {
 				return nil // the emitter closed
 			}
-			var frame []byte
-			if d := sub.Dropped(); d > reported {
-				reported = d
-				// A comment line at the head of the next frame.
-				frame = fmt.Appendf(frame, ": dropped %d\n", d)
-			}
-			data, err := json.Marshal(ev)
-			if err != nil {
-				// An event the JSON encoder refuses (a NaN, a func in the
-				// payload) is the emitter's bug; skip it, keep the stream.
-				log.Warn("event stream: event not encodable; skipped",
-					zap.String("event_type", string(ev.EventType)), zap.Error(err))
-				if len(frame) > 0 && !write(append(frame, '\n')) {
-					return nil
+			// The events already queued go out with this one, in one
+			// write and one flush: a burst of events costs a syscall,
+			// not one each.
+			buf = frame(buf[:0], ev)
+			for n := 1; n < maxBatch && len(buf) < maxBatchBytes && len(sub.Events()) > 0; n++ {
+				ev, ok = <-sub.Events()
+				if !ok {
+					break
 				}
-				continue
+				buf = frame(buf, ev)
 			}
-			seq++
-			frame = fmt.Appendf(frame, "id: %d\nevent: %s\ndata: %s\n\n", seq, sseField(string(ev.EventType)), data)
-			if !write(frame) {
+			if len(buf) > 0 && !out.write(buf) {
 				return nil
+			}
+			if cap(buf) > 4*maxBatchBytes {
+				buf = nil // one big event should not pin its buffer
 			}
 			idle.Reset(heartbeat)
 		case <-idle.C:
-			if !write([]byte(": ping\n\n")) {
+			if !out.write([]byte(": ping\n\n")) {
 				return nil
 			}
 			idle.Reset(heartbeat)
@@ -250,6 +277,13 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 }
+
+// The most events, and about the most bytes, an event stream writes in
+// one batch.
+const (
+	maxBatch      = 64
+	maxBatchBytes = 32 << 10
+)
 
 // lineBreaks removes line breaks; built once, since a Replacer builds its
 // tables on first use and sseField runs for every frame.
