@@ -369,7 +369,7 @@ func FuzzEventStreamQuery(f *testing.F) {
 	})
 }
 
-// A burst of queued events (written in batches, one flush each) reaches
+// A burst of queued events reaches
 // the client whole: every event, in order, numbered from 1, with the drop
 // comment on the frame that follows the drops.
 func TestEventStreamBurstInOrder(t *testing.T) {
