@@ -3,6 +3,7 @@ package sse
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/testutil"
@@ -41,5 +42,49 @@ func TestStalledSubscriberSkipsTheActor(t *testing.T) {
 	}
 	if n := s.dropped.Load() + s.mb.Dropped(); n != 0 {
 		t.Errorf("%d of the %d events went through the stalled subscriber's mailbox or actor, want none", n, more)
+	}
+}
+
+// A subscriber whose queue stays full for StallTimeout while events keep
+// coming reports itself stalled; one that keeps reading never does.
+func TestStalledReported(t *testing.T) {
+	const stall = 100 * time.Millisecond
+	e, err := New(nil, Config{QueueSize: 4, StallTimeout: stall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	stuck, err := e.Subscribe(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := e.Subscribe(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range reader.Events() {
+		}
+	}()
+	stalled := func(s svc.EventSubscription) bool {
+		select {
+		case <-s.(*subscription).Stalled():
+			return true
+		default:
+			return false
+		}
+	}
+	ev := svc.RuntimeEvent{EventType: svc.EventToolCallStarted, AgentName: "a"}
+	start := time.Now()
+	testutil.Eventually(t, "the stuck subscriber reported stalled", func() bool {
+		e.Emit(ev)
+		time.Sleep(5 * time.Millisecond)
+		return stalled(stuck)
+	})
+	if d := time.Since(start); d < stall {
+		t.Errorf("stalled after %v, before StallTimeout %v", d, stall)
+	}
+	if stalled(reader) {
+		t.Error("the reading subscriber was reported stalled")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -104,6 +105,13 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 // subscribers cut off for not keeping up (emitters/sse).
 type slowDisconnecter interface {
 	DisconnectSlow() bool
+}
+
+// staller is implemented by a subscription that tells when its queue has
+// stayed full too long (emitters/sse): its client is cut off then,
+// without waiting for the write timeout.
+type staller interface {
+	Stalled() <-chan struct{}
 }
 
 // mountEventStream adds GET /events/stream to r.
@@ -206,6 +214,26 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 		out = nil
 		return fmt.Errorf("server: event stream: %w", err)
 	}
+	if st, ok := sub.(staller); ok {
+		// A write blocked on a stalled client is cut short. Registered
+		// after the deferred cut-off above, so it runs (and this
+		// goroutine ends) first.
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-st.Stalled():
+				out.abort()
+			case <-done:
+			}
+		}()
+		defer func() {
+			close(done)
+			wg.Wait()
+		}()
+	}
 	idle := time.NewTimer(heartbeat)
 	defer idle.Stop()
 	var seq int64
@@ -293,7 +321,22 @@ type sseWriter struct {
 	rc      *http.ResponseController
 	conn    net.Conn // from ConnContext; nil without it
 	timeout time.Duration
-	slow    bool // a write missed its deadline
+	slow    bool // a write missed its deadline, or was aborted
+
+	// mu orders abort against a write's setting of its deadline, so that
+	// a write never undoes an abort's deadline.
+	mu      sync.Mutex
+	aborted bool
+}
+
+// abort makes the write in progress, if any, and every later one fail at
+// once, as if the client had missed the deadline. Safe to call while a
+// write is blocked.
+func (s *sseWriter) abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aborted = true
+	s.setDeadline(time.Unix(1, 0))
 }
 
 // setDeadline sets the connection's write deadline. A writer without
@@ -342,14 +385,24 @@ func startSSE(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*s
 // take b within the timeout (then slow is set).
 func (s *sseWriter) write(b []byte) bool {
 	start := time.Now()
+	s.mu.Lock()
+	if s.aborted {
+		s.mu.Unlock()
+		s.slow = true
+		return false
+	}
 	s.setDeadline(start.Add(s.timeout))
+	s.mu.Unlock()
 	_, err := s.w.Write(b)
 	if err == nil {
 		err = s.rc.Flush()
 	}
 	// A wrapper's Flush without FlushError (chi's, for one) swallows the
 	// deadline's error: the time the write took tells as well.
-	if errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= s.timeout {
+	s.mu.Lock()
+	aborted := s.aborted
+	s.mu.Unlock()
+	if aborted || errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= s.timeout {
 		s.slow = true
 		return false
 	}

@@ -264,3 +264,51 @@ func TestWithMeterProviderNil(t *testing.T) {
 		t.Error("WithMeterProvider(nil) accepted")
 	}
 }
+
+// A GET /events/stream client whose queue stays full for the emitter's
+// StallTimeout is cut off then, counted and its connection ended, without
+// waiting for the (here one hour) write timeout: a stalled subscriber
+// holds its queue for StallTimeout, not for the write timeout (issue 13).
+func TestEventStreamStalledCutOffBeforeWriteTimeout(t *testing.T) {
+	e, err := sse.New(nil, sse.Config{HeartbeatInterval: time.Hour, QueueSize: 16, StallTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	rt, err := server.NewRouter(&fakeBackend{}, server.WithSSEEmitter(e), server.WithStreamWriteTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: rt, ConnContext: server.ConnContext}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	stalled := stalledStream(t, l.Addr().String())
+	testutil.Eventually(t, "the subscriber running", func() bool { return e.Subscribers() == 1 })
+	big := eventOf(svc.EventAgentCompleted, "echo", "flood")
+	big.Payload = svc.Payload{"output": strings.Repeat("x", 4096)}
+	testutil.Eventually(t, "the stalled subscriber cut off", func() bool {
+		for range 8 {
+			e.Emit(big)
+		}
+		time.Sleep(5 * time.Millisecond)
+		return e.SlowDisconnects() == 1 && e.Subscribers() == 0
+	})
+	buf := make([]byte, 64<<10)
+	_ = stalled.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		_, err := stalled.Read(buf)
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the stalled client's connection is still open after its disconnect")
+		}
+		break
+	}
+}
