@@ -371,6 +371,11 @@ func (a *App) start() error {
 	if o.MaxBodyBytes > 0 {
 		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
 	}
+	if a.mp != nil {
+		// svc.http.run_stream.slow_disconnects, beside the emitter's
+		// svc.sse.slow_disconnects.
+		ropts = append(ropts, server.WithMeterProvider(a.mp))
+	}
 	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
 	if a.evStore != nil {
 		cfg.Events = a.evStore

@@ -17,10 +17,13 @@
 // QueueSize in transit in its mailbox), however long it stalls, and costs
 // the runtime nothing but the drops.
 //
-// A subscriber whose client stops taking the stream altogether (the HTTP
-// handler's write deadline expires) is cut off: the handler calls
-// DisconnectSlow on its subscription, which ends it and counts it in
-// SlowDisconnects and the svc.sse.slow_disconnects counter.
+// A subscriber whose client stops taking the stream altogether is cut
+// off: once its queue has stayed full for StallTimeout while events kept
+// coming (Stalled), or the HTTP handler's write deadline expires, the
+// handler calls DisconnectSlow on its subscription, which ends it and
+// counts it in SlowDisconnects and the svc.sse.slow_disconnects counter.
+// Until then each event costs a stalled subscriber a length check in the
+// fan-out, not a trip through its actor.
 package sse
 
 import (
@@ -49,6 +52,7 @@ const MeterName = "github.com/svc-dev/svc/emitters/sse"
 const (
 	DefaultHeartbeatInterval = 15 * time.Second
 	DefaultQueueSize         = 1024
+	DefaultStallTimeout      = 2 * time.Second
 )
 
 // Config configures New. Zero fields take the defaults.
@@ -60,6 +64,11 @@ type Config struct {
 	// QueueSize bounds the events waiting for one subscriber (default
 	// 1024).
 	QueueSize int
+	// StallTimeout is how long a subscriber's queue may stay full, with
+	// events arriving for it, before the subscription reports itself
+	// stalled (Stalled), so that the HTTP handler cuts the client off
+	// without waiting for its write timeout (default 2 s).
+	StallTimeout time.Duration
 	// Logger receives protoactor's own logs when New builds the actor
 	// system itself; nil discards them. With a system given to New, that
 	// system's logger is used.
@@ -75,6 +84,7 @@ type Emitter struct {
 	ownSystem bool
 	heartbeat time.Duration
 	queueSize int
+	stall     time.Duration
 
 	// subs is replaced, never changed, so that Emit reads it without a
 	// lock; mu serialises the writers and guards closed.
@@ -112,6 +122,9 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	if cfg.HeartbeatInterval < 0 {
 		return nil, fmt.Errorf("sse: HeartbeatInterval %v: must not be negative", cfg.HeartbeatInterval)
 	}
+	if cfg.StallTimeout < 0 {
+		return nil, fmt.Errorf("sse: StallTimeout %v: must not be negative", cfg.StallTimeout)
+	}
 	if cfg.QueueSize < 0 {
 		return nil, fmt.Errorf("sse: QueueSize %d: must not be negative", cfg.QueueSize)
 	}
@@ -121,7 +134,10 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
-	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize,
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize, stall: cfg.StallTimeout,
 		fan: make(chan *svc.RuntimeEvent, 4*cfg.QueueSize), done: make(chan struct{}), fanned: make(chan struct{})}
 	if cfg.MeterProvider != nil {
 		c, err := cfg.MeterProvider.Meter(MeterName).Int64Counter(MetricSlowDisconnects, metric.WithUnit("{subscriber}"),
@@ -162,10 +178,34 @@ func (e *Emitter) fanOut() {
 			if subs == nil {
 				continue
 			}
+			var now int64 // read once an event, and only when a queue is full
 			for _, s := range *subs {
-				if s.filter.Match(ev) {
-					s.mb.offer(ev)
+				if !s.filter.Match(ev) {
+					continue
 				}
+				// A subscriber whose channel is full (its client is not
+				// reading) would only have the event queued, its actor
+				// scheduled and the event dropped there: with hundreds
+				// of stalled subscribers that was most of the process's
+				// CPU (issue 13). Drop it here, for the cost of a length
+				// check. len is racy, which is fine: an event let through
+				// is dropped by the actor, one held back is one the
+				// subscriber had no room for a moment ago.
+				if len(s.out) == cap(s.out) {
+					s.skipped.Add(1)
+					if now == 0 {
+						now = time.Now().UnixNano()
+					}
+					switch {
+					case s.fullSince == 0:
+						s.fullSince = now
+					case now-s.fullSince >= int64(e.stall):
+						s.stallOnce.Do(func() { close(s.stalled) })
+					}
+					continue
+				}
+				s.fullSince = 0
+				s.mb.offer(ev)
 			}
 		}
 	}
@@ -220,6 +260,7 @@ func (e *Emitter) Subscribe(ctx context.Context, f svc.EventFilter) (svc.EventSu
 		mb:      newDropMailbox(e.queueSize),
 		out:     make(chan svc.RuntimeEvent, e.queueSize),
 		stopped: make(chan struct{}),
+		stalled: make(chan struct{}),
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &subscriber{s: s} },
 		actor.WithMailbox(func() actor.Mailbox { return s.mb }))
@@ -300,14 +341,27 @@ type subscription struct {
 	mb     *dropMailbox
 	// out is written and closed only by the subscriber actor.
 	out       chan svc.RuntimeEvent
-	dropped   atomic.Uint64 // events that found out full
+	dropped   atomic.Uint64 // events that found out full in the actor
+	skipped   atomic.Uint64 // events the fan-out did not offer: out was full
 	fanBase   uint64        // the emitter's fan-out drops when this subscription began
 	pid       *actor.PID
 	stopWatch atomic.Pointer[func() bool] // stops the context.AfterFunc of Subscribe
 	once      sync.Once
 	stopped   chan struct{} // closed by the actor once it has stopped
 	slow      atomic.Bool   // DisconnectSlow has counted it
+	// fullSince is when the fan-out first found out full, in a run of
+	// events that found it full (0: it had room); the fan-out goroutine
+	// alone uses it. stalled closes once that run lasts StallTimeout.
+	fullSince int64
+	stalled   chan struct{}
+	stallOnce sync.Once
 }
+
+// Stalled is closed once the subscriber's queue has stayed full for the
+// emitter's StallTimeout while events kept arriving for it: its client
+// is not taking the stream, and the HTTP handler cuts it off
+// (DisconnectSlow) rather than wait for its write timeout.
+func (s *subscription) Stalled() <-chan struct{} { return s.stalled }
 
 // Events delivers the matching events in emit order; it is closed once
 // the subscription has ended and its actor stopped.
@@ -316,7 +370,7 @@ func (s *subscription) Events() <-chan svc.RuntimeEvent { return s.out }
 // Dropped is how many matching events this subscriber missed because its
 // queues were full.
 func (s *subscription) Dropped() uint64 {
-	return s.dropped.Load() + s.mb.Dropped() + s.em.fanDropped.Load() - s.fanBase
+	return s.dropped.Load() + s.skipped.Load() + s.mb.Dropped() + s.em.fanDropped.Load() - s.fanBase
 }
 
 // Close ends the subscription and returns once its actor has stopped (and

@@ -395,7 +395,7 @@ func TestConfig(t *testing.T) {
 	if n := len(sub.Events()); n != sse.DefaultQueueSize {
 		t.Errorf("%d events queued, want %d", n, sse.DefaultQueueSize)
 	}
-	for _, cfg := range []sse.Config{{HeartbeatInterval: -time.Second}, {QueueSize: -1}} {
+	for _, cfg := range []sse.Config{{HeartbeatInterval: -time.Second}, {QueueSize: -1}, {StallTimeout: -time.Second}} {
 		if _, err := sse.New(nil, cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}

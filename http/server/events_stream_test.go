@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -366,4 +367,27 @@ func FuzzEventStreamQuery(f *testing.F) {
 			t.Fatalf("query %q: body %q from a stream with no events", query, w.Body)
 		}
 	})
+}
+
+// A burst of queued events reaches
+// the client whole: every event, in order, numbered from 1, with the drop
+// comment on the frame that follows the drops.
+func TestEventStreamBurstInOrder(t *testing.T) {
+	const n = 300
+	sub := &fakeSubscription{ch: make(chan svc.RuntimeEvent, n)}
+	sub.dropped.Store(3)
+	for i := range n {
+		sub.ch <- eventOf(svc.EventAgentSpawned, "echo", fmt.Sprintf("t%03d", i))
+	}
+	srv, _ := newRouter(t, server.WithSSEEmitter(&fakeSubscriber{sub: sub}))
+	s := openEventStream(t, streamCtx(t), srv, "")
+	for i := range n {
+		f := s.nextEvent(t)
+		if f.id != strconv.Itoa(i+1) || !strings.Contains(f.data, fmt.Sprintf(`"t%03d"`, i)) {
+			t.Fatalf("frame %d = %+v, want id %d and task t%03d", i, f, i+1, i)
+		}
+		if want := i == 0; want != slices.Equal(f.comments, []string{"dropped 3"}) {
+			t.Errorf("frame %d comments %v", i, f.comments)
+		}
+	}
 }

@@ -60,6 +60,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	svc "github.com/svc-dev/svc"
@@ -84,6 +85,8 @@ type config struct {
 	// (WithStreamWriteTimeout).
 	writeTimeout time.Duration
 	ready        []readyCheck // WithReadyCheck
+	// mp receives MetricRunStreamSlowDisconnects (WithMeterProvider).
+	mp metric.MeterProvider
 }
 
 // readyCheck is one dependency /readyz asks about.
@@ -129,6 +132,18 @@ func WithLogger(l *zap.Logger) Option {
 			return errors.New("server: WithLogger: nil logger")
 		}
 		c.log = l
+		return nil
+	}
+}
+
+// WithMeterProvider records the router's own metrics on mp:
+// MetricRunStreamSlowDisconnects. (The HTTP request metrics are Metrics'.)
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return errors.New("server: WithMeterProvider: nil meter provider")
+		}
+		c.mp = mp
 		return nil
 	}
 }
@@ -219,7 +234,16 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/health", Handle(h.healthz))
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
 	if rb, ok := b.(svc.RunBackend); ok {
-		mountRuns(r, &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout})
+		rh := &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout}
+		if cfg.mp != nil {
+			c, err := cfg.mp.Meter(meterName).Int64Counter(MetricRunStreamSlowDisconnects, metric.WithUnit("{stream}"),
+				metric.WithDescription("Run event streams (GET /runs/{id}/stream) disconnected because the client did not keep up."))
+			if err != nil {
+				return nil, fmt.Errorf("server: %s counter: %w", MetricRunStreamSlowDisconnects, err)
+			}
+			rh.slowCounter = c
+		}
+		mountRuns(r, rh)
 	}
 	if own, ok := b.(svc.EventSubscriber); ok {
 		if cfg.sse != nil {

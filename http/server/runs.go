@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	svc "github.com/svc-dev/svc"
@@ -43,7 +44,19 @@ type runHandlers struct {
 	maxBody      int64
 	heartbeat    time.Duration
 	writeTimeout time.Duration // WithStreamWriteTimeout
+	// slowCounter counts the run streams cut off for not keeping up
+	// (WithMeterProvider); nil without it.
+	slowCounter metric.Int64Counter
 }
+
+// MetricRunStreamSlowDisconnects is the Int64Counter, in {stream}, of the
+// GET /runs/{id}/stream clients disconnected for not keeping up (a write
+// missed the stream write timeout). GET /events/stream's are counted by
+// its emitter (sse.MetricSlowDisconnects).
+const MetricRunStreamSlowDisconnects = "svc.http.run_stream.slow_disconnects"
+
+// meterName is the instrumentation scope of the router's own metrics.
+const meterName = "github.com/svc-dev/svc/http/server"
 
 // mountRuns adds the routes of the asynchronous runs to r.
 func mountRuns(r chi.Router, h *runHandlers) {
@@ -199,6 +212,9 @@ func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer func() {
 		if out.end() {
+			if h.slowCounter != nil {
+				h.slowCounter.Add(context.Background(), 1)
+			}
 			loggerFrom(r.Context()).Warn("run stream client too slow; disconnected",
 				zap.String("run_id", id), zap.Duration("write_timeout", out.timeout),
 				zap.String("request_id", requestIDOf(w, r)))

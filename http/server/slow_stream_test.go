@@ -18,6 +18,7 @@ import (
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/http/internal/runstest"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/internal/testutil"
 )
@@ -162,4 +163,152 @@ func TestEventStreamSlowSubscriberDisconnected(t *testing.T) {
 	}
 	_ = live.resp.Body.Close()
 	<-readDone
+}
+
+// floodRuns is a run backend whose run streams send big events as fast as
+// they are taken, until the stream ends.
+type floodRuns struct {
+	*runstest.Runs
+}
+
+func (f floodRuns) RunEvents(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
+	ch := make(chan svc.RunEvent)
+	go func() {
+		defer close(ch)
+		big := strings.Repeat("x", 4096)
+		for seq := after + 1; ; seq++ {
+			select {
+			case ch <- svc.RunEvent{Seq: seq, Type: svc.RunAgentFailed, RunID: id, Error: big}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// A GET /runs/{id}/stream client that stops reading is disconnected after
+// the write timeout and counted in svc.http.run_stream.slow_disconnects
+// (issue 13: run streams were cut off but not counted).
+func TestRunStreamSlowClientCounted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	b := floodRuns{runstest.New(t, &fakeBackend{})}
+	rt, err := server.NewRouter(b, server.WithStreamWriteTimeout(time.Second), server.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: rt, ConnContext: server.ConnContext}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	addr := l.Addr().String()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := fmt.Fprintf(c, "GET /runs/r1/stream HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if line, err := bufio.NewReaderSize(c, 16).ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
+		t.Fatalf("GET /runs/r1/stream: %q, %v", line, err)
+	}
+
+	counted := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == server.MetricRunStreamSlowDisconnects {
+					for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+						return dp.Value
+					}
+				}
+			}
+		}
+		return 0
+	}
+	testutil.Eventually(t, "the stalled run stream counted", func() bool { return counted() == 1 })
+
+	// The client sees its connection end.
+	buf := make([]byte, 64<<10)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		_, err := c.Read(buf)
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the stalled client's connection is still open after its disconnect")
+		}
+		break
+	}
+	if n := counted(); n != 1 {
+		t.Errorf("%s = %d, want 1", server.MetricRunStreamSlowDisconnects, n)
+	}
+}
+
+func TestWithMeterProviderNil(t *testing.T) {
+	if _, err := server.NewRouter(&fakeBackend{}, server.WithMeterProvider(nil)); err == nil {
+		t.Error("WithMeterProvider(nil) accepted")
+	}
+}
+
+// A GET /events/stream client whose queue stays full for the emitter's
+// StallTimeout is cut off then, counted and its connection ended, without
+// waiting for the (here one hour) write timeout: a stalled subscriber
+// holds its queue for StallTimeout, not for the write timeout (issue 13).
+func TestEventStreamStalledCutOffBeforeWriteTimeout(t *testing.T) {
+	e, err := sse.New(nil, sse.Config{HeartbeatInterval: time.Hour, QueueSize: 16, StallTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	rt, err := server.NewRouter(&fakeBackend{}, server.WithSSEEmitter(e), server.WithStreamWriteTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: rt, ConnContext: server.ConnContext}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	stalled := stalledStream(t, l.Addr().String())
+	testutil.Eventually(t, "the subscriber running", func() bool { return e.Subscribers() == 1 })
+	big := eventOf(svc.EventAgentCompleted, "echo", "flood")
+	big.Payload = svc.Payload{"output": strings.Repeat("x", 4096)}
+	testutil.Eventually(t, "the stalled subscriber cut off", func() bool {
+		for range 8 {
+			e.Emit(big)
+		}
+		time.Sleep(5 * time.Millisecond)
+		return e.SlowDisconnects() == 1 && e.Subscribers() == 0
+	})
+	buf := make([]byte, 64<<10)
+	_ = stalled.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		_, err := stalled.Read(buf)
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the stalled client's connection is still open after its disconnect")
+		}
+		break
+	}
 }

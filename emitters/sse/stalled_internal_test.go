@@ -1,0 +1,90 @@
+package sse
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
+)
+
+// A subscriber that has stopped reading costs each later event a length
+// check in the fan-out, not a trip through its mailbox and actor: with
+// hundreds of stalled clients that trip was most of the process's CPU
+// (issue 13). The events still count as dropped.
+func TestStalledSubscriberSkipsTheActor(t *testing.T) {
+	const queue, more = 8, 100
+	e, err := New(nil, Config{QueueSize: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	es, err := e.Subscribe(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := es.(*subscription)
+	ev := func(i int) svc.RuntimeEvent {
+		return svc.RuntimeEvent{EventType: svc.EventToolCallStarted, AgentName: "a", TaskID: fmt.Sprint(i)}
+	}
+	for i := range queue {
+		e.Emit(ev(i))
+	}
+	testutil.Eventually(t, "the subscriber's channel full", func() bool { return len(s.out) == queue })
+	// One at a time, so that the fan-out queue never drops one.
+	for i := range more {
+		e.Emit(ev(queue + i))
+		testutil.Eventually(t, "the event counted as dropped", func() bool { return s.Dropped() == uint64(i+1) })
+	}
+	if n := e.fanDropped.Load(); n != 0 {
+		t.Fatalf("the fan-out queue dropped %d events", n)
+	}
+	if n := s.dropped.Load() + s.mb.Dropped(); n != 0 {
+		t.Errorf("%d of the %d events went through the stalled subscriber's mailbox or actor, want none", n, more)
+	}
+}
+
+// A subscriber whose queue stays full for StallTimeout while events keep
+// coming reports itself stalled; one that keeps reading never does.
+func TestStalledReported(t *testing.T) {
+	const stall = 100 * time.Millisecond
+	e, err := New(nil, Config{QueueSize: 4, StallTimeout: stall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	stuck, err := e.Subscribe(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := e.Subscribe(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range reader.Events() {
+		}
+	}()
+	stalled := func(s svc.EventSubscription) bool {
+		select {
+		case <-s.(*subscription).Stalled():
+			return true
+		default:
+			return false
+		}
+	}
+	ev := svc.RuntimeEvent{EventType: svc.EventToolCallStarted, AgentName: "a"}
+	start := time.Now()
+	testutil.Eventually(t, "the stuck subscriber reported stalled", func() bool {
+		e.Emit(ev)
+		time.Sleep(5 * time.Millisecond)
+		return stalled(stuck)
+	})
+	if d := time.Since(start); d < stall {
+		t.Errorf("stalled after %v, before StallTimeout %v", d, stall)
+	}
+	if stalled(reader) {
+		t.Error("the reading subscriber was reported stalled")
+	}
+}
