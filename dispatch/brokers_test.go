@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker"
@@ -39,7 +40,7 @@ func TestFleetOverBrokers(t *testing.T) {
 			open := func() svc.Broker {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				b, err := broker.Open(ctx, url, broker.Options{})
+				b, err := broker.Open(ctx, url, broker.Options{Logger: zaptest.NewLogger(t)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -47,7 +48,14 @@ func TestFleetOverBrokers(t *testing.T) {
 				return b
 			}
 			var em recorder
-			p := publisher(t, open(), &em)
+			// The brokers and the publisher log to the test: a cancel
+			// that does not reach the worker says why (connection lost,
+			// broadcast not sent).
+			p, err := dispatch.New(context.Background(), dispatch.Config{Broker: open(), Emitter: &em, Logger: zaptest.NewLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
 			w := fleet(t, open(),
 				svc.Agent{Name: "echo", Model: "test:echo"},
 				svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 60_000}})

@@ -61,6 +61,9 @@ type wsub struct {
 	closing   bool
 
 	commitMu sync.Mutex
+
+	synced   chan struct{} // closed after the first join
+	syncOnce sync.Once
 }
 
 // Subscribe joins the subject's consumer group.
@@ -91,10 +94,12 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.HeartbeatInterval(300 * time.Millisecond),
 		kgo.SessionTimeout(10 * time.Second),
+		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
 		kgo.ProducerBatchMaxBytes(maxMessageBytes),
 	}, b.o.ExtraOpts...)
+	s.synced = make(chan struct{})
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, b.wrap("subscribe to "+s.topic, err)
@@ -107,8 +112,44 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 	}
 	s.fs.Loop(s.poll)
 	s.fs.Loop(s.reap)
+	if err := s.awaitLive(ctx); err != nil {
+		_ = s.Stop()
+		return nil, b.wrap("join the group of "+s.topic, err)
+	}
 	return s, nil
 }
+
+// assigned runs after each join of the group: the first one tells
+// awaitLive the member is in.
+func (s *wsub) assigned(context.Context, *kgo.Client, map[string][]int32) {
+	s.syncOnce.Do(func() { close(s.synced) })
+}
+
+// awaitLive returns once the member has joined the group and got its
+// assignment. Until then the members already in keep reading every
+// partition they had, so a Subscribe that returned at once let them take
+// all the work published just after it. With the cooperative protocol the
+// join is the first of two rounds: the partitions that move to the new
+// member are taken from their old owners in it and handed over in the
+// second, which may wait up to RevokeWait on their handlers; Subscribe does
+// not wait for that round, as the moved partitions are read by nobody else
+// meanwhile. It waits at most joinWait (a member not in by then still joins
+// later) and fails only when ctx ends first.
+func (s *wsub) awaitLive(ctx context.Context) error {
+	wait := time.NewTimer(joinWait)
+	defer wait.Stop()
+	select {
+	case <-s.synced:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wait.C:
+		s.log.Warn("subscribed before joining the group", zap.Duration("waited", joinWait))
+	}
+	return nil
+}
+
+// joinWait bounds how long Subscribe waits to join the group.
+const joinWait = 30 * time.Second
 
 func (s *wsub) Stop() error                     { return s.fs.Stop() }
 func (s *wsub) Drain(ctx context.Context) error { return s.fs.Drain(ctx) }
