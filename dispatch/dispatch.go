@@ -340,10 +340,27 @@ func (p *Publisher) Cancel(runID, taskID string) {
 	p.mu.Unlock()
 	go func() {
 		defer p.bg.Done()
-		ctx, cancel := context.WithTimeout(p.closeCtx, 5*time.Second)
+		// A lost cancel leaves a task running on a worker until its own
+		// deadline, so a broker that is slow to confirm (RabbitMQ under
+		// load) or briefly away gets retries for up to 30 s, each attempt
+		// bounded, rather than one 5 s try; Close still ends it at once.
+		ctx, cancel := context.WithTimeout(p.closeCtx, 30*time.Second)
 		defer cancel()
-		if err := p.cfg.Broker.Broadcast(ctx, svc.SubjectCancel, data); err != nil {
-			p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
+		backoff := 100 * time.Millisecond
+		for {
+			actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+			err := p.cfg.Broker.Broadcast(actx, svc.SubjectCancel, data)
+			acancel()
+			if err == nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
 		}
 	}()
 }
