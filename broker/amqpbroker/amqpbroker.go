@@ -35,8 +35,6 @@ package amqpbroker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -253,25 +251,11 @@ func (b *Broker) wrap(op string, err error) error {
 	return fmt.Errorf("amqpbroker: %s: %w", op, err)
 }
 
-func checkSubject(subject string) error {
-	if subject == "" {
-		return errors.New("amqpbroker: empty subject")
-	}
-	return nil
-}
+func checkSubject(subject string) error { return flow.CheckSubject("amqpbroker", subject) }
 
-func checkSize(n int) error {
-	if n > svc.MaxPayloadBytes {
-		return fmt.Errorf("amqpbroker: message of %d bytes exceeds the %d-byte limit", n, svc.MaxPayloadBytes)
-	}
-	return nil
-}
+func checkSize(n int) error { return flow.CheckSize("amqpbroker", n) }
 
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return flow.NewID() }
 
 // declareQueue declares the work queue on ch; every declaration carries
 // the same arguments, as RabbitMQ refuses a redeclaration that differs.

@@ -36,8 +36,6 @@ package kafkabroker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -249,25 +247,11 @@ func (b *Broker) ensureTopic(ctx context.Context, topic string, partitions int32
 	return nil
 }
 
-func checkSubject(subject string) error {
-	if subject == "" {
-		return errors.New("kafkabroker: empty subject")
-	}
-	return nil
-}
+func checkSubject(subject string) error { return flow.CheckSubject("kafkabroker", subject) }
 
-func checkSize(n int) error {
-	if n > svc.MaxPayloadBytes {
-		return fmt.Errorf("kafkabroker: message of %d bytes exceeds the %d-byte limit", n, svc.MaxPayloadBytes)
-	}
-	return nil
-}
+func checkSize(n int) error { return flow.CheckSize("kafkabroker", n) }
 
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return flow.NewID() }
 
 // Publish appends data to the subject's topic and waits for the cluster's
 // acknowledgement.

@@ -148,11 +148,11 @@ func (b *Broker) track(s *subscription) error { return b.subs.Track(s) }
 func (b *Broker) untrack(s *subscription) { b.subs.Untrack(s) }
 
 func checkPublish(ctx context.Context, subject string, data []byte) error {
-	if subject == "" {
-		return errors.New("membroker: empty subject")
+	if err := flow.CheckSubject("membroker", subject); err != nil {
+		return err
 	}
-	if len(data) > svc.MaxPayloadBytes {
-		return fmt.Errorf("membroker: message of %d bytes exceeds the %d-byte limit", len(data), svc.MaxPayloadBytes)
+	if err := flow.CheckSize("membroker", len(data)); err != nil {
+		return err
 	}
 	return ctx.Err()
 }

@@ -163,12 +163,7 @@ func (b *Broker) wrap(op string, err error) error {
 	return fmt.Errorf("redisbroker: %s: %w", op, err)
 }
 
-func checkSubject(subject string) error {
-	if subject == "" {
-		return errors.New("redisbroker: empty subject")
-	}
-	return nil
-}
+func checkSubject(subject string) error { return flow.CheckSubject("redisbroker", subject) }
 
 // Publish appends data to the subject's stream.
 func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error {
@@ -178,8 +173,8 @@ func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error
 	if err := checkSubject(subject); err != nil {
 		return err
 	}
-	if len(data) > svc.MaxPayloadBytes {
-		return fmt.Errorf("redisbroker: message of %d bytes exceeds the %d-byte limit", len(data), svc.MaxPayloadBytes)
+	if err := flow.CheckSize("redisbroker", len(data)); err != nil {
+		return err
 	}
 	key := b.streamKey(subject)
 	add := &redis.XAddArgs{Stream: key, Values: []any{"d", data}}
