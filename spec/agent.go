@@ -124,6 +124,7 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	}
 	a.BuiltinTools = d.builtins()
 	if f, ok := d.get("model_settings"); ok {
+		d.mark("model_settings", f.val) // CheckAgent's model_settings.KEY errors
 		if resolve(f.val).Kind != yaml.MappingNode {
 			d.fail(f.val, "model_settings", "want a mapping, got %s", describe(f.val))
 		} else if v, ok := d.goValue(f.val, "model_settings"); ok {
