@@ -23,7 +23,8 @@ import (
 // nestedFleetSpecs: parent spawns child; parent2 spawns middle, which
 // spawns leaf (depth 2: refused, max_spawn_depth is 1); parent3 spawns
 // hungry, which spends 200 tokens; parent4 spawns sleepy, which answers
-// after a minute. Worker "w-parents" takes the parents, "w-children" the
+// after ten minutes. Team crew's coordinator lead delegates to
+// researcher. Worker "w-parents" takes the parents, "w-children" the
 // rest.
 var nestedFleetSpecs = map[string]string{
 	"runtime.yaml":        "version: 1\ntimeout_seconds: 120\nmax_spawn_depth: 1\n",
@@ -36,6 +37,12 @@ var nestedFleetSpecs = map[string]string{
 	"agents/leaf.yaml":    "version: 1\nname: leaf\nmodel: test:echo\n",
 	"agents/hungry.yaml":  "version: 1\nname: hungry\nmodel: test:echo\nmodel_settings: {tokens: 200}\n",
 	"agents/sleepy.yaml":  "version: 1\nname: sleepy\nmodel: test:echo\nmodel_settings: {latency_ms: 600000}\n",
+	"agents/parent5.yaml": "version: 1\nname: parent5\nmodel: test:echo\nbuiltin_tools: [spawn_agents]\nmodel_settings:\n" +
+		"  call_tools: [spawn_agents]\n  tool_arguments:\n    spawn_agents: {agents: [{name: helper, instructions: help, input: {from: parent5}}]}\n",
+	"agents/lead.yaml": "version: 1\nname: lead\nmodel: test:echo\nmodel_settings:\n  call_tools: [delegate]\n" +
+		"  tool_arguments: {delegate: {target: researcher, input: {q: 1}}}\n",
+	"agents/researcher.yaml": "version: 1\nname: researcher\nmodel: test:echo\n",
+	"groups/crew.yaml":       "version: 1\nname: crew\nkind: team\ncoordinator: lead\ndelegates: [researcher]\n",
 }
 
 // spawner is an agent that calls spawn_agents once, for one child with
@@ -48,8 +55,8 @@ func spawner(name, child, input string) string {
 }
 
 const (
-	nestedParents  = "parent,parent2,parent3,parent4"
-	nestedChildren = "child,middle,leaf,hungry,sleepy"
+	nestedParents  = "parent,parent2,parent3,parent4,parent5"
+	nestedChildren = "child,middle,leaf,hungry,sleepy,researcher"
 )
 
 // nestedLog is a JSON log line of a process: an event of the log emitter.
@@ -217,6 +224,54 @@ func TestNestedRunsOverBroker(t *testing.T) {
 				return findAgent(n, "child", func(c *svc.TreeNode) bool { return c.Status == "completed" }) != nil
 			}) != nil
 		})
+	})
+
+	t.Run("a team's delegate with tool_arguments", func(t *testing.T) {
+		// The coordinator runs on the serve node (it gets the delegate tool
+		// for the run); the delegate it calls, with the arguments the spec
+		// gives, runs on w-children, in the team's trace.
+		// (A group with one terminal node answers with that node's result.)
+		code, b := f.c.must(http.MethodPost, "/groups/crew/run", `{"input":"go"}`)
+		var res svc.AgentResult
+		if code != http.StatusOK || json.Unmarshal(b, &res) != nil || !res.Success || res.AgentName != "lead" {
+			t.Fatalf("run crew: %d %s", code, b)
+		}
+		var out struct {
+			Tools struct {
+				Delegate struct {
+					Success bool            `json:"success"`
+					Output  json.RawMessage `json:"output"`
+				} `json:"delegate"`
+			} `json:"tools"`
+		}
+		if json.Unmarshal(res.Output, &out) != nil || !out.Tools.Delegate.Success || string(out.Tools.Delegate.Output) != `{"q":1}` {
+			t.Fatalf("lead's output = %s", res.Output)
+		}
+		testutil.Within(t, fleetWait, "w-children to log researcher's agent_completed", func() bool {
+			evs := agentLogs(f.children, "agent_completed", "researcher")
+			return len(evs) == 1 && evs[0].TraceID == res.Metadata.TraceID
+		})
+		if evs := agentLogs(f.parents, "agent_spawned", "researcher"); len(evs) != 0 {
+			t.Errorf("w-parents ran researcher: %+v", evs)
+		}
+	})
+
+	t.Run("a derived child stays on the parent's worker", func(t *testing.T) {
+		// helper is a new agent parent5 describes (a name with
+		// instructions): no worker has it, so it runs where parent5 runs.
+		// (It inherits parent5's settings and spawns helper in turn, one
+		// level too deep: refused.)
+		res := f.run(t, "parent5", `{"input":"go"}`)
+		helper := spawnedBy(t, res.Output)
+		if helper.Name != "helper" || !helper.Success {
+			t.Fatalf("helper = %+v (%s)", helper, helper.Output)
+		}
+		if len(agentLogs(f.parents, "agent_completed", "helper")) != 1 {
+			t.Error("helper did not run on w-parents")
+		}
+		if evs := agentLogs(f.parents, "agent_dispatched", "helper"); len(evs) != 0 {
+			t.Errorf("w-parents dispatched helper: %+v", evs)
+		}
 	})
 
 	t.Run("depth limit across the broker", func(t *testing.T) {
