@@ -23,7 +23,8 @@ import (
 // nestedFleetSpecs: parent spawns child; parent2 spawns middle, which
 // spawns leaf (depth 2: refused, max_spawn_depth is 1); parent3 spawns
 // hungry, which spends 200 tokens; parent4 spawns sleepy, which answers
-// after ten minutes. Team crew's coordinator lead delegates to
+// after ten minutes; parent5 spawns helper, a new agent it describes
+// (name and instructions). Team crew's coordinator lead delegates to
 // researcher. Worker "w-parents" takes the parents, "w-children" the
 // rest.
 var nestedFleetSpecs = map[string]string{
