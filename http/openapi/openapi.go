@@ -13,8 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/google/jsonschema-go/jsonschema"
 )
 
 // Version is the API's version in the document: svc's.
@@ -261,13 +259,4 @@ func pathParams(path string) []string {
 		}
 	}
 	return out
-}
-
-// schemaOf is the schema of a component, for callers that validate by hand.
-func schemaOf(name string) (*jsonschema.Schema, error) {
-	s, err := schemas()
-	if err != nil {
-		return nil, err
-	}
-	return s[name], nil
 }
