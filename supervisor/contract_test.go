@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/zap"
@@ -13,6 +14,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/http/client/clienttest"
+	"github.com/svc-dev/svc/http/openapi/openapitest"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/supervisor"
 )
@@ -48,9 +50,26 @@ func router(t *testing.T, b svc.Backend) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	// Every JSON answer is checked against the OpenAPI document.
+	checked, c := openapitest.Wrap(t, h)
+	srv := httptest.NewServer(checked)
 	t.Cleanup(srv.Close)
+	validated.Store(srv, c)
 	return srv
+}
+
+// validated maps the servers of router to their OpenAPI checkers.
+var validated sync.Map
+
+// checkedCount is the number of answers the checkers of the servers
+// router started have validated so far.
+func checkedCount() int {
+	n := 0
+	validated.Range(func(_, c any) bool {
+		n += c.(*openapitest.Checker).Checked()
+		return true
+	})
+	return n
 }
 
 // TestBackendContract runs the one client contract suite against the
@@ -60,6 +79,7 @@ func TestBackendContract(t *testing.T) {
 		clienttest.Run(t, func(t *testing.T) svc.Backend { return fixture(t) })
 	})
 	t.Run("HTTPClient", func(t *testing.T) {
+		before := checkedCount()
 		clienttest.Run(t, func(t *testing.T) svc.Backend {
 			c, err := client.New(router(t, fixture(t)).URL + "/")
 			if err != nil {
@@ -68,6 +88,10 @@ func TestBackendContract(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			return c
 		})
+		// The suite's answers went through the OpenAPI check.
+		if n := checkedCount() - before; n < 30 {
+			t.Errorf("%d answers were checked against the OpenAPI document, want the suite's (at least 30)", n)
+		}
 	})
 	t.Run("LocalOverRuntime", func(t *testing.T) {
 		clienttest.Run(t, func(t *testing.T) svc.Backend {

@@ -14,6 +14,7 @@ import (
 	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/http/client/clienttest"
+	"github.com/svc-dev/svc/http/openapi/openapitest"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/tools"
 )
@@ -97,7 +98,9 @@ func TestObserverContract(t *testing.T) {
 }
 
 func serveHandler(t *testing.T, h http.Handler) *httptest.Server {
-	srv := httptest.NewServer(h)
+	// Every JSON answer is checked against the OpenAPI document.
+	checked, _ := openapitest.Wrap(t, h)
+	srv := httptest.NewServer(checked)
 	t.Cleanup(srv.Close)
 	return srv
 }

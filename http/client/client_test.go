@@ -22,6 +22,7 @@ import (
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/http/client/clienttest"
+	"github.com/svc-dev/svc/http/openapi/openapitest"
 	"github.com/svc-dev/svc/http/server"
 )
 
@@ -65,7 +66,9 @@ func TestContract(t *testing.T) {
 	})
 	t.Run("Client", func(t *testing.T) {
 		clienttest.Run(t, func(t *testing.T) svc.Backend {
-			return newClient(t, serve(t, router(t, &fakeBackend{})).URL)
+			// Every JSON answer is checked against the OpenAPI document.
+			h, _ := openapitest.Wrap(t, router(t, &fakeBackend{}))
+			return newClient(t, serve(t, h).URL)
 		})
 	})
 	t.Run("Client/standalone with auth", func(t *testing.T) {
@@ -74,7 +77,8 @@ func TestContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return newClient(t, serve(t, h).URL, client.WithAuthToken("tok"))
+			checked, _ := openapitest.Wrap(t, h)
+			return newClient(t, serve(t, checked).URL, client.WithAuthToken("tok"))
 		})
 	})
 	t.Run("Local/OverHandler", func(t *testing.T) {

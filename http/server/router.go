@@ -64,6 +64,7 @@ import (
 	"go.uber.org/zap"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/http/openapi"
 )
 
 // DefaultMaxBodyBytes bounds a request body unless WithMaxBodyBytes says
@@ -233,6 +234,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/healthz", Handle(h.healthz))
 	r.Method(http.MethodGet, "/health", Handle(h.healthz))
 	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
+	r.Method(http.MethodGet, "/openapi.json", Handle(serveOpenAPI))
 	if rb, ok := b.(svc.RunBackend); ok {
 		rh := &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout}
 		if cfg.mp != nil {
@@ -413,6 +415,19 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// serveOpenAPI answers the OpenAPI document of the API (package
+// http/openapi), the same for every server: it lists the routes a server
+// may lack (/metrics, the submitted-run routes without a RunBackend) too.
+func serveOpenAPI(w http.ResponseWriter, r *http.Request) error {
+	doc, err := openapi.Document()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, err = w.Write(doc)
+	return err
 }
 
 func (h *handlers) healthz(w http.ResponseWriter, _ *http.Request) error {
