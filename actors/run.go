@@ -284,8 +284,8 @@ type runActor struct {
 	reapTimer *time.Timer
 	reapArmed bool
 
-	results  []svc.AgentResult
-	next     int // index of the next task to start
+	results []svc.AgentResult
+	next    int // index of the next task to start
 	// A streamed gather's tasks waiting for a slot (queue[qhead:]), how
 	// many came, and whether the last one has.
 	queue    []*StreamTask
