@@ -43,6 +43,10 @@ type GatherItem struct {
 	// Index is the task's place in the batch, 0-based.
 	Index  int         `json:"index"`
 	Result AgentResult `json:"result"`
+	// More is a hint, never on the wire: another result was already
+	// waiting when this one was handed over, so a writer may hold this
+	// one back and send both at once.
+	More bool `json:"-"`
 }
 
 // GatherSummary is the last line of a streamed gather,

@@ -100,6 +100,7 @@ func (rt *Runtime) gatherStream(ctx context.Context, name string, tasks iter.Seq
 			continue // draining: the run is cancelled, its tasks fail fast
 		}
 		item.Result.Publish()
+		item.More = len(out) > 0
 		if !yield(item, nil) {
 			taking = false
 			cancelRun(context.Canceled)
