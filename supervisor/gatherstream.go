@@ -114,8 +114,9 @@ func (rt *Runtime) gatherStream(ctx context.Context, name string, tasks iter.Seq
 		return nil
 	case r.Err != nil:
 		return r.Err
-	case !exhausted:
-		// The batch was cut short: some tasks were never read.
+	case !exhausted || ctx.Err() != nil:
+		// The batch was cut short: some tasks were never read, or the
+		// caller's context ended (the tasks in flight then failed).
 		cause := context.Cause(runCtx)
 		if cause == nil {
 			cause = context.Canceled
