@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"iter"
+	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -173,5 +175,56 @@ func TestGatherStreamRejections(t *testing.T) {
 		if len(errs) != 1 || !errors.Is(errs[0], tc.want) {
 			t.Errorf("%s/%d: errors %v, want one %v", tc.agent, tc.conc, errs, tc.want)
 		}
+	}
+}
+
+// heapAfterGC is the live heap, in bytes, after a collection.
+func heapAfterGC() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// The memory of a streamed gather does not grow with the batch: the live
+// heap near its 100,000th result is no larger than at its 30,000th, give
+// or take a 2 MB margin (69,000 more tasks would need 30 bytes each to
+// exceed it; one retained result is several hundred). The first tens of
+// thousands of tasks warm the runtime up (its maps and pools reach their
+// working size), hence the later first sample. SVC_STREAM_TASKS raises
+// the count: `SVC_STREAM_TASKS=1000000 go test -run
+// TestGatherStreamBoundedMemory ./supervisor/` is issue 19's million.
+func TestGatherStreamBoundedMemory(t *testing.T) {
+	n := 100_000
+	if v := os.Getenv("SVC_STREAM_TASKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 20_000 {
+			t.Fatalf("SVC_STREAM_TASKS=%q: want at least 20000", v)
+		}
+	}
+	rt := newRuntime(t, svc.Options{}, nil, nil, echo("echo", nil))
+	early := n * 3 / 10
+	var atEarly, atEnd uint64
+	got := 0
+	for item, err := range rt.GatherStream(context.Background(), "echo", numbered(n, nil), 1000) {
+		if err != nil || !item.Result.Success {
+			t.Fatalf("result %+v, %v", item, err)
+		}
+		got++
+		switch got {
+		case early:
+			atEarly = heapAfterGC()
+		case n - 1000:
+			atEnd = heapAfterGC()
+		}
+	}
+	if got != n {
+		t.Fatalf("%d results for %d tasks", got, n)
+	}
+	const margin = 2 << 20
+	t.Logf("live heap at result %d: %d KB; at result %d: %d KB", early, atEarly>>10, n-1000, atEnd>>10)
+	if atEnd > atEarly+margin {
+		t.Errorf("live heap grew from %d KB at result %d to %d KB at result %d: memory grows with the batch",
+			atEarly>>10, early, atEnd>>10, n-1000)
 	}
 }
