@@ -215,4 +215,3 @@ func BenchmarkGatherStream(b *testing.B) {
 		b.ReportMetric(float64(plainFirst.Microseconds())/1000, "plain_first_ms_100k")
 	}
 }
-
