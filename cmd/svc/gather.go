@@ -45,7 +45,7 @@ which cannot be read twice, such a line fails its task instead.
 In process with --specs DIR, or on a running server with --url (POST
 /agents/AGENT/gather, streamed both ways as application/x-ndjson). While it
 lasts a progress line on stderr (when it is a terminal, see --progress)
-counts the tasks completed and failed. Ctrl-C cancels the gather and waits
+counts the tasks completed and failed (in process, and running). Ctrl-C cancels the gather and waits
 for it to end; a second Ctrl-C exits at once.
 
 Exit status: 0 when every task succeeded, 1 when one failed (all results
@@ -189,18 +189,22 @@ func (g *gatherCmd) run(cmd *cobra.Command, agent string) error {
 	var sum svc.GatherSummary
 	var prog svc.RunProgress
 	var runErr error
-	for item, err := range gs.GatherStream(ctx, agent, tasks, g.concurrency) {
+	for item, err := range gs.GatherStream(svc.WithProgress(ctx, line.set), agent, tasks, g.concurrency) {
 		if err != nil {
 			runErr = err
 			continue
 		}
 		sum.Add(&item.Result)
-		if item.Result.Success {
-			prog.Completed++
-		} else {
-			prog.Failed++
+		if !c.inProcess {
+			// In process the runtime counts (WithProgress below), running
+			// tasks included; from a server only the results tell.
+			if item.Result.Success {
+				prog.Completed++
+			} else {
+				prog.Failed++
+			}
+			line.set(prog)
 		}
-		line.set(prog)
 		if err := writeStreamLine(w, item); err != nil {
 			return err
 		}
