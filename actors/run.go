@@ -291,6 +291,7 @@ type runActor struct {
 	queue    []*StreamTask
 	qhead    int
 	received int
+	unrun    *StreamTask // the task nextTask returned, when it cannot run
 	ended    bool
 	closed   bool // Stream.Out
 	inflight int
@@ -328,12 +329,10 @@ func (r *runActor) Receive(c actor.Context) {
 	case *StreamTask:
 		r.received++
 		r.req.Progress.Add(1, 0, 0, 0)
-		if m.Err != nil {
-			r.failUnrun(m)
-		} else {
-			r.queue = append(r.queue, m)
-			r.fill(c)
-		}
+		// A task that cannot run waits its turn all the same, so that
+		// with max_concurrency 1 the results come in task order.
+		r.queue = append(r.queue, m)
+		r.fill(c)
 		r.maybeFinish(c)
 	case StreamEnd:
 		r.ended = true
@@ -408,6 +407,9 @@ func (r *runActor) nextTask() (*Task, *svc.AgentResult, int, bool) {
 	m := r.queue[r.qhead]
 	r.queue[r.qhead] = nil
 	r.qhead++
+	if m.Err != nil {
+		r.unrun = m // fill answers it instead of starting it
+	}
 	if r.qhead == len(r.queue) {
 		r.queue, r.qhead = r.queue[:0], 0
 	} else if r.qhead > 64 && r.qhead*2 > len(r.queue) {
@@ -424,6 +426,11 @@ func (r *runActor) fill(c actor.Context) {
 		task, out, index, ok := r.nextTask()
 		if !ok {
 			break
+		}
+		if r.req.Stream != nil && r.unrun != nil {
+			r.failUnrun(r.unrun)
+			r.unrun = nil
+			continue
 		}
 		now := time.Now()
 		st := &invState{env: r.env, run: r.req, task: task, out: out, index: index, start: now}

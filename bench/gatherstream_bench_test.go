@@ -114,6 +114,8 @@ func streamGather(b *testing.B, c *client.Client, n, conc int) (total, first tim
 	b.Helper()
 	start := time.Now()
 	got, failed := 0, 0
+	tenth, last := max(n/10, 1), start
+	var splits []string
 	for item, err := range c.GatherStream(context.Background(), "echo", echoTasks(n), conc) {
 		if err != nil {
 			b.Fatalf("GatherStream: %v", err)
@@ -122,6 +124,13 @@ func streamGather(b *testing.B, c *client.Client, n, conc int) (total, first tim
 			first = time.Since(start)
 		}
 		got++
+		if got%tenth == 0 && n >= 100_000 {
+			// The rate of each tenth: a rate that falls as the batch goes
+			// would be a cost that grows with it.
+			now := time.Now()
+			splits = append(splits, strconv.Itoa(int(float64(tenth)/now.Sub(last).Seconds())))
+			last = now
+		}
 		if !item.Result.Success {
 			failed++
 		}
@@ -129,6 +138,9 @@ func streamGather(b *testing.B, c *client.Client, n, conc int) (total, first tim
 	total = time.Since(start)
 	if got != n || failed > 0 {
 		b.Fatalf("%d results for %d tasks, %d failed", got, n, failed)
+	}
+	if len(splits) > 0 {
+		b.Logf("%d tasks streamed: tasks/s of each tenth: %s", n, strings.Join(splits, " "))
 	}
 	return total, first
 }

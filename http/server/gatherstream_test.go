@@ -245,3 +245,34 @@ func TestGatherStreamClientGone(t *testing.T) {
 	<-done
 	testutil.Eventually(t, "the gather to stop", func() bool { return rt.InFlight() == 0 })
 }
+
+// A client that stops reading the answer is cut off after the write
+// timeout, and its gather stops: the results do not pile up.
+func TestGatherStreamSlowClient(t *testing.T) {
+	srv, rt := streamRuntime(t, server.WithStreamWriteTimeout(200*time.Millisecond))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/agents/echo/gather?max_concurrency=50", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", svc.MediaNDJSON)
+	pad := strings.Repeat("x", 8000) // fills the socket buffers sooner
+	go func() {
+		for i := 0; ; i++ {
+			if _, err := fmt.Fprintf(pw, "{\"input\":\"%d %s\"}\n", i, pad); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Read nothing: the server's writes block once the buffers are full.
+	testutil.Within(t, 2*time.Minute, "the gather of a client that does not read to stop", func() bool {
+		return rt.InFlight() == 0
+	})
+	pw.Close()
+}
