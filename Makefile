@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test deps check vet staticcheck bench bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -68,6 +68,14 @@ check: deps vet staticcheck
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bench/... ./eventstore/
+
+## bench-stream: issue 19's benchmark alone (part of bench): a million
+## test:echo tasks through one streamed gather to an svc serve process,
+## beside the same tasks as plain gathers of 10,000; then the bounded
+## memory check of the million in process
+bench-stream:
+	$(GO) test -run '^$$' -bench BenchmarkGatherStream -benchtime 1x ./bench/
+	SVC_STREAM_TASKS=1000000 $(GO) test -count=1 -run TestGatherStreamBoundedMemory -v ./supervisor/
 
 ## fuzz: a short run of every fuzz target
 fuzz:

@@ -71,6 +71,10 @@ var PayloadKeys = map[EventType][]string{
 var OptionalPayloadKeys = map[EventType][]string{
 	EventAgentFailed:    {"reason", "model"},
 	EventToolCallFailed: {"reason"},
+	// A streamed gather's batch_started has "streamed": true and
+	// task_count -1, since its tasks are not known yet; its
+	// batch_completed counts them.
+	EventBatchStarted: {"streamed"},
 	// The task messages a worker refused unrun (unsigned, badly signed,
 	// tampered or undecodable), once there is one.
 	EventWorkerHeartbeat: {"rejected"},

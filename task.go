@@ -22,6 +22,10 @@ type TaskSpec struct {
 	// of a run nested in another (spawn_agents, delegate) draws on the
 	// enclosing run's cap and its own field is not used.
 	TokenBudget int64 `json:"token_budget,omitempty"`
+	// Invalid, when set, is why this task could not be read (a bad line of
+	// a streamed gather): in a GatherStream the task fails with it, as its
+	// own result, without running. It never goes on the wire.
+	Invalid error `json:"-"`
 }
 
 // CheckTokenBudget rejects a negative TokenBudget with a

@@ -23,6 +23,9 @@ type invState struct {
 	run  *StartRun
 	task *Task
 	out  *svc.AgentResult // this invocation's slot in the run's results
+	// index is the task's place in its batch (a streamed gather's result
+	// carries it).
+	index int
 
 	// ctx, cancel and start are set by the run actor, which enforces the
 	// deadline (start plus the timeout: not stored, which keeps this

@@ -144,7 +144,46 @@ type StartRun struct {
 	// carrying Tag instead.
 	Reply chan<- RunReply
 	Tag   string
+	// Stream, when set, makes the run a streamed gather: Tasks is empty,
+	// the tasks arrive as *StreamTask messages ended by a StreamEnd, and
+	// each result goes to Stream.Out as soon as it finishes.
+	Stream *Stream
 }
+
+// Stream is the plumbing of a streamed gather between its caller and its
+// run actor. The caller bounds what is outstanding (tasks sent whose
+// results it has not taken from Out) to Out's capacity, so the run actor's
+// sends to Out never block.
+type Stream struct {
+	// Out receives each result as it finishes; the run actor closes it
+	// when the run is over, after Reply.
+	Out chan<- svc.GatherItem
+	// Ready receives the run actor's pid, where the tasks go (capacity 1).
+	Ready chan<- *actor.PID
+	// Stop tells the caller to stop sending tasks: the run was cancelled.
+	// It must not block.
+	Stop func()
+}
+
+// StreamTask is one task of a streamed gather. Err, when set, is why the
+// task cannot run (a bad line, an input its agent refuses): it fails at
+// once as its own result.
+type StreamTask struct {
+	Index int
+	Task  Task
+	Err   error
+	out   svc.AgentResult
+}
+
+// IgnoreDeadLetterLogging: tasks may still be on their way to a run that
+// the runtime's shutdown stopped.
+func (*StreamTask) IgnoreDeadLetterLogging() {}
+
+// StreamEnd tells a streamed gather's run actor that no more tasks come.
+type StreamEnd struct{}
+
+// IgnoreDeadLetterLogging: as for StreamTask.
+func (StreamEnd) IgnoreDeadLetterLogging() {}
 
 // RunFinished is how a run started under a group actor reports.
 type RunFinished struct {
@@ -245,8 +284,16 @@ type runActor struct {
 	reapTimer *time.Timer
 	reapArmed bool
 
-	results  []svc.AgentResult
-	next     int // index of the next task to start
+	results []svc.AgentResult
+	next    int // index of the next task to start
+	// A streamed gather's tasks waiting for a slot (queue[qhead:]), how
+	// many came, and whether the last one has.
+	queue    []*StreamTask
+	qhead    int
+	received int
+	unrun    *StreamTask // the task nextTask returned, when it cannot run
+	ended    bool
+	closed   bool // Stream.Out
 	inflight int
 	done     int
 	ok       int
@@ -267,11 +314,28 @@ func (r *runActor) Receive(c actor.Context) {
 			if !r.env.Silent && r.req.BatchSpan == "" {
 				r.req.BatchSpan = NewSpanID()
 			}
-			r.emitBatch(svc.EventBatchStarted, svc.Payload{
-				"task_count": len(r.req.Tasks), "max_concurrency": r.req.MaxConcurrency,
-			})
+			p := svc.Payload{"task_count": len(r.req.Tasks), "max_concurrency": r.req.MaxConcurrency}
+			if r.req.Stream != nil {
+				p["task_count"], p["streamed"] = -1, true
+			}
+			r.emitBatch(svc.EventBatchStarted, p)
+		}
+		if r.req.Stream != nil {
+			r.req.Stream.Ready <- r.self
+			return
 		}
 		r.fill(c)
+		r.maybeFinish(c)
+	case *StreamTask:
+		r.received++
+		r.req.Progress.Add(1, 0, 0, 0)
+		// A task that cannot run waits its turn all the same, so that
+		// with max_concurrency 1 the results come in task order.
+		r.queue = append(r.queue, m)
+		r.fill(c)
+		r.maybeFinish(c)
+	case StreamEnd:
+		r.ended = true
 		r.maybeFinish(c)
 	case *invState: // an invocation finished and filled its slot
 		m.finished = true
@@ -282,6 +346,9 @@ func (r *runActor) Receive(c actor.Context) {
 			r.req.Progress.Add(0, -1, 1, 0)
 		} else {
 			r.req.Progress.Add(0, -1, 0, 1)
+		}
+		if r.req.Stream != nil {
+			r.req.Stream.Out <- svc.GatherItem{Index: m.index, Result: *m.out}
 		}
 		r.fill(c)
 		r.arm()
@@ -302,15 +369,71 @@ func (r *runActor) Receive(c actor.Context) {
 			r.replied = true
 			r.req.Reply <- RunReply{Err: svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")}
 		}
+		r.closeOut()
 	}
+}
+
+// failUnrun answers a streamed task that cannot run with its error.
+func (r *runActor) failUnrun(m *StreamTask) {
+	r.done++
+	r.req.Progress.Add(0, 0, 0, 1)
+	res := svc.AgentResult{AgentName: r.req.Agent.Def.Name, TaskID: m.Task.ID, Err: m.Err,
+		Metadata: svc.ResultMetadata{TraceID: m.Task.Trace, Backend: r.env.BackendName()}}
+	r.req.Stream.Out <- svc.GatherItem{Index: m.Index, Result: res}
+}
+
+// closeOut closes a streamed gather's Out, once.
+func (r *runActor) closeOut() {
+	if r.req.Stream != nil && !r.closed {
+		r.closed = true
+		close(r.req.Stream.Out)
+	}
+}
+
+// nextTask returns the next task to start, its slot and its index, or
+// false when none waits.
+func (r *runActor) nextTask() (*Task, *svc.AgentResult, int, bool) {
+	if r.req.Stream == nil {
+		if r.next >= len(r.req.Tasks) {
+			return nil, nil, 0, false
+		}
+		i := r.next
+		r.next++
+		return &r.req.Tasks[i], &r.results[i], i, true
+	}
+	if r.qhead == len(r.queue) {
+		return nil, nil, 0, false
+	}
+	m := r.queue[r.qhead]
+	r.queue[r.qhead] = nil
+	r.qhead++
+	if m.Err != nil {
+		r.unrun = m // fill answers it instead of starting it
+	}
+	if r.qhead == len(r.queue) {
+		r.queue, r.qhead = r.queue[:0], 0
+	} else if r.qhead > 64 && r.qhead*2 > len(r.queue) {
+		n := copy(r.queue, r.queue[r.qhead:])
+		clear(r.queue[n:])
+		r.queue, r.qhead = r.queue[:n], 0
+	}
+	return &m.Task, &m.out, m.Index, true
 }
 
 // fill starts invocations until the concurrency bound is reached.
 func (r *runActor) fill(c actor.Context) {
-	for r.next < len(r.req.Tasks) && r.inflight < r.req.MaxConcurrency {
+	for r.inflight < r.req.MaxConcurrency {
+		task, out, index, ok := r.nextTask()
+		if !ok {
+			break
+		}
+		if r.req.Stream != nil && r.unrun != nil {
+			r.failUnrun(r.unrun)
+			r.unrun = nil
+			continue
+		}
 		now := time.Now()
-		st := &invState{env: r.env, run: r.req, task: &r.req.Tasks[r.next], out: &r.results[r.next],
-			start: now}
+		st := &invState{env: r.env, run: r.req, task: task, out: out, index: index, start: now}
 		base := r.detached
 		if st.task.Ctx != nil {
 			// The run actor cancels each task itself (cancelAll), so the
@@ -323,7 +446,6 @@ func (r *runActor) fill(c actor.Context) {
 		}
 		r.pending = append(r.pending, st)
 		st.pid = c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
-		r.next++
 		r.inflight++
 		r.req.Progress.Add(0, 1, 0, 0)
 	}
@@ -447,6 +569,9 @@ func (r *runActor) cancelAll(c actor.Context, cause error) {
 	}
 	r.cancelled = cause
 	r.cancel(cause)
+	if r.req.Stream != nil {
+		r.req.Stream.Stop() // no more tasks: those on their way fail at once
+	}
 	now := time.Now()
 	if errors.Is(cause, svc.ErrShuttingDown) {
 		now = now.Add(-r.env.abandonAfter())
@@ -477,12 +602,19 @@ func (r *runActor) stopTimer() {
 }
 
 func (r *runActor) maybeFinish(c actor.Context) {
-	if r.done < len(r.req.Tasks) || r.replied {
+	total := len(r.req.Tasks)
+	if r.req.Stream != nil {
+		if !r.ended {
+			return
+		}
+		total = r.received
+	}
+	if r.done < total || r.replied {
 		return
 	}
 	if r.req.Batch {
 		r.emitBatch(svc.EventBatchCompleted, svc.Payload{
-			"task_count": len(r.req.Tasks), "success_count": r.ok, "failure_count": r.done - r.ok,
+			"task_count": total, "success_count": r.ok, "failure_count": r.done - r.ok,
 		})
 	}
 	r.replied = true
@@ -490,6 +622,7 @@ func (r *runActor) maybeFinish(c actor.Context) {
 	r.cancel(nil)
 	if r.req.Reply != nil {
 		r.req.Reply <- RunReply{Results: r.results}
+		r.closeOut()
 		c.Send(c.Parent(), runEnded{c.Self()})
 	} else {
 		c.Send(c.Parent(), &RunFinished{Tag: r.req.Tag, Results: r.results})

@@ -103,9 +103,20 @@ func TestCLIOnServer(t *testing.T) {
 		if len(lines) != len(want) {
 			t.Fatalf("%d result lines, want %d:\n%s", len(lines), len(want), r.stdout)
 		}
+		// One line per result as it finishes, with its input's index.
+		seen := map[int]bool{}
 		for i, l := range lines {
-			if res := decodeResult(t, l); !res.Success || compactJSON(t, res.Output) != want[i] {
-				t.Errorf("line %d: %+v, want output %s", i+1, res, want[i])
+			var sl svc.StreamLine
+			if err := json.Unmarshal([]byte(l), &sl); err != nil || sl.Index == nil || sl.Result == nil {
+				t.Fatalf("line %d %q: %v", i+1, l, err)
+			}
+			n := *sl.Index
+			if n < 0 || n >= len(want) || seen[n] {
+				t.Fatalf("line %d: index %d", i+1, n)
+			}
+			seen[n] = true
+			if res := sl.Result; !res.Success || compactJSON(t, res.Output) != want[n] {
+				t.Errorf("line %d: %+v, want output %s", i+1, res, want[n])
 			}
 		}
 		// One failed task: every result printed, exit 1.
@@ -253,6 +264,12 @@ func TestCLIInProcess(t *testing.T) {
 	r = svcExec(t, nil, "1\n\"two\"\n", "gather", "echo", "--inputs", "-", "--specs", specs)
 	if r.code != 0 || !strings.Contains(r.stdout, `"output":"two"`) {
 		t.Errorf("gather from stdin: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	// On standard input a line that is not JSON fails its task only.
+	r = svcExec(t, nil, "1\nnot json\n3\n", "gather", "echo", "--inputs", "-", "--specs", specs)
+	if r.code != 1 || strings.Count(r.stdout, "\n") != 3 || !strings.Contains(r.stdout, `{"index":1,"result":`) ||
+		!strings.Contains(r.stdout, `stdin:2: not a JSON value`) || !strings.Contains(r.stderr, "1 of 3 tasks failed") {
+		t.Errorf("gather from stdin with a bad line: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = mustExec(t, 0, nil, "run", "pair", "--input", `"g"`, "--specs", specs, "--progress", "always")
 	if res := decodeResult(t, r.stdout); !res.Success || compactJSON(t, res.Output) != `"g"` {

@@ -183,7 +183,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	s.auth.register(fs, "bearer token required on every route but the health checks")
 	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests and runs in flight may take to finish on shutdown before they are cancelled (a second SIGINT or SIGTERM stops at once)")
-	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted; of a streamed gather (application/x-ndjson), the longest line")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
 	fs.DurationVar(&s.nodeLease, "node-lease", 0, "with a redis:// --store shared by several serve nodes: how long this node's ownership of its runs outlives its last renewal; once it lapses (the node was killed), the other nodes mark the runs it left unfinished failed (reason interrupted) (default 15s)")
 	fs.StringVar(&s.nodeID, "node-id", "", "with a redis:// --store shared by several serve nodes: this node's name as the owner of its runs, stable across restarts so a restarted node marks its previous life's unfinished runs failed at once; never give two live nodes the same (default: host-pid-random, new each start)")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -131,4 +132,49 @@ func (f *fakeBackend) Ready(context.Context) error { return nil }
 func (f *fakeBackend) Close() error {
 	f.closed.Add(1)
 	return errors.New("fake: closed")
+}
+
+// GatherStream runs the tasks one at a time, as they come, like the
+// runtime's streamed gather with a window of one.
+func (f *fakeBackend) GatherStream(ctx context.Context, name string, tasks iter.Seq[svc.TaskSpec], n int) iter.Seq2[svc.GatherItem, error] {
+	return func(yield func(svc.GatherItem, error) bool) {
+		if !slices.Contains(fakeAgents, name) {
+			yield(svc.GatherItem{}, registryError(name))
+			return
+		}
+		if _, err := svc.CheckGatherConcurrency(n); err != nil {
+			yield(svc.GatherItem{}, err)
+			return
+		}
+		batch := svc.RequestIDFrom(ctx)
+		if batch == "" {
+			batch = uuid.Must(uuid.NewV7()).String()
+		}
+		i := 0
+		for t := range tasks {
+			if ctx.Err() != nil {
+				break
+			}
+			if t.RequestID == "" {
+				t.RequestID = batch
+			}
+			var r svc.AgentResult
+			var err error
+			if t.Invalid != nil {
+				err = t.Invalid
+			} else {
+				r, err = f.Run(ctx, name, t)
+			}
+			if err != nil {
+				r = svc.AgentResult{AgentName: name, TaskID: t.ID, Error: svc.ErrorInfoOf(err)}
+			}
+			if !yield(svc.GatherItem{Index: i, Result: r}, nil) {
+				return
+			}
+			i++
+		}
+		if ctx.Err() != nil {
+			yield(svc.GatherItem{}, svc.Wrap(svc.KindOf(ctx.Err()), ctx.Err(), "gather"))
+		}
+	}
 }

@@ -155,7 +155,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 //	GET  /agents                 JSON list of agent names
 //	GET  /agents/{name}/schema   svc.AgentSchema
 //	POST /agents/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.AgentResult
-//	POST /agents/{name}/gather   svc.GatherRequest → []svc.AgentResult in task order
+//	POST /agents/{name}/gather   svc.GatherRequest → []svc.AgentResult in task order; streamed: see below
 //	GET  /groups                 JSON list of group names
 //	GET  /groups/{name}/topology svc.Topology
 //	POST /groups/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.RunResult
@@ -171,6 +171,13 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 //	POST /runs/{id}/cancel       204; 404 for an unknown run
 //	GET  /runs/{id}/stream       text/event-stream of svc.RunEvent frames (id: seq, event: type, data: JSON),
 //	                             after the Last-Event-ID header or the after query parameter; ": ping" while idle
+//
+// A gather is streamed when Accept asks for application/x-ndjson (or
+// text/event-stream): each result as it finishes, {"index": i, "result":
+// AgentResult} a line, then {"summary": svc.GatherSummary}; and when the
+// body is application/x-ndjson, one TaskSpec a line, read as the batch
+// goes, with max_concurrency in the query. Such a body has no size limit
+// (each line has the body limit), and a bad line fails its task only.
 //
 // A group run answers with the plain AgentResult when one terminal node
 // fired and with a GroupResult ({"group": true, ...}) when several did.
@@ -196,7 +203,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 			return nil, err
 		}
 	}
-	h := &handlers{b: b, maxBody: cfg.maxBody, ready: cfg.ready}
+	h := &handlers{b: b, maxBody: cfg.maxBody, ready: cfg.ready, writeTimeout: cfg.writeTimeout, heartbeat: cfg.heartbeat}
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -263,6 +270,11 @@ type handlers struct {
 	b       svc.Backend
 	maxBody int64
 	ready   []readyCheck
+	// writeTimeout bounds each write of a streamed gather's answer.
+	writeTimeout time.Duration
+	// heartbeat is how long a streamed gather's answer stays silent
+	// before a keep-alive (WithHeartbeat).
+	heartbeat time.Duration
 }
 
 func (h *handlers) agents(w http.ResponseWriter, r *http.Request) error {
@@ -331,6 +343,9 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	name, err := agentName(r)
 	if err != nil {
 		return err
+	}
+	if accept := streamAccept(r); accept != "" || ndjsonBody(r) {
+		return h.gatherStreamed(w, r, name, accept)
 	}
 	data, err := readBody(w, r, h.maxBody)
 	if err != nil {

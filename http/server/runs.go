@@ -26,8 +26,9 @@ const DefaultHeartbeat = 15 * time.Second
 // last sequence number it saw.
 const LastEventIDHeader = "Last-Event-ID"
 
-// WithHeartbeat sets the interval of the heartbeat comments of a run stream
-// (default 15 s). d must be positive.
+// WithHeartbeat sets the interval of the heartbeat comments of a run stream,
+// and of the keep-alives of a streamed gather's answer (default 15 s). d
+// must be positive.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

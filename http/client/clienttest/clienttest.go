@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
 	"strings"
@@ -17,7 +18,8 @@ import (
 	svc "github.com/svc-dev/svc"
 )
 
-// Run runs the contract suite. newBackend is called once per subtest and
+// Run runs the contract suite. The GatherStream tests run when the
+// backend is also an svc.GatherStreamer, and are skipped otherwise. newBackend is called once per subtest and
 // must return a backend serving this fixture, and register its own cleanup
 // (t.Cleanup) if it needs one; Run does not Close it.
 //
@@ -62,6 +64,11 @@ func Run(t *testing.T, newBackend func(t *testing.T) svc.Backend) {
 		{"GatherConcurrency", testGatherConcurrency},
 		{"GatherRejections", testGatherRejections},
 		{"RunTokenBudget", testRunTokenBudget},
+		{"GatherStream", testGatherStream},
+		{"GatherStreamInvalid", testGatherStreamInvalid},
+		{"GatherStreamRejections", testGatherStreamRejections},
+		{"GatherStreamStop", testGatherStreamStop},
+		{"GatherStreamCancelled", testGatherStreamCancelled},
 		{"Ready", testReady},
 		{"Groups", testGroups},
 		{"GroupTopology", testGroupTopology},
@@ -371,5 +378,136 @@ func testRunTokenBudget(t *testing.T, b svc.Backend) {
 	}
 	if _, err := b.Run(ctx, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}); !errors.Is(err, svc.ErrSpecValidation) {
 		t.Fatalf("Run with token_budget -1: %v, want a SpecValidationError", err)
+	}
+}
+
+// streamer is b as an svc.GatherStreamer, or skips the test.
+func streamer(t *testing.T, b svc.Backend) svc.GatherStreamer {
+	gs, ok := b.(svc.GatherStreamer)
+	if !ok {
+		t.Skipf("%T is not an svc.GatherStreamer", b)
+	}
+	return gs
+}
+
+// collectGather runs a streamed gather to its end: the results by index, and
+// the errors.
+func collectGather(t *testing.T, seq iter.Seq2[svc.GatherItem, error]) (map[int]svc.AgentResult, []error) {
+	t.Helper()
+	got := map[int]svc.AgentResult{}
+	var errs []error
+	for item, err := range seq {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := got[item.Index]; dup {
+			t.Fatalf("task %d answered twice", item.Index)
+		}
+		got[item.Index] = item.Result
+	}
+	return got, errs
+}
+
+// Every task of a streamed gather is answered once, with its index.
+func testGatherStream(t *testing.T, b svc.Backend) {
+	tasks := inputs(60)
+	got, errs := collectGather(t, streamer(t, b).GatherStream(svc.WithRequestID(ctxFor(t), "stream-batch"), "echo", slices.Values(tasks), 7))
+	if len(errs) > 0 {
+		t.Fatalf("GatherStream: %v", errs)
+	}
+	if len(got) != len(tasks) {
+		t.Fatalf("%d results for %d tasks", len(got), len(tasks))
+	}
+	for i, task := range tasks {
+		r, ok := got[i]
+		if !ok || !r.Success || r.TaskID != task.ID || !sameJSON(t, r.Output, task.Input) || r.Metadata.TraceID != "stream-batch" {
+			t.Errorf("result %d = %+v; want task %q echoing %s in trace stream-batch", i, r, task.ID, task.Input)
+		}
+	}
+}
+
+// A task with Invalid set fails as its own result, with Invalid's kind and
+// message; the others run.
+func testGatherStreamInvalid(t *testing.T, b svc.Backend) {
+	tasks := inputs(5)
+	tasks[2] = svc.TaskSpec{Invalid: svc.Errorf(svc.KindSpecValidation, "line 3: not a task")}
+	got, errs := collectGather(t, streamer(t, b).GatherStream(ctxFor(t), "echo", slices.Values(tasks), 2))
+	if len(errs) > 0 || len(got) != 5 {
+		t.Fatalf("%d results, errors %v", len(got), errs)
+	}
+	for i, r := range got {
+		if i == 2 {
+			if r.Success || r.Error == nil || r.Error.Type != string(svc.KindSpecValidation) || r.Error.Message != "line 3: not a task" {
+				t.Errorf("invalid task: %+v, error %+v", r, r.Error)
+			}
+		} else if !r.Success {
+			t.Errorf("task %d failed: %+v", i, r.Error)
+		}
+	}
+}
+
+// Rejections of the whole call are one error and no result.
+func testGatherStreamRejections(t *testing.T, b svc.Backend) {
+	gs := streamer(t, b)
+	for _, tc := range []struct {
+		agent string
+		conc  int
+		want  error
+	}{{"nope", 2, svc.ErrRegistry}, {"echo", 0, svc.ErrSpecValidation}, {"echo", svc.MaxGatherConcurrency + 1, svc.ErrSpecValidation}} {
+		got, errs := collectGather(t, gs.GatherStream(ctxFor(t), tc.agent, slices.Values(inputs(3)), tc.conc))
+		if len(got) != 0 || len(errs) != 1 || !errors.Is(errs[0], tc.want) {
+			t.Errorf("GatherStream(%s, %d): %d results, errors %v; want one %v", tc.agent, tc.conc, len(got), errs, tc.want)
+		}
+	}
+}
+
+// Stopping the iteration returns at once, however many tasks remain, and
+// reads no further than a bounded window.
+func testGatherStreamStop(t *testing.T, b svc.Backend) {
+	read := 0
+	endless := func(yield func(svc.TaskSpec) bool) {
+		for i := 0; ; i++ {
+			read++
+			if !yield(svc.TaskSpec{Input: json.RawMessage(fmt.Sprint(i))}) {
+				return
+			}
+		}
+	}
+	taken := 0
+	for _, err := range streamer(t, b).GatherStream(ctxFor(t), "echo", endless, 4) {
+		if err != nil {
+			t.Fatalf("GatherStream: %v", err)
+		}
+		if taken++; taken == 20 {
+			break
+		}
+	}
+	// Returned: the source was stopped too (it runs on another goroutine,
+	// which has ended).
+	if read < 20 {
+		t.Errorf("read %d tasks for 20 results", read)
+	}
+}
+
+// Ending the context ends the stream with an error, well before the
+// tasks in flight would have finished.
+func testGatherStreamCancelled(t *testing.T, b svc.Backend) {
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	defer cancel()
+	timer := time.AfterFunc(200*time.Millisecond, cancel)
+	defer timer.Stop()
+	start := time.Now()
+	got, errs := collectGather(t, streamer(t, b).GatherStream(ctx, "slow", slices.Values(inputs(3)), 3))
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Errorf("GatherStream(slow) took %v after cancellation at 200ms", elapsed)
+	}
+	for i, r := range got {
+		if r.Success {
+			t.Errorf("task %d succeeded", i)
+		}
+	}
+	if len(errs) == 0 {
+		t.Errorf("no error after the cancel (%d results)", len(got))
 	}
 }
