@@ -116,7 +116,7 @@ func TestHostSystem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Register(echo("echo", nil), echo("slow", map[string]any{"latency_ms": 200})); err != nil {
+	if err := rt.Register(echo("echo", nil), echo("slow", map[string]any{"latency_ms": 1000})); err != nil {
 		t.Fatal(err)
 	}
 	if rt.System() != host {
@@ -129,7 +129,14 @@ func TestHostSystem(t *testing.T) {
 	// A run in flight while we look at the names: its actors are svc's.
 	pid, ch := probe(host)
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.RunAgent{Ref: "slow", Agent: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}, pid)
-	testutil.Eventually(t, "the slow run in flight", func() bool { return rt.InFlight() > 0 })
+	testutil.Eventually(t, "the slow run's actors spawned", func() bool {
+		for _, id := range localIDs(host) {
+			if strings.HasPrefix(id, "svc/runs-") && strings.Count(id, "/") >= 3 { // shard/run/invocation
+				return true
+			}
+		}
+		return false
+	})
 	var svcIDs int
 	for _, id := range localIDs(host) {
 		if strings.HasPrefix(id, "svc/") {
@@ -138,7 +145,7 @@ func TestHostSystem(t *testing.T) {
 			t.Errorf("actor %q: not under the svc/ prefix", id)
 		}
 	}
-	if svcIDs < 4 { // two shards, the API, a run and its invocation
+	if svcIDs < 5 { // two shards, the API, a run and its invocation
 		t.Errorf("%d svc/ actors, want at least 4: %v", svcIDs, localIDs(host))
 	}
 	if r := next[*msg.AgentResult](t, ch); !r.Result.Success {
