@@ -516,9 +516,6 @@ func (h *hostAPI) forward(ctx context.Context, m *msg.Subscribe, id string, targ
 		}
 		started()
 		for ev := range events {
-			if ctx.Err() != nil {
-				break
-			}
 			root.Send(target, &msg.RunEvent{Subscription: id, Event: ev})
 		}
 		return 0, nil
@@ -529,10 +526,10 @@ func (h *hostAPI) forward(ctx context.Context, m *msg.Subscribe, id string, targ
 	}
 	defer sub.Close()
 	started()
+	// Ended (Unsubscribe, the target stopped, Shutdown), the subscription
+	// closes Events: what it had queued still goes out, then
+	// SubscriptionEnded.
 	for ev := range sub.Events() {
-		if ctx.Err() != nil {
-			break
-		}
 		root.Send(target, &msg.RuntimeEvent{Subscription: id, Event: ev, Dropped: sub.Dropped()})
 	}
 	_ = sub.Close()

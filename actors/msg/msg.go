@@ -91,7 +91,8 @@ type Subscribe struct {
 	Target *actor.PID
 }
 
-// Unsubscribe ends a subscription. Reply: *Unsubscribed or *Error.
+// Unsubscribe ends a subscription: the events it had queued still
+// arrive, then *SubscriptionEnded. Reply: *Unsubscribed or *Error.
 type Unsubscribe struct {
 	Ref string
 	ID  string
