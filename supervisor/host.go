@@ -160,10 +160,7 @@ type hostSub struct {
 
 // Messages the actor sends itself.
 type (
-	callDone struct {
-		owner pidKey
-		id    uint64
-	}
+	release   struct{ owner pidKey }
 	submitted struct {
 		req    *msg.Submit
 		sender *actor.PID
@@ -173,14 +170,20 @@ type (
 	subDone  struct{ id string }
 )
 
-// gateway is the message API's actor.
+// gateway is the message API's actor. Its owners are shared with the
+// goroutines of its calls, which forget a call when it ends without a
+// message to the actor (a message per call was a tenth of the message
+// API's cost); an owner is created and dropped (Watch, Unwatch) only by
+// the actor.
 type gateway struct {
 	h       *hostAPI
+	mu      sync.Mutex // guards owners and next
 	owners  map[pidKey]*owner
 	subs    map[string]*hostSub
 	handles map[string]*actor.PID // submitted run id → its actor
 	byRun   map[string][]runRef   // submitted run id → its senders' records
-	next    uint64
+	next    uint64                // call records, under mu
+	subN    uint64                // subscriptions
 }
 
 // runRef names a run in its owner's record.
@@ -226,18 +229,21 @@ func (g *gateway) Receive(c actor.Context) {
 			c.Stop(pid)
 		}
 		for _, r := range g.byRun[m.runID] {
-			if o, ok := g.owners[r.owner]; ok {
-				delete(o.runs, r.id)
-				g.release(c, r.owner, o)
-			}
+			g.forget(c, r.owner, func(o *owner) { delete(o.runs, r.id) })
 		}
 		delete(g.byRun, m.runID)
 	case *msg.Cancel:
 		g.cancel(c, m)
-	case *callDone:
-		if o, ok := g.owners[m.owner]; ok {
-			delete(o.runs, m.id)
-			g.release(c, m.owner, o)
+	case *release:
+		g.mu.Lock()
+		o, ok := g.owners[m.owner]
+		ok = ok && o.idle()
+		if ok {
+			delete(g.owners, m.owner)
+		}
+		g.mu.Unlock()
+		if ok {
+			c.Unwatch(o.pid)
 		}
 	case *msg.Subscribe:
 		g.subscribe(c, m)
@@ -252,10 +258,7 @@ func (g *gateway) Receive(c actor.Context) {
 	case *subDone:
 		if s, ok := g.subs[m.id]; ok {
 			delete(g.subs, m.id)
-			if o, ok := g.owners[s.target]; ok {
-				o.subs--
-				g.release(c, s.target, o)
-			}
+			g.forget(c, s.target, func(o *owner) { o.subs-- })
 		}
 	case *actor.Terminated:
 		g.ownerStopped(m.Who)
@@ -263,10 +266,16 @@ func (g *gateway) Receive(c actor.Context) {
 		for _, s := range g.subs {
 			s.cancel()
 		}
+		g.mu.Lock()
+		var cancels []func()
 		for _, o := range g.owners {
 			for _, r := range o.runs {
-				r.cancel()
+				cancels = append(cancels, r.cancel)
 			}
+		}
+		g.mu.Unlock()
+		for _, f := range cancels {
+			f()
 		}
 	}
 }
@@ -280,49 +289,100 @@ func respond(c actor.Context, reply any) {
 // isFuture: a future's PID cannot be watched.
 func isFuture(p *actor.PID) bool { return strings.HasPrefix(p.Id, "future") }
 
-// track records a call of sender and watches sender; nil for a sender
-// that cannot be watched.
+// track records a call of sender and watches sender; not tracked for a
+// sender that cannot be watched.
 func (g *gateway) track(c actor.Context, sender *actor.PID, r *hostRun) (pidKey, uint64, bool) {
 	if sender == nil || isFuture(sender) {
 		return pidKey{}, 0, false
 	}
 	k := keyOf(sender)
-	o := g.ownerOf(c, k, sender)
-	g.next++
-	o.runs[g.next] = r
-	return k, g.next, true
-}
-
-func (g *gateway) ownerOf(c actor.Context, k pidKey, pid *actor.PID) *owner {
-	o, ok := g.owners[k]
-	if !ok {
-		o = &owner{pid: pid, runs: map[uint64]*hostRun{}}
+	g.mu.Lock()
+	o, known := g.owners[k]
+	if !known {
+		o = &owner{pid: sender, runs: map[uint64]*hostRun{}}
 		g.owners[k] = o
-		c.Watch(pid)
 	}
-	return o
+	g.next++
+	id := g.next
+	o.runs[id] = r
+	g.mu.Unlock()
+	if !known {
+		c.Watch(sender)
+	}
+	return k, id, true
 }
 
-// release forgets an owner with nothing under way.
-func (g *gateway) release(c actor.Context, k pidKey, o *owner) {
-	if len(o.runs) == 0 && o.subs == 0 {
-		delete(g.owners, k)
+// addSub counts a subscription of target, watching it.
+func (g *gateway) addSub(c actor.Context, target *actor.PID) pidKey {
+	k := keyOf(target)
+	g.mu.Lock()
+	o, known := g.owners[k]
+	if !known {
+		o = &owner{pid: target, runs: map[uint64]*hostRun{}}
+		g.owners[k] = o
+	}
+	o.subs++
+	g.mu.Unlock()
+	if !known {
+		c.Watch(target)
+	}
+	return k
+}
+
+func (o *owner) idle() bool { return len(o.runs) == 0 && o.subs == 0 }
+
+// forget applies f to an owner's record and drops an owner left with
+// nothing under way; only the actor calls it.
+func (g *gateway) forget(c actor.Context, k pidKey, f func(*owner)) {
+	g.mu.Lock()
+	o, ok := g.owners[k]
+	if ok {
+		f(o)
+		if ok = o.idle(); ok {
+			delete(g.owners, k)
+		}
+	}
+	g.mu.Unlock()
+	if ok {
 		c.Unwatch(o.pid)
+	}
+}
+
+// done forgets a call that has ended, from its goroutine; the actor is
+// told only when that leaves the owner with nothing under way.
+func (g *gateway) done(self *actor.PID, root *actor.RootContext, k pidKey, id uint64) {
+	g.mu.Lock()
+	o, ok := g.owners[k]
+	idle := false
+	if ok {
+		delete(o.runs, id)
+		idle = o.idle()
+	}
+	g.mu.Unlock()
+	if idle {
+		root.Send(self, &release{owner: k})
 	}
 }
 
 // ownerStopped cancels what a stopped sender left running.
 func (g *gateway) ownerStopped(who *actor.PID) {
 	k := keyOf(who)
+	g.mu.Lock()
 	o, ok := g.owners[k]
-	if !ok {
-		return
+	if ok {
+		delete(g.owners, k)
 	}
-	delete(g.owners, k)
-	for _, r := range o.runs {
-		if !r.detached {
-			r.cancel()
+	var cancels []func()
+	if ok {
+		for _, r := range o.runs {
+			if !r.detached {
+				cancels = append(cancels, r.cancel)
+			}
 		}
+	}
+	g.mu.Unlock()
+	for _, f := range cancels {
+		f()
 	}
 	for _, s := range g.subs {
 		if s.target == k {
@@ -331,8 +391,8 @@ func (g *gateway) ownerStopped(who *actor.PID) {
 	}
 }
 
-// call runs f in a goroutine the runtime owns and sends its reply to the
-// sender.
+// call runs f on a pooled goroutine the runtime owns and sends its reply
+// to the sender.
 func (g *gateway) call(c actor.Context, ref string, detached bool, runID string, f func(ctx context.Context) any) {
 	rt := g.h.rt
 	if err := rt.hold(); err != nil {
@@ -342,7 +402,7 @@ func (g *gateway) call(c actor.Context, ref string, detached bool, runID string,
 	ctx, cancel := context.WithCancel(context.Background())
 	sender, self, root := c.Sender(), c.Self(), c.ActorSystem().Root
 	k, id, tracked := g.track(c, sender, &hostRun{ref: ref, detached: detached, runID: runID, cancel: cancel})
-	go func() {
+	rt.pool.Go(func() {
 		defer rt.inflight.Done()
 		reply := f(ctx)
 		cancel()
@@ -350,9 +410,9 @@ func (g *gateway) call(c actor.Context, ref string, detached bool, runID string,
 			root.Send(sender, reply)
 		}
 		if tracked {
-			root.Send(self, &callDone{owner: k, id: id})
+			g.done(self, root, k, id)
 		}
-	}()
+	})
 }
 
 // async runs f in a goroutine the runtime owns, replying to the sender
@@ -444,16 +504,21 @@ func (g *gateway) cancel(c actor.Context, m *msg.Cancel) {
 		})
 		return
 	}
-	found := false
+	var cancels []func()
 	if s := c.Sender(); s != nil {
+		g.mu.Lock()
 		if o, ok := g.owners[keyOf(s)]; ok {
 			for _, r := range o.runs {
 				if r.ref == m.Ref {
-					r.cancel()
-					found = true
+					cancels = append(cancels, r.cancel)
 				}
 			}
 		}
+		g.mu.Unlock()
+	}
+	found := len(cancels) > 0
+	for _, f := range cancels {
+		f()
 	}
 	if !found {
 		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindRegistry, "no run with ref %q started by this sender is running", m.Ref)))
@@ -476,11 +541,10 @@ func (g *gateway) subscribe(c actor.Context, m *msg.Subscribe) {
 		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindSpecValidation, "subscribe: this runtime has no live event source (supervisor.Config.Events)")))
 		return
 	}
-	g.next++
-	id := "sub-" + strconv.FormatUint(g.next, 10)
+	g.subN++
+	id := "sub-" + strconv.FormatUint(g.subN, 10)
 	ctx, cancel := context.WithCancel(context.Background())
-	k := keyOf(target)
-	g.ownerOf(c, k, target).subs++
+	k := g.addSub(c, target)
 	g.subs[id] = &hostSub{target: k, cancel: cancel}
 	sender, self, root := c.Sender(), c.Self(), c.ActorSystem().Root
 	h.subs.Add(1)
