@@ -369,6 +369,9 @@ func TestMessageAPISubscribe(t *testing.T) {
 		case m := <-ch:
 			switch m := m.(type) {
 			case *msg.RunEvent:
+				if m.Subscription != sub.ID || m.Event.RunID != s.RunID {
+					t.Fatalf("run event %+v, want subscription %s of run %s", m, sub.ID, s.RunID)
+				}
 				types = append(types, m.Event.Type)
 				continue
 			case *msg.SubscriptionEnded:

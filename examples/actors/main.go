@@ -134,7 +134,6 @@ type coordinator struct {
 	monitor *actor.PID
 	sum     Summary
 	slow    *actor.PID // the slow run's actor
-	replies int
 }
 
 func (c *coordinator) Receive(ctx actor.Context) {
