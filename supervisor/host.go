@@ -75,7 +75,7 @@ func (h *hostAPI) init(rt *Runtime, cfg *Config) error {
 func (h *hostAPI) start() error {
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &gateway{h: h, owners: map[pidKey]*owner{}, subs: map[string]*hostSub{}, handles: map[string]*actor.PID{}, byRun: map[string][]runRef{}}
-	})
+	}, actor.WithDispatcher(h.rt.env.Dispatcher)) // pooled goroutines, as the shards
 	pid, err := h.rt.system.Root.SpawnNamed(props, h.prefix+"/api")
 	if err != nil {
 		return fmt.Errorf("supervisor: spawn %s/api: %w", h.prefix, err)
