@@ -18,11 +18,12 @@ import (
 
 // The message API: one actor, PREFIX/api, takes the requests of package
 // actors/msg from a host's actors. It never waits in Receive: each call
-// runs in a goroutine it starts and the runtime owns (admitted like any
-// call, so Shutdown waits for it), which sends the reply to the sender
-// and then tells the actor it is done. The actor keeps, per sender, the
-// runs it started, and watches the sender: when it stops, the runs it
-// left that are not Detached are cancelled.
+// runs on a goroutine of the runtime's pool (held like a call, so
+// Shutdown waits for it), which sends the reply to the sender and then
+// forgets the call. The actor keeps, per sender, the calls it started,
+// and watches the sender: when it stops, the calls it left that are not
+// Detached are cancelled. The blocking parts of Submit and Cancel (the
+// run store) run on goroutines the same way.
 //
 // A future (RequestFuture) cannot be watched (a watch completes it), so
 // a run asked for by a future is not tied to anything.
