@@ -416,7 +416,7 @@ func (g *gateway) call(c actor.Context, ref string, detached bool, runID string,
 	})
 }
 
-// async runs f in a goroutine the runtime owns, replying to the sender
+// async runs f on a pooled goroutine the runtime owns, replying to the sender
 // with what it returns (nothing when nil).
 func (g *gateway) async(c actor.Context, ref string, f func() any) {
 	rt := g.h.rt
@@ -425,12 +425,12 @@ func (g *gateway) async(c actor.Context, ref string, f func() any) {
 		return
 	}
 	sender, root := c.Sender(), c.ActorSystem().Root
-	go func() {
+	rt.pool.Go(func() {
 		defer rt.inflight.Done()
 		if reply := f(); reply != nil && sender != nil {
 			root.Send(sender, reply)
 		}
-	}()
+	})
 }
 
 func (g *gateway) submit(c actor.Context, m *msg.Submit) {
@@ -482,10 +482,10 @@ func (h *hostAPI) cancelRun(id string) {
 	if rt.hold() != nil {
 		return // shutting down: Shutdown cancels it
 	}
-	go func() {
+	rt.pool.Go(func() {
 		defer rt.inflight.Done()
 		_ = rt.CancelRun(context.Background(), id)
-	}()
+	})
 }
 
 func (g *gateway) reply(c actor.Context, to *actor.PID, reply any) {
