@@ -244,12 +244,16 @@ func (a *App) start() error {
 
 	// One actor system for the process: the runtime's actors and the SSE
 	// subscribers live in it.
-	a.system = supervisor.NewActorSystem(log)
+	// A host's system (ActorSystem) is the host's to stop.
+	if a.system = o.ActorSystem; a.system == nil {
+		a.system = supervisor.NewActorSystem(log)
+	}
 
 	// The emitter chain. Events reach the log through a queue, so that a
 	// slow stderr never holds up a run.
 	a.logEm = emitters.NewAsync(emitters.NewLog(log), 0)
-	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize, MeterProvider: a.mp})
+	live, err := sse.New(a.system, sse.Config{HeartbeatInterval: o.SSEHeartbeat, QueueSize: o.SSEQueueSize, MeterProvider: a.mp,
+		Prefix: actorPrefix(o.ActorPrefix)})
 	if err != nil {
 		return &ConfigError{Option: "SSEQueueSize", Err: err}
 	}
@@ -278,6 +282,7 @@ func (a *App) start() error {
 	emitter := emitters.Multi(chain...)
 	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
 		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system,
+		Prefix: o.ActorPrefix, Events: live,
 		NoEventLog: true} // the chain logs the events, the dispatcher's and worker's too
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	keys := keysOf(o.BrokerKeys)
@@ -639,7 +644,7 @@ func (a *App) stop(ctx context.Context) error {
 		fail("event store", a.evStore.Close())
 	}
 	// 7. The actor system, empty now.
-	if a.system != nil {
+	if a.system != nil && a.system != a.opts.ActorSystem {
 		a.system.Shutdown()
 	}
 	// 8. The run store, which the runtime no longer writes.
@@ -787,4 +792,12 @@ func keysOf(k *svc.Keyring) brokerKeys {
 		return brokerKeys{}
 	}
 	return brokerKeys{verify: k.Keys, signID: k.SignID, sign: k.Keys[k.SignID]}
+}
+
+// actorPrefix is the prefix of the process's actor names.
+func actorPrefix(p string) string {
+	if p == "" {
+		return supervisor.DefaultPrefix
+	}
+	return p
 }

@@ -63,7 +63,7 @@ func TestServe(t *testing.T) {
 	}
 	// One actor system: the runtime's run shards live in the system the
 	// SSE emitter spawns its subscribers into.
-	if _, ok := a.system.ProcessRegistry.GetLocal("runs-0"); !ok {
+	if _, ok := a.system.ProcessRegistry.GetLocal("svc/runs-0"); !ok {
 		t.Error("the runtime's shards are not in the process's actor system")
 	}
 

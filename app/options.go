@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
@@ -168,6 +169,18 @@ type Options struct {
 	// Logger receives the process's logs, the access log and, through the
 	// log emitter, every runtime event; nil discards them.
 	Logger *zap.Logger
+
+	// ActorSystem, when set, is the host's protoactor system to run in:
+	// the runtime's actors and the SSE subscribers are spawned there under
+	// ActorPrefix, and Shutdown stops them only, leaving the system and
+	// the host's own actors running (the system is the caller's to shut
+	// down, after Shutdown). Its logger is the host's. Runtime().PID() is
+	// where the host's actors send the messages of package actors/msg.
+	// nil: the process builds a system of its own.
+	ActorSystem *actor.ActorSystem
+	// ActorPrefix starts the names of the process's actors in ActorSystem
+	// ("svc/runs-0", "svc/api"); supervisor.DefaultPrefix when "".
+	ActorPrefix string
 
 	// Broker makes the process part of a fleet (the distributed mode):
 	// memory:// (in this process), nats://HOST:PORT (NATS JetStream),

@@ -94,7 +94,24 @@ type Config struct {
 	// like the runtime's own). It is the caller's to shut down, after the
 	// runtime's Shutdown; Logger then does not apply to it. When nil the
 	// runtime builds its own and Shutdown stops it.
+	//
+	// A host built on protoactor gives its own system here: svc's actors
+	// (run shards, runs, invocations, tool servers, the message API's
+	// actor, event subscribers) are spawned in it under Prefix, none of
+	// them is a child of a host actor, and Shutdown stops them only,
+	// leaving the host's actors running. See Runtime.PID and package
+	// actors/msg for the messages a host actor sends.
 	System *actor.ActorSystem
+	// Prefix starts the names of the runtime's top-level actors
+	// ("PREFIX/runs-0", "PREFIX/api", ...); "svc" when empty. Two
+	// runtimes in one actor system need two prefixes.
+	Prefix string
+	// Events is where the message API's subscriptions to runtime events
+	// (msg.Subscribe without a RunID) come from: the SSE emitter of the
+	// Emitter chain (app.App gives its own). When nil and System is given,
+	// the runtime adds an SSE emitter of its own to the chain, in System;
+	// when nil without System, such a subscription is refused.
+	Events svc.EventSubscriber
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -143,6 +160,9 @@ type Runtime struct {
 	closed   bool
 	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
 	stopOnce sync.Once
+
+	// host is the message API (host.go).
+	host hostAPI
 }
 
 // New starts a runtime.
@@ -210,7 +230,10 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
-	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart})
+	if err := rt.host.init(rt, &cfg); err != nil {
+		return nil, err
+	}
+	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.host.prefix})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
 	rt.stuck = rt.newStuck()
@@ -228,8 +251,9 @@ func New(cfg Config) (rt *Runtime, err error) {
 	}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
-		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("runs-%d", i))
+		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.host.prefix, i))
 		if err != nil {
+			rt.host.close()
 			for _, s := range rt.shards {
 				_ = rt.system.Root.StopFuture(s).Wait()
 			}
@@ -240,6 +264,17 @@ func New(cfg Config) (rt *Runtime, err error) {
 			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
 		}
 		rt.shards = append(rt.shards, pid)
+	}
+	if err := rt.host.start(); err != nil {
+		for _, s := range rt.shards {
+			_ = rt.system.Root.StopFuture(s).Wait()
+		}
+		rt.host.close()
+		if rt.ownSystem {
+			rt.system.Shutdown()
+		}
+		rt.pool.Close()
+		return nil, err
 	}
 	return rt, nil
 }
@@ -393,9 +428,13 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		if merr := rt.mcpm.Shutdown(ctx); merr != nil {
 			err = errors.Join(err, fmt.Errorf("supervisor: shutdown: tool servers: %w", merr))
 		}
+		// The message API's actor after the calls it started, before the
+		// shards: its subscriptions end with it.
+		rt.host.stop()
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
+		rt.host.close()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}

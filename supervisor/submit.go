@@ -132,7 +132,7 @@ func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskS
 // the writer and is owned by the runtime (inflight), which waits for it.
 func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id, kind, target string, task svc.TaskSpec) {
 	defer rt.leave()
-	defer rt.submitted.Delete(id)
+	defer rt.settled(id)
 	defer cancel(nil)
 	if err := rt.setState(id, svc.RunRunning, "", nil); err != nil {
 		w.close()

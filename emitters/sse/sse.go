@@ -75,6 +75,10 @@ type Config struct {
 	Logger *slog.Logger
 	// MeterProvider, when set, receives MetricSlowDisconnects.
 	MeterProvider metric.MeterProvider
+	// Prefix is put before the names of the subscriber actors
+	// ("PREFIX/subscribers/sse-N"), so that they stand apart in an actor
+	// system shared with other actors (a host's); none when "".
+	Prefix string
 }
 
 // Emitter is the SSE emitter: an svc.Emitter and an svc.EventSubscriber.
@@ -85,6 +89,7 @@ type Emitter struct {
 	heartbeat time.Duration
 	queueSize int
 	stall     time.Duration
+	prefix    string // of the subscriber actors' names: "" or "PREFIX/"
 
 	// subs is replaced, never changed, so that Emit reads it without a
 	// lock; mu serialises the writers and guards closed.
@@ -139,6 +144,9 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	}
 	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize, stall: cfg.StallTimeout,
 		fan: make(chan *svc.RuntimeEvent, 4*cfg.QueueSize), done: make(chan struct{}), fanned: make(chan struct{})}
+	if cfg.Prefix != "" {
+		e.prefix = cfg.Prefix + "/"
+	}
 	if cfg.MeterProvider != nil {
 		c, err := cfg.MeterProvider.Meter(MeterName).Int64Counter(MetricSlowDisconnects, metric.WithUnit("{subscriber}"),
 			metric.WithDescription("Event stream subscribers disconnected for not keeping up."))
@@ -273,7 +281,7 @@ func (e *Emitter) Subscribe(ctx context.Context, f svc.EventFilter) (svc.EventSu
 	// Counted before the spawn, so that the actor's Stopped can never
 	// bring the count below zero.
 	e.live.Add(1)
-	pid, err := e.system.Root.SpawnNamed(props, "subscribers/sse-"+e.system.ProcessRegistry.NextId())
+	pid, err := e.system.Root.SpawnNamed(props, e.prefix+"subscribers/sse-"+e.system.ProcessRegistry.NextId())
 	if err != nil {
 		e.live.Add(-1)
 		return nil, fmt.Errorf("sse: spawn subscriber: %w", err)

@@ -84,6 +84,10 @@ type Config struct {
 	// first use (the mcp_eager_start option). StartAll starts servers and
 	// waits for them either way.
 	Eager bool
+	// Prefix is put before the names of the tool server actors
+	// ("PREFIX/toolservers/..."), so that they stand apart in an actor
+	// system shared with other actors (a host's); none when "".
+	Prefix string
 }
 
 func (c *Config) defaults() {
@@ -227,7 +231,7 @@ func (m *Manager) sourceLocked(agent string, s svc.MCPServer) svc.ToolSource {
 	}
 	srv := newServer(m, agent, s)
 	props := actor.PropsFromProducer(func() actor.Actor { return &serverActor{srv: srv} })
-	srv.pid = m.system.Root.SpawnPrefix(props, "toolservers/"+agent+"/"+s.Name+"-")
+	srv.pid = m.system.Root.SpawnPrefix(props, m.cfg.namePrefix()+"toolservers/"+agent+"/"+s.Name+"-")
 	m.servers[k] = srv
 	m.live[srv] = struct{}{}
 	if m.cfg.Eager {
@@ -347,3 +351,11 @@ func shuttingDown() *svc.Error {
 type errSource struct{ err error }
 
 func (e errSource) Tools(context.Context) ([]svc.Tool, error) { return nil, e.err }
+
+// namePrefix is Prefix as the start of an actor name.
+func (c Config) namePrefix() string {
+	if c.Prefix == "" {
+		return ""
+	}
+	return c.Prefix + "/"
+}
