@@ -40,6 +40,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(bareServerEnv) != "" {
+		serveBare()
+		return
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
