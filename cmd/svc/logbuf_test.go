@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/svc-dev/svc/internal/testutil"
 )
@@ -69,5 +73,41 @@ func TestServeLogBadFlags(t *testing.T) {
 		if _, _, err := f.bufferedLogger(&lockedBuf{}); err == nil {
 			t.Errorf("%+v: no error", f)
 		}
+	}
+}
+
+// BenchmarkServeLogLine is one info line of svc serve's log (an event or
+// an access log line) into a file, from 64 goroutines, through the buffer
+// and, the baseline, written at once as before issue 15.
+func BenchmarkServeLogLine(b *testing.B) {
+	f := &runtimeFlags{logLevel: "info", logFormat: "console"}
+	for _, buffered := range []bool{true, false} {
+		name := "unbuffered"
+		if buffered {
+			name = "buffered"
+		}
+		b.Run(name, func(b *testing.B) {
+			out, err := os.Create(filepath.Join(b.TempDir(), "serve.log"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer out.Close()
+			log, stop, err := f.bufferedLogger(out)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stop()
+			if !buffered {
+				cfg, _ := f.logConfig()
+				log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(cfg.EncoderConfig), zapcore.Lock(out), cfg.Level))
+			}
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					log.Info("agent_completed", zap.String("agent", "echo"), zap.String("trace_id", "bench"), zap.Int("duration_ms", 0))
+				}
+			})
+		})
 	}
 }

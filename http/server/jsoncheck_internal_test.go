@@ -64,3 +64,33 @@ func FuzzTokensOK(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCheckJSONText is the body check of every run request (issue
+// 15): the one-pass fast path against the token walk it skips.
+func BenchmarkCheckJSONText(b *testing.B) {
+	body := []byte(`{"input":{"text":"hello world"},"request_id":"bench"}`)
+	b.Run("fast_path", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := checkJSONText(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("token_walk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := checkTokens(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decodeRunBody", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := decodeRunBody(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
