@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test deps check vet staticcheck bench bench-http bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -67,7 +67,13 @@ check: deps vet staticcheck
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bench/... ./eventstore/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/
+
+## bench-http: issue 15's benchmarks of the svc serve binary with its
+## default flags (part of bench): POST /agents/echo/run against a bare chi
+## process, and 1,000 GET /events/stream subscribers under run load
+bench-http:
+	$(GO) test -run '^$$' -bench 'ServeDefaults|EventsStreamFanout' -benchtime $(BENCHTIME) -timeout 30m ./bench/
 
 ## bench-stream: issue 19's benchmark alone (part of bench): a million
 ## test:echo tasks through one streamed gather to an svc serve process,

@@ -40,6 +40,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(bareServerEnv) != "" {
+		serveBare()
+		return
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
@@ -47,9 +51,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// svcBinary builds ./cmd/svc into a temporary directory, once.
+// svcBinary builds ./cmd/svc into a temporary directory, once; with
+// SVC_BENCH_BIN set, it is that binary instead (to compare builds of two
+// commits with the same benchmark).
 func svcBinary(b *testing.B) string {
 	b.Helper()
+	if p := os.Getenv("SVC_BENCH_BIN"); p != "" {
+		return p
+	}
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "svc-fleet-bench-")
 		if binErr != nil {

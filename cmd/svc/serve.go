@@ -225,10 +225,11 @@ func (s *serveCmd) checkReloadFlags(fs *pflag.FlagSet) error {
 
 func (s *serveCmd) run(cmd *cobra.Command) error {
 	fs := cmd.Flags()
-	log, err := s.logger()
+	log, stopLog, err := s.bufferedLogger(os.Stderr)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	defer stopLog()
 	authToken, err := s.auth.resolve()
 	if err != nil {
 		return &exitError{code: 2, err: err}

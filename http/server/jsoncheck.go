@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,89 @@ func checkJSONText(data []byte) error {
 	if i, esc := loneSurrogate(data); i >= 0 {
 		return svc.Errorf(svc.KindSpecValidation, "unpaired surrogate %s at offset %d: a \\uD800-\\uDFFF escape must be half of a pair", esc, i)
 	}
+	if tokensOK(data) {
+		return nil
+	}
 	return checkTokens(data)
+}
+
+// tokensOK is checkTokens' fast path for the common case, a body with
+// nothing to refuse: one pass over the bytes, no tokens, no paths, a key
+// set only for objects with more than a few keys. It answers true only
+// when data has no duplicate key and no number that overflows a float64;
+// false means "perhaps", and checkTokens then finds the problem and names
+// it. data must be one valid JSON value. Decoding a run's body with
+// checkTokens alone cost more than the run (issue 15).
+func tokensOK(data []byte) bool {
+	// keys holds the keys of each open object, innermost last; a nil
+	// entry is an array.
+	type open struct {
+		object bool
+		keys   []string // few keys: a linear scan beats a map
+	}
+	var stack []open
+	expectKey := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch c {
+		case ' ', '\t', '\r', '\n', ',', ':':
+		case '{':
+			stack = append(stack, open{object: true})
+			expectKey = true
+			continue
+		case '[':
+			stack = append(stack, open{})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case '"':
+			j := i + 1
+			escaped := false
+			for ; j < len(data) && data[j] != '"'; j++ {
+				if data[j] == '\\' {
+					escaped = true
+					j++
+				}
+			}
+			if expectKey {
+				if escaped {
+					return false // "a" and "\u0061" are one key: let checkTokens decode them
+				}
+				top := &stack[len(stack)-1]
+				k := string(data[i+1 : j])
+				if slices.Contains(top.keys, k) || len(top.keys) >= 64 {
+					return false
+				}
+				top.keys = append(top.keys, k)
+			}
+			i = j
+		case 't', 'f', 'n':
+			for i+1 < len(data) && data[i+1] >= 'a' && data[i+1] <= 'z' {
+				i++
+			}
+		default: // a number
+			j := i
+			exp := false
+			for j < len(data) && strings.IndexByte("+-.0123456789eE", data[j]) >= 0 {
+				if data[j] == 'e' || data[j] == 'E' {
+					exp = true
+				}
+				j++
+			}
+			// Without an exponent a float64 overflows only past 309
+			// digits.
+			if exp || j-i > 300 {
+				if f, err := strconv.ParseFloat(string(data[i:j]), 64); err != nil && math.IsInf(f, 0) {
+					return false
+				}
+			}
+			i = j - 1
+		}
+		// After a value or a key, a key comes next only after a comma in
+		// an object: the ',' case leaves expectKey set below.
+		expectKey = c == ',' && len(stack) > 0 && stack[len(stack)-1].object ||
+			(expectKey && (c == ' ' || c == '\t' || c == '\r' || c == '\n'))
+	}
+	return true
 }
 
 // invalidUTF8 returns the offset of the first byte of data that is not
