@@ -57,7 +57,7 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 	case r.MaxRows < 0 || r.MaxAge < 0:
 		return nil, svc.Errorf(svc.KindSpecValidation, "eventstore: negative retention %+v", r)
 	}
-	db, err := sqlitedb.Open(path, sqlitedb.Options{WriterPragmas: writerPragmas, Init: initSQLite})
+	db, err := sqlitedb.Open(path, sqlitedb.Options{WriterCacheKiB: writerCacheKiB, Init: initSQLite})
 	if err != nil {
 		return nil, fail(err)
 	}

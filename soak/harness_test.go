@@ -184,7 +184,8 @@ func startServer(t *testing.T, dataDir, specs string, extra ...string) *server {
 	cmd := exec.Command(svcBin, args...)
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SVC_") {
+		// SVC_PPROF_ADDR reaches a SOAK_SVC_BIN built with -tags pprof.
+		if !strings.HasPrefix(kv, "SVC_") || strings.HasPrefix(kv, "SVC_PPROF_ADDR=") {
 			env = append(env, kv)
 		}
 	}

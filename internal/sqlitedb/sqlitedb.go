@@ -10,6 +10,12 @@
 // connection sets busy_timeout (another process's write lock is waited for,
 // up to BusyTimeout), synchronous=NORMAL (a process crash loses nothing
 // committed, a power cut may lose the last commits) and foreign_keys=ON.
+//
+// Every connection's page cache has an explicit size (cache_size, in KiB;
+// SQLite's 2000 KiB unless Options say otherwise). The driver allocates it
+// outside the Go heap, and it fills as the file grows, so a long-running
+// process's RSS grows with its files until the caches are full: DB.CacheKiB
+// is that bound, which RELIABILITY.md ("Thirty minutes") measures.
 package sqlitedb
 
 import (
@@ -29,14 +35,22 @@ import (
 // process's write lock before failing with a busy error.
 const DefaultBusyTimeout = 5 * time.Second
 
+// DefaultCacheKiB is a connection's page cache when Options do not size
+// it: SQLite's own default, set explicitly so that the bound is this
+// package's and not the build's.
+const DefaultCacheKiB = 2000
+
 // Options tune Open; the zero value is the defaults.
 type Options struct {
 	// BusyTimeout is DefaultBusyTimeout when 0.
 	BusyTimeout time.Duration
 	// Readers is the size of the reader pool; 4 when 0.
 	Readers int
+	// WriterCacheKiB and ReaderCacheKiB are the page cache of the writer
+	// and of each reader; DefaultCacheKiB when 0.
+	WriterCacheKiB, ReaderCacheKiB int
 	// WriterPragmas are more pragmas for the writer only, as
-	// "name(value)" (e.g. "cache_size(-32768)").
+	// "name(value)" (e.g. "temp_store(MEMORY)").
 	WriterPragmas []string
 	// Init runs on the writer once WAL is on, before the readers open:
 	// the schema. Its error fails Open.
@@ -47,7 +61,16 @@ type Options struct {
 type DB struct {
 	Writer *sql.DB
 	Reader *sql.DB
+	// cacheKiB is the sum of the page caches of all connections.
+	cacheKiB int
 }
+
+// CacheKiB bounds the page caches of all the file's connections together
+// (the writer's and every reader's cache_size): the memory, outside the Go
+// heap, that they fill as the file grows. SQLite adds a few hundred bytes
+// of bookkeeping per cached page, and each connection has its schema and
+// prepared statements besides.
+func (db *DB) CacheKiB() int { return db.cacheKiB }
 
 // Open opens (creating if needed) the SQLite file at path, which must be a
 // plain file path: the caller refuses ":memory:", "file:" URIs and '?',
@@ -59,9 +82,16 @@ func Open(path string, opts Options) (*DB, error) {
 	if opts.Readers <= 0 {
 		opts.Readers = 4
 	}
+	if opts.WriterCacheKiB <= 0 {
+		opts.WriterCacheKiB = DefaultCacheKiB
+	}
+	if opts.ReaderCacheKiB <= 0 {
+		opts.ReaderCacheKiB = DefaultCacheKiB
+	}
 	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)",
 		opts.BusyTimeout.Milliseconds())
-	wparams := common + "&_txlock=immediate"
+	// A negative cache_size is in KiB, whatever the page size.
+	wparams := fmt.Sprintf("%s&_pragma=cache_size(%d)&_txlock=immediate", common, -opts.WriterCacheKiB)
 	for _, p := range opts.WriterPragmas {
 		wparams += "&_pragma=" + p
 	}
@@ -83,14 +113,16 @@ func Open(path string, opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	reader, err := sql.Open("sqlite", path+"?"+common+"&_pragma=query_only(1)")
+	reader, err := sql.Open("sqlite", fmt.Sprintf("%s?%s&_pragma=cache_size(%d)&_pragma=query_only(1)",
+		path, common, -opts.ReaderCacheKiB))
 	if err != nil {
 		writer.Close()
 		return nil, err
 	}
 	reader.SetMaxOpenConns(opts.Readers)
 	reader.SetMaxIdleConns(opts.Readers)
-	return &DB{Writer: writer, Reader: reader}, nil
+	return &DB{Writer: writer, Reader: reader,
+		cacheKiB: opts.WriterCacheKiB + opts.Readers*opts.ReaderCacheKiB}, nil
 }
 
 // wal turns on WAL mode, which stays on in the file.
