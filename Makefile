@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test deps check vet staticcheck bench bench-million fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -65,9 +65,13 @@ check: deps vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(MAKE) test
 
-## bench: the benchmarks of BENCHMARKS.md, each beside its baseline
+## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bench/... ./eventstore/
+	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) ./bench/... ./eventstore/
+
+## bench-million: a million runs in flight beside bare goroutines (needs about 16 GiB; SVC_BENCH_INFLIGHT sets the count)
+bench-million:
+	$(GO) test -run '^$$' -bench MillionInFlight -benchtime 1x -timeout 60m -v ./bench/
 
 ## fuzz: a short run of every fuzz target
 fuzz:

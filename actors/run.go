@@ -96,14 +96,11 @@ func (e *Env) props(p actor.Producer) *actor.Props {
 // the whole process, not one per invocation (a Props is about 300 bytes,
 // a tenth of what an invocation held). An invocation is spawned blank and
 // its state (*invState) comes as its first message; a restarted one gets
-// it the same way (see finishAttempt). Its mailbox is protoactor's
-// lock-free unbounded one, whose empty queue is one small node rather
-// than the default's ring of ten slots: an invocation receives one or two
-// messages in its life.
+// it the same way (see finishAttempt). Its mailbox is a smallMailbox.
 func (e *Env) invocationProps() *actor.Props {
 	e.invPropsOnce.Do(func() {
 		e.invProps = actor.PropsFromProducer(newInvocation, actor.WithDispatcher(e.Dispatcher),
-			actor.WithMailbox(actor.UnboundedLockfree()))
+			actor.WithMailbox(newSmallMailbox))
 	})
 	return e.invProps
 }
