@@ -124,6 +124,7 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	}
 	a.BuiltinTools = d.builtins()
 	if f, ok := d.get("model_settings"); ok {
+		d.mark("model_settings", f.val) // CheckAgent's model_settings.KEY errors
 		if resolve(f.val).Kind != yaml.MappingNode {
 			d.fail(f.val, "model_settings", "want a mapping, got %s", describe(f.val))
 		} else if v, ok := d.goValue(f.val, "model_settings"); ok {
@@ -499,8 +500,57 @@ func (d *agentDecoder) checkAgent(a svc.Agent) {
 	n, k := d.root, key
 	if key != "" {
 		n, k = d.locate(key)
+		if rest, ok := strings.CutPrefix(key, "model_settings."); ok {
+			if f, ok := d.get("model_settings"); ok {
+				if at := settingNode(f.val, rest); at != nil {
+					n = at
+				}
+			}
+		}
 	}
 	d.fail(n, k, "%s", msg)
+}
+
+// settingNode finds the node of path ("tool_arguments.x", "call_tools[1]")
+// under a model_settings node: a mapping's key, a list's item; nil when
+// it is not there.
+func settingNode(n *yaml.Node, path string) *yaml.Node {
+	n = resolve(n)
+	if n == nil || path == "" {
+		return nil
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			rest, ok := strings.CutPrefix(path, k)
+			if !ok {
+				continue
+			}
+			switch {
+			case rest == "":
+				return n.Content[i]
+			case rest[0] == '.' || rest[0] == '[':
+				if at := settingNode(n.Content[i+1], strings.TrimPrefix(rest, ".")); at != nil {
+					return at
+				}
+			}
+		}
+	case yaml.SequenceNode:
+		if path[0] != '[' {
+			return nil
+		}
+		end := strings.IndexByte(path, ']')
+		i, err := strconv.Atoi(path[1:max(end, 1)])
+		if end < 0 || err != nil || i < 0 || i >= len(n.Content) {
+			return nil
+		}
+		if rest := strings.TrimPrefix(path[end+1:], "."); rest != "" {
+			return settingNode(n.Content[i], rest)
+		}
+		return n.Content[i]
+	}
+	return nil
 }
 
 // mcpServers decodes the list of MCP tool servers: the shape of each

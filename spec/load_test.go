@@ -119,6 +119,35 @@ func TestCheckAgent(t *testing.T) {
 	}
 }
 
+// A CheckAgent error about a key inside model_settings is reported at
+// that key's line, under model_settings' own line when the key is not
+// found.
+func TestCheckAgentModelSettingsLine(t *testing.T) {
+	writeTree(t, map[string]string{
+		"specs/agents/a.yaml": "version: 1\nname: a\nmodel: test:echo\nmodel_settings:\n  call_tools: all\n  tool_arguments:\n" +
+			"    ok: {}\n    x: {n: 1}\n",
+		"specs/agents/b.yaml": "version: 1\nname: b\nmodel: test:echo\nmodel_settings:\n  call_tools:\n    - p\n    - q\n",
+		"specs/agents/c.yaml": "version: 1\nname: c\nmodel: test:echo\nmodel_settings: {tokens: 1}\n",
+	})
+	env := Env{CheckAgent: func(a svc.Agent) error {
+		key := map[string]string{"a": "tool_arguments.x", "b": "call_tools[1]", "c": "nowhere.y"}[a.Name]
+		return svc.Errorf(svc.KindSpecValidation, "agent %s: model_settings.%s: refused", a.Name, key)
+	}}
+	res, err := Validate("specs", env)
+	if err != nil || len(res) != 3 {
+		t.Fatalf("Validate = %v, %v", res, err)
+	}
+	for i, want := range []string{
+		"specs/agents/a.yaml:8: model_settings.tool_arguments.x: refused",
+		"specs/agents/b.yaml:7: model_settings.call_tools[1]: refused",
+		"specs/agents/c.yaml:4: model_settings.nowhere.y: refused",
+	} {
+		if res[i].Err == nil || res[i].Err.Error() != want {
+			t.Errorf("result %d = %v, want %q", i, res[i].Err, want)
+		}
+	}
+}
+
 func TestLoadIsAllOrNothing(t *testing.T) {
 	writeTree(t, map[string]string{
 		"specs/agents/good.yaml":  "version: 1\nmodel: test:echo\n",

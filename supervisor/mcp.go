@@ -73,8 +73,41 @@ func CheckAgent(models *model.Registry, a svc.Agent) error {
 	// Sources are only counted and kept by the compile, never called.
 	sources := make([]svc.ToolSource, len(a.MCPServers))
 	spawn := func(def svc.Agent) (svc.Tool, error) { return &spawnTool{parent: def}, nil }
-	_, err := compileWith(a, models, nil, spawn, sources)
-	return err
+	c, err := compileWith(a, models, nil, spawn, sources)
+	if err != nil {
+		return err
+	}
+	return checkSettings(c)
+}
+
+// settingsChecker is a model that can tell, before any call, that an
+// agent's model_settings would fail (the test provider's call_tools and
+// tool_arguments naming a tool the agent does not have).
+type settingsChecker interface {
+	CheckSettings(settings map[string]any, tools []string, open bool) error
+}
+
+// checkSettings asks each model of c that can check settings about c's
+// model_settings. The tools are c's, and delegate, which a team gives its
+// coordinator; an agent with MCP servers has tools known only once they
+// start, so names outside the list are left to the call.
+func checkSettings(c *agent.Compiled) error {
+	names := []string{"delegate"}
+	for _, t := range c.ToolSpecs {
+		names = append(names, t.Name)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for _, m := range c.Models {
+		sc, ok := m.Model.(settingsChecker)
+		if !ok {
+			continue
+		}
+		if err := sc.CheckSettings(c.Def.ModelSettings, names, len(c.Def.MCPServers) > 0); err != nil {
+			return &svc.Error{Kind: svc.KindSpecValidation, Agent: c.Def.Name, Err: err, Message: "agent " + c.Def.Name}
+		}
+	}
+	return nil
 }
 
 // retireServers stops the servers of agents no longer registered, and of

@@ -40,6 +40,7 @@ func TestValidateAgreesWithServe(t *testing.T) {
 		{"unknown_model", `agents/a.yaml:3: model: model test:nonexistent`},
 		{"fallback_provider", `agents/a.yaml:4: fallback_models[0]: model zzz:q: model "zzz:q": unknown provider "zzz"`},
 		{"mcp_timeout", `agents/a.yaml:5: mcp_servers[0].timeout_seconds: 100000: want seconds above 0`},
+		{"tool_arguments", `agents/a.yaml:8: model_settings.tool_arguments.spawn_agent: the agent has no tool "spawn_agent" (its tools: delegate, spawn_agents)`},
 		{"cel_syntax", `groups/g.yaml:7: edges[0].when: does not compile: 1:14: Syntax error`},
 		{"cel_type", `groups/g.yaml:7: edges[0].when: does not compile: 1:3: found no matching overload for '_+_'`},
 		{"cel_fanout", `groups/g.yaml:7: edges[0].fan_out: gives string, want a list`},

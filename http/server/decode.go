@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 		return svc.TaskSpec{}, "", err
 	}
 	if _, wrapped := obj["task"]; wrapped {
+		if err := checkFieldCase(obj, reflect.TypeFor[runEnvelope](), ""); err != nil {
+			return svc.TaskSpec{}, "", err
+		}
 		var env runEnvelope
 		if err := strictUnmarshal(data, &env); err != nil {
 			return svc.TaskSpec{}, "", err
@@ -64,6 +68,13 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 			return svc.TaskSpec{}, "", err
 		}
 		return *env.Task, env.RequestID, nil
+	}
+	// A bare TaskSpec; a "Task" key is a wrapper miscased.
+	if err := checkFieldCase(obj, reflect.TypeFor[struct {
+		svc.TaskSpec
+		Task json.RawMessage `json:"task"`
+	}](), ""); err != nil {
+		return svc.TaskSpec{}, "", err
 	}
 	if _, ok := obj["input"]; !ok {
 		return svc.TaskSpec{}, "", missingInput(obj)
@@ -100,6 +111,9 @@ func missingInput(obj map[string]json.RawMessage) error {
 func decodeGatherBody(data []byte) (svc.GatherRequest, error) {
 	obj, err := topLevelObject(data)
 	if err != nil {
+		return svc.GatherRequest{}, err
+	}
+	if err := checkFieldCase(obj, reflect.TypeFor[svc.GatherRequest](), ""); err != nil {
 		return svc.GatherRequest{}, err
 	}
 	var req svc.GatherRequest
@@ -264,7 +278,11 @@ type submitEnvelope struct {
 // returns the request and the body's request_id. Every error is a
 // SpecValidationError naming the offending field or offset.
 func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
-	if _, err := topLevelObject(data); err != nil {
+	obj, err := topLevelObject(data)
+	if err != nil {
+		return svc.SubmitRequest{}, "", err
+	}
+	if err := checkFieldCase(obj, reflect.TypeFor[submitEnvelope](), ""); err != nil {
 		return svc.SubmitRequest{}, "", err
 	}
 	var env submitEnvelope

@@ -34,6 +34,14 @@ func TestDecodeRefusesWhatCannotRoundTrip(t *testing.T) {
 		{`{"input":1,"request_id":"` + long + `"}`, `request_id`},
 		{`{"task":{"input":1},"request_id":"tab\there"}`, `request_id`},
 		{`{"task":{"input":1,"request_id":"é"}}`, `task.request_id`},
+		// encoding/json matches field names without regard to case, so a
+		// case variant would be a duplicate that silently wins.
+		{`{"input":1,"INPUT":2}`, `unknown field "INPUT": field names are case-sensitive; did you mean "input"?`},
+		{`{"Input":1}`, `unknown field "Input"`},
+		{`{"input":1,"Metadata":{"k":"v"}}`, `unknown field "Metadata"`},
+		{`{"task":{"input":1,"Input":2}}`, `unknown field "task.Input"`},
+		{`{"Task":{"input":1}}`, `unknown field "Task"`},
+		{`{"input":1,"request_\u0049d":"x"}`, `unknown field "request_Id"`},
 	} {
 		_, _, err := decodeRunBody([]byte(tc.body))
 		if err == nil || !errors.Is(err, svc.ErrSpecValidation) || StatusOf(err) != 400 || !strings.Contains(err.Error(), tc.want) {
@@ -46,6 +54,8 @@ func TestDecodeRefusesWhatCannotRoundTrip(t *testing.T) {
 		{`{"tasks":[{"input":1e400}]}`, "number 1e400"},
 		{`{"tasks":[{"input":1,"request_id":"a b"}]}`, "tasks[0].request_id"},
 		{`{"tasks":[{"input":1}],"tasks":[]}`, `duplicate key "tasks"`},
+		{`{"tasks":[{"input":1},{"input":1,"iNPUT":2}]}`, `unknown field "tasks[1].iNPUT"`},
+		{`{"tasks":[{"input":1}],"Max_Concurrency":2}`, `unknown field "Max_Concurrency"`},
 	} {
 		_, err := decodeGatherBody([]byte(tc.body))
 		if err == nil || StatusOf(err) != 400 || !strings.Contains(err.Error(), tc.want) {
@@ -57,6 +67,8 @@ func TestDecodeRefusesWhatCannotRoundTrip(t *testing.T) {
 		{`{"target":"echo","task":{"input":1,"request_id":"` + long + `"}}`, "task.request_id"},
 		{`{"target":"e\udfff","task":{"input":1}}`, "unpaired surrogate"},
 		{`{"target":"echo","target":"other","task":{"input":1}}`, `duplicate key "target"`},
+		{`{"target":"echo","TARGET":"other","task":{"input":1}}`, `unknown field "TARGET"`},
+		{`{"target":"echo","task":{"input":1,"Request_ID":"x"}}`, `unknown field "task.Request_ID"`},
 	} {
 		_, _, err := decodeSubmitBody([]byte(tc.body))
 		if err == nil || StatusOf(err) != 400 || !strings.Contains(err.Error(), tc.want) {
@@ -71,6 +83,7 @@ func TestDecodeRefusesWhatCannotRoundTrip(t *testing.T) {
 		`{"input":"\\ud800"}`,
 		`{"input":[{"a":1},{"a":2}],"metadata":{"a":"x"}}`,
 		`{"input":{"a":{"a":{"a":1}}}}`,
+		`{"input":{"input":1,"Input":2,"INPUT":3},"metadata":{"k":"v","K":"w"}}`,
 		`{"input":[1.7976931348623157e308,-1e308,1e-400,123456789012345678901234567890]}`,
 		`{"input":"é ✓ 😀","request_id":"req-1:a/b"}`,
 		`{"task":{"input":1,"request_id":"` + strings.Repeat("a", MaxRequestIDLen) + `"},"request_id":"x"}`,

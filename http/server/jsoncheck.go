@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	svc "github.com/svc-dev/svc"
@@ -216,3 +218,108 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// checkFieldCase refuses a member of obj, an object about to be decoded
+// into a value of type t, whose name matches a field of t only when case
+// is ignored ("INPUT" for "input"), and does the same in the objects
+// nested in it that decode into structs. encoding/json matches names
+// without regard to case, so such a key would be taken for the field,
+// silently winning over the real one when both are present: a duplicate
+// that checkTokens, which compares exact keys, cannot see. path prefixes
+// the names in the message ("task.", "tasks[1].").
+func checkFieldCase(obj map[string]json.RawMessage, t reflect.Type, path string) error {
+	fields := jsonFields(t)
+	if fields == nil {
+		return nil
+	}
+	for k, v := range obj {
+		if ft, ok := fields[k]; ok {
+			if err := checkNestedCase(v, ft, path+k); err != nil {
+				return err
+			}
+			continue
+		}
+		for name := range fields {
+			if strings.EqualFold(k, name) {
+				return svc.Errorf(svc.KindSpecValidation, "unknown field %q: field names are case-sensitive; did you mean %q?", path+k, path+name)
+			}
+		}
+	}
+	return nil
+}
+
+// checkNestedCase applies checkFieldCase to the struct-typed values in
+// raw, a value decoding into t: a struct, or a slice or map of them. A
+// value of the wrong shape is left to the decoder, which names it.
+func checkNestedCase(raw json.RawMessage, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case jsonFields(t) != nil:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return nil
+		}
+		return checkFieldCase(obj, t, path+".")
+	case t.Kind() == reflect.Slice && jsonFields(derefType(t.Elem())) != nil:
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			return nil
+		}
+		for i, item := range items {
+			if err := checkNestedCase(item, t.Elem(), path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func derefType(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// structFields caches jsonFields: request types are few and fixed.
+var structFields sync.Map // reflect.Type → map[string]reflect.Type
+
+// jsonFields maps the JSON names of t's fields to their types, or returns
+// nil when t does not decode as a plain struct (not a struct, or one with
+// its own UnmarshalJSON). Embedded structs' fields are promoted, as
+// encoding/json does.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+		return nil
+	}
+	if m, ok := structFields.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			for k, v := range jsonFields(derefType(f.Type)) {
+				m[k] = v
+			}
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	structFields.Store(t, m)
+	return m
+}
+
+var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()

@@ -41,6 +41,7 @@ const (
 // harmless setting into a 400 that also blocks the fallback.
 var testKeys = map[string]bool{
 	"latency_ms": true, "tokens": true, "fail_times": true, "fail_on": true, "output": true, "call_tools": true,
+	"tool_arguments": true,
 }
 
 // otherProviderKeys are the anthropic provider's own settings, never meant

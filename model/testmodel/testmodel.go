@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -253,7 +254,8 @@ func toolResults(msgs []svc.Message) map[string]json.RawMessage {
 }
 
 // toolCalls asks for each selected tool once, in the order the request
-// lists them, with arguments built from its input schema.
+// lists them, with the arguments tool_arguments gives it, else arguments
+// built from its input schema.
 func toolCalls(tools []svc.ToolSpec, s Settings) ([]svc.ToolCall, error) {
 	offered := map[string]bool{}
 	for _, t := range tools {
@@ -264,18 +266,73 @@ func toolCalls(tools []svc.ToolSpec, s Settings) ([]svc.ToolCall, error) {
 			return nil, fmt.Errorf("test model echo: call_tools names tool %q, which the agent does not have", name)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(s.ToolArguments)) {
+		if !offered[name] {
+			return nil, fmt.Errorf("test model echo: tool_arguments names tool %q, which the agent does not have", name)
+		}
+	}
 	var calls []svc.ToolCall
 	for _, t := range tools {
 		if !s.CallAllTools && !slices.Contains(s.CallTools, t.Name) {
 			continue
 		}
-		args, err := schema.Example(t.InputSchema)
-		if err != nil {
-			return nil, fmt.Errorf("test model echo: arguments for tool %q: %w", t.Name, err)
+		args, ok := s.ToolArguments[t.Name]
+		if !ok {
+			var err error
+			if args, err = schema.Example(t.InputSchema); err != nil {
+				return nil, fmt.Errorf("test model echo: arguments for tool %q: %w", t.Name, err)
+			}
 		}
 		calls = append(calls, svc.ToolCall{ID: fmt.Sprintf("call_%d", len(calls)+1), Name: t.Name, Arguments: args})
 	}
 	return calls, nil
+}
+
+// CheckSettings reports, before any call, what Generate would refuse in
+// an agent's model_settings: a key of the wrong type (ParseSettings), and
+// call_tools or tool_arguments naming a tool the agent does not have.
+// tools are the agent's tool names; when open, the agent has tools that
+// are known only once it runs (an MCP server's), and a name outside tools
+// is not refused. The message starts with the key at fault
+// ("model_settings.tool_arguments.x: ..."), for the spec loader to report
+// at its line.
+func CheckSettings(settings map[string]any, tools []string, open bool) error {
+	s, err := ParseSettings(settings)
+	if err != nil {
+		var se *svc.Error
+		if errors.As(err, &se) {
+			return svc.Errorf(svc.KindSpecValidation, "%s (test model)", strings.TrimPrefix(se.Message, "test model: "))
+		}
+		return err
+	}
+	if open {
+		return nil
+	}
+	unknown := func(key, name string) error {
+		have := "it has no tools"
+		if len(tools) > 0 {
+			have = "its tools: " + strings.Join(tools, ", ")
+		}
+		return svc.Errorf(svc.KindSpecValidation, "%s: the agent has no tool %q (%s)", key, name, have)
+	}
+	for i, name := range s.CallTools {
+		if !slices.Contains(tools, name) {
+			return unknown(fmt.Sprintf("model_settings.call_tools[%d]", i), name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.ToolArguments)) {
+		if !slices.Contains(tools, name) {
+			return unknown("model_settings.tool_arguments."+name, name)
+		}
+	}
+	return nil
+}
+
+// CheckSettings is the package's CheckSettings: the runtime asks the
+// models an agent resolved whether its settings would work, before it
+// runs (supervisor.CheckAgent).
+func (m *model) CheckSettings(settings map[string]any, tools []string, open bool) error {
+	return CheckSettings(settings, tools, open)
 }
 
 // Settings are the model_settings the test model reads; other keys are
@@ -295,6 +352,10 @@ type Settings struct {
 	// CallAllTools and CallTools are call_tools: "all", or a list of names.
 	CallAllTools bool
 	CallTools    []string
+	// ToolArguments is tool_arguments: the arguments (a JSON object) to
+	// call a tool with instead of ones built from its schema, by tool
+	// name. Each tool it names must be one call_tools selects.
+	ToolArguments map[string]json.RawMessage
 }
 
 func (s Settings) callsTools() bool { return s.CallAllTools || len(s.CallTools) > 0 }
@@ -348,8 +409,23 @@ func parseSettings(m map[string]any, s *Settings) error {
 		}
 	}
 	if v, ok := m["call_tools"]; ok && v != nil {
-		return parseCallTools(v, s)
+		if err := parseCallTools(v, s); err != nil {
+			return err
+		}
 	}
+	if v, ok := m["tool_arguments"]; ok && v != nil {
+		return parseToolArguments(v, s)
+	}
+	return nil
+}
+
+//go:noinline
+func parseToolArguments(v any, s *Settings) error {
+	args, err := toolArguments(v, *s)
+	if err != nil {
+		return err
+	}
+	s.ToolArguments = args
 	return nil
 }
 
@@ -390,6 +466,50 @@ func parseCallTools(v any, s *Settings) error {
 		return badSetting("call_tools", `"all" or a list of tool names`, v)
 	}
 	return nil
+}
+
+// toolArguments reads tool_arguments: a mapping of tool names, each one
+// call_tools selects, to argument objects.
+func toolArguments(v any, s Settings) (map[string]json.RawMessage, error) {
+	var m map[string]any
+	switch t := v.(type) {
+	case map[string]any:
+		m = t
+	case map[string]json.RawMessage:
+		m = make(map[string]any, len(t))
+		for k, raw := range t {
+			m[k] = raw
+		}
+	default:
+		return nil, svc.Errorf(svc.KindSpecValidation,
+			"test model: model_settings.tool_arguments: want a mapping of tool names to argument objects, got %v (%T)", v, v)
+	}
+	out := make(map[string]json.RawMessage, len(m))
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		key := "model_settings.tool_arguments." + name
+		if !s.CallAllTools && !slices.Contains(s.CallTools, name) {
+			return nil, svc.Errorf(svc.KindSpecValidation,
+				"test model: %s: tool %q is not one call_tools calls; add it to call_tools (or set call_tools: all)", key, name)
+		}
+		raw, err := toJSON(m[name])
+		if err != nil || !isObject(raw) {
+			return nil, svc.Errorf(svc.KindSpecValidation, "test model: %s: want the arguments as a mapping (a JSON object), got %v", key, m[name])
+		}
+		out[name] = raw
+	}
+	return out, nil
+}
+
+// isObject reports whether raw, valid JSON, is an object.
+func isObject(raw json.RawMessage) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
 }
 
 // toJSON marshals a settings value; a json.RawMessage (from a Go caller)

@@ -461,3 +461,94 @@ func TestRetryAfterValidationError(t *testing.T) {
 		t.Errorf("answers %s then %s; want the input both times", first.Output, second.Output)
 	}
 }
+
+// tool_arguments gives the named tools fixed arguments (so a spec can make
+// an agent call spawn_agents with children it chooses); the other tools
+// call_tools selects keep arguments built from their schema.
+func TestToolArguments(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		callTools any
+		args      any
+	}{
+		{"yaml-decoded mapping", "all", map[string]any{"weather": map[string]any{"city": "Oslo", "days": 3}}},
+		{"json object given as is", []any{"weather", "ping"}, map[string]any{"weather": json.RawMessage(`{"city":"Oslo","days":3}`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustNew(t, "echo")
+			req := request(`"in"`, map[string]any{"call_tools": tc.callTools, "tool_arguments": tc.args})
+			req.Tools = []svc.ToolSpec{weatherSpec, noSchema}
+			resp, err := m.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(resp.ToolCalls)
+			want := `[{"id":"call_1","name":"weather","arguments":{"city":"Oslo","days":3}},{"id":"call_2","name":"ping","arguments":{}}]`
+			if string(got) != want {
+				t.Fatalf("tool calls = %s; want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestToolArgumentsErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		settings map[string]any
+		want     string
+	}{
+		{"not a mapping", map[string]any{"call_tools": "all", "tool_arguments": []any{"weather"}},
+			"model_settings.tool_arguments: want a mapping"},
+		{"arguments not an object", map[string]any{"call_tools": "all", "tool_arguments": map[string]any{"weather": "Oslo"}},
+			"model_settings.tool_arguments.weather: want the arguments as a mapping"},
+		{"tool not in call_tools", map[string]any{"call_tools": []any{"ping"}, "tool_arguments": map[string]any{"weather": map[string]any{}}},
+			`model_settings.tool_arguments.weather: tool "weather" is not one call_tools calls`},
+		{"without call_tools", map[string]any{"tool_arguments": map[string]any{"weather": map[string]any{}}},
+			`model_settings.tool_arguments.weather: tool "weather" is not one call_tools calls`},
+	}
+	for _, tt := range tests {
+		_, err := mustNew(t, "echo").Generate(context.Background(), request(`1`, tt.settings))
+		if !errors.Is(err, svc.ErrSpecValidation) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v; want a SpecValidationError with %q", tt.name, err, tt.want)
+		}
+	}
+	// With call_tools: all, a name the agent does not have fails the call
+	// as an unknown call_tools name does.
+	req := request(`1`, map[string]any{"call_tools": "all", "tool_arguments": map[string]any{"nope": map[string]any{}}})
+	req.Tools = []svc.ToolSpec{noSchema}
+	if _, err := mustNew(t, "echo").Generate(context.Background(), req); err == nil ||
+		!strings.Contains(err.Error(), `tool_arguments names tool "nope", which the agent does not have`) {
+		t.Errorf("unknown tool in tool_arguments: err = %v", err)
+	}
+}
+
+// CheckSettings finds before any call what the calls would refuse.
+func TestCheckSettings(t *testing.T) {
+	tools := []string{"delegate", "spawn_agents"}
+	for _, tc := range []struct {
+		name     string
+		settings map[string]any
+		open     bool
+		want     string // "" for no error
+	}{
+		{"known tools", map[string]any{"call_tools": []any{"spawn_agents"},
+			"tool_arguments": map[string]any{"spawn_agents": map[string]any{"agents": []any{}}}}, false, ""},
+		{"unknown tool_arguments name", map[string]any{"call_tools": "all",
+			"tool_arguments": map[string]any{"spawn_agent": map[string]any{}}}, false,
+			`model_settings.tool_arguments.spawn_agent: the agent has no tool "spawn_agent" (its tools: delegate, spawn_agents)`},
+		{"unknown call_tools name", map[string]any{"call_tools": []any{"spawn_agents", "x"}}, false,
+			`model_settings.call_tools[1]: the agent has no tool "x"`},
+		{"unknown names with tools known only at run time", map[string]any{"call_tools": []any{"srv_x"}}, true, ""},
+		{"a bad value", map[string]any{"latency_ms": "x"}, true, "model_settings.latency_ms: want a non-negative number"},
+		{"no settings", nil, false, ""},
+	} {
+		err := CheckSettings(tc.settings, tools, tc.open)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, svc.ErrSpecValidation) || !strings.HasPrefix(err.Error(), tc.want[:strings.Index(tc.want, ":")]) ||
+			!strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err = %v; want a SpecValidationError starting with the key and containing %q", tc.name, err, tc.want)
+		}
+	}
+}
