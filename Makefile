@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench bench-http bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test deps check vet staticcheck bench bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -65,15 +65,19 @@ check: deps vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(MAKE) test
 
-## bench: the benchmarks of BENCHMARKS.md, each beside its baseline
+## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/
+	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/
 
 ## bench-http: issue 15's benchmarks of the svc serve binary with its
 ## default flags (part of bench): POST /agents/echo/run against a bare chi
 ## process, and 1,000 GET /events/stream subscribers under run load
 bench-http:
 	$(GO) test -run '^$$' -bench 'ServeDefaults|EventsStreamFanout' -benchtime $(BENCHTIME) -timeout 30m ./bench/
+
+## bench-million: a million runs in flight beside bare goroutines (needs about 16 GiB; SVC_BENCH_INFLIGHT sets the count)
+bench-million:
+	$(GO) test -run '^$$' -bench MillionInFlight -benchtime 1x -timeout 60m -v ./bench/
 
 ## bench-stream: issue 19's benchmark alone (part of bench): a million
 ## test:echo tasks through one streamed gather to an svc serve process,

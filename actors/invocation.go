@@ -30,26 +30,26 @@ type invState struct {
 	// ctx, cancel and start are set by the run actor, which enforces the
 	// deadline (start plus the timeout: not stored, which keeps this
 	// struct in a smaller size class); finished is the run actor's too.
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	start    time.Time
-	finished bool
-	// pid is the invocation actor's, for the run actor's abandonAttempt;
-	// reapAt is when the run actor stops waiting for an invocation whose
-	// context it ended.
-	pid    *actor.PID
-	reapAt time.Time
+	// The struct is kept at 448 bytes (a million parked runs hold a
+	// million of them): what only some invocations need (when the run
+	// stops waiting for one, reapEntry) lives elsewhere, and the small
+	// fields are packed together.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	start  time.Time
+	// pid is the invocation actor's: the run actor's abandonAttempt and
+	// the attempt's report go to it.
+	pid *actor.PID
 	// state is the attempt's (attemptRunning, ...): set by the
 	// invocation actor, settled by its goroutine or by abandon.
 	state    atomic.Int32
-	attempt  int
+	attempt  int32
+	finished bool
+	unpriced bool // some model call had no price
 	tokens   int64
 	cost     float64
 	model    string
 	tried    []string // models called by the last attempt, in order
-	unpriced bool     // some model call had no price
-	self     *actor.PID
-	root     *actor.RootContext
 
 	// inv and done are reused by every attempt: one attempt runs at a time,
 	// and its goroutine hands done over by message before the next starts.
@@ -78,17 +78,24 @@ type retry struct{ err error }
 
 func (r *retry) String() string { return "retry after: " + r.err.Error() }
 
-// invocation is the actor of one agent invocation.
+// invocation is the actor of one agent invocation. It starts blank: its
+// state comes as its first message, from the run actor that spawned it, or
+// after a restart from its previous incarnation (Env.invocationProps).
 type invocation struct{ st *invState }
+
+func newInvocation() actor.Actor { return &invocation{} }
 
 func (a *invocation) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
-	case *actor.Started:
+	case *invState:
+		a.st = m
 		a.startAttempt(c)
 	case *workDone:
 		a.finishAttempt(c, m)
 	case abandonAttempt:
-		a.abandon(c)
+		if a.st != nil {
+			a.abandon(c)
+		}
 	}
 }
 
@@ -139,8 +146,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 			})
 		}
 	}
-	backoff := st.env.Options.Backoff(st.attempt)
-	st.self, st.root = c.Self(), c.ActorSystem().Root
+	backoff := st.env.Options.Backoff(int(st.attempt))
 	st.env.Work.Add(1)
 	st.state.Store(attemptRunning)
 	if backoff > 0 {
@@ -154,24 +160,41 @@ func (a *invocation) startAttempt(c actor.Context) {
 func (st *invState) deadline() time.Time { return st.start.Add(st.env.Options.Timeout()) }
 
 // workNow runs one attempt, without backoff, on a pooled goroutine.
-func (st *invState) workNow() { st.work(0) }
-
-func (st *invState) work(backoff time.Duration) {
+//
+// workNow, work and execute keep small frames: a parked attempt (a model
+// call waiting on the network, a sleeping test model) holds its goroutine,
+// whose stack is these frames plus the agent loop's, and a million parked
+// runs should each fit in a 4 KiB stack.
+func (st *invState) workNow() {
 	d := &st.done
 	*d = workDone{}
-	if backoff > 0 {
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-st.ctx.Done():
-			t.Stop()
-			d.err = st.ctx.Err()
-			st.report(d)
-			return
-		}
-	}
-	d.out, d.err = execute(st.env.Execute, st.ctx, &st.inv)
+	execute(st.env.Execute, st.ctx, &st.inv, d)
 	st.report(d)
+}
+
+func (st *invState) work(backoff time.Duration) {
+	if backoff > 0 && !st.backoff(backoff) {
+		d := &st.done
+		*d = workDone{err: st.ctx.Err()}
+		st.report(d)
+		return
+	}
+	st.workNow()
+}
+
+// backoff waits d before the next attempt; false means the invocation's
+// context ended first.
+//
+//go:noinline
+func (st *invState) backoff(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-st.ctx.Done():
+		return false
+	}
 }
 
 // report hands an attempt's outcome to the invocation actor, unless the
@@ -179,7 +202,7 @@ func (st *invState) work(backoff time.Duration) {
 // more, and the attempt only stops counting as stuck.
 func (st *invState) report(d *workDone) {
 	if st.state.CompareAndSwap(attemptRunning, attemptDone) {
-		st.root.Send(st.self, d)
+		st.env.Root.Send(st.pid, d)
 		st.env.Work.Done()
 		return
 	}
@@ -188,18 +211,22 @@ func (st *invState) report(d *workDone) {
 }
 
 // execute runs one attempt through the Env's Execute, the local agent loop
-// when that is nil, turning a panic in user code (a tool, a hook, a model)
-// into an error rather than a crashed process.
-func execute(run func(context.Context, *agent.Invocation) (agent.Outcome, error), ctx context.Context, inv *agent.Invocation) (out agent.Outcome, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = svc.Errorf(svc.KindRuntime, "agent %s panicked: %v", inv.Agent.Def.Name, p)
-		}
-	}()
+// when that is nil, into d, turning a panic in user code (a tool, a hook, a
+// model) into an error rather than a crashed process.
+func execute(run func(context.Context, *agent.Invocation) (agent.Outcome, error), ctx context.Context, inv *agent.Invocation, d *workDone) {
+	defer recoverAttempt(inv, d)
 	if run == nil {
-		return agent.Run(ctx, inv)
+		d.err = agent.RunInto(ctx, inv, &d.out)
+		return
 	}
-	return run(ctx, inv)
+	d.out, d.err = run(ctx, inv)
+}
+
+// recoverAttempt turns a panic of an attempt into its error.
+func recoverAttempt(inv *agent.Invocation, d *workDone) {
+	if p := recover(); p != nil {
+		d.err = svc.Errorf(svc.KindRuntime, "agent %s panicked: %v", inv.Agent.Def.Name, p)
+	}
 }
 
 func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
@@ -215,7 +242,10 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	st.unpriced = st.unpriced || d.out.CostUnknown
 	err := d.err
 	// An attempt that ran on a worker was retried there already.
-	if err != nil && !d.out.Remote && st.ctx.Err() == nil && retryable(err) && st.attempt < st.env.Options.RetryMaxAttempts {
+	if err != nil && !d.out.Remote && st.ctx.Err() == nil && retryable(err) && int(st.attempt) < st.env.Options.RetryMaxAttempts {
+		// The restarted incarnation gets the state as its first message:
+		// the mailbox keeps it while the run actor restarts this one.
+		c.Send(c.Self(), st)
 		panic(&retry{err: err})
 	}
 	st.cancel(nil)
@@ -224,7 +254,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		TaskID:    st.task.ID,
 		Metadata: svc.ResultMetadata{
 			TraceID: st.task.Trace, TokensUsed: st.tokens, CostUSD: st.cost, Model: st.model,
-			Attempts: st.attempt, Backend: st.env.BackendName(),
+			Attempts: int(st.attempt), Backend: st.env.BackendName(),
 			ModelsTried: st.tried, CostUnknown: st.unpriced,
 		},
 	}

@@ -30,7 +30,7 @@ type Env struct {
 	// Work tracks the goroutines that run agent loops, so Shutdown can wait
 	// for them.
 	Work *sync.WaitGroup
-	// Pool runs the agent loops and, through Dispatcher, the mailboxes.
+	// Pool runs the agent loops (only them: Dispatcher runs the mailboxes).
 	Pool *gopool.Pool
 	// Dispatcher is given to every actor this package spawns.
 	Dispatcher actor.Dispatcher
@@ -67,6 +67,12 @@ type Env struct {
 	// Budget is the runtime's token budget, shared by every run (nil:
 	// none).
 	Budget *Budget
+	// Root is the actor system's root context, which an attempt's
+	// goroutine reports to its invocation actor through.
+	Root *actor.RootContext
+
+	invPropsOnce sync.Once
+	invProps     *actor.Props
 }
 
 // remote reports whether Execute runs inv on another process.
@@ -84,6 +90,19 @@ func (e *Env) BackendName() string {
 
 func (e *Env) props(p actor.Producer) *actor.Props {
 	return actor.PropsFromProducer(p, actor.WithDispatcher(e.Dispatcher))
+}
+
+// invocationProps is the Props of every invocation actor: one value for
+// the whole process, not one per invocation (a Props is about 300 bytes,
+// a tenth of what an invocation held). An invocation is spawned blank and
+// its state (*invState) comes as its first message; a restarted one gets
+// it the same way (see finishAttempt). Its mailbox is a smallMailbox.
+func (e *Env) invocationProps() *actor.Props {
+	e.invPropsOnce.Do(func() {
+		e.invProps = actor.PropsFromProducer(newInvocation, actor.WithDispatcher(e.Dispatcher),
+			actor.WithMailbox(newSmallMailbox))
+	})
+	return e.invProps
 }
 
 // NewSpanID returns a new span id: 16 hex digits of randomness, as an
@@ -278,9 +297,9 @@ type runActor struct {
 	root    *actor.RootContext
 
 	// reap holds the invocations whose contexts the run ended, in the
-	// order it did, until they report or their grace (reapAt) is over;
-	// reapTimer fires for the first.
-	reap      []*invState
+	// order it did, until they report or their grace (reapEntry.at) is
+	// over; reapTimer fires for the first.
+	reap      []reapEntry
 	reapTimer *time.Timer
 	reapArmed bool
 
@@ -445,7 +464,8 @@ func (r *runActor) fill(c actor.Context) {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
 		}
 		r.pending = append(r.pending, st)
-		st.pid = c.Spawn(r.env.props(func() actor.Actor { return &invocation{st: st} }))
+		st.pid = c.Spawn(r.env.invocationProps())
+		c.Send(st.pid, st)
 		r.inflight++
 		r.req.Progress.Add(0, 1, 0, 0)
 	}
@@ -501,11 +521,17 @@ func (r *runActor) expire() {
 	r.armReap()
 }
 
+// reapEntry is an invocation whose context the run ended, and when the
+// run stops waiting for it.
+type reapEntry struct {
+	st *invState
+	at time.Time
+}
+
 // watch starts st's grace: if it has not reported by then, the run stops
 // waiting for it (reapDue).
 func (r *runActor) watch(st *invState, now time.Time) {
-	st.reapAt = now.Add(r.env.abandonAfter())
-	r.reap = append(r.reap, st)
+	r.reap = append(r.reap, reapEntry{st: st, at: now.Add(r.env.abandonAfter())})
 }
 
 func (e *Env) abandonAfter() time.Duration {
@@ -521,10 +547,10 @@ func (r *runActor) armReap() {
 	if r.reapArmed || len(r.reap) == 0 {
 		return
 	}
-	first := r.reap[0].reapAt
-	for _, st := range r.reap[1:] {
-		if st.reapAt.Before(first) {
-			first = st.reapAt
+	first := r.reap[0].at
+	for _, e := range r.reap[1:] {
+		if e.at.Before(first) {
+			first = e.at
 		}
 	}
 	r.reapArmed = true
@@ -543,13 +569,13 @@ func (r *runActor) armReap() {
 func (r *runActor) reapDue(c actor.Context) {
 	now := time.Now()
 	keep := r.reap[:0]
-	for _, st := range r.reap {
+	for _, e := range r.reap {
 		switch {
-		case st.finished:
-		case st.reapAt.After(now):
-			keep = append(keep, st)
+		case e.st.finished:
+		case e.at.After(now):
+			keep = append(keep, e)
 		default:
-			c.Send(st.pid, abandonAttempt{})
+			c.Send(e.st.pid, abandonAttempt{})
 		}
 	}
 	clear(r.reap[len(keep):])

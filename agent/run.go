@@ -187,23 +187,41 @@ var (
 // are, and, when ctx ends, CancelledError or TimeoutError wrapping ctx's
 // error so errors.Is(err, context.Canceled) holds.
 func Run(ctx context.Context, inv *Invocation) (Outcome, error) {
+	var out Outcome
+	err := RunInto(ctx, inv, &out)
+	return out, err
+}
+
+// RunInto is Run writing its Outcome to *out, which it overwrites. It is
+// how the runtime runs invocations: a call parked in its model (waiting on
+// the network, or a test model's latency) holds its goroutine, whose stack
+// is the loop's frames, and the loop keeps them small (no Outcome, request
+// or response copied from frame to frame) so that a million parked calls
+// each fit in a 4 KiB stack.
+func RunInto(ctx context.Context, inv *Invocation, out *Outcome) error {
+	*out = Outcome{}
 	if inv == nil || inv.Agent == nil {
-		return Outcome{}, svc.Errorf(svc.KindRuntime, "agent: Run needs an invocation of a compiled agent")
+		return errNoInvocation()
 	}
-	r := runner{inv: inv, c: inv.Agent, em: inv.Emitter, answered: -1, tried: -1,
+	r := runner{inv: inv, c: inv.Agent, em: inv.Emitter, out: out, answered: -1, tried: -1,
 		tools: inv.Agent.Tools, specs: inv.Agent.ToolSpecs}
 	if r.em == nil {
 		r.em = svc.NopEmitter{}
 	}
-	out, err := r.run(ctx)
+	output, err := r.run(ctx)
 	if r.tried >= 0 && r.tried < len(r.c.modelIDs) { // a Compiled not made by Compile has none
-		r.out.ModelsTried = r.c.modelIDs[: r.tried+1 : r.tried+1]
+		out.ModelsTried = r.c.modelIDs[: r.tried+1 : r.tried+1]
 	}
 	if err != nil {
-		return r.out, err
+		return err
 	}
-	r.out.Output = out
-	return r.out, nil
+	out.Output = output
+	return nil
+}
+
+//go:noinline
+func errNoInvocation() error {
+	return svc.Errorf(svc.KindRuntime, "agent: Run needs an invocation of a compiled agent")
 }
 
 // runner is the state of one Run. It lives on Run's stack.
@@ -211,7 +229,7 @@ type runner struct {
 	inv *Invocation
 	c   *Compiled
 	em  svc.Emitter
-	out Outcome
+	out *Outcome
 	// answered indexes c.Models: the model that answered first, -1 before.
 	answered int
 	// tried is the highest index of c.Models called so far, -1 before.
@@ -246,7 +264,20 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 		}
 		input = v
 	}
+	output, err := r.turns(ctx, input)
+	if err != nil {
+		return nil, err
+	}
+	if c.Def.PostProcess != nil {
+		return r.hook(ctx, c.Def.PostProcess, output, ReasonPostProcess)
+	}
+	return output, nil
+}
 
+// turns runs the model turns (and the tools they call) on input until a
+// final answer that matches the output schema.
+func (r *runner) turns(ctx context.Context, input json.RawMessage) (json.RawMessage, error) {
+	c := r.c
 	// One user message is all a tool-less agent ever sends; leave room for
 	// a few tool rounds otherwise.
 	n := 1
@@ -263,10 +294,10 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 	}
 
 	var output json.RawMessage
+	var resp svc.ModelResponse
 	for turn := 1; ; turn++ {
 		req.Messages = msgs
-		resp, err := r.generate(ctx, &req)
-		if err != nil {
+		if err := r.generate(ctx, &req, &resp); err != nil {
 			return nil, err
 		}
 		if len(resp.ToolCalls) == 0 {
@@ -275,9 +306,9 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 		}
 		if turn == MaxTurns {
 			// The tools' results could only feed a call we will not make.
-			return nil, r.fail(svc.KindRuntime, ReasonMaxTurns, nil,
-				"agent "+c.Def.Name+": no final answer after "+strconv.Itoa(MaxTurns)+" model turns (the model kept calling tools)")
+			return nil, r.maxTurns()
 		}
+		var err error
 		if msgs, err = r.runTools(ctx, msgs, &resp); err != nil {
 			return nil, err
 		}
@@ -288,17 +319,19 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 
 	if c.Out != nil {
 		if verr := c.Out.Validate(output); verr != nil {
-			var err error
-			if output, err = r.correct(ctx, &req, msgs, output, verr); err != nil {
-				return nil, err
-			}
+			return r.correct(ctx, &req, msgs, output, verr)
 		}
 	}
-
-	if c.Def.PostProcess != nil {
-		return r.hook(ctx, c.Def.PostProcess, output, ReasonPostProcess)
-	}
 	return output, nil
+}
+
+// maxTurns is the error of a loop that reached MaxTurns. It is a function
+// of its own to keep run's frame small (see RunInto).
+//
+//go:noinline
+func (r *runner) maxTurns() error {
+	return r.fail(svc.KindRuntime, ReasonMaxTurns, nil,
+		"agent "+r.c.Def.Name+": no final answer after "+strconv.Itoa(MaxTurns)+" model turns (the model kept calling tools)")
 }
 
 // correct makes the one corrective call after an output that failed
@@ -311,8 +344,8 @@ func (r *runner) correct(ctx context.Context, req *svc.ModelRequest, msgs []svc.
 		svc.Message{Role: svc.RoleAssistant, Content: output},
 		svc.Message{Role: svc.RoleUser, Content: jsonString(note)})
 	req.Messages = msgs
-	resp, err := r.generate(ctx, req)
-	if err != nil {
+	var resp svc.ModelResponse
+	if err := r.generate(ctx, req, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.ToolCalls) > 0 {
@@ -331,30 +364,30 @@ func (r *runner) correct(ctx context.Context, req *svc.ModelRequest, msgs []svc.
 	return output, nil
 }
 
-// generate makes one model turn: the model that already answered, or the
-// primary and then each fallback until one answers.
-func (r *runner) generate(ctx context.Context, req *svc.ModelRequest) (svc.ModelResponse, error) {
+// generate makes one model turn into *resp: the model that already
+// answered, or the primary and then each fallback until one answers.
+func (r *runner) generate(ctx context.Context, req *svc.ModelRequest, resp *svc.ModelResponse) error {
 	if ctx.Err() != nil {
-		return svc.ModelResponse{}, r.interrupted(ctx)
+		return r.interrupted(ctx)
 	}
 	if r.answered >= 0 {
-		resp, stop, failed := r.call(ctx, r.answered, req)
+		stop, failed := r.call(ctx, r.answered, req, resp)
 		if stop != nil {
-			return resp, stop
+			return stop
 		}
 		if failed != nil {
-			return resp, r.modelsFailed(modelErrors{{r.c.Models[r.answered].ID, failed}})
+			return r.modelsFailed(modelErrors{{r.c.Models[r.answered].ID, failed}})
 		}
-		return resp, nil
+		return nil
 	}
 	var failures modelErrors
 	for i := range r.c.Models {
-		resp, stop, failed := r.call(ctx, i, req)
+		stop, failed := r.call(ctx, i, req, resp)
 		if stop != nil {
-			return resp, stop
+			return stop
 		}
 		if failed == nil {
-			return resp, nil
+			return nil
 		}
 		failures = append(failures, modelFailure{r.c.Models[i].ID, failed})
 		// A request the provider refused as invalid, or a bad key, is not
@@ -364,20 +397,20 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest) (svc.Model
 			break
 		}
 	}
-	return svc.ModelResponse{}, r.modelsFailed(failures)
+	return r.modelsFailed(failures)
 }
 
-// call makes one call to model i, between the budget's reserve and charge.
-// stop ends the run (budget, ctx); failed is the model's own failure, after
-// which the next model may be tried.
-func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp svc.ModelResponse, stop, failed error) {
+// call makes one call to model i, between the budget's reserve and charge,
+// into *resp. stop ends the run (budget, ctx); failed is the model's own
+// failure, after which the next model may be tried.
+func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *svc.ModelResponse) (stop, failed error) {
 	b := r.inv.Budget
 	if b != nil {
 		if err := b.Reserve(EstimateTokens(req)); err != nil {
-			return resp, err, nil
+			return err, nil
 		}
 	}
-	m := r.c.Models[i]
+	m := &r.c.Models[i]
 	req.Model = nameOf(m.ID)
 	r.out.ModelCalls++
 	r.tried = max(r.tried, i)
@@ -386,16 +419,16 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	} else {
 		r.inv.enter(&Step{Kind: StepModel, Name: m.ID})
 	}
-	resp, err := generateSafely(ctx, m.Model, req)
+	err := generateSafely(ctx, m.Model, req, resp)
 	r.inv.leave()
 	if err != nil {
 		if b != nil {
 			_ = b.Charge(0) // release the reservation: nothing to charge
 		}
 		if ctx.Err() != nil {
-			return resp, r.interrupted(ctx), nil
+			return r.interrupted(ctx), nil
 		}
-		return resp, nil, err
+		return nil, err
 	}
 	r.answered = i
 	r.out.Model = m.ID
@@ -411,21 +444,25 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest) (resp s
 	r.out.CostUSD += cost
 	if b != nil {
 		if err := b.Charge(tokens); err != nil {
-			return resp, err, nil
+			return err, nil
 		}
 	}
-	return resp, nil, nil
+	return nil, nil
 }
 
-// generateSafely turns a panicking model into a failed one, so one bad
-// provider cannot take the process down and the fallbacks still get a turn.
-func generateSafely(ctx context.Context, m svc.Model, req *svc.ModelRequest) (resp svc.ModelResponse, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("model panicked: %v", p)
-		}
-	}()
-	return m.Generate(ctx, *req)
+// generateSafely calls m into *resp, turning a panicking model into a
+// failed one, so one bad provider cannot take the process down and the
+// fallbacks still get a turn.
+func generateSafely(ctx context.Context, m svc.Model, req *svc.ModelRequest, resp *svc.ModelResponse) (err error) {
+	defer recoverModel(&err)
+	*resp, err = m.Generate(ctx, *req)
+	return err
+}
+
+func recoverModel(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("model panicked: %v", p)
+	}
 }
 
 // nameOf is the name part of a "provider:name" id that ParseModelID

@@ -74,16 +74,20 @@ func BenchmarkGatherEcho(b *testing.B) {
 	}
 	b.ResetTimer()
 	var rtDur, bareDur, loopDur time.Duration
+	var rtAllocs, bareAllocs uint64
 	for i := 0; i < b.N; i++ {
 		runtime.GC()
+		m0 := mallocs()
 		start := time.Now()
 		res, err := rt.Gather(context.Background(), "echo", ts, conc)
 		if err != nil || !res[n-1].Success {
 			b.Fatal(err)
 		}
 		rtDur += time.Since(start)
+		rtAllocs += mallocs() - m0
 
 		runtime.GC()
+		m0 = mallocs()
 		start = time.Now()
 		var g errgroup.Group
 		g.SetLimit(conc)
@@ -99,6 +103,7 @@ func BenchmarkGatherEcho(b *testing.B) {
 			b.Fatal(err)
 		}
 		bareDur += time.Since(start)
+		bareAllocs += mallocs() - m0
 
 		// A second reference: the whole agent loop (what an invocation
 		// runs) in the same errgroup, so the actors' own cost shows apart.
@@ -125,6 +130,15 @@ func BenchmarkGatherEcho(b *testing.B) {
 	b.ReportMetric(bareRate, "bare_inv/s")
 	b.ReportMetric(rtRate/bareRate, "ratio")
 	b.ReportMetric(float64(n*b.N)/loopDur.Seconds(), "loop_inv/s")
+	b.ReportMetric(float64(rtAllocs)/float64(n*b.N), "runtime_allocs/inv")
+	b.ReportMetric(float64(bareAllocs)/float64(n*b.N), "bare_allocs/inv")
+}
+
+// mallocs is the number of heap allocations the process has made.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // BenchmarkGatherLatency is benchmark 11b: 10,000 tasks whose model sleeps

@@ -137,6 +137,12 @@ type Runtime struct {
 	env       *actors.Env
 	work      sync.WaitGroup
 	pool      *gopool.Pool
+	// mailboxes runs the actors' mailboxes, apart from pool, which runs
+	// only agent loops: a goroutine keeps the stack it grew, and a
+	// mailbox's frames (protoactor's, a spawn's) are deeper than a parked
+	// model call's, so on goroutines of their own they do not make every
+	// parked run hold an 8 KiB stack instead of a 4 KiB one.
+	mailboxes *gopool.Pool
 
 	agents atomic.Pointer[registry]
 	mcp    mcpHooks     // the MCP tool servers, for the catalog
@@ -236,11 +242,12 @@ func New(cfg Config) (rt *Runtime, err error) {
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.host.prefix})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
+	rt.mailboxes = gopool.New(5 * time.Second)
 	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
-		Dispatcher: gopool.Dispatcher{Pool: rt.pool, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend,
-		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter)}
+		Dispatcher: gopool.Dispatcher{Pool: rt.mailboxes, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend,
+		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter), Root: rt.system.Root}
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher
 		rt.env.Execute, rt.env.Backend, rt.env.Remote = rt.remoteExecute, cfg.Dispatcher.Backend(), true
@@ -261,6 +268,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 				rt.system.Shutdown()
 			}
 			rt.pool.Close()
+			rt.mailboxes.Close()
 			return nil, fmt.Errorf("supervisor: spawn run shard: %w", err)
 		}
 		rt.shards = append(rt.shards, pid)
@@ -439,6 +447,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			rt.system.Shutdown()
 		}
 		rt.pool.Close()
+		rt.mailboxes.Close()
 		// Every event has been emitted: write out the log's queue.
 		if rt.eventLog != nil {
 			rt.eventLog.Close()

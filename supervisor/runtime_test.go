@@ -14,6 +14,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/testmodel"
 	"github.com/svc-dev/svc/supervisor"
@@ -413,12 +414,15 @@ func TestShutdown(t *testing.T) {
 	if err := rt.Register(echo("slow", map[string]any{"latency_ms": 60000}), echo("echo", nil)); err != nil {
 		t.Fatal(err)
 	}
+	waiting := testmodel.Waiting()
 	done := make(chan error, 1)
 	go func() {
 		_, err := rt.Run(context.Background(), "slow", svc.TaskSpec{Input: json.RawMessage(`1`)})
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// In flight means in its model call; on a loaded machine that can take
+	// longer than any fixed sleep.
+	testutil.Eventually(t, "the slow run in its model call", func() bool { return testmodel.Waiting() > waiting })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := rt.Shutdown(ctx); err == nil {

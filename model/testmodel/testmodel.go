@@ -44,25 +44,51 @@ type model struct {
 // Generate answers per the package doc. Its failures are plain errors (the
 // agent loop gives them their kind), except bad model_settings, which are
 // SpecValidationErrors, and cancellation, which wraps ctx.Err().
+//
+// Generate keeps a small frame: a call sleeping its latency_ms holds its
+// goroutine, whose stack is the frames below this one plus this one, and a
+// million sleeping calls should fit in 4 KiB stacks. The settings are
+// parsed (and checked) in a frame of their own before the sleep, and again
+// after it by respond, rather than kept here.
 func (m *model) Generate(ctx context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
 	// Count before anything can fail, so "the first N calls" means calls
 	// made, whatever becomes of them.
 	call := m.calls.Add(1)
+	d, err := latency(req.Settings)
+	if err != nil {
+		return svc.ModelResponse{}, err
+	}
+	if err := wait(ctx, d); err != nil {
+		return svc.ModelResponse{}, m.interrupted(err)
+	}
+	return m.respond(call, &req)
+}
+
+// latency checks the settings and returns latency_ms.
+//
+//go:noinline
+func latency(settings map[string]any) (time.Duration, error) {
+	if len(settings) == 0 {
+		return 0, nil
+	}
+	var s Settings
+	err := parseSettings(settings, &s)
+	return s.Latency, err
+}
+
+//go:noinline
+func (m *model) interrupted(err error) error {
+	return fmt.Errorf("test model %s: %w", m.name, err)
+}
+
+// respond builds the answer.
+//
+//go:noinline
+func (m *model) respond(call int64, req *svc.ModelRequest) (svc.ModelResponse, error) {
 	s, err := ParseSettings(req.Settings)
 	if err != nil {
 		return svc.ModelResponse{}, err
 	}
-	if err := wait(ctx, s.Latency); err != nil {
-		return svc.ModelResponse{}, fmt.Errorf("test model %s: %w", m.name, err)
-	}
-	return m.respond(call, &s, &req)
-}
-
-// respond builds the answer. It is apart from Generate so that its large
-// frame is not on the stack while a call sleeps (latency_ms): thousands of
-// sleeping calls then fit in smaller goroutine stacks.
-func (m *model) respond(call int64, sp *Settings, req *svc.ModelRequest) (svc.ModelResponse, error) {
-	s := *sp
 	if m.name == "fail" {
 		return svc.ModelResponse{}, errors.New("test model fail: this model always fails")
 	}
@@ -152,6 +178,15 @@ func answer(input json.RawMessage, results map[string]json.RawMessage, s Setting
 	return out
 }
 
+// waiting counts the calls sleeping their latency_ms now, in every test
+// model of the process.
+var waiting atomic.Int64
+
+// Waiting is the number of calls, across all test models of the process,
+// sleeping their latency_ms now. Benchmarks read it to know that every run
+// they started is parked in its model call at once.
+func Waiting() int64 { return waiting.Load() }
+
 // wait sleeps for d unless ctx ends first.
 func wait(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
@@ -160,6 +195,8 @@ func wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
+	waiting.Add(1)
+	defer waiting.Add(-1)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -328,73 +365,107 @@ func (s Settings) callsTools() bool { return s.CallAllTools || len(s.CallTools) 
 // a json.Number. A wrong type is a SpecValidationError.
 func ParseSettings(m map[string]any) (Settings, error) {
 	var s Settings
-	bad := func(key, want string, v any) (Settings, error) {
-		return Settings{}, svc.Errorf(svc.KindSpecValidation, "test model: model_settings.%s: want %s, got %v (%T)", key, want, v, v)
+	if err := parseSettings(m, &s); err != nil {
+		return Settings{}, err
 	}
+	return s, nil
+}
+
+// parseSettings is ParseSettings into s. It keeps a small frame (the
+// errors and the rarer keys are built in functions of their own), since a
+// model call runs it on the stack of the goroutine that then sleeps.
+func parseSettings(m map[string]any, s *Settings) error {
 	if v, ok := m["latency_ms"]; ok && v != nil {
 		f, ok := settingval.Number(v)
 		if !ok || f < 0 || f > float64(math.MaxInt64/int64(time.Millisecond)) {
-			return bad("latency_ms", "a non-negative number of milliseconds", v)
+			return badSetting("latency_ms", "a non-negative number of milliseconds", v)
 		}
 		s.Latency = time.Duration(f * float64(time.Millisecond))
 	}
 	if v, ok := m["tokens"]; ok && v != nil {
 		n, ok := settingval.Count(v)
 		if !ok {
-			return bad("tokens", "a non-negative integer", v)
+			return badSetting("tokens", "a non-negative integer", v)
 		}
 		s.Tokens, s.HasTokens = n, true
 	}
 	if v, ok := m["fail_times"]; ok && v != nil {
 		n, ok := settingval.Count(v)
 		if !ok {
-			return bad("fail_times", "a non-negative integer", v)
+			return badSetting("fail_times", "a non-negative integer", v)
 		}
 		s.FailTimes = n
 	}
 	if v, ok := m["fail_on"]; ok && v != nil {
 		str, ok := v.(string)
 		if !ok {
-			return bad("fail_on", "a string", v)
+			return badSetting("fail_on", "a string", v)
 		}
 		s.FailOn = str
 	}
 	if v, ok := m["output"]; ok {
-		raw, err := toJSON(v)
-		if err != nil {
-			return bad("output", "a JSON value", v)
+		if err := parseOutput(v, s); err != nil {
+			return err
 		}
-		s.Output = raw
 	}
 	if v, ok := m["call_tools"]; ok && v != nil {
-		switch t := v.(type) {
-		case string:
-			if t != "all" {
-				return bad("call_tools", `"all" or a list of tool names`, v)
-			}
-			s.CallAllTools = true
-		case []string:
-			s.CallTools = slices.Clone(t)
-		case []any:
-			for _, e := range t {
-				name, ok := e.(string)
-				if !ok {
-					return bad("call_tools", `"all" or a list of tool names`, v)
-				}
-				s.CallTools = append(s.CallTools, name)
-			}
-		default:
-			return bad("call_tools", `"all" or a list of tool names`, v)
+		if err := parseCallTools(v, s); err != nil {
+			return err
 		}
 	}
 	if v, ok := m["tool_arguments"]; ok && v != nil {
-		args, err := toolArguments(v, s)
-		if err != nil {
-			return Settings{}, err
-		}
-		s.ToolArguments = args
+		return parseToolArguments(v, s)
 	}
-	return s, nil
+	return nil
+}
+
+//go:noinline
+func parseToolArguments(v any, s *Settings) error {
+	args, err := toolArguments(v, *s)
+	if err != nil {
+		return err
+	}
+	s.ToolArguments = args
+	return nil
+}
+
+//go:noinline
+func badSetting(key, want string, v any) error {
+	return svc.Errorf(svc.KindSpecValidation, "test model: model_settings.%s: want %s, got %v (%T)", key, want, v, v)
+}
+
+//go:noinline
+func parseOutput(v any, s *Settings) error {
+	raw, err := toJSON(v)
+	if err != nil {
+		return badSetting("output", "a JSON value", v)
+	}
+	s.Output = raw
+	return nil
+}
+
+//go:noinline
+func parseCallTools(v any, s *Settings) error {
+	switch t := v.(type) {
+	case string:
+		if t != "all" {
+			return badSetting("call_tools", `"all" or a list of tool names`, v)
+		}
+		s.CallAllTools = true
+	case []string:
+		s.CallTools = slices.Clone(t)
+	case []any:
+		for _, e := range t {
+			name, ok := e.(string)
+			if !ok {
+				return badSetting("call_tools", `"all" or a list of tool names`, v)
+			}
+			s.CallTools = append(s.CallTools, name)
+		}
+	default:
+		return badSetting("call_tools", `"all" or a list of tool names`, v)
+	}
+	return nil
 }
 
 // toolArguments reads tool_arguments: a mapping of tool names, each one

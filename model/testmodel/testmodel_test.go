@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -206,6 +207,33 @@ func TestLatency(t *testing.T) {
 	}
 	if d := time.Since(start); d < 30*time.Millisecond {
 		t.Errorf("latency_ms 30 took only %v", d)
+	}
+}
+
+// Waiting counts the calls sleeping their latency, and only while they
+// sleep, whether the sleep ends on time or by cancellation.
+func TestWaiting(t *testing.T) {
+	before := Waiting()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 2)
+	for _, ms := range []int{3_600_000, 50} {
+		go func() {
+			_, err := mustNew(t, "echo").Generate(ctx, request(`1`, map[string]any{"latency_ms": ms}))
+			done <- err
+		}()
+	}
+	testutil.Eventually(t, "two calls waiting", func() bool { return Waiting() == before+2 })
+	if err := <-done; err != nil { // the 50 ms call
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "one call waiting", func() bool { return Waiting() == before+1 })
+	cancel()
+	<-done
+	testutil.Eventually(t, "no call waiting", func() bool { return Waiting() == before })
+	// A call without latency never counts.
+	if _, err := mustNew(t, "echo").Generate(context.Background(), request(`1`, nil)); err != nil || Waiting() != before {
+		t.Errorf("after a call without latency: err %v, Waiting %d; want nil, %d", err, Waiting(), before)
 	}
 }
 
