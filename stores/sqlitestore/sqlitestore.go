@@ -183,6 +183,8 @@ type Store struct {
 	// q is the commit queue every write of a run goes through (nil when
 	// Options.MaxBatch is 1: each write commits alone, in its caller).
 	q *groupcommit.Queue[op]
+	// commits counts the transactions the writes committed (tests).
+	commits atomic.Int64
 
 	notify notifier
 	poll   time.Duration // PollInterval; tests raise it to prove the signals
@@ -943,6 +945,7 @@ func (s *Store) single(ctx context.Context, o op) error {
 	if err := tx.Commit(); err != nil {
 		return s.fail(ctx, err, "%s", o.what)
 	}
+	s.commits.Add(1)
 	s.notify.signal(o.id)
 	return nil
 }
@@ -984,6 +987,7 @@ func (s *Store) commit(jobs []*groupcommit.Job[op]) {
 		s.alone(jobs)
 		return
 	}
+	s.commits.Add(1)
 	for i, j := range jobs {
 		j.Err = answers[i]
 		if answers[i] == nil {

@@ -14,6 +14,7 @@ package groupcommit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Defaults of Options.
@@ -59,6 +60,7 @@ type Queue[T any] struct {
 	stopping bool
 	quit     chan struct{}
 	stopped  chan struct{}
+	pending  atomic.Int64
 }
 
 // New starts a queue's writer. commit writes a batch (in order) and sets
@@ -89,9 +91,11 @@ func (q *Queue[T]) Do(ctx context.Context, op T) error {
 		q.mu.RUnlock()
 		return q.closed()
 	}
+	q.pending.Add(1)
 	select {
 	case q.ch <- j:
 	case <-ctx.Done():
+		q.pending.Add(-1)
 		q.mu.RUnlock()
 		return ctx.Err()
 	}
@@ -103,6 +107,10 @@ func (q *Queue[T]) Do(ctx context.Context, op T) error {
 		return ctx.Err()
 	}
 }
+
+// Pending is how many writes were enqueued and not answered yet: queued,
+// or in the batch being committed.
+func (q *Queue[T]) Pending() int { return int(q.pending.Load()) }
 
 // Close commits what is queued, stops the writer and waits for it; later
 // calls of Do fail with the closed error. It is idempotent.
@@ -162,6 +170,7 @@ func (q *Queue[T]) flush(batch []*Job[T]) {
 	for _, j := range batch {
 		if err := j.Ctx.Err(); err != nil {
 			j.Err = err
+			q.pending.Add(-1)
 			close(j.done)
 			continue
 		}
@@ -171,6 +180,7 @@ func (q *Queue[T]) flush(batch []*Job[T]) {
 		q.commit(live)
 	}
 	for _, j := range live {
+		q.pending.Add(-1)
 		close(j.done)
 	}
 	clear(batch) // drop the references until the slots are reused
