@@ -774,11 +774,12 @@ func (s *Store) group(ctx context.Context, prepare prepareFunc) error {
 }
 
 // commit is the commit queue's writer. Under the write lock, each write is
-// prepared and applied in turn, as write does, so each one's check sees
-// the writes before it; but only the last applied asks for a sync, which
-// makes the WAL durable up to it, earlier writes included. Every caller
-// is answered after that one fsync. A write whose check refuses it (or
-// whose reads fail) adds nothing and gets its own error.
+// prepared and applied in turn without a sync, as write does, so each
+// one's check sees the writes before it; then one empty batch asks for the
+// sync, which makes the WAL durable up to it, every write of the batch
+// included. Every caller is answered after that one fsync. A write whose
+// check refuses it (or whose reads fail) adds nothing and gets its own
+// error.
 func (s *Store) commit(jobs []*groupcommit.Job[prepareFunc]) {
 	s.mu.Lock()
 	if s.closed {
@@ -788,69 +789,39 @@ func (s *Store) commit(jobs []*groupcommit.Job[prepareFunc]) {
 		}
 		return
 	}
-	var (
-		last    *pebble.Batch
-		lastIdx = -1
-		ids     = make([][]string, len(jobs))
-	)
-	pending := -1     // a prepared batch not yet applied
-	unsynced := false // a batch was applied without a sync
-	var pendingBatch *pebble.Batch
-	applyPending := func(opts *pebble.WriteOptions) {
-		if pending < 0 {
-			return
-		}
-		b, i := pendingBatch, pending
-		pending, pendingBatch = -1, nil
-		var err error
-		if opts == pebble.Sync {
-			err = s.db.ApplyNoSyncWait(b, pebble.Sync)
-		} else {
-			err = s.db.Apply(b, pebble.NoSync)
-		}
-		if err != nil {
-			jobs[i].Err = svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write %q", ids[i]))
-			ids[i] = nil
-			_ = b.Close()
-			return
-		}
-		if opts == pebble.Sync {
-			last, lastIdx = b, i
-		} else {
-			unsynced = true
-			_ = b.Close()
-		}
-	}
+	ids := make([][]string, len(jobs))
+	applied := false
 	for i, j := range jobs {
 		b := s.db.NewBatch()
 		got, err := j.Op(b)
-		if err != nil || len(got) == 0 {
-			j.Err = err
-			_ = b.Close()
-			continue
+		if err == nil && len(got) > 0 {
+			if err = s.db.Apply(b, pebble.NoSync); err != nil {
+				err = svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write %q", got))
+			} else {
+				ids[i], applied = got, true
+			}
 		}
-		// The write before this one is applied without a sync: this one
-		// (or a later one) carries the batch's sync.
-		applyPending(pebble.NoSync)
-		pending, pendingBatch, ids[i] = i, b, got
+		_ = b.Close()
+		j.Err = err
 	}
-	applyPending(pebble.Sync)
-	if last == nil && !unsynced {
+	if !applied {
 		s.mu.Unlock()
 		return
 	}
-	s.wg.Add(1) // Close waits for this sync before closing the database
-	s.mu.Unlock()
-	defer s.wg.Done()
-	var err error
-	if last != nil {
-		err = last.SyncWait()
-		_ = last.Close()
+	sync := s.db.NewBatch()
+	err := sync.LogData(nil, nil)
+	if err == nil {
+		err = s.db.ApplyNoSyncWait(sync, pebble.Sync)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		_ = sync.Close()
 	} else {
-		// The batch meant to carry the sync failed to apply: the ones
-		// before it still need theirs.
-		err = s.db.LogData(nil, pebble.Sync)
-		lastIdx = len(jobs)
+		s.wg.Add(1) // Close waits for this sync before closing the database
+		s.mu.Unlock()
+		err = sync.SyncWait()
+		_ = sync.Close()
+		s.wg.Done()
 	}
 	if err != nil {
 		err = svc.Wrap(svc.KindRuntime, err, "pebblestore: sync a batch of writes")
@@ -858,7 +829,7 @@ func (s *Store) commit(jobs []*groupcommit.Job[prepareFunc]) {
 		s.syncs.Add(1)
 	}
 	for i, j := range jobs {
-		if ids[i] == nil || i > lastIdx {
+		if ids[i] == nil {
 			continue
 		}
 		if err != nil {
