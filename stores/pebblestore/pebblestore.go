@@ -98,7 +98,7 @@ type Store struct {
 	// q is the commit queue the writes of runs go through (nil when
 	// Options.MaxBatch is 1: each write is applied and synced alone).
 	q *groupcommit.Queue[prepareFunc]
-	// syncs counts the fsyncs the writes waited for (tests).
+	// syncs counts the fsyncs the writes waited for (Syncs).
 	syncs atomic.Int64
 }
 
@@ -177,6 +177,10 @@ func countPrefix(db *pebble.DB, prefix string) (int, error) {
 	}
 	return n, it.Close()
 }
+
+// Syncs is how many fsyncs the writes of runs have waited for since Open:
+// with group commit, fewer than the writes.
+func (s *Store) Syncs() int64 { return s.syncs.Load() }
 
 // Dir is the directory the store was opened on.
 func (s *Store) Dir() string { return s.dir }

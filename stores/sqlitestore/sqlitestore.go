@@ -183,7 +183,7 @@ type Store struct {
 	// q is the commit queue every write of a run goes through (nil when
 	// Options.MaxBatch is 1: each write commits alone, in its caller).
 	q *groupcommit.Queue[op]
-	// commits counts the transactions the writes committed (tests).
+	// commits counts the transactions the writes committed (Commits).
 	commits atomic.Int64
 
 	notify notifier
@@ -359,6 +359,10 @@ func initSchema(db *sql.DB) error {
 	}
 	return tx.Commit()
 }
+
+// Commits is how many transactions the writes of runs have committed
+// since Open: with group commit, fewer than the writes.
+func (s *Store) Commits() int64 { return s.commits.Load() }
 
 // Path returns the path the store was opened with.
 func (s *Store) Path() string { return s.path }
