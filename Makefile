@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test deps check vet staticcheck bench bench-groupcommit fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -68,6 +68,11 @@ check: deps vet staticcheck
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bench/... ./eventstore/
+
+## bench-groupcommit: issue 15.2, group commit for submitted runs: in
+## process per store (with and without group commit) and over HTTP
+bench-groupcommit:
+	$(GO) test -run '^$$' -bench 'GroupCommit' -benchmem -benchtime $(BENCHTIME) ./bench/
 
 ## fuzz: a short run of every fuzz target
 fuzz:

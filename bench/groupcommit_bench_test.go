@@ -17,13 +17,16 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/stores/pebblestore"
+	"github.com/svc-dev/svc/stores/redisstore"
 	"github.com/svc-dev/svc/stores/sqlitestore"
 	"github.com/svc-dev/svc/supervisor"
 )
 
 // groupStores opens the persistent stores with group commit on (the
-// default) and off (MaxBatch 1: one transaction and one sync per write, the
-// path before group commit), the baseline measured in the same run.
+// default) and off (MaxBatch 1: one transaction and one sync per write, or
+// for Redis one round trip per write: the path before group commit), the
+// baseline measured in the same run. The Redis store uses a real
+// redis-server on loopback, started once per benchmark.
 func groupStores(b *testing.B) []struct {
 	name string
 	open func() svc.RunStore
@@ -46,12 +49,27 @@ func groupStores(b *testing.B) []struct {
 			return s
 		}
 	}
+	var redisAddr string // one redis-server for both, started on first use
+	rds := func(max int) func() svc.RunStore {
+		return func() svc.RunStore {
+			if redisAddr == "" {
+				redisAddr = startRedis(b)
+			}
+			s, err := redisstore.Open(redisstore.Options{URL: "redis://" + redisAddr, MaxBatch: max,
+				KeyPrefix: fmt.Sprintf("svc%d", time.Now().UnixNano())})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}
+	}
 	return []struct {
 		name string
 		open func() svc.RunStore
 	}{
 		{"sqlite/group", sqlite(0)}, {"sqlite/one", sqlite(1)},
 		{"pebble/group", pebble(0)}, {"pebble/one", pebble(1)},
+		{"redis/group", rds(0)}, {"redis/one", rds(1)},
 	}
 }
 
