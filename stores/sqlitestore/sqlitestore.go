@@ -416,11 +416,11 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 		created = rec.CreatedAt
 	}
 	var held string
-	err := s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q with Idempotency-Key %q", rec.RunID, key),
+	err := s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q with Idempotency-Key %q", rec.RunID, key), atomic: true,
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
 			held = ""
 			var heldFP, heldRun string
-			switch err := tx.tx.QueryRowContext(ctx, sqlIdemGet, key, micros(now)).Scan(&heldFP, &heldRun); {
+			switch err := tx.queryRow(ctx, sqlIdemGet, key, micros(now)).Scan(&heldFP, &heldRun); {
 			case err == nil:
 				if heldFP != fingerprint {
 					return svc.IdempotencyConflict(key, heldRun), nil
@@ -447,7 +447,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 				{sqlIdemExpire, []any{micros(now)}},
 				{sqlIdemTrim, []any{svc.MaxIdempotencyKeys}},
 			} {
-				if _, err := tx.tx.ExecContext(ctx, q.sql, q.args...); err != nil {
+				if _, err := tx.exec(ctx, q.sql, q.args...); err != nil {
 					return nil, err
 				}
 			}
@@ -528,7 +528,7 @@ func (s *Store) move(ctx context.Context, runID string, next svc.RunState, reaso
 	for len(from) < 2 {
 		from = append(from, from[0])
 	}
-	return s.do(ctx, op{id: runID, what: fmt.Sprintf("set state of run %q", runID),
+	return s.do(ctx, op{id: runID, what: fmt.Sprintf("set state of run %q", runID), atomic: final != nil,
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
 			now := micros(time.Now())
 			var (
@@ -894,17 +894,40 @@ func (s *Store) closedErr() error {
 type op struct {
 	id   string // the run it changes, whose streams are woken after the commit
 	what string // the operation, for the fault's message
-	run  func(ctx context.Context, tx *batchTx) (answer, fault error)
+	// atomic says the write has several statements that must land
+	// together: alone, it still needs a transaction of its own, where a
+	// one-statement write commits by itself.
+	atomic bool
+	run    func(ctx context.Context, tx *batchTx) (answer, fault error)
 }
 
 // batchTx is a transaction of the writer with the transaction's copies of
-// the prepared statements, made once per batch.
+// the prepared statements, made once per batch; or, with tx nil, the
+// writer itself, each statement committing alone.
 type batchTx struct {
 	tx    *sql.Tx
+	db    *sql.DB
 	stmts map[*sql.Stmt]*sql.Stmt
 }
 
+func (b *batchTx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if b.tx == nil {
+		return b.db.ExecContext(ctx, query, args...)
+	}
+	return b.tx.ExecContext(ctx, query, args...)
+}
+
+func (b *batchTx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if b.tx == nil {
+		return b.db.QueryRowContext(ctx, query, args...)
+	}
+	return b.tx.QueryRowContext(ctx, query, args...)
+}
+
 func (b *batchTx) stmt(ctx context.Context, st *sql.Stmt) *sql.Stmt {
+	if b.tx == nil {
+		return st
+	}
 	if t, ok := b.stmts[st]; ok {
 		return t
 	}
@@ -932,8 +955,21 @@ func (s *Store) do(ctx context.Context, o op) error {
 	return err
 }
 
-// single makes one write in a transaction of its own.
+// single makes one write alone: its one statement commits by itself, or
+// an atomic write's statements in a transaction of their own.
 func (s *Store) single(ctx context.Context, o op) error {
+	if !o.atomic {
+		answer, fault := o.run(ctx, &batchTx{db: s.writer})
+		if fault != nil {
+			return s.fail(ctx, fault, "%s", o.what)
+		}
+		if answer != nil {
+			return answer
+		}
+		s.commits.Add(1)
+		s.notify.signal(o.id)
+		return nil
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return s.fail(ctx, err, "%s", o.what)
