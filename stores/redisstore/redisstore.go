@@ -229,10 +229,15 @@ func Open(opts Options) (*Store, error) {
 	s.wg.Add(1)
 	go s.keepLease()
 	if opts.MaxBatch != 1 {
-		s.q = groupcommit.New(groupcommit.Options{MaxBatch: opts.MaxBatch}, s.commit, errClosed)
+		// A few pipelines in flight keep the server busy while one
+		// batch's replies travel back.
+		s.q = groupcommit.New(groupcommit.Options{MaxBatch: opts.MaxBatch, Writers: pipelines}, s.commit, errClosed)
 	}
 	return s, nil
 }
+
+// pipelines is how many batches of writes may be in flight at once.
+const pipelines = 4
 
 // call is one write script's run through the commit queue; cmd is its
 // reply.

@@ -32,6 +32,13 @@ type Options struct {
 	// 0); past it, callers wait to enqueue (back pressure) until their
 	// context ends.
 	Queue int
+	// Writers is how many batches may be in flight at once, each taken
+	// and committed by a writer goroutine of its own (1 when 0): more than
+	// one only for a store whose commits may overlap (Redis pipelines on
+	// separate connections). The writes of overlapping batches were all
+	// concurrent (no caller of either had been answered), so no order
+	// between them was promised.
+	Writers int
 }
 
 // Job is one caller's write in a batch. The commit function sets Err, the
@@ -72,9 +79,17 @@ func New[T any](o Options, commit func(batch []*Job[T]), closed func() error) *Q
 	if o.Queue <= 0 {
 		o.Queue = DefaultQueue
 	}
+	o.Writers = max(o.Writers, 1)
 	q := &Queue[T]{ch: make(chan *Job[T], o.Queue), max: o.MaxBatch, commit: commit, closed: closed,
 		quit: make(chan struct{}), stopped: make(chan struct{})}
-	go q.run()
+	var wg sync.WaitGroup
+	for range o.Writers {
+		wg.Go(q.run)
+	}
+	go func() {
+		wg.Wait()
+		close(q.stopped)
+	}()
 	return q
 }
 
@@ -125,7 +140,6 @@ func (q *Queue[T]) Close() {
 }
 
 func (q *Queue[T]) run() {
-	defer close(q.stopped)
 	batch := make([]*Job[T], 0, q.max)
 	for {
 		select {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -105,7 +108,7 @@ func TestCloseCommitsQueued(t *testing.T) {
 		go func() { defer wg.Done(); errs[i] = q.Do(context.Background(), i) }()
 	}
 	for len(q.ch) < 9 {
-		// wait until the nine are queued (a bounded spin on a buffered channel)
+		runtime.Gosched() // until the nine are queued
 	}
 	closed := make(chan struct{})
 	go func() { q.Close(); close(closed) }()
@@ -149,6 +152,7 @@ func TestCancelledJobIsSkipped(t *testing.T) {
 	skipped := make(chan error, 1)
 	go func() { skipped <- q.Do(ctx, 2) }()
 	for len(q.ch) < 1 {
+		runtime.Gosched()
 	}
 	cancel()
 	if err := <-skipped; !errors.Is(err, context.Canceled) {
@@ -161,5 +165,56 @@ func TestCancelledJobIsSkipped(t *testing.T) {
 	q.Close()
 	if len(got) != 1 || got[0] != 1 {
 		t.Fatalf("committed %v, want [1]", got)
+	}
+}
+
+// TestWritersOverlap: with several writers, batches are committed at once
+// (the second starts while the first is still in its commit), and every
+// job is answered once.
+func TestWritersOverlap(t *testing.T) {
+	var (
+		inCommit atomic.Int32
+		overlap  atomic.Bool
+		mu       sync.Mutex
+		seen     = map[int]int{}
+	)
+	gate := make(chan struct{})
+	q := New(Options{MaxBatch: 10, Writers: 3}, func(batch []*Job[int]) {
+		if inCommit.Add(1) > 1 {
+			overlap.Store(true)
+			select {
+			case <-gate:
+			default:
+				close(gate)
+			}
+		}
+		select { // the first batch waits until another one overlaps it
+		case <-gate:
+		case <-time.After(10 * time.Second): // one writer only: fail, do not hang
+		}
+		mu.Lock()
+		for _, j := range batch {
+			seen[j.Op]++
+		}
+		mu.Unlock()
+		inCommit.Add(-1)
+	}, closedErr)
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			if err := q.Do(context.Background(), i); err != nil {
+				t.Errorf("job %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	q.Close()
+	if !overlap.Load() {
+		t.Fatal("no two batches were committed at once")
+	}
+	for i := range 100 {
+		if seen[i] != 1 {
+			t.Fatalf("job %d committed %d times", i, seen[i])
+		}
 	}
 }
