@@ -7,7 +7,10 @@
 // check against the state machine and one Batch applied with Sync, all under
 // the store's write lock: nothing interleaves between the check and the
 // write. A call returns once its batch is fsynced, so an acknowledged change
-// survives a crash; concurrent writers share fsyncs.
+// survives a crash. The writes of runs go through a commit queue
+// (stores/internal/groupcommit): its writer applies every queued write in
+// turn under the lock, without a sync, then one sync for all of them, and
+// answers each caller after it; OpenWith with MaxBatch 1 turns it off.
 //
 // Pebble locks its directory, so the process that opened the store sees every
 // write; Stream runs the stores' follow loop (stores/internal/follow): it

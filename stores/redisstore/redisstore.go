@@ -39,7 +39,11 @@
 // final event is appended in the same step as the transition. Once a run is
 // terminal its two keys get Options.TTL. Streams follow the events streams
 // with XREAD BLOCK, so they see writes made by any process; one blocking
-// reader per Store serves all of them (see stream.go).
+// reader per Store serves all of them (see stream.go). The change scripts
+// of concurrent callers go out together: a commit queue
+// (stores/internal/groupcommit) sends what is queued in one pipeline (up
+// to four in flight) and answers each caller with its own script's reply;
+// Options.MaxBatch 1 sends each alone.
 //
 // ListRuns walks P::created from the cursor down (ZREVRANGEBYSCORE orders
 // the members of one score by id, descending: the listing order) and reads

@@ -9,6 +9,14 @@
 // committed, a power cut may lose the last commits). A busy file is an
 // AgentRuntimeError matching sqlitedb.ErrBusy, which callers may retry.
 //
+// Group commit: every write of a run goes through a commit queue
+// (stores/internal/groupcommit). Its one writer goroutine takes everything
+// queued and makes it in one transaction, then answers each caller, so
+// concurrent writes share a commit and a caller still hears back only once
+// its write is committed. A write the state machine refuses changes
+// nothing and fails alone; a database error rolls the batch back and each
+// of its writes is made again alone. OpenWith with MaxBatch 1 turns it off.
+//
 // The state machine is enforced in SQL: every change is a conditional UPDATE
 // (or INSERT … SELECT) that matches only runs in a state that allows it, so
 // a late writer in any process is refused by the store itself.
