@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -86,6 +86,11 @@ bench-million:
 bench-stream:
 	$(GO) test -run '^$$' -bench BenchmarkGatherStream -benchtime 1x ./bench/
 	SVC_STREAM_TASKS=1000000 $(GO) test -count=1 -run TestGatherStreamBoundedMemory -v ./supervisor/
+
+## bench-groupcommit: issue 15.2, group commit for submitted runs: in
+## process per store (with and without group commit) and over HTTP
+bench-groupcommit:
+	$(GO) test -run '^$$' -bench 'GroupCommit' -benchmem -benchtime $(BENCHTIME) ./bench/
 
 ## fuzz: a short run of every fuzz target
 fuzz:

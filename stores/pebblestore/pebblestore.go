@@ -7,7 +7,10 @@
 // check against the state machine and one Batch applied with Sync, all under
 // the store's write lock: nothing interleaves between the check and the
 // write. A call returns once its batch is fsynced, so an acknowledged change
-// survives a crash; concurrent writers share fsyncs.
+// survives a crash. The writes of runs go through a commit queue
+// (stores/internal/groupcommit): its writer applies every queued write in
+// turn under the lock, without a sync, then one sync for all of them, and
+// answers each caller after it; OpenWith with MaxBatch 1 turns it off.
 //
 // Pebble locks its directory, so the process that opened the store sees every
 // write; Stream runs the stores' follow loop (stores/internal/follow): it
@@ -37,6 +40,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -44,6 +48,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/stores/internal/follow"
+	"github.com/svc-dev/svc/stores/internal/groupcommit"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -92,6 +97,28 @@ type Store struct {
 	// idemKeys counts the stored Idempotency-Keys (counted at Open), for
 	// the bound; changed under mu.
 	idemKeys int
+
+	// q is the commit queue the writes of runs go through (nil when
+	// Options.MaxBatch is 1: each write is applied and synced alone).
+	q *groupcommit.Queue[prepareFunc]
+	// syncs counts the fsyncs the writes waited for (Syncs).
+	syncs atomic.Int64
+}
+
+// prepareFunc reads, checks and fills a batch under the write lock and
+// names the runs it changes; see write.
+type prepareFunc func(*pebble.Batch) ([]string, error)
+
+// Options tune OpenWith; the zero value is Open's defaults.
+type Options struct {
+	// MaxBatch is the most writes of many callers that share one fsync
+	// (groupcommit.DefaultMaxBatch when 0). 1 turns group commit off:
+	// each write is applied with its own sync request, as before group
+	// commit (the baseline of the benchmarks).
+	MaxBatch int
+	// Queue bounds the writes waiting for the writer
+	// (groupcommit.DefaultQueue when 0).
+	Queue int
 }
 
 // subscriber wakes one Stream goroutine; the buffer of one coalesces bursts
@@ -106,7 +133,10 @@ var (
 
 // Open opens (creating if needed) the store in directory dir. Only one Store
 // may hold a directory at a time.
-func Open(dir string) (*Store, error) {
+func Open(dir string) (*Store, error) { return OpenWith(dir, Options{}) }
+
+// OpenWith is Open with options.
+func OpenWith(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, svc.Errorf(svc.KindSpecValidation, "pebblestore: empty directory")
 	}
@@ -131,8 +161,12 @@ func Open(dir string) (*Store, error) {
 		_ = fsCloser.Close()
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q: count idempotency keys", dir))
 	}
-	return &Store{db: db, fsCloser: fsCloser, dir: dir, done: make(chan struct{}),
-		subs: map[string]map[*subscriber]struct{}{}, idemKeys: keys}, nil
+	s := &Store{db: db, fsCloser: fsCloser, dir: dir, done: make(chan struct{}),
+		subs: map[string]map[*subscriber]struct{}{}, idemKeys: keys}
+	if opts.MaxBatch != 1 {
+		s.q = groupcommit.New(groupcommit.Options{MaxBatch: opts.MaxBatch, Queue: opts.Queue}, s.commit, errClosed)
+	}
+	return s, nil
 }
 
 func countPrefix(db *pebble.DB, prefix string) (int, error) {
@@ -147,12 +181,19 @@ func countPrefix(db *pebble.DB, prefix string) (int, error) {
 	return n, it.Close()
 }
 
+// Syncs is how many fsyncs the writes of runs have waited for since Open:
+// with group commit, fewer than the writes.
+func (s *Store) Syncs() int64 { return s.syncs.Load() }
+
 // Dir is the directory the store was opened on.
 func (s *Store) Dir() string { return s.dir }
 
 // Close stops every Stream, waits for their goroutines and closes the
 // database. A second Close returns nil.
 func (s *Store) Close() error {
+	if s.q != nil {
+		s.q.Close() // commits what was queued before the close
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -186,7 +227,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	// A new run starts bare whatever the caller filled in.
 	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
 		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
-	return s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+	return s.group(ctx, func(b *pebble.Batch) ([]string, error) {
 		switch _, err := s.load(rec.RunID); {
 		case err == nil:
 			return nil, svc.Errorf(svc.KindRunState, "run %q already exists", rec.RunID)
@@ -663,7 +704,7 @@ func (s *Store) loadSummary(runID string) (*svc.RunRecord, error) {
 // update runs fn on runID's record under the write lock and writes the
 // record back with whatever fn added to the batch.
 func (s *Store) update(ctx context.Context, runID string, fn func(*stored, *pebble.Batch) error) error {
-	return s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+	return s.group(ctx, func(b *pebble.Batch) ([]string, error) {
 		st, err := s.load(runID)
 		if err != nil {
 			return nil, err
@@ -717,6 +758,7 @@ func (s *Store) write(ctx context.Context, prepare func(*pebble.Batch) ([]string
 	if err != nil {
 		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: sync %q", ids))
 	}
+	s.syncs.Add(1)
 	// Streams are woken once the change is durable (a stream woken by
 	// another write may see it a little earlier, as pebble makes a batch
 	// visible before its fsync).
@@ -724,6 +766,87 @@ func (s *Store) write(ctx context.Context, prepare func(*pebble.Batch) ([]string
 		s.notify(id)
 	}
 	return nil
+}
+
+// group makes a write of a run through the commit queue, or alone
+// (write) without one.
+func (s *Store) group(ctx context.Context, prepare prepareFunc) error {
+	if s.q == nil {
+		return s.write(ctx, prepare)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.q.Do(ctx, prepare)
+}
+
+// commit is the commit queue's writer. Under the write lock, each write is
+// prepared and applied in turn without a sync, as write does, so each
+// one's check sees the writes before it; then one empty batch asks for the
+// sync, which makes the WAL durable up to it, every write of the batch
+// included. Every caller is answered after that one fsync. A write whose
+// check refuses it (or whose reads fail) adds nothing and gets its own
+// error.
+func (s *Store) commit(jobs []*groupcommit.Job[prepareFunc]) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		for _, j := range jobs {
+			j.Err = errClosed()
+		}
+		return
+	}
+	ids := make([][]string, len(jobs))
+	applied := false
+	for i, j := range jobs {
+		b := s.db.NewBatch()
+		got, err := j.Op(b)
+		if err == nil && len(got) > 0 {
+			if err = s.db.Apply(b, pebble.NoSync); err != nil {
+				err = svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write %q", got))
+			} else {
+				ids[i], applied = got, true
+			}
+		}
+		_ = b.Close()
+		j.Err = err
+	}
+	if !applied {
+		s.mu.Unlock()
+		return
+	}
+	sync := s.db.NewBatch()
+	err := sync.LogData(nil, nil)
+	if err == nil {
+		err = s.db.ApplyNoSyncWait(sync, pebble.Sync)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		_ = sync.Close()
+	} else {
+		s.wg.Add(1) // Close waits for this sync before closing the database
+		s.mu.Unlock()
+		err = sync.SyncWait()
+		_ = sync.Close()
+		s.wg.Done()
+	}
+	if err != nil {
+		err = svc.Wrap(svc.KindRuntime, err, "pebblestore: sync a batch of writes")
+	} else {
+		s.syncs.Add(1)
+	}
+	for i, j := range jobs {
+		if ids[i] == nil {
+			continue
+		}
+		if err != nil {
+			j.Err = err
+			continue
+		}
+		for _, id := range ids[i] {
+			s.notify(id)
+		}
+	}
 }
 
 // load reads runID's record; the caller holds mu.

@@ -172,3 +172,15 @@ func BenchmarkAppendParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 }
+
+// TestContractOneSyncPerWrite runs the suite with group commit off
+// (MaxBatch 1), the benchmarks' baseline.
+func TestContractOneSyncPerWrite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) svc.RunStore {
+		s, err := pebblestore.OpenWith(t.TempDir(), pebblestore.Options{MaxBatch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}

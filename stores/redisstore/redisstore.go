@@ -39,7 +39,11 @@
 // final event is appended in the same step as the transition. Once a run is
 // terminal its two keys get Options.TTL. Streams follow the events streams
 // with XREAD BLOCK, so they see writes made by any process; one blocking
-// reader per Store serves all of them (see stream.go).
+// reader per Store serves all of them (see stream.go). The change scripts
+// of concurrent callers go out together: a commit queue
+// (stores/internal/groupcommit) sends what is queued in one pipeline (up
+// to four in flight) and answers each caller with its own script's reply;
+// Options.MaxBatch 1 sends each alone.
 //
 // ListRuns walks P::created from the cursor down (ZREVRANGEBYSCORE orders
 // the members of one score by id, descending: the listing order) and reads
@@ -72,6 +76,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/stores/internal/groupcommit"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -108,6 +113,11 @@ type Options struct {
 	// LeaseTTL is how long this node's lease outlives its last renewal;
 	// it is renewed every LeaseTTL/3. 0 means DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// MaxBatch is the most writes of many callers sent in one pipeline
+	// (one round trip; groupcommit.DefaultMaxBatch when 0). 1 turns this
+	// off: each write is its own round trip, as before (the benchmarks'
+	// baseline).
+	MaxBatch int
 }
 
 // DefaultLeaseTTL is Options.LeaseTTL when zero: a killed node's runs are
@@ -127,6 +137,11 @@ type Store struct {
 	// killed node (export_test.go).
 	leaseCtx  context.Context
 	leaseStop context.CancelFunc
+
+	// q is the commit queue the writes of runs go through (nil when
+	// Options.MaxBatch is 1): the writes queued while one pipeline is in
+	// flight go out together in the next.
+	q *groupcommit.Queue[*call]
 
 	// mu is held shared by every call and exclusively by Close, so Close
 	// never closes the client under a command and no Stream starts after it.
@@ -217,7 +232,66 @@ func Open(opts Options) (*Store, error) {
 	s.leaseCtx, s.leaseStop = context.WithCancel(ctx)
 	s.wg.Add(1)
 	go s.keepLease()
+	if opts.MaxBatch != 1 {
+		// A few pipelines in flight keep the server busy while one
+		// batch's replies travel back.
+		s.q = groupcommit.New(groupcommit.Options{MaxBatch: opts.MaxBatch, Writers: pipelines}, s.commit, errClosed)
+	}
 	return s, nil
+}
+
+// pipelines is how many batches of writes may be in flight at once.
+const pipelines = 4
+
+// call is one write script's run through the commit queue; cmd is its
+// reply.
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// eval runs a write script: through the commit queue, or alone without
+// one.
+func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.q == nil {
+		return script.Run(ctx, s.c, keys, args...)
+	}
+	c := &call{script: script, keys: keys, args: args}
+	if err := s.q.Do(ctx, c); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return c.cmd
+}
+
+// commit is the commit queue's writer: the batch's scripts go out in one
+// pipeline, in order, each answered with its own reply. The scripts
+// are atomic and Redis runs a connection's commands in order, so each
+// sees the writes before it. A script the server does not have cached
+// (NOSCRIPT, after a restart or SCRIPT FLUSH) is run again alone, which
+// loads it; the batch's writes are concurrent (none of their callers has
+// been answered), so running one after the others is an order they might
+// have had anyway.
+func (s *Store) commit(jobs []*groupcommit.Job[*call]) {
+	ctx := context.Background()
+	if len(jobs) == 1 {
+		c := jobs[0].Op
+		c.cmd = c.script.Run(jobs[0].Ctx, s.c, c.keys, c.args...)
+		return
+	}
+	pipe := s.c.Pipeline()
+	for _, j := range jobs {
+		j.Op.cmd = j.Op.script.EvalSha(ctx, pipe, j.Op.keys, j.Op.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each reply carries its own error
+	for _, j := range jobs {
+		if err := j.Op.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			j.Op.cmd = j.Op.script.Run(ctx, s.c, j.Op.keys, j.Op.args...)
+		}
+	}
 }
 
 // ensureIndex adds every run to P::created unless P::indexed says they are
@@ -282,6 +356,9 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.stop()
 	s.mu.Unlock()
+	if s.q != nil {
+		s.q.Close() // no write is under way any more (they hold mu)
+	}
 	s.hubMu.Lock()
 	blocked := s.hubBlocked
 	s.hubMu.Unlock()
@@ -316,7 +393,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	}
 	created := formatTime(rec.CreatedAt)
 	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
-		n, err := createScript.Run(ctx, s.c, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
+		n, err := s.eval(ctx, createScript, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
 			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
 			"reason", "", "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Int()
 		if err != nil {
@@ -818,7 +895,7 @@ type reply struct {
 
 // run executes a change script on runID; what names the change in errors.
 func (s *Store) run(ctx context.Context, script *redis.Script, runID, what string, args ...any) (reply, error) {
-	res, err := script.Run(ctx, s.c, s.keys(runID), args...).Int64Slice()
+	res, err := s.eval(ctx, script, s.keys(runID), args...).Int64Slice()
 	if err != nil {
 		return reply{}, s.fail(err, "write "+what+" of", runID)
 	}

@@ -1,6 +1,9 @@
 package sqlitestore
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // OpenPolling opens a store whose streams poll every poll instead of
 // PollInterval.
@@ -10,4 +13,20 @@ func OpenPolling(path string, poll time.Duration) (*Store, error) {
 		s.poll = poll
 	}
 	return s, err
+}
+
+// Commits is how many transactions s's run writes committed.
+func Commits(s *Store) int64 { return s.commits.Load() }
+
+// Pending is how many writes wait in s's commit queue or its batch.
+func Pending(s *Store) int { return s.q.Pending() }
+
+// HoldWriter takes s's one writer connection until release is called, so
+// writes queue behind it.
+func HoldWriter(t interface{ Fatal(...any) }, s *Store) (release func()) {
+	c, err := s.writer.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = c.Close() }
 }

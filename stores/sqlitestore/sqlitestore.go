@@ -9,6 +9,14 @@
 // committed, a power cut may lose the last commits). A busy file is an
 // AgentRuntimeError matching sqlitedb.ErrBusy, which callers may retry.
 //
+// Group commit: every write of a run goes through a commit queue
+// (stores/internal/groupcommit). Its one writer goroutine takes everything
+// queued and makes it in one transaction, then answers each caller, so
+// concurrent writes share a commit and a caller still hears back only once
+// its write is committed. A write the state machine refuses changes
+// nothing and fails alone; a database error rolls the batch back and each
+// of its writes is made again alone. OpenWith with MaxBatch 1 turns it off.
+//
 // The state machine is enforced in SQL: every change is a conditional UPDATE
 // (or INSERT … SELECT) that matches only runs in a state that allows it, so
 // a late writer in any process is refused by the store itself.
@@ -40,6 +48,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/sqlitedb"
 	"github.com/svc-dev/svc/stores/internal/follow"
+	"github.com/svc-dev/svc/stores/internal/groupcommit"
 	"github.com/svc-dev/svc/stores/internal/runlist"
 )
 
@@ -179,6 +188,12 @@ type Store struct {
 	reader *sql.DB
 	stmt   statements
 
+	// q is the commit queue every write of a run goes through (nil when
+	// Options.MaxBatch is 1: each write commits alone, in its caller).
+	q *groupcommit.Queue[op]
+	// commits counts the transactions the writes committed (Commits).
+	commits atomic.Int64
+
 	notify notifier
 	poll   time.Duration // PollInterval; tests raise it to prove the signals
 	// closeMu orders Stream's registration of a goroutine against Close.
@@ -194,9 +209,24 @@ var (
 	_ svc.IdempotentStore = (*Store)(nil)
 )
 
+// Options tune OpenWith; the zero value is Open's defaults.
+type Options struct {
+	// MaxBatch is the most writes one transaction commits for many
+	// callers (groupcommit.DefaultMaxBatch when 0). 1 turns group commit
+	// off: each write is its own transaction, committed by its caller, as
+	// before group commit (the baseline of the benchmarks).
+	MaxBatch int
+	// Queue bounds the writes waiting for the writer
+	// (groupcommit.DefaultQueue when 0).
+	Queue int
+}
+
 // Open opens the store in the file at path, creating the file and its
 // tables if needed. The directory must exist.
-func Open(path string) (*Store, error) {
+func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
+
+// OpenWith is Open with options.
+func OpenWith(path string, opts Options) (*Store, error) {
 	abs, err := checkPath(path)
 	if err != nil {
 		return nil, err
@@ -221,6 +251,9 @@ func Open(path string) (*Store, error) {
 		writer.Close()
 		return nil, fail(err)
 	}
+	if opts.MaxBatch != 1 {
+		s.q = groupcommit.New(groupcommit.Options{MaxBatch: opts.MaxBatch, Queue: opts.Queue}, s.commit, s.closedErr)
+	}
 	return s, nil
 }
 
@@ -228,8 +261,8 @@ func Open(path string) (*Store, error) {
 // small statements. database/sql prepares each again, lazily, on every
 // connection of its pool that runs it.
 type statements struct {
-	create, setState, finish, setProgress, setResult, append, appendFinal *sql.Stmt // writer
-	get, state, events                                                    *sql.Stmt // reader
+	create, setState, finish, setProgress, setResult, append, appendFinal, stateW *sql.Stmt // writer
+	get, state, events                                                            *sql.Stmt // reader
 	// list[state filter][cursor] are the ListRuns queries (reader).
 	list [2][2]*sql.Stmt
 }
@@ -247,6 +280,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 		{writer, sqlSetResult, &st.setResult},
 		{writer, sqlAppend, &st.append},
 		{writer, sqlAppendFinal, &st.appendFinal},
+		{writer, sqlState, &st.stateW},
 		{reader, sqlGet, &st.get},
 		{reader, sqlState, &st.state},
 		{reader, sqlEvents, &st.events},
@@ -266,7 +300,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 
 func (st *statements) close() error {
 	var errs []error
-	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.setProgress, st.setResult, st.append, st.appendFinal,
+	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.finish, st.setProgress, st.setResult, st.append, st.appendFinal, st.stateW,
 		st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
@@ -334,6 +368,10 @@ func initSchema(db *sql.DB) error {
 	return tx.Commit()
 }
 
+// Commits is how many transactions the writes of runs have committed
+// since Open: with group commit, fewer than the writes.
+func (s *Store) Commits() int64 { return s.commits.Load() }
+
 // Path returns the path the store was opened with.
 func (s *Store) Path() string { return s.path }
 
@@ -349,16 +387,19 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	if !rec.CreatedAt.IsZero() {
 		created = rec.CreatedAt
 	}
-	res, err := s.stmt.create.ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
-	if err != nil {
-		return s.fail(ctx, err, "create run %q", rec.RunID)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return s.fail(ctx, err, "create run %q", rec.RunID)
-	} else if n == 0 {
-		return svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
-	}
-	return nil
+	return s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q", rec.RunID),
+		run: func(ctx context.Context, tx *batchTx) (error, error) {
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+			if err != nil {
+				return nil, err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return nil, err
+			} else if n == 0 {
+				return svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID), nil
+			}
+			return nil, nil
+		}})
 }
 
 // CreateIdempotent reserves key and creates rec in one transaction; see
@@ -382,47 +423,49 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	if !rec.CreatedAt.IsZero() {
 		created = rec.CreatedAt
 	}
-	fail := func(err error) (string, bool, error) {
-		return "", false, s.fail(ctx, err, "create run %q with Idempotency-Key %q", rec.RunID, key)
-	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer tx.Rollback()
-	var heldFP, heldRun string
-	switch err := tx.QueryRowContext(ctx, sqlIdemGet, key, micros(now)).Scan(&heldFP, &heldRun); {
-	case err == nil:
-		if heldFP != fingerprint {
-			return "", false, svc.IdempotencyConflict(key, heldRun)
-		}
-		return heldRun, false, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return fail(err)
-	}
-	res, err := tx.StmtContext(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
-	if err != nil {
-		return fail(err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail(err)
-	} else if n == 0 {
-		return "", false, svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID)
-	}
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{sqlIdemPut, []any{key, fingerprint, rec.RunID, micros(now.Add(ttl))}},
-		{sqlIdemExpire, []any{micros(now)}},
-		{sqlIdemTrim, []any{svc.MaxIdempotencyKeys}},
-	} {
-		if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
-			return fail(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fail(err)
+	var held string
+	err := s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q with Idempotency-Key %q", rec.RunID, key), atomic: true,
+		run: func(ctx context.Context, tx *batchTx) (error, error) {
+			held = ""
+			var heldFP, heldRun string
+			switch err := tx.queryRow(ctx, sqlIdemGet, key, micros(now)).Scan(&heldFP, &heldRun); {
+			case err == nil:
+				if heldFP != fingerprint {
+					return svc.IdempotencyConflict(key, heldRun), nil
+				}
+				held = heldRun
+				return nil, nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return nil, err
+			}
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+			if err != nil {
+				return nil, err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return nil, err
+			} else if n == 0 {
+				return svc.Errorf(svc.KindRunState, "sqlitestore: run %q already exists", rec.RunID), nil
+			}
+			for _, q := range []struct {
+				sql  string
+				args []any
+			}{
+				{sqlIdemPut, []any{key, fingerprint, rec.RunID, micros(now.Add(ttl))}},
+				{sqlIdemExpire, []any{micros(now)}},
+				{sqlIdemTrim, []any{svc.MaxIdempotencyKeys}},
+			} {
+				if _, err := tx.exec(ctx, q.sql, q.args...); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}})
+	switch {
+	case err != nil:
+		return "", false, err
+	case held != "":
+		return held, false, nil
 	}
 	return rec.RunID, true, nil
 }
@@ -493,40 +536,37 @@ func (s *Store) move(ctx context.Context, runID string, next svc.RunState, reaso
 	for len(from) < 2 {
 		from = append(from, from[0])
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return s.fail(ctx, err, "set state of run %q", runID)
-	}
-	defer tx.Rollback()
-	now := micros(time.Now())
-	var res sql.Result
-	if finish {
-		has := 0
-		if result != nil {
-			has = 1
-		}
-		res, err = tx.StmtContext(ctx, s.stmt.finish).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1], []byte(result), has)
-	} else {
-		res, err = tx.StmtContext(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1])
-	}
-	if err != nil {
-		return s.fail(ctx, err, "set state of run %q", runID)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return s.fail(ctx, err, "set state of run %q", runID)
-	} else if n == 0 {
-		return s.refuse(ctx, runID, fmt.Sprintf("cannot move to %q", next))
-	}
-	if final != nil {
-		if _, err := tx.StmtContext(ctx, s.stmt.appendFinal).ExecContext(ctx, eventArgs(runID, *final)...); err != nil {
-			return s.fail(ctx, err, "append the final event of run %q", runID)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return s.fail(ctx, err, "set state of run %q", runID)
-	}
-	s.notify.signal(runID)
-	return nil
+	return s.do(ctx, op{id: runID, what: fmt.Sprintf("set state of run %q", runID), atomic: final != nil,
+		run: func(ctx context.Context, tx *batchTx) (error, error) {
+			now := micros(time.Now())
+			var (
+				res sql.Result
+				err error
+			)
+			if finish {
+				has := 0
+				if result != nil {
+					has = 1
+				}
+				res, err = tx.stmt(ctx, s.stmt.finish).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1], []byte(result), has)
+			} else {
+				res, err = tx.stmt(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1])
+			}
+			if err != nil {
+				return nil, err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return nil, err
+			} else if n == 0 {
+				return s.refuseTx(ctx, tx, runID, fmt.Sprintf("cannot move to %q", next))
+			}
+			if final != nil {
+				if _, err := tx.stmt(ctx, s.stmt.appendFinal).ExecContext(ctx, eventArgs(runID, *final)...); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}})
 }
 
 // SetProgress replaces a run's progress.
@@ -551,16 +591,19 @@ func (s *Store) SetResult(ctx context.Context, runID string, result json.RawMess
 
 // update runs a conditional UPDATE of a run that is not terminal.
 func (s *Store) update(ctx context.Context, runID string, stmt *sql.Stmt, what string, value any) error {
-	res, err := stmt.ExecContext(ctx, runID, value, micros(time.Now()))
-	if err != nil {
-		return s.fail(ctx, err, "set %s of run %q", what, runID)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return s.fail(ctx, err, "set %s of run %q", what, runID)
-	} else if n == 0 {
-		return s.refuse(ctx, runID, "takes no more "+what)
-	}
-	return nil
+	return s.do(ctx, op{id: runID, what: fmt.Sprintf("set %s of run %q", what, runID),
+		run: func(ctx context.Context, tx *batchTx) (error, error) {
+			res, err := tx.stmt(ctx, stmt).ExecContext(ctx, runID, value, micros(time.Now()))
+			if err != nil {
+				return nil, err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return nil, err
+			} else if n == 0 {
+				return s.refuseTx(ctx, tx, runID, "takes no more "+what)
+			}
+			return nil, nil
+		}})
 }
 
 // Append adds an event to a run that is not terminal and returns its Seq.
@@ -569,14 +612,17 @@ func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int6
 		return 0, err
 	}
 	var seq int64
-	err := s.stmt.append.QueryRowContext(ctx, eventArgs(runID, ev)...).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, s.refuse(ctx, runID, "takes no more events")
-	}
+	err := s.do(ctx, op{id: runID, what: fmt.Sprintf("append to run %q", runID),
+		run: func(ctx context.Context, tx *batchTx) (error, error) {
+			err := tx.stmt(ctx, s.stmt.append).QueryRowContext(ctx, eventArgs(runID, ev)...).Scan(&seq)
+			if errors.Is(err, sql.ErrNoRows) {
+				return s.refuseTx(ctx, tx, runID, "takes no more events")
+			}
+			return nil, err
+		}})
 	if err != nil {
-		return 0, s.fail(ctx, err, "append to run %q", runID)
+		return 0, err
 	}
-	s.notify.signal(runID)
 	return seq, nil
 }
 
@@ -801,6 +847,9 @@ func (s *Store) Close() error {
 	}
 	close(s.done)
 	s.closeMu.Unlock()
+	if s.q != nil {
+		s.q.Close() // commits what was queued before the close
+	}
 	s.streams.Wait()
 	err := errors.Join(s.stmt.close(), s.reader.Close(), s.writer.Close())
 	if err != nil {
@@ -837,9 +886,183 @@ func (s *Store) refuse(ctx context.Context, runID, why string) error {
 
 func (s *Store) check() error {
 	if s.closed.Load() {
-		return svc.Errorf(svc.KindShuttingDown, "sqlitestore: %q is closed", s.path)
+		return s.closedErr()
 	}
 	return nil
+}
+
+func (s *Store) closedErr() error {
+	return svc.Errorf(svc.KindShuttingDown, "sqlitestore: %q is closed", s.path)
+}
+
+// op is one write of a run. run makes it inside a transaction of the
+// writer and returns the caller's answer (nil, or a refusal, after which
+// it has changed nothing) or a fault: a database error, after which the
+// transaction may be spoiled.
+type op struct {
+	id   string // the run it changes, whose streams are woken after the commit
+	what string // the operation, for the fault's message
+	// atomic says the write has several statements that must land
+	// together: alone, it still needs a transaction of its own, where a
+	// one-statement write commits by itself.
+	atomic bool
+	run    func(ctx context.Context, tx *batchTx) (answer, fault error)
+}
+
+// batchTx is a transaction of the writer with the transaction's copies of
+// the prepared statements, made once per batch; or, with tx nil, the
+// writer itself, each statement committing alone.
+type batchTx struct {
+	tx    *sql.Tx
+	db    *sql.DB
+	stmts map[*sql.Stmt]*sql.Stmt
+}
+
+func (b *batchTx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if b.tx == nil {
+		return b.db.ExecContext(ctx, query, args...)
+	}
+	return b.tx.ExecContext(ctx, query, args...)
+}
+
+func (b *batchTx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if b.tx == nil {
+		return b.db.QueryRowContext(ctx, query, args...)
+	}
+	return b.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (b *batchTx) stmt(ctx context.Context, st *sql.Stmt) *sql.Stmt {
+	if b.tx == nil {
+		return st
+	}
+	if t, ok := b.stmts[st]; ok {
+		return t
+	}
+	if b.stmts == nil {
+		b.stmts = map[*sql.Stmt]*sql.Stmt{}
+	}
+	t := b.tx.StmtContext(ctx, st)
+	b.stmts[st] = t
+	return t
+}
+
+// do makes a write: through the commit queue, answered once the
+// transaction holding it is committed, or alone without a queue.
+func (s *Store) do(ctx context.Context, o op) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if s.q == nil {
+		return s.single(ctx, o)
+	}
+	err := s.q.Do(ctx, o)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return s.fail(ctx, err, "%s", o.what)
+	}
+	return err
+}
+
+// single makes one write alone: its one statement commits by itself, or
+// an atomic write's statements in a transaction of their own.
+func (s *Store) single(ctx context.Context, o op) error {
+	if !o.atomic {
+		answer, fault := o.run(ctx, &batchTx{db: s.writer})
+		if fault != nil {
+			return s.fail(ctx, fault, "%s", o.what)
+		}
+		if answer != nil {
+			return answer
+		}
+		s.commits.Add(1)
+		s.notify.signal(o.id)
+		return nil
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail(ctx, err, "%s", o.what)
+	}
+	defer tx.Rollback()
+	answer, fault := o.run(ctx, &batchTx{tx: tx})
+	if fault != nil {
+		return s.fail(ctx, fault, "%s", o.what)
+	}
+	if answer != nil {
+		return answer
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail(ctx, err, "%s", o.what)
+	}
+	s.commits.Add(1)
+	s.notify.signal(o.id)
+	return nil
+}
+
+// commit is the commit queue's writer: a batch of writes in one
+// transaction and one commit. A fault spoils the batch's transaction: it
+// is rolled back and each write is made again alone, so each caller gets
+// its own write's outcome and no other's.
+func (s *Store) commit(jobs []*groupcommit.Job[op]) {
+	if len(jobs) == 1 {
+		jobs[0].Err = s.single(jobs[0].Ctx, jobs[0].Op)
+		return
+	}
+	// The batch belongs to all its callers: no one caller's context
+	// may cut it short.
+	ctx := context.Background()
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		// The write lock could not be taken (another process holds the
+		// file past the busy timeout): alone, each would wait as long.
+		for _, j := range jobs {
+			j.Err = s.fail(j.Ctx, err, "%s", j.Op.what)
+		}
+		return
+	}
+	b := &batchTx{tx: tx}
+	answers := make([]error, len(jobs))
+	for i, j := range jobs {
+		answer, fault := j.Op.run(ctx, b)
+		if fault != nil {
+			_ = tx.Rollback()
+			s.alone(jobs)
+			return
+		}
+		answers[i] = answer
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		s.alone(jobs)
+		return
+	}
+	s.commits.Add(1)
+	for i, j := range jobs {
+		j.Err = answers[i]
+		if answers[i] == nil {
+			s.notify.signal(j.Op.id)
+		}
+	}
+}
+
+// alone makes each write of a failed batch in a transaction of its own.
+func (s *Store) alone(jobs []*groupcommit.Job[op]) {
+	for _, j := range jobs {
+		j.Err = s.single(j.Ctx, j.Op)
+	}
+}
+
+// refuseTx is refuse inside a write's transaction, which sees the writes
+// of the batch before it.
+func (s *Store) refuseTx(ctx context.Context, tx *batchTx, runID, why string) (answer, fault error) {
+	var state string
+	err := tx.stmt(ctx, s.stmt.stateW).QueryRowContext(ctx, runID).Scan(&state)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return unknown(runID), nil
+	case err != nil:
+		return nil, err
+	}
+	return svc.Errorf(svc.KindRunState, "sqlitestore: run %q is %s and %s", runID, state, why), nil
 }
 
 // fail wraps a database error once, naming the operation; see

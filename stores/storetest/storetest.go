@@ -34,6 +34,9 @@
 //   - Stream's channel also closes when the run becomes terminal by
 //     Interrupt (after its run_failed frame), and when the store is closed.
 //   - After Close, every method returns an error.
+//   - Concurrent writes each get their own answer (ConcurrentLanding): a
+//     store that commits several callers' writes together still refuses
+//     exactly the ones the state machine refuses, and only those.
 //
 // Every store is also a svc.IdempotentStore (idempotent.go states its
 // rules) and a svc.RunLister; list.go states the rules of its
@@ -105,6 +108,7 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"StreamEndsOnClose", testStreamEndsOnClose},
 		{"Interrupt", testInterrupt},
 		{"Concurrent", testConcurrent},
+		{"ConcurrentLanding", testConcurrentLanding},
 		{"Close", testClose},
 		{"ListEmpty", testListEmpty},
 		{"ListOrder", testListOrder},
