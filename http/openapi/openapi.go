@@ -25,7 +25,8 @@ type Route struct {
 	// Query lists the query parameters: name → description.
 	Query map[string]string
 	// Body names the request body's component ("" for none); BodyTypes
-	// are its media types, application/json unless set.
+	// are its media types, application/json unless set (an
+	// application/x-ndjson body is a TaskSpec a line).
 	Body      string
 	BodyTypes []string
 	// Status is the success status; Reply its component ("" for none),
@@ -37,6 +38,10 @@ type Route struct {
 	ReplyType  string
 	ReplyArray bool
 	Alt        string
+	// Streams names the component each line (application/x-ndjson) or
+	// frame (text/event-stream) of a streamed answer is, when the route
+	// streams on request.
+	Streams string
 	// Public routes answer without the bearer token.
 	Public bool
 	// Headers are response headers: name → description.
@@ -49,7 +54,8 @@ var Routes = []Route{
 	{Method: "GET", Path: "/agents/{name}/schema", ID: "agentSchema", Summary: "An agent's input and output JSON Schemas.", Status: 200, Reply: "AgentSchema"},
 	{Method: "POST", Path: "/agents/{name}/run", ID: "runAgent", Summary: "Run an agent on one task and wait for its result.", Body: "RunBody", Status: 200, Reply: "AgentResult",
 		Headers: map[string]string{"X-Request-Id": "The run's trace id."}},
-	{Method: "POST", Path: "/agents/{name}/gather", ID: "gather", Summary: "Run an agent on many tasks at once; the results in task order.", Body: "GatherRequest", Status: 200, Reply: "AgentResult", ReplyArray: true,
+	{Method: "POST", Path: "/agents/{name}/gather", ID: "gather", Summary: "Run an agent on many tasks at once: the results in task order, or (Accept: application/x-ndjson or text/event-stream) each StreamLine as it finishes, then a summary.", Body: "GatherRequest", BodyTypes: []string{"application/json", "application/x-ndjson"}, Status: 200, Reply: "AgentResult", ReplyArray: true, Streams: "StreamLine",
+		Query:   map[string]string{"max_concurrency": "Tasks in flight for an application/x-ndjson body (1..10000; default 100)."},
 		Headers: map[string]string{"X-Request-Id": "The batch's trace id."}},
 	{Method: "GET", Path: "/groups", ID: "listGroups", Summary: "The registered group names, sorted.", Status: 200, Reply: "string", ReplyArray: true},
 	{Method: "GET", Path: "/groups/{name}/topology", ID: "groupTopology", Summary: "A group's nodes and edges, with a Mermaid flowchart.", Status: 200, Reply: "Topology"},
@@ -195,10 +201,12 @@ func operation(r Route) map[string]any {
 		op["parameters"] = params
 	}
 	if r.Body != "" {
-		op["requestBody"] = map[string]any{
-			"required": true,
-			"content":  map[string]any{"application/json": map[string]any{"schema": ref(r.Body)}},
+		content := map[string]any{"application/json": map[string]any{"schema": ref(r.Body)}}
+		if slices.Contains(r.BodyTypes, "application/x-ndjson") {
+			content["application/x-ndjson"] = map[string]any{"schema": map[string]any{"type": "string",
+				"description": "One TaskSpec (components/schemas/TaskSpec) per line, read as the batch goes."}}
 		}
+		op["requestBody"] = map[string]any{"required": true, "content": content}
 	}
 	responses := map[string]any{}
 	ok := map[string]any{"description": r.Summary}
@@ -223,7 +231,14 @@ func operation(r Route) map[string]any {
 		if mt == "text/event-stream" || mt == "text/plain" {
 			schema = map[string]any{"type": "string", "description": describeStream(r)}
 		}
-		ok["content"] = map[string]any{mt: map[string]any{"schema": schema}}
+		content := map[string]any{mt: map[string]any{"schema": schema}}
+		if r.Streams != "" {
+			for _, st := range []string{"application/x-ndjson", "text/event-stream"} {
+				content[st] = map[string]any{"schema": map[string]any{"type": "string",
+					"description": "One " + r.Streams + " (components/schemas/" + r.Streams + ") per line or frame, as each finishes; the summary last."}}
+			}
+		}
+		ok["content"] = content
 	}
 	if len(r.Headers) > 0 {
 		hs := map[string]any{}

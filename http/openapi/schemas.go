@@ -57,9 +57,10 @@ func ref(name string) *jsonschema.Schema {
 	return &jsonschema.Schema{Ref: "#/components/schemas/" + name}
 }
 
-func str() *jsonschema.Schema  { return &jsonschema.Schema{Type: "string"} }
-func num() *jsonschema.Schema  { return &jsonschema.Schema{Type: "number"} }
-func intg() *jsonschema.Schema { return &jsonschema.Schema{Type: "integer"} }
+func str() *jsonschema.Schema     { return &jsonschema.Schema{Type: "string"} }
+func num() *jsonschema.Schema     { return &jsonschema.Schema{Type: "number"} }
+func intg() *jsonschema.Schema    { return &jsonschema.Schema{Type: "integer"} }
+func boolean() *jsonschema.Schema { return &jsonschema.Schema{Type: "boolean"} }
 func nullableStr() *jsonschema.Schema {
 	return &jsonschema.Schema{Types: []string{"null", "string"}}
 }
@@ -84,6 +85,7 @@ var payloadTypes = map[string]func() *jsonschema.Schema{
 	"failure_count": intg, "node_count": intg, "concurrency": intg,
 	"prefetch": intg, "in_flight": intg, "concurrency_cap": intg, "rejected": intg,
 	"agents": strArray, "agent_subscriptions": strArray,
+	"streamed": boolean,
 }
 
 // payloadSchema is the payload of one event type: exactly its keys, the
@@ -185,6 +187,8 @@ func components() ([]component, error) {
 			Description: `A group run's answer: an AgentResult when one terminal node fired, a GroupResult (with "group": true) when several did.`,
 			OneOf:       []*jsonschema.Schema{ref("AgentResult"), ref("GroupResult")},
 		}},
+		{name: "StreamLine", typ: reflect.TypeFor[svc.StreamLine]()},
+		{name: "GatherSummary", typ: reflect.TypeFor[svc.GatherSummary]()},
 		{name: "RunStatus", typ: reflect.TypeFor[svc.RunStatus]()},
 		{name: "RunProgress", typ: reflect.TypeFor[svc.RunProgress]()},
 		{name: "RunEvent", hand: runEvent()},
