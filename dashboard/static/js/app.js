@@ -27,7 +27,11 @@ const state = {
 // perf records how long drawing the live view takes, and how long an
 // event waits from arrival until the frame that shows it: the browser
 // test reads window.__svcPerf.
-const perf = { renders: [], lags: [] };
+const perf = {
+  renders: [], lags: [],
+  // kept reports what the page holds, for the test of the bounded window.
+  kept: () => ({ events: state.events.length, traces: state.traces.size, tasks: state.taskTrace.size, results: state.results.size, seen: state.eventCount }),
+};
 window.__svcPerf = perf;
 function sample(list, v) { list.push(v); if (list.length > 1000) list.shift(); }
 
@@ -157,6 +161,8 @@ function ingest(ev) {
     state.taskTrace.set(ev.task_id, ev.trace_id);
     if (state.taskTrace.size > MAX_TRACES * 4) state.taskTrace.delete(state.taskTrace.keys().next().value);
   }
+  feedNew.push(ev);
+  if (feedNew.length > FEED_ROWS) feedNew.shift();
   scheduleRender();
   scheduleRuns();
 }
@@ -176,7 +182,7 @@ async function refreshRuns() {
     const page = await call(`runs?limit=${LIVE_ROWS}`);
     state.runs = new Map(page.runs.map((r) => [r.run_id, r]));
     fetchResults(page.runs);
-    scheduleRender();
+    redraw('runs');
   } catch (err) {
     if (err instanceof APIError && err.status === 404) $('#live-table tbody').replaceChildren(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'This server lists no submitted runs (GET /runs answered 404).')));
   } finally { runsBusy = false; }
@@ -195,17 +201,24 @@ function fetchResults(runs) {
       const m = (res && res.metadata) || {};
       state.results.set(r.run_id, { tokens: m.tokens_used, cost: m.cost_usd, trace: m.trace_id, target: r.target });
       if (state.results.size > MAX_RESULTS) state.results.delete(state.results.keys().next().value);
-      scheduleRender();
+      redraw('runs');
     }).catch(() => {}).finally(() => { resultsInFlight--; });
   }
 }
+
+// A frame redraws only what changed: the runs table when GET /runs or a
+// result answered, and the feed by the events that arrived since the last
+// frame; redraw(what) asks for a whole part to be drawn again.
+const dirty = { runs: true, feed: true };
+let feedNew = [];
+function redraw(...what) { for (const w of what) dirty[w] = true; scheduleRender(); }
 
 let frame = 0;
 function scheduleRender() {
   if (frame) return;
   frame = requestAnimationFrame(() => {
     frame = 0;
-    if (currentView() !== 'live') { pendingSince = 0; return; }
+    if (currentView() !== 'live') { pendingSince = 0; feedNew = []; dirty.runs = dirty.feed = true; return; }
     const t0 = performance.now();
     renderLive();
     const t1 = performance.now();
@@ -217,6 +230,19 @@ function scheduleRender() {
 function renderLive() {
   const runs = [...state.runs.values()];
   const fs = $('#live-state').value, fa = $('#live-agent').value.trim().toLowerCase();
+  if (dirty.runs) { dirty.runs = false; renderRuns(runs, fs, fa); }
+  const running = runs.filter((r) => r.state === 'running').length;
+  const failed = runs.filter((r) => r.state === 'failed').length;
+  $('#live-meters').replaceChildren(
+    meter('Events seen', fmtNum(state.eventCount)),
+    meter('Runs listed', runs.length),
+    meter('Running', running),
+    meter('Failed', failed, failed ? 'bad' : ''),
+    meter('Traces in window', state.traces.size));
+  renderFeed(fa);
+}
+
+function renderRuns(runs, fs, fa) {
   const now = Date.now();
   const rows = runs.filter((r) => (!fs || r.state === fs) && (!fa || r.target.toLowerCase().includes(fa))).map((r) => {
     const res = state.results.get(r.run_id);
@@ -233,24 +259,37 @@ function renderLive() {
       h('td', {}, ts(r.created_at)));
   });
   fill($('#live-table tbody'), rows, state.runs.size ? 'No run matches the filter.' : 'No submitted runs yet: POST /submit, or `svc submit`.', 8);
+}
 
-  const running = runs.filter((r) => r.state === 'running').length;
-  const failed = runs.filter((r) => r.state === 'failed').length;
-  $('#live-meters').replaceChildren(
-    meter('Events seen', fmtNum(state.eventCount)),
-    meter('Runs listed', runs.length),
-    meter('Running', running),
-    meter('Failed', failed, failed ? 'bad' : ''),
-    meter('Traces in window', state.traces.size));
-
-  const evs = state.events.slice(-FEED_ROWS).reverse().filter((e) => !fa || (e.agent_name || '').toLowerCase().includes(fa));
-  $('#feed-count').textContent = `(latest ${evs.length} of the ${state.events.length} kept)`;
-  fill($('#feed-table tbody'), evs.map((e) => h('tr', { class: e.event_type.includes('fail') || e.event_type.includes('exceeded') ? 'bad-row' : '' },
+// renderFeed adds the rows of the events that arrived since the last frame
+// at the top and drops the oldest beyond FEED_ROWS; the whole feed is drawn
+// again only when asked (a new filter, back to this view).
+function renderFeed(fa) {
+  const match = (e) => !fa || (e.agent_name || '').toLowerCase().includes(fa);
+  const tbody = $('#feed-table tbody');
+  if (dirty.feed) {
+    dirty.feed = false;
+    feedNew = [];
+    const evs = state.events.slice(-FEED_ROWS).reverse().filter(match);
+    fill(tbody, evs.map(feedRow), 'Waiting for events…', 5);
+  } else if (feedNew.length) {
+    const evs = feedNew.filter(match);
+    feedNew = [];
+    if (evs.length) {
+      if (tbody.querySelector('td[colspan]')) tbody.replaceChildren();
+      tbody.prepend(...evs.reverse().map(feedRow));
+      while (tbody.rows.length > FEED_ROWS) tbody.lastElementChild.remove();
+    }
+  }
+  $('#feed-count').textContent = `(latest ${tbody.querySelector('td[colspan]') ? 0 : tbody.rows.length} of the ${state.events.length} kept)`;
+}
+function feedRow(e) {
+  return h('tr', { class: e.event_type.includes('fail') || e.event_type.includes('exceeded') ? 'bad-row' : '' },
     h('td', {}, ts(e.timestamp)),
     h('td', {}, e.event_type),
     h('td', {}, e.agent_name || '–'),
     h('td', { class: 'mono' }, e.trace_id ? h('a', { href: '#tree/' + encodeURIComponent(e.trace_id) }, short(e.trace_id)) : '–'),
-    h('td', { class: 'detail' }, detail(e)))), 'Waiting for events…', 5);
+    h('td', { class: 'detail' }, detail(e)));
 }
 function detail(e) {
   const p = e.payload || {};
@@ -309,7 +348,7 @@ async function refreshDrawer() {
       h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id)));
     const terminal = ['completed', 'failed', 'cancelled'].includes(st.state);
     $('#drawer-cancel').disabled = terminal;
-    if (run && run.state !== st.state) { run.state = st.state; run.progress = st.progress; scheduleRender(); }
+    if (run && run.state !== st.state) { run.state = st.state; run.progress = st.progress; redraw('runs'); }
     if (terminal && st.state !== 'cancelled') {
       const res = await call(`runs/${encodeURIComponent(d.id)}/result`);
       if (state.drawer !== d) return;
@@ -560,7 +599,7 @@ function route() {
   const v = currentView();
   for (const name of views) $('#view-' + name).hidden = name !== v;
   document.querySelectorAll('#tabs a').forEach((a) => a.classList.toggle('active', a.dataset.view === v));
-  if (v === 'live') scheduleRender();
+  if (v === 'live') redraw('runs', 'feed');
   if (v === 'tree') showTree(treeShown());
   if (v === 'history') showHistory();
   if (v === 'usage') showUsage();
@@ -569,8 +608,8 @@ function route() {
   if (v === 'groups') showGroups();
 }
 window.addEventListener('hashchange', route);
-$('#live-state').addEventListener('change', scheduleRender);
-$('#live-agent').addEventListener('input', scheduleRender);
+$('#live-state').addEventListener('change', () => redraw('runs'));
+$('#live-agent').addEventListener('input', () => redraw('runs', 'feed'));
 
 function applyTheme(t) {
   document.documentElement.dataset.theme = t;
