@@ -308,9 +308,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.do(chromedp.Click(chromedp.CSS("#drawer-close")))
 
-	// Run tree view, by trace id from the feed.
-	b.do(chromedp.Click(chromedp.CSS(`#feed-table a[href^="#tree/"]`)))
-	b.until("the tree view to draw a tree", `document.querySelectorAll('#tree-out ul.tree li').length >= 1`)
+	// Run tree view, by the fan run's trace link in the feed.
+	b.do(chromedp.Click(chromedp.Search(`//table[@id="feed-table"]//tr[td[3]="item"]//a`)))
+	b.until("the tree view to draw the fan run", `document.querySelectorAll('#tree-out ul.tree li').length >= 6 && !!document.querySelector('#tree-out li.st-failed')`)
 	b.shot("tree")
 
 	// Usage and tools show the API's numbers.

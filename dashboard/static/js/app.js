@@ -503,7 +503,7 @@ async function showUsage() {
     }
     const byTarget = new Map();
     for (const r of state.results.values()) if (r && r.cost !== undefined) byTarget.set(r.target, (byTarget.get(r.target) || 0) + r.cost);
-    $('#usage-cost-chart').replaceChildren(bars([...byTarget].map(([label, value]) => ({ label, value: Math.round(value * 1e5) / 1e5 })), { unit: ' $' }));
+    $('#usage-cost-chart').replaceChildren(bars([...byTarget].map(([label, value]) => ({ label, value })), { format: cost }));
   } catch (err) { $('#usage-total').replaceChildren(h('p', { class: 'bad' }, err.message)); }
 }
 

@@ -18,7 +18,7 @@ export function fmtNum(n) {
 }
 
 // bars draws horizontal bars, one per {label, value}, largest first.
-export function bars(items, { unit = '', max = 12 } = {}) {
+export function bars(items, { unit = '', max = 12, format = (v) => fmtNum(v) + unit } = {}) {
   const rows = [...items].sort((a, b) => b.value - a.value).slice(0, max);
   const rowH = 22, labelW = 130, width = 420;
   const top = Math.max(1, ...rows.map((r) => r.value));
@@ -31,10 +31,10 @@ export function bars(items, { unit = '', max = 12 } = {}) {
     const y = i * rowH;
     const w = Math.max(1, ((width - labelW - 70) * r.value) / top);
     const g = el('g');
-    g.append(el('title', {}, `${r.label}: ${r.value}${unit}`));
+    g.append(el('title', {}, `${r.label}: ${format(r.value)}`));
     g.append(el('text', { x: labelW - 6, y: y + 15, 'text-anchor': 'end', class: 'label' }, trunc(r.label, 18)));
     g.append(el('rect', { x: labelW, y: y + 4, width: w, height: rowH - 8, rx: 3, class: 'bar c' + (i % 6) }));
-    g.append(el('text', { x: labelW + w + 6, y: y + 15, class: 'value' }, fmtNum(r.value) + unit));
+    g.append(el('text', { x: labelW + w + 6, y: y + 15, class: 'value' }, format(r.value)));
     svg.append(g);
   });
   return svg;
@@ -42,7 +42,7 @@ export function bars(items, { unit = '', max = 12 } = {}) {
 
 // line draws points [{t: ms, v}] as a line over time with a light area.
 export function line(points, { unit = '' } = {}) {
-  const width = 420, height = 140, padL = 48, padB = 18;
+  const width = 420, height = 140, padL = 64, padB = 18;
   const svg = el('svg', { viewBox: `0 0 ${width} ${height}`, class: 'chart line', role: 'img' });
   if (points.length < 2) {
     svg.append(el('text', { x: 4, y: 15, class: 'muted' }, 'collecting samples…'));
@@ -95,7 +95,7 @@ export function graph(topo) {
     const off = (height - c.length * (nodeH + gapY) + gapY) / 2;
     pos.set(n, { x: gapX / 2 + i * (nodeW + gapX), y: off + j * (nodeH + gapY) });
   }));
-  const svg = el('svg', { viewBox: `0 0 ${width} ${height}`, class: 'chart graph', role: 'img' });
+  const svg = el('svg', { viewBox: `0 0 ${width} ${height}`, width, class: 'chart graph', role: 'img' });
   const defs = el('defs');
   const marker = el('marker', { id: 'arrow-' + topo.name.replace(/\W/g, '_'), viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' });
   marker.append(el('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead' }));
