@@ -99,4 +99,3 @@ func quantile(xs []float64, q float64) float64 {
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
-
