@@ -439,13 +439,22 @@ func submit2(t testing.TB, a *app.App, token string) string {
 }
 
 // TestDashboardPhone: at a phone's width the page fits without sideways
-// scrolling, and a run's drawer covers the screen.
+// scrolling, and a run's drawer covers the screen; the feed opens with the
+// events stored before the page was.
 func TestDashboardPhone(t *testing.T) {
 	a := startApp(t, "")
 	b := newBrowser(t, 390, 844)
 	id := submit(t, a, "fan", `{"items":["x","y"]}`)
+	// The page opens with the stored events of runs that ended before it
+	// (GET /events), once the event store has written them.
+	var stored []json.RawMessage
+	testutil.Within(t, wait, "the fan run's events to be stored", func() bool {
+		api(t, a, "", http.MethodGet, "/events?event_type=group_completed", "", &stored)
+		return len(stored) == 1
+	})
 	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(a.URL()+"/dashboard/"))
 	b.until("the run to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	b.until("the stored events in the feed", `[...document.querySelectorAll('#feed-table tbody tr')].some(r => r.cells[1] && r.cells[1].textContent === 'group_completed')`)
 	if w := eval[int](b, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
 		t.Errorf("the page is %d px wider than the phone's screen", w)
 	}

@@ -117,8 +117,21 @@ onUnauthorized((err) => {
 
 // ---------- live events ----------
 
+// seed fills the feed with the newest stored events (GET /events), so the
+// page does not open empty; the live stream follows. Without an event
+// store (404) the feed starts with the stream.
+let seeding = null;
+function seed() {
+  // One seed per page, asked again only after a failure (no token yet).
+  seeding ||= call('events?limit=' + FEED_ROWS)
+    .then((evs) => evs.reverse().forEach(ingest))
+    .catch(() => { seeding = null; }); // no event store, or no token yet: the stream still comes
+  return seeding;
+}
+
 let liveAbort = null;
-function connect() {
+async function connect() {
+  await seed();
   if (liveAbort) liveAbort.abort();
   liveAbort = new AbortController();
   const conn = $('#conn');
@@ -248,7 +261,7 @@ function renderRuns(runs, fs, fa) {
     const res = state.results.get(r.run_id);
     const terminal = ['completed', 'failed', 'cancelled'].includes(r.state);
     const ms = (terminal ? Date.parse(r.updated_at) : now) - Date.parse(r.created_at);
-    return h('tr', { class: 'clickable', 'data-run': r.run_id, onclick: () => openRun(r.run_id) },
+    return h('tr', { class: 'clickable', 'data-run': r.run_id, tabindex: 0, onclick: () => openRun(r.run_id), onkeydown: (e) => { if (e.key === 'Enter') openRun(r.run_id); } },
       h('td', { class: 'mono', title: r.run_id }, short(r.run_id)),
       h('td', {}, r.target, ' ', h('small', { class: 'muted' }, r.kind)),
       h('td', {}, stateBadge(r.state)),
@@ -563,6 +576,7 @@ function drawHealth() {
   ];
   if (st.token_budget) m.push(meter('Budget left', fmtNum(st.token_budget.remaining) + ' / ' + fmtNum(st.token_budget.limit), st.token_budget.remaining === 0 ? 'bad' : ''));
   if (st.stuck && st.stuck.count) m.push(meter('Stuck calls', st.stuck.count, 'bad'));
+  if (st.nodes && st.nodes.length) m.push(meter('Serve nodes', st.nodes.length));
   $('#health-meters').replaceChildren(...m);
   $('#burn-chart').replaceChildren(line(state.burn, { unit: '/min' }));
   const rej = Object.entries(st.rejections || {}).map(([label, value]) => ({ label, value }));
