@@ -468,3 +468,21 @@ func TestDashboardPhone(t *testing.T) {
 		t.Errorf("console error: %s", e)
 	}
 }
+
+// TestDashboardReconnecting: when the server goes away the page says it is
+// reconnecting rather than showing stale data as live.
+func TestDashboardReconnecting(t *testing.T) {
+	a := startApp(t, "")
+	b := newBrowser(t, 1000, 700)
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.until("the page to say it is reconnecting", `document.querySelector('#conn').dataset.state === 'reconnecting' && document.querySelector('#conn').textContent === 'reconnecting…'`)
+	for _, e := range b.errors() {
+		t.Errorf("console error: %s", e)
+	}
+}
