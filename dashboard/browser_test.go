@@ -105,7 +105,9 @@ func newBrowser(t testing.TB, width, height int) *browser {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(path),
-		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(width, height), chromedp.Flag("force-device-scale-factor", "1"))
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(width, height), chromedp.Flag("force-device-scale-factor", "1"),
+		// Containers often give /dev/shm a few MiB: use /tmp instead.
+		chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
