@@ -164,10 +164,17 @@ func eval[T any](b *browser, expr string) T {
 	return v
 }
 
-// until waits for the JavaScript expression to be true.
+// until waits for the JavaScript expression to be true; on a timeout it
+// names the console's errors, which usually say why.
 func (b *browser) until(what, expr string) {
 	b.t.Helper()
-	testutil.Within(b.t, wait, what, func() bool { return eval[bool](b, expr) })
+	deadline := time.Now().Add(wait)
+	for !eval[bool](b, expr) {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("timed out after %v waiting for %s (console errors: %q)", wait, what, b.errors())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (b *browser) text(sel string) string {

@@ -212,7 +212,7 @@ function fetchResults(runs) {
     resultsInFlight++;
     call(`runs/${encodeURIComponent(r.run_id)}/result`).then((res) => {
       const m = (res && res.metadata) || {};
-      state.results.set(r.run_id, { tokens: m.tokens_used, cost: m.cost_usd, trace: m.trace_id, target: r.target });
+      state.results.set(r.run_id, { tokens: m.tokens_used, cost: m.cost_usd, trace: m.trace_id, target: r.target, model: m.model || (res && res.group ? 'several (group)' : 'unknown') });
       if (state.results.size > MAX_RESULTS) state.results.delete(state.results.keys().next().value);
       redraw('runs');
     }).catch(() => {}).finally(() => { resultsInFlight--; });
@@ -514,9 +514,14 @@ async function showUsage() {
       $(`#usage-${key}-chart`).replaceChildren(bars(items, { unit: '' }));
       fill($(`#usage-${key} tbody`), items.sort((a, b) => b.value - a.value).map((i) => h('tr', {}, h('td', {}, i.label), h('td', { class: 'num' }, String(i.value)), h('td', { class: 'num' }, String(i.inv)))), 'No completed agents yet.', 3);
     }
-    const byTarget = new Map();
-    for (const r of state.results.values()) if (r && r.cost !== undefined) byTarget.set(r.target, (byTarget.get(r.target) || 0) + r.cost);
+    const byTarget = new Map(), costByModel = new Map();
+    for (const r of state.results.values()) {
+      if (!r || r.cost === undefined) continue;
+      byTarget.set(r.target, (byTarget.get(r.target) || 0) + r.cost);
+      costByModel.set(r.model, (costByModel.get(r.model) || 0) + r.cost);
+    }
     $('#usage-cost-chart').replaceChildren(bars([...byTarget].map(([label, value]) => ({ label, value })), { format: cost }));
+    $('#usage-cost-model-chart').replaceChildren(bars([...costByModel].map(([label, value]) => ({ label, value })), { format: cost }));
   } catch (err) { $('#usage-total').replaceChildren(h('p', { class: 'bad' }, err.message)); }
 }
 
