@@ -34,6 +34,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker"
 	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/dashboard"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/emitters/bridge"
@@ -375,6 +376,9 @@ func (a *App) start() error {
 	}
 	if o.MaxBodyBytes > 0 {
 		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
+	}
+	if o.Dashboard {
+		ropts = append(ropts, server.WithDashboard(dashboard.Handler()))
 	}
 	if a.mp != nil {
 		// svc.http.run_stream.slow_disconnects, beside the emitter's

@@ -123,6 +123,10 @@ type Options struct {
 	// other Origin header is a 403 (server.CheckOrigin).
 	// [--allowed-origins]
 	AllowedOrigins []string
+	// Dashboard serves the web dashboard (package dashboard) at
+	// /dashboard/. Its files need no token; the page asks for AuthToken and
+	// sends it on its API calls. [--dashboard, default true]
+	Dashboard bool
 	// MaxBodyBytes bounds request bodies; server.DefaultMaxBodyBytes (1
 	// MiB) when 0. [--max-body-bytes]
 	MaxBodyBytes int64

@@ -88,6 +88,8 @@ type config struct {
 	ready        []readyCheck // WithReadyCheck
 	// mp receives MetricRunStreamSlowDisconnects (WithMeterProvider).
 	mp metric.MeterProvider
+	// dashboard serves /dashboard/ (WithDashboard).
+	dashboard http.Handler
 }
 
 // readyCheck is one dependency /readyz asks about.
@@ -149,6 +151,42 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	}
 }
 
+// DashboardPath is where WithDashboard mounts the dashboard, relative to
+// the router.
+const DashboardPath = "/dashboard/"
+
+// WithDashboard serves h, the web page of package dashboard
+// (dashboard.Handler()), at /dashboard/ relative to the router: h sees the
+// path below it ("/", "/app.js"), and GET /dashboard redirects to
+// /dashboard/ relatively, so the page works wherever the router is mounted.
+// The page uses only the router's own routes. The standalone server lets
+// the page's files through without a token (they hold no data; the page
+// asks for the token and sends it on its API calls).
+func WithDashboard(h http.Handler) Option {
+	return func(c *config) error {
+		if h == nil {
+			return errors.New("server: WithDashboard: nil handler")
+		}
+		c.dashboard = h
+		return nil
+	}
+}
+
+// mountDashboard serves h below DashboardPath.
+func mountDashboard(r chi.Router, h http.Handler) {
+	r.Method(http.MethodGet, strings.TrimSuffix(DashboardPath, "/"), http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// Relative, so that a router mounted under a prefix keeps it.
+		w.Header().Set("Location", "dashboard/")
+		w.WriteHeader(http.StatusMovedPermanently)
+	}))
+	r.Handle(DashboardPath+"*", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rest := "/" + chi.URLParam(req, "*")
+		r2 := req.Clone(req.Context())
+		r2.URL.Path, r2.URL.RawPath = rest, ""
+		h.ServeHTTP(w, r2)
+	}))
+}
+
 // NewRouter returns the router serving b. Routes, relative to the mount
 // point:
 //
@@ -161,6 +199,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 //	POST /groups/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.RunResult
 //	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
 //	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails
+//	GET  /dashboard/             the web page, with WithDashboard
 //
 // When b also implements svc.RunBackend, the asynchronous runs are served
 // too (without it, these routes answer 404):
@@ -262,6 +301,9 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	}
 	if cfg.sse != nil {
 		mountEventStream(r, cfg.sse, cfg.writeTimeout)
+	}
+	if cfg.dashboard != nil {
+		mountDashboard(r, cfg.dashboard)
 	}
 	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -92,9 +93,22 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 // orchestrators can probe the server without holding the secret.
 var openPaths = map[string]bool{"/healthz": true, "/health": true, "/readyz": true}
 
+// openPath reports whether a request for path needs no token: the health
+// checks, and the dashboard's static files (WithDashboard), which hold no
+// data. A browser cannot send a bearer token when it navigates to a page;
+// the page asks for the token and sends it on every API call.
+func openPath(p string) bool {
+	if openPaths[p] {
+		return true
+	}
+	// Cleaned first: "/dashboard/../usage" is not a dashboard file.
+	c := path.Clean(p)
+	return c == strings.TrimSuffix(DashboardPath, "/") || strings.HasPrefix(c+"/", DashboardPath)
+}
+
 // BearerAuth refuses requests without "Authorization: Bearer <token>" with
 // 401, a problem body and a WWW-Authenticate challenge (RFC 6750). The
-// health checks stay open. The comparison takes the same time whatever the
+// health checks and the dashboard's files (below /dashboard/) stay open. The comparison takes the same time whatever the
 // presented token, so it leaks neither content nor length. An empty token
 // matches nothing: misconfiguration locks the server rather than opening
 // it.
@@ -102,7 +116,7 @@ func BearerAuth(token string) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if openPaths[r.URL.Path] {
+			if openPath(r.URL.Path) {
 				next.ServeHTTP(w, r)
 				return
 			}

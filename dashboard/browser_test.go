@@ -1,0 +1,497 @@
+package dashboard_test
+
+// Browser tests: headless Chromium (Debian's chromium, driven with
+// chromedp) against a real svc process (package app, listening on a free
+// port, as `svc serve` runs it). Without a browser the tests skip, unless
+// SVC_REQUIRE_BROWSER=1 (CI) makes that a failure.
+//
+// With SVC_DASHBOARD_SHOTS=DIR the screenshots of each view are written to
+// DIR (the repository's docs/dashboard); otherwise to a temporary
+// directory, so a test run leaves the working tree alone.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
+
+	"github.com/svc-dev/svc/app"
+	"github.com/svc-dev/svc/internal/testutil"
+)
+
+// wait is how long the page may take to show something: generous, the
+// machine is shared.
+const wait = 45 * time.Second
+
+var specs = map[string]string{
+	"agents/echo.yaml":  "version: 1\nname: echo\nmodel: test:echo\ninstructions: Repeat the input.\n",
+	"agents/slow.yaml":  "version: 1\nname: slow\nmodel: test:echo\ninstructions: Take a minute.\nmodel_settings: {latency_ms: 120000}\n",
+	"agents/item.yaml":  "version: 1\nname: item\nmodel: test:echo\ninstructions: One item.\nmodel_settings: {latency_ms: 200, fail_on: bad}\n",
+	"agents/clock.yaml": "version: 1\nname: clock\nmodel: test:echo\ninstructions: Tell the time.\ntools: [current_time]\ntrust_level: low\nmodel_settings: {call_tools: all}\n",
+	"groups/fan.yaml": "version: 1\nname: fan\nnodes:\n  split: {agent: echo}\n  work: {agent: item}\n" +
+		"edges:\n  - {from: split, to: work, fan_out: output.items, max_concurrency: 2}\n",
+}
+
+// chromiumPath finds the browser, or skips (fails under
+// SVC_REQUIRE_BROWSER=1).
+func chromiumPath(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("SVC_REQUIRE_BROWSER") == "1" {
+		t.Fatal("no chromium on PATH, and SVC_REQUIRE_BROWSER=1: install Debian's chromium (apt-get install chromium)")
+	}
+	t.Skip("no chromium on PATH: the dashboard's browser tests need headless Chromium (apt-get install chromium); SVC_REQUIRE_BROWSER=1 makes this a failure")
+	return ""
+}
+
+// startApp runs an svc process with the dashboard on a free port.
+func startApp(t testing.TB, token string) *app.App {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range specs {
+		p := filepath.Join(dir, "specs", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := app.New(app.Options{SpecsDir: filepath.Join(dir, "specs"), DataDir: dir, Store: "memory", Events: "memory",
+		Dashboard: true, AuthToken: token, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return a
+}
+
+// browser is one headless Chromium tab and what its console said.
+type browser struct {
+	t   testing.TB
+	ctx context.Context
+	mu  sync.Mutex
+	log []chromedp.ConsoleMessage
+}
+
+func newBrowser(t testing.TB, width, height int) *browser {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(path),
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(width, height), chromedp.Flag("force-device-scale-factor", "1"),
+		// Containers often give /dev/shm a few MiB: use /tmp instead.
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	b := &browser{t: t, ctx: ctx}
+	if err := chromedp.Do(ctx); err != nil { // start the browser
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.log = append(b.log, m)
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+// errors are the console errors and uncaught exceptions so far. Failed
+// HTTP answers (a 401 before the token is given, a 404 for a tree not yet
+// written) are the browser's network log, not the page's errors.
+func (b *browser) errors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.log {
+		if (m.Type == chromedp.ConsoleError || m.IsException()) && m.Source != "network" {
+			out = append(out, m.String())
+		}
+	}
+	return out
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, wait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v (console: %v)", err, b.errors())
+	}
+}
+
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, wait)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// until waits for the JavaScript expression to be true; on a timeout it
+// names the console's errors, which usually say why.
+func (b *browser) until(what, expr string) {
+	b.t.Helper()
+	deadline := time.Now().Add(wait)
+	for !eval[bool](b, expr) {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("timed out after %v waiting for %s (console errors: %q)", wait, what, b.errors())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *browser) text(sel string) string {
+	return eval[string](b, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel))
+}
+
+// shot saves a screenshot of the viewport as NAME.png.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	dir := os.Getenv("SVC_DASHBOARD_SHOTS")
+	if dir == "" {
+		dir = b.t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, wait)
+	defer cancel()
+	// Let the last frame settle so the picture is the page, not a blank.
+	time.Sleep(300 * time.Millisecond)
+	img, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if _, err := png.Decode(bytes.NewReader(img)); err != nil {
+		b.t.Fatalf("screenshot %s is not a PNG: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), img, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// api calls the server as a client would.
+func api(t testing.TB, a *app.App, token, method, path, body string, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, a.URL()+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if out != nil && res.StatusCode < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, data)
+		}
+	}
+	return res.StatusCode
+}
+
+func submit(t testing.TB, a *app.App, target, input string) string {
+	t.Helper()
+	var r struct {
+		RunID string `json:"run_id"`
+	}
+	if st := api(t, a, "", http.MethodPost, "/submit", fmt.Sprintf(`{"target":%q,"task":{"input":%s}}`, target, input), &r); st != http.StatusAccepted {
+		t.Fatalf("submit %s: status %d", target, st)
+	}
+	return r.RunID
+}
+
+type progress struct{ Total, Completed, Failed, Running int }
+
+func runStatus(t testing.TB, a *app.App, id string) (state string, p *progress) {
+	var st struct {
+		State    string    `json:"state"`
+		Progress *progress `json:"progress"`
+	}
+	if code := api(t, a, "", http.MethodGet, "/runs/"+id+"/status", "", &st); code != http.StatusOK {
+		t.Fatalf("status of %s: %d", id, code)
+	}
+	return st.State, st.Progress
+}
+
+func runRow(id string) string { return fmt.Sprintf(`#live-table tr[data-run=%q]`, id) }
+
+// TestDashboardInBrowser walks every view of the page against a live
+// server: runs arrive and finish with their progress, a click shows a
+// run's tree, Cancel stops a running run, the usage and tool tables show
+// what the API returns, history pages, groups are drawn, and nothing is
+// written to the console.
+func TestDashboardInBrowser(t *testing.T) {
+	a := startApp(t, "")
+	b := newBrowser(t, 1200, 800)
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
+
+	// Runs submitted after the page loaded appear without a reload, and
+	// end with the progress the API reports.
+	fan := submit(t, a, "fan", `{"items":["a","b","c","bad"]}`)
+	echo := submit(t, a, "echo", `{"text":"hello dashboard"}`)
+	for _, id := range []string{fan, echo} {
+		b.until("run "+id+" to appear live", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	}
+	for _, id := range []string{fan, echo} {
+		testutil.Within(t, wait, "run "+id+" to finish", func() bool { s, _ := runStatus(t, a, id); return s == "completed" || s == "failed" })
+		state, p := runStatus(t, a, id)
+		b.until("run "+id+" to show "+state, fmt.Sprintf(`document.querySelector(%q).textContent.includes(%q)`, runRow(id)+" .badge", state))
+		if p != nil {
+			want := fmt.Sprintf("%d✓ %d✗ %d▸ /%d", p.Completed, p.Failed, p.Running, p.Total)
+			b.until("run "+id+" to show progress "+want, fmt.Sprintf(`document.querySelector(%q).textContent === %q`, runRow(id)+" .progress-text", want))
+		}
+	}
+	b.shot("live")
+
+	// A click opens the drawer with the run's tree: the group, its agents,
+	// the failed item marked.
+	b.do(chromedp.Click(chromedp.CSS(runRow(fan))))
+	b.until("the drawer to show the fan run's tree", `document.querySelectorAll('#drawer-tree ul.tree li').length >= 4`)
+	b.until("the failed item to be marked", `!!document.querySelector('#drawer-tree li.st-failed')`)
+	if tl := b.text("#drawer-timeline"); !strings.Contains(tl, "agent_completed") {
+		t.Errorf("timeline %q has no agent_completed", tl)
+	}
+	if res := b.text("#drawer-result"); !strings.Contains(res, `"group"`) && !strings.Contains(res, `"agent_name"`) {
+		t.Errorf("result %q is not the run's result", res)
+	}
+	b.shot("drawer")
+	b.do(chromedp.Click(chromedp.CSS("#drawer-close")))
+
+	// Cancel ends a running run.
+	slow := submit(t, a, "slow", `{"text":"wait"}`)
+	b.until("the slow run to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(slow)))
+	testutil.Within(t, wait, "the slow run to start", func() bool { s, _ := runStatus(t, a, slow); return s == "running" })
+	b.do(chromedp.Click(chromedp.CSS(runRow(slow))))
+	b.until("the drawer to show the run running", `document.querySelector('#drawer-status .badge')?.textContent === 'running' && !document.querySelector('#drawer-cancel').disabled`)
+	b.do(chromedp.Click(chromedp.CSS("#drawer-cancel")))
+	b.until("the drawer to show the run cancelled", `document.querySelector('#drawer-status .badge')?.textContent === 'cancelled'`)
+	if s, _ := runStatus(t, a, slow); s != "cancelled" {
+		t.Errorf("after Cancel the API says %s, want cancelled", s)
+	}
+	b.do(chromedp.Click(chromedp.CSS("#drawer-close")))
+
+	// Run tree view, by the fan run's trace link in the feed.
+	b.do(chromedp.Click(chromedp.Search(`//table[@id="feed-table"]//tr[td[3]="item"]//a`)))
+	b.until("the tree view to draw the fan run", `document.querySelectorAll('#tree-out ul.tree li').length >= 6 && !!document.querySelector('#tree-out li.st-failed')`)
+	b.shot("tree")
+
+	// Usage and tools show the API's numbers.
+	for range 3 {
+		if st := api(t, a, "", http.MethodPost, "/agents/clock/run", `{"input":{"q":"time?"}}`, nil); st != http.StatusOK {
+			t.Fatalf("run clock: %d", st)
+		}
+	}
+	var usage struct {
+		Groups map[string]struct {
+			TokensUsed  int64 `json:"tokens_used"`
+			Invocations int64 `json:"invocations"`
+		} `json:"groups"`
+	}
+	testutil.Within(t, wait, "the clock runs to be stored", func() bool {
+		api(t, a, "", http.MethodGet, "/usage?group_by=agent", "", &usage)
+		return usage.Groups["clock"].Invocations >= 3
+	})
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	for agent, u := range usage.Groups {
+		want := fmt.Sprintf("%s%d%d", agent, u.TokensUsed, u.Invocations)
+		b.until("usage row "+want, fmt.Sprintf(`[...document.querySelectorAll('#usage-agent tbody tr')].some(r => r.textContent === %q)`, want))
+	}
+	if n := eval[int](b, `document.querySelectorAll('#usage-agent-chart svg rect').length`); n != len(usage.Groups) {
+		t.Errorf("usage chart has %d bars, want %d agents", n, len(usage.Groups))
+	}
+	b.shot("usage")
+
+	var tools struct {
+		Rows []struct {
+			Tool     string  `json:"tool"`
+			Calls    int64   `json:"calls"`
+			Failures int64   `json:"failures"`
+			P95      float64 `json:"p95_ms"`
+		} `json:"rows"`
+	}
+	// The event store writes in batches: wait for the three runs' calls.
+	testutil.Within(t, wait, "the clock runs' tool calls to be stored", func() bool {
+		api(t, a, "", http.MethodGet, "/tools?group_by=tool", "", &tools)
+		return len(tools.Rows) > 0 && tools.Rows[0].Calls >= 3
+	})
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#tools"))
+	for _, r := range tools.Rows {
+		b.until("tool row "+r.Tool, fmt.Sprintf(`[...document.querySelectorAll('#tools-table tbody tr')].some(tr => tr.cells[0].textContent === %q && tr.cells[2].textContent === %q && tr.cells[3].textContent === %q && Math.abs(parseFloat(tr.cells[5].textContent) - %f) < 0.051)`,
+			r.Tool, fmt.Sprint(r.Calls), fmt.Sprint(r.Failures), r.P95))
+	}
+	// Sortable: a click on Tool sorts by name.
+	b.do(chromedp.Click(chromedp.CSS(`#tools-table th[data-key="tool"]`)))
+	b.until("the tools table to sort by tool", `document.querySelector('#tools-table th[data-key="tool"]').dataset.sort === 'asc'`)
+	b.shot("tools")
+
+	// History pages by cursor.
+	for i := range 30 {
+		submit(t, a, "echo", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#history"))
+	b.until("history's first page", `document.querySelectorAll('#hist-table tbody tr.clickable').length === 25`)
+	first := b.text("#hist-table tbody")
+	b.do(chromedp.Click(chromedp.CSS("#hist-next")))
+	b.until("history's second page", `document.querySelector('#hist-page').textContent === 'page 2'`)
+	if b.text("#hist-table tbody") == first {
+		t.Error("the second history page shows the first page's runs")
+	}
+	b.do(chromedp.SetValue(chromedp.CSS("#hist-state"), "cancelled"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#hist-state').dispatchEvent(new Event('change'))`))
+	b.until("history filtered by state", `[...document.querySelectorAll('#hist-table tbody .badge')].every(e => e.textContent === 'cancelled') && document.querySelectorAll('#hist-table tbody .badge').length === 1`)
+	b.shot("history")
+
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.until("the health meters", `document.querySelectorAll('#health-meters .meter').length >= 6`)
+	b.until("the burn-rate chart", `!!document.querySelector('#burn-chart svg')`)
+	b.shot("health")
+
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#groups"))
+	b.until("the fan group's graph", `document.querySelectorAll('[data-group="fan"] svg g.node').length === 2 && document.querySelectorAll('[data-group="fan"] svg g.edge').length === 1`)
+	b.shot("groups")
+
+	// The dark theme.
+	b.do(chromedp.Navigate(a.URL()+"/dashboard/#live"), chromedp.Click(chromedp.CSS("#theme-btn")))
+	b.until("the dark theme", `document.documentElement.dataset.theme === 'dark'`)
+	b.shot("live-dark")
+
+	if errs := b.errors(); len(errs) > 0 {
+		t.Errorf("console errors: %q", errs)
+	}
+}
+
+// TestDashboardToken: with --auth-token the page asks for the token; a
+// wrong one is refused with a clear message, the right one connects, and
+// the token is kept in sessionStorage, never in the address.
+func TestDashboardToken(t *testing.T) {
+	a := startApp(t, "right-token")
+	b := newBrowser(t, 1000, 700)
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.until("the token dialog", `document.querySelector('#token-dialog').open`)
+	b.do(chromedp.SendKeys(chromedp.CSS("#token-input"), "wrong-token"), chromedp.Click(chromedp.CSS("#token-ok")))
+	b.until("the wrong token to be refused", `document.querySelector('#banner').textContent.includes('token was refused') && !document.querySelector('#banner').hidden`)
+	if c := b.text("#conn"); c != "wrong token" {
+		t.Errorf("connection pill says %q, want %q", c, "wrong token")
+	}
+	b.shot("token")
+	b.until("the dialog to ask again", `document.querySelector('#token-dialog').open`)
+	b.do(chromedp.SendKeys(chromedp.CSS("#token-input"), "right-token"), chromedp.Click(chromedp.CSS("#token-ok")))
+	b.until("the stream to connect with the right token", `document.querySelector('#conn').dataset.state === 'connected' && document.querySelector('#banner').hidden`)
+	if got := eval[string](b, `sessionStorage.getItem('svc.token')`); got != "right-token" {
+		t.Errorf("sessionStorage token = %q", got)
+	}
+	if u := eval[string](b, `location.href`); strings.Contains(u, "token") {
+		t.Errorf("the token is in the address: %s", u)
+	}
+	id := submit2(t, a, "right-token")
+	b.until("a run to appear with the token", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	for _, e := range b.errors() {
+		t.Errorf("console error: %s", e)
+	}
+}
+
+func submit2(t testing.TB, a *app.App, token string) string {
+	var r struct {
+		RunID string `json:"run_id"`
+	}
+	if st := api(t, a, token, http.MethodPost, "/submit", `{"target":"echo","task":{"input":{"x":1}}}`, &r); st != http.StatusAccepted {
+		t.Fatalf("submit: %d", st)
+	}
+	return r.RunID
+}
+
+// TestDashboardPhone: at a phone's width the page fits without sideways
+// scrolling, and a run's drawer covers the screen; the feed opens with the
+// events stored before the page was.
+func TestDashboardPhone(t *testing.T) {
+	a := startApp(t, "")
+	b := newBrowser(t, 390, 844)
+	id := submit(t, a, "fan", `{"items":["x","y"]}`)
+	// The page opens with the stored events of runs that ended before it
+	// (GET /events), once the event store has written them.
+	var stored []json.RawMessage
+	testutil.Within(t, wait, "the fan run's events to be stored", func() bool {
+		api(t, a, "", http.MethodGet, "/events?event_type=group_completed", "", &stored)
+		return len(stored) == 1
+	})
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(a.URL()+"/dashboard/"))
+	b.until("the run to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	b.until("the stored events in the feed", `[...document.querySelectorAll('#feed-table tbody tr')].some(r => r.cells[1] && r.cells[1].textContent === 'group_completed')`)
+	if w := eval[int](b, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+		t.Errorf("the page is %d px wider than the phone's screen", w)
+	}
+	b.shot("phone")
+	b.do(chromedp.Click(chromedp.CSS(runRow(id))))
+	b.until("the drawer", `!document.querySelector('#drawer').hidden`)
+	if w := eval[int](b, `Math.round(document.querySelector('#drawer').getBoundingClientRect().width)`); w > 390 {
+		t.Errorf("the drawer is %d px wide on a 390 px screen", w)
+	}
+	for _, e := range b.errors() {
+		t.Errorf("console error: %s", e)
+	}
+}
+
+// TestDashboardReconnecting: when the server goes away the page says it is
+// reconnecting rather than showing stale data as live.
+func TestDashboardReconnecting(t *testing.T) {
+	a := startApp(t, "")
+	b := newBrowser(t, 1000, 700)
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.until("the page to say it is reconnecting", `document.querySelector('#conn').dataset.state === 'reconnecting' && document.querySelector('#conn').textContent === 'reconnecting…'`)
+	for _, e := range b.errors() {
+		t.Errorf("console error: %s", e)
+	}
+}

@@ -1,0 +1,656 @@
+// The dashboard: views over the public HTTP API, fed live by
+// GET /events/stream. Memory stays bounded however busy the server is:
+// at most MAX_EVENTS events, MAX_TRACES traces and MAX_RESULTS results.
+
+import { call, stream, token, setToken, onUnauthorized, APIError } from './api.js';
+import { bars, line, graph, fmtNum } from './svg.js';
+
+const MAX_EVENTS = 2000;   // events kept for the feed and the trace index
+const MAX_TRACES = 2000;   // traces kept (task → trace links, token sums)
+const MAX_RESULTS = 1000;  // finished runs' results (tokens, cost, trace)
+const FEED_ROWS = 100;     // events drawn in the feed
+const LIVE_ROWS = 100;     // runs listed live (newest first)
+const MAX_BURN = 120;      // burn-rate samples (10 minutes at 5 s)
+
+const $ = (s) => document.querySelector(s);
+const state = {
+  events: [],            // ring of RuntimeEvents, oldest first
+  traces: new Map(),     // trace_id → {name, start, end, tokens, failed}
+  taskTrace: new Map(),  // task_id → trace_id
+  runs: new Map(),       // run_id → RunSummary (newest page of GET /runs)
+  results: new Map(),    // run_id → {tokens, cost, trace, target}
+  burn: [],
+  eventCount: 0,
+  drawer: null,          // {id, abort}
+};
+
+// perf records how long drawing the live view takes, and how long an
+// event waits from arrival until the frame that shows it: the browser
+// test reads window.__svcPerf.
+const perf = {
+  renders: [], lags: [],
+  // kept reports what the page holds, for the test of the bounded window.
+  kept: () => ({ events: state.events.length, traces: state.traces.size, tasks: state.taskTrace.size, results: state.results.size, seen: state.eventCount }),
+};
+window.__svcPerf = perf;
+function sample(list, v) { list.push(v); if (list.length > 1000) list.shift(); }
+
+// ---------- helpers ----------
+
+function h(tag, attrs = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) if (k !== undefined && k !== null) e.append(k instanceof Node ? k : String(k));
+  return e;
+}
+function short(id) { return id ? String(id).slice(-8) : '–'; }
+function ts(t) { return t ? new Date(t).toLocaleTimeString() : '–'; }
+function dur(ms) {
+  if (ms === null || ms === undefined || Number.isNaN(ms)) return '–';
+  if (ms < 1000) return Math.round(ms) + ' ms';
+  if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+  return Math.floor(ms / 60000) + 'm ' + Math.round((ms % 60000) / 1000) + 's';
+}
+function cost(c) { return c === undefined || c === null ? '–' : '$' + c.toFixed(c < 0.01 ? 5 : 3); }
+function fill(tbody, rows, empty, cols) {
+  tbody.replaceChildren(...(rows.length ? rows : [h('tr', {}, h('td', { colspan: cols, class: 'muted' }, empty))]));
+}
+function progressBar(p) {
+  if (!p || !p.total) return h('span', { class: 'muted' }, '–');
+  const bar = h('span', { class: 'progress', title: `${p.completed} completed, ${p.failed} failed, ${p.running} running of ${p.total}` });
+  for (const [k, cls] of [['completed', 'ok'], ['failed', 'bad'], ['running', 'run']]) {
+    const s = h('span', { class: cls });
+    s.style.width = (100 * p[k]) / p.total + '%';
+    bar.append(s);
+  }
+  return h('span', { class: 'progress-cell' }, bar, h('span', { class: 'progress-text' }, `${p.completed}✓ ${p.failed}✗ ${p.running}▸ /${p.total}`));
+}
+function stateBadge(s) { return h('span', { class: 'badge s-' + s }, s); }
+
+// banner shows a message for the whole page until cleared.
+function banner(msg, kind = 'error') {
+  const b = $('#banner');
+  if (!msg) { b.hidden = true; return; }
+  b.textContent = msg;
+  b.dataset.kind = kind;
+  b.hidden = false;
+}
+
+// ---------- token ----------
+
+let asking = null;
+function askToken(why) {
+  if (asking) return asking;
+  const dlg = $('#token-dialog');
+  $('#token-why').textContent = why;
+  $('#token-input').value = '';
+  asking = new Promise((resolve) => {
+    dlg.addEventListener('close', () => {
+      asking = null;
+      if (dlg.returnValue === 'ok' && $('#token-input').value.trim()) {
+        setToken($('#token-input').value.trim());
+        resolve(true);
+      } else resolve(false);
+    }, { once: true });
+  });
+  dlg.showModal();
+  return asking;
+}
+let unauthorizedShown = false;
+onUnauthorized((err) => {
+  const wrong = token() !== '';
+  const msg = wrong
+    ? 'The bearer token was refused (401: ' + err.message + '). Enter the token the server was started with (--auth-token).'
+    : 'This server needs a bearer token (401: ' + err.message + '). Enter it to continue.';
+  banner(msg);
+  $('#conn').dataset.state = 'unauthorized';
+  $('#conn').textContent = wrong ? 'wrong token' : 'token needed';
+  if (unauthorizedShown) return;
+  unauthorizedShown = true;
+  askToken(msg).then((ok) => { unauthorizedShown = false; if (ok) restart(); });
+});
+
+// ---------- live events ----------
+
+// seed fills the feed with the newest stored events (GET /events), so the
+// page does not open empty; the live stream follows. Without an event
+// store (404) the feed starts with the stream.
+let seeding = null;
+function seed() {
+  // One seed per page, asked again only after a failure (no token yet).
+  seeding ||= call('events?limit=' + FEED_ROWS)
+    .then((evs) => evs.reverse().forEach(ingest))
+    .catch(() => { seeding = null; }); // no event store, or no token yet: the stream still comes
+  return seeding;
+}
+
+let liveAbort = null;
+async function connect() {
+  await seed();
+  if (liveAbort) liveAbort.abort();
+  liveAbort = new AbortController();
+  const conn = $('#conn');
+  stream('events/stream', {
+    signal: liveAbort.signal,
+    onState: (s, err) => {
+      if (s === 'unauthorized') return;
+      conn.dataset.state = s;
+      conn.textContent = s === 'connected' ? 'connected' : s === 'reconnecting' ? 'reconnecting…' : s;
+      if (s === 'connected') banner('');
+      if (s === 'reconnecting' && err instanceof APIError && err.status === 404) {
+        banner('This server has no live event stream (GET /events/stream answered 404).', 'warn');
+      }
+    },
+    onEvent: ({ data }) => { if (data && data.event_type) ingest(data); },
+  });
+}
+
+let pendingSince = 0;
+function ingest(ev) {
+  const now = performance.now();
+  if (!pendingSince) pendingSince = now;
+  state.eventCount++;
+  state.events.push(ev);
+  if (state.events.length > MAX_EVENTS) state.events.splice(0, state.events.length - MAX_EVENTS);
+  if (ev.trace_id) {
+    let t = state.traces.get(ev.trace_id);
+    if (!t) {
+      t = { name: ev.agent_name, start: ev.timestamp, end: null, tokens: 0, failed: 0 };
+      state.traces.set(ev.trace_id, t);
+      if (state.traces.size > MAX_TRACES) state.traces.delete(state.traces.keys().next().value);
+    }
+    const p = ev.payload || {};
+    if (ev.event_type === 'group_started') t.name = p.group_name || t.name;
+    if (ev.event_type === 'agent_completed') t.tokens += p.tokens_used || 0;
+    if (ev.event_type === 'agent_failed') t.failed++;
+    t.end = ev.timestamp;
+  }
+  if (ev.task_id && ev.trace_id) {
+    state.taskTrace.set(ev.task_id, ev.trace_id);
+    if (state.taskTrace.size > MAX_TRACES * 4) state.taskTrace.delete(state.taskTrace.keys().next().value);
+  }
+  feedNew.push(ev);
+  if (feedNew.length > FEED_ROWS) feedNew.shift();
+  scheduleRender();
+  scheduleRuns();
+}
+
+// Runs are re-read at most once a second while events flow, and every
+// five seconds regardless: GET /runs is the truth about state and progress.
+let runsTimer = null, runsBusy = false, lastRuns = 0;
+function scheduleRuns() {
+  if (runsTimer) return;
+  runsTimer = setTimeout(() => { runsTimer = null; refreshRuns(); }, Math.max(0, 1000 - (Date.now() - lastRuns)));
+}
+async function refreshRuns() {
+  if (runsBusy) return;
+  runsBusy = true;
+  lastRuns = Date.now();
+  try {
+    const page = await call(`runs?limit=${LIVE_ROWS}`);
+    state.runs = new Map(page.runs.map((r) => [r.run_id, r]));
+    fetchResults(page.runs);
+    redraw('runs');
+  } catch (err) {
+    if (err instanceof APIError && err.status === 404) $('#live-table tbody').replaceChildren(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'This server lists no submitted runs (GET /runs answered 404).')));
+  } finally { runsBusy = false; }
+}
+// fetchResults reads the results of finished runs, a few at a time, for
+// their tokens, cost and trace id.
+let resultsInFlight = 0;
+function fetchResults(runs) {
+  for (const r of runs) {
+    if (resultsInFlight >= 6) return;
+    if (r.state !== 'completed' && r.state !== 'failed') continue;
+    if (state.results.has(r.run_id)) continue;
+    state.results.set(r.run_id, null);
+    resultsInFlight++;
+    call(`runs/${encodeURIComponent(r.run_id)}/result`).then((res) => {
+      const m = (res && res.metadata) || {};
+      state.results.set(r.run_id, { tokens: m.tokens_used, cost: m.cost_usd, trace: m.trace_id, target: r.target, model: m.model || (res && res.group ? 'several (group)' : 'unknown') });
+      if (state.results.size > MAX_RESULTS) state.results.delete(state.results.keys().next().value);
+      redraw('runs');
+    }).catch(() => {}).finally(() => { resultsInFlight--; });
+  }
+}
+
+// A frame redraws only what changed: the runs table when GET /runs or a
+// result answered, and the feed by the events that arrived since the last
+// frame; redraw(what) asks for a whole part to be drawn again.
+const dirty = { runs: true, feed: true };
+let feedNew = [];
+function redraw(...what) { for (const w of what) dirty[w] = true; scheduleRender(); }
+
+let frame = 0;
+function scheduleRender() {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    if (currentView() !== 'live') { pendingSince = 0; feedNew = []; dirty.runs = dirty.feed = true; return; }
+    const t0 = performance.now();
+    renderLive();
+    const t1 = performance.now();
+    sample(perf.renders, t1 - t0);
+    if (pendingSince) { const since = pendingSince; pendingSince = 0; requestAnimationFrame(() => sample(perf.lags, performance.now() - since)); }
+  });
+}
+
+function renderLive() {
+  const runs = [...state.runs.values()];
+  const fs = $('#live-state').value, fa = $('#live-agent').value.trim().toLowerCase();
+  if (dirty.runs) { dirty.runs = false; renderRuns(runs, fs, fa); }
+  const running = runs.filter((r) => r.state === 'running').length;
+  const failed = runs.filter((r) => r.state === 'failed').length;
+  $('#live-meters').replaceChildren(
+    meter('Events seen', fmtNum(state.eventCount)),
+    meter('Runs listed', runs.length),
+    meter('Running', running),
+    meter('Failed', failed, failed ? 'bad' : ''),
+    meter('Traces in window', state.traces.size));
+  renderFeed(fa);
+}
+
+function renderRuns(runs, fs, fa) {
+  const now = Date.now();
+  const rows = runs.filter((r) => (!fs || r.state === fs) && (!fa || r.target.toLowerCase().includes(fa))).map((r) => {
+    const res = state.results.get(r.run_id);
+    const terminal = ['completed', 'failed', 'cancelled'].includes(r.state);
+    const ms = (terminal ? Date.parse(r.updated_at) : now) - Date.parse(r.created_at);
+    return h('tr', { class: 'clickable', 'data-run': r.run_id, tabindex: 0, onclick: () => openRun(r.run_id), onkeydown: (e) => { if (e.key === 'Enter') openRun(r.run_id); } },
+      h('td', { class: 'mono', title: r.run_id }, short(r.run_id)),
+      h('td', {}, r.target, ' ', h('small', { class: 'muted' }, r.kind)),
+      h('td', {}, stateBadge(r.state)),
+      h('td', {}, progressBar(r.progress)),
+      h('td', { class: 'num' }, dur(ms)),
+      h('td', { class: 'num' }, res && res.tokens !== undefined ? fmtNum(res.tokens) : '–'),
+      h('td', { class: 'num' }, res ? cost(res.cost) : '–'),
+      h('td', {}, ts(r.created_at)));
+  });
+  fill($('#live-table tbody'), rows, state.runs.size ? 'No run matches the filter.' : 'No submitted runs yet: POST /submit, or `svc submit`.', 8);
+}
+
+// renderFeed adds the rows of the events that arrived since the last frame
+// at the top and drops the oldest beyond FEED_ROWS; the whole feed is drawn
+// again only when asked (a new filter, back to this view).
+function renderFeed(fa) {
+  const match = (e) => !fa || (e.agent_name || '').toLowerCase().includes(fa);
+  const tbody = $('#feed-table tbody');
+  if (dirty.feed) {
+    dirty.feed = false;
+    feedNew = [];
+    const evs = state.events.slice(-FEED_ROWS).reverse().filter(match);
+    fill(tbody, evs.map(feedRow), 'Waiting for events…', 5);
+  } else if (feedNew.length) {
+    const evs = feedNew.filter(match);
+    feedNew = [];
+    if (evs.length) {
+      if (tbody.querySelector('td[colspan]')) tbody.replaceChildren();
+      tbody.prepend(...evs.reverse().map(feedRow));
+      while (tbody.rows.length > FEED_ROWS) tbody.lastElementChild.remove();
+    }
+  }
+  $('#feed-count').textContent = `(latest ${tbody.querySelector('td[colspan]') ? 0 : tbody.rows.length} of the ${state.events.length} kept)`;
+}
+function feedRow(e) {
+  return h('tr', { class: e.event_type.includes('fail') || e.event_type.includes('exceeded') ? 'bad-row' : '' },
+    h('td', {}, ts(e.timestamp)),
+    h('td', {}, e.event_type),
+    h('td', {}, e.agent_name || '–'),
+    h('td', { class: 'mono' }, e.trace_id ? h('a', { href: '#tree/' + encodeURIComponent(e.trace_id) }, short(e.trace_id)) : '–'),
+    h('td', { class: 'detail' }, detail(e)));
+}
+function detail(e) {
+  const p = e.payload || {};
+  return Object.entries(p).filter(([k]) => k !== 'trust_level').map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(' ');
+}
+function meter(label, value, cls = '') {
+  return h('div', { class: 'meter ' + cls }, h('div', { class: 'meter-value' }, String(value)), h('div', { class: 'meter-label' }, label));
+}
+
+// ---------- drawer ----------
+
+async function openRun(id) {
+  closeDrawer();
+  const abort = new AbortController();
+  state.drawer = { id, abort, trace: null };
+  $('#drawer').hidden = false;
+  $('#drawer-title').textContent = 'Run ' + short(id);
+  $('#drawer-title').title = id;
+  $('#drawer-timeline').replaceChildren();
+  $('#drawer-result').textContent = '…';
+  $('#drawer-tree').replaceChildren(h('span', { class: 'muted' }, 'waiting for the run\'s first event…'));
+  await refreshDrawer();
+  const tl = $('#drawer-timeline');
+  stream(`runs/${encodeURIComponent(id)}/stream`, {
+    signal: abort.signal, once: true,
+    onEvent: ({ data }) => {
+      if (!data || !data.type) return;
+      tl.append(h('li', { class: 'ev-' + data.type },
+        h('time', {}, ts(data.timestamp)), ' ', h('b', {}, data.type),
+        data.agent ? ' ' + data.agent : '', data.error ? h('div', { class: 'bad' }, data.error) : ''));
+      if (data.task_id && !state.drawer.trace) {
+        const tr = state.taskTrace.get(data.task_id);
+        if (tr) showDrawerTree(tr);
+      }
+      refreshDrawerSoon();
+    },
+    onState: (s) => { if (s === 'ended') refreshDrawer(); },
+  });
+}
+let drawerTimer = null;
+function refreshDrawerSoon() {
+  if (drawerTimer) return;
+  drawerTimer = setTimeout(() => { drawerTimer = null; refreshDrawer(); }, 300);
+}
+async function refreshDrawer() {
+  const d = state.drawer;
+  if (!d) return;
+  try {
+    const st = await call(`runs/${encodeURIComponent(d.id)}/status`);
+    if (state.drawer !== d) return;
+    const run = state.runs.get(d.id);
+    $('#drawer-status').replaceChildren(h('dl', { class: 'kv' },
+      h('dt', {}, 'State'), h('dd', {}, stateBadge(st.state), st.reason ? ' ' + st.reason : ''),
+      h('dt', {}, 'Progress'), h('dd', {}, progressBar(st.progress)),
+      run ? [h('dt', {}, 'Target'), h('dd', {}, run.target + ' (' + run.kind + ')'), h('dt', {}, 'Created'), h('dd', {}, new Date(run.created_at).toLocaleString())] : [],
+      h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id)));
+    const terminal = ['completed', 'failed', 'cancelled'].includes(st.state);
+    $('#drawer-cancel').disabled = terminal;
+    if (run && run.state !== st.state) { run.state = st.state; run.progress = st.progress; redraw('runs'); }
+    if (terminal && st.state !== 'cancelled') {
+      const res = await call(`runs/${encodeURIComponent(d.id)}/result`);
+      if (state.drawer !== d) return;
+      $('#drawer-result').textContent = JSON.stringify(res, null, 2);
+      $('#drawer-result').classList.remove('muted');
+      const tr = res && res.metadata && res.metadata.trace_id;
+      if (tr) showDrawerTree(tr);
+    } else if (st.state === 'cancelled') {
+      $('#drawer-result').textContent = 'Cancelled: no result.';
+    } else {
+      $('#drawer-result').textContent = 'Not finished yet.';
+    }
+    if (d.trace) showDrawerTree(d.trace, true);
+  } catch (err) {
+    $('#drawer-status').replaceChildren(h('p', { class: 'bad' }, err.message));
+  }
+}
+let treeBusy = false;
+async function showDrawerTree(trace, again) {
+  const d = state.drawer;
+  if (!d || (d.trace === trace && !again) || treeBusy) return;
+  d.trace = trace;
+  treeBusy = true;
+  try {
+    const tree = await call(`runs/${encodeURIComponent(trace)}/tree`);
+    if (state.drawer === d) $('#drawer-tree').replaceChildren(drawTree(tree), h('a', { href: '#tree/' + encodeURIComponent(trace) }, 'open in Run tree'));
+  } catch (err) {
+    if (state.drawer === d) $('#drawer-tree').replaceChildren(h('span', { class: 'muted' }, err.status === 404 ? 'No events of this run yet (trace ' + short(trace) + ').' : err.message));
+  } finally { treeBusy = false; }
+}
+function closeDrawer() {
+  if (state.drawer) state.drawer.abort.abort();
+  state.drawer = null;
+  $('#drawer').hidden = true;
+}
+$('#drawer-close').addEventListener('click', closeDrawer);
+$('#drawer-cancel').addEventListener('click', async () => {
+  const d = state.drawer;
+  if (!d) return;
+  $('#drawer-cancel').disabled = true;
+  try {
+    await call(`runs/${encodeURIComponent(d.id)}/cancel`, { method: 'POST' });
+  } catch (err) {
+    banner('Cancel failed: ' + err.message);
+  }
+  await refreshDrawer();
+  refreshRuns();
+});
+document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('#drawer').hidden) closeDrawer(); });
+
+// ---------- run tree ----------
+
+// drawTree draws a tree with one row per node: name, kind, status,
+// duration and a bar placed on the root's time span.
+function drawTree(tree) {
+  const root = tree.root;
+  if (!root) return h('p', { class: 'muted' }, 'Empty tree.');
+  const t0 = Date.parse(root.start);
+  let t1 = t0;
+  (function walk(n) { t1 = Math.max(t1, n.end ? Date.parse(n.end) : Date.now()); (n.children || []).forEach(walk); })(root);
+  const span = Math.max(1, t1 - t0);
+  const list = h('ul', { class: 'tree' });
+  (function add(n, ul) {
+    const end = n.end ? Date.parse(n.end) : Date.now();
+    const start = Date.parse(n.start);
+    const bar = h('span', { class: 'tbar st-' + n.status });
+    bar.style.left = (100 * (start - t0)) / span + '%';
+    bar.style.width = Math.max(0.5, (100 * (end - start)) / span) + '%';
+    const errs = (n.events || []).filter((e) => e.payload && e.payload.error).map((e) => e.payload.error);
+    const li = h('li', { class: 'tnode k-' + n.kind + ' st-' + n.status, 'data-kind': n.kind },
+      h('div', { class: 'trow', title: errs.join('\n') || undefined },
+        h('span', { class: 'tname' }, h('span', { class: 'kind' }, n.kind), ' ', n.name || '(unnamed)'),
+        h('span', { class: 'tstatus' }, n.status === 'failed' ? '✗ failed' : n.status === 'running' ? '▸ running' : '✓'),
+        h('span', { class: 'tdur' }, n.end ? dur(end - start) : dur(end - start) + '…'),
+        h('span', { class: 'ttrack' }, bar)),
+      errs.length ? h('div', { class: 'terr' }, errs[errs.length - 1]) : null);
+    ul.append(li);
+    if (n.children && n.children.length) {
+      const sub = h('ul');
+      n.children.forEach((c) => add(c, sub));
+      li.append(sub);
+    }
+  })(root, list);
+  return list;
+}
+
+async function showTree(id) {
+  $('#tree-id').value = id || '';
+  const out = $('#tree-out');
+  if (!id) {
+    const recent = [...state.traces.entries()].slice(-20).reverse();
+    out.replaceChildren(h('p', { class: 'muted' }, 'Enter a trace id, or pick a recent trace:'),
+      h('ul', { class: 'plain' }, recent.map(([tr, t]) => h('li', {}, h('a', { href: '#tree/' + encodeURIComponent(tr) }, t.name || '?'), ' ', h('span', { class: 'mono muted' }, tr)))));
+    return;
+  }
+  out.replaceChildren(h('p', { class: 'muted' }, 'loading…'));
+  // The event store writes in batches (up to a second late): a trace just
+  // seen live may not be there yet, so a 404 is asked again a few times.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const tree = await call(`runs/${encodeURIComponent(id)}/tree`);
+      if (treeShown() === id) out.replaceChildren(drawTree(tree));
+      return;
+    } catch (err) {
+      if (treeShown() !== id) return;
+      if (err.status === 404 && attempt < 5) {
+        out.replaceChildren(h('p', { class: 'muted' }, `No events stored for trace ${id} yet; asking again…`));
+        await new Promise((r) => setTimeout(r, 1500));
+        continue;
+      }
+      out.replaceChildren(h('p', { class: 'bad' }, err.status === 404 ? `No events for trace ${id}: ${err.message}` : err.message));
+      return;
+    }
+  }
+}
+function treeShown() { return currentView() === 'tree' ? decodeURIComponent(location.hash.split('/').slice(1).join('/')) : null; }
+$('#tree-form').addEventListener('submit', (e) => { e.preventDefault(); location.hash = '#tree/' + encodeURIComponent($('#tree-id').value.trim()); });
+
+// ---------- history ----------
+
+const hist = { cursors: [''], i: 0 };
+async function showHistory() {
+  const st = $('#hist-state').value;
+  const cur = hist.cursors[hist.i];
+  try {
+    const page = await call(`runs?limit=25${st ? '&state=' + st : ''}${cur ? '&cursor=' + encodeURIComponent(cur) : ''}`);
+    hist.cursors.length = hist.i + 1;
+    if (page.next_cursor) hist.cursors.push(page.next_cursor);
+    $('#hist-next').disabled = !page.next_cursor;
+    $('#hist-first').disabled = hist.i === 0;
+    $('#hist-page').textContent = `page ${hist.i + 1}`;
+    fill($('#hist-table tbody'), page.runs.map((r) => h('tr', { class: 'clickable', onclick: () => openRun(r.run_id) },
+      h('td', { class: 'mono', title: r.run_id }, short(r.run_id)), h('td', {}, r.target), h('td', {}, r.kind),
+      h('td', {}, stateBadge(r.state)), h('td', {}, progressBar(r.progress)),
+      h('td', {}, new Date(r.created_at).toLocaleString()), h('td', {}, new Date(r.updated_at).toLocaleString()))), 'No runs.', 7);
+  } catch (err) { fill($('#hist-table tbody'), [], err.message, 7); }
+}
+$('#hist-state').addEventListener('change', () => { hist.cursors = ['']; hist.i = 0; showHistory(); });
+$('#hist-first').addEventListener('click', () => { hist.i = 0; showHistory(); });
+$('#hist-next').addEventListener('click', () => { if (hist.cursors[hist.i + 1] !== undefined) { hist.i++; showHistory(); } });
+
+// ---------- usage ----------
+
+async function showUsage() {
+  try {
+    const [byAgent, byModel] = await Promise.all([call('usage?group_by=agent'), call('usage?group_by=model')]);
+    $('#usage-total').replaceChildren(meter('Tokens', fmtNum(byAgent.total.tokens_used)), meter('Invocations', fmtNum(byAgent.total.invocations)));
+    for (const [u, key] of [[byAgent, 'agent'], [byModel, 'model']]) {
+      const items = Object.entries(u.groups || {}).map(([k, v]) => ({ label: k, value: v.tokens_used, inv: v.invocations }));
+      $(`#usage-${key}-chart`).replaceChildren(bars(items, { unit: '' }));
+      fill($(`#usage-${key} tbody`), items.sort((a, b) => b.value - a.value).map((i) => h('tr', {}, h('td', {}, i.label), h('td', { class: 'num' }, String(i.value)), h('td', { class: 'num' }, String(i.inv)))), 'No completed agents yet.', 3);
+    }
+    const byTarget = new Map(), costByModel = new Map();
+    for (const r of state.results.values()) {
+      if (!r || r.cost === undefined) continue;
+      byTarget.set(r.target, (byTarget.get(r.target) || 0) + r.cost);
+      costByModel.set(r.model, (costByModel.get(r.model) || 0) + r.cost);
+    }
+    $('#usage-cost-chart').replaceChildren(bars([...byTarget].map(([label, value]) => ({ label, value })), { format: cost }));
+    $('#usage-cost-model-chart').replaceChildren(bars([...costByModel].map(([label, value]) => ({ label, value })), { format: cost }));
+  } catch (err) { $('#usage-total').replaceChildren(h('p', { class: 'bad' }, err.message)); }
+}
+
+// ---------- tools ----------
+
+const toolSort = { key: 'calls', dir: -1, rows: [] };
+async function showTools() {
+  try {
+    const u = await call('tools?group_by=' + $('#tools-group').value);
+    toolSort.rows = u.rows;
+    drawTools();
+  } catch (err) { fill($('#tools-table tbody'), [], err.message, 8); }
+}
+function drawTools() {
+  const { key, dir } = toolSort;
+  const rows = [...toolSort.rows].sort((a, b) => {
+    const x = a[key] ?? '', y = b[key] ?? '';
+    return (typeof x === 'number' ? x - y : String(x).localeCompare(String(y))) * dir;
+  });
+  document.querySelectorAll('#tools-table th').forEach((th) => { th.dataset.sort = th.dataset.key === key ? (dir > 0 ? 'asc' : 'desc') : ''; });
+  fill($('#tools-table tbody'), rows.map((r) => h('tr', { class: r.failures ? 'warn-row' : '' },
+    h('td', {}, r.tool), h('td', {}, r.agent || '–'), h('td', { class: 'num' }, String(r.calls)), h('td', { class: 'num' }, String(r.failures)),
+    h('td', { class: 'num' }, r.p50_ms.toFixed(1)), h('td', { class: 'num' }, r.p95_ms.toFixed(1)),
+    h('td', { class: 'num' }, r.p99_ms.toFixed(1)), h('td', { class: 'num' }, r.avg_ms.toFixed(1)))), 'No tool calls yet.', 8);
+}
+document.querySelectorAll('#tools-table th').forEach((th) => th.addEventListener('click', () => {
+  toolSort.dir = toolSort.key === th.dataset.key ? -toolSort.dir : (th.classList.contains('num') ? -1 : 1);
+  toolSort.key = th.dataset.key;
+  drawTools();
+}));
+$('#tools-group').addEventListener('change', showTools);
+
+// ---------- health ----------
+
+let lastStats = null;
+async function pollStats() {
+  try {
+    const st = await call('runtime/stats');
+    lastStats = st;
+    state.burn.push({ t: Date.parse(st.generated_at), v: st.burn_rate.tokens_per_minute });
+    if (state.burn.length > MAX_BURN) state.burn.shift();
+    if (currentView() === 'health') drawHealth();
+  } catch (err) {
+    if (currentView() === 'health' && !(err instanceof APIError && err.status === 401)) $('#health-meters').replaceChildren(h('p', { class: 'bad' }, err.message));
+  }
+}
+function drawHealth() {
+  const st = lastStats;
+  if (!st) return;
+  const hd = st.header;
+  const inFlight = Math.max(0, hd.agents_spawned - hd.agents_completed - hd.agents_failed);
+  const m = [
+    meter('Tokens', fmtNum(hd.tokens_used)), meter('Spawns', fmtNum(hd.agents_spawned)), meter('In flight', fmtNum(inFlight)),
+    meter('Completed', fmtNum(hd.agents_completed)), meter('Failed', fmtNum(hd.agents_failed), hd.agents_failed ? 'bad' : ''),
+    meter('Error rate', (100 * hd.error_rate).toFixed(1) + '%', hd.error_rate > 0.05 ? 'bad' : ''),
+    meter('Tool calls', fmtNum(hd.tool_calls)), meter('Burn /min', fmtNum(st.burn_rate.tokens_per_minute)),
+  ];
+  if (st.token_budget) m.push(meter('Budget left', fmtNum(st.token_budget.remaining) + ' / ' + fmtNum(st.token_budget.limit), st.token_budget.remaining === 0 ? 'bad' : ''));
+  if (st.stuck && st.stuck.count) m.push(meter('Stuck calls', st.stuck.count, 'bad'));
+  if (st.nodes && st.nodes.length) m.push(meter('Serve nodes', st.nodes.length));
+  $('#health-meters').replaceChildren(...m);
+  $('#burn-chart').replaceChildren(line(state.burn, { unit: '/min' }));
+  const rej = Object.entries(st.rejections || {}).map(([label, value]) => ({ label, value }));
+  $('#rejections').replaceChildren(rej.length ? bars(rej) : h('p', { class: 'muted' }, 'No rejections.'));
+  fill($('#errors-table tbody'), (st.error_groups || []).map((g) => h('tr', {}, h('td', { class: 'bad' }, g.error), h('td', { class: 'num' }, String(g.count)),
+    h('td', {}, ts(g.last_seen)), h('td', {}, (g.agents || []).join(', ')), h('td', { class: 'detail' }, g.sample))), 'No errors.', 5);
+  fill($('#servers-table tbody'), (st.tool_servers || []).map((s) => h('tr', {}, h('td', {}, s.name), h('td', {}, s.agent), h('td', {}, s.transport),
+    h('td', {}, h('span', { class: 'badge ts-' + s.state }, s.state)), h('td', {}, (s.tools || []).length + ' tools'), h('td', { class: 'num' }, String(s.restarts)),
+    h('td', { class: 'detail' }, s.last_error || ''))), 'No MCP tool servers.', 7);
+  fill($('#workers-table tbody'), (st.workers || []).map((w) => h('tr', {}, h('td', { class: 'mono' }, w.runtime_id), h('td', {}, h('span', { class: 'badge w-' + w.status }, w.status)),
+    h('td', { class: 'num' }, `${w.in_flight} / ${w.concurrency_cap}`), h('td', {}, ts(w.last_heartbeat)), h('td', {}, (w.agent_subscriptions || []).join(', ')), h('td', {}, w.broker_scheme))),
+  'No workers: runs happen in this process (svc serve --broker … for a fleet).', 6);
+}
+
+// ---------- groups ----------
+
+async function showGroups() {
+  const out = $('#groups-out');
+  try {
+    const names = await call('groups');
+    if (!names.length) { out.replaceChildren(h('p', { class: 'muted' }, 'No groups registered.')); return; }
+    const topos = await Promise.all(names.map((n) => call('groups/' + encodeURIComponent(n) + '/topology').catch((e) => ({ name: n, error: e.message }))));
+    out.replaceChildren(...topos.map((t) => h('div', { class: 'card wide', 'data-group': t.name }, h('h2', {}, t.name, ' ', h('small', { class: 'muted' }, t.kind || '')),
+      t.error ? h('p', { class: 'bad' }, t.error) : graph(t),
+      t.error ? null : h('p', { class: 'muted small' }, `${t.nodes.length} nodes, ${t.edges.length} edges; entry ${t.entry.join(', ')}; terminal ${t.terminal.join(', ')}`))));
+  } catch (err) { out.replaceChildren(h('p', { class: 'bad' }, err.message)); }
+}
+
+// ---------- views, theme, start ----------
+
+const views = ['live', 'tree', 'history', 'usage', 'tools', 'health', 'groups'];
+function currentView() { const v = location.hash.slice(1).split('/')[0]; return views.includes(v) ? v : 'live'; }
+function route() {
+  const v = currentView();
+  for (const name of views) $('#view-' + name).hidden = name !== v;
+  document.querySelectorAll('#tabs a').forEach((a) => a.classList.toggle('active', a.dataset.view === v));
+  if (v === 'live') redraw('runs', 'feed');
+  if (v === 'tree') showTree(treeShown());
+  if (v === 'history') showHistory();
+  if (v === 'usage') showUsage();
+  if (v === 'tools') showTools();
+  if (v === 'health') { drawHealth(); pollStats(); }
+  if (v === 'groups') showGroups();
+}
+window.addEventListener('hashchange', route);
+$('#live-state').addEventListener('change', () => redraw('runs'));
+$('#live-agent').addEventListener('input', () => redraw('runs', 'feed'));
+
+function applyTheme(t) {
+  document.documentElement.dataset.theme = t;
+  $('#theme-btn').textContent = t === 'dark' ? '☀ Light' : '☾ Dark';
+}
+$('#theme-btn').addEventListener('click', () => {
+  const t = document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark';
+  localStorage.setItem('svc.theme', t);
+  applyTheme(t);
+});
+applyTheme(localStorage.getItem('svc.theme') || (matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'));
+$('#token-btn').addEventListener('click', () => askToken('Bearer token for this server (kept for this browser tab only).').then((ok) => { if (ok) restart(); }));
+
+let statsTimer = null, runsInterval = null;
+function restart() {
+  banner('');
+  connect();
+  refreshRuns();
+  pollStats();
+  route();
+}
+statsTimer = setInterval(pollStats, 5000);
+runsInterval = setInterval(refreshRuns, 5000);
+void statsTimer; void runsInterval;
+restart();
