@@ -77,6 +77,9 @@ const (
 	// queue it names: the consumer of that queue rejects it to the
 	// dead-letter exchange.
 	hdrDead = "svc-dead-letter"
+	// hdrQuiet on such a record: the handler asked for it (Acker's
+	// DeadLetter), so OnDeadLetter is not called.
+	hdrQuiet = "svc-dead-letter-quiet"
 	// broadcastBacklog caps a broadcast subscriber's queue.
 	broadcastBacklog = 100000
 )

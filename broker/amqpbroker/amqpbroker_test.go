@@ -3,6 +3,7 @@ package amqpbroker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	neturl "net/url"
@@ -334,5 +335,64 @@ func TestQueueWithOldArguments(t *testing.T) {
 	}
 	if err := b.Publish(ctx, svc.TaskSubject("fresh"), []byte("x")); err != nil {
 		t.Errorf("Publish to another subject after the refusal: %v", err)
+	}
+}
+
+// TestHandlerDeadLetters: a handler that refuses a message (a worker, for a
+// tampered task) dead-letters it at once through the Acker's DeadLetter:
+// the server routes its record, with the handler's reason, to the
+// dead-letter queue, and OnDeadLetter (which would answer the task's
+// untrusted reply subject) is not called.
+func TestHandlerDeadLetters(t *testing.T) {
+	url := servertest.RabbitMQ(t)
+	b := connect(t, url)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	subj := svc.TaskSubject("refused")
+	hook := make(chan svc.DeadLetter, 4)
+	errs := make(chan error, 4)
+	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},
+		func(ctx context.Context, d *svc.Delivery) {
+			dlr, ok := d.Acker.(interface {
+				DeadLetter(context.Context, svc.DeadLetter) error
+			})
+			if !ok {
+				errs <- errors.New("the delivery's Acker has no DeadLetter")
+				return
+			}
+			errs <- dlr.DeadLetter(ctx, svc.DeadLetter{Reason: "rejected: bad signature"})
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, subj, []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m amqp.Delivery
+	testutil.Eventually(t, "the dead letter", func() bool {
+		var ok bool
+		m, ok, err = ch.Get("svc.q."+svc.DeadLetterSubject(subj), false)
+		return err == nil && ok
+	})
+	var dl svc.DeadLetter
+	if err := json.Unmarshal(m.Body, &dl); err != nil || dl.Reason != "rejected: bad signature" || string(dl.Data) != "forged" ||
+		dl.Subject != subj || dl.Deliveries != 1 || m.Headers["x-first-death-reason"] != "rejected" {
+		t.Errorf("dead letter %s (%v), x-first-death-reason %v; want the handler's record, routed by the server",
+			m.Body, err, m.Headers["x-first-death-reason"])
+	}
+	if len(hook) != 0 || len(errs) != 0 {
+		t.Errorf("OnDeadLetter called %d times, handler ran %d more times; want neither", len(hook), len(errs))
 	}
 }

@@ -200,10 +200,13 @@ func (s *wsub) dispatch(m amqp.Delivery) {
 		if src := strHeader(m.Headers, "x-first-death-queue"); src != "" && strHeader(m.Headers, hdrDead) == "" {
 			data = s.b.deadRecord(m, src)
 		}
-		d := &svc.Delivery{Subject: s.subject, Data: data, Attempt: e.attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &flow.Acker{
-			Mu: &s.mu, S: &e.Settlement, AckWait: s.opts.AckWait, Lost: errLost, Expired: errExpired,
-			OnAck:  func(context.Context) error { return s.ack(e) },
-			OnNack: func(context.Context) error { s.requeue(e); return nil },
+		d := &svc.Delivery{Subject: s.subject, Data: data, Attempt: e.attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &Acker{
+			Acker: flow.Acker{
+				Mu: &s.mu, S: &e.Settlement, AckWait: s.opts.AckWait, Lost: errLost, Expired: errExpired,
+				OnAck:  func(context.Context) error { return s.ack(e) },
+				OnNack: func(context.Context) error { s.requeue(e); return nil },
+			},
+			s: s, e: e,
 		}}
 		fn = func(ctx context.Context) { s.h(ctx, d) }
 	}
@@ -225,20 +228,70 @@ func (s *wsub) stamp(ctx context.Context, e *entry) {
 		Subject: s.subject, Data: e.m.Body, Deliveries: n, At: time.Now().UTC(),
 		Reason: fmt.Sprintf("delivered %d times without being acknowledged (max_deliver %d)", n, s.opts.MaxDeliver),
 	}
-	raw, _ := json.Marshal(dl)
-	err := s.b.publishWork(ctx, s.subject, amqp.Publishing{
-		DeliveryMode: amqp.Persistent, MessageId: e.id, Body: raw, Timestamp: time.Now(),
-		Headers: amqp.Table{hdrAttempt: int64(0), hdrDead: s.queue},
-	})
-	if err != nil {
+	if err := s.replace(ctx, e, dl, false); err != nil {
 		s.log.Warn("dead letter", zap.Error(err))
 		s.requeue(e) // it comes back here
-		return
+	}
+}
+
+// replace publishes dl to e's queue as the record that replaces e (quiet:
+// without OnDeadLetter when rejected) and acks e.
+func (s *wsub) replace(ctx context.Context, e *entry, dl svc.DeadLetter, quiet bool) error {
+	raw, _ := json.Marshal(dl)
+	h := amqp.Table{hdrAttempt: int64(0), hdrDead: s.queue}
+	if quiet {
+		h[hdrQuiet] = true
+	}
+	err := s.b.publishWork(ctx, s.subject, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: e.id, Body: raw, Timestamp: time.Now(), Headers: h,
+	})
+	if err != nil {
+		return err
 	}
 	s.done(e)
 	if err := e.m.Ack(false); err != nil {
 		s.log.Warn("ack a message replaced by its dead letter", zap.Error(err))
 	}
+	return nil
+}
+
+// Acker is the acknowledger of a delivery of this broker; beyond
+// svc.Acknowledger it can dead-letter the delivery at once.
+type Acker struct {
+	flow.Acker
+	s *wsub
+	e *entry
+}
+
+// DeadLetter sends the delivery to its dead-letter queue now, through
+// RabbitMQ's dead-letter exchange, with dl as its record (Subject, Data
+// and Deliveries filled in when empty; At when zero). OnDeadLetter is not
+// called: the handler that asks knows. A worker uses it for a task it
+// refuses to run (unsigned, tampered). On failure the delivery is left to
+// its deadline, and the caller may dead-letter it another way.
+func (a *Acker) DeadLetter(ctx context.Context, dl svc.DeadLetter) error {
+	if err := a.Take(); err != nil {
+		return err
+	}
+	if dl.Subject == "" {
+		dl.Subject = a.s.subject
+	}
+	if dl.Data == nil {
+		dl.Data = a.e.m.Body
+	}
+	if dl.Deliveries == 0 {
+		dl.Deliveries = a.e.attempt
+	}
+	if dl.At.IsZero() {
+		dl.At = time.Now().UTC()
+	}
+	if err := a.s.replace(ctx, a.e, dl, true); err != nil {
+		a.Mu.Lock()
+		a.e.State, a.e.Deadline = flow.Handling, time.Now().Add(a.AckWait) // the reaper's again
+		a.Mu.Unlock()
+		return a.s.b.wrap("dead letter", err)
+	}
+	return nil
 }
 
 // reject hands a dead-letter record (see stamp) to OnDeadLetter and rejects
@@ -247,7 +300,7 @@ func (s *wsub) reject(ctx context.Context, e *entry) {
 	var dl svc.DeadLetter
 	if err := json.Unmarshal(e.m.Body, &dl); err != nil {
 		s.log.Warn("undecodable dead letter record; dead-lettered as it is", zap.Error(err))
-	} else if s.opts.OnDeadLetter != nil {
+	} else if s.opts.OnDeadLetter != nil && e.m.Headers[hdrQuiet] != true {
 		s.opts.OnDeadLetter(ctx, dl)
 	}
 	s.done(e)

@@ -105,6 +105,11 @@ func (a *Acker) Nack(ctx context.Context, delay time.Duration) error {
 	return a.OnNack(ctx)
 }
 
+// Take moves the delivery from Handling to Settling for a settlement the
+// broker offers beyond svc.Acknowledger (a dead letter asked for by the
+// handler), or explains why it cannot.
+func (a *Acker) Take() error { return a.move(Settling, time.Time{}) }
+
 // InProgress moves the deadline a full AckWait on.
 func (a *Acker) InProgress(context.Context) error {
 	return a.move(Handling, time.Now().Add(a.AckWait))

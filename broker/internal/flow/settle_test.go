@@ -112,3 +112,17 @@ func TestLost(t *testing.T) {
 		t.Errorf("Ack of a lost delivery = %v (acks %d), want the lost error", err, f.acks)
 	}
 }
+
+func TestTake(t *testing.T) {
+	f := newFake(time.Now().Add(time.Minute))
+	a := f.acker()
+	if err := a.Take(); err != nil || f.s.State != Settling {
+		t.Fatalf("Take = %v, state %v; want Settling", err, f.s.State)
+	}
+	if f.s.Due(time.Now().Add(time.Hour)) {
+		t.Error("a delivery taken by the broker is due for the reaper")
+	}
+	if err := a.Ack(context.Background()); !errors.Is(err, errExpired) || f.acks != 0 {
+		t.Errorf("Ack after Take = %v; want the expired error", err)
+	}
+}
