@@ -12,8 +12,9 @@
 //     Prefetch.
 //   - Ack is basic.ack. Nack, and an ack deadline that passes (kept by the
 //     member: RabbitMQ has none short enough; InProgress moves it), are
-//     basic.nack with requeue; a Nack with a delay holds the message until
-//     the delay ends. A member that dies or stops with messages unacked
+//     basic.reject with requeue (since RabbitMQ 4.3 a basic.nack is not
+//     counted as a failed delivery); a Nack with a delay holds the message
+//     until the delay ends. A member that dies or stops with messages unacked
 //     has them requeued by the server. The server counts every requeue in
 //     the quorum queue's x-delivery-count: Attempt is x-delivery-count + 1
 //     (plus svc-attempt, the count an older build wrote when it
@@ -26,7 +27,7 @@
 //     replaces it in its queue by its DeadLetter record (header
 //     svc-dead-letter; RabbitMQ's dead-lettering keeps neither the count
 //     nor a reason), and the member that takes the record calls
-//     OnDeadLetter and rejects it (basic.nack without requeue), so the
+//     OnDeadLetter and rejects it (basic.reject without requeue), so the
 //     server routes it to the dead-letter queue. A message the server
 //     dead-letters on its own (a limit of the queue, another consumer's
 //     reject) reaches the dead-letter subject's handlers as a DeadLetter

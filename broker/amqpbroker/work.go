@@ -295,7 +295,8 @@ func (a *Acker) DeadLetter(ctx context.Context, dl svc.DeadLetter) error {
 }
 
 // reject hands a dead-letter record (see stamp) to OnDeadLetter and rejects
-// it: the server dead-letters it to the dead-letter queue.
+// it (basic.reject without requeue): the server dead-letters it to the
+// dead-letter queue.
 func (s *wsub) reject(ctx context.Context, e *entry) {
 	var dl svc.DeadLetter
 	if err := json.Unmarshal(e.m.Body, &dl); err != nil {
@@ -304,7 +305,7 @@ func (s *wsub) reject(ctx context.Context, e *entry) {
 		s.opts.OnDeadLetter(ctx, dl)
 	}
 	s.done(e)
-	if err := e.m.Nack(false, false); err != nil {
+	if err := e.m.Reject(false); err != nil {
 		s.log.Warn("reject to the dead-letter exchange", zap.Error(err))
 	}
 }
@@ -346,11 +347,13 @@ func (s *wsub) ack(e *entry) error {
 }
 
 // requeue gives e (Settling) back to the server, which counts the delivery
-// in x-delivery-count. On a channel already gone the server has requeued
-// it.
+// in x-delivery-count. It is basic.reject, not basic.nack: since RabbitMQ
+// 4.3 only a reject (or a channel closed) counts as a failed delivery, and
+// only a reject without requeue is dead-lettered (see reject). On a channel
+// already gone the server has requeued it.
 func (s *wsub) requeue(e *entry) {
 	s.done(e)
-	if err := e.m.Nack(false, true); err != nil && !errors.Is(err, amqp.ErrClosed) {
+	if err := e.m.Reject(true); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		s.log.Warn("requeue", zap.Error(err))
 	}
 }
