@@ -82,9 +82,10 @@ type Options struct {
 	NodeLease time.Duration
 	// NodeID, with a shared run store, names this node as the owner of the
 	// runs it creates; "" means a fresh id per start (host-pid-random).
-	// A stable id (one per node, never two live nodes with the same) lets
-	// a restarted node mark the runs of its previous life failed at once,
-	// rather than after their lease expires. [--node-id]
+	// A stable id (one per node) lets a restarted node mark the runs of
+	// its previous life failed at once. Start refuses an id whose lease
+	// another live node holds (a ConfigError of NodeID; after a kill, until
+	// the old lease expires). [--node-id]
 	NodeID string
 	// RunStore, when set, is an open run store to use instead of Store;
 	// it stays the caller's to close, after Shutdown. Setting both is an

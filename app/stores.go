@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -70,6 +71,10 @@ func openStore(spec, dataDir, node string, lease time.Duration) (svc.RunStore, s
 		return s, spec, nil
 	default: // redis:// or rediss://
 		s, err := redisstore.Open(redisstore.Options{URL: spec, NodeID: node, LeaseTTL: lease})
+		var held *redisstore.NodeInUseError
+		if errors.As(err, &held) {
+			return nil, "", &ConfigError{Option: "NodeID", Err: err}
+		}
 		if err != nil {
 			return nil, "", fail(err)
 		}

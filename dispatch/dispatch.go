@@ -254,6 +254,10 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	if err := p.cfg.Broker.Publish(ctx, svc.TaskSubject(req.Agent), data); err != nil {
 		p.forget(key)
 		if ctx.Err() != nil {
+			// The broker may have delivered the task before the call
+			// ended (RabbitMQ delivers before it confirms): a worker
+			// may be running it.
+			p.Cancel(req.RunID, req.TaskID)
 			return svc.AgentResult{}, ctx.Err()
 		}
 		return svc.AgentResult{}, &svc.Error{Kind: svc.KindRuntime, Agent: req.Agent, TaskID: req.TaskID, Reason: "broker",

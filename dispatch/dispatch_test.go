@@ -194,6 +194,43 @@ func TestCancelReachesTheWorker(t *testing.T) {
 	}
 }
 
+// slowConfirm is a broker whose server delivers a task before it confirms
+// the publish, as RabbitMQ does (a quorum queue confirms after its log is
+// replicated and synced): Publish of a task returns only when ctx ends.
+type slowConfirm struct{ svc.Broker }
+
+func (b slowConfirm) Publish(ctx context.Context, subject string, data []byte) error {
+	if err := b.Broker.Publish(context.WithoutCancel(ctx), subject, data); err != nil {
+		return err
+	}
+	if subject == svc.TaskSubject("slow") {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// A call cancelled while its task's publish still waits for the broker's
+// confirm cancels the task too: the worker may be running it already.
+func TestCancelDuringPublishReachesTheWorker(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	p := publisher(t, slowConfirm{b}, nil)
+	w := fleet(t, b, svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 60_000}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Dispatch(ctx, dispatch.Request{Agent: "slow", TaskID: "t", TraceID: "tr", RunID: "run", Input: json.RawMessage(`1`)})
+		done <- err
+	}()
+	testutil.Eventually(t, "the task running on the worker", func() bool { return w.InFlight() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("dispatch after cancel: %v", err)
+	}
+	testutil.Within(t, 20*time.Second, "the worker to drop the cancelled task", func() bool { return w.InFlight() == 0 })
+}
+
 // A nested dispatch (a worker's) carries the remaining token cap, where
 // the events go (relay_to, with publish_events) and the invocation's
 // parent span, which agent_dispatched names too.

@@ -381,8 +381,18 @@ func (w *Worker) reject(ctx context.Context, d *svc.Delivery, env *svc.Envelope,
 		fields = append(fields, zap.String("key_id", env.KeyID), zap.String("task_id", env.TaskID))
 	}
 	w.log.Error("task rejected", fields...)
-	rec, merr := json.Marshal(svc.DeadLetter{Subject: d.Subject, Data: d.Data, Deliveries: d.Attempt,
-		Reason: "rejected: " + err.Error(), At: time.Now().UTC()})
+	dl := svc.DeadLetter{Subject: d.Subject, Data: d.Data, Deliveries: d.Attempt, Reason: "rejected: " + err.Error(), At: time.Now().UTC()}
+	if dlr, ok := d.Acker.(deadLetterer); ok {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultPublishTimeout)
+		derr := dlr.DeadLetter(pctx, dl)
+		cancel()
+		if derr == nil {
+			return
+		}
+		w.log.Warn("the broker did not dead-letter the rejected task; publishing its record", zap.String("subject", d.Subject),
+			zap.String("message_id", d.ID), zap.Error(derr))
+	}
+	rec, merr := json.Marshal(dl)
 	if merr == nil {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultPublishTimeout)
 		merr = w.cfg.Broker.Publish(pctx, svc.DeadLetterSubject(d.Subject), rec)
@@ -394,6 +404,13 @@ func (w *Worker) reject(ctx context.Context, d *svc.Delivery, env *svc.Envelope,
 		w.log.Warn("rejected task not dead-lettered", zap.String("subject", d.Subject), zap.String("message_id", d.ID), zap.Error(merr))
 	}
 	w.settle(ctx, d, true)
+}
+
+// deadLetterer is a delivery's acknowledger that can dead-letter it
+// itself (amqpbroker's, through RabbitMQ's dead-letter exchange): reject
+// prefers it to publishing the record and acking.
+type deadLetterer interface {
+	DeadLetter(ctx context.Context, dl svc.DeadLetter) error
 }
 
 // Rejected is how many task messages this worker refused without running

@@ -588,3 +588,61 @@ func TestRejectedTasks(t *testing.T) {
 		return false
 	})
 }
+
+// dlBroker is a broker whose deliveries can dead-letter themselves, as
+// amqpbroker's do (through RabbitMQ's dead-letter exchange): DeadLetter
+// records the record and acks the message.
+type dlBroker struct {
+	svc.Broker
+	got chan svc.DeadLetter
+}
+
+type dlAcker struct {
+	svc.Acknowledger
+	got chan svc.DeadLetter
+}
+
+func (a dlAcker) DeadLetter(ctx context.Context, dl svc.DeadLetter) error {
+	a.got <- dl
+	return a.Ack(ctx)
+}
+
+func (b dlBroker) Subscribe(ctx context.Context, subject string, opts svc.SubscribeOptions, h svc.Handler) (svc.Subscription, error) {
+	return b.Broker.Subscribe(ctx, subject, opts, func(ctx context.Context, d *svc.Delivery) {
+		d.Acker = dlAcker{Acknowledger: d.Acker, got: b.got}
+		h(ctx, d)
+	})
+}
+
+// TestRejectedTaskDeadLetteredByBroker: a broker that dead-letters a
+// delivery itself is asked to for a rejected task, with the reason, and the
+// worker publishes no record of its own.
+func TestRejectedTaskDeadLetteredByBroker(t *testing.T) {
+	mem := newBroker(t)
+	b := dlBroker{Broker: mem, got: make(chan svc.DeadLetter, 4)}
+	const secret = "0123456789abcdef-k1"
+	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: time.Hour,
+		Keys: map[string][]byte{"k1": []byte(secret)}, SignKeyID: "k1", SignKey: []byte(secret)})
+	dead := deadLetters(t, mem, svc.TaskSubject("echo"))
+	data, err := json.Marshal(svc.Envelope{V: svc.EnvelopeVersion, Kind: svc.KindTask, TaskID: "unsigned", TraceID: "x", Agent: "echo",
+		ReplyTo: "svc.inbox.x", Input: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case dl := <-b.got:
+		if !strings.Contains(dl.Reason, "not signed") || string(dl.Data) != string(data) || dl.Subject != svc.TaskSubject("echo") {
+			t.Errorf("DeadLetter asked with %+v", dl)
+		}
+	case <-time.After(wait):
+		t.Fatal("the broker was not asked to dead-letter the unsigned task")
+	}
+	select {
+	case dl := <-dead:
+		t.Errorf("the worker also published a record: %q", dl.Reason)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

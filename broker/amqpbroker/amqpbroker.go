@@ -11,16 +11,30 @@
 //     agent is the group), with manual acks and basic.qos set to its
 //     Prefetch.
 //   - Ack is basic.ack. Nack, and an ack deadline that passes (kept by the
-//     member: RabbitMQ has none short enough; InProgress moves it),
-//     re-publish the message with its attempt count raised (header
-//     svc-attempt, message id kept) and then ack the original. A member
-//     that dies or stops with messages unacked has them requeued by the
-//     server, which counts them in the quorum queue's x-delivery-count:
-//     Attempt is svc-attempt + x-delivery-count + 1.
-//   - a message whose Attempt would exceed MaxDeliver is not handed out: a
-//     DeadLetter record goes to the dead-letter subject's queue, the member
-//     calls OnDeadLetter and acks it. (RabbitMQ's own dead-lettering cannot
-//     write the svc record nor call the hook, so the member does it.)
+//     member: RabbitMQ has none short enough; InProgress moves it), are
+//     basic.reject with requeue (since RabbitMQ 4.3 a basic.nack is not
+//     counted as a failed delivery); a Nack with a delay holds the message
+//     until the delay ends. A member that dies or stops with messages unacked
+//     has them requeued by the server. The server counts every requeue in
+//     the quorum queue's x-delivery-count: Attempt is x-delivery-count + 1
+//     (plus svc-attempt, the count an older build wrote when it
+//     re-published).
+//   - every work queue is declared with the dead-letter exchange
+//     {prefix}dead (direct, durable) and, as routing key, the queue of its
+//     dead-letter subject {prefix}q.svc.dead.{...}, which is declared and
+//     bound with it; dead-lettering is at-least-once. A message whose
+//     Attempt would exceed MaxDeliver is not handed out: the member
+//     replaces it in its queue by its DeadLetter record (header
+//     svc-dead-letter; RabbitMQ's dead-lettering keeps neither the count
+//     nor a reason), and the member that takes the record calls
+//     OnDeadLetter and rejects it (basic.reject without requeue), so the
+//     server routes it to the dead-letter queue. A message the server
+//     dead-letters on its own (a limit of the queue, another consumer's
+//     reject) reaches the dead-letter subject's handlers as a DeadLetter
+//     record too, built from its x-death headers.
+//   - a queue an older build declared without these arguments cannot be
+//     redeclared (PRECONDITION_FAILED): Publish and Subscribe fail with an
+//     error saying to empty and delete it.
 //   - a broadcast subject is the fanout exchange {prefix}b.{subject}; each
 //     subscriber binds an exclusive, auto-delete queue of its own (capped,
 //     dropping the oldest, so a subscriber far behind loses messages) and
@@ -30,7 +44,7 @@
 // subscription consumes again on the new one: the messages its handlers held
 // were requeued by the server (their late Ack fails), and broadcasts sent
 // while it was down are missed. Publishes fail while it is down. It needs
-// RabbitMQ 3.8 or later (quorum queues).
+// RabbitMQ 3.10 or later (at-least-once dead-lettering).
 package amqpbroker
 
 import (
@@ -60,6 +74,13 @@ type Options struct {
 
 const (
 	hdrAttempt = "svc-attempt" // deliveries before this message
+	// hdrDead marks a DeadLetter record that replaced a message of the
+	// queue it names: the consumer of that queue rejects it to the
+	// dead-letter exchange.
+	hdrDead = "svc-dead-letter"
+	// hdrQuiet on such a record: the handler asked for it (Acker's
+	// DeadLetter), so OnDeadLetter is not called.
+	hdrQuiet = "svc-dead-letter-quiet"
 	// broadcastBacklog caps a broadcast subscriber's queue.
 	broadcastBacklog = 100000
 )
@@ -257,15 +278,89 @@ func checkSize(n int) error { return flow.CheckSize("amqpbroker", n) }
 
 func newID() string { return flow.NewID() }
 
-// declareQueue declares the work queue on ch; every declaration carries
-// the same arguments, as RabbitMQ refuses a redeclaration that differs.
-func declareQueue(ch *amqp.Channel, name string) error {
-	_, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+// The arguments of every work queue: RabbitMQ refuses a redeclaration
+// whose arguments differ (PRECONDITION_FAILED), so every declaration builds
+// them here. A message a consumer rejects goes, through the dead-letter
+// exchange, to the queue of the subject's dead letter; "at-least-once"
+// keeps it in its queue until the dead-letter queue has confirmed it (it
+// needs x-overflow reject-publish, which no limit here ever triggers).
+func (b *Broker) workArgs(subject string) amqp.Table {
+	return amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-dead-letter-exchange":    b.deadExchange(),
+		"x-dead-letter-routing-key": b.queueName(svc.DeadLetterSubject(subject)),
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
+	}
+}
+
+func (b *Broker) deadExchange() string { return b.o.Prefix + "dead" }
+
+// declareWork declares the subject's queue, the dead-letter exchange, and
+// the queue of the subject's dead letter bound to it (so that nothing the
+// subject's consumers reject is unroutable).
+func (b *Broker) declareWork(ch *amqp.Channel, subject string) error {
+	dead := svc.DeadLetterSubject(subject)
+	q, dq := b.queueName(subject), b.queueName(dead)
+	if err := ch.ExchangeDeclare(b.deadExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(dq, true, false, false, false, b.workArgs(dead)); err != nil {
+		return b.explainArgs(dq, err)
+	}
+	if err := ch.QueueBind(dq, dq, b.deadExchange(), false, nil); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, b.workArgs(subject)); err != nil {
+		return b.explainArgs(q, err)
+	}
+	return nil
+}
+
+// explainArgs says what to do about a queue an older build declared
+// without the dead-letter arguments.
+func (b *Broker) explainArgs(queue string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return fmt.Errorf("queue %s exists with other arguments (an older svc declared it without its dead-letter exchange %s): "+
+			"let the workers empty it, then delete it (rabbitmqctl delete_queue %s) so svc declares it again: %w",
+			queue, b.deadExchange(), queue, err)
+	}
 	return err
 }
 
 func declareExchange(ch *amqp.Channel, name string) error {
 	return ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil)
+}
+
+// declareOnce runs declare once per name per connection, on a channel of
+// its own: a declaration the server refuses closes its channel, which must
+// not be the publishing one.
+func (b *Broker) declareOnce(ctx context.Context, name string, declare func(*amqp.Channel) error) error {
+	b.pubMu.Lock()
+	known := b.declared[name]
+	b.pubMu.Unlock()
+	if known {
+		return nil
+	}
+	if err := b.declareOn(ctx, declare); err != nil {
+		return b.wrap("declare "+name, err)
+	}
+	b.pubMu.Lock()
+	b.declared[name] = true
+	b.pubMu.Unlock()
+	return nil
+}
+
+// declareOn runs declare on a channel of its own.
+func (b *Broker) declareOn(ctx context.Context, declare func(*amqp.Channel) error) error {
+	ch, err := b.openChannel(ctx)
+	if err != nil {
+		return err
+	}
+	err = declare(ch)
+	_ = ch.Close()
+	return err
 }
 
 // publish sends one message through the publishing channel and waits for
@@ -274,15 +369,14 @@ func (b *Broker) publish(ctx context.Context, exchange, key string, declare func
 	if b.subs.Closed() {
 		return svc.ErrBrokerClosed
 	}
+	name := exchange + "/" + key
+	if declare != nil {
+		if err := b.declareOnce(ctx, name, declare); err != nil {
+			return err
+		}
+	}
 	b.pubMu.Lock()
 	defer b.pubMu.Unlock()
-	name := exchange + "/" + key
-	if declare != nil && !b.declared[name] {
-		if err := declare(b.pub); err != nil {
-			return b.wrap("declare "+name, err)
-		}
-		b.declared[name] = true
-	}
 	conf, err := b.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		return b.wrap("publish to "+name, err)
@@ -305,15 +399,16 @@ func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error
 	if err := checkSize(len(data)); err != nil {
 		return err
 	}
-	return b.append(ctx, subject, data, newID(), 0)
+	return b.publishWork(ctx, subject, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: newID(), Body: data, Timestamp: time.Now(),
+		Headers: amqp.Table{hdrAttempt: int64(0)},
+	})
 }
 
-func (b *Broker) append(ctx context.Context, subject string, data []byte, id string, prior int) error {
+// publishWork sends msg to the subject's queue, declared first.
+func (b *Broker) publishWork(ctx context.Context, subject string, msg amqp.Publishing) error {
 	q := b.queueName(subject)
-	return b.publish(ctx, "", q, func(ch *amqp.Channel) error { return declareQueue(ch, q) }, amqp.Publishing{
-		DeliveryMode: amqp.Persistent, MessageId: id, Body: data, Timestamp: time.Now(),
-		Headers: amqp.Table{hdrAttempt: int64(prior)},
-	})
+	return b.publish(ctx, "", q, func(ch *amqp.Channel) error { return b.declareWork(ch, subject) }, msg)
 }
 
 // Broadcast sends data to the subject's fanout exchange.

@@ -2,14 +2,18 @@ package amqpbroker_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	neturl "net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
 	"github.com/svc-dev/svc"
@@ -184,4 +188,211 @@ func TestReconnect(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Contains(got, "mine")
 	})
+}
+
+// TestPoisonDeadLetteredByServer: a task nacked until MaxDeliver ends in
+// its dead-letter queue through RabbitMQ's dead-letter exchange (it carries
+// the server's x-death headers naming the work queue), as one DeadLetter
+// record with the delivery count and reason, and OnDeadLetter is called
+// once.
+func TestPoisonDeadLetteredByServer(t *testing.T) {
+	url := servertest.RabbitMQ(t)
+	b := connect(t, url)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	subj := svc.TaskSubject("poison")
+	hook := make(chan svc.DeadLetter, 4)
+	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{MaxDeliver: 2, OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},
+		func(ctx context.Context, d *svc.Delivery) { _ = d.Nack(ctx, 0) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, subj, []byte("poison")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case dl := <-hook:
+		if dl.Deliveries != 2 || string(dl.Data) != "poison" || dl.Subject != subj {
+			t.Errorf("OnDeadLetter got %+v", dl)
+		}
+	case <-ctx.Done():
+		t.Fatal("OnDeadLetter never called")
+	}
+
+	// Read the dead-letter queue with a plain AMQP client.
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq := "svc.q." + svc.DeadLetterSubject(subj)
+	var m amqp.Delivery
+	testutil.Eventually(t, "the dead letter in "+dlq, func() bool {
+		var ok bool
+		m, ok, err = ch.Get(dlq, false)
+		return err == nil && ok
+	})
+	if q, r := m.Headers["x-first-death-queue"], m.Headers["x-first-death-reason"]; q != "svc.q."+subj || r != "rejected" {
+		t.Errorf("dead letter's x-first-death-queue %v reason %v: want svc.q.%s, rejected (routed by the server)", q, r, subj)
+	}
+	var dl svc.DeadLetter
+	if err := json.Unmarshal(m.Body, &dl); err != nil || dl.Deliveries != 2 || string(dl.Data) != "poison" || dl.Reason == "" {
+		t.Errorf("dead letter body %s (%v): want the DeadLetter record of 2 deliveries", m.Body, err)
+	}
+	if _, ok, _ := ch.Get(dlq, false); ok {
+		t.Error("two dead letters for one task")
+	}
+	if _, ok, _ := ch.Get("svc.q."+subj, false); ok {
+		t.Error("the poisoned task is still in its work queue")
+	}
+	if len(hook) != 0 {
+		t.Error("OnDeadLetter called twice")
+	}
+}
+
+// TestServerDeadLetterBecomesRecord: a message RabbitMQ dead-letters on its
+// own (here, rejected by a plain AMQP consumer) reaches the handlers of the
+// dead-letter subject as a DeadLetter record.
+func TestServerDeadLetterBecomesRecord(t *testing.T) {
+	url := servertest.RabbitMQ(t)
+	b := connect(t, url)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	subj := svc.TaskSubject("foreign")
+	got := make(chan *svc.Delivery, 2)
+	if _, err := b.Subscribe(ctx, svc.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		got <- d
+		_ = d.Ack(ctx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, subj, []byte("task")); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := ch.Get("svc.q."+subj, false)
+	if err != nil || !ok {
+		t.Fatalf("get the task: %v %v", ok, err)
+	}
+	if err := m.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-got:
+		var dl svc.DeadLetter
+		if err := json.Unmarshal(d.Data, &dl); err != nil || dl.Subject != subj || string(dl.Data) != "task" || !strings.Contains(dl.Reason, "rejected") {
+			t.Errorf("dead letter %s (%v): want a record of %s with data task and reason rejected", d.Data, err, subj)
+		}
+		if d.Attempt != 1 {
+			t.Errorf("first delivery of a dead letter has attempt %d", d.Attempt)
+		}
+	case <-ctx.Done():
+		t.Fatal("no dead letter")
+	}
+}
+
+// TestQueueWithOldArguments: a work queue an older build declared without
+// the dead-letter arguments makes Publish and Subscribe fail with an error
+// that says what to do, and the client keeps publishing to other subjects.
+func TestQueueWithOldArguments(t *testing.T) {
+	url := servertest.RabbitMQ(t)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := svc.TaskSubject("legacy")
+	if _, err := ch.QueueDeclare("svc.q."+subj, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	b := connect(t, url)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	perr := b.Publish(ctx, subj, []byte("x"))
+	_, serr := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(context.Context, *svc.Delivery) {})
+	for name, err := range map[string]error{"Publish": perr, "Subscribe": serr} {
+		if err == nil || !strings.Contains(err.Error(), "rabbitmqctl delete_queue svc.q."+subj) {
+			t.Errorf("%s to a queue with old arguments = %v; want an error saying to delete it", name, err)
+		}
+	}
+	if err := b.Publish(ctx, svc.TaskSubject("fresh"), []byte("x")); err != nil {
+		t.Errorf("Publish to another subject after the refusal: %v", err)
+	}
+}
+
+// TestHandlerDeadLetters: a handler that refuses a message (a worker, for a
+// tampered task) dead-letters it at once through the Acker's DeadLetter:
+// the server routes its record, with the handler's reason, to the
+// dead-letter queue, and OnDeadLetter (which would answer the task's
+// untrusted reply subject) is not called.
+func TestHandlerDeadLetters(t *testing.T) {
+	url := servertest.RabbitMQ(t)
+	b := connect(t, url)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	subj := svc.TaskSubject("refused")
+	hook := make(chan svc.DeadLetter, 4)
+	errs := make(chan error, 4)
+	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},
+		func(ctx context.Context, d *svc.Delivery) {
+			dlr, ok := d.Acker.(interface {
+				DeadLetter(context.Context, svc.DeadLetter) error
+			})
+			if !ok {
+				errs <- errors.New("the delivery's Acker has no DeadLetter")
+				return
+			}
+			errs <- dlr.DeadLetter(ctx, svc.DeadLetter{Reason: "rejected: bad signature"})
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, subj, []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m amqp.Delivery
+	testutil.Eventually(t, "the dead letter", func() bool {
+		var ok bool
+		m, ok, err = ch.Get("svc.q."+svc.DeadLetterSubject(subj), false)
+		return err == nil && ok
+	})
+	var dl svc.DeadLetter
+	if err := json.Unmarshal(m.Body, &dl); err != nil || dl.Reason != "rejected: bad signature" || string(dl.Data) != "forged" ||
+		dl.Subject != subj || dl.Deliveries != 1 || m.Headers["x-first-death-reason"] != "rejected" {
+		t.Errorf("dead letter %s (%v), x-first-death-reason %v; want the handler's record, routed by the server",
+			m.Body, err, m.Headers["x-first-death-reason"])
+	}
+	if len(hook) != 0 || len(errs) != 0 {
+		t.Errorf("OnDeadLetter called %d times, handler ran %d more times; want neither", len(hook), len(errs))
+	}
 }

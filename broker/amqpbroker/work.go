@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,22 +21,11 @@ var (
 	errLost    = errors.New("amqpbroker: the connection was lost: the server requeued the message")
 )
 
-type state int
-
-const (
-	stHandling     state = iota // in a handler, or abandoned by it
-	stDelayed                   // nacked with a delay: re-publish at deadline
-	stRedelivering              // being re-published
-	stDone                      // acked, re-published or dead-lettered
-)
-
 type entry struct {
-	m        amqp.Delivery
-	id       string
-	attempt  int
-	st       state
-	deadline time.Time
-	lost     bool // its channel went with a lost connection
+	m       amqp.Delivery
+	id      string
+	attempt int
+	flow.Settlement
 }
 
 // wsub is one consumer of a work queue.
@@ -84,15 +74,16 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 
 // open consumes the queue on a new channel.
 func (s *wsub) open(ctx context.Context) (<-chan amqp.Delivery, error) {
+	// Declared on a channel of its own: a refused declaration closes it.
+	if err := s.b.declareOn(ctx, func(ch *amqp.Channel) error { return s.b.declareWork(ch, s.subject) }); err != nil {
+		return nil, err
+	}
 	ch, err := s.b.openChannel(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var msgs <-chan amqp.Delivery
-	err = declareQueue(ch, s.queue)
-	if err == nil {
-		err = ch.Qos(s.opts.Prefetch, 0, false)
-	}
+	err = ch.Qos(s.opts.Prefetch, 0, false)
 	if err == nil {
 		msgs, err = ch.Consume(s.queue, s.tag, false, false, false, false, nil)
 	}
@@ -129,7 +120,7 @@ func (s *wsub) consume(ctx context.Context, msgs <-chan amqp.Delivery) {
 				// requeued by the server; consume again on the next one.
 				s.mu.Lock()
 				for e := range s.live {
-					e.lost = true
+					e.Lost = true
 				}
 				clear(s.live)
 				s.mu.Unlock()
@@ -171,18 +162,52 @@ func intHeader(t amqp.Table, key string) int {
 	return 0
 }
 
+func strHeader(t amqp.Table, key string) string {
+	v, _ := t[key].(string)
+	return v
+}
+
+// attempt is the delivery count of m: the deliveries counted by the server
+// on this queue (x-delivery-count: requeues by nack and by a channel that
+// closed) plus those before it was published (svc-attempt, kept by
+// messages an older build re-published). A message the server dead-lettered
+// into this queue starts again from 1: the counts it carries are its source
+// queue's.
+func attempt(m amqp.Delivery) int {
+	n := intHeader(m.Headers, "x-delivery-count") + 1
+	if strHeader(m.Headers, "x-first-death-queue") == "" {
+		n += intHeader(m.Headers, hdrAttempt)
+	}
+	return n
+}
+
 func (s *wsub) dispatch(m amqp.Delivery) {
-	e := &entry{m: m, id: m.MessageId, st: stHandling, deadline: time.Now().Add(s.opts.AckWait)}
+	e := &entry{m: m, id: m.MessageId, attempt: attempt(m)}
+	e.Start(time.Now().Add(s.opts.AckWait))
 	if e.id == "" {
 		e.id = fmt.Sprintf("%s-%d", s.tag, m.DeliveryTag)
 	}
-	e.attempt = intHeader(m.Headers, hdrAttempt) + intHeader(m.Headers, "x-delivery-count") + 1
 	var fn func(ctx context.Context)
-	if s.opts.MaxDeliver > 0 && e.attempt > s.opts.MaxDeliver {
-		e.st = stRedelivering // not the reaper's
-		fn = func(ctx context.Context) { s.deadLetter(ctx, e) }
-	} else {
-		d := &svc.Delivery{Subject: s.subject, Data: m.Body, Attempt: e.attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &acker{s: s, e: e}}
+	switch {
+	case strHeader(m.Headers, hdrDead) == s.queue:
+		e.State = flow.Settling // not the reaper's
+		fn = func(ctx context.Context) { s.reject(ctx, e) }
+	case s.opts.MaxDeliver > 0 && e.attempt > s.opts.MaxDeliver:
+		e.State = flow.Settling
+		fn = func(ctx context.Context) { s.stamp(ctx, e) }
+	default:
+		data := m.Body
+		if src := strHeader(m.Headers, "x-first-death-queue"); src != "" && strHeader(m.Headers, hdrDead) == "" {
+			data = s.b.deadRecord(m, src)
+		}
+		d := &svc.Delivery{Subject: s.subject, Data: data, Attempt: e.attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &Acker{
+			Acker: flow.Acker{
+				Mu: &s.mu, S: &e.Settlement, AckWait: s.opts.AckWait, Lost: errLost, Expired: errExpired,
+				OnAck:  func(context.Context) error { return s.ack(e) },
+				OnNack: func(context.Context) error { s.requeue(e); return nil },
+			},
+			s: s, e: e,
+		}}
 		fn = func(ctx context.Context) { s.h(ctx, d) }
 	}
 	s.mu.Lock()
@@ -191,38 +216,152 @@ func (s *wsub) dispatch(m amqp.Delivery) {
 	s.fs.Go(fn) // refused after Stop: left unacked, requeued on close
 }
 
-func (s *wsub) deadLetter(ctx context.Context, e *entry) {
+// stamp turns a message delivered more than MaxDeliver times into its dead
+// letter: a DeadLetter record, published to this same queue marked with
+// hdrDead, replaces it. The server's own dead-lettering keeps neither the
+// delivery count nor the reason, so they go into the record first; the
+// member that takes the record rejects it and RabbitMQ routes it, through
+// the dead-letter exchange, to the dead-letter queue (see reject).
+func (s *wsub) stamp(ctx context.Context, e *entry) {
 	n := e.attempt - 1
 	dl := svc.DeadLetter{
 		Subject: s.subject, Data: e.m.Body, Deliveries: n, At: time.Now().UTC(),
 		Reason: fmt.Sprintf("delivered %d times without being acknowledged (max_deliver %d)", n, s.opts.MaxDeliver),
 	}
-	raw, _ := json.Marshal(dl)
-	if err := s.b.Publish(ctx, svc.DeadLetterSubject(s.subject), raw); err != nil {
+	if err := s.replace(ctx, e, dl, false); err != nil {
 		s.log.Warn("dead letter", zap.Error(err))
-		return // unacked: requeued when the channel closes
+		s.requeue(e) // it comes back here
 	}
-	if s.opts.OnDeadLetter != nil {
-		s.opts.OnDeadLetter(ctx, dl)
+}
+
+// replace publishes dl to e's queue as the record that replaces e (quiet:
+// without OnDeadLetter when rejected) and acks e.
+func (s *wsub) replace(ctx context.Context, e *entry, dl svc.DeadLetter, quiet bool) error {
+	raw, _ := json.Marshal(dl)
+	h := amqp.Table{hdrAttempt: int64(0), hdrDead: s.queue}
+	if quiet {
+		h[hdrQuiet] = true
+	}
+	err := s.b.publishWork(ctx, s.subject, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: e.id, Body: raw, Timestamp: time.Now(), Headers: h,
+	})
+	if err != nil {
+		return err
 	}
 	s.done(e)
 	if err := e.m.Ack(false); err != nil {
-		s.log.Warn("ack dead letter", zap.Error(err))
+		s.log.Warn("ack a message replaced by its dead letter", zap.Error(err))
 	}
+	return nil
+}
+
+// Acker is the acknowledger of a delivery of this broker; beyond
+// svc.Acknowledger it can dead-letter the delivery at once.
+type Acker struct {
+	flow.Acker
+	s *wsub
+	e *entry
+}
+
+// DeadLetter sends the delivery to its dead-letter queue now, through
+// RabbitMQ's dead-letter exchange, with dl as its record (Subject, Data
+// and Deliveries filled in when empty; At when zero). OnDeadLetter is not
+// called: the handler that asks knows. A worker uses it for a task it
+// refuses to run (unsigned, tampered). On failure the delivery is left to
+// its deadline, and the caller may dead-letter it another way.
+func (a *Acker) DeadLetter(ctx context.Context, dl svc.DeadLetter) error {
+	if err := a.Take(); err != nil {
+		return err
+	}
+	if dl.Subject == "" {
+		dl.Subject = a.s.subject
+	}
+	if dl.Data == nil {
+		dl.Data = a.e.m.Body
+	}
+	if dl.Deliveries == 0 {
+		dl.Deliveries = a.e.attempt
+	}
+	if dl.At.IsZero() {
+		dl.At = time.Now().UTC()
+	}
+	if err := a.s.replace(ctx, a.e, dl, true); err != nil {
+		a.Mu.Lock()
+		a.e.State, a.e.Deadline = flow.Handling, time.Now().Add(a.AckWait) // the reaper's again
+		a.Mu.Unlock()
+		return a.s.b.wrap("dead letter", err)
+	}
+	return nil
+}
+
+// reject hands a dead-letter record (see stamp) to OnDeadLetter and rejects
+// it (basic.reject without requeue): the server dead-letters it to the
+// dead-letter queue.
+func (s *wsub) reject(ctx context.Context, e *entry) {
+	var dl svc.DeadLetter
+	if err := json.Unmarshal(e.m.Body, &dl); err != nil {
+		s.log.Warn("undecodable dead letter record; dead-lettered as it is", zap.Error(err))
+	} else if s.opts.OnDeadLetter != nil && e.m.Headers[hdrQuiet] != true {
+		s.opts.OnDeadLetter(ctx, dl)
+	}
+	s.done(e)
+	if err := e.m.Reject(false); err != nil {
+		s.log.Warn("reject to the dead-letter exchange", zap.Error(err))
+	}
+}
+
+// deadRecord is the DeadLetter record of a message the server dead-lettered
+// on its own (a consumer rejected it without stamping it, or a limit of the
+// source queue) : its delivery count is lost, svc-attempt is what it had
+// when published.
+func (b *Broker) deadRecord(m amqp.Delivery, src string) []byte {
+	why := strHeader(m.Headers, "x-first-death-reason")
+	dl := svc.DeadLetter{
+		Subject: strings.TrimPrefix(src, b.o.Prefix+"q."), Data: m.Body, Deliveries: intHeader(m.Headers, hdrAttempt),
+		Reason: fmt.Sprintf("dead-lettered by RabbitMQ from queue %s (%s)", src, why), At: time.Now().UTC(),
+	}
+	if deaths, ok := m.Headers["x-death"].([]any); ok && len(deaths) > 0 {
+		if d, ok := deaths[0].(amqp.Table); ok {
+			if at, ok := d["time"].(time.Time); ok {
+				dl.At = at.UTC()
+			}
+		}
+	}
+	raw, _ := json.Marshal(dl)
+	return raw
 }
 
 func (s *wsub) done(e *entry) {
 	s.mu.Lock()
-	e.st = stDone
+	e.State = flow.Done
 	delete(s.live, e)
 	s.mu.Unlock()
 }
 
-// reap re-publishes messages whose ack deadline passed or whose nack delay
+func (s *wsub) ack(e *entry) error {
+	s.done(e)
+	if err := e.m.Ack(false); err != nil {
+		return s.b.wrap("ack", err)
+	}
+	return nil
+}
+
+// requeue gives e (Settling) back to the server, which counts the delivery
+// in x-delivery-count. It is basic.reject, not basic.nack: since RabbitMQ
+// 4.3 only a reject (or a channel closed) counts as a failed delivery, and
+// only a reject without requeue is dead-lettered (see reject). On a channel
+// already gone the server has requeued it.
+func (s *wsub) requeue(e *entry) {
+	s.done(e)
+	if err := e.m.Reject(true); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		s.log.Warn("requeue", zap.Error(err))
+	}
+}
+
+// reap requeues messages whose ack deadline passed or whose nack delay
 // ended.
 func (s *wsub) reap(ctx context.Context) {
-	tick := min(max(s.opts.AckWait/10, 10*time.Millisecond), 250*time.Millisecond)
-	t := time.NewTicker(tick)
+	t := time.NewTicker(flow.ReapEvery(s.opts.AckWait))
 	defer t.Stop()
 	for {
 		select {
@@ -234,39 +373,15 @@ func (s *wsub) reap(ctx context.Context) {
 		var due []*entry
 		s.mu.Lock()
 		for e := range s.live {
-			if (e.st == stHandling || e.st == stDelayed) && now.After(e.deadline) {
-				e.st = stRedelivering
+			if e.Due(now) {
 				due = append(due, e)
 			}
 		}
 		s.mu.Unlock()
 		for _, e := range due {
-			_ = s.redeliver(e)
+			s.requeue(e)
 		}
 	}
-}
-
-// redeliver re-publishes e (already stRedelivering) with its attempt
-// counted and acks the original; on failure e goes back to its deadline.
-func (s *wsub) redeliver(e *entry) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// The re-published copy carries this delivery's count; the original's
-	// x-delivery-count no longer applies to it.
-	err := s.b.append(ctx, s.subject, e.m.Body, e.id, e.attempt)
-	if err == nil {
-		err = e.m.Ack(false)
-	}
-	if err != nil {
-		s.log.Warn("redeliver", zap.Error(err))
-		s.mu.Lock()
-		e.st = stHandling
-		e.deadline = time.Now().Add(s.opts.AckWait)
-		s.mu.Unlock()
-		return fmt.Errorf("amqpbroker: redeliver: %w", err)
-	}
-	s.done(e)
-	return nil
 }
 
 // finish runs after the loops and handlers have stopped: closing the
@@ -274,48 +389,4 @@ func (s *wsub) redeliver(e *entry) error {
 func (s *wsub) finish() {
 	_ = s.channel().Close()
 	s.b.subs.Untrack(s)
-}
-
-type acker struct {
-	s *wsub
-	e *entry
-}
-
-func (a *acker) settle(st state, at time.Time) error {
-	a.s.mu.Lock()
-	defer a.s.mu.Unlock()
-	switch {
-	case a.e.lost:
-		return errLost
-	case a.e.st != stHandling:
-		return errExpired
-	}
-	a.e.st = st
-	a.e.deadline = at
-	return nil
-}
-
-func (a *acker) Ack(context.Context) error {
-	if err := a.settle(stRedelivering, time.Time{}); err != nil {
-		return err
-	}
-	a.s.done(a.e)
-	if err := a.e.m.Ack(false); err != nil {
-		return a.s.b.wrap("ack", err)
-	}
-	return nil
-}
-
-func (a *acker) Nack(_ context.Context, delay time.Duration) error {
-	if delay > 0 {
-		return a.settle(stDelayed, time.Now().Add(min(delay, a.s.opts.AckWait)))
-	}
-	if err := a.settle(stRedelivering, time.Time{}); err != nil {
-		return err
-	}
-	return a.s.redeliver(a.e)
-}
-
-func (a *acker) InProgress(context.Context) error {
-	return a.settle(stHandling, time.Now().Add(a.s.opts.AckWait))
 }

@@ -370,6 +370,11 @@ func deadLetters(t *testing.T, b svc.Broker, subj string) chan svc.DeadLetter {
 		if err := json.Unmarshal(d.Data, &dl); err != nil {
 			t.Errorf("dead letter record: %v: %q", err, d.Data)
 		}
+		// A dead letter starts its own count: the deliveries of the
+		// message it records are not its own.
+		if d.Attempt != 1 {
+			t.Errorf("first delivery of a dead letter has attempt %d, want 1", d.Attempt)
+		}
 		ch <- dl
 		_ = d.Ack(ctx)
 	})

@@ -27,11 +27,14 @@
 //     each subscriber reads it directly (no group) from the end offset it
 //     looked up when it subscribed.
 //
-// What a crash costs: a member killed without stopping cannot re-append
-// its records, so the next member reads them again with the attempt count
-// they had (the crashed delivery is not counted), and a partition moved
-// away while one of its records was still in a handler after
-// Options.RevokeWait is read again by its new owner.
+// Delivery counts survive a crash: before a member hands records to its
+// handlers it commits, with the partition's offset (unchanged), metadata
+// listing the records in flight and their attempt ("svc-deliveries
+// offset:attempt ..."); the member that gets the partition next reads it
+// and counts those deliveries, so MaxDeliver holds against a task that
+// kills every worker it runs on. A partition moved away while one of its
+// records was still in a handler after Options.RevokeWait is read again
+// by its new owner, counted the same way.
 package kafkabroker
 
 import (

@@ -19,7 +19,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // cluster starts an in-process kfake cluster and returns its kafka:// URL.
-func cluster(t *testing.T) string {
+func cluster(t testing.TB) string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -29,7 +29,7 @@ func cluster(t *testing.T) string {
 	return "kafka://" + c.ListenAddrs()[0]
 }
 
-func connect(t *testing.T, url string) *kafkabroker.Broker {
+func connect(t testing.TB, url string) *kafkabroker.Broker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -24,24 +26,12 @@ var (
 	errMoved   = errors.New("kafkabroker: the message's partition moved to another member, which reads it again")
 )
 
-// state of one record a member read.
-type state int
-
-const (
-	stHandling     state = iota // in a handler, or abandoned by it
-	stDelayed                   // nacked with a delay: re-append at `at`
-	stRedelivering              // being re-appended
-	stDone                      // acked, re-appended or dead-lettered: committable
-)
-
 type entry struct {
 	rec       *kgo.Record
 	id        string
 	prior     int // deliveries before this record was read
 	delivered bool
-	st        state
-	deadline  time.Time // stHandling: ack deadline; stDelayed: re-append time
-	lost      bool      // its partition was revoked before it settled
+	flow.Settlement
 }
 
 // wsub is one member of a work subject's consumer group.
@@ -58,6 +48,8 @@ type wsub struct {
 	mu        sync.Mutex
 	parts     map[int32][]*entry // read, not yet committed past, by offset
 	committed map[int32]int64
+	meta      map[int32]string        // the metadata last committed
+	earlier   map[int32]map[int64]int // deliveries of records read before this member got the partition (commit metadata)
 	closing   bool
 
 	commitMu sync.Mutex
@@ -77,7 +69,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 	opts = opts.WithDefaults(subject)
 	s := &wsub{
 		b: b, subject: subject, topic: b.workTopic(subject), opts: opts, h: h,
-		parts: map[int32][]*entry{}, committed: map[int32]int64{},
+		parts: map[int32][]*entry{}, committed: map[int32]int64{}, meta: map[int32]string{}, earlier: map[int32]map[int64]int{},
 		log: b.log.With(zap.String("subject", subject), zap.String("consumer", opts.ConsumerID)),
 	}
 	if err := b.ensureTopic(ctx, s.topic, b.o.Partitions); err != nil {
@@ -119,10 +111,34 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 	return s, nil
 }
 
-// assigned runs after each join of the group: the first one tells
-// awaitLive the member is in.
-func (s *wsub) assigned(context.Context, *kgo.Client, map[string][]int32) {
-	s.syncOnce.Do(func() { close(s.synced) })
+// assigned runs after each join of the group, before the new partitions
+// are read: it reads the delivery counts their last owner left in the
+// commit metadata, and the first one tells awaitLive the member is in.
+func (s *wsub) assigned(ctx context.Context, cl *kgo.Client, got map[string][]int32) {
+	defer s.syncOnce.Do(func() { close(s.synced) })
+	if len(got[s.topic]) == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).FetchOffsets(fctx, s.b.groupName(s.subject, s.opts.Group))
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		s.log.Warn("read the delivery counts of the partitions assigned; records a crashed member held count from their header", zap.Error(err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range got[s.topic] {
+		o, ok := offs.Lookup(s.topic, p)
+		if !ok {
+			continue
+		}
+		if n := decodeDeliveries(o.Metadata, o.At); len(n) > 0 {
+			s.earlier[p] = n
+		}
+	}
 }
 
 // awaitLive returns once the member has joined the group and got its
@@ -176,8 +192,24 @@ func (s *wsub) poll(ctx context.Context) {
 		for range n - len(recs) {
 			s.fs.Release()
 		}
-		for _, r := range recs {
-			s.dispatch(r)
+		es := make([]*entry, len(recs))
+		fns := make([]func(context.Context), len(recs))
+		for i, r := range recs {
+			es[i], fns[i] = s.dispatch(r)
+		}
+		if len(recs) > 0 {
+			// The deliveries are committed (as metadata) before the
+			// handlers start, so a crash in them counts.
+			if err := s.commit(); err != nil {
+				s.log.Warn("commit the delivery counts", zap.Error(err))
+			}
+		}
+		for i, fn := range fns {
+			if !s.fs.Go(fn) {
+				s.mu.Lock()
+				es[i].delivered = false
+				s.mu.Unlock()
+			}
 		}
 		if ctx.Err() != nil {
 			return
@@ -201,9 +233,9 @@ func header(r *kgo.Record, key string) (string, bool) {
 	return "", false
 }
 
-// dispatch hands one record, holding a slot, to the handler or the dead
-// letter.
-func (s *wsub) dispatch(r *kgo.Record) {
+// dispatch records one record read, holding a slot, and returns what hands
+// it to the handler or the dead letter.
+func (s *wsub) dispatch(r *kgo.Record) (*entry, func(ctx context.Context)) {
 	e := &entry{rec: r}
 	if id, ok := header(r, hdrID); ok {
 		e.id = id
@@ -213,25 +245,32 @@ func (s *wsub) dispatch(r *kgo.Record) {
 	if a, ok := header(r, hdrAttempt); ok {
 		e.prior, _ = strconv.Atoi(a)
 	}
-	attempt := e.prior + 1
 	s.mu.Lock()
+	// A member that crashed holding this record committed its delivery.
+	e.prior = max(e.prior, s.earlier[r.Partition][r.Offset])
+	attempt := e.prior + 1
+	dead := s.opts.MaxDeliver > 0 && attempt > s.opts.MaxDeliver
 	s.parts[r.Partition] = append(s.parts[r.Partition], e)
-	e.delivered = true
-	e.deadline = time.Now().Add(s.opts.AckWait)
+	e.delivered = !dead // a dead letter is not a delivery
+	e.Start(time.Now().Add(s.opts.AckWait))
 	s.mu.Unlock()
 	var fn func(ctx context.Context)
-	if s.opts.MaxDeliver > 0 && attempt > s.opts.MaxDeliver {
-		e.delivered = false // a dead letter is not a delivery
+	if dead {
 		fn = func(ctx context.Context) { s.deadLetter(ctx, e) }
 	} else {
-		d := &svc.Delivery{Subject: s.subject, Data: r.Value, Attempt: attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &acker{s: s, e: e}}
+		d := &svc.Delivery{Subject: s.subject, Data: r.Value, Attempt: attempt, ID: e.id, AckWait: s.opts.AckWait, Acker: &flow.Acker{
+			Mu: &s.mu, S: &e.Settlement, AckWait: s.opts.AckWait, Lost: errMoved, Expired: errExpired,
+			OnAck: func(context.Context) error {
+				s.mu.Lock()
+				e.State = flow.Done
+				s.mu.Unlock()
+				return s.commit()
+			},
+			OnNack: func(context.Context) error { s.redeliver([]*entry{e}); return nil },
+		}}
 		fn = func(ctx context.Context) { s.h(ctx, d) }
 	}
-	if !s.fs.Go(fn) {
-		s.mu.Lock()
-		e.delivered = false
-		s.mu.Unlock()
-	}
+	return e, fn
 }
 
 func (s *wsub) deadLetter(ctx context.Context, e *entry) {
@@ -248,17 +287,15 @@ func (s *wsub) deadLetter(ctx context.Context, e *entry) {
 		s.opts.OnDeadLetter(ctx, dl)
 	}
 	s.mu.Lock()
-	e.st = stDone
+	e.State = flow.Done
 	s.mu.Unlock()
-	s.commit()
+	_ = s.commit()
 }
 
 // reap re-appends records whose ack deadline passed or whose nack delay
 // ended.
 func (s *wsub) reap(ctx context.Context) {
-	tick := s.opts.AckWait / 10
-	tick = min(max(tick, 10*time.Millisecond), 250*time.Millisecond)
-	t := time.NewTicker(tick)
+	t := time.NewTicker(flow.ReapEvery(s.opts.AckWait))
 	defer t.Stop()
 	for {
 		select {
@@ -271,8 +308,7 @@ func (s *wsub) reap(ctx context.Context) {
 		s.mu.Lock()
 		for _, es := range s.parts {
 			for _, e := range es {
-				if (e.st == stHandling || e.st == stDelayed) && !e.lost && now.After(e.deadline) {
-					e.st = stRedelivering
+				if e.Due(now) {
 					due = append(due, e)
 				}
 			}
@@ -298,33 +334,41 @@ func (s *wsub) redeliver(es []*entry) {
 		s.mu.Lock()
 		if err != nil {
 			s.log.Warn("redeliver", zap.Error(err))
-			e.st = stHandling
-			e.deadline = time.Now().Add(s.opts.AckWait)
+			e.Start(time.Now().Add(s.opts.AckWait))
 		} else {
-			e.st = stDone
+			e.State = flow.Done
 		}
 		s.mu.Unlock()
 	}
-	s.commit()
+	_ = s.commit()
 }
 
-// commit commits each partition up to its first record not done.
+// commit commits each partition up to its first record not done, with the
+// deliveries of the records after it still in flight as metadata (see
+// encodeDeliveries); a partition is committed when its offset advanced or
+// its deliveries changed.
 func (s *wsub) commit() error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	offsets := map[int32]kgo.EpochOffset{}
+	metas := map[int32]string{}
 	s.mu.Lock()
 	for p, es := range s.parts {
 		i := 0
 		var next int64 = -1
 		var epoch int32 = -1
-		for i < len(es) && es[i].st == stDone {
+		for i < len(es) && es[i].State == flow.Done {
 			next, epoch = es[i].rec.Offset+1, es[i].rec.LeaderEpoch
 			i++
 		}
 		s.parts[p] = es[i:]
-		if next > s.committed[p] {
+		if i < len(es) {
+			next, epoch = es[i].rec.Offset, es[i].rec.LeaderEpoch
+		}
+		meta := encodeDeliveries(es[i:])
+		if next > s.committed[p] || (next >= 0 && next == s.committed[p] && meta != s.meta[p]) {
 			offsets[p] = kgo.EpochOffset{Epoch: epoch, Offset: next}
+			metas[p] = meta
 		}
 	}
 	s.mu.Unlock()
@@ -333,6 +377,18 @@ func (s *wsub) commit() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		for i := range req.Topics {
+			if req.Topics[i].Topic != s.topic {
+				continue
+			}
+			for j := range req.Topics[i].Partitions {
+				m := metas[req.Topics[i].Partitions[j].Partition]
+				req.Topics[i].Partitions[j].Metadata = &m
+			}
+		}
+		return nil
+	})
 	var cerr error
 	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.topic: offsets},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
@@ -353,12 +409,64 @@ func (s *wsub) commit() error {
 	}
 	s.mu.Lock()
 	for p, o := range offsets {
-		if o.Offset > s.committed[p] {
+		if o.Offset >= s.committed[p] {
 			s.committed[p] = o.Offset
+			s.meta[p] = metas[p]
 		}
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// Commit metadata: "svc-deliveries offset:attempt ..." for each record of
+// the partition handed to a handler and not yet settled, its attempt
+// included. The member that gets the partition after a crash reads it
+// (assigned) and counts those deliveries. Kafka caps metadata
+// (offset.metadata.max.bytes, 4096 by default): records past the cap are
+// left out and count from their header alone.
+const (
+	metaPrefix = "svc-deliveries"
+	metaMax    = 4000
+)
+
+func encodeDeliveries(es []*entry) string {
+	b := []byte(metaPrefix)
+	for _, e := range es {
+		if !e.delivered || e.State == flow.Done {
+			continue
+		}
+		item := fmt.Appendf(nil, " %d:%d", e.rec.Offset, e.prior+1)
+		if len(b)+len(item) > metaMax {
+			break
+		}
+		b = append(b, item...)
+	}
+	if len(b) == len(metaPrefix) {
+		return ""
+	}
+	return string(b)
+}
+
+// decodeDeliveries reads encodeDeliveries' metadata, keeping the records at
+// or after the committed offset from.
+func decodeDeliveries(meta string, from int64) map[int64]int {
+	rest, ok := strings.CutPrefix(meta, metaPrefix)
+	if !ok {
+		return nil
+	}
+	out := map[int64]int{}
+	for _, item := range strings.Fields(rest) {
+		o, a, ok := strings.Cut(item, ":")
+		if !ok {
+			continue
+		}
+		off, err1 := strconv.ParseInt(o, 10, 64)
+		n, err2 := strconv.Atoi(a)
+		if err1 == nil && err2 == nil && off >= from && n > 0 {
+			out[off] = n
+		}
+	}
+	return out
 }
 
 // revoked runs in a rebalance that takes partitions away: it waits a while
@@ -371,7 +479,7 @@ func (s *wsub) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int32
 		busy := false
 		for _, p := range lost[s.topic] {
 			for _, e := range s.parts[p] {
-				if e.st != stDone {
+				if e.State != flow.Done {
 					busy = true
 				}
 			}
@@ -395,10 +503,12 @@ func (s *wsub) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	defer s.mu.Unlock()
 	for _, p := range lost[s.topic] {
 		for _, e := range s.parts[p] {
-			e.lost = true
+			e.Lost = true
 		}
 		delete(s.parts, p)
 		delete(s.committed, p)
+		delete(s.meta, p)
+		delete(s.earlier, p)
 	}
 }
 
@@ -409,8 +519,8 @@ func (s *wsub) finish() {
 	s.mu.Lock()
 	for _, es := range s.parts {
 		for _, e := range es {
-			if e.st != stDone && !e.lost {
-				e.st = stRedelivering
+			if e.State != flow.Done && !e.Lost {
+				e.State = flow.Settling
 				rest = append(rest, e)
 			}
 		}
@@ -426,47 +536,4 @@ func (s *wsub) finish() {
 	s.mu.Unlock()
 	s.cl.Close()
 	s.b.subs.Untrack(s)
-}
-
-// acker settles one delivery.
-type acker struct {
-	s *wsub
-	e *entry
-}
-
-// settle moves e from stHandling to st, or explains why it cannot.
-func (a *acker) settle(st state, at time.Time) error {
-	a.s.mu.Lock()
-	defer a.s.mu.Unlock()
-	switch {
-	case a.e.lost:
-		return errMoved
-	case a.e.st != stHandling:
-		return errExpired
-	}
-	a.e.st = st
-	a.e.deadline = at
-	return nil
-}
-
-func (a *acker) Ack(context.Context) error {
-	if err := a.settle(stDone, time.Time{}); err != nil {
-		return err
-	}
-	return a.s.commit()
-}
-
-func (a *acker) Nack(_ context.Context, delay time.Duration) error {
-	if delay > 0 {
-		return a.settle(stDelayed, time.Now().Add(min(delay, a.s.opts.AckWait)))
-	}
-	if err := a.settle(stRedelivering, time.Time{}); err != nil {
-		return err
-	}
-	a.s.redeliver([]*entry{a.e})
-	return nil
-}
-
-func (a *acker) InProgress(context.Context) error {
-	return a.settle(stHandling, time.Now().Add(a.s.opts.AckWait))
 }

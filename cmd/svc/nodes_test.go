@@ -258,3 +258,24 @@ func TestServeNodeFlagsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateNodeIDRefused: a second serve node given the --node-id of a
+// live one on the same Redis run store refuses to start (exit 2, naming the
+// id and its held lease); it would otherwise fail the first node's runs as
+// its own.
+func TestDuplicateNodeIDRefused(t *testing.T) {
+	specs := writeSpecs(t, fleetSpecs)
+	store := servertest.Redis(t)
+	first := startServe(t, nil, "--specs", specs, "--store", store, "--node-id", "api-1", "--log-format", "json")
+	r := svcExec(t, nil, "", "serve", "--specs", specs, "--port", "0", "--data-dir", t.TempDir(),
+		"--store", store, "--node-id", "api-1")
+	if r.code != 2 || !strings.Contains(r.stderr, "--node-id") || !strings.Contains(r.stderr, `"api-1"`) ||
+		!strings.Contains(r.stderr, "lease is held") {
+		t.Errorf("second serve with --node-id api-1: exit %d, stderr %q; want 2 and a message naming api-1 and its held lease", r.code, r.stderr)
+	}
+	if !strings.Contains(first.stderr.String(), `"node":"api-1"`) {
+		t.Errorf("the first node does not run as api-1:\n%s", tail(first.stderr.String(), 4<<10))
+	}
+	// Another id joins the same store.
+	startServe(t, nil, "--specs", specs, "--store", store, "--node-id", "api-2")
+}

@@ -164,7 +164,7 @@ var flagOf = map[string]string{
 	"MaxBodyBytes": "--max-body-bytes", "SSEHeartbeat": "--sse-heartbeat", "SSEQueueSize": "--sse-queue-size",
 	"Metrics": "--metrics", "Reload": "--reload", "ReloadInclude": "--reload-include", "PricesFile": "--prices",
 	"FilesRoot": "--files-root", "Broker": "--broker", "NATSListen": "--nats-listen", "Worker": "--agents",
-	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver",
+	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver", "NodeID": "--node-id",
 }
 
 // defaultSpecsHint refuses to start on the default --specs directory when

@@ -23,9 +23,11 @@
 //	                       expires with the key's TTL
 //	P::idemkeys    zset    the live keys, scored by expiry (server clock,
 //	                       Unix milliseconds), for the bound
-//	P::node:<id>   string  the lease of node <id> (a Store): set at Open,
-//	                       renewed every LeaseTTL/3 with a TTL of LeaseTTL,
-//	                       deleted at Close
+//	P::node:<id>   string  the lease of node <id> (a Store): "<time>
+//	                       <token>", the last renewal (RFC 3339) and a token
+//	                       random per Store; taken at Open unless another
+//	                       Store's token holds it, renewed every LeaseTTL/3
+//	                       with a TTL of LeaseTTL, deleted at Close
 //
 // Run ownership (svc.SharedRunStore): a record's "owner" field is the node
 // id of the Store that created it. Interrupt and Sweep fail a run only when
@@ -133,6 +135,7 @@ type Store struct {
 	ttl    time.Duration
 	node   string        // the owner written into the runs created here
 	lease  time.Duration // the node lease's TTL
+	token  string        // tells this Store's lease from another's of the same node id
 	// leaseCtx ends at Close, or when a test stops the renewals to play a
 	// killed node (export_test.go).
 	leaseCtx  context.Context
@@ -214,13 +217,16 @@ func Open(opts Options) (*Store, error) {
 		return nil, svc.Errorf(svc.KindRuntime, "redisstore: cannot reach redis at %s: %s", where, redactErr(err, opts.URL))
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	s := &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, node: opts.NodeID, lease: opts.LeaseTTL,
+	s := &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, node: opts.NodeID, lease: opts.LeaseTTL, token: randomHex(),
 		ctx: ctx, stop: stop, watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}
 	err := s.ensureIndex(context.Background())
 	if err != nil {
 		err = svc.Wrap(svc.KindRuntime, err, "redisstore: index the runs under "+strconv.Quote(prefix))
 	} else if err = s.renew(pctx); err != nil {
-		err = svc.Wrap(svc.KindRuntime, err, "redisstore: take the lease of node "+strconv.Quote(s.node))
+		var held *NodeInUseError
+		if !errors.As(err, &held) {
+			err = svc.Wrap(svc.KindRuntime, err, "redisstore: take the lease of node "+strconv.Quote(s.node))
+		}
 	}
 	if err != nil {
 		stop()
@@ -372,7 +378,7 @@ func (s *Store) Close() error {
 	// A clean stop gives the lease up at once: what this node leaves
 	// unfinished is the others' to fail now, not after the TTL.
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
-	_ = s.c.Del(ctx, s.leaseKey(s.node)).Err()
+	_ = releaseScript.Run(ctx, s.c, []string{s.leaseKey(s.node)}, s.token).Err()
 	cancel()
 	if !s.owned {
 		return nil
@@ -720,6 +726,7 @@ func (s *Store) ServeNodes(ctx context.Context) ([]svc.ServeNode, error) {
 				return svc.Wrap(svc.KindRuntime, err, "redisstore: read node leases")
 			}
 			n := svc.ServeNode{NodeID: strings.TrimPrefix(it.Val(), lead)}
+			at, _, _ = strings.Cut(at, " ")
 			n.LastRenewal, _ = time.Parse(time.RFC3339Nano, at)
 			n.Self = n.NodeID == s.node
 			nodes = append(nodes, n)
@@ -733,9 +740,34 @@ func (s *Store) ServeNodes(ctx context.Context) ([]svc.ServeNode, error) {
 	return nodes, err
 }
 
-// renew sets the node's lease for another LeaseTTL.
+// NodeInUseError is Open's error when another Store, live, holds the lease
+// of Options.NodeID: two nodes of one id would fail each other's runs as
+// their own. It names the id and when the lease expires, should that
+// Store stop renewing it.
+type NodeInUseError struct {
+	NodeID string
+	// Expires is how long the lease has left without a renewal.
+	Expires time.Duration
+}
+
+func (e *NodeInUseError) Error() string {
+	return fmt.Sprintf("redisstore: node id %q is in use: its lease is held by another node, which renews it while it runs "+
+		"(it expires in %s otherwise); give this node another node id, or stop that node first",
+		e.NodeID, e.Expires.Round(time.Millisecond))
+}
+
+// renew takes or renews the node's lease for another LeaseTTL, unless
+// another Store holds it (*NodeInUseError).
 func (s *Store) renew(ctx context.Context) error {
-	return s.c.Set(ctx, s.leaseKey(s.node), formatTime(time.Now()), s.lease).Err()
+	n, err := leaseScript.Run(ctx, s.c, []string{s.leaseKey(s.node)},
+		formatTime(time.Now())+" "+s.token, s.token, s.lease.Milliseconds()).Int64()
+	if err != nil {
+		return err
+	}
+	if n != -3 {
+		return &NodeInUseError{NodeID: s.node, Expires: time.Duration(max(n, 0)) * time.Millisecond}
+	}
+	return nil
 }
 
 func (s *Store) leaseKey(node string) string { return s.prefix + "::node:" + node }

@@ -628,3 +628,41 @@ func TestServeNodes(t *testing.T) {
 		t.Fatalf("ServeNodes after a closed = %+v, %v; want b", nodes, err)
 	}
 }
+
+// A second Store of a node id whose lease another Store holds is refused,
+// naming the id, until that lease expires; a Store that was refused, or
+// closed late, does not take away the holder's lease.
+func TestNodeIDInUse(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	a := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "api-1", LeaseTTL: 500 * time.Millisecond})
+	time.Sleep(time.Second) // past a's first lease: it is held by renewals
+	_, err := redisstore.Open(redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "api-1", LeaseTTL: time.Minute})
+	var held *redisstore.NodeInUseError
+	if !errors.As(err, &held) || held.NodeID != "api-1" || !strings.Contains(err.Error(), `"api-1"`) || !strings.Contains(err.Error(), "lease") {
+		t.Fatalf("second Open of node api-1 = %v; want a NodeInUseError naming it and its lease", err)
+	}
+	if held.Expires <= 0 || held.Expires > 500*time.Millisecond {
+		t.Errorf("Expires = %v, want within the holder's 500ms lease", held.Expires)
+	}
+	// Another id is welcome meanwhile.
+	open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "api-2", LeaseTTL: time.Minute})
+
+	a.StopLease() // a is killed
+	var b *redisstore.Store
+	testutil.Eventually(t, "node api-1 free once the killed holder's lease expired", func() bool {
+		b, err = redisstore.Open(redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "api-1", LeaseTTL: time.Minute})
+		return err == nil
+	})
+	defer b.Close()
+	if err := a.Close(); err != nil { // the killed life's late Close
+		t.Fatal(err)
+	}
+	nodes, err := b.ServeNodes(t.Context())
+	if err != nil || len(nodes) != 2 || nodes[0].NodeID != "api-1" || !nodes[0].Self || nodes[0].LastRenewal.IsZero() {
+		t.Fatalf("ServeNodes = %+v, %v; want api-1 (self, still leased) and api-2", nodes, err)
+	}
+	if _, err := redisstore.Open(redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "api-1"}); !errors.As(err, &held) {
+		t.Errorf("Open of api-1 while its new holder lives = %v; want NodeInUseError", err)
+	}
+}

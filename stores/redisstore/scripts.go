@@ -248,3 +248,28 @@ redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 10))
 finish(seq, ARGV[1], tonumber(ARGV[3]))
 return 1
 `)
+
+// leaseScript takes or renews a node lease (KEYS[1]) for the Store whose
+// token is ARGV[2]: it sets ARGV[1] with a TTL of ARGV[3] ms unless the key
+// holds another Store's lease (its value ends with another token, or is an
+// older build's, with none), and then answers that lease's PTTL (>= -1)
+// instead of -3.
+var leaseScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local tok = string.match(cur, ' (%S+)$')
+  if tok ~= ARGV[2] then return redis.call('PTTL', KEYS[1]) end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+return -3
+`)
+
+// releaseScript deletes a node lease (KEYS[1]) if it is still the one of
+// the Store whose token is ARGV[1].
+var releaseScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, ' (%S+)$') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)

@@ -149,12 +149,23 @@ func testSharedClosedNodeSwept(t *testing.T, open Opener) {
 }
 
 // A node restarted with the same id fails its earlier life's runs at
-// start, without waiting for the old lease to expire.
+// start. After a kill it can start only once the old lease has expired (a
+// live lease of its id is another node's: see redisstore.NodeInUseError);
+// its runs are then its own to fail at once, before any other node's
+// Sweep.
 func testSharedRestartedNode(t *testing.T, open Opener) {
-	a, kill := open(t, "node-a", time.Hour)
+	a, kill := open(t, "node-a", SharedLease)
 	drive(t, a, "running", svc.RunRunning)
 	before := get(t, a, "running")
 	kill()
+	if nl, ok := a.(svc.NodeLister); ok {
+		testutil.Eventually(t, "the killed node's lease to expire", func() bool {
+			nodes, err := nl.ServeNodes(t.Context())
+			return err == nil && len(nodes) == 0
+		})
+	} else {
+		time.Sleep(3 * SharedLease)
+	}
 	a2, _ := open(t, "node-a", time.Hour)
 	n, err := a2.Interrupt(t.Context())
 	mustOK(t, "Interrupt", err)
