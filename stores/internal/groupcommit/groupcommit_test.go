@@ -179,14 +179,12 @@ func TestWritersOverlap(t *testing.T) {
 		seen     = map[int]int{}
 	)
 	gate := make(chan struct{})
+	// Two writers may both see the overlap: the gate is closed once.
+	var openGate sync.Once
 	q := New(Options{MaxBatch: 10, Writers: 3}, func(batch []*Job[int]) {
 		if inCommit.Add(1) > 1 {
 			overlap.Store(true)
-			select {
-			case <-gate:
-			default:
-				close(gate)
-			}
+			openGate.Do(func() { close(gate) })
 		}
 		select { // the first batch waits until another one overlaps it
 		case <-gate:
