@@ -20,7 +20,7 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -37,6 +37,11 @@ build:
 ## (internal/testsummary), ending with a SKIPPED: line when any skipped
 test:
 	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
+
+## test-ts: the TypeScript client's tests (clients/ts), node's own test
+## runner against a real svc serve built from this tree
+test-ts:
+	cd clients/ts && node --test
 
 ## deps: installs what the tests need and can install without root (the
 ## MCP reference server, with npm) and says loudly what is missing
@@ -60,10 +65,12 @@ staticcheck:
 	"$(STATICCHECK)" ./...
 
 ## check: what the tests need (deps), vet, staticcheck, gofmt, then the
-## tests (import direction and the docs' commands included)
+## tests (import direction and the docs' commands included), then the
+## TypeScript client's
 check: deps vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(MAKE) test
+	$(MAKE) test-ts
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:

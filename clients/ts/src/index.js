@@ -196,7 +196,7 @@ export class Client {
     if (signal) signals.push(signal);
     if (t > 0) signals.push(AbortSignal.timeout(t));
     if (signals.length === 0) return undefined;
-    return signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+    return signals.length === 1 ? signals[0] : anySignal(signals);
   }
 
   async #request(method, path, { body, query, headers, signal, timeoutMs, requestId } = {}) {
@@ -291,6 +291,21 @@ export class RunHandle {
   events(opts = {}) {
     return this.#client.runEvents(this.runId, opts);
   }
+}
+
+// AbortSignal.any where the platform has it (node >= 20.3); on node 18
+// (Debian 12's nodejs) the same by hand.
+function anySignal(signals) {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals);
+  const ac = new AbortController();
+  for (const s of signals) {
+    if (s.aborted) {
+      ac.abort(s.reason);
+      break;
+    }
+    s.addEventListener('abort', () => ac.abort(s.reason), { once: true, signal: ac.signal });
+  }
+  return ac.signal;
 }
 
 function enc(s) {
