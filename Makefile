@@ -17,6 +17,11 @@ STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 # of git), where the tests find it.
 MCP_EVERYTHING_VERSION ?= 2026.8.31
 MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
+# The TypeScript compiler the clients/ts tests type-check index.d.ts with,
+# pinned likewise; installed into .cache/ts (the client itself has no
+# build step and no dependencies).
+TYPESCRIPT_VERSION ?= 5.9.3
+TSC := .cache/ts/node_modules/.bin/tsc
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
@@ -51,6 +56,10 @@ deps:
 	elif command -v npm >/dev/null; then \
 	  npm install --no-audit --no-fund --prefix .cache/mcp @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION); \
 	else echo "make deps: npm not found: the MCP tests (tools/mcp) will skip; install nodejs and npm"; fi
+	@if [ -x $(TSC) ]; then :; \
+	elif command -v npm >/dev/null; then \
+	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION); \
+	else echo "make deps: npm not found: clients/ts's type check will skip"; fi
 	@command -v redis-server >/dev/null || \
 	  echo "make deps: redis-server not found: the Redis tests will skip; install redis-server (SVC_REQUIRE_REDIS=1 makes them fail instead)"
 

@@ -4,7 +4,9 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import * as mod from '../src/index.js';
 import { repoRoot } from '../support/server.js';
@@ -43,4 +45,18 @@ test('every error kind of the server has its class', () => {
   for (const k of ['TopologyError', 'PayloadTooLargeError', 'UnsupportedMediaTypeError']) {
     assert.ok(mod.errorKinds[k].prototype instanceof mod.SpecValidationError, k);
   }
+});
+
+// tsc is installed by `make deps` (pinned, into .cache/ts, kept out of
+// git); $SVC_TSC names another.
+test('index.d.ts type-checks with tsc --strict, used as the docs use it', (t) => {
+  const tsc = process.env.SVC_TSC || join(repoRoot, '.cache/ts/node_modules/.bin/tsc');
+  if (!existsSync(tsc)) {
+    t.skip('tsc not installed: run make deps (it installs the pinned typescript into .cache/ts)');
+    return;
+  }
+  const file = fileURLToPath(new URL('typecheck.ts', import.meta.url));
+  const r = spawnSync(tsc, ['--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext',
+    '--moduleResolution', 'nodenext', '--lib', 'es2022,dom,dom.asynciterable', file], { encoding: 'utf8' });
+  assert.equal(r.status, 0, `tsc:\n${r.stdout}${r.stderr}`);
 });
