@@ -44,9 +44,12 @@ test:
 	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
 
 ## test-ts: the TypeScript client's tests (clients/ts), node's own test
-## runner against a real svc serve built from this tree
+## runner against a real svc serve built from this tree (once, here: each
+## test file would build it otherwise)
 test-ts:
-	cd clients/ts && node --test
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  $(GO) build -o "$$tmp/svc" ./cmd/svc && \
+	  cd clients/ts && SVC_BIN="$$tmp/svc" node --test
 
 ## deps: installs what the tests need and can install without root (the
 ## MCP reference server, with npm) and says loudly what is missing
