@@ -51,6 +51,11 @@ export async function startServer({ args = [] } = {}) {
   const port = await freePort();
   const proc = spawn(bin, ['serve', '--specs', specs, '--host', '127.0.0.1', '--port', String(port),
     '--data-dir', join(dir, 'data'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Should the test process exit without stop() (process.exit, an
+  // uncaught error), take the server with it. (Ctrl-C reaches the server
+  // itself: it is in the terminal's process group.)
+  const killOnExit = () => proc.kill('SIGKILL');
+  process.on('exit', killOnExit);
   let log = '';
   proc.stdout.on('data', (b) => { log += b; });
   proc.stderr.on('data', (b) => { log += b; });
@@ -63,6 +68,7 @@ export async function startServer({ args = [] } = {}) {
       await exited;
       clearTimeout(t);
     }
+    process.off('exit', killOnExit);
     rmSync(dir, { recursive: true, force: true });
   };
   const deadline = Date.now() + 30_000;
