@@ -17,10 +17,15 @@ STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 # of git), where the tests find it.
 MCP_EVERYTHING_VERSION ?= 2026.8.31
 MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
+# The TypeScript compiler the clients/ts tests type-check index.d.ts with,
+# pinned likewise; installed into .cache/ts (the client itself has no
+# build step and no dependencies).
+TYPESCRIPT_VERSION ?= 5.9.3
+TSC := .cache/ts/node_modules/.bin/tsc
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -38,6 +43,14 @@ build:
 test:
 	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
 
+## test-ts: the TypeScript client's tests (clients/ts), node's own test
+## runner against a real svc serve built from this tree (once, here: each
+## test file would build it otherwise)
+test-ts:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  $(GO) build -o "$$tmp/svc" ./cmd/svc && \
+	  cd clients/ts && SVC_BIN="$$tmp/svc" node --test
+
 ## deps: installs what the tests need and can install without root (the
 ## MCP reference server, with npm) and says loudly what is missing
 ## (redis-server, npm): the tests that need it skip, and say so
@@ -46,6 +59,10 @@ deps:
 	elif command -v npm >/dev/null; then \
 	  npm install --no-audit --no-fund --prefix .cache/mcp @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION); \
 	else echo "make deps: npm not found: the MCP tests (tools/mcp) will skip; install nodejs and npm"; fi
+	@if [ -x $(TSC) ]; then :; \
+	elif command -v npm >/dev/null; then \
+	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION); \
+	else echo "make deps: npm not found: clients/ts's type check will skip"; fi
 	@command -v redis-server >/dev/null || \
 	  echo "make deps: redis-server not found: the Redis tests will skip; install redis-server (SVC_REQUIRE_REDIS=1 makes them fail instead)"
 
@@ -60,10 +77,12 @@ staticcheck:
 	"$(STATICCHECK)" ./...
 
 ## check: what the tests need (deps), vet, staticcheck, gofmt, then the
-## tests (import direction and the docs' commands included)
+## tests (import direction and the docs' commands included), then the
+## TypeScript client's
 check: deps vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(MAKE) test
+	$(MAKE) test-ts
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:

@@ -1,0 +1,93 @@
+// Starts a real `svc serve` for the tests: the binary is built from this
+// repository (or taken from $SVC_BIN), on a free port, with a data
+// directory and a copy of examples/specs of its own, plus a slow agent.
+
+import { spawn, execFileSync } from 'node:child_process';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+
+let built = null;
+
+function svcBinary() {
+  if (process.env.SVC_BIN) return process.env.SVC_BIN;
+  if (built) return built;
+  const dir = mkdtempSync(join(tmpdir(), 'svc-ts-bin-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const bin = join(dir, 'svc');
+  execFileSync('go', ['build', '-o', bin, './cmd/svc'], { cwd: repoRoot, stdio: ['ignore', 'inherit', 'inherit'] });
+  built = bin;
+  return bin;
+}
+
+function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.unref();
+    s.on('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+}
+
+/**
+ * @param {{args?: string[]}} [opts]
+ * @returns {Promise<{url: string, stop: () => Promise<void>, log: () => string}>}
+ */
+export async function startServer({ args = [] } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-ts-'));
+  const bin = svcBinary();
+  const specs = join(dir, 'specs');
+  cpSync(join(repoRoot, 'examples/specs'), specs, { recursive: true });
+  // An agent whose model call takes 5 s: for cancel, timeout and abort.
+  writeFileSync(join(specs, 'agents', 'slow.yaml'),
+    'version: 1\nname: slow\nmodel: test:echo\ninstructions: Wait, then repeat the input.\nmodel_settings: {latency_ms: 5000}\n');
+  const port = await freePort();
+  const proc = spawn(bin, ['serve', '--specs', specs, '--host', '127.0.0.1', '--port', String(port),
+    '--data-dir', join(dir, 'data'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Should the test process exit without stop() (process.exit, an
+  // uncaught error), take the server with it. (Ctrl-C reaches the server
+  // itself: it is in the terminal's process group.)
+  const killOnExit = () => proc.kill('SIGKILL');
+  process.on('exit', killOnExit);
+  let log = '';
+  proc.stdout.on('data', (b) => { log += b; });
+  proc.stderr.on('data', (b) => { log += b; });
+  const exited = new Promise((res) => proc.on('exit', res));
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(t);
+    }
+    process.off('exit', killOnExit);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (proc.exitCode !== null) {
+      await stop();
+      throw new Error(`svc serve exited (${proc.exitCode}):\n${log}`);
+    }
+    try {
+      const r = await fetch(`${url}/healthz`);
+      if (r.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`svc serve did not answer /healthz within 30 s:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url, stop, log: () => log };
+}

@@ -1,0 +1,17 @@
+// Compiled (not run) by types.test.js with tsc --strict: the declarations
+// of index.d.ts, used as the docs use them, must type-check.
+import { Client, RegistryError, SvcError, type AgentResult, type RunEvent, type RuntimeEvent } from '../src/index.js';
+const svc = new Client('http://127.0.0.1:8420', { token: 'x', timeoutMs: 1000 });
+async function main() {
+  const r: AgentResult = await svc.run('echo', { input: { text: 'hi' } }, { signal: AbortSignal.timeout(10) });
+  const rs: AgentResult[] = await svc.gather('echo', [{ input: 1 }], { maxConcurrency: 2 });
+  const h = await svc.submit('panel', { input: 'x' }, { kind: 'group', idempotencyKey: 'k' });
+  for await (const ev of h.events({ lastEventId: 2 })) { const e: RunEvent = ev; console.log(e.seq); }
+  for await (const ev of svc.streamEvents({ eventTypes: ['agent_completed'], agent: 'echo' })) { const e: RuntimeEvent = ev; console.log(e.payload); break; }
+  const st = await h.status(); console.log(st.progress?.completed, r.metadata.trace_id, rs.length);
+  const page = await svc.listRuns({ state: 'completed', limit: 1 }); console.log(page.next_cursor);
+  console.log((await svc.usage('agent')).total.tokens_used, (await svc.runtimeStats()).header.events, (await svc.listTools())[0]?.name);
+  try { await svc.run('nope', { input: 1 }); } catch (err) { if (err instanceof RegistryError) { const e: SvcError = err; console.log(e.status, e.kind, e.requestId, e.problem?.error); } }
+  await h.cancel(); await h.result();
+}
+void main;
