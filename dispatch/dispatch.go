@@ -73,6 +73,10 @@ type Config struct {
 // past any task deadline of a default runtime (300 s).
 const DefaultCancelRetention = 24 * time.Hour
 
+// retainTimeout bounds the recording of a cancel, retries included, before
+// it is broadcast.
+const retainTimeout = 5 * time.Second
+
 var _ svc.FleetReader = (*Publisher)(nil)
 
 // Publisher dispatches tasks. It is safe for concurrent use.
@@ -370,10 +374,14 @@ func (p *Publisher) Cancel(runID, taskID string) {
 			// Recorded before the broadcast: a worker that hears the
 			// broadcast already runs nothing of the run, and one that
 			// missed it finds the record. Failing to record leaves the
-			// broadcast, the best left to do.
-			if err := retry(ctx, func(actx context.Context) error {
+			// broadcast, the best left to do; a slow record must not hold
+			// the broadcast back long, so it gets a few seconds.
+			rctx, rcancel := context.WithTimeout(ctx, retainTimeout)
+			err := retry(rctx, func(actx context.Context) error {
 				return r.Retain(actx, svc.CancelledRunKey(runID), p.cfg.CancelRetention)
-			}); err != nil {
+			})
+			rcancel()
+			if err != nil {
 				p.log.Warn("cancel not recorded on the broker: a worker that starts later may run the run's queued tasks",
 					zap.String("run_id", runID), zap.Error(err))
 			}
