@@ -567,6 +567,9 @@ func (w *Worker) cancelledOnBroker(ctx context.Context, env *svc.Envelope) bool 
 	defer cancel()
 	cancelled, err := r.Retained(lctx, svc.CancelledRunKey(env.RunID))
 	if err != nil {
+		if ctx.Err() != nil {
+			return false // shutting down: the task goes back to the broker anyway
+		}
 		w.log.Warn("cancelled runs not checked; the task runs", zap.String("task_id", env.TaskID),
 			zap.String("run_id", env.RunID), zap.Error(err))
 		return false
