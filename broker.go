@@ -104,6 +104,25 @@ type BrokerStatus interface {
 	Connected() error
 }
 
+// Retainer is implemented by a broker that can keep a small record for a
+// while, where every client of the broker sees it (a Redis key with a TTL,
+// a JetStream key-value entry). The distributed mode records the runs it
+// cancels with it, so a worker that starts or reconnects after a cancel
+// broadcast, and so never saw it, still refuses the run's queued tasks. It
+// is optional: without it only the workers connected at the time learn of a
+// cancel.
+type Retainer interface {
+	// Retain records key for ttl (a broker may cap ttl; a later Retain of
+	// the same key starts it over).
+	Retain(ctx context.Context, key string, ttl time.Duration) error
+	// Retained reports whether key was recorded and its ttl has not
+	// passed.
+	Retained(ctx context.Context, key string) (bool, error)
+}
+
+// CancelledRunKey is the Retainer key that records a cancelled run.
+func CancelledRunKey(runID string) string { return "cancelled.run." + runID }
+
 // Handler handles one delivery of a work subject. See Broker.Subscribe.
 type Handler func(ctx context.Context, d *Delivery)
 

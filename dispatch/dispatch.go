@@ -61,7 +61,21 @@ type Config struct {
 	OnCancel func(runID string)
 	// Logger logs refused results; silent when nil.
 	Logger *zap.Logger
+	// CancelRetention is how long a cancelled run is recorded on a broker
+	// that is a svc.Retainer, so that workers that were not connected
+	// when the cancel was broadcast refuse the run's queued tasks; it
+	// should outlast the longest task deadline (timeout_seconds).
+	// DefaultCancelRetention when 0.
+	CancelRetention time.Duration
 }
+
+// DefaultCancelRetention is Config.CancelRetention's default: a day, far
+// past any task deadline of a default runtime (300 s).
+const DefaultCancelRetention = 24 * time.Hour
+
+// retainTimeout bounds the recording of a cancel, retries included, before
+// it is broadcast.
+const retainTimeout = 5 * time.Second
 
 var _ svc.FleetReader = (*Publisher)(nil)
 
@@ -154,6 +168,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	if p.cfg.Now == nil {
 		p.cfg.Now = time.Now
+	}
+	if p.cfg.CancelRetention <= 0 {
+		p.cfg.CancelRetention = DefaultCancelRetention
 	}
 	p.cfg.Health = p.cfg.Health.WithDefaults()
 	p.closeCtx, p.stopBg = context.WithCancel(context.Background())
@@ -325,7 +342,10 @@ func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 }
 
 // Cancel broadcasts a cancel: of one task when taskID is set, else of every
-// task of the run, on every worker and serve node. It does not wait.
+// task of the run, on every worker and serve node. A whole-run cancel is
+// also recorded on the broker (when it is a svc.Retainer) for
+// CancelRetention, first, so a worker that starts or reconnects later still
+// refuses the run's tasks left in the queue. It does not wait.
 func (p *Publisher) Cancel(runID, taskID string) {
 	if runID == "" {
 		return
@@ -350,23 +370,48 @@ func (p *Publisher) Cancel(runID, taskID string) {
 		// bounded, rather than one 5 s try; Close still ends it at once.
 		ctx, cancel := context.WithTimeout(p.closeCtx, 30*time.Second)
 		defer cancel()
-		backoff := 100 * time.Millisecond
-		for {
-			actx, acancel := context.WithTimeout(ctx, 10*time.Second)
-			err := p.cfg.Broker.Broadcast(actx, svc.SubjectCancel, data)
-			acancel()
-			if err == nil {
-				return
+		if r, ok := p.cfg.Broker.(svc.Retainer); ok && taskID == "" {
+			// Recorded before the broadcast: a worker that hears the
+			// broadcast already runs nothing of the run, and one that
+			// missed it finds the record. Failing to record leaves the
+			// broadcast, the best left to do; a slow record must not hold
+			// the broadcast back long, so it gets a few seconds.
+			rctx, rcancel := context.WithTimeout(ctx, retainTimeout)
+			err := retry(rctx, func(actx context.Context) error {
+				return r.Retain(actx, svc.CancelledRunKey(runID), p.cfg.CancelRetention)
+			})
+			rcancel()
+			if err != nil {
+				p.log.Warn("cancel not recorded on the broker: a worker that starts later may run the run's queued tasks",
+					zap.String("run_id", runID), zap.Error(err))
 			}
-			select {
-			case <-ctx.Done():
-				p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
+		}
+		if err := retry(ctx, func(actx context.Context) error {
+			return p.cfg.Broker.Broadcast(actx, svc.SubjectCancel, data)
+		}); err != nil {
+			p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
 		}
 	}()
+}
+
+// retry calls op, each call bounded to 10 s, until it succeeds or ctx ends;
+// it returns op's last error then.
+func retry(ctx context.Context, op func(context.Context) error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+		err := op(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // onCancel passes a whole-run cancel from another process to OnCancel.

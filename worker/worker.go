@@ -49,6 +49,9 @@ const (
 	cancelledMemory = 10 * time.Minute
 	// maxCancelled bounds that memory.
 	maxCancelled = 10000
+	// lookupTimeout bounds the check of a task's run against the cancels
+	// recorded on the broker.
+	lookupTimeout = 5 * time.Second
 )
 
 // Config configures a Worker.
@@ -120,6 +123,7 @@ type Worker struct {
 
 	inFlight atomic.Int64
 	rejected atomic.Int64
+	skipped  atomic.Int64 // tasks of cancelled runs answered without running
 	mu       sync.Mutex
 	running  map[string]*task // by task id
 	// cancelled remembers run ids cancelled by broadcast, with when.
@@ -433,7 +437,8 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 		runCtx, stop = context.WithDeadline(runCtx, env.DeadlineTime())
 		defer stop()
 	}
-	if !w.track(env, cancel) {
+	if w.cancelledOnBroker(ctx, env) || !w.track(env, cancel) {
+		w.skipped.Add(1)
 		return w.failed(env, &svc.Error{Kind: svc.KindCancelled, Agent: env.Agent, TaskID: env.TaskID, Reason: "cancelled",
 			Message: fmt.Sprintf("agent %s: cancelled", env.Agent)}), false
 	}
@@ -541,6 +546,47 @@ func (w *Worker) track(env *svc.Envelope, cancel context.CancelCauseFunc) bool {
 	return true
 }
 
+// cancelledOnBroker reports whether the task's run was cancelled by a
+// cancel this worker did not see (it was not connected when the cancel was
+// broadcast): the publisher also records whole-run cancels on a broker that
+// is a svc.Retainer. A run found so is remembered like a broadcast one. A
+// failed look-up runs the task: a broker hiccup must not stop the fleet's
+// work, and a cancel broadcast still reaches the task while it runs.
+func (w *Worker) cancelledOnBroker(ctx context.Context, env *svc.Envelope) bool {
+	r, ok := w.cfg.Broker.(svc.Retainer)
+	if !ok || env.RunID == "" {
+		return false
+	}
+	w.mu.Lock()
+	_, known := w.cancelled[env.RunID]
+	w.mu.Unlock()
+	if known {
+		return true
+	}
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	cancelled, err := r.Retained(lctx, svc.CancelledRunKey(env.RunID))
+	if err != nil {
+		if ctx.Err() != nil {
+			return false // shutting down: the task goes back to the broker anyway
+		}
+		w.log.Warn("cancelled runs not checked; the task runs", zap.String("task_id", env.TaskID),
+			zap.String("run_id", env.RunID), zap.Error(err))
+		return false
+	}
+	if cancelled {
+		w.mu.Lock()
+		w.remember(env.RunID, time.Now())
+		w.mu.Unlock()
+	}
+	return cancelled
+}
+
+// Skipped is how many tasks this worker answered as cancelled without
+// running them, because their run had been cancelled; worker_heartbeat
+// carries it as "skipped_cancelled" once it is not zero.
+func (w *Worker) Skipped() int64 { return w.skipped.Load() }
+
 func (w *Worker) untrack(env *svc.Envelope) {
 	w.mu.Lock()
 	delete(w.running, env.TaskID)
@@ -570,7 +616,16 @@ func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
 		}
 		return
 	}
-	now := time.Now()
+	w.remember(env.RunID, time.Now())
+	for _, t := range w.running {
+		if t.runID == env.RunID {
+			t.cancel(errCancelledByRequest)
+		}
+	}
+}
+
+// remember records a cancelled run, within maxCancelled; w.mu is held.
+func (w *Worker) remember(runID string, now time.Time) {
 	if len(w.cancelled) >= maxCancelled {
 		for id, at := range w.cancelled {
 			if now.Sub(at) > cancelledMemory || len(w.cancelled) >= maxCancelled {
@@ -578,12 +633,7 @@ func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
 			}
 		}
 	}
-	w.cancelled[env.RunID] = now
-	for _, t := range w.running {
-		if t.runID == env.RunID {
-			t.cancel(errCancelledByRequest)
-		}
-	}
+	w.cancelled[runID] = now
 }
 
 // onDeadLetter answers a task that was delivered too often with a failed
@@ -625,6 +675,9 @@ func (w *Worker) beat() {
 	}
 	if n := w.Rejected(); n > 0 {
 		p["rejected"] = n
+	}
+	if n := w.Skipped(); n > 0 {
+		p["skipped_cancelled"] = n
 	}
 	w.lifecycle(svc.EventWorkerHeartbeat, p)
 }

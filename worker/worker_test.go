@@ -646,3 +646,61 @@ func TestRejectedTaskDeadLetteredByBroker(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestCancelRecordedBeforeTheWorkerStarted: a run cancelled (and recorded
+// on the broker) while this worker was not connected; its queued task is
+// answered as cancelled, counted, and never run, and the heartbeat says
+// so.
+func TestCancelRecordedBeforeTheWorkerStarted(t *testing.T) {
+	b := newBroker(t)
+	if err := b.(svc.Retainer).Retain(context.Background(), svc.CancelledRunKey("run-old"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "queued", RunID: "run-old", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	var em recorder
+	runner := &countingRunner{Runner: newRuntime(t)}
+	w := startWorker(t, worker.Config{Broker: b, Runner: runner, Emitter: &em, Heartbeat: 50 * time.Millisecond})
+	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindCancelled) {
+		t.Fatalf("task of a run cancelled before the worker started: %+v", r)
+	}
+	if n := runner.runs.Load(); n != 0 || w.Skipped() != 1 {
+		t.Fatalf("runs %d, skipped %d; want 0 and 1", n, w.Skipped())
+	}
+	testutil.Eventually(t, "a heartbeat with skipped_cancelled", func() bool {
+		for _, ev := range em.of(svc.EventWorkerHeartbeat) {
+			if n, ok := ev.Payload["skipped_cancelled"].(int64); ok && n == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	// Another run's task still runs.
+	publishTask(t, b, svc.Envelope{TaskID: "other", RunID: "run-new", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	if r := in.next(t).Result; !r.Success {
+		t.Fatalf("task of a live run: %+v", r)
+	}
+}
+
+// failingRetainer is a broker whose cancel records cannot be read.
+type failingRetainer struct{ svc.Broker }
+
+func (failingRetainer) Retain(context.Context, string, time.Duration) error {
+	return errors.New("down")
+}
+func (failingRetainer) Retained(context.Context, string) (bool, error) {
+	return false, errors.New("down")
+}
+
+// TestCancelRecordsUnreadableRunTheTask: a broker that fails the look-up
+// does not stop the fleet's work.
+func TestCancelRecordsUnreadableRunTheTask(t *testing.T) {
+	b := failingRetainer{newBroker(t)}
+	runner := &countingRunner{Runner: newRuntime(t)}
+	startWorker(t, worker.Config{Broker: b, Runner: runner, Heartbeat: -1})
+	in := newInbox(t, b, "pub")
+	publishTask(t, b, svc.Envelope{TaskID: "t", RunID: "run-1", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	if r := in.next(t).Result; !r.Success || runner.runs.Load() != 1 {
+		t.Fatalf("task with the cancel records unreadable: %+v (runs %d)", r, runner.runs.Load())
+	}
+}

@@ -68,6 +68,7 @@ func Run(t *testing.T, open Open) {
 		{"Broadcast", testBroadcast},
 		{"Payloads", testPayloads},
 		{"Close", testClose},
+		{"Retain", testRetain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -760,3 +761,46 @@ func testClose(t *testing.T, open func(*testing.T) svc.Broker) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// testRetain checks svc.Retainer, for a broker that implements it: a record
+// one client makes is seen by another until its ttl passes, any key text is
+// carried, and a closed client refuses.
+func testRetain(t *testing.T, open func(*testing.T) svc.Broker) {
+	a, b := open(t), open(t)
+	ra, ok := a.(svc.Retainer)
+	if !ok {
+		t.Skipf("%T is not a svc.Retainer: workers learn of cancels only by broadcast", a)
+	}
+	rb := b.(svc.Retainer)
+	ctx := ctxT(t)
+	var n [4]byte
+	_, _ = rand.Read(n[:])
+	long := svc.CancelledRunKey("run/" + hex.EncodeToString(n[:]) + " with: spaces, ü and *")
+	short := svc.CancelledRunKey("short-" + hex.EncodeToString(n[:]))
+	if ok, err := rb.Retained(ctx, long); err != nil || ok {
+		t.Fatalf("Retained before Retain = %v, %v; want false, nil", ok, err)
+	}
+	if err := ra.Retain(ctx, long, time.Hour); err != nil {
+		t.Fatalf("Retain: %v", err)
+	}
+	if err := ra.Retain(ctx, short, ackWait); err != nil {
+		t.Fatalf("Retain: %v", err)
+	}
+	if ok, err := rb.Retained(ctx, long); err != nil || !ok {
+		t.Fatalf("Retained on another client = %v, %v; want true, nil", ok, err)
+	}
+	waitFor(t, "a retained key to expire", func() bool {
+		ok, err := rb.Retained(ctx, short)
+		if err != nil {
+			t.Fatalf("Retained: %v", err)
+		}
+		return !ok
+	})
+	if ok, err := rb.Retained(ctx, long); err != nil || !ok {
+		t.Fatalf("Retained (1 h ttl) after another key expired = %v, %v; want true, nil", ok, err)
+	}
+	_ = a.Close()
+	if _, err := ra.Retained(ctx, long); !errors.Is(err, svc.ErrBrokerClosed) {
+		t.Fatalf("Retained after Close: %v; want ErrBrokerClosed", err)
+	}
+}

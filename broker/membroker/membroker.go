@@ -29,13 +29,15 @@ type Hub struct {
 	topics  map[string]map[*listener]struct{}
 	seq     uint64
 	clients int
+	// retained are Retainer records, by key, with when each expires.
+	retained map[string]time.Time
 	// release runs when the last client of a named hub closes.
 	release func()
 }
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{queues: map[string]*queue{}, topics: map[string]map[*listener]struct{}{}}
+	return &Hub{queues: map[string]*queue{}, topics: map[string]map[*listener]struct{}{}, retained: map[string]time.Time{}}
 }
 
 // New returns a client of a new private hub; closing it closes the hub.
@@ -107,7 +109,48 @@ type Broker struct {
 	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
 
-var _ svc.Broker = (*Broker)(nil)
+var (
+	_ svc.Broker   = (*Broker)(nil)
+	_ svc.Retainer = (*Broker)(nil)
+)
+
+// Retain records key in the hub for ttl, for every client of the hub.
+func (b *Broker) Retain(ctx context.Context, key string, ttl time.Duration) error {
+	if b.isClosed() {
+		return svc.ErrBrokerClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h := b.hub
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// Expired records go on each write, so the map holds only live ones
+	// (plus those of the last ttl).
+	for k, until := range h.retained {
+		if !now.Before(until) {
+			delete(h.retained, k)
+		}
+	}
+	h.retained[key] = now.Add(ttl)
+	return nil
+}
+
+// Retained reports whether key was retained and has not expired.
+func (b *Broker) Retained(ctx context.Context, key string) (bool, error) {
+	if b.isClosed() {
+		return false, svc.ErrBrokerClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	h := b.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	until, ok := h.retained[key]
+	return ok && time.Now().Before(until), nil
+}
 
 // Scheme is "memory".
 func (b *Broker) Scheme() string { return "memory" }

@@ -74,6 +74,9 @@ type Broker struct {
 
 	streams sync.Map // stream name → struct{} once ensured
 
+	kvMu sync.Mutex
+	kv   jetstream.KeyValue // Retain's bucket, once created
+
 	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
 

@@ -80,7 +80,32 @@ type Broker struct {
 	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
 
-var _ svc.Broker = (*Broker)(nil)
+var (
+	_ svc.Broker   = (*Broker)(nil)
+	_ svc.Retainer = (*Broker)(nil)
+)
+
+func (b *Broker) retainKey(key string) string { return b.o.Prefix + "r:" + key }
+
+// Retain records key as a Redis key that expires after ttl.
+func (b *Broker) Retain(ctx context.Context, key string, ttl time.Duration) error {
+	if b.isClosed() {
+		return svc.ErrBrokerClosed
+	}
+	return b.wrap("retain", b.rdb.Set(ctx, b.retainKey(key), 1, max(ttl, time.Millisecond)).Err())
+}
+
+// Retained reports whether key's Redis key exists (it has not expired).
+func (b *Broker) Retained(ctx context.Context, key string) (bool, error) {
+	if b.isClosed() {
+		return false, svc.ErrBrokerClosed
+	}
+	n, err := b.rdb.Exists(ctx, b.retainKey(key)).Result()
+	if err != nil {
+		return false, b.wrap("retained", err)
+	}
+	return n > 0, nil
+}
 
 // Connect opens a client for url (redis://[user:password@]host:port[/db],
 // rediss:// for TLS) and pings the server.
