@@ -76,8 +76,9 @@ var OptionalPayloadKeys = map[EventType][]string{
 	// batch_completed counts them.
 	EventBatchStarted: {"streamed"},
 	// The task messages a worker refused unrun (unsigned, badly signed,
-	// tampered or undecodable), once there is one.
-	EventWorkerHeartbeat: {"rejected"},
+	// tampered or undecodable), and the tasks of runs cancelled before they were taken, answered
+	// cancelled unrun, once there is one.
+	EventWorkerHeartbeat: {"rejected", "skipped_cancelled"},
 }
 
 // IsFailure reports whether events of this type log at error level.
