@@ -76,8 +76,8 @@ var OptionalPayloadKeys = map[EventType][]string{
 	// batch_completed counts them.
 	EventBatchStarted: {"streamed"},
 	// The task messages a worker refused unrun (unsigned, badly signed,
-	// tampered or undecodable), and the tasks of runs cancelled before they were taken, answered
-	// cancelled unrun, once there is one.
+	// tampered or undecodable), and the tasks of runs cancelled before
+	// they were taken, answered cancelled unrun: each once it is not 0.
 	EventWorkerHeartbeat: {"rejected", "skipped_cancelled"},
 }
 
