@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"sync"
 	"time"
 )
 
@@ -58,6 +59,52 @@ type EventSubscriber interface {
 	// HeartbeatInterval is how long a stream may stay idle before the
 	// server writes a heartbeat.
 	HeartbeatInterval() time.Duration
+}
+
+// EncodedEvent is an emitted event with its JSON encoding
+// (RuntimeEvent.MarshalJSON), computed at most once, by the first reader
+// that asks, and shared by every other: a thousand subscribers of one
+// event cost one encoding, not a thousand. Neither Event nor the bytes
+// JSON returns may be modified.
+type EncodedEvent struct {
+	Event RuntimeEvent
+
+	once sync.Once
+	data []byte
+	err  error
+}
+
+// NewEncodedEvent returns ev, to be encoded on first use.
+func NewEncodedEvent(ev RuntimeEvent) *EncodedEvent { return &EncodedEvent{Event: ev} }
+
+// JSON is the event's JSON encoding, the same for every caller (the same
+// backing array): callers must not modify it. It is safe for concurrent
+// use.
+func (e *EncodedEvent) JSON() ([]byte, error) {
+	e.once.Do(func() { e.data, e.err = e.Event.MarshalJSON() })
+	return e.data, e.err
+}
+
+// EncodedEventSubscription is a live subscription that delivers each
+// event with its shared encoding (EncodedEventSubscriber).
+type EncodedEventSubscription interface {
+	// EncodedEvents delivers the matching events in emit order; it is
+	// closed when the subscription ends.
+	EncodedEvents() <-chan *EncodedEvent
+	// Dropped is how many matching events were dropped because the
+	// subscriber did not keep up.
+	Dropped() uint64
+	// Close ends the subscription; it is idempotent.
+	Close() error
+}
+
+// EncodedEventSubscriber is an EventSubscriber that can also hand out
+// subscriptions whose events carry their encoding, computed once for all
+// subscribers (the SSE emitter implements it). The HTTP server's
+// /events/stream uses it when the subscriber has it.
+type EncodedEventSubscriber interface {
+	EventSubscriber
+	SubscribeEncoded(ctx context.Context, f EventFilter) (EncodedEventSubscription, error)
 }
 
 // Event query limits.

@@ -425,3 +425,60 @@ func TestDisconnectSlowEndsAndCountsOnce(t *testing.T) {
 	e.Emit(numbered(svc.EventAgentCompleted, 1))
 	receive(t, keep, 1)
 }
+
+// Subscriptions of SubscribeEncoded get each event as one shared
+// EncodedEvent, whose JSON is the event's own; a Subscribe subscription
+// beside them gets the same events as values.
+func TestSubscribeEncodedShares(t *testing.T) {
+	e := newEmitter(t, sse.Config{})
+	var encs []svc.EncodedEventSubscription
+	for range 3 {
+		s, err := e.SubscribeEncoded(t.Context(), svc.EventFilter{Agent: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		encs = append(encs, s)
+	}
+	plain := subscribe(t, e, t.Context(), svc.EventFilter{Agent: "a"})
+	evs := []svc.RuntimeEvent{
+		{EventType: svc.EventAgentSpawned, AgentName: "a", TaskID: "1"},
+		{EventType: svc.EventAgentSpawned, AgentName: "b", TaskID: "2"}, // filtered out
+		{EventType: svc.EventAgentCompleted, AgentName: "a", TaskID: "3"},
+	}
+	for _, ev := range evs {
+		e.Emit(ev)
+	}
+	for _, want := range []svc.RuntimeEvent{evs[0], evs[2]} {
+		wantJSON, err := want.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first *svc.EncodedEvent
+		for i, s := range encs {
+			var got *svc.EncodedEvent
+			select {
+			case got = <-s.EncodedEvents():
+			case <-time.After(waitLimit):
+				t.Fatalf("subscription %d: no event", i)
+			}
+			if first == nil {
+				first = got
+			} else if got != first {
+				t.Errorf("subscription %d got its own copy of %s; want the shared one", i, want.TaskID)
+			}
+			b, err := got.JSON()
+			if err != nil || string(b) != string(wantJSON) {
+				t.Errorf("subscription %d: JSON %s, %v; want %s", i, b, err, wantJSON)
+			}
+		}
+		if got := receive(t, plain, 1)[0]; got.TaskID != want.TaskID {
+			t.Errorf("plain subscription got task %s, want %s", got.TaskID, want.TaskID)
+		}
+	}
+	// Close ends the encoded stream too.
+	_ = encs[0].Close()
+	if _, ok := <-encs[0].EncodedEvents(); ok {
+		t.Error("EncodedEvents still open after Close")
+	}
+}

@@ -88,3 +88,39 @@ func TestStalledReported(t *testing.T) {
 		t.Error("the reading subscriber was reported stalled")
 	}
 }
+
+// A SubscribeEncoded subscriber that stops reading is reported stalled
+// as a Subscribe one is, and its events skip its actor.
+func TestStalledEncodedReported(t *testing.T) {
+	const queue = 4
+	e, err := New(nil, Config{QueueSize: queue, StallTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	es, err := e.SubscribeEncoded(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := es.(encodedSubscription).s
+	ev := svc.RuntimeEvent{EventType: svc.EventToolCallStarted, AgentName: "a"}
+	for range queue {
+		e.Emit(ev)
+	}
+	testutil.Eventually(t, "the subscriber's channel full", func() bool { return len(s.enc) == queue })
+	testutil.Eventually(t, "stalled", func() bool {
+		e.Emit(ev)
+		select {
+		case <-es.(encodedSubscription).Stalled():
+			return true
+		default:
+			return false
+		}
+	})
+	if n := s.dropped.Load() + s.mb.Dropped(); n != 0 {
+		t.Errorf("%d events went through the stalled subscriber's mailbox or actor, want none", n)
+	}
+	if !es.(encodedSubscription).DisconnectSlow() || e.SlowDisconnects() != 1 {
+		t.Errorf("DisconnectSlow not counted: %d", e.SlowDisconnects())
+	}
+}
