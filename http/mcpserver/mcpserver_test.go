@@ -221,7 +221,7 @@ func TestRefusedCallIsToolError(t *testing.T) {
 		kind svc.Kind
 	}{
 		{"greet", map[string]any{"text": 7}, svc.KindSpecValidation}, // against input_type
-		{"echo", map[string]any{"other": 1}, svc.KindSpecValidation},  // no "input"
+		{"echo", map[string]any{"other": 1}, svc.KindSpecValidation}, // no "input"
 	} {
 		res := call(t, cs, tc.tool, tc.args)
 		var p mcpserver.ErrorPayload
