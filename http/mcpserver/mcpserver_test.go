@@ -42,18 +42,15 @@ func (r *recorder) Run(ctx context.Context, agent string, task svc.TaskSpec) (sv
 	return res, err
 }
 
-func (r *recorder) last() (error, int) {
+// ended returns how each run so far ended.
+func (r *recorder) ended() []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.ends) == 0 {
-		return nil, 0
-	}
-	return r.ends[len(r.ends)-1], len(r.ends)
+	return append([]error(nil), r.ends...)
 }
 
-// session starts the runtime of testdata/specs and connects an SDK client
-// to its MCP server over the in-memory transport.
-func session(t *testing.T) (*mcp.ClientSession, *recorder) {
+// runtime starts the runtime of testdata/specs.
+func runtime(t *testing.T) *recorder {
 	t.Helper()
 	a, err := app.New(app.Options{SpecsDir: "testdata/specs", NoListen: true, Store: "memory", Events: "none", Logger: zap.NewNop()})
 	if err != nil {
@@ -69,7 +66,14 @@ func session(t *testing.T) (*mcp.ClientSession, *recorder) {
 			t.Error(err)
 		}
 	})
-	rec := &recorder{Backend: a.Backend(), started: make(chan string, 16)}
+	return &recorder{Backend: a.Backend(), started: make(chan string, 16)}
+}
+
+// session connects an SDK client to the MCP server of a new runtime over
+// the in-memory transport.
+func session(t *testing.T) (*mcp.ClientSession, *recorder) {
+	t.Helper()
+	rec := runtime(t)
 	ctx := context.Background()
 	srv, err := mcpserver.New(ctx, rec, mcpserver.Options{})
 	if err != nil {
@@ -234,13 +238,24 @@ func TestRefusedCallIsToolError(t *testing.T) {
 
 func TestCancelStopsTheRun(t *testing.T) {
 	cs, rec := session(t)
+	checkCancel(t, cs, rec)
+}
+
+func TestCancelStopsTheRunOverHTTP(t *testing.T) {
+	cs, rec := httpSession(t)
+	checkCancel(t, cs, rec)
+}
+
+// checkCancel cancels a call of the slow agent once its run is under way
+// and checks that the run ends cancelled.
+func checkCancel(t *testing.T, cs *mcp.ClientSession, rec *recorder) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"input": "x"}})
 		done <- err
 	}()
-	// Cancel once the run is under way.
 	select {
 	case <-rec.started:
 	case <-time.After(30 * time.Second):
@@ -253,28 +268,28 @@ func TestCancelStopsTheRun(t *testing.T) {
 	// The client's cancellation notification reaches the server, which
 	// cancels the run's context: the run ends long before its ten minutes.
 	testutil.Within(t, 30*time.Second, "the run ends cancelled", func() bool {
-		err, n := rec.last()
-		return n == 1 && svc.KindOf(err) == svc.KindCancelled
+		ends := rec.ended()
+		return len(ends) == 1 && svc.KindOf(ends[0]) == svc.KindCancelled
 	})
 }
 
+// httpSession connects an SDK client to Handler of a new runtime over
+// streamable HTTP.
+func httpSession(t *testing.T) (*mcp.ClientSession, *recorder) {
+	t.Helper()
+	rec := runtime(t)
+	hs := httptest.NewServer(mcpserver.Handler(rec, mcpserver.Options{}))
+	t.Cleanup(hs.Close)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, rec
+}
+
 func TestHandlerServesStreamableHTTP(t *testing.T) {
-	a, err := app.New(app.Options{SpecsDir: "testdata/specs", NoListen: true, Store: "memory", Events: "none", Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = a.Shutdown(context.Background()) }()
-	hs := httptest.NewServer(mcpserver.Handler(a.Backend(), mcpserver.Options{}))
-	defer hs.Close()
-	ctx := context.Background()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs, _ := httpSession(t)
 	res := call(t, cs, "greet", map[string]any{"text": "over http"})
 	var r svc.AgentResult
 	structured(t, res, &r)
