@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/tools/mcp/mcptest"
 )
 
 // mcpSpecs are the agents and group the MCP tests serve.
@@ -129,4 +132,51 @@ func TestMCPServeHTTP(t *testing.T) {
 	}
 	defer cs.Close()
 	checkMCPSession(t, cs)
+}
+
+// TestMCPStdioTypeScriptClient runs `svc mcp` under a client from npm:
+// the TypeScript MCP SDK (@modelcontextprotocol/sdk), installed with the
+// reference server the tool tests use (mcptest), driven by
+// testdata/mcpclient/client.cjs.
+func TestMCPStdioTypeScriptClient(t *testing.T) {
+	t.Parallel()
+	entry := mcptest.Everything(t) // skips (fails under CI) without node and the install
+	sdk := filepath.Join(filepath.Dir(entry), "..", "..", "sdk")
+	if _, err := os.Stat(filepath.Join(sdk, "dist", "cjs", "client", "stdio.js")); err != nil {
+		t.Fatalf("the TypeScript SDK is not beside server-everything: %v", err)
+	}
+	specs := writeSpecs(t, mcpSpecs)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "testdata/mcpclient/client.cjs", svcBin, "mcp", "--specs", specs)
+	cmd.Env = append(cleanEnv(), "SVC_MCP_SDK="+sdk)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node client: %v; stderr:\n%s", err, stderr.String())
+	}
+	var seen struct {
+		Schemas map[string]json.RawMessage `json:"schemas"`
+		Greet   struct {
+			StructuredContent svc.AgentResult `json:"structuredContent"`
+			IsError           bool            `json:"isError"`
+		} `json:"greet"`
+		Broken struct {
+			StructuredContent svc.AgentResult `json:"structuredContent"`
+			IsError           bool            `json:"isError"`
+			Content           []struct{ Text string }
+		} `json:"broken"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &seen); err != nil {
+		t.Fatalf("client output %q: %v", stdout.String(), err)
+	}
+	if len(seen.Schemas) != 3 || seen.Schemas["group_chain"] == nil {
+		t.Errorf("tools %v", seen.Schemas)
+	}
+	if g := seen.Greet; g.IsError || !g.StructuredContent.Success || string(g.StructuredContent.Output) != `{"text":"from node"}` {
+		t.Errorf("greet: %+v", g)
+	}
+	if b := seen.Broken; !b.IsError || b.StructuredContent.Success || len(b.Content) == 0 || !strings.HasPrefix(b.Content[0].Text, "run failed: ModelError") {
+		t.Errorf("broken: %+v", b)
+	}
 }
