@@ -123,6 +123,7 @@ func TestToolsListedWithSchemas(t *testing.T) {
 		"slow":   `{"properties":{"input":{}},"required":["input"],"type":"object"}`,
 		// A group takes its entry agent's schema.
 		"group_chain": `{"properties":{"text":{"type":"string"}},"required":["text"],"type":"object"}`,
+		"group_fork":  `{"properties":{"input":{}},"required":["input"],"type":"object"}`,
 	}
 	if len(got) != len(want) {
 		t.Errorf("tools %v, want %d tools", got, len(want))
@@ -197,6 +198,20 @@ func TestCallGroup(t *testing.T) {
 	structured(t, res, &r)
 	// One terminal node: the plain AgentResult of its agent.
 	if !r.Success || r.AgentName != "echo" || string(r.Output) != `{"text":"draft"}` {
+		t.Errorf("result %+v", r)
+	}
+}
+
+// A group with several terminal nodes answers with a GroupResult.
+func TestCallGroupSeveralTerminals(t *testing.T) {
+	cs, _ := session(t)
+	res := call(t, cs, "group_fork", map[string]any{"input": "both ways"})
+	if res.IsError {
+		t.Fatalf("IsError: %s", text(res))
+	}
+	var r svc.GroupResult
+	structured(t, res, &r)
+	if !r.Group || !r.Success || len(r.Outputs) != 2 || string(r.Outputs["left"].Output) != `"both ways"` || string(r.Outputs["right"].Output) != `"both ways"` {
 		t.Errorf("result %+v", r)
 	}
 }
