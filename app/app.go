@@ -40,6 +40,7 @@ import (
 	"github.com/svc-dev/svc/emitters/bridge"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/http/mcpserver"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/internal/dirlock"
 	"github.com/svc-dev/svc/model"
@@ -394,6 +395,9 @@ func (a *App) start() error {
 	}
 	if a.tel != nil && a.tel.metrics != nil {
 		cfg.Metrics = a.tel.metrics
+	}
+	if o.MCP {
+		cfg.MCP = mcpserver.Handler(rt, mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp")})
 	}
 	h, err := server.NewStandalone(rt, cfg)
 	if err != nil {

@@ -128,6 +128,10 @@ type Options struct {
 	// /dashboard/. Its files need no token; the page asks for AuthToken and
 	// sends it on its API calls. [--dashboard, default true]
 	Dashboard bool
+	// MCP serves the agents and groups as Model Context Protocol tools
+	// over streamable HTTP at /mcp (package http/mcpserver), behind
+	// AuthToken like the other routes. [--mcp]
+	MCP bool
 	// MaxBodyBytes bounds request bodies; server.DefaultMaxBodyBytes (1
 	// MiB) when 0. [--max-body-bytes]
 	MaxBodyBytes int64

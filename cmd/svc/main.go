@@ -84,6 +84,7 @@ func newRoot() *cobra.Command {
   svc submit panel --input '"plan"' --wait     submit a run (to --url, default none) and wait
   svc runs --state running                     list a server's runs; svc runs show|result|cancel|follow ID
   svc validate examples/specs          check spec files
+  svc mcp --specs examples/specs       serve the agents and groups as MCP tools on stdio
   svc version
 
 --url is the base URL of a server for every command that talks to one.
@@ -96,7 +97,7 @@ input), 130 after a second interrupt of a command waiting for a run.`,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newGather(), newSubmit(), newRuns(), newValidate(), newVersion())
+	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newGather(), newSubmit(), newRuns(), newValidate(), newMCP(), newVersion())
 	wrapRunE(root)
 	return root
 }

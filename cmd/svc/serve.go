@@ -37,6 +37,7 @@ type serveCmd struct {
 	dataDir   string
 	metrics   bool
 	dashboard bool
+	mcp       bool
 
 	sseHeartbeat time.Duration
 	sseQueue     int
@@ -159,6 +160,8 @@ origin than the server's own is refused unless --allowed-origins lists it.
 
 The web dashboard is at http://HOST:PORT/dashboard/ (--dashboard=false turns
 it off): live runs, run trees, history, usage, tool latency, health, groups.
+With --mcp, http://HOST:PORT/mcp serves the agents and groups as MCP tools
+(streamable HTTP), for MCP clients.
 
 Every runtime event goes to the log, to GET /events/stream (svc status), and
 to the event store (--events) that the rollup routes read: GET /events,
@@ -198,6 +201,7 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.DurationVar(&s.sseHeartbeat, "sse-heartbeat", sse.DefaultHeartbeatInterval, "how long GET /events/stream may stay idle before a heartbeat comment")
 	fs.IntVar(&s.sseQueue, "sse-queue-size", sse.DefaultQueueSize, "events waiting per /events/stream subscriber before new ones are dropped (and counted)")
 	fs.BoolVar(&s.dashboard, "dashboard", true, "serve the web dashboard at /dashboard/ (its files need no token; the page asks for --auth-token); --dashboard=false turns it off")
+	fs.BoolVar(&s.mcp, "mcp", false, "serve the agents and groups as MCP tools over streamable HTTP at /mcp (behind --auth-token like other routes); svc mcp serves them over stdio (default false)")
 	fs.BoolVar(&s.metrics, "metrics", false, "serve GET /metrics in the Prometheus format (behind --auth-token like other routes) (default false)")
 	fs.BoolVar(&s.reload, "reload", false, "watch the spec files and swap in changed agents and groups without a restart (default false)")
 	fs.StringSliceVar(&s.reloadDirs, "reload-dir", nil, "another directory to watch with --reload; repeatable (default: none, the --specs directory is always watched)")
@@ -266,6 +270,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody
 	o.AllowedOrigins = s.origins
 	o.Dashboard = s.dashboard
+	o.MCP = s.mcp
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
 	if (fs.Changed("node-lease") || fs.Changed("node-id")) && !strings.HasPrefix(s.storeSpec, "redis") {
 		return &exitError{code: 2, err: errors.New("--node-lease and --node-id need a shared store (--store redis://…)")}

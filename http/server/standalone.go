@@ -48,7 +48,15 @@ type StandaloneConfig struct {
 	// other Origin is a 403. Requests without an Origin (curl, the Go
 	// client) are not affected.
 	AllowedOrigins []string
+	// MCP, when set, is served at /mcp (every method), behind the bearer
+	// token like every other route: an MCP streamable HTTP handler
+	// (package http/mcpserver) serving the backend's agents and groups as
+	// tools.
+	MCP http.Handler
 }
+
+// MCPPath is where StandaloneConfig.MCP is served.
+const MCPPath = "/mcp"
 
 // NewStandalone returns the handler of the standalone server: the router
 // for b, with the observation routes of mountObservation, behind RequestID,
@@ -67,6 +75,9 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	mountObservation(rt, b, cfg.Events, cfg.Fleet)
 	if cfg.Metrics != nil {
 		rt.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	}
+	if cfg.MCP != nil {
+		rt.Handle(MCPPath, cfg.MCP)
 	}
 	var h http.Handler = rt
 	if cfg.AuthToken != "" {
