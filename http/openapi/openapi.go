@@ -3,7 +3,7 @@
 // with schemas generated from the root package's wire types, so the
 // document and the code share one source. The router serves it at
 // GET /openapi.json; docs/openapi.json is the same document kept in the
-// repository, checked against Document by the package's tests.
+// repository, checked against Build by http/server's tests.
 package openapi
 
 import (
@@ -12,7 +12,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	svc "github.com/svc-dev/svc"
 )
 
 // Version is the API's version in the document: svc's.
@@ -92,23 +95,27 @@ var Routes = []Route{
 // docs/api.md's error table): which ones a route gives depends on the kind.
 var errorStatuses = []string{"400", "401", "403", "404", "405", "409", "413", "415", "429", "500", "502", "503", "504"}
 
-var (
-	docOnce  sync.Once
-	docBytes []byte
-	docErr   error
-)
-
-// Document returns the OpenAPI document as indented JSON.
-func Document() ([]byte, error) {
-	docOnce.Do(func() { docBytes, docErr = build() })
-	return docBytes, docErr
-}
-
-func build() ([]byte, error) {
+// Build returns the OpenAPI document as indented JSON. statusOf is the
+// server's table of error kinds to HTTP statuses (package http/server
+// owns it, and serves the document built with it): the problem body's
+// "error" lists every kind, and x-svc-error-statuses gives each one's
+// status.
+func Build(statusOf func(svc.Kind) int) ([]byte, error) {
 	schemas, err := schemas()
 	if err != nil {
 		return nil, err
 	}
+	kinds := make([]any, len(svc.Kinds))
+	statuses := map[string]any{}
+	var table strings.Builder
+	for i, k := range svc.Kinds {
+		kinds[i] = string(k)
+		statuses[string(k)] = statusOf(k)
+		fmt.Fprintf(&table, "\n- %s: %d", k, statusOf(k))
+	}
+	p := schemas["Problem"]
+	p.Properties["error"] = &jsonschema.Schema{Type: "string", Enum: kinds,
+		Description: "The error kind, from which a client rebuilds the typed error; each kind's HTTP status:" + table.String()}
 	paths := map[string]map[string]any{}
 	for _, r := range Routes {
 		item := paths[r.Path]
@@ -135,6 +142,7 @@ func build() ([]byte, error) {
 					"content":     map[string]any{"application/problem+json": map[string]any{"schema": ref("Problem")}},
 				},
 			},
+			"x-svc-error-statuses": statuses,
 			"securitySchemes": map[string]any{
 				"bearer": map[string]any{"type": "http", "scheme": "bearer", "description": "svc serve --auth-token: every route but /healthz, /health and /readyz."},
 			},

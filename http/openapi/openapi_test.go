@@ -17,8 +17,8 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 
 	svc "github.com/svc-dev/svc"
-	"github.com/svc-dev/svc/http/openapi"
 	"github.com/svc-dev/svc/http/openapi/openapitest"
+	"github.com/svc-dev/svc/http/server"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/openapi.json from the code")
@@ -28,7 +28,7 @@ const repoCopy = "../../docs/openapi.json"
 // TestDocumentIsValidOpenAPI: the document is OpenAPI 3.1 that a
 // maintained validator accepts whole (schemas, $refs, responses).
 func TestDocumentIsValidOpenAPI(t *testing.T) {
-	doc, err := openapi.Document()
+	doc, err := server.OpenAPIDocument()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestDocumentIsValidOpenAPI(t *testing.T) {
 // TestRepositoryCopy: docs/openapi.json is the document the code builds;
 // `go test ./http/openapi -update` rewrites it.
 func TestRepositoryCopy(t *testing.T) {
-	doc, err := openapi.Document()
+	doc, err := server.OpenAPIDocument()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestRepositoryCopy(t *testing.T) {
 // TestEveryEventTypeHasItsPayload: RuntimeEvent has one variant per event
 // type, requiring exactly that type's payload keys.
 func TestEveryEventTypeHasItsPayload(t *testing.T) {
-	doc, err := openapi.Document()
+	doc, err := server.OpenAPIDocument()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +146,7 @@ func TestCheckerCatchesDrift(t *testing.T) {
 		{"status extra key", "/runs/r1/status", `{"run_id":"r1","state":"running","progress":null,"extra":1}`, 200, "extra"},
 		{"problem", "/agents/x/schema", `{"type":"about:blank","title":"Not Found","status":404,"detail":"d","error":"RegistryError","message":"d","request_id":"r"}`, 404, ""},
 		{"problem without error", "/agents/x/schema", `{"type":"about:blank","title":"Not Found","status":404,"detail":"d","message":"d","request_id":"r"}`, 404, "error"},
+		{"problem of no kind", "/agents/x/schema", `{"type":"about:blank","title":"Not Found","status":404,"detail":"d","error":"NoSuchError","message":"d","request_id":"r"}`, 404, "error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingTB{TB: t}
@@ -171,5 +172,40 @@ func TestCheckerCatchesDrift(t *testing.T) {
 				t.Errorf("report %v does not name %q", rec.errs, tc.bad)
 			}
 		})
+	}
+}
+
+// TestEveryErrorKindHasItsStatus: the problem body lists every error kind,
+// and the document gives each the status the server answers it with.
+func TestEveryErrorKindHasItsStatus(t *testing.T) {
+	doc, err := server.OpenAPIDocument()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Components struct {
+			Statuses map[string]int `json:"x-svc-error-statuses"`
+			Schemas  map[string]struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	enum := d.Components.Schemas["Problem"].Properties["error"].Enum
+	for _, k := range svc.Kinds {
+		if !slices.Contains(enum, string(k)) {
+			t.Errorf("Problem.error does not list %s", k)
+		}
+		want := server.StatusOf(&svc.Error{Kind: k})
+		if got := d.Components.Statuses[string(k)]; got != want {
+			t.Errorf("x-svc-error-statuses[%s] = %d, the server answers %d", k, got, want)
+		}
+	}
+	if d.Components.Statuses["SpecValidationError"] != 400 || d.Components.Statuses["RegistryError"] != 404 {
+		t.Errorf("statuses %v", d.Components.Statuses)
 	}
 }

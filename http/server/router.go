@@ -56,6 +56,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -474,11 +475,15 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// serveOpenAPI answers the OpenAPI document of the API (package
-// http/openapi), the same for every server: it lists the routes a server
-// may lack (/metrics, the submitted-run routes without a RunBackend) too.
+// OpenAPIDocument returns the OpenAPI document of the API (package
+// http/openapi), built once with this package's error-status table. It is
+// the same for every server: it lists the routes a server may lack
+// (/metrics, the submitted-run routes without a RunBackend) too.
+var OpenAPIDocument = sync.OnceValues(func() ([]byte, error) { return openapi.Build(statusOfKind) })
+
+// serveOpenAPI answers GET /openapi.json.
 func serveOpenAPI(w http.ResponseWriter, r *http.Request) error {
-	doc, err := openapi.Document()
+	doc, err := OpenAPIDocument()
 	if err != nil {
 		return err
 	}

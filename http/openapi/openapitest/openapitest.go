@@ -1,5 +1,5 @@
 // Package openapitest checks HTTP traffic against svc's OpenAPI document
-// (package http/openapi) with a maintained validator
+// (package http/openapi, as http/server serves it) with a maintained validator
 // (github.com/pb33f/libopenapi-validator), so the contract tests that
 // drive the server through its clients also prove the document describes
 // what the server answers.
@@ -19,7 +19,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
-	"github.com/svc-dev/svc/http/openapi"
+	"github.com/svc-dev/svc/http/server"
 )
 
 var (
@@ -35,7 +35,7 @@ var (
 func Validator() (validator.Validator, error) {
 	once.Do(func() {
 		var doc []byte
-		if doc, vErr = openapi.Document(); vErr != nil {
+		if doc, vErr = server.OpenAPIDocument(); vErr != nil {
 			return
 		}
 		var d libopenapi.Document
