@@ -15,11 +15,35 @@ import (
 
 type runCmd struct {
 	connFlags
-	progress  progressFlag
+	taskFlags
+	progress progressFlag
+}
+
+// taskFlags are the flags of one task, shared by svc run and svc submit.
+type taskFlags struct {
 	input     string
 	taskID    string
 	requestID string
 	kind      string
+}
+
+func (t *taskFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&t.input, "input", "", "task input as JSON (@FILE: from a file, -: from stdin); required, no default")
+	fs.StringVar(&t.taskID, "task-id", "", "task id (default: a new UUIDv7)")
+	fs.StringVar(&t.requestID, "request-id", "", "request id, the trace_id of every event (default: a new UUIDv7)")
+	fs.StringVar(&t.kind, "kind", "", "agent or group, for a name that is both (default: whichever TARGET names)")
+	_ = cmd.MarkFlagRequired("input")
+}
+
+// task reads --input (inline, @FILE or -) and returns the task; a bad
+// input is a usage error.
+func (t *taskFlags) task(cmd *cobra.Command) (svc.TaskSpec, error) {
+	input, err := readInput("--input", t.input, cmd.InOrStdin())
+	if err != nil {
+		return svc.TaskSpec{}, &exitError{code: 2, err: err}
+	}
+	return svc.TaskSpec{ID: t.taskID, Input: input, RequestID: t.requestID}, nil
 }
 
 func newRun() *cobra.Command {
@@ -51,11 +75,7 @@ refused, 2 for bad usage, 130 after a second interrupt.`,
 	fs := cmd.Flags()
 	r.connFlags.register(fs)
 	r.progress.register(fs)
-	fs.StringVar(&r.input, "input", "", "task input as JSON (@FILE: from a file, -: from stdin); required, no default")
-	fs.StringVar(&r.taskID, "task-id", "", "task id (default: a new UUIDv7)")
-	fs.StringVar(&r.requestID, "request-id", "", "request id, the trace_id of every event (default: a new UUIDv7)")
-	fs.StringVar(&r.kind, "kind", "", "agent or group, for a name that is both (default: whichever TARGET names)")
-	_ = cmd.MarkFlagRequired("input")
+	r.taskFlags.register(cmd)
 	return cmd
 }
 
@@ -79,13 +99,12 @@ func readInput(flag, value string, stdin io.Reader) (json.RawMessage, error) {
 }
 
 func (r *runCmd) run(cmd *cobra.Command, target string) error {
-	usage := func(err error) error { return &exitError{code: 2, err: err} }
-	input, err := readInput("--input", r.input, cmd.InOrStdin())
+	task, err := r.task(cmd)
 	if err != nil {
-		return usage(err)
+		return err
 	}
 	if err := r.progress.check(); err != nil {
-		return usage(err)
+		return &exitError{code: 2, err: err}
 	}
 	c, err := r.open(cmd)
 	if err != nil {
@@ -106,7 +125,6 @@ func (r *runCmd) run(cmd *cobra.Command, target string) error {
 	// for a cancellation.
 	stopWatch := onInterrupt(errw, "the run", func() { line.setNote("cancelling"); cancel() })
 	defer stopWatch()
-	task := svc.TaskSpec{ID: r.taskID, Input: input, RequestID: r.requestID}
 	var res svc.RunResult
 	if kind == svc.KindGroup {
 		res, err = c.RunGroup(svc.WithProgress(ctx, line.set), target, task)

@@ -17,11 +17,8 @@ import (
 
 type submitCmd struct {
 	connFlags
+	taskFlags
 	progress       progressFlag
-	input          string
-	taskID         string
-	requestID      string
-	kind           string
 	idempotencyKey string
 	wait           bool
 }
@@ -53,21 +50,17 @@ failed or was cancelled, 2 for bad usage, 130 after a second interrupt.`,
 	fs := cmd.Flags()
 	s.connFlags.register(fs)
 	s.progress.register(fs)
-	fs.StringVar(&s.input, "input", "", "task input as JSON (@FILE: from a file, -: from stdin); required, no default")
-	fs.StringVar(&s.taskID, "task-id", "", "task id (default: a new UUIDv7)")
-	fs.StringVar(&s.requestID, "request-id", "", "request id, the trace_id of every event (default: a new UUIDv7)")
-	fs.StringVar(&s.kind, "kind", "", "agent or group, for a name that is both (default: whichever TARGET names)")
+	s.taskFlags.register(cmd)
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "Idempotency-Key: a retried submit with the same key and request returns the first run's id (default: none)")
 	fs.BoolVar(&s.wait, "wait", false, "wait for the run to end and print its result (always in process) (default false)")
-	_ = cmd.MarkFlagRequired("input")
 	return cmd
 }
 
 func (s *submitCmd) run(cmd *cobra.Command, target string) error {
 	usage := func(err error) error { return &exitError{code: 2, err: err} }
-	input, err := readInput("--input", s.input, cmd.InOrStdin())
+	task, err := s.task(cmd)
 	if err != nil {
-		return usage(err)
+		return err
 	}
 	if err := s.progress.check(); err != nil {
 		return usage(err)
@@ -84,7 +77,7 @@ func (s *submitCmd) run(cmd *cobra.Command, target string) error {
 	defer c.close()
 	ctx := cmd.Context()
 	id, err := c.Submit(ctx, svc.SubmitRequest{Target: target, Kind: s.kind, IdempotencyKey: s.idempotencyKey,
-		Task: svc.TaskSpec{ID: s.taskID, Input: input, RequestID: s.requestID}})
+		Task: task})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
