@@ -64,23 +64,35 @@ func chromiumPath(t testing.TB) string {
 	return ""
 }
 
-// svcBin is the svc binary the tests run, built once in TestMain.
-var svcBin string
+// The svc binary the tests run: built once per test binary, on first use
+// (the tests of the handler alone, or a machine without a browser, do not
+// pay for the build), into binDir, which TestMain removes.
+var (
+	binDir   string
+	binOnce  sync.Once
+	svcBin   string
+	buildErr error
+)
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "svc-dashboard-test-")
-	if err != nil {
+	var err error
+	if binDir, err = os.MkdirTemp("", "svc-dashboard-test-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if svcBin, err = svcproc.Build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	_ = os.RemoveAll(binDir)
 	os.Exit(code)
+}
+
+// svcBinary builds ./cmd/svc the first time it is called.
+func svcBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() { svcBin, buildErr = svcproc.Build(binDir) })
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return svcBin
 }
 
 // server is a real `svc serve` (the binary built in TestMain) with the
@@ -102,6 +114,7 @@ func (s *server) URL() string { return s.proc.URL }
 // is not empty; it is stopped (SIGTERM by its PID) when t ends.
 func startApp(t testing.TB, token string) *server {
 	t.Helper()
+	chromiumPath(t) // skip (or fail) before building anything
 	dir := t.TempDir()
 	for name, body := range specs {
 		p := filepath.Join(dir, "specs", name)
@@ -127,7 +140,7 @@ func (s *server) start(port string) {
 	if s.token != "" {
 		args = append(args, "--auth-token", s.token)
 	}
-	s.proc = svcproc.Serve(s.t, svcBin, args...)
+	s.proc = svcproc.Serve(s.t, svcBinary(s.t), args...)
 }
 
 // restart starts the server again on the port and data directory it had,
