@@ -1,9 +1,11 @@
 package dashboard_test
 
 // Browser tests: headless Chromium (Debian's chromium, driven with
-// chromedp) against a real svc process (package app, listening on a free
-// port, as `svc serve` runs it). Without a browser the tests skip, unless
-// SVC_REQUIRE_BROWSER=1 (CI) makes that a failure.
+// chromedp) against a real `svc serve`: the binary of ./cmd/svc, built once
+// in TestMain (with -race when the tests run with it), started with its
+// flags on a free port and a data directory of its own, and stopped by its
+// PID. Without a browser the tests skip, unless SVC_REQUIRE_BROWSER=1 (CI)
+// makes that a failure.
 //
 // With SVC_DASHBOARD_SHOTS=DIR the screenshots of each view are written to
 // DIR (the repository's docs/dashboard); otherwise to a temporary
@@ -17,6 +19,7 @@ import (
 	"image/png"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +30,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"go.uber.org/zap"
 
-	"github.com/svc-dev/svc/app"
+	"github.com/svc-dev/svc/internal/svcproc"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -62,9 +64,57 @@ func chromiumPath(t testing.TB) string {
 	return ""
 }
 
-// startApp runs an svc process with the dashboard on a free port.
-func startApp(t testing.TB, token string) *app.App {
+// The svc binary the tests run: built once per test binary, on first use
+// (the tests of the handler alone, or a machine without a browser, do not
+// pay for the build), into binDir, which TestMain removes.
+var (
+	binDir   string
+	binOnce  sync.Once
+	svcBin   string
+	buildErr error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "svc-dashboard-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+// svcBinary builds ./cmd/svc the first time it is called.
+func svcBinary(t testing.TB) string {
 	t.Helper()
+	binOnce.Do(func() { svcBin, buildErr = svcproc.Build(binDir) })
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return svcBin
+}
+
+// server is a real `svc serve` (the binary built in TestMain) with the
+// test specs, a data directory of its own (the default SQLite run and
+// event stores) and the dashboard on (the default).
+type server struct {
+	t       testing.TB
+	specs   string
+	dataDir string
+	token   string
+	proc    *svcproc.Server
+	client  *http.Client // its own connections, dropped on restart
+}
+
+// URL is the server's base address, http://127.0.0.1:PORT.
+func (s *server) URL() string { return s.proc.URL }
+
+// startApp starts `svc serve` on a free port, with --auth-token when token
+// is not empty; it is stopped (SIGTERM by its PID) when t ends.
+func startApp(t testing.TB, token string) *server {
+	t.Helper()
+	chromiumPath(t) // skip (or fail) before building anything
 	dir := t.TempDir()
 	for name, body := range specs {
 		p := filepath.Join(dir, "specs", name)
@@ -75,22 +125,34 @@ func startApp(t testing.TB, token string) *app.App {
 			t.Fatal(err)
 		}
 	}
-	a, err := app.New(app.Options{SpecsDir: filepath.Join(dir, "specs"), DataDir: dir, Store: "memory", Events: "memory",
-		Dashboard: true, AuthToken: token, Logger: zap.NewNop()})
+	s := &server{t: t, specs: filepath.Join(dir, "specs"), dataDir: filepath.Join(dir, "data"), token: token,
+		client: &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
+	t.Cleanup(s.client.CloseIdleConnections)
+	s.start("0")
+	return s
+}
+
+// start runs the server on port ("0": any free one).
+func (s *server) start(port string) {
+	s.t.Helper()
+	args := []string{"--specs", s.specs, "--data-dir", s.dataDir, "--host", "127.0.0.1", "--port", port,
+		"--shutdown-grace", "5s"}
+	if s.token != "" {
+		args = append(args, "--auth-token", s.token)
+	}
+	s.proc = svcproc.Serve(s.t, svcBinary(s.t), args...)
+}
+
+// restart starts the server again on the port and data directory it had,
+// after kill or stop.
+func (s *server) restart() {
+	s.t.Helper()
+	u, err := url.Parse(s.proc.URL)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return a
+	s.client.CloseIdleConnections()
+	s.start(u.Port())
 }
 
 // browser is one headless Chromium tab and what its console said.
@@ -205,7 +267,7 @@ func (b *browser) shot(name string) {
 }
 
 // api calls the server as a client would.
-func api(t testing.TB, a *app.App, token, method, path, body string, out any) int {
+func api(t testing.TB, a *server, token, method, path, body string, out any) int {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -221,7 +283,7 @@ func api(t testing.TB, a *app.App, token, method, path, body string, out any) in
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := a.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +297,7 @@ func api(t testing.TB, a *app.App, token, method, path, body string, out any) in
 	return res.StatusCode
 }
 
-func submit(t testing.TB, a *app.App, target, input string) string {
+func submit(t testing.TB, a *server, target, input string) string {
 	t.Helper()
 	var r struct {
 		RunID string `json:"run_id"`
@@ -246,9 +308,39 @@ func submit(t testing.TB, a *app.App, target, input string) string {
 	return r.RunID
 }
 
+// submit submits a run over HTTP (POST /submit, with the server's token)
+// and returns its id; it is safe to call from any goroutine.
+func (s *server) submit(ctx context.Context, target, input string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/submit",
+		strings.NewReader(fmt.Sprintf(`{"target":%q,"task":{"input":%s}}`, target, input)))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	res, err := s.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("POST /submit %s: %s: %s", target, res.Status, data)
+	}
+	var r struct {
+		RunID string `json:"run_id"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return "", fmt.Errorf("POST /submit %s: %w in %s", target, err, data)
+	}
+	return r.RunID, nil
+}
+
 type progress struct{ Total, Completed, Failed, Running int }
 
-func runStatus(t testing.TB, a *app.App, id string) (state string, p *progress) {
+func runStatus(t testing.TB, a *server, id string) (state string, p *progress) {
 	var st struct {
 		State    string    `json:"state"`
 		Progress *progress `json:"progress"`
@@ -437,7 +529,7 @@ func TestDashboardToken(t *testing.T) {
 	}
 }
 
-func submit2(t testing.TB, a *app.App, token string) string {
+func submit2(t testing.TB, a *server, token string) string {
 	var r struct {
 		RunID string `json:"run_id"`
 	}
@@ -478,19 +570,34 @@ func TestDashboardPhone(t *testing.T) {
 	}
 }
 
-// TestDashboardReconnecting: when the server goes away the page says it is
-// reconnecting rather than showing stale data as live.
+// TestDashboardReconnecting: when the server dies the page says it is
+// reconnecting rather than showing stale data as live; when it is back
+// (the same port and data directory) the page connects again by itself and
+// shows the runs submitted since, and the stored ones from before.
 func TestDashboardReconnecting(t *testing.T) {
 	a := startApp(t, "")
 	b := newBrowser(t, 1000, 700)
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
 	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := a.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	before := submit(t, a, "echo", `{"text":"before the crash"}`)
+	b.until("the run from before to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(before)))
+	testutil.Within(t, wait, "the run from before to finish", func() bool { s, _ := runStatus(t, a, before); return s == "completed" })
+
+	// SIGKILL: no goodbye on the stream, the connection just drops.
+	a.proc.Kill(t)
 	b.until("the page to say it is reconnecting", `document.querySelector('#conn').dataset.state === 'reconnecting' && document.querySelector('#conn').textContent === 'reconnecting…'`)
+	b.shot("reconnecting")
+	seen := eval[int](b, `window.__svcPerf.kept().seen`)
+
+	a.restart()
+	b.until("the page to connect again", `document.querySelector('#conn').dataset.state === 'connected' && document.querySelector('#conn').textContent === 'connected'`)
+	after := submit(t, a, "echo", `{"text":"after the restart"}`)
+	b.until("the run from after the restart to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(after)))
+	testutil.Within(t, wait, "the run from after to finish", func() bool { s, _ := runStatus(t, a, after); return s == "completed" })
+	b.until("the run from after the restart to show completed", fmt.Sprintf(`document.querySelector(%q).textContent.includes('completed')`, runRow(after)+" .badge"))
+	// Its events came over the new stream, not only the runs list.
+	b.until("the restarted server's events to arrive live", fmt.Sprintf(`window.__svcPerf.kept().seen > %d`, seen))
+	b.until("the run from before, stored, to be listed", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(before)))
 	for _, e := range b.errors() {
 		t.Errorf("console error: %s", e)
 	}
