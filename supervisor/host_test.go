@@ -128,6 +128,16 @@ func TestHostSystem(t *testing.T) {
 		t.Fatalf("reply = %#v", res)
 	}
 	// A run in flight while we look at the names: its actors are svc's.
+	// The reply may come before the run's actors are gone: wait for them
+	// first, so that the actors below are the next run's.
+	testutil.Eventually(t, "the first run's actors gone", func() bool {
+		for _, id := range localIDs(host) {
+			if strings.HasPrefix(id, "svc/runs-") && strings.Count(id, "/") >= 2 {
+				return false
+			}
+		}
+		return true
+	})
 	pid, ch := probe(host)
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.RunAgent{Ref: "slow", Agent: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}, pid)
 	testutil.Eventually(t, "the slow run's actors spawned", func() bool {
@@ -147,7 +157,7 @@ func TestHostSystem(t *testing.T) {
 		}
 	}
 	if svcIDs < 5 { // two shards, the API, a run and its invocation
-		t.Errorf("%d svc/ actors, want at least 4: %v", svcIDs, localIDs(host))
+		t.Errorf("%d svc/ actors, want at least 5: %v", svcIDs, localIDs(host))
 	}
 	if r := next[*msg.AgentResult](t, ch); !r.Result.Success {
 		t.Fatalf("slow run: %+v", r)
