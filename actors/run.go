@@ -162,7 +162,11 @@ type StartRun struct {
 	// group actor has none: it reports to its parent with a *RunFinished
 	// carrying Tag instead.
 	Reply chan<- RunReply
-	Tag   string
+	// Done, set instead of Reply, is called with the outcome on the run
+	// actor's goroutine, so that no goroutine waits for the reply (the
+	// message API's runs); it must not block.
+	Done func(RunReply)
+	Tag  string
 	// Stream, when set, makes the run a streamed gather: Tasks is empty,
 	// the tasks arrive as *StreamTask messages ended by a StreamEnd, and
 	// each result goes to Stream.Out as soon as it finishes.
@@ -384,9 +388,9 @@ func (r *runActor) Receive(c actor.Context) {
 			r.cancelAll(nil, svc.ErrShuttingDown)
 			r.stopTimer()
 		}
-		if !r.replied && r.req.Reply != nil {
+		if !r.replied && r.topLevel() {
 			r.replied = true
-			r.req.Reply <- RunReply{Err: svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")}
+			r.answer(RunReply{Err: svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")})
 		}
 		r.closeOut()
 	}
@@ -646,14 +650,26 @@ func (r *runActor) maybeFinish(c actor.Context) {
 	r.replied = true
 	r.stopTimer()
 	r.cancel(nil)
-	if r.req.Reply != nil {
-		r.req.Reply <- RunReply{Results: r.results}
+	if r.topLevel() {
+		r.answer(RunReply{Results: r.results})
 		r.closeOut()
 		c.Send(c.Parent(), runEnded{c.Self()})
 	} else {
 		c.Send(c.Parent(), &RunFinished{Tag: r.req.Tag, Results: r.results})
 	}
 	c.Stop(c.Self())
+}
+
+// topLevel: the run answers its caller (Reply or Done), not a group actor.
+func (r *runActor) topLevel() bool { return r.req.Reply != nil || r.req.Done != nil }
+
+// answer gives a top-level run's outcome to its caller.
+func (r *runActor) answer(rr RunReply) {
+	if r.req.Done != nil {
+		r.req.Done(rr)
+		return
+	}
+	r.req.Reply <- rr
 }
 
 func (r *runActor) emitBatch(t svc.EventType, p svc.Payload) {

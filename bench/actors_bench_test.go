@@ -21,7 +21,11 @@ import (
 // through the message API (a host actor keeping `conc` RunAgent requests
 // out, a new one per reply) against the same runs through the Go API
 // (`conc` goroutines calling Run), on one runtime in the host's actor
-// system, alternating the two rounds times in one process.
+// system, alternating the two rounds times in one process. Beside the
+// rates it reports the process's CPU time per run on each path
+// (getrusage, GC included) and their ratio, cpu_ratio (Go API's over the
+// message API's: 1 when a run costs the same CPU on both paths), which a
+// loaded machine disturbs less than the rates.
 func BenchmarkMessageAPI(b *testing.B) {
 	const n, conc, rounds = 20_000, 256, 3
 	host := supervisor.NewActorSystem(nil)
@@ -76,13 +80,18 @@ func BenchmarkMessageAPI(b *testing.B) {
 	goAPI()
 	msgAPI()
 	b.ResetTimer()
-	var goDur, msgDur time.Duration
+	var goDur, msgDur, goCPU, msgCPU time.Duration
 	for i := 0; i < b.N; i++ {
 		for range rounds {
 			runtime.GC()
+			c := cpuTime()
 			goDur += goAPI()
-			runtime.GC()
+			runtime.GC() // the round's garbage is the round's cost
+			goCPU += cpuTime() - c
+			c = cpuTime()
 			msgDur += msgAPI()
+			runtime.GC()
+			msgCPU += cpuTime() - c
 		}
 	}
 	total := float64(n * rounds * b.N)
@@ -90,6 +99,9 @@ func BenchmarkMessageAPI(b *testing.B) {
 	b.ReportMetric(msgRate, "msg_runs/s")
 	b.ReportMetric(goRate, "go_runs/s")
 	b.ReportMetric(msgRate/goRate, "ratio")
+	b.ReportMetric(float64(msgCPU.Microseconds())/total, "msg_cpu_µs/run")
+	b.ReportMetric(float64(goCPU.Microseconds())/total, "go_cpu_µs/run")
+	b.ReportMetric(float64(goCPU)/float64(msgCPU), "cpu_ratio")
 }
 
 // fanOut is the host's actor of BenchmarkMessageAPI: conc requests out at

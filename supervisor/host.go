@@ -17,16 +17,20 @@ import (
 )
 
 // The message API: one actor, PREFIX/api, takes the requests of package
-// actors/msg from a host's actors. It never waits in Receive: each call
-// runs on a goroutine of the runtime's pool (held like a call, so
-// Shutdown waits for it), which sends the reply to the sender and then
-// forgets the call. The actor keeps, per sender, the calls it started,
-// and watches the sender: when it stops, the calls it left that are not
-// Detached are cancelled. The blocking parts of Submit and Cancel (the
-// run store) run on goroutines the same way.
+// actors/msg from a host's actors. It never waits in Receive. A RunAgent
+// parks no goroutine: the run actor calls back when the run ends, and
+// the callback sends the reply (runAsync). A Gather or RunGroup runs on
+// a goroutine of the runtime's pool (held like a call, so Shutdown waits
+// for it), which sends the reply. The actor keeps, per sender, the calls
+// it started, grouped by Ref (callSet), and watches the sender: when it
+// stops, the calls it left that are not Detached are cancelled. The
+// blocking parts of Submit and Cancel (the run store) run on pooled
+// goroutines too.
 //
-// A future (RequestFuture) cannot be watched (a watch completes it), so
-// a run asked for by a future is not tied to anything.
+// A future (RequestFuture) cannot be watched (a watch completes it): a
+// call a future asks for is cancelled when the future ends (its timeout,
+// mostly; futureWatch), unless Detached. It cannot be cancelled by Ref
+// (the next request comes from another future).
 
 // DefaultPrefix starts the names of a runtime's actors when Config.Prefix
 // is empty.
@@ -138,19 +142,43 @@ type pidKey struct{ address, id string }
 
 func keyOf(p *actor.PID) pidKey { return pidKey{p.Address, p.Id} }
 
-// owner is a sender with runs or subscriptions under way.
+// owner is a sender with calls, submitted runs or subscriptions under
+// way. Only the actor touches it.
 type owner struct {
-	pid  *actor.PID
-	runs map[uint64]*hostRun
-	subs int
+	pid     *actor.PID
+	sets    map[setKey]*callSet
+	submits map[uint64]*hostRun
+	subs    int
 }
 
-// hostRun is a call a sender started.
+// setKey names a sender's calls that share a context.
+type setKey struct {
+	ref      string
+	detached bool
+}
+
+// callSet is the calls (runs, gathers, group runs) a sender has under
+// way with one Ref and one Detached. They share one cancellable context,
+// so that a call makes no context of its own (a context per call, and
+// the registration with it of every context the run derives, was a
+// tenth of the bytes the message path allocated): Cancel by Ref cancels
+// the set, the sender's end cancels its sets that are not Detached. n
+// counts the calls: the actor adds them, each call's end takes itself
+// away from whatever goroutine ends it, and the last tells the actor,
+// which drops the set once it is still empty.
+type callSet struct {
+	owner  pidKey
+	key    setKey
+	ctx    context.Context
+	cancel context.CancelFunc
+	n      atomic.Int64
+}
+
+// hostRun is a submitted run a sender started.
 type hostRun struct {
 	ref      string
 	detached bool
-	runID    string // a submitted run's
-	cancel   func()
+	runID    string
 }
 
 // hostSub is a subscription.
@@ -161,7 +189,7 @@ type hostSub struct {
 
 // Messages the actor sends itself.
 type (
-	release   struct{ owner pidKey }
+	release   struct{ set *callSet }
 	submitted struct {
 		req    *msg.Submit
 		sender *actor.PID
@@ -171,23 +199,20 @@ type (
 	subDone  struct{ id string }
 )
 
-// gateway is the message API's actor. Its owners are shared with the
-// goroutines of its calls, which forget a call when it ends without a
-// message to the actor (a message per call was a tenth of the message
-// API's cost); an owner is created and dropped (Watch, Unwatch) only by
-// the actor.
+// gateway is the message API's actor.
 type gateway struct {
 	h       *hostAPI
-	mu      sync.Mutex // guards owners and next
+	self    *actor.PID
+	root    *actor.RootContext
 	owners  map[pidKey]*owner
 	subs    map[string]*hostSub
 	handles map[string]*actor.PID // submitted run id → its actor
 	byRun   map[string][]runRef   // submitted run id → its senders' records
-	next    uint64                // call records, under mu
+	next    uint64                // submitted runs' records
 	subN    uint64                // subscriptions
 }
 
-// runRef names a run in its owner's record.
+// runRef names a submitted run in its owner's record.
 type runRef struct {
 	owner pidKey
 	id    uint64
@@ -197,15 +222,22 @@ func (g *gateway) Receive(c actor.Context) {
 	rt := g.h.rt
 	switch m := c.Message().(type) {
 	case *msg.RunAgent:
-		g.call(c, m.Ref, m.Detached, "", func(ctx context.Context) any {
-			res, err := rt.Run(ctx, m.Agent, m.Task)
-			if err != nil {
-				return msg.NewError(m.Ref, err)
+		// No goroutine waits for the run: the run actor calls back with
+		// the result, and the callback sends the reply.
+		ctx, t := g.tie(c, m.Ref, m.Detached)
+		sender, root := c.Sender(), g.root
+		rt.runAsync(ctx, m.Agent, m.Task, func(res svc.AgentResult, err error) {
+			if sender != nil {
+				if err != nil {
+					root.Send(sender, msg.NewError(m.Ref, err))
+				} else {
+					root.Send(sender, &msg.AgentResult{Ref: m.Ref, Result: res})
+				}
 			}
-			return &msg.AgentResult{Ref: m.Ref, Result: res}
+			g.untie(t)
 		})
 	case *msg.Gather:
-		g.call(c, m.Ref, m.Detached, "", func(ctx context.Context) any {
+		g.call(c, m.Ref, m.Detached, func(ctx context.Context) any {
 			res, err := rt.Gather(ctx, m.Agent, m.Tasks, m.MaxConcurrency)
 			if err != nil {
 				return msg.NewError(m.Ref, err)
@@ -213,7 +245,7 @@ func (g *gateway) Receive(c actor.Context) {
 			return &msg.GatherResult{Ref: m.Ref, Results: res}
 		})
 	case *msg.RunGroup:
-		g.call(c, m.Ref, m.Detached, "", func(ctx context.Context) any {
+		g.call(c, m.Ref, m.Detached, func(ctx context.Context) any {
 			res, err := rt.RunGroup(ctx, m.Group, m.Task)
 			if err != nil {
 				return msg.NewError(m.Ref, err)
@@ -230,22 +262,22 @@ func (g *gateway) Receive(c actor.Context) {
 			c.Stop(pid)
 		}
 		for _, r := range g.byRun[m.runID] {
-			g.forget(c, r.owner, func(o *owner) { delete(o.runs, r.id) })
+			g.forget(c, r.owner, func(o *owner) { delete(o.submits, r.id) })
 		}
 		delete(g.byRun, m.runID)
 	case *msg.Cancel:
 		g.cancel(c, m)
 	case *release:
-		g.mu.Lock()
-		o, ok := g.owners[m.owner]
-		ok = ok && o.idle()
-		if ok {
-			delete(g.owners, m.owner)
+		set := m.set
+		if set.n.Load() != 0 {
+			return // a call joined the set since
 		}
-		g.mu.Unlock()
-		if ok {
-			c.Unwatch(o.pid)
-		}
+		g.forget(c, set.owner, func(o *owner) {
+			if o.sets[set.key] == set {
+				delete(o.sets, set.key)
+				set.cancel()
+			}
+		})
 	case *msg.Subscribe:
 		g.subscribe(c, m)
 	case *msg.Unsubscribe:
@@ -263,20 +295,16 @@ func (g *gateway) Receive(c actor.Context) {
 		}
 	case *actor.Terminated:
 		g.ownerStopped(m.Who)
+	case *actor.Started:
+		g.self, g.root = c.Self(), c.ActorSystem().Root
 	case *actor.Stopping:
 		for _, s := range g.subs {
 			s.cancel()
 		}
-		g.mu.Lock()
-		var cancels []func()
 		for _, o := range g.owners {
-			for _, r := range o.runs {
-				cancels = append(cancels, r.cancel)
+			for _, set := range o.sets {
+				set.cancel()
 			}
-		}
-		g.mu.Unlock()
-		for _, f := range cancels {
-			f()
 		}
 	}
 }
@@ -290,100 +318,96 @@ func respond(c actor.Context, reply any) {
 // isFuture: a future's PID cannot be watched.
 func isFuture(p *actor.PID) bool { return strings.HasPrefix(p.Id, "future") }
 
-// track records a call of sender and watches sender; not tracked for a
-// sender that cannot be watched.
-func (g *gateway) track(c actor.Context, sender *actor.PID, r *hostRun) (pidKey, uint64, bool) {
-	if sender == nil || isFuture(sender) {
-		return pidKey{}, 0, false
+// tie is what a call is tied to: its sender's set, or, for a call a
+// future asked for, a context of its own.
+type tie struct {
+	set    *callSet
+	cancel context.CancelFunc
+}
+
+// tie gives a call of the sender its context. An actor's call joins the
+// sender's set for ref (made, and the sender watched, on its first);
+// a future's call that is not detached gets a context that the future's
+// end cancels (futureWatch); a detached future's call, or a call with no
+// sender, is tied to nothing.
+func (g *gateway) tie(c actor.Context, ref string, detached bool) (context.Context, tie) {
+	sender := c.Sender()
+	switch {
+	case sender == nil:
+		return context.Background(), tie{}
+	case isFuture(sender):
+		if detached {
+			return context.Background(), tie{}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		watchFuture(c.ActorSystem(), sender, cancel)
+		return ctx, tie{cancel: cancel}
 	}
+	o := g.owner(c, sender)
+	k := setKey{ref: ref, detached: detached}
+	set, ok := o.sets[k]
+	if !ok {
+		set = &callSet{owner: keyOf(sender), key: k}
+		set.ctx, set.cancel = context.WithCancel(context.Background())
+		o.sets[k] = set
+	}
+	set.n.Add(1)
+	return set.ctx, tie{set: set}
+}
+
+// untie ends a call, from any goroutine.
+func (g *gateway) untie(t tie) {
+	if t.cancel != nil {
+		t.cancel()
+	}
+	if t.set != nil && t.set.n.Add(-1) == 0 {
+		g.root.Send(g.self, &release{set: t.set})
+	}
+}
+
+// owner is the record of sender, made (and sender watched) when new.
+func (g *gateway) owner(c actor.Context, sender *actor.PID) *owner {
 	k := keyOf(sender)
-	g.mu.Lock()
-	o, known := g.owners[k]
-	if !known {
-		o = &owner{pid: sender, runs: map[uint64]*hostRun{}}
+	o, ok := g.owners[k]
+	if !ok {
+		o = &owner{pid: sender, sets: map[setKey]*callSet{}, submits: map[uint64]*hostRun{}}
 		g.owners[k] = o
-	}
-	g.next++
-	id := g.next
-	o.runs[id] = r
-	g.mu.Unlock()
-	if !known {
 		c.Watch(sender)
 	}
-	return k, id, true
+	return o
 }
 
-// addSub counts a subscription of target, watching it.
-func (g *gateway) addSub(c actor.Context, target *actor.PID) pidKey {
-	k := keyOf(target)
-	g.mu.Lock()
-	o, known := g.owners[k]
-	if !known {
-		o = &owner{pid: target, runs: map[uint64]*hostRun{}}
-		g.owners[k] = o
-	}
-	o.subs++
-	g.mu.Unlock()
-	if !known {
-		c.Watch(target)
-	}
-	return k
-}
-
-func (o *owner) idle() bool { return len(o.runs) == 0 && o.subs == 0 }
+func (o *owner) idle() bool { return len(o.sets) == 0 && len(o.submits) == 0 && o.subs == 0 }
 
 // forget applies f to an owner's record and drops an owner left with
-// nothing under way; only the actor calls it.
+// nothing under way.
 func (g *gateway) forget(c actor.Context, k pidKey, f func(*owner)) {
-	g.mu.Lock()
 	o, ok := g.owners[k]
-	if ok {
-		f(o)
-		if ok = o.idle(); ok {
-			delete(g.owners, k)
-		}
+	if !ok {
+		return
 	}
-	g.mu.Unlock()
-	if ok {
+	f(o)
+	if o.idle() {
+		delete(g.owners, k)
 		c.Unwatch(o.pid)
-	}
-}
-
-// done forgets a call that has ended, from its goroutine; the actor is
-// told only when that leaves the owner with nothing under way.
-func (g *gateway) done(self *actor.PID, root *actor.RootContext, k pidKey, id uint64) {
-	g.mu.Lock()
-	o, ok := g.owners[k]
-	idle := false
-	if ok {
-		delete(o.runs, id)
-		idle = o.idle()
-	}
-	g.mu.Unlock()
-	if idle {
-		root.Send(self, &release{owner: k})
 	}
 }
 
 // ownerStopped cancels what a stopped sender left running.
 func (g *gateway) ownerStopped(who *actor.PID) {
 	k := keyOf(who)
-	g.mu.Lock()
-	o, ok := g.owners[k]
-	if ok {
+	if o, ok := g.owners[k]; ok {
 		delete(g.owners, k)
-	}
-	var cancels []func()
-	if ok {
-		for _, r := range o.runs {
-			if !r.detached {
-				cancels = append(cancels, r.cancel)
+		for _, set := range o.sets {
+			if !set.key.detached {
+				set.cancel()
 			}
 		}
-	}
-	g.mu.Unlock()
-	for _, f := range cancels {
-		f()
+		for _, r := range o.submits {
+			if !r.detached {
+				g.h.cancelRun(r.runID)
+			}
+		}
 	}
 	for _, s := range g.subs {
 		if s.target == k {
@@ -394,25 +418,21 @@ func (g *gateway) ownerStopped(who *actor.PID) {
 
 // call runs f on a pooled goroutine the runtime owns and sends its reply
 // to the sender.
-func (g *gateway) call(c actor.Context, ref string, detached bool, runID string, f func(ctx context.Context) any) {
+func (g *gateway) call(c actor.Context, ref string, detached bool, f func(ctx context.Context) any) {
 	rt := g.h.rt
 	if err := rt.hold(); err != nil {
 		respond(c, msg.NewError(ref, err))
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sender, self, root := c.Sender(), c.Self(), c.ActorSystem().Root
-	k, id, tracked := g.track(c, sender, &hostRun{ref: ref, detached: detached, runID: runID, cancel: cancel})
+	ctx, t := g.tie(c, ref, detached)
+	sender, root := c.Sender(), g.root
 	rt.pool.Go(func() {
 		defer rt.inflight.Done()
 		reply := f(ctx)
-		cancel()
 		if sender != nil {
 			root.Send(sender, reply)
 		}
-		if tracked {
-			g.done(self, root, k, id)
-		}
+		g.untie(t)
 	})
 }
 
@@ -432,6 +452,44 @@ func (g *gateway) async(c actor.Context, ref string, f func() any) {
 		}
 	})
 }
+
+// futureWatch is a process that a future pipes its outcome to
+// (Future.PipeTo): whatever completes the future (the reply, its
+// timeout, a dead letter), nobody waits for the call any more, so its
+// context is cancelled, which ends a call the future gave up on. The
+// future's process is looked up in the registry, the only way to its
+// Future from its PID.
+type futureWatch struct {
+	system *actor.ActorSystem
+	cancel context.CancelFunc
+}
+
+// watchFuture makes future's end cancel; a future already gone cancels
+// at once.
+func watchFuture(system *actor.ActorSystem, future *actor.PID, cancel context.CancelFunc) {
+	p, ok := system.ProcessRegistry.Get(future)
+	f, isFuture := p.(interface{ PipeTo(...*actor.PID) })
+	if !ok || !isFuture {
+		cancel()
+		return
+	}
+	w := &futureWatch{system: system, cancel: cancel}
+	pid, ok := system.ProcessRegistry.Add(w, "svc-future-watch"+system.ProcessRegistry.NextId())
+	if !ok {
+		cancel()
+		return
+	}
+	f.PipeTo(pid)
+}
+
+func (w *futureWatch) SendUserMessage(pid *actor.PID, _ any) {
+	w.cancel()
+	w.system.ProcessRegistry.Remove(pid)
+}
+
+func (w *futureWatch) SendSystemMessage(pid *actor.PID, m any) { w.SendUserMessage(pid, m) }
+
+func (w *futureWatch) Stop(pid *actor.PID) { w.SendUserMessage(pid, nil) }
 
 func (g *gateway) submit(c actor.Context, m *msg.Submit) {
 	rt, sender, self, root := g.h.rt, c.Sender(), c.Self(), c.ActorSystem().Root
@@ -469,9 +527,10 @@ func (g *gateway) submitted(c actor.Context, m *submitted) {
 	if m.sender != nil && !isFuture(m.sender) {
 		// The run is the sender's: it is cancelled when the sender stops,
 		// and forgotten when it ends (runEnded).
-		k, seq, _ := g.track(c, m.sender, &hostRun{ref: m.req.Ref, detached: m.req.Detached, runID: id,
-			cancel: func() { g.h.cancelRun(id) }})
-		g.byRun[id] = append(g.byRun[id], runRef{owner: k, id: seq})
+		o := g.owner(c, m.sender)
+		g.next++
+		o.submits[g.next] = &hostRun{ref: m.req.Ref, detached: m.req.Detached, runID: id}
+		g.byRun[id] = append(g.byRun[id], runRef{owner: keyOf(m.sender), id: g.next})
 	}
 	g.reply(c, m.sender, &msg.Submitted{Ref: m.req.Ref, RunID: id, Run: pid})
 }
@@ -505,21 +564,26 @@ func (g *gateway) cancel(c actor.Context, m *msg.Cancel) {
 		})
 		return
 	}
-	var cancels []func()
+	found := false
 	if s := c.Sender(); s != nil {
-		g.mu.Lock()
 		if o, ok := g.owners[keyOf(s)]; ok {
-			for _, r := range o.runs {
-				if r.ref == m.Ref {
-					cancels = append(cancels, r.cancel)
+			for _, detached := range []bool{false, true} {
+				k := setKey{ref: m.Ref, detached: detached}
+				if set, ok := o.sets[k]; ok {
+					// Later calls with this Ref get a new set.
+					delete(o.sets, k)
+					set.cancel()
+					found = true
 				}
 			}
+			for _, r := range o.submits {
+				if r.ref == m.Ref {
+					g.h.cancelRun(r.runID)
+					found = true
+				}
+			}
+			g.forget(c, keyOf(s), func(*owner) {})
 		}
-		g.mu.Unlock()
-	}
-	found := len(cancels) > 0
-	for _, f := range cancels {
-		f()
 	}
 	if !found {
 		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindRegistry, "no run with ref %q started by this sender is running", m.Ref)))
@@ -545,7 +609,8 @@ func (g *gateway) subscribe(c actor.Context, m *msg.Subscribe) {
 	g.subN++
 	id := "sub-" + strconv.FormatUint(g.subN, 10)
 	ctx, cancel := context.WithCancel(context.Background())
-	k := g.addSub(c, target)
+	g.owner(c, target).subs++
+	k := keyOf(target)
 	g.subs[id] = &hostSub{target: k, cancel: cancel}
 	sender, self, root := c.Sender(), c.Self(), c.ActorSystem().Root
 	h.subs.Add(1)

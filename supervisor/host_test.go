@@ -14,6 +14,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors/msg"
+	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
@@ -127,6 +128,16 @@ func TestHostSystem(t *testing.T) {
 		t.Fatalf("reply = %#v", res)
 	}
 	// A run in flight while we look at the names: its actors are svc's.
+	// The reply may come before the run's actors are gone: wait for them
+	// first, so that the actors below are the next run's.
+	testutil.Eventually(t, "the first run's actors gone", func() bool {
+		for _, id := range localIDs(host) {
+			if strings.HasPrefix(id, "svc/runs-") && strings.Count(id, "/") >= 2 {
+				return false
+			}
+		}
+		return true
+	})
 	pid, ch := probe(host)
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.RunAgent{Ref: "slow", Agent: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}, pid)
 	testutil.Eventually(t, "the slow run's actors spawned", func() bool {
@@ -146,7 +157,7 @@ func TestHostSystem(t *testing.T) {
 		}
 	}
 	if svcIDs < 5 { // two shards, the API, a run and its invocation
-		t.Errorf("%d svc/ actors, want at least 4: %v", svcIDs, localIDs(host))
+		t.Errorf("%d svc/ actors, want at least 5: %v", svcIDs, localIDs(host))
 	}
 	if r := next[*msg.AgentResult](t, ch); !r.Result.Success {
 		t.Fatalf("slow run: %+v", r)
@@ -422,4 +433,97 @@ func TestMessageAPISubscribeDrops(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestMessageAPIFutureEnds: a run asked for by a future is cancelled
+// when the future times out (nobody waits for its reply any more),
+// unless Detached; and what ties it to its future is gone afterwards.
+func TestMessageAPIFutureEnds(t *testing.T) {
+	host := hostSystem(t)
+	rec := &emittertest.Recorder{}
+	rt := hostRuntime(t, host, supervisor.Config{Shards: 1, Emitter: rec}, echo("slow", map[string]any{"latency_ms": 60_000}),
+		echo("brief", map[string]any{"latency_ms": 1500}))
+	_, err := host.Root.RequestFuture(rt.PID(), &msg.RunAgent{Agent: "slow", Task: svc.TaskSpec{ID: "gone", Input: json.RawMessage(`1`)}}, 200*time.Millisecond).Result()
+	if !errors.Is(err, actor.ErrTimeout) {
+		t.Fatalf("future: %v, want a timeout", err)
+	}
+	testutil.Eventually(t, "the timed-out future's run cancelled", func() bool { return rt.InFlight() == 0 })
+	if n := len(rec.OfType(svc.EventAgentCompleted)); n != 0 {
+		t.Fatalf("%d runs completed, want the slow one cancelled", n)
+	}
+	_, err = host.Root.RequestFuture(rt.PID(), &msg.RunAgent{Detached: true, Agent: "brief", Task: svc.TaskSpec{ID: "kept", Input: json.RawMessage(`1`)}}, 100*time.Millisecond).Result()
+	if !errors.Is(err, actor.ErrTimeout) {
+		t.Fatalf("detached future: %v, want a timeout", err)
+	}
+	done := rec.WaitFor(t, svc.EventAgentCompleted, 1, 20*time.Second)
+	if done[0].TaskID != "kept" {
+		t.Fatalf("completed %q, want the detached run", done[0].TaskID)
+	}
+	// A future answered in time: its run completes, and nothing of the
+	// future is left registered.
+	if r, ok := request(t, host, rt.PID(), &msg.RunAgent{Agent: "brief", Task: svc.TaskSpec{ID: "answered", Input: json.RawMessage(`2`)}}).(*msg.AgentResult); !ok || !r.Result.Success {
+		t.Fatalf("reply %#v", r)
+	}
+	testutil.Eventually(t, "no future watch left", func() bool {
+		for _, id := range localIDs(host) {
+			if strings.Contains(id, "future") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestMessageAPICancelByRefOnly: a sender's calls share a context per
+// Ref: Cancel by Ref cancels that Ref's calls only, a later call with
+// the same Ref is not born cancelled, and the sender's end cancels the
+// rest.
+func TestMessageAPICancelByRefOnly(t *testing.T) {
+	host := hostSystem(t)
+	rt := hostRuntime(t, host, supervisor.Config{Shards: 2}, echo("slow", map[string]any{"latency_ms": 60_000}),
+		echo("brief", map[string]any{"latency_ms": 50}))
+	pid, ch := probe(host)
+	send := func(m any) { host.Root.RequestWithCustomSender(rt.PID(), m, pid) }
+	slow := func(ref string) *msg.RunAgent {
+		return &msg.RunAgent{Ref: ref, Agent: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}
+	}
+	send(slow("a"))
+	send(slow("a"))
+	send(slow("b"))
+	send(slow(""))
+	testutil.Eventually(t, "four runs in flight", func() bool { return rt.InFlight() == 4 })
+	// A call with the Ref right behind the Cancel, while the cancelled
+	// calls are still ending: it gets a new context.
+	send(&msg.Cancel{Ref: "a"})
+	send(&msg.RunAgent{Ref: "a", Agent: "brief", Task: svc.TaskSpec{Input: json.RawMessage(`"again"`)}})
+	var cancelled, failed, succeeded int
+	for cancelled+failed+succeeded < 4 {
+		select {
+		case m := <-ch:
+			switch m := m.(type) {
+			case *msg.Cancelled:
+				cancelled++
+			case *msg.Error:
+				if m.Ref != "a" || !errors.Is(m, svc.ErrCancelled) {
+					t.Fatalf("reply = %#v, want run a cancelled", m)
+				}
+				failed++
+			case *msg.AgentResult:
+				if m.Ref != "a" || !m.Result.Success {
+					t.Fatalf("the run after the Cancel: %+v", m)
+				}
+				succeeded++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d cancelled, %d failed, %d succeeded", cancelled, failed, succeeded)
+		}
+	}
+	if cancelled != 1 || failed != 2 || succeeded != 1 {
+		t.Fatalf("%d Cancelled, %d runs cancelled, %d succeeded; want 1, 2, 1", cancelled, failed, succeeded)
+	}
+	if rt.InFlight() != 2 {
+		t.Fatalf("%d in flight, want b and the run without a Ref", rt.InFlight())
+	}
+	host.Root.Stop(pid)
+	testutil.Eventually(t, "the stopped sender's runs cancelled", func() bool { return rt.InFlight() == 0 })
 }

@@ -10,9 +10,12 @@
 // tell the replies apart. A request refused or failed is answered with
 // an *Error whose Kind is the Go API's error kind for the same failure.
 //
-// A run started by an actor (not a future) is tied to it: the runtime
-// watches the sender, and when it stops, its runs that are still going
-// are cancelled, unless the request said Detached. Runs are svc's actors,
+// A run started by an actor is tied to it: the runtime watches the
+// sender, and when it stops, its runs that are still going are
+// cancelled, unless the request said Detached. A future cannot be
+// watched: a RunAgent, Gather or RunGroup sent with RequestFuture is
+// cancelled when the future ends without its reply (its timeout), unless
+// Detached; a Submit sent with a future is tied to nothing. Runs are svc's actors,
 // under svc's own supervisors: a host supervisor's decisions apply to the
 // host's actors only.
 package msg
