@@ -27,7 +27,9 @@ type SQLite struct {
 	// in SQLite's busy handler; reader is a query-only pool that WAL lets
 	// read while the writer writes.
 	writer, reader *sql.DB
-	insert         *sql.Stmt
+	// stmts are the write path's statements (sqlite_write.go), prepared
+	// on the writer at open, by their text.
+	stmts map[string]*sql.Stmt
 
 	pruneEvery time.Duration // DefaultPruneInterval; tests shorten it
 	pruned     chan struct{} // receives after each background prune, if set (tests)
@@ -62,13 +64,13 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 		return nil, fail(err)
 	}
 	writer, reader := db.Writer, db.Reader
-	insert, err := writer.Prepare(sqlInsert)
+	stmts, err := prepareWrites(context.Background(), writer)
 	if err != nil {
 		_ = db.Close()
 		return nil, fail(err)
 	}
 	s := &SQLite{
-		path: path, r: r, now: time.Now, writer: writer, reader: reader, insert: insert,
+		path: path, r: r, now: time.Now, writer: writer, reader: reader, stmts: stmts,
 		pruneEvery: every, pruned: pruned, done: make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -152,7 +154,7 @@ func (s *SQLite) deleteWhere(ctx context.Context, cond string, args ...any) (int
 	if err != nil {
 		return 0, err
 	}
-	if err := t.apply(ctx, tx); err != nil {
+	if err := t.apply(newTxStmts(ctx, tx, s.stmts)); err != nil {
 		return 0, err
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE `+cond, args...)
@@ -179,20 +181,27 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 		return s.fail(ctx, err, "write %d events", len(evs))
 	}
 	defer tx.Rollback()
-	stmt := tx.StmtContext(ctx, s.insert)
+	stmts := newTxStmts(ctx, tx, s.stmts)
 	t := newTotals()
-	for i := range evs {
-		ev := &evs[i]
-		f := factsOf(ev)
-		_, err := stmt.ExecContext(ctx, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
-			ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
-			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
-		if err != nil {
+	args := make([]any, 0, insertWidth*min(len(evs), maxChunk))
+	for start := 0; start < len(evs); {
+		// A chunk of rows at a time, so that args stays small.
+		end := start + min(len(evs)-start, maxChunk)
+		args = args[:0]
+		for i := start; i < end; i++ {
+			ev := &evs[i]
+			f := factsOf(ev)
+			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
+				ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
+				f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
+			t.addEvent(ev, &f)
+		}
+		if err := stmts.writeEvents(args); err != nil {
 			return s.fail(ctx, err, "write %d events", len(evs))
 		}
-		t.addEvent(ev, &f)
+		start = end
 	}
-	if err := t.apply(ctx, tx); err != nil {
+	if err := t.apply(stmts); err != nil {
 		return s.fail(ctx, err, "write %d events", len(evs))
 	}
 	if err := tx.Commit(); err != nil {
@@ -285,7 +294,7 @@ func (s *SQLite) Close() error {
 		s.stop()
 		<-s.done // a prune in progress finishes (or is cancelled) first
 		s.closed.Store(true)
-		err = errors.Join(s.insert.Close(), s.reader.Close(), s.writer.Close())
+		err = errors.Join(closeStmts(s.stmts), s.reader.Close(), s.writer.Close())
 		if err != nil {
 			err = svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("eventstore: close %q", s.path))
 		}

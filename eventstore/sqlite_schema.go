@@ -122,10 +122,6 @@ CREATE INDEX IF NOT EXISTS events_errors ON events (error_kind, ts, event_type, 
 CREATE INDEX IF NOT EXISTS events_children ON events (parent_trace_id, trace_id) WHERE ` + whereChild + `;
 `
 
-const sqlInsert = `INSERT INTO events (ts, event_type, agent, task_id, trace_id, parent_trace_id, payload,
-	tokens_used, duration_us, model, tool_name, error_kind, runtime_id, span_id, parent_span_id)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
 // writerCacheKiB is the writer's page cache, 32 MiB (SQLite's default is
 // 2 MiB): every insert updates several indexes, and once they outgrow the
 // cache each update rereads pages from the file; measured here on
@@ -319,7 +315,7 @@ func migrateV1(tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	return t.apply(context.Background(), tx)
+	return t.apply(newTxStmts(context.Background(), tx, nil))
 }
 
 // durationArg is the duration_us column value of f.
@@ -418,87 +414,4 @@ func totalsWhere(ctx context.Context, tx *sql.Tx, cond string, args []any, sign 
 		return nil
 	})
 	return t, err
-}
-
-// Totals upserts, and deletes of keys whose count fell to zero.
-const (
-	sqlUsageAdd = `INSERT INTO usage_totals (dim, key, invocations, tokens_used) VALUES (?, ?, ?, ?)
-		ON CONFLICT (dim, key) DO UPDATE SET invocations = invocations + excluded.invocations,
-		tokens_used = tokens_used + excluded.tokens_used`
-	sqlUsageDrop = `DELETE FROM usage_totals WHERE dim = ? AND key = ? AND invocations <= 0`
-	sqlToolAdd   = `INSERT INTO tool_totals (tool_name, agent, calls, failures, durations, duration_us)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tool_name, agent) DO UPDATE SET calls = calls + excluded.calls,
-		failures = failures + excluded.failures, durations = durations + excluded.durations,
-		duration_us = duration_us + excluded.duration_us`
-	sqlToolDrop = `DELETE FROM tool_totals WHERE tool_name = ? AND agent = ? AND calls <= 0`
-	sqlTypeAdd  = `INSERT INTO type_totals (event_type, events) VALUES (?, ?)
-		ON CONFLICT (event_type) DO UPDATE SET events = events + excluded.events`
-	sqlTypeDrop = `DELETE FROM type_totals WHERE event_type = ? AND events <= 0`
-	sqlTraceAdd = `INSERT INTO trace_totals (trace_id, events) VALUES (?, ?)
-		ON CONFLICT (trace_id) DO UPDATE SET events = events + excluded.events`
-	sqlTraceDrop = `DELETE FROM trace_totals WHERE trace_id = ? AND events <= 0`
-)
-
-// apply adds t to the totals tables in tx.
-func (t *totals) apply(ctx context.Context, tx *sql.Tx) error {
-	// Each statement is prepared once per apply, not once per key.
-	stmts := map[string]*sql.Stmt{}
-	defer func() {
-		for _, st := range stmts {
-			st.Close()
-		}
-	}()
-	exec := func(query string, args ...any) error {
-		st := stmts[query]
-		if st == nil {
-			var err error
-			if st, err = tx.PrepareContext(ctx, query); err != nil {
-				return err
-			}
-			stmts[query] = st
-		}
-		_, err := st.ExecContext(ctx, args...)
-		return err
-	}
-	for k, u := range t.usage {
-		if err := exec(sqlUsageAdd, k[0], k[1], u[0], u[1]); err != nil {
-			return err
-		}
-		if u[0] < 0 {
-			if err := exec(sqlUsageDrop, k[0], k[1]); err != nil {
-				return err
-			}
-		}
-	}
-	for k, r := range t.tools {
-		if err := exec(sqlToolAdd, k[0], k[1], r[0], r[1], r[2], r[3]); err != nil {
-			return err
-		}
-		if r[0] < 0 {
-			if err := exec(sqlToolDrop, k[0], k[1]); err != nil {
-				return err
-			}
-		}
-	}
-	for k, n := range t.types {
-		if err := exec(sqlTypeAdd, k, n); err != nil {
-			return err
-		}
-		if n < 0 {
-			if err := exec(sqlTypeDrop, k); err != nil {
-				return err
-			}
-		}
-	}
-	for k, n := range t.traces {
-		if err := exec(sqlTraceAdd, k, n); err != nil {
-			return err
-		}
-		if n < 0 {
-			if err := exec(sqlTraceDrop, k); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
