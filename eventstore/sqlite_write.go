@@ -264,4 +264,3 @@ func (t *totals) apply(s *txStmts) error {
 	}
 	return flush(&traceTable)
 }
-
