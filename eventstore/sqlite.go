@@ -184,15 +184,18 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	stmts := newTxStmts(ctx, tx, s.stmts)
 	t := newTotals()
 	args := make([]any, 0, insertWidth*min(len(evs), maxChunk))
+	var payloads []byte
 	for start := 0; start < len(evs); {
-		// A chunk of rows at a time, so that args stays small.
+		// A chunk of rows at a time, so that args and payloads stay small.
 		end := start + min(len(evs)-start, maxChunk)
-		args = args[:0]
+		args, payloads = args[:0], payloads[:0]
 		for i := start; i < end; i++ {
 			ev := &evs[i]
 			f := factsOf(ev)
+			var payload []byte
+			payload, payloads = appendPayload(payloads, ev.Payload)
 			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
-				ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
+				ev.TaskID, ev.TraceID, ev.ParentTraceID, payload,
 				f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
 			t.addEvent(ev, &f)
 		}
