@@ -227,6 +227,21 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	query, args := eventsSQL(q)
+	rows, err := s.reader.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.fail(ctx, err, "query")
+	}
+	out := []svc.RuntimeEvent{}
+	err = scanEvents(rows, func(se storedEvent) { out = append(out, se.ev) })
+	if err != nil {
+		return nil, s.fail(ctx, err, "query")
+	}
+	return out, nil
+}
+
+// eventsSQL is the query of Events for q (normalized).
+func eventsSQL(q Query) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -240,26 +255,28 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 	if q.TraceID != "" {
 		where, args = append(where, "trace_id = ?"), append(args, q.TraceID)
 	}
-	if q.EventType != "" {
-		where, args = append(where, "event_type = ?"), append(args, string(q.EventType))
+	switch q.EventType {
+	case "":
+	case svc.EventAgentCompleted:
+		// The conditions of the partial indexes, as they are written
+		// there, so that SQLite uses them (sqlite_schema.go).
+		where = append(where, whereCompleted)
+	default:
+		where, args = append(where, "event_type = ?", whereNotCompleted), append(args, string(q.EventType))
 	}
 	query := `SELECT ` + eventColumns + ` FROM events`
+	if q.EventType == svc.EventAgentCompleted && q.TraceID == "" {
+		// Without statistics SQLite would rather walk events_ts, for its
+		// order, and read every row in the range to check the type.
+		query += ` INDEXED BY events_completed_ts`
+	}
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
 	query += " ORDER BY ts DESC, id DESC LIMIT ?"
 	args = append(args, q.Limit)
 
-	rows, err := s.reader.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, s.fail(ctx, err, "query")
-	}
-	out := []svc.RuntimeEvent{}
-	err = scanEvents(rows, func(se storedEvent) { out = append(out, se.ev) })
-	if err != nil {
-		return nil, s.fail(ctx, err, "query")
-	}
-	return out, nil
+	return query, args
 }
 
 // eventColumns are the columns scanEvents reads, in its order.

@@ -101,20 +101,26 @@ CREATE TABLE IF NOT EXISTS trace_totals (
 // exactly: that is what lets SQLite use a partial index.
 const (
 	whereCompleted = `event_type = 'agent_completed'`
-	whereToolEnd   = `event_type IN ('tool_call_completed', 'tool_call_failed')`
-	whereFailure   = `error_kind <> ''`
-	whereChild     = `parent_trace_id <> ''`
+	// whereNotCompleted is events_type_ts's: agent_completed events are
+	// found by type and time in events_completed_ts.
+	whereNotCompleted = `event_type <> 'agent_completed'`
+	whereToolEnd      = `event_type IN ('tool_call_completed', 'tool_call_failed')`
+	whereFailure      = `error_kind <> ''`
+	whereChild        = `parent_trace_id <> ''`
 )
 
 // The partial indexes hold only the rows they serve, so other events cost
-// them nothing: completions' tokens by time for the burn rate, tool
+// them nothing: events by type and time, but for agent_completed, which
+// the next one serves (one index update fewer for the most common event
+// type; before, events_event_type held every event); completions' tokens
+// by time for the burn rate and for the events of that type, tool
 // durations in order per tool (and per agent and tool) for the
 // percentiles, failures by kind for the error groups, and child runs by
 // parent trace for the tree.
 const sqliteIndexes = `
 CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
 CREATE INDEX IF NOT EXISTS events_trace_id ON events (trace_id, ts);
-CREATE INDEX IF NOT EXISTS events_event_type ON events (event_type, ts);
+CREATE INDEX IF NOT EXISTS events_type_ts ON events (event_type, ts) WHERE ` + whereNotCompleted + `;
 CREATE INDEX IF NOT EXISTS events_completed_ts ON events (ts, tokens_used) WHERE ` + whereCompleted + `;
 CREATE INDEX IF NOT EXISTS events_tools ON events (tool_name, duration_us) WHERE ` + whereToolEnd + `;
 CREATE INDEX IF NOT EXISTS events_agent_tools ON events (tool_name, agent, duration_us) WHERE ` + whereToolEnd + `;
@@ -166,7 +172,10 @@ func initSQLite(db *sql.DB) error {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
-	if _, err := tx.Exec(sqliteIndexes); err != nil {
+	// The index set is the build's, not the data's: no schema version.
+	// An older build opening the file builds events_event_type again,
+	// and this one drops it again.
+	if _, err := tx.Exec(`DROP INDEX IF EXISTS events_event_type;` + sqliteIndexes); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
