@@ -65,7 +65,9 @@ func TestSQLiteQueryPlans(t *testing.T) {
 		{Query{TraceID: "ta"}, "events_trace_id"},
 		{Query{EventType: svc.EventAgentCompleted}, "events_completed_ts"},
 		{Query{EventType: svc.EventAgentCompleted, Since: now, Until: now.Add(time.Second)}, "events_completed_ts"},
+		{Query{EventType: svc.EventAgentCompleted, TraceID: "ta"}, "events_trace_id"},
 		{Query{EventType: svc.EventAgentSpawned}, "events_type_ts"},
+		{Query{EventType: svc.EventAgentSpawned, TraceID: "ta"}, "events_trace_id"},
 		{Query{EventType: svc.EventWorkerHeartbeat, Since: now}, "events_type_ts"},
 	} {
 		q, err := normalizeQuery(c.q)

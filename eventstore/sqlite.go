@@ -265,9 +265,14 @@ func eventsSQL(q Query) (string, []any) {
 		where, args = append(where, "event_type = ?", whereNotCompleted), append(args, string(q.EventType))
 	}
 	query := `SELECT ` + eventColumns + ` FROM events`
-	if q.EventType == svc.EventAgentCompleted && q.TraceID == "" {
-		// Without statistics SQLite would rather walk events_ts, for its
-		// order, and read every row in the range to check the type.
+	// Without statistics SQLite would rather walk an index in the order
+	// asked for, or by the type, and read every row it finds to check the
+	// rest; one trace's events are few, and one type's are in a partial
+	// index.
+	switch {
+	case q.TraceID != "":
+		query += ` INDEXED BY events_trace_id`
+	case q.EventType == svc.EventAgentCompleted:
 		query += ` INDEXED BY events_completed_ts`
 	}
 	if len(where) > 0 {

@@ -63,8 +63,9 @@ const sqliteSpanColumns = `
 	parent_span_id TEXT NOT NULL DEFAULT ''`
 
 // The totals tables hold the sums and counts of Usage, ToolUsage and the
-// stats header, kept up to date by Write (one upsert per key a batch
-// touches, in the batch's transaction) and by Prune (which subtracts what
+// stats header, kept up to date by Write (one row of a multi-row upsert
+// per key a batch touches, in the batch's transaction: sqlite_write.go)
+// and by Prune (which subtracts what
 // it deletes, in the same transaction, and drops keys whose count reaches
 // zero). Reading them costs the number of keys, not of events: summing
 // 1,000,000 events' columns with GROUP BY takes SQLite (compiled to Go)
