@@ -94,6 +94,14 @@ func normTime(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC(
 // encodePayload returns the JSON form of p. Values JSON cannot encode are
 // written as null rather than failing the event (see the package doc).
 func encodePayload(p svc.Payload) []byte {
+	if b, ok := appendFlatPayload(nil, p); ok {
+		return b
+	}
+	return encodePayloadJSON(p)
+}
+
+// encodePayloadJSON is encodePayload by encoding/json, for any payload.
+func encodePayloadJSON(p svc.Payload) []byte {
 	if p == nil {
 		return []byte("{}")
 	}

@@ -27,7 +27,9 @@ type SQLite struct {
 	// in SQLite's busy handler; reader is a query-only pool that WAL lets
 	// read while the writer writes.
 	writer, reader *sql.DB
-	insert         *sql.Stmt
+	// stmts are the write path's statements (sqlite_write.go), prepared
+	// on the writer at open, by their text.
+	stmts map[string]*sql.Stmt
 
 	pruneEvery time.Duration // DefaultPruneInterval; tests shorten it
 	pruned     chan struct{} // receives after each background prune, if set (tests)
@@ -62,13 +64,13 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 		return nil, fail(err)
 	}
 	writer, reader := db.Writer, db.Reader
-	insert, err := writer.Prepare(sqlInsert)
+	stmts, err := prepareWrites(context.Background(), writer)
 	if err != nil {
 		_ = db.Close()
 		return nil, fail(err)
 	}
 	s := &SQLite{
-		path: path, r: r, now: time.Now, writer: writer, reader: reader, insert: insert,
+		path: path, r: r, now: time.Now, writer: writer, reader: reader, stmts: stmts,
 		pruneEvery: every, pruned: pruned, done: make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -152,7 +154,7 @@ func (s *SQLite) deleteWhere(ctx context.Context, cond string, args ...any) (int
 	if err != nil {
 		return 0, err
 	}
-	if err := t.apply(ctx, tx); err != nil {
+	if err := t.apply(newTxStmts(ctx, tx, s.stmts)); err != nil {
 		return 0, err
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE `+cond, args...)
@@ -179,20 +181,30 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 		return s.fail(ctx, err, "write %d events", len(evs))
 	}
 	defer tx.Rollback()
-	stmt := tx.StmtContext(ctx, s.insert)
+	stmts := newTxStmts(ctx, tx, s.stmts)
 	t := newTotals()
-	for i := range evs {
-		ev := &evs[i]
-		f := factsOf(ev)
-		_, err := stmt.ExecContext(ctx, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
-			ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
-			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
-		if err != nil {
+	args := make([]any, 0, insertWidth*min(len(evs), maxChunk))
+	var payloads []byte
+	for start := 0; start < len(evs); {
+		// A chunk of rows at a time, so that args and payloads stay small.
+		end := start + min(len(evs)-start, maxChunk)
+		args, payloads = args[:0], payloads[:0]
+		for i := start; i < end; i++ {
+			ev := &evs[i]
+			f := factsOf(ev)
+			var payload []byte
+			payload, payloads = appendPayload(payloads, ev.Payload)
+			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
+				ev.TaskID, ev.TraceID, ev.ParentTraceID, payload,
+				f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
+			t.addEvent(ev, &f)
+		}
+		if err := stmts.writeEvents(args); err != nil {
 			return s.fail(ctx, err, "write %d events", len(evs))
 		}
-		t.addEvent(ev, &f)
+		start = end
 	}
-	if err := t.apply(ctx, tx); err != nil {
+	if err := t.apply(stmts); err != nil {
 		return s.fail(ctx, err, "write %d events", len(evs))
 	}
 	if err := tx.Commit(); err != nil {
@@ -215,6 +227,21 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	query, args := eventsSQL(q)
+	rows, err := s.reader.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.fail(ctx, err, "query")
+	}
+	out := []svc.RuntimeEvent{}
+	err = scanEvents(rows, func(se storedEvent) { out = append(out, se.ev) })
+	if err != nil {
+		return nil, s.fail(ctx, err, "query")
+	}
+	return out, nil
+}
+
+// eventsSQL is the query of Events for q (normalized).
+func eventsSQL(q Query) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -228,26 +255,33 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 	if q.TraceID != "" {
 		where, args = append(where, "trace_id = ?"), append(args, q.TraceID)
 	}
-	if q.EventType != "" {
-		where, args = append(where, "event_type = ?"), append(args, string(q.EventType))
+	switch q.EventType {
+	case "":
+	case svc.EventAgentCompleted:
+		// The conditions of the partial indexes, as they are written
+		// there, so that SQLite uses them (sqlite_schema.go).
+		where = append(where, whereCompleted)
+	default:
+		where, args = append(where, "event_type = ?", whereNotCompleted), append(args, string(q.EventType))
 	}
 	query := `SELECT ` + eventColumns + ` FROM events`
+	// Without statistics SQLite would rather walk an index in the order
+	// asked for, or by the type, and read every row it finds to check the
+	// rest; one trace's events are few, and one type's are in a partial
+	// index.
+	switch {
+	case q.TraceID != "":
+		query += ` INDEXED BY events_trace_id`
+	case q.EventType == svc.EventAgentCompleted:
+		query += ` INDEXED BY events_completed_ts`
+	}
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
 	query += " ORDER BY ts DESC, id DESC LIMIT ?"
 	args = append(args, q.Limit)
 
-	rows, err := s.reader.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, s.fail(ctx, err, "query")
-	}
-	out := []svc.RuntimeEvent{}
-	err = scanEvents(rows, func(se storedEvent) { out = append(out, se.ev) })
-	if err != nil {
-		return nil, s.fail(ctx, err, "query")
-	}
-	return out, nil
+	return query, args
 }
 
 // eventColumns are the columns scanEvents reads, in its order.
@@ -285,7 +319,7 @@ func (s *SQLite) Close() error {
 		s.stop()
 		<-s.done // a prune in progress finishes (or is cancelled) first
 		s.closed.Store(true)
-		err = errors.Join(s.insert.Close(), s.reader.Close(), s.writer.Close())
+		err = errors.Join(closeStmts(s.stmts), s.reader.Close(), s.writer.Close())
 		if err != nil {
 			err = svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("eventstore: close %q", s.path))
 		}

@@ -204,10 +204,7 @@ func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSt
 		}
 
 		// The latest heartbeat and stop of each worker.
-		return eachRow(ctx, tx, `SELECT `+eventColumns+`, runtime_id FROM (
-			SELECT *, ROW_NUMBER() OVER (PARTITION BY event_type, runtime_id ORDER BY ts DESC, id DESC) AS rn
-			FROM events WHERE event_type IN ('worker_heartbeat', 'worker_stopped')
-		) WHERE rn = 1`, nil, func(r *sql.Rows) error {
+		return eachRow(ctx, tx, sqlLatestWorkers, nil, func(r *sql.Rows) error {
 			var (
 				se      storedEvent
 				typ     string
@@ -287,3 +284,9 @@ func (src *sqliteTreeSource) events(ctx context.Context, traces []string) (map[s
 	}
 	return out, nil
 }
+
+// sqlLatestWorkers is the latest heartbeat and stop of each worker.
+const sqlLatestWorkers = `SELECT ` + eventColumns + `, runtime_id FROM (
+			SELECT *, ROW_NUMBER() OVER (PARTITION BY event_type, runtime_id ORDER BY ts DESC, id DESC) AS rn
+			FROM events WHERE event_type IN ('worker_heartbeat', 'worker_stopped') AND ` + whereNotCompleted + `
+		) WHERE rn = 1`
