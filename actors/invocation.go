@@ -219,6 +219,15 @@ func execute(run func(context.Context, *agent.Invocation) (agent.Outcome, error)
 		d.err = agent.RunInto(ctx, inv, &d.out)
 		return
 	}
+	executeWith(run, ctx, inv, d)
+}
+
+// executeWith is execute's call of an Env.Execute, in a frame of its own:
+// the Outcome it returns by value would otherwise take room in execute's
+// frame, which every parked local attempt holds.
+//
+//go:noinline
+func executeWith(run func(context.Context, *agent.Invocation) (agent.Outcome, error), ctx context.Context, inv *agent.Invocation, d *workDone) {
 	d.out, d.err = run(ctx, inv)
 }
 

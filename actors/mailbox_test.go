@@ -171,3 +171,36 @@ func TestSmallMailboxConcurrentPosts(t *testing.T) {
 		}
 	}
 }
+
+// The queue keeps order across its inline slots and its overflow, with
+// pushes and pops interleaved, and counts what it holds.
+func TestInlineQueueOrder(t *testing.T) {
+	var q inlineQueue
+	next, want := 0, 0
+	for round := range 50 {
+		for range round%5 + 1 {
+			q.push(next)
+			next++
+		}
+		for range round%3 + 1 {
+			if v := q.pop(); v != nil {
+				if v != want {
+					t.Fatalf("round %d: popped %v, want %d", round, v, want)
+				}
+				want++
+			}
+		}
+		if n := q.len(); n != next-want {
+			t.Fatalf("round %d: len() = %d, want %d", round, n, next-want)
+		}
+	}
+	for v := q.pop(); v != nil; v = q.pop() {
+		if v != want {
+			t.Fatalf("popped %v, want %d", v, want)
+		}
+		want++
+	}
+	if want != next || q.more != nil {
+		t.Fatalf("popped %d of %d; overflow left: %v", want, next, q.more != nil)
+	}
+}

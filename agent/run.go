@@ -285,13 +285,15 @@ func (r *runner) turns(ctx context.Context, input json.RawMessage) (json.RawMess
 		n = 8
 	}
 	msgs := make([]svc.Message, 1, n)
-	msgs[0] = svc.Message{Role: svc.RoleUser, Content: input}
-	req := svc.ModelRequest{
-		Instructions: c.Def.Instructions,
-		Tools:        r.specs,
-		OutputSchema: c.outputSchema,
-		Settings:     c.Def.ModelSettings,
-	}
+	// Field by field rather than composite literals, which the compiler
+	// builds in temporaries of their own in this frame (88 and 112 bytes)
+	// and copies: every byte of this frame is held by each parked call.
+	msgs[0].Role, msgs[0].Content = svc.RoleUser, input
+	var req svc.ModelRequest
+	req.Instructions = c.Def.Instructions
+	req.Tools = r.specs
+	req.OutputSchema = c.outputSchema
+	req.Settings = c.Def.ModelSettings
 
 	var output json.RawMessage
 	var resp svc.ModelResponse

@@ -9,9 +9,11 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,6 +148,8 @@ func measureInflight(b *testing.B, n int, name string, pass func()) inflightPass
 	waiting0 := testmodel.Waiting()
 	sampled := make(chan struct{})
 	stop := make(chan struct{})
+	var maxStart atomic.Uint64
+	go watchStartingStack(&maxStart, stop)
 	go func() {
 		defer close(sampled)
 		t := time.NewTicker(10 * time.Millisecond)
@@ -166,11 +170,19 @@ func measureInflight(b *testing.B, n int, name string, pass func()) inflightPass
 		p.stackPerRun = (float64(ms.StackInuse) - float64(base.StackInuse)) / float64(n)
 		p.perRun = p.heapPerRun + p.stackPerRun
 		p.goroutines = float64(g-baseG) / float64(n)
+		if stackHist != nil {
+			b.Logf("%s: goroutine stacks by size:%s", name, stackHist())
+		}
 		if path := os.Getenv("SVC_BENCH_HEAPPROFILE"); path != "" && name == "runtime" {
 			writeHeapProfile(b, path)
 		}
-		b.Logf("%s: %d sleeping: heap %d MiB, stack %d MiB, %d goroutines", name, n,
-			ms.HeapInuse>>20, ms.StackInuse>>20, g)
+		// The stack scanned by that GC over the goroutines is the average
+		// depth they park at; the starting size is what a new goroutine
+		// gets (the runtime sizes it from that average).
+		sm := []metrics.Sample{{Name: "/gc/scan/stack:bytes"}, {Name: "/gc/stack/starting-size:bytes"}}
+		metrics.Read(sm)
+		b.Logf("%s: %d sleeping: heap %d MiB, stack %d MiB, %d goroutines, %.0f B of stack in use per goroutine, starting stack %d B, largest starting stack during the pass %d B",
+			name, n, ms.HeapInuse>>20, ms.StackInuse>>20, g, float64(sm[0].Value.Uint64())/float64(g), sm[1].Value.Uint64(), maxStart.Load())
 	}()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -185,6 +197,30 @@ func measureInflight(b *testing.B, n int, name string, pass func()) inflightPass
 	p.peakRSS = peakRSS(b)
 	return p
 }
+
+// watchStartingStack keeps in max the largest starting goroutine stack
+// seen until stop: a goroutine started at 8 KiB keeps 8 KiB while it parks
+// deeper than 1.2 KiB (a GC halves a stack only below a quarter used).
+func watchStartingStack(max *atomic.Uint64, stop <-chan struct{}) {
+	sm := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		metrics.Read(sm)
+		if v := sm[0].Value.Uint64(); v > max.Load() {
+			max.Store(v)
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stackHist, when set (a debugging build), describes the goroutines'
+// stacks by size.
+var stackHist func() string
 
 func writeHeapProfile(b *testing.B, path string) {
 	f, err := os.Create(path)

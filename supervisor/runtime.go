@@ -246,7 +246,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
-		Dispatcher: gopool.Dispatcher{Pool: rt.mailboxes, N: 300}, Execute: cfg.Execute, Backend: cfg.Backend,
+		Dispatcher: actors.NewDispatcher(rt.mailboxes, 300, 0), Execute: cfg.Execute, Backend: cfg.Backend,
 		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter), Root: rt.system.Root}
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher

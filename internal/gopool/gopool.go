@@ -31,19 +31,29 @@ type Pool struct {
 	exited *sync.Cond
 
 	idleFor time.Duration
+	epoch   time.Time // what worker.last counts from
 	stop    chan struct{}
 	wg      sync.WaitGroup // the janitor
 	once    sync.Once
 }
 
+// worker is one pooled goroutine's handoff point. A busy worker is held
+// by the function it runs for as long as that runs (a million parked
+// agent loops hold a million workers), so it is small: an idle worker
+// waits on a condition of its own under the pool's mutex, and Go hands it
+// f by setting f and signalling (80 bytes; a channel per worker was about
+// 190 with the struct).
 type worker struct {
-	ch   chan func() // nil func: exit
-	last time.Time   // when it last became idle
+	wake sync.Cond // L is the pool's mu
+	f    func()    // nil once woken: exit
+	// last is when it last became idle, since the pool's epoch.
+	last time.Duration
+	idle bool
 }
 
 // New returns a pool whose workers exit after idle without work.
 func New(idle time.Duration) *Pool {
-	p := &Pool{idleFor: idle, stop: make(chan struct{})}
+	p := &Pool{idleFor: idle, stop: make(chan struct{}), epoch: time.Now()}
 	p.exited = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.janitor()
@@ -65,8 +75,8 @@ func (p *Pool) Go(f func()) {
 		w := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		w.wakeWith(f)
 		p.mu.Unlock()
-		w.ch <- f
 		return
 	}
 	if p.closed {
@@ -85,16 +95,15 @@ func (p *Pool) Go(f func()) {
 	}
 	p.live++
 	p.mu.Unlock()
-	go p.run(&worker{ch: make(chan func(), 1)}, f)
+	w := &worker{}
+	w.wake.L = &p.mu
+	go p.run(w, f)
 }
 
 func (p *Pool) run(w *worker, f func()) {
 	for f != nil {
 		f()
-		if !p.park(w) {
-			break
-		}
-		f = <-w.ch
+		f = p.park(w)
 	}
 	p.mu.Lock()
 	p.live--
@@ -119,18 +128,30 @@ func (p *Pool) Rejoin() {
 	p.mu.Unlock()
 }
 
-// park puts an idle worker on the stack; false means the pool is closed and
-// the worker should exit.
-func (p *Pool) park(w *worker) bool {
-	now := time.Now()
+// park puts an idle worker on the stack and waits until it is handed a
+// function, which it returns; nil means the worker should exit (retired,
+// or the pool is closed).
+func (p *Pool) park(w *worker) func() {
+	last := time.Since(p.epoch)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return false
+		return nil
 	}
-	w.last = now
+	w.last, w.idle = last, true
 	p.idle = append(p.idle, w)
-	return true
+	for w.idle {
+		w.wake.Wait()
+	}
+	f := w.f
+	w.f = nil
+	return f
+}
+
+// wakeWith hands f (nil: exit) to w, idle and off the stack; p.mu is held.
+func (w *worker) wakeWith(f func()) {
+	w.f, w.idle = f, false
+	w.wake.Signal()
 }
 
 // janitor retires workers idle for longer than idleFor.
@@ -142,26 +163,22 @@ func (p *Pool) janitor() {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var old []*worker
 	for {
 		select {
 		case <-p.stop:
 			return
-		case now := <-t.C:
-			old = old[:0]
+		case <-t.C:
+			now := time.Since(p.epoch)
 			p.mu.Lock()
 			n := 0
-			for n < len(p.idle) && now.Sub(p.idle[n].last) > p.idleFor {
+			for n < len(p.idle) && now-p.idle[n].last > p.idleFor {
+				p.idle[n].wakeWith(nil)
 				n++
 			}
-			old = append(old, p.idle[:n]...)
 			m := copy(p.idle, p.idle[n:])
 			clear(p.idle[m:])
 			p.idle = p.idle[:m]
 			p.mu.Unlock()
-			for _, w := range old {
-				w.ch <- nil
-			}
 		}
 	}
 }
@@ -174,12 +191,11 @@ func (p *Pool) Close() {
 	p.once.Do(func() {
 		p.mu.Lock()
 		p.closed = true
-		idle := p.idle
+		for _, w := range p.idle {
+			w.wakeWith(nil)
+		}
 		p.idle = nil
 		p.mu.Unlock()
-		for _, w := range idle {
-			w.ch <- nil
-		}
 		close(p.stop)
 	})
 	p.wg.Wait() // the janitor
