@@ -186,7 +186,7 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 		f := factsOf(ev)
 		_, err := stmt.ExecContext(ctx, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
 			ev.TaskID, ev.TraceID, ev.ParentTraceID, encodePayload(ev.Payload),
-			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
+			f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID, f.costNanos)
 		if err != nil {
 			return s.fail(ctx, err, "write %d events", len(evs))
 		}
