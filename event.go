@@ -40,10 +40,20 @@ var EventTypes = []EventType{
 
 // PayloadKeys is the payload contract of each event type: exactly these keys,
 // plus those of OptionalPayloadKeys when present.
+//
+// agent_completed's "cost_usd" is the invocation's cost in US dollars, the
+// same figure as its AgentResult's metadata.cost_usd (both come from the
+// invocation's sum over its model calls: the provider's reported cost, else
+// the price table's; an unpriced call counts as 0, as in the result). It is
+// required: every producer of this version knows it, a worker included
+// (the worker's own invocation emits the event). Events written before it
+// existed (an older event store file, an older worker's relay) lack it;
+// every reader (the event stores' usage rollups, the dashboard) counts
+// those as cost 0.
 var PayloadKeys = map[EventType][]string{
 	EventAgentSpawned:       {"backend", "trust_level"},
 	EventAgentDispatched:    {"backend", "broker", "trust_level"},
-	EventAgentCompleted:     {"duration_ms", "tokens_used", "backend", "model"},
+	EventAgentCompleted:     {"duration_ms", "tokens_used", "cost_usd", "backend", "model"},
 	EventAgentFailed:        {"duration_ms", "error", "backend"},
 	EventToolCallStarted:    {"tool_name", "trust_level"},
 	EventToolCallCompleted:  {"tool_name", "duration_ms", "tokens_used"},

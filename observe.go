@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"math"
 	"sync"
 	"time"
 )
@@ -144,9 +145,31 @@ const (
 // UsageTotals sums agent_completed events.
 type UsageTotals struct {
 	TokensUsed int64 `json:"tokens_used"`
+	// CostUSD sums the events' cost_usd, in US dollars. Stores add the
+	// costs in whole nano-dollars (see CostNanos), so every grouping of the
+	// same events sums to the same total and every store agrees to the
+	// last bit; an event without cost_usd (written before it existed)
+	// counts as 0.
+	CostUSD float64 `json:"cost_usd"`
 	// Invocations is the number of agent_completed events summed.
 	Invocations int64 `json:"invocations"`
 }
+
+// CostNanos is usd in whole nano-dollars (rounded), the unit the event
+// stores sum agent_completed's cost_usd in: integer sums are exact and do
+// not depend on the order of addition. A negative, non-finite or absurd
+// (above a million dollars for one invocation) cost counts as 0, so sums of
+// millions of them stay far from overflow.
+func CostNanos(usd float64) int64 {
+	n := math.Round(usd * 1e9)
+	if !(n > 0) || n > 1e15 {
+		return 0
+	}
+	return int64(n)
+}
+
+// CostFromNanos is the dollar figure of a sum of CostNanos.
+func CostFromNanos(n int64) float64 { return float64(n) / 1e9 }
 
 // Usage is the answer of GET /usage: the runtime-wide total and, unless
 // GroupBy is "none", the totals per key.
@@ -508,11 +531,14 @@ const (
 
 // RunSummary is one row of GET /runs.
 type RunSummary struct {
-	RunID     string       `json:"run_id"`
-	Target    string       `json:"target"`
-	Kind      string       `json:"kind"`
-	State     RunState     `json:"state"`
-	Reason    string       `json:"reason,omitempty"`
+	RunID  string   `json:"run_id"`
+	Target string   `json:"target"`
+	Kind   string   `json:"kind"`
+	State  RunState `json:"state"`
+	Reason string   `json:"reason,omitempty"`
+	// TraceID is the run's trace id (see RunStatus.TraceID); absent for a
+	// run stored by an earlier version.
+	TraceID   string       `json:"trace_id,omitempty"`
 	Progress  *RunProgress `json:"progress"`
 	CreatedAt time.Time    `json:"created_at"`
 	UpdatedAt time.Time    `json:"updated_at"`

@@ -165,6 +165,13 @@ type RunStatus struct {
 	// RunStatus has no such field: it is an addition, omitted when empty, so
 	// a client reading the spec's three fields is unaffected.
 	Reason string `json:"reason,omitempty"`
+	// TraceID is the run's trace id: the trace_id of its runtime events,
+	// the key of GET /runs/{trace_id}/tree and /usage?group_by=trace. It is
+	// fixed at submit (the task's request_id, else the submit request's,
+	// else a new id), so it is there from the first status; absent only for
+	// a run stored by an earlier version. Like Reason, an addition to the
+	// spec's RunStatus, omitted when empty.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // RunRecord is everything a RunStore keeps about one run but its events.
@@ -179,14 +186,17 @@ type RunRecord struct {
 	// until set.
 	Result json.RawMessage
 	// Reason says why a run failed or was cancelled ("interrupted", ...).
-	Reason    string
+	Reason string
+	// TraceID is the run's trace id, set at Create and never changed
+	// (RunStatus.TraceID).
+	TraceID   string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
 // Status is the record's RunStatus.
 func (r *RunRecord) Status() RunStatus {
-	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason}
+	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason, TraceID: r.TraceID}
 }
 
 // RunStore persists submitted runs. Implementations are safe for concurrent

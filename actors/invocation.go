@@ -277,6 +277,8 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 			st.emit(svc.EventAgentCompleted, svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
 				"backend": res.Metadata.Backend, "model": st.model,
+				// The result's own figure (svc.PayloadKeys).
+				"cost_usd": res.Metadata.CostUSD,
 			})
 		}
 	} else {

@@ -103,6 +103,7 @@ type server struct {
 	specs   string
 	dataDir string
 	token   string
+	extra   []string // more flags for svc serve
 	proc    *svcproc.Server
 	client  *http.Client // its own connections, dropped on restart
 }
@@ -111,8 +112,9 @@ type server struct {
 func (s *server) URL() string { return s.proc.URL }
 
 // startApp starts `svc serve` on a free port, with --auth-token when token
-// is not empty; it is stopped (SIGTERM by its PID) when t ends.
-func startApp(t testing.TB, token string) *server {
+// is not empty and the extra flags; it is stopped (SIGTERM by its PID)
+// when t ends.
+func startApp(t testing.TB, token string, extra ...string) *server {
 	t.Helper()
 	chromiumPath(t) // skip (or fail) before building anything
 	dir := t.TempDir()
@@ -125,7 +127,7 @@ func startApp(t testing.TB, token string) *server {
 			t.Fatal(err)
 		}
 	}
-	s := &server{t: t, specs: filepath.Join(dir, "specs"), dataDir: filepath.Join(dir, "data"), token: token,
+	s := &server{t: t, specs: filepath.Join(dir, "specs"), dataDir: filepath.Join(dir, "data"), token: token, extra: extra,
 		client: &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 	t.Cleanup(s.client.CloseIdleConnections)
 	s.start("0")
@@ -140,6 +142,7 @@ func (s *server) start(port string) {
 	if s.token != "" {
 		args = append(args, "--auth-token", s.token)
 	}
+	args = append(args, s.extra...)
 	s.proc = svcproc.Serve(s.t, svcBinary(s.t), args...)
 }
 

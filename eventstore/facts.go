@@ -16,6 +16,9 @@ import (
 type facts struct {
 	// tokens is agent_completed's tokens_used.
 	tokens int64
+	// costNanos is agent_completed's cost_usd in nano-dollars
+	// (svc.CostNanos): 0 when absent (events written before it existed).
+	costNanos int64
 	// durUS is tool_call_completed's and tool_call_failed's duration_ms in
 	// whole microseconds; hasDur is false when the payload has none.
 	durUS  int64
@@ -44,6 +47,7 @@ func factsOf(ev *svc.RuntimeEvent) facts {
 	switch ev.EventType {
 	case svc.EventAgentCompleted:
 		f.tokens = tokensOf(p["tokens_used"])
+		f.costNanos = costOf(p["cost_usd"])
 		f.model = str(p["model"])
 	case svc.EventToolCallStarted:
 		f.tool = str(p["tool_name"])
@@ -121,6 +125,16 @@ func tokensOf(v any) int64 {
 		return 0
 	}
 	return int64(f)
+}
+
+// costOf reads a cost in dollars as nano-dollars (svc.CostNanos); a
+// non-number counts as 0.
+func costOf(v any) int64 {
+	f, ok := number(v)
+	if !ok {
+		return 0
+	}
+	return svc.CostNanos(f)
 }
 
 // durationUS reads a duration in milliseconds as whole microseconds,

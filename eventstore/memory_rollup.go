@@ -40,14 +40,14 @@ func (m *Memory) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 		for i := range evs {
 			e := &evs[i]
 			if e.ev.EventType == svc.EventAgentCompleted {
-				addUsage(&u, usageKey(groupBy, e.ev.AgentName, e.ev.TraceID, e.f.model), 1, e.f.tokens)
+				u.add(usageKey(groupBy, e.ev.AgentName, e.ev.TraceID, e.f.model), 1, e.f.tokens, e.f.costNanos)
 			}
 		}
 	})
 	if err != nil {
 		return svc.Usage{}, err
 	}
-	return u, nil
+	return u.result(), nil
 }
 
 // ToolUsage computes per-tool rows; see svc.EventReader and rollup.go.

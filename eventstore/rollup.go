@@ -15,7 +15,10 @@ import (
 //
 // Definitions:
 //   - Usage sums tokens_used of agent_completed events (a missing, negative
-//     or non-numeric value counts as 0; a fractional one is truncated).
+//     or non-numeric value counts as 0; a fractional one is truncated), and
+//     their cost_usd, each rounded to whole nano-dollars first
+//     (svc.CostNanos; missing counts as 0), so the sums are exact whatever
+//     their order.
 //     The model key is the payload's "model", svc.UnknownModel when it is
 //     missing or empty.
 //   - ToolUsage: tool_call_completed and tool_call_failed are calls, only
@@ -68,25 +71,50 @@ func usageKey(groupBy, agent, trace, model string) string {
 	return model
 }
 
-// newUsage returns an empty answer for groupBy (already checked).
-func newUsage(groupBy string) svc.Usage {
-	u := svc.Usage{GroupBy: groupBy}
-	if groupBy != svc.GroupByNone {
-		u.Groups = map[string]svc.UsageTotals{}
-	}
-	return u
+// usageAcc gathers a Usage answer: its costs are summed in nano-dollars
+// and turned into dollars once, at the end.
+type usageAcc struct {
+	u          svc.Usage
+	totalNanos int64
+	nanos      map[string]int64
 }
 
-// add counts n invocations with tokens under key (ignored when ungrouped).
-func addUsage(u *svc.Usage, key string, n, tokens int64) {
+// newUsage returns an empty answer for groupBy (already checked).
+func newUsage(groupBy string) *usageAcc {
+	a := &usageAcc{u: svc.Usage{GroupBy: groupBy}}
+	if groupBy != svc.GroupByNone {
+		a.u.Groups = map[string]svc.UsageTotals{}
+		a.nanos = map[string]int64{}
+	}
+	return a
+}
+
+// add counts n invocations with tokens and cost (in nano-dollars) under
+// key (ignored when ungrouped).
+func (a *usageAcc) add(key string, n, tokens, costNanos int64) {
+	u := &a.u
 	u.Total.Invocations += n
 	u.Total.TokensUsed += tokens
+	a.totalNanos += costNanos
 	if u.Groups != nil {
 		g := u.Groups[key]
 		g.Invocations += n
 		g.TokensUsed += tokens
 		u.Groups[key] = g
+		a.nanos[key] += costNanos
 	}
+}
+
+// result is the answer.
+func (a *usageAcc) result() svc.Usage {
+	u := a.u
+	u.Total.CostUSD = svc.CostFromNanos(a.totalNanos)
+	for k, n := range a.nanos {
+		g := u.Groups[k]
+		g.CostUSD = svc.CostFromNanos(n)
+		u.Groups[k] = g
+	}
+	return u
 }
 
 // toolAgg is one ToolUsage row before its latencies are in milliseconds.

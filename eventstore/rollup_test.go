@@ -50,8 +50,9 @@ func rollupFixture() []svc.RuntimeEvent {
 		mk(svc.EventToolCallCompleted, sec(2), "triage", "k1", "t1", svc.Payload{"tool_name": "search", "duration_ms": 10, "tokens_used": 0}),
 		mk(svc.EventToolCallStarted, sec(3), "triage", "k1", "t1", svc.Payload{"tool_name": "search"}),
 		mk(svc.EventToolCallFailed, sec(4), "triage", "k1", "t1", svc.Payload{"tool_name": "search", "error": "search: upstream timed out", "duration_ms": 30.0}),
-		mk(svc.EventAgentCompleted, sec(5), "triage", "k1", "t1", svc.Payload{"tokens_used": 100, "model": "openai:gpt-4o", "duration_ms": 900.0}),
-		// t2: billing; tokens truncated, no model, a duration rounded to µs.
+		mk(svc.EventAgentCompleted, sec(5), "triage", "k1", "t1", svc.Payload{"tokens_used": 100, "cost_usd": 0.0025, "model": "openai:gpt-4o", "duration_ms": 900.0}),
+		// t2: billing; tokens truncated, no model nor cost, a duration
+		// rounded to µs.
 		mk(svc.EventAgentSpawned, sec(10), "billing", "k2", "t2", nil),
 		mk(svc.EventToolCallCompleted, sec(12), "billing", "k2", "t2", svc.Payload{"tool_name": "search", "duration_ms": 20.0}),
 		mk(svc.EventToolCallCompleted, sec(14), "billing", "k2", "t2", svc.Payload{"tool_name": "lookup", "duration_ms": 5.0004}),
@@ -63,14 +64,14 @@ func rollupFixture() []svc.RuntimeEvent {
 		mk(svc.EventAgentFailed, sec(22), "triage", "k3", "t3", svc.Payload{"error": "triage: token budget exceeded", "reason": "budget_exceeded"}),
 		// t4: a depth rejection, an empty model, a model error.
 		mk(svc.EventDepthLimitExceeded, sec(30), "planner", "k4", "t4", svc.Payload{"limit": 4, "depth": 5}),
-		mk(svc.EventAgentCompleted, sec(31), "triage", "k5", "t4", svc.Payload{"tokens_used": 7, "model": ""}),
+		mk(svc.EventAgentCompleted, sec(31), "triage", "k5", "t4", svc.Payload{"tokens_used": 7, "model": "", "cost_usd": -1.0}), // a negative cost counts 0
 		mk(svc.EventAgentFailed, sec(32), "billing", "k6", "t4", svc.Payload{"error": "provider down", "reason": "ModelError"}),
 		mk(svc.EventAgentFailed, sec(33), "triage", "k7", "t4", svc.Payload{"error": "something odd"}),
 		// t5: the burn window (now-5m, now].
-		mk(svc.EventAgentCompleted, mins(5), "triage", "k8", "t5", svc.Payload{"tokens_used": 1000, "model": "openai:gpt-4o"}), // at now-5m: out
-		mk(svc.EventAgentCompleted, mins(6), "billing", "k9", "t5", svc.Payload{"tokens_used": 40, "model": "anthropic:claude"}),
-		mk(svc.EventAgentCompleted, mins(10), "billing", "k10", "t5", svc.Payload{"tokens_used": 2, "model": "anthropic:claude"}), // at now: in
-		mk(svc.EventAgentCompleted, mins(11), "billing", "k11", "t5", svc.Payload{"tokens_used": 3, "model": "anthropic:claude"}), // after now: out
+		mk(svc.EventAgentCompleted, mins(5), "triage", "k8", "t5", svc.Payload{"tokens_used": 1000, "cost_usd": 0.01, "model": "openai:gpt-4o"}), // at now-5m: out
+		mk(svc.EventAgentCompleted, mins(6), "billing", "k9", "t5", svc.Payload{"tokens_used": 40, "cost_usd": 0.0004, "model": "anthropic:claude"}),
+		mk(svc.EventAgentCompleted, mins(10), "billing", "k10", "t5", svc.Payload{"tokens_used": 2, "cost_usd": float32(0.00002), "model": "anthropic:claude"}), // at now: in
+		mk(svc.EventAgentCompleted, mins(11), "billing", "k11", "t5", svc.Payload{"tokens_used": 3, "cost_usd": "0.00003", "model": "anthropic:claude"}),        // after now: out; a string costs 0
 		// Workers (their trace id is the runtime id: not a run).
 		hb("w1", mins(9.5), 5), hb("w1", mins(9.8), 3), // healthy, latest wins
 		hb("w2", mins(8), 0), // stale
@@ -83,16 +84,20 @@ func rollupFixture() []svc.RuntimeEvent {
 
 func TestRollups(t *testing.T) {
 	ctx := context.Background()
+	// Costs: 0.0025 + 0.01 (triage, gpt-4o), 0.0004 + 0.00002 (billing,
+	// claude; the float32 rounds to the same nano-dollars); none, a
+	// negative one and a string count 0.
+	total := svc.UsageTotals{TokensUsed: 1202, CostUSD: 0.01292, Invocations: 7}
 	wantUsage := map[string]svc.Usage{
-		"":     {GroupBy: "none", Total: svc.UsageTotals{TokensUsed: 1202, Invocations: 7}},
-		"none": {GroupBy: "none", Total: svc.UsageTotals{TokensUsed: 1202, Invocations: 7}},
-		"agent": {GroupBy: "agent", Total: svc.UsageTotals{TokensUsed: 1202, Invocations: 7}, Groups: map[string]svc.UsageTotals{
-			"triage": {TokensUsed: 1107, Invocations: 3}, "billing": {TokensUsed: 95, Invocations: 4}}},
-		"trace": {GroupBy: "trace", Total: svc.UsageTotals{TokensUsed: 1202, Invocations: 7}, Groups: map[string]svc.UsageTotals{
-			"t1": {TokensUsed: 100, Invocations: 1}, "t2": {TokensUsed: 50, Invocations: 1},
-			"t4": {TokensUsed: 7, Invocations: 1}, "t5": {TokensUsed: 1045, Invocations: 4}}},
-		"model": {GroupBy: "model", Total: svc.UsageTotals{TokensUsed: 1202, Invocations: 7}, Groups: map[string]svc.UsageTotals{
-			"openai:gpt-4o": {TokensUsed: 1100, Invocations: 2}, "anthropic:claude": {TokensUsed: 45, Invocations: 3},
+		"":     {GroupBy: "none", Total: total},
+		"none": {GroupBy: "none", Total: total},
+		"agent": {GroupBy: "agent", Total: total, Groups: map[string]svc.UsageTotals{
+			"triage": {TokensUsed: 1107, CostUSD: 0.0125, Invocations: 3}, "billing": {TokensUsed: 95, CostUSD: 0.00042, Invocations: 4}}},
+		"trace": {GroupBy: "trace", Total: total, Groups: map[string]svc.UsageTotals{
+			"t1": {TokensUsed: 100, CostUSD: 0.0025, Invocations: 1}, "t2": {TokensUsed: 50, Invocations: 1},
+			"t4": {TokensUsed: 7, Invocations: 1}, "t5": {TokensUsed: 1045, CostUSD: 0.01042, Invocations: 4}}},
+		"model": {GroupBy: "model", Total: total, Groups: map[string]svc.UsageTotals{
+			"openai:gpt-4o": {TokensUsed: 1100, CostUSD: 0.0125, Invocations: 2}, "anthropic:claude": {TokensUsed: 45, CostUSD: 0.00042, Invocations: 3},
 			svc.UnknownModel: {TokensUsed: 57, Invocations: 2}}},
 	}
 	wantTools := map[string]svc.ToolUsage{
@@ -409,6 +414,19 @@ func randomEvents(rng *rand.Rand, n int, end time.Time, span time.Duration) []sv
 			p["tokens_used"] = json.Number(fmt.Sprint(rng.IntN(100)))
 		case 4:
 			p["tokens_used"] = uint8(rng.IntN(200))
+		}
+		switch rng.IntN(6) {
+		case 0: // absent, as in events written before cost_usd
+		case 1:
+			p["cost_usd"] = rng.Float64() / 100
+		case 2:
+			p["cost_usd"] = -0.5
+		case 3:
+			p["cost_usd"] = "free"
+		case 4:
+			p["cost_usd"] = float32(rng.Float64())
+		case 5:
+			p["cost_usd"] = json.Number(fmt.Sprintf("0.%06d", rng.IntN(1e6)))
 		}
 		p["model"] = pick("m1", "m2", "", svc.UnknownModel)
 		p["error"] = pick("ModelError: x", "TimeoutError: slow", "plain", "")

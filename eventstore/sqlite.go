@@ -196,7 +196,7 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 			payload, payloads = appendPayload(payloads, ev.Payload)
 			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
 				ev.TaskID, ev.TraceID, ev.ParentTraceID, payload,
-				f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID)
+				f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID, f.costNanos)
 			t.addEvent(ev, &f)
 		}
 		if err := stmts.writeEvents(args); err != nil {

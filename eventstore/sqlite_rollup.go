@@ -46,26 +46,26 @@ func (s *SQLite) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 	}
 	u := newUsage(groupBy)
 	err = s.read(ctx, "usage", func(tx *sql.Tx) error {
-		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used FROM usage_totals WHERE dim = ?`, []any{dim},
+		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used, cost_nusd FROM usage_totals WHERE dim = ?`, []any{dim},
 			func(r *sql.Rows) error {
 				var (
-					key       string
-					n, tokens int64
+					key             string
+					n, tokens, cost int64
 				)
-				if err := r.Scan(&key, &n, &tokens); err != nil {
+				if err := r.Scan(&key, &n, &tokens, &cost); err != nil {
 					return err
 				}
 				if groupBy == svc.GroupByModel {
 					key = usageKey(groupBy, "", "", key)
 				}
-				addUsage(&u, key, n, tokens)
+				u.add(key, n, tokens, cost)
 				return nil
 			})
 	})
 	if err != nil {
 		return svc.Usage{}, err
 	}
-	return u, nil
+	return u.result(), nil
 }
 
 // ToolUsage computes per-tool rows; see svc.EventReader and rollup.go.

@@ -23,7 +23,13 @@ import (
 // before have empty ones and are placed by time as before. Its migration
 // also derives the failures' error_kind again, from the payload's reason
 // only: version 2 also read it out of the error text.
-const schemaVersion = 3
+//
+// Version 4 added agent_completed's cost: the events' cost_nusd fact and
+// usage_totals' sum of it, both in nano-dollars (svc.CostNanos). Its
+// migration adds both columns (0 for what is there) and fills them from
+// the payloads that have a cost_usd: events written before cost_usd existed
+// have none and cost 0, as they do in a memory store.
+const schemaVersion = 4
 
 // The events table. Timestamps are Unix microseconds. The composite
 // indexes serve the filtered queries in timestamp order; (ts) alone serves
@@ -43,7 +49,8 @@ CREATE TABLE IF NOT EXISTS events (
 	parent_trace_id TEXT NOT NULL,
 	payload         TEXT NOT NULL, -- JSON object
 ` + sqliteFactColumns + `,
-` + sqliteSpanColumns + `
+` + sqliteSpanColumns + `,
+` + sqliteCostColumns + `
 );
 `
 
@@ -62,6 +69,10 @@ const sqliteSpanColumns = `
 	span_id        TEXT NOT NULL DEFAULT '',
 	parent_span_id TEXT NOT NULL DEFAULT ''`
 
+// sqliteCostColumns are the events columns schema version 4 added.
+const sqliteCostColumns = `
+	cost_nusd INTEGER NOT NULL DEFAULT 0`
+
 // The totals tables hold the sums and counts of Usage, ToolUsage and the
 // stats header, kept up to date by Write (one row of a multi-row upsert
 // per key a batch touches, in the batch's transaction: sqlite_write.go)
@@ -76,6 +87,7 @@ CREATE TABLE IF NOT EXISTS usage_totals (
 	key         TEXT NOT NULL,
 	invocations INTEGER NOT NULL,
 	tokens_used INTEGER NOT NULL,
+	cost_nusd   INTEGER NOT NULL DEFAULT 0, -- nano-dollars; schema version 4
 	PRIMARY KEY (dim, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tool_totals (
@@ -163,6 +175,12 @@ func initSQLite(db *sql.DB) error {
 	if _, err := tx.Exec(sqliteEvents + sqliteTotals); err != nil {
 		return err
 	}
+	// The cost columns come first: the migrations below keep them too.
+	if tables > 0 && version < 4 {
+		if err := addCostColumns(tx); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
 	if tables > 0 && version < 2 {
 		if err := migrateV1(tx); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
@@ -170,6 +188,12 @@ func initSQLite(db *sql.DB) error {
 	}
 	if tables > 0 && version < 3 {
 		if err := migrateV2(tx); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
+	// migrateV1 filled the costs of a version 1 file with its other facts.
+	if tables > 0 && version >= 2 && version < 4 {
+		if err := migrateV3(tx); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
@@ -188,8 +212,13 @@ func initSQLite(db *sql.DB) error {
 // addColumns adds to the events table those of cols (in the form of
 // sqliteFactColumns) it lacks.
 func addColumns(tx *sql.Tx, cols string) error {
+	return addTableColumns(tx, "events", cols)
+}
+
+// addTableColumns adds to table those of cols it lacks.
+func addTableColumns(tx *sql.Tx, table, cols string) error {
 	have := map[string]bool{}
-	err := eachRow(context.Background(), tx, `SELECT name FROM pragma_table_info('events')`, nil, func(r *sql.Rows) error {
+	err := eachRow(context.Background(), tx, `SELECT name FROM pragma_table_info('`+table+`')`, nil, func(r *sql.Rows) error {
 		var name string
 		err := r.Scan(&name)
 		have[name] = true
@@ -201,12 +230,76 @@ func addColumns(tx *sql.Tx, cols string) error {
 	for _, col := range strings.Split(strings.TrimSpace(cols), ",") {
 		col = strings.TrimSpace(col)
 		if name, _, _ := strings.Cut(col, " "); !have[name] {
-			if _, err := tx.Exec(`ALTER TABLE events ADD COLUMN ` + col); err != nil {
+			if _, err := tx.Exec(`ALTER TABLE ` + table + ` ADD COLUMN ` + col); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// addCostColumns adds schema version 4's columns to a file of an earlier
+// version: the events' cost fact and the usage totals' cost sum.
+func addCostColumns(tx *sql.Tx) error {
+	if err := addColumns(tx, sqliteCostColumns); err != nil {
+		return err
+	}
+	return addTableColumns(tx, "usage_totals", `cost_nusd INTEGER NOT NULL DEFAULT 0`)
+}
+
+// migrateV3 fills the cost fact of a version 2 or 3 file's agent_completed
+// events that have a cost_usd (an older build stores what a newer worker
+// relays as it is), and adds their costs to the usage totals.
+func migrateV3(tx *sql.Tx) error {
+	update, err := tx.Prepare(`UPDATE events SET cost_nusd = ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer update.Close()
+	t := newTotals()
+	type row struct{ id, cost int64 }
+	const chunk = 1000
+	for last := int64(-1 << 63); ; {
+		var (
+			batch []row
+			seen  int
+		)
+		err := eachRow(context.Background(), tx, `SELECT id, agent, trace_id, model, payload FROM events
+			WHERE id > ? AND event_type = 'agent_completed' AND instr(payload, '"cost_usd"') > 0 ORDER BY id LIMIT ?`,
+			[]any{last, chunk}, func(r *sql.Rows) error {
+				var (
+					agent, trace, model string
+					payload             []byte
+				)
+				seen++
+				if err := r.Scan(&last, &agent, &trace, &model, &payload); err != nil {
+					return err
+				}
+				p, err := decodePayload(payload)
+				if err != nil {
+					return nil
+				}
+				ev := svc.RuntimeEvent{EventType: svc.EventAgentCompleted, Payload: p}
+				if f := factsOf(&ev); f.costNanos != 0 {
+					batch = append(batch, row{last, f.costNanos})
+					t.add(svc.EventAgentCompleted, agent, trace, model, "", 0, 0, f.costNanos, 0, 0)
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		for _, r := range batch {
+			if _, err := update.Exec(r.cost, r.id); err != nil {
+				return err
+			}
+		}
+		if seen < chunk {
+			break
+		}
+	}
+	// Only the usage sums change: no event was added or removed.
+	return (&totals{usage: t.usage}).apply(newTxStmts(context.Background(), tx, nil))
 }
 
 // migrateV2 adds the span columns to a version 2 table and derives the
@@ -273,7 +366,7 @@ func migrateV1(tx *sql.Tx) error {
 		return err
 	}
 	update, err := tx.Prepare(`UPDATE events SET tokens_used = ?, duration_us = ?, model = ?, tool_name = ?,
-		error_kind = ?, runtime_id = ? WHERE id = ?`)
+		error_kind = ?, runtime_id = ?, cost_nusd = ? WHERE id = ?`)
 	if err != nil {
 		return err
 	}
@@ -313,7 +406,7 @@ func migrateV1(tx *sql.Tx) error {
 			return err
 		}
 		for _, r := range batch {
-			if _, err := update.Exec(r.f.tokens, durationArg(r.f), r.f.model, r.f.tool, r.f.errKind, r.f.runtime, r.id); err != nil {
+			if _, err := update.Exec(r.f.tokens, durationArg(r.f), r.f.model, r.f.tool, r.f.errKind, r.f.runtime, r.f.costNanos, r.id); err != nil {
 				return err
 			}
 		}
@@ -353,20 +446,21 @@ func eachRow(ctx context.Context, tx *sql.Tx, query string, args []any, f func(*
 
 // totals are changes to the totals tables.
 type totals struct {
-	usage  map[[2]string]*[2]int64 // (dim, key) → invocations, tokens
+	usage  map[[2]string]*[3]int64 // (dim, key) → invocations, tokens, cost (nano-dollars)
 	tools  map[[2]string]*[4]int64 // (tool, agent) → calls, failures, durations, duration sum
 	types  map[string]int64
 	traces map[string]int64
 }
 
 func newTotals() *totals {
-	return &totals{usage: map[[2]string]*[2]int64{}, tools: map[[2]string]*[4]int64{},
+	return &totals{usage: map[[2]string]*[3]int64{}, tools: map[[2]string]*[4]int64{},
 		types: map[string]int64{}, traces: map[string]int64{}}
 }
 
 // add counts n events of type t by agent in trace with these facts; tokens,
-// durations and durUS are their sums. n is negative for deleted events.
-func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tokens, durations, durUS int64) {
+// cost (nano-dollars), durations and durUS are their sums. n is negative
+// for deleted events.
+func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tokens, cost, durations, durUS int64) {
 	t.types[string(typ)] += n
 	if trace != "" && !isWorkerEvent(typ) {
 		t.traces[trace] += n
@@ -376,11 +470,12 @@ func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tok
 		for _, k := range [...][2]string{{svc.GroupByAgent, agent}, {svc.GroupByTrace, trace}, {svc.GroupByModel, model}} {
 			u := t.usage[k]
 			if u == nil {
-				u = new([2]int64)
+				u = new([3]int64)
 				t.usage[k] = u
 			}
 			u[0] += n
 			u[1] += tokens
+			u[2] += cost
 		}
 	case svc.EventToolCallCompleted, svc.EventToolCallFailed:
 		k := [2]string{tool, agent}
@@ -404,23 +499,23 @@ func (t *totals) addEvent(ev *svc.RuntimeEvent, f *facts) {
 	if f.hasDur {
 		durations = 1
 	}
-	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.model, f.tool, 1, f.tokens, durations, f.durUS)
+	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.model, f.tool, 1, f.tokens, f.costNanos, durations, f.durUS)
 }
 
 // totalsWhere returns the totals of the events matching cond, times sign.
 func totalsWhere(ctx context.Context, tx *sql.Tx, cond string, args []any, sign int64) (*totals, error) {
 	t := newTotals()
 	err := eachRow(ctx, tx, `SELECT event_type, agent, trace_id, model, tool_name,
-		COUNT(*), SUM(tokens_used), COUNT(duration_us), COALESCE(SUM(duration_us), 0)
+		COUNT(*), SUM(tokens_used), SUM(cost_nusd), COUNT(duration_us), COALESCE(SUM(duration_us), 0)
 		FROM events WHERE `+cond+` GROUP BY event_type, agent, trace_id, model, tool_name`, args, func(r *sql.Rows) error {
 		var (
-			typ, agent, trace, model, tool string
-			n, tokens, durations, durUS    int64
+			typ, agent, trace, model, tool    string
+			n, tokens, cost, durations, durUS int64
 		)
-		if err := r.Scan(&typ, &agent, &trace, &model, &tool, &n, &tokens, &durations, &durUS); err != nil {
+		if err := r.Scan(&typ, &agent, &trace, &model, &tool, &n, &tokens, &cost, &durations, &durUS); err != nil {
 			return err
 		}
-		t.add(svc.EventType(typ), agent, trace, model, tool, sign*n, sign*tokens, sign*durations, sign*durUS)
+		t.add(svc.EventType(typ), agent, trace, model, tool, sign*n, sign*tokens, sign*cost, sign*durations, sign*durUS)
 		return nil
 	})
 	return t, err

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/svc-dev/svc/http/client/clienttest"
 	"github.com/svc-dev/svc/http/openapi/openapitest"
 	"github.com/svc-dev/svc/http/server"
+	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
 )
 
@@ -37,11 +40,29 @@ func observedFixture(t *testing.T) observed {
 	}
 	t.Cleanup(func() { _ = live.Close() })
 	store := svc.EmitterFunc(func(ev svc.RuntimeEvent) { _ = mem.Write(context.Background(), []svc.RuntimeEvent{ev}) })
-	rt := newRuntime(t, svc.Options{}, emitters.Multi(store, live), nil,
+	// test:echo is free by default; priced here so usage has costs to sum,
+	// at prices that make each run's cost a fraction with no short binary
+	// form.
+	prices := model.NewPriceTable(map[string]model.Price{"test:echo": {InputPerMTok: 1234.567, OutputPerMTok: 3210.987}})
+	rt, err := supervisor.New(supervisor.Config{Options: svc.Options{}, Emitter: emitters.Multi(store, live), Prices: &prices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	err = rt.Register(
 		svc.Agent{Name: "echo", Model: "test:echo"},
 		svc.Agent{Name: "fail", Model: "test:fail"},
 		svc.Agent{Name: "clock", Model: "test:echo", Tools: []svc.Tool{tools.Builtins(tools.BuiltinOptions{})[tools.CurrentTime]}},
 	)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return observed{rt: rt, mem: mem, live: live}
 }
 

@@ -83,7 +83,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 		return "", err
 	}
 	id := newID()
-	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, CreatedAt: time.Now().UTC()}
+	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: task.RequestID, CreatedAt: time.Now().UTC()}
 	if req.IdempotencyKey == "" {
 		err := rt.createRun(ctx, rec)
 		if err != nil {

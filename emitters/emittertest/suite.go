@@ -251,6 +251,8 @@ func sampleValue(key string) any {
 		return string(svc.TrustMedium)
 	case "duration_ms":
 		return 12.5
+	case "cost_usd":
+		return 0.0042
 	case "tokens_used", "limit", "used":
 		return int64(128)
 	case "model":

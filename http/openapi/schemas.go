@@ -79,7 +79,7 @@ var payloadTypes = map[string]func() *jsonschema.Schema{
 	"backend": str, "trust_level": str, "broker": str, "model": str, "error": str,
 	"reason": str, "tool_name": str, "scope": str, "group_name": str,
 	"runtime_id": str, "broker_scheme": str, "consumer_id": str,
-	"duration_ms": num, "heartbeat_seconds": num,
+	"duration_ms": num, "heartbeat_seconds": num, "cost_usd": num,
 	"tokens_used": intg, "limit": intg, "used": intg, "depth": intg,
 	"task_count": intg, "max_concurrency": intg, "success_count": intg,
 	"failure_count": intg, "node_count": intg, "concurrency": intg,

@@ -173,8 +173,13 @@ func TestRunStatusAndResult(t *testing.T) {
 	id, _ := submit(t, srv, "", `{"target":"echo","task":{"input":{"k":"v"}}}`)
 
 	r := do(t, srv, http.MethodGet, "/runs/"+id+"/status", "")
-	if r.status != http.StatusOK || string(r.body) != `{"run_id":"`+id+`","state":"pending","progress":null}`+"\n" {
-		t.Errorf("status of a pending run = %d %s; want progress null", r.status, r.body)
+	var pending struct {
+		TraceID string `json:"trace_id"`
+	}
+	_ = json.Unmarshal(r.body, &pending)
+	if r.status != http.StatusOK || pending.TraceID == "" ||
+		string(r.body) != `{"run_id":"`+id+`","state":"pending","progress":null,"trace_id":"`+pending.TraceID+`"}`+"\n" {
+		t.Errorf("status of a pending run = %d %s; want progress null and the trace id", r.status, r.body)
 	}
 	p := problem(t, do(t, srv, http.MethodGet, "/runs/"+id+"/result", ""), http.StatusConflict)
 	if p.Error != string(svc.KindRunState) {

@@ -89,7 +89,7 @@ func (s *Store) create(rec svc.RunRecord, created time.Time) error {
 	}
 	s.runs[rec.RunID] = &run{
 		rec: svc.RunRecord{
-			RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
+			RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
 			CreatedAt: created, UpdatedAt: created,
 		},
 		changed: make(chan struct{}),

@@ -225,7 +225,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		rec.CreatedAt = time.Now()
 	}
 	// A new run starts bare whatever the caller filled in.
-	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
+	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
 		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
 	return s.group(ctx, func(b *pebble.Batch) ([]string, error) {
 		switch _, err := s.load(rec.RunID); {
@@ -266,7 +266,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now
 	}
-	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: svc.RunPending,
+	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
 		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
 	var (
 		held  string
@@ -698,7 +698,7 @@ func (s *Store) loadSummary(runID string) (*svc.RunRecord, error) {
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode run %q", runID))
 	}
 	return &svc.RunRecord{RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
-		Reason: j.Reason, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC()}, nil
+		Reason: j.Reason, TraceID: j.TraceID, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC()}, nil
 }
 
 // update runs fn on runID's record under the write lock and writes the
@@ -952,6 +952,7 @@ type recordJSON struct {
 	Progress  *svc.RunProgress `json:"progress,omitempty"`
 	Result    []byte           `json:"result,omitempty"`
 	Reason    string           `json:"reason,omitempty"`
+	TraceID   string           `json:"trace_id,omitempty"` // absent in records of earlier versions
 	CreatedAt time.Time        `json:"created_at"`
 	UpdatedAt time.Time        `json:"updated_at"`
 	LastSeq   int64            `json:"last_seq"`
@@ -965,6 +966,7 @@ type summaryJSON struct {
 	State     svc.RunState     `json:"state"`
 	Progress  *svc.RunProgress `json:"progress,omitempty"`
 	Reason    string           `json:"reason,omitempty"`
+	TraceID   string           `json:"trace_id,omitempty"` // absent in records of earlier versions
 	CreatedAt time.Time        `json:"created_at"`
 	UpdatedAt time.Time        `json:"updated_at"`
 }
@@ -972,7 +974,7 @@ type summaryJSON struct {
 func encodeRecord(st *stored) ([]byte, error) {
 	return json.Marshal(recordJSON{
 		RunID: st.RunID, Target: st.Target, Kind: st.Kind, State: st.State, Progress: st.Progress,
-		Result: st.Result, Reason: st.Reason, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
+		Result: st.Result, Reason: st.Reason, TraceID: st.TraceID, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
 	})
 }
 
@@ -988,7 +990,7 @@ func decodeRecord(b []byte) (*stored, error) {
 	}
 	st := &stored{LastSeq: j.LastSeq, RunRecord: svc.RunRecord{
 		RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
-		Reason: j.Reason, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
+		Reason: j.Reason, TraceID: j.TraceID, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
 	}}
 	if j.Result != nil {
 		st.Result = json.RawMessage(j.Result)

@@ -4,6 +4,7 @@
 // Layout, for a run id under prefix P (default "svc:runs"):
 //
 //	P:<id>         hash    the record: run_id, target, kind, state, reason,
+//	                       trace_id (absent in records of earlier versions),
 //	                       created_at, updated_at (RFC 3339, UTC), seq (the
 //	                       last sequence number), progress (JSON) and result
 //	                       (the bytes given), the last two once set
@@ -401,7 +402,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
 		n, err := s.eval(ctx, createScript, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
 			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
-			"reason", "", "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Int()
+			"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Int()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
 		}
@@ -435,7 +436,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 		res, err := createIdemScript.Run(ctx, s.c, keys, fingerprint, max(ttl.Milliseconds(), 1), svc.MaxIdempotencyKeys, key,
 			rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
 			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
-			"reason", "", "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Slice()
+			"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Slice()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
 		}
@@ -801,7 +802,7 @@ func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, err
 }
 
 // listFields are the record fields a listing reads: all but the result.
-var listFields = []string{"run_id", "target", "kind", "state", "reason", "progress", "created_at", "updated_at"}
+var listFields = []string{"run_id", "target", "kind", "state", "reason", "trace_id", "progress", "created_at", "updated_at"}
 
 // list reads the rows of q's page: batches of index entries after the
 // cursor, then their records, until the page is full or the index ends.
@@ -1031,7 +1032,8 @@ func decodeEntry(id string, values map[string]any) (ev svc.RunEvent, end bool, e
 
 // decodeRecord parses a record hash.
 func decodeRecord(h map[string]string) (svc.RunRecord, error) {
-	rec := svc.RunRecord{RunID: h["run_id"], Target: h["target"], Kind: h["kind"], State: svc.RunState(h["state"]), Reason: h["reason"]}
+	rec := svc.RunRecord{RunID: h["run_id"], Target: h["target"], Kind: h["kind"], State: svc.RunState(h["state"]), Reason: h["reason"],
+		TraceID: h["trace_id"]} // absent in records of earlier versions
 	if rec.RunID == "" || !rec.State.Valid() {
 		return svc.RunRecord{}, fmt.Errorf("corrupt record (run_id %q, state %q)", rec.RunID, rec.State)
 	}

@@ -60,7 +60,10 @@ const PollInterval = 250 * time.Millisecond
 // schemaVersion is stored in PRAGMA user_version; a file from a newer
 // version is refused rather than misread. The listing indexes did not bump
 // it: indexes change nothing an older build reads or writes (SQLite keeps
-// them up to date for it too), so it may still open the file.
+// them up to date for it too), so it may still open the file. Nor did the
+// trace_id column (see migrate): an older build names the columns it
+// writes and reads, so it still works with the file, leaving the runs it
+// creates without a trace id, as if it had created them before.
 const schemaVersion = 1
 
 // pageSize is how many events a stream reads per query, bounding its memory
@@ -76,6 +79,7 @@ CREATE TABLE IF NOT EXISTS runs (
 	progress   TEXT,             -- RunProgress JSON, NULL until the first update
 	result     BLOB,             -- served verbatim, NULL until set
 	reason     TEXT NOT NULL DEFAULT '',
+	trace_id   TEXT NOT NULL DEFAULT '', -- see addedColumns
 	created_at INTEGER NOT NULL, -- Unix microseconds
 	updated_at INTEGER NOT NULL
 );
@@ -108,9 +112,9 @@ CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 // SQL statements. ?1 is always the run id. A state list of two is enough:
 // no state is reachable from more than two others.
 const (
-	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at)
-		VALUES (?1, ?2, ?3, 'pending', ?4, ?4) ON CONFLICT (run_id) DO NOTHING`
-	sqlGet = `SELECT target, kind, state, progress, result, reason, created_at, updated_at
+	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id)
+		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5) ON CONFLICT (run_id) DO NOTHING`
+	sqlGet = `SELECT target, kind, state, progress, result, reason, trace_id, created_at, updated_at
 		FROM runs WHERE run_id = ?1`
 	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
 	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
@@ -169,7 +173,7 @@ func listQuery(state, cursor bool) string {
 	if cursor {
 		where = append(where, "(created_at, run_id) < (?3, ?4)")
 	}
-	q := `SELECT run_id, target, kind, state, progress, reason, created_at, updated_at FROM runs`
+	q := `SELECT run_id, target, kind, state, progress, reason, trace_id, created_at, updated_at FROM runs`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -362,10 +366,53 @@ func initSchema(db *sql.DB) error {
 	if _, err := tx.Exec(schema); err != nil {
 		return err
 	}
+	if err := addColumns(tx); err != nil {
+		return fmt.Errorf("migrating the runs table: %w", err)
+	}
 	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// addedColumns are the columns of the runs table that files made by
+// earlier versions lack, in the form ALTER TABLE ADD COLUMN takes: CREATE
+// TABLE IF NOT EXISTS leaves such a table as it is, so addColumns adds
+// them, once, in initSchema's transaction (the writer's transactions are
+// IMMEDIATE: two processes opening one old file add them one after the
+// other, the second finding them there). Rows written before have the
+// default: trace_id ” (RunStatus.TraceID absent).
+var addedColumns = []string{
+	`trace_id TEXT NOT NULL DEFAULT ''`,
+}
+
+// addColumns adds the addedColumns the runs table lacks.
+func addColumns(tx *sql.Tx) error {
+	rows, err := tx.Query(`SELECT name FROM pragma_table_info('runs')`)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, col := range addedColumns {
+		if name, _, _ := strings.Cut(col, " "); !have[name] {
+			if _, err := tx.Exec(`ALTER TABLE runs ADD COLUMN ` + col); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Commits is how many transactions the writes of runs have committed
@@ -389,7 +436,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	}
 	return s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q", rec.RunID),
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created), rec.TraceID)
 			if err != nil {
 				return nil, err
 			}
@@ -438,7 +485,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 			case !errors.Is(err, sql.ErrNoRows):
 				return nil, err
 			}
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created))
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created), rec.TraceID)
 			if err != nil {
 				return nil, err
 			}
@@ -483,7 +530,7 @@ func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 		created, updated int64
 	)
 	err := s.stmt.get.QueryRowContext(ctx, runID).Scan(
-		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &created, &updated)
+		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return svc.RunRecord{}, unknown(runID)
 	}
@@ -817,7 +864,7 @@ func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, err
 			progress         sql.NullString
 			created, updated int64
 		)
-		if err := rows.Scan(&rec.RunID, &rec.Target, &rec.Kind, &state, &progress, &rec.Reason, &created, &updated); err != nil {
+		if err := rows.Scan(&rec.RunID, &rec.Target, &rec.Kind, &state, &progress, &rec.Reason, &rec.TraceID, &created, &updated); err != nil {
 			return svc.RunPage{}, s.fail(ctx, err, "list runs")
 		}
 		rec.State, rec.CreatedAt, rec.UpdatedAt = svc.RunState(state), fromMicros(created), fromMicros(updated)

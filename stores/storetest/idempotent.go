@@ -37,7 +37,7 @@ func idem(t *testing.T, s svc.RunStore) svc.IdempotentStore {
 
 func createIdem(t *testing.T, s svc.IdempotentStore, key, fp, id string, ttl time.Duration) (string, bool) {
 	t.Helper()
-	got, created, err := s.CreateIdempotent(t.Context(), key, fp, svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", CreatedAt: ts(0)}, ttl)
+	got, created, err := s.CreateIdempotent(t.Context(), key, fp, svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", TraceID: traceOf(id), CreatedAt: ts(0)}, ttl)
 	mustOK(t, fmt.Sprintf("CreateIdempotent(%q, %q, %q)", key, fp, id), err)
 	return got, created
 }
@@ -49,7 +49,7 @@ func testIdempotentSameKey(t *testing.T, st svc.RunStore) {
 		t.Fatalf("first CreateIdempotent = %q, %v; want r1, true", id, created)
 	}
 	checkRecord(t, "run created with a key", get(t, s, "r1"), svc.RunRecord{
-		RunID: "r1", Target: "echo", Kind: "agent", State: svc.RunPending, CreatedAt: ts(0), UpdatedAt: ts(0)})
+		RunID: "r1", Target: "echo", Kind: "agent", TraceID: traceOf("r1"), State: svc.RunPending, CreatedAt: ts(0), UpdatedAt: ts(0)})
 	// The retry carries a run id of its own, which must not be created.
 	id, created = createIdem(t, s, "k1", "fp1", "r2", time.Hour)
 	if id != "r1" || created {

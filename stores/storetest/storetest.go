@@ -246,10 +246,16 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 func testCreate(t *testing.T, s svc.RunStore) {
 	ctx := t.Context()
 	created := ts(0)
-	mustOK(t, "Create", s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "echo", Kind: "agent", CreatedAt: created}))
+	mustOK(t, "Create", s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "echo", Kind: "agent", TraceID: "0193-trace", CreatedAt: created}))
 	checkRecord(t, "Get after Create", get(t, s, "r1"), svc.RunRecord{
-		RunID: "r1", Target: "echo", Kind: "agent", State: svc.RunPending, CreatedAt: created, UpdatedAt: created,
+		RunID: "r1", Target: "echo", Kind: "agent", TraceID: "0193-trace", State: svc.RunPending, CreatedAt: created, UpdatedAt: created,
 	})
+	// The trace id is the status's from the first one on (the dashboard
+	// finds a run's tree by it), and the listing's.
+	rec := get(t, s, "r1")
+	if st := rec.Status(); st.TraceID != "0193-trace" {
+		t.Errorf("Status() = %+v, want trace_id 0193-trace", st)
+	}
 
 	// A zero CreatedAt is the time of the call.
 	before := time.Now().Truncate(time.Microsecond)
@@ -1085,6 +1091,9 @@ func testClose(t *testing.T, s svc.RunStore) {
 }
 
 // create makes a pending agent run created at ts(0).
+// traceOf is the trace id create gives run id.
+func traceOf(id string) string { return "trace-" + id }
+
 func create(t *testing.T, s svc.RunStore, id string) {
 	t.Helper()
 	createAt(t, s, id, ts(0))
@@ -1093,7 +1102,7 @@ func create(t *testing.T, s svc.RunStore, id string) {
 // createAt makes a pending agent run created at at.
 func createAt(t *testing.T, s svc.RunStore, id string, at time.Time) {
 	t.Helper()
-	mustOK(t, "Create "+id, s.Create(t.Context(), svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", CreatedAt: at}))
+	mustOK(t, "Create "+id, s.Create(t.Context(), svc.RunRecord{RunID: id, Target: "echo", Kind: "agent", TraceID: traceOf(id), CreatedAt: at}))
 }
 
 // drive creates run id and moves it to state by the legal path.
@@ -1272,6 +1281,9 @@ func checkRecord(t *testing.T, what string, got, want svc.RunRecord) {
 	}
 	if got.Reason != want.Reason {
 		diff("Reason", got.Reason, want.Reason)
+	}
+	if got.TraceID != want.TraceID {
+		diff("TraceID", got.TraceID, want.TraceID)
 	}
 	if (got.Progress == nil) != (want.Progress == nil) || got.Progress != nil && *got.Progress != *want.Progress {
 		diff("Progress", got.Progress, want.Progress)

@@ -85,6 +85,12 @@ export interface RunStatus {
   progress: RunProgress | null;
   /** Why the run failed or was cancelled (interrupted, store_error, timeout, cancelled, ...). */
   reason?: string;
+  /**
+   * The run's trace id, set at submit: the trace_id of its events and the
+   * key of GET /runs/{trace_id}/tree. Absent only for runs stored by an
+   * earlier server.
+   */
+  trace_id?: string;
 }
 
 export type RunEventType =
@@ -130,6 +136,8 @@ export interface RunPage {
     state: RunState | string;
     progress: RunProgress | null;
     reason?: string;
+    /** The run's trace id (RunStatus.trace_id). */
+    trace_id?: string;
     created_at: string;
     updated_at: string;
   }> | null;
@@ -139,6 +147,8 @@ export interface RunPage {
 
 export interface UsageRow {
   tokens_used: number;
+  /** Sum of agent_completed cost_usd, in US dollars (events without one count 0). */
+  cost_usd: number;
   invocations: number;
 }
 

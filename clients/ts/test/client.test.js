@@ -124,6 +124,10 @@ describe('submitted runs', () => {
     const st = await h.status();
     assert.equal(st.state, 'completed');
     assert.equal(st.progress.completed, 3);
+    // The status names the run's trace: its result's, and its tree's key.
+    assert.equal(st.trace_id, r.metadata.trace_id);
+    const page = await c.listRuns({ limit: 10 });
+    assert.equal(page.runs.find((x) => x.run_id === h.runId)?.trace_id, st.trace_id);
   });
 
   test('events resume after lastEventId', async () => {
@@ -213,6 +217,8 @@ describe('observability', () => {
     }, 10_000, 'usage of echo');
     assert.equal(u.group_by, 'agent');
     assert.ok(u.total.tokens_used > 0);
+    assert.equal(typeof u.total.cost_usd, 'number'); // test:echo is free: 0
+    assert.equal(typeof u.groups.echo.cost_usd, 'number');
     const none = await c.usage('none');
     assert.equal(none.group_by, 'none');
     const stats = await c.runtimeStats();

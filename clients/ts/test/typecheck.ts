@@ -8,8 +8,9 @@ async function main() {
   const h = await svc.submit('panel', { input: 'x' }, { kind: 'group', idempotencyKey: 'k' });
   for await (const ev of h.events({ lastEventId: 2 })) { const e: RunEvent = ev; console.log(e.seq); }
   for await (const ev of svc.streamEvents({ eventTypes: ['agent_completed'], agent: 'echo' })) { const e: RuntimeEvent = ev; console.log(e.payload); break; }
-  const st = await h.status(); console.log(st.progress?.completed, r.metadata.trace_id, rs.length);
-  const page = await svc.listRuns({ state: 'completed', limit: 1 }); console.log(page.next_cursor);
+  const st = await h.status(); console.log(st.progress?.completed, r.metadata.trace_id, rs.length, st.trace_id?.length);
+  const page = await svc.listRuns({ state: 'completed', limit: 1 }); console.log(page.next_cursor, page.runs?.[0]?.trace_id);
+  const cost: number = (await svc.usage('model')).groups?.['test:echo']?.cost_usd ?? 0; console.log(cost);
   console.log((await svc.usage('agent')).total.tokens_used, (await svc.runtimeStats()).header.events, (await svc.listTools())[0]?.name);
   try { await svc.run('nope', { input: 1 }); } catch (err) { if (err instanceof RegistryError) { const e: SvcError = err; console.log(e.status, e.kind, e.requestId, e.problem?.error); } }
   await h.cancel(); await h.result();

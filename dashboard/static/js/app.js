@@ -56,7 +56,6 @@ function dur(ms) {
   if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
   return Math.floor(ms / 60000) + 'm ' + Math.round((ms % 60000) / 1000) + 's';
 }
-function cost(c) { return c === undefined || c === null ? '–' : '$' + c.toFixed(c < 0.01 ? 5 : 3); }
 function fill(tbody, rows, empty, cols) {
   tbody.replaceChildren(...(rows.length ? rows : [h('tr', {}, h('td', { colspan: cols, class: 'muted' }, empty))]));
 }
@@ -268,7 +267,7 @@ function renderRuns(runs, fs, fa) {
       h('td', {}, progressBar(r.progress)),
       h('td', { class: 'num' }, dur(ms)),
       h('td', { class: 'num' }, res && res.tokens !== undefined ? fmtNum(res.tokens) : '–'),
-      h('td', { class: 'num' }, res ? cost(res.cost) : '–'),
+      h('td', { class: 'num' }, res ? usd(res.cost) : '–'),
       h('td', {}, ts(r.created_at)));
   });
   fill($('#live-table tbody'), rows, state.runs.size ? 'No run matches the filter.' : 'No submitted runs yet: POST /submit, or `svc submit`.', 8);
@@ -317,7 +316,9 @@ function meter(label, value, cls = '') {
 async function openRun(id) {
   closeDrawer();
   const abort = new AbortController();
-  state.drawer = { id, abort, trace: null };
+  // trace: the trace whose tree the drawer shows, from the run's status
+  // (trace_id); guessed only for a server too old to give it.
+  state.drawer = { id, abort, trace: null, known: false };
   $('#drawer').hidden = false;
   $('#drawer-title').textContent = 'Run ' + short(id);
   $('#drawer-title').title = id;
@@ -333,7 +334,9 @@ async function openRun(id) {
       tl.append(h('li', { class: 'ev-' + data.type },
         h('time', {}, ts(data.timestamp)), ' ', h('b', {}, data.type),
         data.agent ? ' ' + data.agent : '', data.error ? h('div', { class: 'bad' }, data.error) : ''));
-      if (data.task_id && !state.drawer.trace) {
+      // Fallback for servers whose status has no trace_id: the trace the
+      // live feed saw with the run's task id.
+      if (data.task_id && !state.drawer.known && !state.drawer.trace) {
         const tr = state.taskTrace.get(data.task_id);
         if (tr) showDrawerTree(tr);
       }
@@ -358,7 +361,9 @@ async function refreshDrawer() {
       h('dt', {}, 'State'), h('dd', {}, stateBadge(st.state), st.reason ? ' ' + st.reason : ''),
       h('dt', {}, 'Progress'), h('dd', {}, progressBar(st.progress)),
       run ? [h('dt', {}, 'Target'), h('dd', {}, run.target + ' (' + run.kind + ')'), h('dt', {}, 'Created'), h('dd', {}, new Date(run.created_at).toLocaleString())] : [],
-      h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id)));
+      h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id),
+      st.trace_id ? [h('dt', {}, 'Trace id'), h('dd', { class: 'mono' }, h('a', { href: '#tree/' + encodeURIComponent(st.trace_id), id: 'drawer-trace' }, st.trace_id))] : []));
+    if (st.trace_id) { d.known = true; d.trace = st.trace_id; }
     const terminal = ['completed', 'failed', 'cancelled'].includes(st.state);
     $('#drawer-cancel').disabled = terminal;
     if (run && run.state !== st.state) { run.state = st.state; run.progress = st.progress; redraw('runs'); }
@@ -368,7 +373,7 @@ async function refreshDrawer() {
       $('#drawer-result').textContent = JSON.stringify(res, null, 2);
       $('#drawer-result').classList.remove('muted');
       const tr = res && res.metadata && res.metadata.trace_id;
-      if (tr) showDrawerTree(tr);
+      if (tr && !d.known) showDrawerTree(tr); // fallback: an older server
     } else if (st.state === 'cancelled') {
       $('#drawer-result').textContent = 'Cancelled: no result.';
     } else {
@@ -379,18 +384,28 @@ async function refreshDrawer() {
     $('#drawer-status').replaceChildren(h('p', { class: 'bad' }, err.message));
   }
 }
-let treeBusy = false;
+// showDrawerTree draws the tree of trace in the open drawer; again draws
+// it anew (the run went on), else a tree already shown is left alone.
 async function showDrawerTree(trace, again) {
   const d = state.drawer;
-  if (!d || (d.trace === trace && !again) || treeBusy) return;
+  if (!d || (d.trace === trace && d.drawn && !again) || d.treeBusy) return;
   d.trace = trace;
-  treeBusy = true;
+  d.treeBusy = true;
   try {
     const tree = await call(`runs/${encodeURIComponent(trace)}/tree`);
-    if (state.drawer === d) $('#drawer-tree').replaceChildren(drawTree(tree), h('a', { href: '#tree/' + encodeURIComponent(trace) }, 'open in Run tree'));
+    if (state.drawer === d) {
+      d.drawn = true;
+      const tr = drawTree(tree);
+      tr.dataset.trace = tree.trace_id;
+      $('#drawer-tree').replaceChildren(tr, h('a', { href: '#tree/' + encodeURIComponent(trace) }, 'open in Run tree'));
+    }
   } catch (err) {
-    if (state.drawer === d) $('#drawer-tree').replaceChildren(h('span', { class: 'muted' }, err.status === 404 ? 'No events of this run yet (trace ' + short(trace) + ').' : err.message));
-  } finally { treeBusy = false; }
+    if (state.drawer !== d) return;
+    $('#drawer-tree').replaceChildren(h('span', { class: 'muted' }, err.status === 404 ? 'No events of this run stored yet (trace ' + short(trace) + ').' : err.message));
+    // The event store writes in batches (up to a second late): a run that
+    // just started or ended may have no stored events yet.
+    if (err.status === 404 && (d.treeRetries = (d.treeRetries || 0) + 1) <= 10) setTimeout(() => showDrawerTree(trace, true), 1000);
+  } finally { d.treeBusy = false; }
 }
 function closeDrawer() {
   if (state.drawer) state.drawer.abort.abort();
@@ -496,8 +511,9 @@ async function showHistory() {
     fill($('#hist-table tbody'), page.runs.map((r) => h('tr', { class: 'clickable', onclick: () => openRun(r.run_id) },
       h('td', { class: 'mono', title: r.run_id }, short(r.run_id)), h('td', {}, r.target), h('td', {}, r.kind),
       h('td', {}, stateBadge(r.state)), h('td', {}, progressBar(r.progress)),
-      h('td', {}, new Date(r.created_at).toLocaleString()), h('td', {}, new Date(r.updated_at).toLocaleString()))), 'No runs.', 7);
-  } catch (err) { fill($('#hist-table tbody'), [], err.message, 7); }
+      h('td', {}, new Date(r.created_at).toLocaleString()), h('td', {}, new Date(r.updated_at).toLocaleString()),
+      h('td', { class: 'mono' }, r.trace_id ? h('a', { href: '#tree/' + encodeURIComponent(r.trace_id), title: r.trace_id, onclick: (e) => e.stopPropagation() }, short(r.trace_id)) : '–'))), 'No runs.', 8);
+  } catch (err) { fill($('#hist-table tbody'), [], err.message, 8); }
 }
 $('#hist-state').addEventListener('change', () => { hist.cursors = ['']; hist.i = 0; showHistory(); });
 $('#hist-first').addEventListener('click', () => { hist.i = 0; showHistory(); });
@@ -505,23 +521,43 @@ $('#hist-next').addEventListener('click', () => { if (hist.cursors[hist.i + 1] !
 
 // ---------- usage ----------
 
+// usd writes a dollar figure with four significant digits at least and
+// cents at most ($12.35, $0.01778, $0.000002469): agent costs run from
+// millionths of a dollar to thousands.
+function usd(c) {
+  if (c === undefined || c === null || Number.isNaN(c)) return '–';
+  if (c === 0) return '$0';
+  if (c >= 100) return '$' + c.toFixed(2);
+  return '$' + Number(c.toPrecision(4)).toString();
+}
+
+// showUsage charts tokens and cost by agent and by model, both from
+// GET /usage (the event store's sums of agent_completed): one row and one
+// bar per key; each cost cell keeps the API's figure in data-usd.
 async function showUsage() {
   try {
     const [byAgent, byModel] = await Promise.all([call('usage?group_by=agent'), call('usage?group_by=model')]);
-    $('#usage-total').replaceChildren(meter('Tokens', fmtNum(byAgent.total.tokens_used)), meter('Invocations', fmtNum(byAgent.total.invocations)));
+    const t = byAgent.total;
+    $('#usage-total').replaceChildren(meter('Tokens', fmtNum(t.tokens_used)),
+      h('div', { class: 'meter', 'data-usd': t.cost_usd ?? '' }, h('div', { class: 'meter-value' }, usd(t.cost_usd)), h('div', { class: 'meter-label' }, 'Cost (USD)')),
+      meter('Invocations', fmtNum(t.invocations)));
     for (const [u, key] of [[byAgent, 'agent'], [byModel, 'model']]) {
-      const items = Object.entries(u.groups || {}).map(([k, v]) => ({ label: k, value: v.tokens_used, inv: v.invocations }));
+      const items = Object.entries(u.groups || {}).map(([k, v]) => ({ label: k, value: v.tokens_used, inv: v.invocations, cost: v.cost_usd }));
       $(`#usage-${key}-chart`).replaceChildren(bars(items, { unit: '' }));
-      fill($(`#usage-${key} tbody`), items.sort((a, b) => b.value - a.value).map((i) => h('tr', {}, h('td', {}, i.label), h('td', { class: 'num' }, String(i.value)), h('td', { class: 'num' }, String(i.inv)))), 'No completed agents yet.', 3);
+      fill($(`#usage-${key} tbody`), [...items].sort((a, b) => b.value - a.value).map((i) => h('tr', {}, h('td', {}, i.label), h('td', { class: 'num' }, String(i.value)), h('td', { class: 'num' }, String(i.inv)))), 'No completed agents yet.', 3);
+      // A server from before /usage had cost_usd: say so rather than draw zeros.
+      if (items.length && items.every((i) => i.cost === undefined)) {
+        $(`#usage-cost-${key}-chart`).replaceChildren(h('p', { class: 'muted' }, 'This server\'s /usage has no cost_usd (an older svc).'));
+        fill($(`#usage-cost-${key} tbody`), [], '–', 3);
+        continue;
+      }
+      const costs = items.map((i) => ({ label: i.label, value: i.cost || 0, inv: i.inv }));
+      $(`#usage-cost-${key}-chart`).replaceChildren(bars(costs, { format: usd, floor: 1e-9 }));
+      fill($(`#usage-cost-${key} tbody`), costs.sort((a, b) => b.value - a.value).map((i) => h('tr', { 'data-key': i.label },
+        h('td', {}, i.label),
+        h('td', { class: 'num', 'data-usd': i.value, title: '$' + i.value }, usd(i.value)),
+        h('td', { class: 'num' }, i.inv ? usd(i.value / i.inv) : '–'))), 'No completed agents yet.', 3);
     }
-    const byTarget = new Map(), costByModel = new Map();
-    for (const r of state.results.values()) {
-      if (!r || r.cost === undefined) continue;
-      byTarget.set(r.target, (byTarget.get(r.target) || 0) + r.cost);
-      costByModel.set(r.model, (costByModel.get(r.model) || 0) + r.cost);
-    }
-    $('#usage-cost-chart').replaceChildren(bars([...byTarget].map(([label, value]) => ({ label, value })), { format: cost }));
-    $('#usage-cost-model-chart').replaceChildren(bars([...costByModel].map(([label, value]) => ({ label, value })), { format: cost }));
   } catch (err) { $('#usage-total').replaceChildren(h('p', { class: 'bad' }, err.message)); }
 }
 

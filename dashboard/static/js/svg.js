@@ -17,11 +17,14 @@ export function fmtNum(n) {
   return Number.isInteger(n) ? String(n) : n.toFixed(2);
 }
 
-// bars draws horizontal bars, one per {label, value}, largest first.
-export function bars(items, { unit = '', max = 12, format = (v) => fmtNum(v) + unit } = {}) {
+// bars draws horizontal bars, one per {label, value}, largest first. The
+// longest bar is the largest value, or floor when that is larger (counts
+// use 1, so a single 0.5 is not drawn full width; costs in dollars use a
+// tiny floor, since a few cents is a full bar).
+export function bars(items, { unit = '', max = 12, format = (v) => fmtNum(v) + unit, floor = 1 } = {}) {
   const rows = [...items].sort((a, b) => b.value - a.value).slice(0, max);
   const rowH = 22, labelW = 130, width = 420;
-  const top = Math.max(1, ...rows.map((r) => r.value));
+  const top = Math.max(floor, ...rows.map((r) => r.value)) || 1;
   const svg = el('svg', { viewBox: `0 0 ${width} ${Math.max(rowH, rows.length * rowH)}`, class: 'chart bars', role: 'img' });
   if (!rows.length) {
     svg.append(el('text', { x: 4, y: 15, class: 'muted' }, 'no data yet'));

@@ -3,6 +3,7 @@ package clienttest
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -24,7 +25,9 @@ type ObserveFixture struct {
 // stats, the tool list and the live event stream. newFixture is called once
 // per subtest and registers its own cleanup; each fixture starts with an
 // empty event store. Agents: echo and fail as in Run, and clock (model
-// test:echo) with the built-in tool current_time.
+// test:echo) with the built-in tool current_time. The fixture prices
+// test:echo (a model.PriceTable entry), so that its runs cost something:
+// usage must sum the costs the results report.
 func RunObserve(t *testing.T, newFixture func(t *testing.T) ObserveFixture) {
 	t.Helper()
 	tests := []struct {
@@ -32,6 +35,7 @@ func RunObserve(t *testing.T, newFixture func(t *testing.T) ObserveFixture) {
 		fn   func(t *testing.T, f ObserveFixture)
 	}{
 		{"Usage", testUsage},
+		{"UsageTokens", testUsageTokens},
 		{"UsageBadGroupBy", testUsageBadGroupBy},
 		{"RuntimeStats", testRuntimeStats},
 		{"ListTools", testListTools},
@@ -62,6 +66,85 @@ func runEcho(t *testing.T, b svc.Backend, input string, trace string) svc.AgentR
 }
 
 func testUsage(t *testing.T, f ObserveFixture) {
+	a := runEcho(t, f.Backend, `"one two three"`, "")
+	b := runEcho(t, f.Backend, `"four"`, "")
+	c, err := f.Backend.Run(ctxFor(t), "clock", svc.TaskSpec{Input: []byte(`"five six"`)})
+	if err != nil || !c.Success {
+		t.Fatalf("run clock: %+v, %v", c, err)
+	}
+	settle(t, f)
+	checkCosts(t, f.Observer, map[string]float64{"echo": a.Metadata.CostUSD + b.Metadata.CostUSD, "clock": c.Metadata.CostUSD})
+	want := a.Metadata.TokensUsed + b.Metadata.TokensUsed + c.Metadata.TokensUsed
+	if want == 0 {
+		t.Fatal("the runs used no tokens; the fixture is wrong")
+	}
+	u, err := f.Observer.Usage(ctxFor(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Total.TokensUsed != want || u.Total.Invocations != 3 {
+		t.Errorf("Usage() total = %+v, want %d tokens over 3 invocations", u.Total, want)
+	}
+	byTrace, err := f.Observer.Usage(ctxFor(t), svc.GroupByTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byTrace.Groups[a.Metadata.TraceID].TokensUsed != a.Metadata.TokensUsed || len(byTrace.Groups) != 3 {
+		t.Errorf("Usage(trace) = %+v, want three traces, %s with %d", byTrace, a.Metadata.TraceID, a.Metadata.TokensUsed)
+	}
+	if got := byTrace.Groups[b.Metadata.TraceID].CostUSD; !sameCost(got, b.Metadata.CostUSD) {
+		t.Errorf("Usage(trace) cost of %s = %v, want its result's %v", b.Metadata.TraceID, got, b.Metadata.CostUSD)
+	}
+}
+
+// sameCost reports whether a usage sum equals the sum of the results'
+// costs: usage adds whole nano-dollars, the results' floats, so they may
+// differ by the rounding of each addend.
+func sameCost(got, want float64) bool {
+	return math.Abs(got-want) <= 2e-9
+}
+
+// checkCosts checks usage's costs by agent and by model (every agent of
+// want runs test:echo) against the costs the results reported, want by
+// agent.
+func checkCosts(t *testing.T, o svc.Observer, want map[string]float64) {
+	t.Helper()
+	var total float64
+	for agent, c := range want {
+		if c <= 0 {
+			t.Fatalf("agent %s's runs cost %v: the fixture must price test:echo", agent, c)
+		}
+		total += c
+	}
+	byAgent, err := o.Usage(ctxFor(t), svc.GroupByAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for agent, c := range want {
+		if got := byAgent.Groups[agent].CostUSD; !sameCost(got, c) {
+			t.Errorf("Usage(agent) cost of %s = %v, want %v (the results' sum)", agent, got, c)
+		}
+	}
+	if !sameCost(byAgent.Total.CostUSD, total) {
+		t.Errorf("Usage(agent) total cost = %v, want %v", byAgent.Total.CostUSD, total)
+	}
+	byModel, err := o.Usage(ctxFor(t), svc.GroupByModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byModel.Groups["test:echo"].CostUSD; !sameCost(got, total) || byModel.Total.CostUSD != byAgent.Total.CostUSD {
+		t.Errorf("Usage(model) = %+v, want test:echo and the total at %v (the total by agent: %v)", byModel, total, byAgent.Total.CostUSD)
+	}
+	none, err := o.Usage(ctxFor(t), svc.GroupByNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if none.Total.CostUSD != byAgent.Total.CostUSD {
+		t.Errorf("Usage(none) total cost = %v, want %v as grouped by agent", none.Total.CostUSD, byAgent.Total.CostUSD)
+	}
+}
+
+func testUsageTokens(t *testing.T, f ObserveFixture) {
 	a := runEcho(t, f.Backend, `"one two three"`, "")
 	b := runEcho(t, f.Backend, `"four"`, "")
 	settle(t, f)

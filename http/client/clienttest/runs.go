@@ -110,6 +110,9 @@ func testSubmitEcho(t *testing.T, b svc.RunBackend) {
 	if st.RunID != run.ID || st.State != svc.RunCompleted {
 		t.Errorf("Status = %+v, want run %s completed", st, run.ID)
 	}
+	if st.TraceID != "req-submit" {
+		t.Errorf("Status trace_id = %q, want the task's request_id", st.TraceID)
+	}
 	again, err := b.RunResult(ctxFor(t), run.ID)
 	if err != nil || !sameJSON(t, again, raw) {
 		t.Errorf("RunResult again = %s, %v; want the same result", again, err)

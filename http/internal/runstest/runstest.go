@@ -95,7 +95,15 @@ func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error
 		return "", err
 	}
 	id := uuid.Must(uuid.NewV7()).String()
-	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, State: svc.RunPending, CreatedAt: time.Now()}
+	// The trace id is fixed here, as the runtime does: the status has it
+	// from the start, and the run's task carries it.
+	if req.Task.RequestID == "" {
+		req.Task.RequestID = svc.RequestIDFrom(ctx)
+	}
+	if req.Task.RequestID == "" {
+		req.Task.RequestID = uuid.Must(uuid.NewV7()).String()
+	}
+	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: req.Task.RequestID, State: svc.RunPending, CreatedAt: time.Now()}
 	if req.IdempotencyKey != "" {
 		// As the runtime does: the same key and request return the first
 		// run, another request with the key is a RunStateError.

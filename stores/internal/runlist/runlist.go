@@ -152,7 +152,7 @@ func (q Query) Page(rows []Row) svc.RunPage {
 func Summary(rec *svc.RunRecord) svc.RunSummary {
 	s := svc.RunSummary{
 		RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: rec.State, Reason: rec.Reason,
-		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		TraceID: rec.TraceID, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	}
 	if rec.Progress != nil {
 		p := *rec.Progress
