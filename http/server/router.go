@@ -363,11 +363,15 @@ func (h *handlers) run(w http.ResponseWriter, r *http.Request) error {
 // trace id by the precedence NewRouter documents, and echoes that id in the
 // response header.
 func (h *handlers) readTask(w http.ResponseWriter, r *http.Request) (svc.TaskSpec, error) {
-	data, err := readBody(w, r, h.maxBody)
+	data, release, err := readBodyPooled(w, r, h.maxBody)
 	if err != nil {
 		return svc.TaskSpec{}, err
 	}
-	task, envelopeID, err := decodeRunBody(data)
+	task, envelopeID, ok := decodeRunBodyFast(data)
+	if !ok {
+		task, envelopeID, err = decodeRunBody(data)
+	}
+	release()
 	if err != nil {
 		return svc.TaskSpec{}, err
 	}
