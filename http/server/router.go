@@ -48,6 +48,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -247,6 +248,12 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if l, ok := req.Context().Value(loggerKey{}).(*zap.Logger); ok && l == cfg.log {
+				// The standalone server's AccessLog put this logger there:
+				// a second copy of the request would change nothing.
+				next.ServeHTTP(w, req)
+				return
+			}
 			next.ServeHTTP(w, req.WithContext(withLogger(req.Context(), cfg.log)))
 		})
 	})
@@ -588,18 +595,27 @@ func ValidRequestID(id string) bool {
 
 // writeJSON writes v as JSON with status. It encodes first, so an encoding
 // error is still answered with a problem; once the header is out, a failed
-// write means the client has gone, and nothing can be done about it.
+// write means the client has gone, and nothing can be done about it. The
+// bytes are json.Marshal's and a newline, encoded into a pooled buffer.
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	body, err := json.Marshal(v)
-	if err != nil {
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			jsonBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
 		// Not a domain error: the text names Go types, so it is logged, not sent.
 		return fmt.Errorf("server: encoding the response: %w", err)
 	}
-	body = append(body, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	_, _ = w.Write(buf.Bytes())
 	return nil
 }
+
+// jsonBufs holds the buffers writeJSON encodes into.
+var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
