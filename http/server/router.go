@@ -605,9 +605,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 		}
 	}()
 	buf.Reset()
-	if err := json.NewEncoder(buf).Encode(v); err != nil {
-		// Not a domain error: the text names Go types, so it is logged, not sent.
-		return fmt.Errorf("server: encoding the response: %w", err)
+	encoded := false
+	if res, ok := v.(svc.AgentResult); ok {
+		// A run's answer: appended without reflection (resultjson.go).
+		var b []byte
+		if b, encoded = appendAgentResult(buf.AvailableBuffer(), &res); encoded {
+			buf.Write(append(b, '\n'))
+		}
+	}
+	if !encoded {
+		if err := json.NewEncoder(buf).Encode(v); err != nil {
+			// Not a domain error: the text names Go types, so it is logged, not sent.
+			return fmt.Errorf("server: encoding the response: %w", err)
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
