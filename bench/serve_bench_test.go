@@ -336,19 +336,22 @@ func storedCompletions(base string) (int64, error) {
 // It also reports each server process's CPU time (user + system, from
 // /proc/PID/stat) per request over the measured rounds, which depends less
 // than req/s on what else runs on the machine; and, when the svc binary
-// was built with -tags pprof and SVC_BENCH_SERVE_ENV is
+// was built with -tags pprof and SVC_BENCH_SERVE_ENV (NAME=VALUE pairs
+// separated by spaces, added to the server's environment) holds
 // SVC_PPROF_ADDR=HOST:PORT, its heap allocations per request. SVC_BENCH_BIN
 // names the svc binary to measure (default: built from this tree), so that
 // two builds can be compared in turn.
 func BenchmarkServeDefaults(b *testing.B) {
 	const clients = 64
 	phase := envDuration(b, "SVC_BENCH_ROUND", 5*time.Second)
-	serveEnv := os.Getenv("SVC_BENCH_SERVE_ENV")
-	pprofAddr, _ := strings.CutPrefix(serveEnv, "SVC_PPROF_ADDR=")
-	if pprofAddr == serveEnv {
-		pprofAddr = ""
+	serveEnv := strings.Fields(os.Getenv("SVC_BENCH_SERVE_ENV"))
+	var pprofAddr string
+	for _, kv := range serveEnv {
+		if v, ok := strings.CutPrefix(kv, "SVC_PPROF_ADDR="); ok {
+			pprofAddr = v
+		}
 	}
-	s := startServe(b, serveEnv)
+	s := startServe(b, serveEnv...)
 	bare := startBare(b)
 	svcURL, bareURL := s.url+"/agents/echo/run", bare.url+"/agents/echo/run"
 	// Warm up both (connections, the SQLite files, the heap).
