@@ -205,6 +205,22 @@ func procCPUTime(pid int) time.Duration {
 	return time.Duration(utime+stime) * time.Second / clockTicks
 }
 
+// procPeakRSS is the peak resident set size of process pid in bytes (VmHWM in
+// /proc/PID/status), or 0 where there is no /proc.
+func procPeakRSS(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
 // procMallocs is the number of heap allocations the Go process serving
 // net/http/pprof at addr has made so far (runtime.MemStats.Mallocs, from
 // /debug/pprof/allocs?debug=1), or -1 when addr is empty or unreachable.
@@ -335,7 +351,7 @@ func storedCompletions(base string) (int64, error) {
 //
 // It also reports each server process's CPU time (user + system, from
 // /proc/PID/stat) per request over the measured rounds, which depends less
-// than req/s on what else runs on the machine; and, when the svc binary
+// than req/s on what else runs on the machine, its peak RSS; and, when the svc binary
 // was built with -tags pprof and SVC_BENCH_SERVE_ENV (NAME=VALUE pairs
 // separated by spaces, added to the server's environment) holds
 // SVC_PPROF_ADDR=HOST:PORT, its heap allocations per request. SVC_BENCH_BIN
@@ -381,6 +397,7 @@ func BenchmarkServeDefaults(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(svCPU.Microseconds())/float64(sv.requests), "svc_cpu_us/req")
 	b.ReportMetric(float64(brCPU.Microseconds())/float64(br.requests), "bare_cpu_us/req")
+	b.ReportMetric(procPeakRSS(s.cmd.Process.Pid)/(1<<20), "svc_peak_rss_MiB")
 	if svMallocs > 0 {
 		// The pprof fetches' own allocations are a few hundred a round.
 		b.ReportMetric(float64(svMallocs)/float64(sv.requests), "svc_allocs/req")
