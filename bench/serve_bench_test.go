@@ -178,6 +178,74 @@ type round struct {
 
 func (r round) rate() float64 { return float64(r.requests) / r.elapsed.Seconds() }
 
+// clockTicks is the unit of utime and stime in /proc/PID/stat (USER_HZ),
+// 100 on every Linux this runs on.
+const clockTicks = 100
+
+// procCPUTime is the CPU time (user + system) process pid has used so far,
+// from /proc/PID/stat; 0 where there is no /proc. Unlike req/s, CPU time
+// per request hardly depends on what else the machine runs.
+func procCPUTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields count from
+	// after its closing parenthesis, where field 3 is the state.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, _ := strconv.ParseInt(f[12], 10, 64) // field 15
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// procPeakRSS is the peak resident set size of process pid in bytes (VmHWM in
+// /proc/PID/status), or 0 where there is no /proc.
+func procPeakRSS(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// procMallocs is the number of heap allocations the Go process serving
+// net/http/pprof at addr has made so far (runtime.MemStats.Mallocs, from
+// /debug/pprof/allocs?debug=1), or -1 when addr is empty or unreachable.
+func procMallocs(addr string) int64 {
+	if addr == "" {
+		return -1
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/allocs?debug=1")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# Mallocs = "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
 // drive posts test:echo runs to url from clients keep-alive connections
 // for d, each client sending its next request when the previous answer is
 // read (a closed loop, like wrk), and records each request's latency. A
@@ -280,28 +348,60 @@ func storedCompletions(base string) (int64, error) {
 // of bare, p99 ≤ 2× bare. Then it checks that the defaults did their job:
 // every request's agent_completed event is in the log and in the event
 // store.
+//
+// It also reports each server process's CPU time (user + system, from
+// /proc/PID/stat) per request over the measured rounds, which depends less
+// than req/s on what else runs on the machine, its peak RSS; and, when the svc binary
+// was built with -tags pprof and SVC_BENCH_SERVE_ENV (NAME=VALUE pairs
+// separated by spaces, added to the server's environment) holds
+// SVC_PPROF_ADDR=HOST:PORT, its heap allocations per request. SVC_BENCH_BIN
+// names the svc binary to measure (default: built from this tree), so that
+// two builds can be compared in turn.
 func BenchmarkServeDefaults(b *testing.B) {
 	const clients = 64
 	phase := envDuration(b, "SVC_BENCH_ROUND", 5*time.Second)
-	s := startServe(b, os.Getenv("SVC_BENCH_SERVE_ENV"))
+	serveEnv := strings.Fields(os.Getenv("SVC_BENCH_SERVE_ENV"))
+	var pprofAddr string
+	for _, kv := range serveEnv {
+		if v, ok := strings.CutPrefix(kv, "SVC_PPROF_ADDR="); ok {
+			pprofAddr = v
+		}
+	}
+	s := startServe(b, serveEnv...)
 	bare := startBare(b)
 	svcURL, bareURL := s.url+"/agents/echo/run", bare.url+"/agents/echo/run"
 	// Warm up both (connections, the SQLite files, the heap).
 	served := drive(b, svcURL, time.Second, clients).requests
 	drive(b, bareURL, time.Second, clients)
 	var sv, br round
+	var svCPU, brCPU time.Duration
+	var svMallocs int64
 	for i := 0; i < b.N; i++ {
+		c0, m0 := procCPUTime(s.cmd.Process.Pid), procMallocs(pprofAddr)
 		r := drive(b, svcURL, phase, clients)
+		svCPU += procCPUTime(s.cmd.Process.Pid) - c0
+		if m0 >= 0 {
+			svMallocs += procMallocs(pprofAddr) - m0
+		}
 		served += r.requests
 		sv.requests += r.requests
 		sv.elapsed += r.elapsed
 		sv.lat = append(sv.lat, r.lat...)
+		c0 = procCPUTime(bare.cmd.Process.Pid)
 		r = drive(b, bareURL, phase, clients)
+		brCPU += procCPUTime(bare.cmd.Process.Pid) - c0
 		br.requests += r.requests
 		br.elapsed += r.elapsed
 		br.lat = append(br.lat, r.lat...)
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(svCPU.Microseconds())/float64(sv.requests), "svc_cpu_us/req")
+	b.ReportMetric(float64(brCPU.Microseconds())/float64(br.requests), "bare_cpu_us/req")
+	b.ReportMetric(procPeakRSS(s.cmd.Process.Pid)/(1<<20), "svc_peak_rss_MiB")
+	if svMallocs > 0 {
+		// The pprof fetches' own allocations are a few hundred a round.
+		b.ReportMetric(float64(svMallocs)/float64(sv.requests), "svc_allocs/req")
+	}
 	svP50, svP99 := quantile(sv.lat, 0.50), quantile(sv.lat, 0.99)
 	brP50, brP99 := quantile(br.lat, 0.50), quantile(br.lat, 0.99)
 	b.ReportMetric(sv.rate(), "svc_req/s")

@@ -86,7 +86,9 @@ func fields(ev svc.RuntimeEvent) []zap.Field {
 	if ev.ParentSpanID != "" {
 		fs = append(fs, zap.String("parent_span_id", ev.ParentSpanID))
 	}
-	keys := make([]string, 0, len(ev.Payload))
+	// Events carry a few payload keys: sorted in an array on the stack.
+	var kb [12]string
+	keys := kb[:0]
 	for k := range ev.Payload {
 		keys = append(keys, k)
 	}

@@ -232,7 +232,12 @@ func Recoverer(next http.Handler) http.Handler {
 
 func recoverer(next http.Handler, all bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		// Under AccessLog (the standalone server) w already tracks the
+		// status: a second wrapper would track the same writes.
+		ww, ok := w.(middleware.WrapResponseWriter)
+		if !ok {
+			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		}
 		defer func() {
 			v := recover()
 			if v == nil {

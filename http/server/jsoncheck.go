@@ -45,25 +45,29 @@ func checkJSONText(data []byte) error {
 // it. data must be one valid JSON value. Decoding a run's body with
 // checkTokens alone cost more than the run (issue 15).
 func tokensOK(data []byte) bool {
-	// keys holds the keys of each open object, innermost last; a nil
-	// entry is an array.
+	// stack holds the open objects and arrays, innermost last; keys the
+	// keys of the open objects, each object's from its start on. Both
+	// start in arrays on the stack, so a small body costs no allocation.
 	type open struct {
 		object bool
-		keys   []string // few keys: a linear scan beats a map
+		start  int // the object's first key in keys
 	}
-	var stack []open
+	var stackBuf [16]open
+	var keysBuf [32][]byte
+	stack, keys := stackBuf[:0], keysBuf[:0]
 	expectKey := false
 	for i := 0; i < len(data); i++ {
 		c := data[i]
 		switch c {
 		case ' ', '\t', '\r', '\n', ',', ':':
 		case '{':
-			stack = append(stack, open{object: true})
+			stack = append(stack, open{object: true, start: len(keys)})
 			expectKey = true
 			continue
 		case '[':
-			stack = append(stack, open{})
+			stack = append(stack, open{start: len(keys)})
 		case '}', ']':
+			keys = keys[:stack[len(stack)-1].start]
 			stack = stack[:len(stack)-1]
 		case '"':
 			j := i + 1
@@ -78,12 +82,12 @@ func tokensOK(data []byte) bool {
 				if escaped {
 					return false // "a" and "\u0061" are one key: let checkTokens decode them
 				}
-				top := &stack[len(stack)-1]
-				k := string(data[i+1 : j])
-				if slices.Contains(top.keys, k) || len(top.keys) >= 64 {
+				k := data[i+1 : j]
+				mine := keys[stack[len(stack)-1].start:]
+				if len(mine) >= 64 || slices.ContainsFunc(mine, func(o []byte) bool { return bytes.Equal(o, k) }) {
 					return false
 				}
-				top.keys = append(top.keys, k)
+				keys = append(keys, k)
 			}
 			i = j
 		case 't', 'f', 'n':

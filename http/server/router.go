@@ -48,6 +48,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -247,6 +248,12 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if l, ok := req.Context().Value(loggerKey{}).(*zap.Logger); ok && l == cfg.log {
+				// The standalone server's AccessLog put this logger there:
+				// a second copy of the request would change nothing.
+				next.ServeHTTP(w, req)
+				return
+			}
 			next.ServeHTTP(w, req.WithContext(withLogger(req.Context(), cfg.log)))
 		})
 	})
@@ -363,11 +370,15 @@ func (h *handlers) run(w http.ResponseWriter, r *http.Request) error {
 // trace id by the precedence NewRouter documents, and echoes that id in the
 // response header.
 func (h *handlers) readTask(w http.ResponseWriter, r *http.Request) (svc.TaskSpec, error) {
-	data, err := readBody(w, r, h.maxBody)
+	data, release, err := readBodyPooled(w, r, h.maxBody)
 	if err != nil {
 		return svc.TaskSpec{}, err
 	}
-	task, envelopeID, err := decodeRunBody(data)
+	task, envelopeID, ok := decodeRunBodyFast(data)
+	if !ok {
+		task, envelopeID, err = decodeRunBody(data)
+	}
+	release()
 	if err != nil {
 		return svc.TaskSpec{}, err
 	}
@@ -584,18 +595,37 @@ func ValidRequestID(id string) bool {
 
 // writeJSON writes v as JSON with status. It encodes first, so an encoding
 // error is still answered with a problem; once the header is out, a failed
-// write means the client has gone, and nothing can be done about it.
+// write means the client has gone, and nothing can be done about it. The
+// bytes are json.Marshal's and a newline, encoded into a pooled buffer.
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	body, err := json.Marshal(v)
-	if err != nil {
-		// Not a domain error: the text names Go types, so it is logged, not sent.
-		return fmt.Errorf("server: encoding the response: %w", err)
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			jsonBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	encoded := false
+	if res, ok := v.(svc.AgentResult); ok {
+		// A run's answer: appended without reflection (resultjson.go).
+		var b []byte
+		if b, encoded = appendAgentResult(buf.AvailableBuffer(), &res); encoded {
+			buf.Write(append(b, '\n'))
+		}
 	}
-	body = append(body, '\n')
+	if !encoded {
+		if err := json.NewEncoder(buf).Encode(v); err != nil {
+			// Not a domain error: the text names Go types, so it is logged, not sent.
+			return fmt.Errorf("server: encoding the response: %w", err)
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	_, _ = w.Write(buf.Bytes())
 	return nil
 }
+
+// jsonBufs holds the buffers writeJSON encodes into.
+var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}

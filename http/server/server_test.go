@@ -642,6 +642,36 @@ func TestAccessLogAndRecoverer(t *testing.T) {
 	}
 }
 
+// TestAccessLogCaller: the access log line names its caller (the access
+// log's own line in standalone.go, found once and reused) when the
+// logger adds callers, on every line, and none when it does not.
+func TestAccessLogCaller(t *testing.T) {
+	for _, withCaller := range []bool{true, false} {
+		core, logs := observer.New(zap.InfoLevel)
+		var opts []zap.Option
+		if withCaller {
+			opts = append(opts, zap.AddCaller())
+		}
+		h, err := server.NewStandalone(&fakeBackend{}, server.StandaloneConfig{Logger: zap.New(core, opts...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := serve(t, h)
+		for range 3 {
+			do(t, srv, "POST", "/agents/echo/run", `{"input":"hello"}`)
+		}
+		entries := logs.FilterMessage("request").All()
+		if len(entries) != 3 {
+			t.Fatalf("%d access log lines, want 3", len(entries))
+		}
+		for _, e := range entries {
+			if e.Caller.Defined != withCaller || withCaller && (!strings.HasPrefix(e.Caller.TrimmedPath(), "server/standalone.go:") || e.Caller != entries[0].Caller) {
+				t.Errorf("logger adding callers %v: access log line's caller %+v", withCaller, e.Caller)
+			}
+		}
+	}
+}
+
 func TestHostHandlers(t *testing.T) {
 	mux := chi.NewRouter()
 	mux.Use(server.RequestID)

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	svc "github.com/svc-dev/svc"
 )
@@ -167,13 +169,23 @@ func bearerToken(h string) (string, bool) {
 func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
-		if !ValidRequestID(id) {
+		valid := ValidRequestID(id)
+		if !valid {
 			id = NewRequestID()
-			r = r.Clone(r.Context())
-			r.Header.Set(RequestIDHeader, id)
 		}
 		w.Header().Set(RequestIDHeader, id)
-		next.ServeHTTP(w, r.WithContext(svc.WithRequestID(r.Context(), id)))
+		r = r.WithContext(svc.WithRequestID(r.Context(), id))
+		if !valid {
+			// The request is a copy now; its header becomes one too, so
+			// that the caller's is left as it was (what r.Clone did, at
+			// the cost of a second copy of the request).
+			r.Header = r.Header.Clone()
+			if r.Header == nil {
+				r.Header = http.Header{}
+			}
+			r.Header.Set(RequestIDHeader, id)
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -184,18 +196,37 @@ func AccessLog(l *zap.Logger) func(http.Handler) http.Handler {
 	if l == nil {
 		l = zap.L()
 	}
+	// The line's caller (when l adds callers) is always the same line of
+	// this file: it is found once, by the first line's l.Check, rather than
+	// by walking the stack for every request, which cost as much as
+	// encoding the line (issue 15).
+	noCaller := l.WithOptions(zap.WithCaller(false))
+	var callerOf atomic.Pointer[zapcore.EntryCaller]
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 			defer func() {
+				ce := noCaller.Check(zapcore.InfoLevel, "request")
+				if ce == nil {
+					return
+				}
 				status := ww.Status()
 				if status == 0 {
 					// Nothing written: net/http sends 200, or drops the
 					// connection if a panic is propagating.
 					status = http.StatusOK
 				}
-				l.Info("request",
+				caller := callerOf.Load()
+				if caller == nil {
+					caller = new(zapcore.EntryCaller)
+					if probe := l.Check(zapcore.InfoLevel, "request"); probe != nil {
+						*caller = probe.Caller // undefined unless l adds callers
+					}
+					callerOf.Store(caller)
+				}
+				ce.Caller = *caller
+				ce.Write(
 					zap.String("method", r.Method),
 					zap.String("path", r.URL.Path),
 					zap.Int("status", status),
