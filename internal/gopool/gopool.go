@@ -205,17 +205,3 @@ func (p *Pool) Close() {
 	}
 	p.mu.Unlock()
 }
-
-// Dispatcher adapts the pool to protoactor's actor.Dispatcher, so actor
-// mailboxes are processed on pooled goroutines too.
-type Dispatcher struct {
-	Pool *Pool
-	// N is the number of messages a mailbox processes before yielding.
-	N int
-}
-
-// Schedule implements actor.Dispatcher.
-func (d Dispatcher) Schedule(fn func()) { d.Pool.Go(fn) }
-
-// Throughput implements actor.Dispatcher.
-func (d Dispatcher) Throughput() int { return d.N }
