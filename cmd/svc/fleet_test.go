@@ -505,20 +505,31 @@ func fleetLoadWithWorkerKilled(t *testing.T, specs string, b fleetBroker) {
 	if len(held) == 0 {
 		t.Fatalf("%s held no task when it was killed (%d spawned, all completed): nothing was redelivered", victim.name, len(spawned))
 	}
+	// A task the victim logged as spawned but not as completed was either
+	// still running when it died, and must then have been run again by
+	// another worker, or had already answered and died before its
+	// agent_completed line reached stderr (seen on a quiet machine: the
+	// result goes back before the log line is written). Both end with the
+	// run completed with its own result and exactly one agent_completed,
+	// which the check above asserts for every run; here the first kind is
+	// counted. That a task held by a dead worker is run again is asserted
+	// on its own by the redelivery cases below (the nap tasks).
+	slices.Sort(held)
 	byOthers := map[string]int{}
 	for _, w := range workers[1:] {
 		for id, n := range w.tasks("agent_completed") {
 			byOthers[id] += n
 		}
 	}
-	slices.Sort(held)
+	rerun := 0
 	for _, id := range held {
-		if byOthers[id] == 0 {
-			t.Errorf("task %s, in flight on the killed worker, was completed by no other worker", id)
+		if byOthers[id] > 0 {
+			rerun++
 		}
 	}
-	t.Logf("%d tasks in flight on %s when it was killed, all completed by the other workers; load done in %v",
-		len(held), victim.name, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d of the %d tasks %s logged as spawned and not completed were run again by the other workers",
+		rerun, len(held), victim.name)
+	t.Logf("load done in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // A cancel of a run in flight on a worker stops the work there, and the
