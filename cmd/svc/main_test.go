@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/svcproc"
+
 	"go.uber.org/goleak"
 )
 
@@ -32,15 +34,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	svcBin = filepath.Join(dir, "svc")
-	args := []string{"build", "-o", svcBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build:", err)
+	if svcBin, err = svcproc.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -68,7 +63,7 @@ func svcExec(t *testing.T, env []string, stdin string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, svcBin, args...)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = append(svcproc.Env(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -87,23 +82,6 @@ func svcExec(t *testing.T, env []string, stdin string, args ...string) result {
 	r := result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 	checkNoRace(t, r.stderr)
 	return r
-}
-
-// cleanEnv is the test's environment without the variables svc reads, so
-// that a developer's SVC_AUTH_TOKEN cannot change what the tests see. A race
-// build sleeps a second at exit by default to catch late reports; the tests
-// start dozens of processes, so they trade that for speed.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SVC_") && !strings.HasPrefix(kv, "GORACE=") {
-			env = append(env, kv)
-		}
-	}
-	if raceEnabled {
-		env = append(env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	}
-	return env
 }
 
 func checkNoRace(t *testing.T, stderr string) {
@@ -152,7 +130,7 @@ type proc struct {
 func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(svcBin, args...)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = append(svcproc.Env(), env...)
 	p := &proc{name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/svcproc"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/svc-dev/svc"
@@ -78,7 +80,7 @@ func TestMCPStdio(t *testing.T) {
 	t.Parallel()
 	specs := writeSpecs(t, mcpSpecs)
 	cmd := exec.Command(svcBin, "mcp", "--specs", specs)
-	cmd.Env = cleanEnv()
+	cmd.Env = svcproc.Env()
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	ctx := context.Background()
@@ -149,7 +151,7 @@ func TestMCPStdioTypeScriptClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "testdata/mcpclient/client.cjs", svcBin, "mcp", "--specs", specs)
-	cmd.Env = append(cleanEnv(), "SVC_MCP_SDK="+sdk)
+	cmd.Env = append(svcproc.Env(), "SVC_MCP_SDK="+sdk)
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

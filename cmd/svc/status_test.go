@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/svcproc"
+
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/testutil"
 )
@@ -351,7 +353,7 @@ type statusProc struct {
 func startStatus(t *testing.T, env []string, args ...string) *statusProc {
 	t.Helper()
 	p := &statusProc{cmd: exec.Command(svcBin, append([]string{"status"}, args...)...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Env = append(svcproc.Env(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

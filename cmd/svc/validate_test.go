@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/svcproc"
+
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
@@ -116,7 +118,7 @@ func TestServeOutsideRepositoryNeedsSpecs(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, svcBin, "serve", "--port", "0", "--data-dir", t.TempDir())
 	cmd.Dir = t.TempDir()
-	cmd.Env = cleanEnv()
+	cmd.Env = svcproc.Env()
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
