@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -14,10 +13,10 @@ import (
 // wait their turn instead of each starting a goroutine (a
 // gather's spawn burst started thousands, each keeping an 8 KiB stack).
 func TestDispatcherBoundsWorkers(t *testing.T) {
-	pool := gopool.New(time.Minute)
-	defer pool.Close()
 	const max, n = 3, 200
-	d := NewDispatcher(pool, 10, max)
+	pool := NewDispatcherPool(time.Minute, max)
+	defer pool.Close()
+	d := NewDispatcher(pool, 10)
 	if d.Throughput() != 10 {
 		t.Fatalf("Throughput() = %d, want 10", d.Throughput())
 	}
@@ -59,9 +58,9 @@ func TestDispatcherBoundsWorkers(t *testing.T) {
 // Mailboxes scheduled while every worker is busy run once one is free, in
 // the order they were scheduled, and the queue starts over once drained.
 func TestDispatcherQueueDrains(t *testing.T) {
-	pool := gopool.New(time.Minute)
+	pool := NewDispatcherPool(time.Minute, 1)
 	defer pool.Close()
-	d := NewDispatcher(pool, 1, 1)
+	d := NewDispatcher(pool, 1)
 	for round := range 3 {
 		var wg sync.WaitGroup
 		var order []int // one worker: no lock needed beyond wg
@@ -75,11 +74,8 @@ func TestDispatcherQueueDrains(t *testing.T) {
 				t.Fatalf("round %d: mailbox %d ran %dth", round, v, i)
 			}
 		}
-		d.mu.Lock()
-		q, h := len(d.queue), d.head
-		d.mu.Unlock()
-		if q != h {
-			t.Fatalf("round %d: %d queued mailboxes left after all ran", round, q-h)
+		if q := pool.Queued(); q != 0 {
+			t.Fatalf("round %d: %d queued mailboxes left after all ran", round, q)
 		}
 	}
 }

@@ -242,11 +242,11 @@ func New(cfg Config) (rt *Runtime, err error) {
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.host.prefix})
 	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
-	rt.mailboxes = gopool.New(5 * time.Second)
+	rt.mailboxes = actors.NewDispatcherPool(5*time.Second, 0)
 	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
-		Dispatcher: actors.NewDispatcher(rt.mailboxes, 300, 0), Execute: cfg.Execute, Backend: cfg.Backend,
+		Dispatcher: actors.NewDispatcher(rt.mailboxes, 300), Execute: cfg.Execute, Backend: cfg.Backend,
 		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter), Root: rt.system.Root}
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher

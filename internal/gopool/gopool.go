@@ -9,16 +9,25 @@ import (
 	"time"
 )
 
-// Pool is an unbounded pool: Go never blocks and never queues; it hands f to
-// an idle worker or starts a new one. Idle workers wait on a stack (the most
+// Pool runs functions on reused goroutines. Go never blocks: it hands f to
+// an idle worker or starts a new one; a bounded pool (NewBounded) that has
+// its maximum of workers busy queues f instead, in order, for the next
+// worker that finishes its function. Idle workers wait on a stack (the most
 // recently used is reused first, so the rest can age out) and a janitor
 // retires those idle for longer than the idle timeout. There is no timer per
-// task. Use New; stop with Close.
+// task. Use New or NewBounded; stop with Close.
 type Pool struct {
 	mu     sync.Mutex
 	idle   []*worker // LIFO; idle[0] has waited longest
 	closed bool
 	live   int
+	// max bounds live (0: unbounded); queue holds, FIFO from head, what
+	// Go was handed while max workers were busy. Both are under mu, the
+	// lock Go takes anyway to find an idle worker: a bounded pool costs a
+	// hand-off no more than an unbounded one.
+	max   int
+	queue []func()
+	head  int
 	// live and late (the functions started after Close) count what Close
 	// waits for; they are counted under mu rather than in a WaitGroup,
 	// whose Add must not race with Close's Wait (a timer may hand work to
@@ -51,9 +60,15 @@ type worker struct {
 	idle bool
 }
 
-// New returns a pool whose workers exit after idle without work.
-func New(idle time.Duration) *Pool {
-	p := &Pool{idleFor: idle, stop: make(chan struct{}), epoch: time.Now()}
+// New returns an unbounded pool whose workers exit after idle without work.
+func New(idle time.Duration) *Pool { return NewBounded(idle, 0) }
+
+// NewBounded returns a pool that runs at most max functions at once
+// (unbounded when max <= 0) and queues the rest in order; its workers
+// exit after idle without work. Functions that block hold their workers,
+// so a bounded pool is for functions that never wait on one another.
+func NewBounded(idle time.Duration, max int) *Pool {
+	p := &Pool{idleFor: idle, stop: make(chan struct{}), epoch: time.Now(), max: max}
 	p.exited = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.janitor()
@@ -65,6 +80,21 @@ func (p *Pool) Workers() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live
+}
+
+// Busy is the number of workers running a function now (live ones that
+// are not idle).
+func (p *Pool) Busy() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live - len(p.idle)
+}
+
+// Queued is the number of functions waiting for a worker of a bounded pool.
+func (p *Pool) Queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) - p.head
 }
 
 // Go runs f on a pooled goroutine. After Close, f runs on a goroutine of its
@@ -91,6 +121,13 @@ func (p *Pool) Go(f func()) {
 			}()
 			f()
 		}()
+		return
+	}
+	if p.max > 0 && p.live >= p.max {
+		// No worker is idle (it would have been handed f), so all max
+		// are busy: the first to finish takes f (park).
+		p.push(f)
+		p.mu.Unlock()
 		return
 	}
 	p.live++
@@ -128,13 +165,17 @@ func (p *Pool) Rejoin() {
 	p.mu.Unlock()
 }
 
-// park puts an idle worker on the stack and waits until it is handed a
-// function, which it returns; nil means the worker should exit (retired,
-// or the pool is closed).
+// park returns the next queued function, if there is one; else it puts
+// the worker on the idle stack and waits until it is handed a function,
+// which it returns. nil means the worker should exit (retired, or the pool
+// is closed and its queue drained).
 func (p *Pool) park(w *worker) func() {
 	last := time.Since(p.epoch)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if f := p.pop(); f != nil {
+		return f
+	}
 	if p.closed {
 		return nil
 	}
@@ -145,6 +186,34 @@ func (p *Pool) park(w *worker) func() {
 	}
 	f := w.f
 	w.f = nil
+	return f
+}
+
+// push queues f for the next worker to finish; p.mu is held.
+func (p *Pool) push(f func()) {
+	if len(p.queue) == cap(p.queue) && p.head > 0 {
+		// Reuse the consumed front before growing.
+		n := copy(p.queue, p.queue[p.head:])
+		clear(p.queue[n:])
+		p.queue, p.head = p.queue[:n], 0
+	}
+	p.queue = append(p.queue, f)
+}
+
+// pop takes the oldest queued function, nil when none is; p.mu is held.
+func (p *Pool) pop() func() {
+	if p.head == len(p.queue) {
+		return nil
+	}
+	f := p.queue[p.head]
+	p.queue[p.head] = nil
+	p.head++
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+		if cap(p.queue) > 4096 {
+			p.queue = nil // a burst's backlog is not kept
+		}
+	}
 	return f
 }
 
@@ -184,7 +253,8 @@ func (p *Pool) janitor() {
 }
 
 // Close makes idle workers exit and waits for every worker (and function
-// started after Close) to finish, but for as many as are detached: those
+// started after Close) to finish, the functions queued in a bounded pool
+// included, but for as many as are detached: those
 // exit on their own if their functions ever return. Calling Go after
 // Close still runs f.
 func (p *Pool) Close() {

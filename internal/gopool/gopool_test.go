@@ -130,3 +130,71 @@ func TestCloseSkipsDetached(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A bounded pool runs at most max functions at once; the rest wait, and
+// each runs on a worker that finished, not on a new goroutine (the order
+// of a one-worker queue is actors' TestDispatcherQueueDrains).
+func TestBoundedQueuesInOrder(t *testing.T) {
+	const max, n = 2, 100
+	p := NewBounded(time.Minute, max)
+	release := make(chan struct{})
+	var running, peak atomic.Int32
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		p.Go(func() {
+			defer wg.Done()
+			r := running.Add(1)
+			defer running.Add(-1)
+			for q := peak.Load(); r > q && !peak.CompareAndSwap(q, r); q = peak.Load() {
+			}
+			if i < max {
+				<-release
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+		})
+	}
+	if w, q := p.Workers(), p.Queued(); w != max || q != n-max {
+		t.Errorf("with %d handed over and %d blocked: %d workers, %d queued; want %d and %d", n, max, w, q, max, n-max)
+	}
+	close(release)
+	wg.Wait()
+	if got := peak.Load(); got > max {
+		t.Errorf("%d ran at once, want at most %d", got, max)
+	}
+	if len(order) != n {
+		t.Fatalf("%d of %d ran", len(order), n)
+	}
+	if p.Queued() != 0 || p.Busy() != 0 {
+		t.Errorf("after all ran: %d queued, %d busy", p.Queued(), p.Busy())
+	}
+	p.Close()
+}
+
+// Close runs what a bounded pool still has queued before it returns:
+// nothing handed to the pool is dropped.
+func TestBoundedCloseDrainsQueue(t *testing.T) {
+	p := NewBounded(time.Minute, 1)
+	release := make(chan struct{})
+	var ran atomic.Int32
+	p.Go(func() { <-release; ran.Add(1) })
+	for range 10 {
+		p.Go(func() { ran.Add(1) })
+	}
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a function was still running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if got := ran.Load(); got != 11 {
+		t.Fatalf("Close returned after %d of 11 functions ran", got)
+	}
+}
