@@ -218,6 +218,28 @@ func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel finds, as a mouse does. The live views
+// re-render their rows as events arrive, which can replace the element
+// between chromedp finding it and clicking it ("Could not find node with
+// given id"); the click is then tried again on the new element, as a
+// person whose row moved would.
+func (b *browser) click(sel string) {
+	b.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, wait)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node") || time.Now().After(deadline) {
+			b.t.Fatalf("browser: clicking %s: %v (console: %v)", sel, err, b.errors())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func eval[T any](b *browser, expr string) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, wait)
@@ -387,7 +409,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// A click opens the drawer with the run's tree: the group, its agents,
 	// the failed item marked.
-	b.do(chromedp.Click(chromedp.CSS(runRow(fan))))
+	b.click(runRow(fan))
 	b.until("the drawer to show the fan run's tree", `document.querySelectorAll('#drawer-tree ul.tree li').length >= 4`)
 	b.until("the failed item to be marked", `!!document.querySelector('#drawer-tree li.st-failed')`)
 	if tl := b.text("#drawer-timeline"); !strings.Contains(tl, "agent_completed") {
@@ -403,7 +425,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	slow := submit(t, a, "slow", `{"text":"wait"}`)
 	b.until("the slow run to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(slow)))
 	testutil.Within(t, wait, "the slow run to start", func() bool { s, _ := runStatus(t, a, slow); return s == "running" })
-	b.do(chromedp.Click(chromedp.CSS(runRow(slow))))
+	b.click(runRow(slow))
 	b.until("the drawer to show the run running", `document.querySelector('#drawer-status .badge')?.textContent === 'running' && !document.querySelector('#drawer-cancel').disabled`)
 	b.do(chromedp.Click(chromedp.CSS("#drawer-cancel")))
 	b.until("the drawer to show the run cancelled", `document.querySelector('#drawer-status .badge')?.textContent === 'cancelled'`)
@@ -563,7 +585,7 @@ func TestDashboardPhone(t *testing.T) {
 		t.Errorf("the page is %d px wider than the phone's screen", w)
 	}
 	b.shot("phone")
-	b.do(chromedp.Click(chromedp.CSS(runRow(id))))
+	b.click(runRow(id))
 	b.until("the drawer", `!document.querySelector('#drawer').hidden`)
 	if w := eval[int](b, `Math.round(document.querySelector('#drawer').getBoundingClientRect().width)`); w > 390 {
 		t.Errorf("the drawer is %d px wide on a 390 px screen", w)

@@ -122,7 +122,7 @@ func TestDashboardCostAndTrace(t *testing.T) {
 			t.Fatalf("status of %s has trace_id %q", id, st.TraceID)
 		}
 		b.until("run "+id+" to appear live", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
-		b.do(chromedp.Click(chromedp.CSS(runRow(id))))
+		b.click(runRow(id))
 		b.until("the drawer to show the tree of trace "+st.TraceID,
 			fmt.Sprintf(`document.querySelector('#drawer-tree [data-trace]')?.dataset.trace === %q && document.querySelectorAll('#drawer-tree ul.tree li').length >= 1`, st.TraceID))
 		if got := b.text("#drawer-trace"); got != st.TraceID {
