@@ -194,7 +194,12 @@ type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 // mounted beside the router report domain errors.
 func Handle(fn HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		// Under AccessLog or Recoverer w already tracks the status, which
+		// is all answer needs: a second wrapper would track the same writes.
+		ww, ok := w.(middleware.WrapResponseWriter)
+		if !ok {
+			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		}
 		if err := fn(ww, r); err != nil {
 			answer(ww, r, err)
 		}
