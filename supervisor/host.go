@@ -286,8 +286,10 @@ func (g *gateway) Receive(c actor.Context) {
 			respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindRegistry, "no subscription %q", m.ID)))
 			return
 		}
-		s.cancel()
+		// Unsubscribed first: the subscription's end (SubscriptionEnded)
+		// is sent once it is cancelled, and must not overtake it.
 		respond(c, &msg.Unsubscribed{Ref: m.Ref, ID: m.ID})
+		s.cancel()
 	case *subDone:
 		if s, ok := g.subs[m.id]; ok {
 			delete(g.subs, m.id)
@@ -564,7 +566,11 @@ func (g *gateway) cancel(c actor.Context, m *msg.Cancel) {
 		})
 		return
 	}
-	found := false
+	// The answer goes out before anything is cancelled, so that a sender
+	// gets Cancelled before the replies of the runs it cancelled (those
+	// come from other actors, and could overtake it otherwise).
+	var sets []*callSet
+	var runs []string
 	if s := c.Sender(); s != nil {
 		if o, ok := g.owners[keyOf(s)]; ok {
 			for _, detached := range []bool{false, true} {
@@ -572,24 +578,28 @@ func (g *gateway) cancel(c actor.Context, m *msg.Cancel) {
 				if set, ok := o.sets[k]; ok {
 					// Later calls with this Ref get a new set.
 					delete(o.sets, k)
-					set.cancel()
-					found = true
+					sets = append(sets, set)
 				}
 			}
 			for _, r := range o.submits {
 				if r.ref == m.Ref {
-					g.h.cancelRun(r.runID)
-					found = true
+					runs = append(runs, r.runID)
 				}
 			}
-			g.forget(c, keyOf(s), func(*owner) {})
 		}
 	}
-	if !found {
+	if len(sets) == 0 && len(runs) == 0 {
 		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindRegistry, "no run with ref %q started by this sender is running", m.Ref)))
 		return
 	}
 	respond(c, &msg.Cancelled{Ref: m.Ref})
+	for _, set := range sets {
+		set.cancel()
+	}
+	for _, id := range runs {
+		g.h.cancelRun(id)
+	}
+	g.forget(c, keyOf(c.Sender()), func(*owner) {})
 }
 
 func (g *gateway) subscribe(c actor.Context, m *msg.Subscribe) {
