@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,5 +220,55 @@ func TestMessageAPIHostRestarts(t *testing.T) {
 	case id := <-strategy.children:
 		t.Errorf("the host's supervisor was asked about %s as well", id)
 	default:
+	}
+}
+
+// TestMessageAPISubscribeTarget: a subscription for another actor: the
+// sender gets Subscribed, the Target the events; when the Target stops
+// the subscription ends (the runtime holds nothing for it); a future as
+// the target is refused.
+func TestMessageAPISubscribeTarget(t *testing.T) {
+	host := hostSystem(t)
+	rt := hostRuntime(t, host, supervisor.Config{Shards: 1}, echo("echo", nil))
+	sender, fromAPI := probe(host)
+	target, events := probe(host)
+	host.Root.RequestWithCustomSender(rt.PID(), &msg.Subscribe{Ref: "s", Target: target,
+		Filter: svc.EventFilter{EventTypes: []svc.EventType{svc.EventAgentCompleted}}}, sender)
+	sub := next[*msg.Subscribed](t, fromAPI)
+	if sub.Ref != "s" || sub.ID == "" {
+		t.Fatalf("subscribed = %+v", sub)
+	}
+	if _, ok := request(t, host, rt.PID(), &msg.RunAgent{Agent: "echo", Task: svc.TaskSpec{ID: "t", Input: json.RawMessage(`1`)}}).(*msg.AgentResult); !ok {
+		t.Fatal("run failed")
+	}
+	if ev := next[*msg.RuntimeEvent](t, events); ev.Subscription != sub.ID || ev.Event.TaskID != "t" {
+		t.Fatalf("event at the target = %+v", ev)
+	}
+	select {
+	case m := <-fromAPI:
+		t.Fatalf("the sender got %T, want nothing more", m)
+	default:
+	}
+	// The target stops: its subscription ends, and with it the SSE
+	// subscriber actor that fed it.
+	subscribers := func() int {
+		n := 0
+		for _, id := range localIDs(host) {
+			if strings.HasPrefix(id, "svc/subscribers/") {
+				n++
+			}
+		}
+		return n
+	}
+	if subscribers() != 1 {
+		t.Fatalf("%d SSE subscriber actors under svc/, want the subscription's one: %v", subscribers(), localIDs(host))
+	}
+	_ = host.Root.StopFuture(target).Wait()
+	testutil.Eventually(t, "the stopped target's subscription ended", func() bool { return subscribers() == 0 })
+	if e, ok := request(t, host, rt.PID(), &msg.Unsubscribe{Ref: "u", ID: sub.ID}).(*msg.Error); !ok || e.Kind != svc.KindRegistry {
+		t.Fatalf("unsubscribe after the target stopped = %#v, want no such subscription", e)
+	}
+	if e, ok := request(t, host, rt.PID(), &msg.Subscribe{Ref: "f"}).(*msg.Error); !ok || e.Kind != svc.KindSpecValidation {
+		t.Fatalf("subscribe from a future = %#v, want a SpecValidationError", e)
 	}
 }
