@@ -101,7 +101,8 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 	if st := api(t, a, "", http.MethodGet, "/runs/"+echo+"/result", "", &res); st != http.StatusOK || res.Metadata.TokensUsed <= 0 {
 		t.Fatalf("result of %s: %d %+v", echo, st, res)
 	}
-	b.until("the echo run's tokens", fmt.Sprintf(`document.querySelector(%q).cells[5].textContent === %q`, runRow(echo), fmt.Sprint(res.Metadata.TokensUsed)))
+	b.until("every run listed again", fmt.Sprintf(`%s === %q`, liveRows, sortedIDs(want[""]...)))
+	b.until("the echo run's tokens", fmt.Sprintf(`document.querySelector(%q)?.cells[5].textContent === %q`, runRow(echo), fmt.Sprint(res.Metadata.TokensUsed)))
 	dur := regexp.MustCompile(`^\d+(\.\d)? (ms|s)$|^\d+m \d+s$`)
 	for _, id := range []string{echo, fan, failed, parent} {
 		if d := eval[string](b, fmt.Sprintf(`document.querySelector(%q).cells[4].textContent`, runRow(id))); !dur.MatchString(d) {
@@ -125,6 +126,54 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 		}
 	}
 	b.do(chromedp.Click(chromedp.CSS("#drawer-close")))
+
+	// Tools: p50, p95 and p99 per tool as /tools has them, and a click on
+	// a column sorts the rows by it, again the other way.
+	if st := api(t, a, "", http.MethodPost, "/agents/clock/run", `{"input":{"q":"time?"}}`, nil); st != http.StatusOK {
+		t.Fatalf("run clock: %d", st)
+	}
+	var raw struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	testutil.Within(t, wait, "two tools with calls in /tools", func() bool {
+		api(t, a, "", http.MethodGet, "/tools?group_by=tool", "", &raw)
+		return len(raw.Rows) >= 2
+	})
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#tools"))
+	for _, r := range raw.Rows {
+		b.until("tool row "+fmt.Sprint(r["tool"]), fmt.Sprintf(`[...document.querySelectorAll('#tools-table tbody tr')].some(tr => tr.cells[0].textContent === %q && tr.cells[2].textContent === %q && tr.cells[4].textContent === %q && tr.cells[5].textContent === %q && tr.cells[6].textContent === %q)`,
+			r["tool"], fmt.Sprint(r["calls"]), fmt.Sprintf("%.1f", r["p50_ms"]), fmt.Sprintf("%.1f", r["p95_ms"]), fmt.Sprintf("%.1f", r["p99_ms"])))
+	}
+	column := func(i int) []string {
+		return eval[[]string](b, fmt.Sprintf(`[...document.querySelectorAll('#tools-table tbody tr')].map(tr => tr.cells[%d].textContent)`, i))
+	}
+	numbers := func(xs []string) []float64 {
+		var out []float64
+		for _, x := range xs {
+			var f float64
+			fmt.Sscan(x, &f)
+			out = append(out, f)
+		}
+		return out
+	}
+	if c := numbers(column(2)); !slices.IsSortedFunc(c, func(x, y float64) int { return int(y - x) }) {
+		t.Errorf("the tools open sorted by calls, most first: %v", c)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`#tools-table th[data-key="calls"]`)))
+	b.until("sorted by calls, fewest first", `document.querySelector('#tools-table th[data-key="calls"]').dataset.sort === 'asc'`)
+	if c := numbers(column(2)); !slices.IsSorted(c) {
+		t.Errorf("sorted by calls ascending: %v", c)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`#tools-table th[data-key="tool"]`)))
+	b.until("sorted by tool", `document.querySelector('#tools-table th[data-key="tool"]').dataset.sort === 'asc'`)
+	if c := column(0); !slices.IsSorted(c) {
+		t.Errorf("sorted by tool: %v", c)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`#tools-table th[data-key="tool"]`)))
+	b.until("sorted by tool, backwards", `document.querySelector('#tools-table th[data-key="tool"]').dataset.sort === 'desc'`)
+	if c := column(0); !slices.IsSortedFunc(c, func(x, y string) int { return strings.Compare(y, x) }) {
+		t.Errorf("sorted by tool, descending: %v", c)
+	}
 
 	// Health: rejections by kind and error groups, as /runtime/stats has them.
 	var stats struct {
