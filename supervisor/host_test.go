@@ -294,12 +294,24 @@ func TestMessageAPICancelByRef(t *testing.T) {
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.RunAgent{Ref: "s", Agent: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}, pid)
 	testutil.Eventually(t, "the run in flight", func() bool { return rt.InFlight() == 1 })
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.Cancel{Ref: "s"}, pid)
-	if c := next[*msg.Cancelled](t, ch); c.Ref != "s" {
-		t.Fatalf("cancelled = %+v", c)
-	}
-	e := next[*msg.Error](t, ch)
-	if e.Ref != "s" || !errors.Is(e, svc.ErrCancelled) {
-		t.Fatalf("the cancelled run's reply = %#v, want a CancelledError", e)
+	// The Cancelled and the run's reply come from two goroutines: either
+	// may arrive first.
+	var cancelled, failed bool
+	for !cancelled || !failed {
+		switch m := next[any](t, ch).(type) {
+		case *msg.Cancelled:
+			if m.Ref != "s" || cancelled {
+				t.Fatalf("cancelled = %+v", m)
+			}
+			cancelled = true
+		case *msg.Error:
+			if m.Ref != "s" || !errors.Is(m, svc.ErrCancelled) || failed {
+				t.Fatalf("the cancelled run's reply = %#v, want a CancelledError", m)
+			}
+			failed = true
+		default:
+			t.Fatalf("unexpected %T", m)
+		}
 	}
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.Cancel{Ref: "s"}, pid)
 	if e := next[*msg.Error](t, ch); e.Kind != svc.KindRegistry {
@@ -364,11 +376,22 @@ func TestMessageAPISubscribe(t *testing.T) {
 		t.Fatalf("event = %+v", ev)
 	}
 	host.Root.RequestWithCustomSender(rt.PID(), &msg.Unsubscribe{Ref: "u", ID: sub.ID}, pid)
-	if u := next[*msg.Unsubscribed](t, ch); u.ID != sub.ID {
-		t.Fatalf("unsubscribed = %+v", u)
-	}
-	if end := next[*msg.SubscriptionEnded](t, ch); end.ID != sub.ID {
-		t.Fatalf("ended = %+v", end)
+	// Unsubscribed (the API's actor) and SubscriptionEnded (the
+	// subscription's goroutine) may arrive in either order.
+	var unsubscribed, ended bool
+	for !unsubscribed || !ended {
+		switch m := next[any](t, ch).(type) {
+		case *msg.Unsubscribed:
+			if m.ID != sub.ID || unsubscribed {
+				t.Fatalf("unsubscribed = %+v", m)
+			}
+			unsubscribed = true
+		case *msg.SubscriptionEnded:
+			if m.ID != sub.ID || ended {
+				t.Fatalf("ended = %+v", m)
+			}
+			ended = true
+		}
 	}
 
 	s := request(t, host, rt.PID(), &msg.Submit{Request: svc.SubmitRequest{Target: "echo", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}}}).(*msg.Submitted)
