@@ -188,6 +188,29 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 		return len(stats.ErrorGroups) > 0 && len(stats.Rejections) > 0
 	})
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	// The header meters are the API's header (the page polls every 5 s;
+	// nothing changes now but the slow run, which spends nothing yet).
+	meter := func(label string) string {
+		return fmt.Sprintf(`([...document.querySelectorAll('#health-meters .meter')].find(m => m.querySelector('.meter-label').textContent === %q)?.querySelector('.meter-value').textContent)`, label)
+	}
+	var header struct {
+		Header struct {
+			Spawned   int64 `json:"agents_spawned"`
+			Completed int64 `json:"agents_completed"`
+			Failed    int64 `json:"agents_failed"`
+			ToolCalls int64 `json:"tool_calls"`
+			Tokens    int64 `json:"tokens_used"`
+		} `json:"header"`
+	}
+	api(t, a, "", http.MethodGet, "/runtime/stats", "", &header)
+	hd := header.Header
+	if hd.Spawned >= 10_000 || hd.Tokens >= 10_000 {
+		t.Fatalf("header %+v: the meters below compare plain numbers", hd)
+	}
+	for label, v := range map[string]int64{"Tokens": hd.Tokens, "Spawns": hd.Spawned, "In flight": hd.Spawned - hd.Completed - hd.Failed,
+		"Completed": hd.Completed, "Failed": hd.Failed, "Tool calls": hd.ToolCalls} {
+		b.until(fmt.Sprintf("the %s meter at %d", label, v), fmt.Sprintf(`%s === %q`, meter(label), fmt.Sprint(v)))
+	}
 	for kind, n := range stats.Rejections {
 		b.until("rejection bar "+kind, fmt.Sprintf(`[...document.querySelectorAll('#rejections svg g title')].some(e => e.textContent === %q)`, fmt.Sprintf("%s: %d", kind, n)))
 	}
