@@ -530,6 +530,14 @@ func TestDashboardToken(t *testing.T) {
 	}
 	id := submit2(t, a, "right-token")
 	b.until("a run to appear with the token", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	// Asked once: another view and a reload of the tab use the kept token.
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	b.do(chromedp.Reload())
+	b.until("the reloaded tab to connect without asking", `document.querySelector('#conn').dataset.state === 'connected'`)
+	b.until("the usage view's rows with the kept token", `document.querySelectorAll('#usage-agent tbody tr').length >= 1`)
+	if eval[bool](b, `document.querySelector('#token-dialog').open`) {
+		t.Error("the reloaded tab asked for the token again")
+	}
 	for _, e := range b.errors() {
 		t.Errorf("console error: %s", e)
 	}
