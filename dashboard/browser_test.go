@@ -44,6 +44,9 @@ var specs = map[string]string{
 	"agents/slow.yaml":  "version: 1\nname: slow\nmodel: test:echo\ninstructions: Take a minute.\nmodel_settings: {latency_ms: 120000}\n",
 	"agents/item.yaml":  "version: 1\nname: item\nmodel: test:echo\ninstructions: One item.\nmodel_settings: {latency_ms: 200, fail_on: bad}\n",
 	"agents/clock.yaml": "version: 1\nname: clock\nmodel: test:echo\ninstructions: Tell the time.\ntools: [current_time]\ntrust_level: low\nmodel_settings: {call_tools: all}\n",
+	// parent spawns a helper child (spawn_agents), for a tree with a child nested under a tool.
+	"agents/parent.yaml": "version: 1\nname: parent\nmodel: test:echo\ninstructions: Spawn one.\nbuiltin_tools: [spawn_agents]\nmodel_settings:\n" +
+		"  call_tools: [spawn_agents]\n  tool_arguments:\n    spawn_agents: {agents: [{name: helper, instructions: help, input: {from: parent}}]}\n",
 	"groups/fan.yaml": "version: 1\nname: fan\nnodes:\n  split: {agent: echo}\n  work: {agent: item}\n" +
 		"edges:\n  - {from: split, to: work, fan_out: output.items, max_concurrency: 2}\n",
 }
@@ -549,6 +552,14 @@ func TestDashboardToken(t *testing.T) {
 	}
 	id := submit2(t, a, "right-token")
 	b.until("a run to appear with the token", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	// Asked once: another view and a reload of the tab use the kept token.
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	b.do(chromedp.Reload())
+	b.until("the reloaded tab to connect without asking", `document.querySelector('#conn').dataset.state === 'connected'`)
+	b.until("the usage view's rows with the kept token", `document.querySelectorAll('#usage-agent tbody tr').length >= 1`)
+	if eval[bool](b, `document.querySelector('#token-dialog').open`) {
+		t.Error("the reloaded tab asked for the token again")
+	}
 	for _, e := range b.errors() {
 		t.Errorf("console error: %s", e)
 	}
@@ -589,6 +600,28 @@ func TestDashboardPhone(t *testing.T) {
 	b.until("the drawer", `!document.querySelector('#drawer').hidden`)
 	if w := eval[int](b, `Math.round(document.querySelector('#drawer').getBoundingClientRect().width)`); w > 390 {
 		t.Errorf("the drawer is %d px wide on a 390 px screen", w)
+	}
+	b.do(chromedp.Click(chromedp.CSS("#drawer-close")))
+	// Every view, reached by its tab (each tab on the screen, so it can be
+	// tapped), shows its content and fits the screen's width.
+	for view, ready := range map[string]string{
+		"tree":    `document.querySelector('#view-tree').textContent.length > 0`,
+		"history": `document.querySelectorAll('#hist-table tbody tr.clickable').length >= 1`,
+		"usage":   `document.querySelectorAll('#usage-agent tbody tr').length >= 1`,
+		"tools":   `document.querySelectorAll('#tools-table tbody tr').length >= 1`,
+		"health":  `document.querySelectorAll('#health-meters .meter').length >= 6`,
+		"groups":  `document.querySelectorAll('[data-group="fan"] svg g.node').length === 2`,
+	} {
+		tab := fmt.Sprintf(`#tabs a[data-view=%q]`, view)
+		if r := eval[[]float64](b, fmt.Sprintf(`(r => [r.left, r.right, r.width])(document.querySelector(%q).getBoundingClientRect())`, tab)); len(r) != 3 || r[2] == 0 || r[0] < 0 || r[1] > 390 {
+			// Off screen: the tab bar must scroll it into reach.
+			b.do(chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).scrollIntoView()`, tab)))
+		}
+		b.do(chromedp.Click(chromedp.CSS(tab)))
+		b.until("the "+view+" view at phone width", fmt.Sprintf(`!document.querySelector('#view-%s').hidden && (%s)`, view, ready))
+		if w := eval[int](b, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+			t.Errorf("the %s view is %d px wider than the phone's screen", view, w)
+		}
 	}
 	for _, e := range b.errors() {
 		t.Errorf("console error: %s", e)

@@ -111,3 +111,60 @@ func TestSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyPublicAPI: every request the page makes goes through api.js's
+// call or stream, and each path it names is a route of the public HTTP
+// API the clients use (issue 16 part 2); no other script fetches.
+func TestOnlyPublicAPI(t *testing.T) {
+	public := regexp.MustCompile(`^(runs|runs/X/(status|result|stream|cancel|tree)|events|events/stream|usage|tools|runtime/stats|agents|groups|groups/X/topology)$`)
+	app, err := os.ReadFile(filepath.Join("static", "js", "app.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, loc := range regexp.MustCompile(`\b(?:call|stream)\(`).FindAllIndex(app, -1) {
+		arg := firstArg(app[loc[1]:])
+		path := regexp.MustCompile(`\$\{[^}]*\}`).ReplaceAllString(strings.Trim(arg, "`"), "X") // template holes
+		path = regexp.MustCompile(`'\s*\+.*?\+\s*'`).ReplaceAllString(path, "X")                // 'a/' + x + '/b'
+		path = regexp.MustCompile(`'\s*\+.*$`).ReplaceAllString(path, "")                       // 'a?b=' + x
+		path = strings.Trim(path, "'")
+		path, _, _ = strings.Cut(path, "?")
+		if !public.MatchString(path) {
+			t.Errorf("app.js calls %s (%s): not a route of the public API", path, arg)
+		}
+		n++
+	}
+	if n < 15 {
+		t.Errorf("found %d calls in app.js: the pattern no longer reads them", n)
+	}
+	for _, js := range []string{"app.js", "svg.js"} {
+		data, _ := os.ReadFile(filepath.Join("static", "js", js))
+		if regexp.MustCompile(`\bfetch\(|XMLHttpRequest|WebSocket|sendBeacon`).Match(data) {
+			t.Errorf("%s makes a request of its own, not through api.js", js)
+		}
+	}
+}
+
+// firstArg is the first argument of a call whose text starts at src (just
+// after its open parenthesis): up to the first comma or close parenthesis
+// outside parentheses and string literals.
+func firstArg(src []byte) string {
+	depth, quote := 0, byte(0)
+	for i, c := range src {
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '`' || c == '"':
+			quote = c
+		case c == '(':
+			depth++
+		case c == ')' && depth == 0, c == ',' && depth == 0:
+			return strings.TrimSpace(string(src[:i]))
+		case c == ')':
+			depth--
+		}
+	}
+	return string(src)
+}
