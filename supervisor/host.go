@@ -612,6 +612,10 @@ func (g *gateway) subscribe(c actor.Context, m *msg.Subscribe) {
 		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindSpecValidation, "subscribe: the target must be an actor: give Target, or send with ctx.Request from an actor")))
 		return
 	}
+	if m.Window < 0 {
+		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindSpecValidation, "subscribe: window %d: want 0 (the default, %d) or more", m.Window, msg.DefaultWindow)))
+		return
+	}
 	if m.RunID == "" && h.events == nil {
 		respond(c, msg.NewError(m.Ref, svc.Errorf(svc.KindSpecValidation, "subscribe: this runtime has no live event source (supervisor.Config.Events)")))
 		return
@@ -649,14 +653,23 @@ func (g *gateway) subscribe(c actor.Context, m *msg.Subscribe) {
 // started once it is live; it returns the events dropped.
 func (h *hostAPI) forward(ctx context.Context, m *msg.Subscribe, id string, target *actor.PID, started func()) (uint64, error) {
 	root := h.rt.system.Root
+	// Target's mailbox has no bound (protoactor's): the window stands in
+	// for the socket of an SSE stream, so the delivery waits for Target's
+	// acknowledgements instead of filling its mailbox.
+	flow := msg.NewFlow(m.Window)
 	if m.RunID != "" {
 		events, err := h.rt.RunEvents(ctx, m.RunID, 0)
 		if err != nil {
 			return 0, err
 		}
 		started()
+		// A run's events are kept by the store: waiting for the window
+		// loses none (the channel ends when ctx does).
 		for ev := range events {
-			root.Send(target, &msg.RunEvent{Subscription: id, Event: ev})
+			if !flow.Acquire(ctx.Done()) {
+				flow.Take()
+			}
+			root.Send(target, msg.NewRunEvent(flow, id, ev))
 		}
 		return 0, nil
 	}
@@ -666,11 +679,16 @@ func (h *hostAPI) forward(ctx context.Context, m *msg.Subscribe, id string, targ
 	}
 	defer sub.Close()
 	started()
-	// Ended (Unsubscribe, the target stopped, Shutdown), the subscription
-	// closes Events: what it had queued still goes out, then
-	// SubscriptionEnded.
+	// While the window is full, events wait in the subscription's bounded
+	// queue, which drops and counts what finds it full. Ended
+	// (Unsubscribe, the target stopped, Shutdown), the subscription closes
+	// Events: what it had queued (a bounded number) still goes out,
+	// window or not, then SubscriptionEnded.
 	for ev := range sub.Events() {
-		root.Send(target, &msg.RuntimeEvent{Subscription: id, Event: ev, Dropped: sub.Dropped()})
+		if !flow.Acquire(ctx.Done()) {
+			flow.Take()
+		}
+		root.Send(target, msg.NewRuntimeEvent(flow, id, ev, sub.Dropped()))
 	}
 	_ = sub.Close()
 	return sub.Dropped(), nil

@@ -3,8 +3,7 @@ package supervisor_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"sync/atomic"
+		"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,18 +16,11 @@ import (
 )
 
 // TestMessageAPISubscribeStalledTarget: a target actor that stops reading
-// holds at most a bounded number of events (the subscription's queue, as
-// for a stalled SSE client), the rest are dropped and counted, and runs
-// are not held up by it.
-//
-// It fails today: the subscription's goroutine drains the bounded SSE
-// queue into the target's mailbox with Send, and a protoactor mailbox has
-// no bound, so a stalled target is handed every event and none is
-// dropped (issue 18 part 2). Set SVC_AUDIT_GAPS=1 to run it.
+// is handed at most its window of events (the rest wait in the
+// subscription's bounded queue, as for a stalled SSE client), the rest
+// are dropped and counted, and runs are not held up by it. Once it reads
+// again (acknowledging with AckEvents), events flow again.
 func TestMessageAPISubscribeStalledTarget(t *testing.T) {
-	if os.Getenv("SVC_AUDIT_GAPS") != "1" {
-		t.Skip("known gap (issue 18 part 2): a stalled subscriber actor's mailbox is unbounded; SVC_AUDIT_GAPS=1 runs it")
-	}
 	host := hostSystem(t)
 	const queue = 8
 	live, err := sse.New(host, sse.Config{QueueSize: queue, Prefix: "svc"})
@@ -48,9 +40,9 @@ func TestMessageAPISubscribeStalledTarget(t *testing.T) {
 		case *msg.SubscriptionEnded:
 			ended <- m
 		}
-	}))
+	}, actor.WithReceiverMiddleware(msg.AckEvents)))
 	pid, ch := probe(host)
-	host.Root.RequestWithCustomSender(rt.PID(), &msg.Subscribe{Target: target}, pid)
+	host.Root.RequestWithCustomSender(rt.PID(), &msg.Subscribe{Target: target, Window: queue}, pid)
 	sub := next[*msg.Subscribed](t, ch)
 	// Paced: a few events at a time, as a busy runtime emits them, not
 	// one burst that overflows the emitter by itself.
@@ -79,12 +71,62 @@ func TestMessageAPISubscribeStalledTarget(t *testing.T) {
 	}
 	delivered := got.Load()
 	t.Logf("%d delivered, %d dropped, of %d emitted (+ the runs' events)", delivered, end.Dropped, n)
-	// The stalled target's share: its subscription queue, what is in
-	// transit in the emitter (one more queue), and one in its hand.
+	// The stalled target's share: its window, and when the subscription
+	// ended, what its queue and the emitter's held (one more queue each).
 	if limit := int64(4*queue + 1); delivered > limit {
 		t.Errorf("a stalled target was handed %d events, want at most %d: the subscription is not bounded", delivered, limit)
 	}
 	if end.Dropped == 0 {
 		t.Errorf("nothing counted dropped")
+	}
+}
+
+// TestMessageAPISubscribeWindow: a target that acknowledges (AckEvents)
+// gets every event however many more than its window; one that never
+// acknowledges gets its window's worth and no more while the
+// subscription lasts.
+func TestMessageAPISubscribeWindow(t *testing.T) {
+	host := hostSystem(t)
+	live, err := sse.New(host, sse.Config{QueueSize: 64, Prefix: "svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	rt := hostRuntime(t, host, supervisor.Config{Shards: 1, Events: live, Emitter: live})
+	const window, n = 4, 200
+	var acking, silent atomic.Int64
+	spawn := func(count *atomic.Int64, opts ...actor.PropsOption) *actor.PID {
+		return host.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			if _, ok := c.Message().(*msg.RuntimeEvent); ok {
+				count.Add(1)
+			}
+		}, opts...))
+	}
+	a := spawn(&acking, actor.WithReceiverMiddleware(msg.AckEvents))
+	s := spawn(&silent)
+	pid, ch := probe(host)
+	for _, target := range []*actor.PID{a, s} {
+		host.Root.RequestWithCustomSender(rt.PID(), &msg.Subscribe{Target: target, Window: window}, pid)
+		next[*msg.Subscribed](t, ch)
+	}
+	for i := range n {
+		live.Emit(svc.RuntimeEvent{EventType: svc.EventAgentSpawned, TaskID: fmt.Sprint(i)})
+		if i%8 == 0 {
+			time.Sleep(time.Millisecond) // paced: the queues never overflow
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for acking.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := acking.Load(); got != n {
+		t.Errorf("the acknowledging target got %d of %d events through a window of %d", got, n, window)
+	}
+	if got := silent.Load(); got != window {
+		t.Errorf("the target that never acknowledges got %d events, want its window, %d", got, window)
+	}
+	host.Root.RequestWithCustomSender(rt.PID(), &msg.Subscribe{Window: -1}, pid)
+	if e := next[*msg.Error](t, ch); e.Kind != svc.KindSpecValidation {
+		t.Errorf("Subscribe with Window -1 = %#v, want a SpecValidationError", e)
 	}
 }

@@ -21,6 +21,8 @@
 package msg
 
 import (
+	"sync/atomic"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/svc-dev/svc"
@@ -83,16 +85,31 @@ type Cancel struct {
 // first, then live, ending after its terminal event. Without, they are
 // the runtime's *RuntimeEvent messages that Filter matches, live, through
 // the bounded queue of an SSE subscriber (the SSE emitter's QueueSize,
-// 1024 by default): an event that finds it full is dropped and counted,
-// as for an SSE client, so a slow Target never holds up a run. Target
-// must be an actor, not a future. Reply: *Subscribed or *Error. When the
-// subscription ends, Target gets *SubscriptionEnded.
+// 1024 by default).
+//
+// Delivery is bounded as an SSE stream's is: at most Window events are
+// handed to Target before it acknowledges them (Ack, or the AckEvents
+// middleware on Target's props acknowledges each one once Receive has
+// handled it). A Target that falls behind stops the delivery, not the
+// runtime: its runtime events wait in the bounded queue, and those that
+// find it full are dropped and counted (Dropped), as for an SSE client,
+// so a slow Target never holds up a run nor fills its own mailbox. A
+// Target that never acknowledges gets its first Window events only.
+// Target must be an actor, not a future. Reply: *Subscribed or *Error.
+// When the subscription ends, Target gets *SubscriptionEnded (and what
+// was queued for it, whatever its window).
 type Subscribe struct {
 	Ref    string
 	RunID  string
 	Filter svc.EventFilter
 	Target *actor.PID
+	// Window is how many events Target may have unacknowledged
+	// (DefaultWindow when 0; at least 1).
+	Window int
 }
+
+// DefaultWindow is a subscription's Window when Subscribe gives none.
+const DefaultWindow = 256
 
 // Unsubscribe ends a subscription: the events it had queued still
 // arrive, then *SubscriptionEnded. Reply: *Unsubscribed or *Error.
@@ -152,12 +169,111 @@ type RuntimeEvent struct {
 	Subscription string
 	Event        svc.RuntimeEvent
 	Dropped      uint64
+	ack          acker
 }
+
+// Ack acknowledges the event, opening the subscription's window for one
+// more (see Subscribe). Acknowledging an event again does nothing.
+func (e *RuntimeEvent) Ack() { e.ack.ack() }
 
 // RunEvent is one event of a submitted run's subscription.
 type RunEvent struct {
 	Subscription string
 	Event        svc.RunEvent
+	ack          acker
+}
+
+// Ack acknowledges the event, opening the subscription's window for one
+// more (see Subscribe). Acknowledging an event again does nothing.
+func (e *RunEvent) Ack() { e.ack.ack() }
+
+// NewRuntimeEvent is a subscription's runtime event, counted in f's
+// window until acknowledged. For the runtime's use.
+func NewRuntimeEvent(f *Flow, subscription string, ev svc.RuntimeEvent, dropped uint64) *RuntimeEvent {
+	return &RuntimeEvent{Subscription: subscription, Event: ev, Dropped: dropped, ack: acker{flow: f}}
+}
+
+// NewRunEvent is a run subscription's event, counted in f's window until
+// acknowledged. For the runtime's use.
+func NewRunEvent(f *Flow, subscription string, ev svc.RunEvent) *RunEvent {
+	return &RunEvent{Subscription: subscription, Event: ev, ack: acker{flow: f}}
+}
+
+// AckEvents is receiver middleware that acknowledges each *RuntimeEvent
+// and *RunEvent once the actor's Receive has handled it: give it to a
+// subscriber's props, actor.WithReceiverMiddleware(msg.AckEvents), and
+// the subscription's window moves on as the actor keeps up.
+func AckEvents(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		next(c, env)
+		switch m := env.Message.(type) {
+		case *RuntimeEvent:
+			m.Ack()
+		case *RunEvent:
+			m.Ack()
+		}
+	}
+}
+
+// Flow is a subscription's window: the events handed to its target and
+// not yet acknowledged. The runtime takes a place (Acquire) before each
+// event it sends and the event's Ack gives it back.
+type Flow struct {
+	size int64
+	out  atomic.Int64
+	wake chan struct{} // a place came free
+}
+
+// NewFlow returns a window of size events (DefaultWindow when size <= 0).
+func NewFlow(size int) *Flow {
+	if size <= 0 {
+		size = DefaultWindow
+	}
+	return &Flow{size: int64(size), wake: make(chan struct{}, 1)}
+}
+
+// Acquire waits for a place in the window; false when done ended first.
+func (f *Flow) Acquire(done <-chan struct{}) bool {
+	for {
+		if n := f.out.Load(); n < f.size {
+			if f.out.CompareAndSwap(n, n+1) {
+				return true
+			}
+			continue
+		}
+		select {
+		case <-f.wake:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// Take counts an event sent without waiting for a place (what was queued
+// when the subscription ended).
+func (f *Flow) Take() { f.out.Add(1) }
+
+// Outstanding is the number of events sent and not yet acknowledged.
+func (f *Flow) Outstanding() int { return int(f.out.Load()) }
+
+func (f *Flow) release() {
+	f.out.Add(-1)
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// acker gives an event's place back to its flow, once.
+type acker struct {
+	flow  *Flow
+	acked atomic.Bool
+}
+
+func (a *acker) ack() {
+	if a.flow != nil && a.acked.CompareAndSwap(false, true) {
+		a.flow.release()
+	}
 }
 
 // SubscriptionEnded is the last message of a subscription, with the

@@ -140,7 +140,10 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		// The monitor first, so that it sees every run's events.
-		c.monitor = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &monitor{api: c.api} }))
+		// msg.AckEvents acknowledges each event once Receive has handled
+		// it, which moves the subscription's window on.
+		c.monitor = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &monitor{api: c.api} },
+			actor.WithReceiverMiddleware(msg.AckEvents)))
 	case monitorReady:
 		ctx.Request(c.api, &msg.Submit{Ref: "slow", Request: svc.SubmitRequest{Target: "slow", Task: svc.TaskSpec{Input: json.RawMessage(`"slow"`)}}})
 		for i := range c.n {
