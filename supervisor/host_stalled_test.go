@@ -3,7 +3,7 @@ package supervisor_test
 import (
 	"encoding/json"
 	"fmt"
-		"sync/atomic"
+	"sync/atomic"
 	"testing"
 	"time"
 
