@@ -87,6 +87,22 @@ func summarize(in io.Reader, out io.Writer) bool {
 				// TestMain, a goroutine leak, a build error) says why
 				// in its own output.
 				fmt.Fprintf(out, "FAIL %s %.1fs\n%s", e.Package, e.Elapsed, strings.Join(lines, ""))
+				// Tests that never ended (the package timed out, or
+				// exited under them) have their output, the timeout's
+				// goroutine dump included, under their own names.
+				var unfinished []string
+				for k := range output {
+					if pkg, test, _ := strings.Cut(k, "\x00"); pkg == e.Package && test != "" {
+						unfinished = append(unfinished, k)
+					}
+				}
+				sort.Strings(unfinished)
+				for _, k := range unfinished {
+					_, test, _ := strings.Cut(k, "\x00")
+					failed = append(failed, e.Package+"."+test+" (did not finish)")
+					fmt.Fprintf(out, "--- DID NOT FINISH %s %s\n%s", e.Package, test, strings.Join(output[k], ""))
+					delete(output, k)
+				}
 			case e.Test == "":
 				// A package without tests.
 			case e.Action == "pass":

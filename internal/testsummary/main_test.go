@@ -51,6 +51,12 @@ func TestFailures(t *testing.T) {
 		"build": `{"ImportPath":"x/b [x/b.test]","Action":"build-output","Output":"b.go:1: boom\n"}
 {"ImportPath":"x/b [x/b.test]","Action":"build-fail"}
 `,
+		// A package that times out: the hung test never ends, and its
+		// output (the goroutine dump) is the only clue.
+		"timeout": `{"Action":"run","Package":"x/b","Test":"TestHangs"}
+{"Action":"output","Package":"x/b","Test":"TestHangs","Output":"panic: test timed out after 10m0s boom\n"}
+{"Action":"fail","Package":"x/b","Elapsed":600}
+`,
 		"nothing": "no Go files\n",
 	} {
 		t.Run(name, func(t *testing.T) {
