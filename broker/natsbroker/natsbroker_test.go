@@ -169,7 +169,13 @@ func TestMemberSurvivesServerRestart(t *testing.T) {
 	got := make(chan string, 4)
 	sub, err := b.Subscribe(ctx, svc.TaskSubject("restart"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		if err := d.Ack(ctx); err == nil {
-			got <- string(d.Data)
+			// Never blocks: the publishes that land while the member
+			// rejoins are all delivered at once, and a handler stuck on
+			// a full channel would hang sub.Stop.
+			select {
+			case got <- string(d.Data):
+			default:
+			}
 		}
 	})
 	if err != nil {
@@ -213,7 +219,13 @@ func TestMemberRejoinsDeletedConsumer(t *testing.T) {
 	got := make(chan string, 4)
 	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		if err := d.Ack(ctx); err == nil {
-			got <- string(d.Data)
+			// Never blocks: the publishes that land while the member
+			// rejoins are all delivered at once, and a handler stuck on
+			// a full channel would hang sub.Stop.
+			select {
+			case got <- string(d.Data):
+			default:
+			}
 		}
 	})
 	if err != nil {
