@@ -37,7 +37,8 @@ func TestWritesShareASync(t *testing.T) {
 			errs[i] = s.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: svc.KindAgent})
 		})
 	}
-	testutil.Eventually(t, "all writes enqueued", func() bool { return pebblestore.Pending(s) == n })
+	// Every write handed over (Pending counts one from before its send).
+	testutil.Eventually(t, "all writes enqueued", func() bool { return pebblestore.Pending(s) == n && pebblestore.Sent(s) == n })
 	before := pebblestore.Syncs(s)
 	release()
 	wg.Wait()

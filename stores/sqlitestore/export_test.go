@@ -21,6 +21,9 @@ func Commits(s *Store) int64 { return s.commits.Load() }
 // Pending is how many writes wait in s's commit queue or its batch.
 func Pending(s *Store) int { return s.q.Pending() }
 
+// Sent is how many writes s's commit queue has handed to its writer in all.
+func Sent(s *Store) int64 { return s.q.Sent() }
+
 // HoldWriter takes s's one writer connection until release is called, so
 // writes queue behind it.
 func HoldWriter(t interface{ Fatal(...any) }, s *Store) (release func()) {

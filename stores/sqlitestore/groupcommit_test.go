@@ -45,7 +45,8 @@ func TestWritesShareACommit(t *testing.T) {
 	}
 	// The writer took a first batch and waits for the connection; the
 	// others queue behind it.
-	testutil.Eventually(t, "all writes enqueued", func() bool { return sqlitestore.Pending(s) == n })
+	// Every write handed over (Pending counts one from before its send).
+	testutil.Eventually(t, "all writes enqueued", func() bool { return sqlitestore.Pending(s) == n && sqlitestore.Sent(s) == n })
 	before := sqlitestore.Commits(s)
 	release()
 	wg.Wait()

@@ -68,6 +68,7 @@ type Queue[T any] struct {
 	quit     chan struct{}
 	stopped  chan struct{}
 	pending  atomic.Int64
+	sent     atomic.Int64
 }
 
 // New starts a queue's writer. commit writes a batch (in order) and sets
@@ -109,6 +110,7 @@ func (q *Queue[T]) Do(ctx context.Context, op T) error {
 	q.pending.Add(1)
 	select {
 	case q.ch <- j:
+		q.sent.Add(1)
 	case <-ctx.Done():
 		q.pending.Add(-1)
 		q.mu.RUnlock()
@@ -126,6 +128,10 @@ func (q *Queue[T]) Do(ctx context.Context, op T) error {
 // Pending is how many writes were enqueued and not answered yet: queued,
 // or in the batch being committed.
 func (q *Queue[T]) Pending() int { return int(q.pending.Load()) }
+
+// Sent is how many writes have been handed to the writer in all (Pending
+// counts a write from before it is handed over).
+func (q *Queue[T]) Sent() int64 { return q.sent.Load() }
 
 // Close commits what is queued, stops the writer and waits for it; later
 // calls of Do fail with the closed error. It is idempotent.
