@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,26 +18,34 @@ import (
 // invState is an invocation's state that survives restarts: protoactor
 // builds a new actor value on each restart, and the attempt count, the
 // clock and the tokens spent so far belong to the invocation, not to one
-// attempt.
+// attempt. It is also the invocation's context.Context (see ctx.go): the
+// context its attempts run with, which the run actor cancels.
 type invState struct {
-	env  *Env
 	run  *StartRun
 	task *Task
-	out  *svc.AgentResult // this invocation's slot in the run's results
-	// index is the task's place in its batch (a streamed gather's result
-	// carries it).
+	// out is this invocation's result, allocated when it finishes: a run
+	// in flight holds no result.
+	out *svc.AgentResult
+	// index is the task's place in its batch (where its result goes).
 	index int
 
-	// ctx, cancel and start are set by the run actor, which enforces the
-	// deadline (start plus the timeout: not stored, which keeps this
-	// struct in a smaller size class); finished is the run actor's too.
-	// The struct is kept at 448 bytes (a million parked runs hold a
-	// million of them): what only some invocations need (when the run
-	// stops waiting for one, reapEntry) lives elsewhere, and the small
+	// The invocation's context (ctx.go) derives from base(). mu guards
+	// doneCh, extra's creation and contents and the cancellation; ended
+	// is set once it is cancelled; extra (made only when needed) holds
+	// the cause of a cancel and the functions registered by the contexts
+	// derived from this one.
+	mu     sync.Mutex
+	doneCh chan struct{}
+	extra  atomic.Pointer[ctxExtra]
+	// start (on the monotonic clock, since clockEpoch) is set by the run
+	// actor, which enforces the deadline (start plus the timeout: not
+	// stored); finished is the run actor's too. The struct is kept at
+	// 416 bytes (a million parked runs hold a million of them): what only
+	// some invocations need (when the run stops waiting for one,
+	// reapEntry; the cause of a cancel, ctxExtra) or what its run or task
+	// has (the Env, the base context) is not stored here, and the small
 	// fields are packed together.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	start  time.Time
+	start time.Duration
 	// pid is the invocation actor's: the run actor's abandonAttempt and
 	// the attempt's report go to it.
 	pid *actor.PID
@@ -46,6 +55,7 @@ type invState struct {
 	attempt  int32
 	finished bool
 	unpriced bool // some model call had no price
+	ended    atomic.Bool
 	tokens   int64
 	cost     float64
 	model    string
@@ -106,18 +116,18 @@ func (a *invocation) Receive(c actor.Context) {
 // with its context's end as its error.
 func (a *invocation) abandon(c actor.Context) {
 	st := a.st
-	if st.ctx.Err() == nil || !st.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
+	if st.Err() == nil || !st.state.CompareAndSwap(attemptRunning, attemptAbandoned) {
 		return // not ended, or the attempt reported (its message is on its way)
 	}
-	st.env.Work.Done()
-	st.env.Pool.Detach()
+	st.run.env.Work.Done()
+	st.run.env.Pool.Detach()
 	call := svc.StuckCall{Kind: "agent", Name: st.run.Agent.Def.Name, Agent: st.run.Agent.Def.Name,
-		TaskID: st.task.ID, TraceID: st.task.Trace, Reason: reasonOf(context.Cause(st.ctx)), AbandonedAt: time.Now().UTC()}
+		TaskID: st.task.ID, TraceID: st.task.Trace, Reason: reasonOf(st.cause()), AbandonedAt: time.Now().UTC()}
 	if step, ok := st.inv.Step(); ok {
 		call.Kind, call.Name = step.Kind, step.Name
 	}
-	st.env.Stuck.add(st, call)
-	a.finishAttempt(c, &workDone{err: &abandoned{call: call, err: st.ctx.Err()}})
+	st.run.env.Stuck.add(st, call)
+	a.finishAttempt(c, &workDone{err: &abandoned{call: call, err: st.Err()}})
 }
 
 func (a *invocation) startAttempt(c actor.Context) {
@@ -129,35 +139,56 @@ func (a *invocation) startAttempt(c actor.Context) {
 		st.inv = agent.Invocation{
 			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
 			ParentTraceID: st.run.ParentTrace, ParentSpanID: st.parentSpan(),
-			Depth: st.run.Depth, Emitter: st.env.Emitter,
+			Depth: st.run.Depth, Emitter: st.run.env.Emitter,
 		}
-		if !st.env.Silent {
+		if !st.run.env.Silent {
 			st.inv.SpanID = NewSpanID()
 		}
 		capped := st.run.Budget
 		if st.task.Budget != nil {
 			capped = st.task.Budget
 		}
-		st.inv.Budget = Budgets(capped, st.env.Budget, &st.inv)
+		st.inv.Budget = Budgets(capped, st.run.env.Budget, &st.inv)
 		st.runEvent(svc.RunAgentStarted, "")
-		if !st.env.Silent && !st.env.remote(st.ctx, &st.inv) {
+		if !st.run.env.Silent && !st.run.env.remote(st, &st.inv) {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
-				"backend": st.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
+				"backend": st.run.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
 			})
 		}
 	}
-	backoff := st.env.Options.Backoff(int(st.attempt))
-	st.env.Work.Add(1)
+	backoff := st.run.env.Options.Backoff(int(st.attempt))
+	st.run.env.Work.Add(1)
 	st.state.Store(attemptRunning)
 	if backoff > 0 {
-		st.env.Pool.Go(func() { st.work(backoff) })
+		st.run.env.Pool.Go(func() { st.work(backoff) })
 	} else {
-		st.env.Pool.Go(st.workNow)
+		st.run.env.Pool.Go(st.workNow)
 	}
 }
 
+// clockEpoch is what invState.start counts from: a time.Duration rather
+// than a time.Time keeps 16 bytes out of every invocation. Reading it
+// with time.Since uses the monotonic clock, as time.Since(time.Time) of
+// a time.Now does.
+var clockEpoch = time.Now()
+
+// sinceEpoch is now, as an invState.start.
+func sinceEpoch() time.Duration { return time.Since(clockEpoch) }
+
 // deadline is when the invocation times out.
-func (st *invState) deadline() time.Time { return st.start.Add(st.env.Options.Timeout()) }
+func (st *invState) deadline() time.Time {
+	return clockEpoch.Add(st.start + st.run.env.Options.Timeout())
+}
+
+// base is the context the invocation's own derives from: its task's when
+// it has one, else its run's, detached from their cancellation (the run
+// actor cancels each invocation itself).
+func (st *invState) base() context.Context {
+	if ctx := st.task.Ctx; ctx != nil {
+		return ctx
+	}
+	return st.run.detached
+}
 
 // workNow runs one attempt, without backoff, on a pooled goroutine.
 //
@@ -168,14 +199,14 @@ func (st *invState) deadline() time.Time { return st.start.Add(st.env.Options.Ti
 func (st *invState) workNow() {
 	d := &st.done
 	*d = workDone{}
-	execute(st.env.Execute, st.ctx, &st.inv, d)
+	execute(st.run.env.Execute, st, &st.inv, d)
 	st.report(d)
 }
 
 func (st *invState) work(backoff time.Duration) {
 	if backoff > 0 && !st.backoff(backoff) {
 		d := &st.done
-		*d = workDone{err: st.ctx.Err()}
+		*d = workDone{err: st.Err()}
 		st.report(d)
 		return
 	}
@@ -192,7 +223,7 @@ func (st *invState) backoff(d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-st.ctx.Done():
+	case <-st.Done():
 		return false
 	}
 }
@@ -202,12 +233,12 @@ func (st *invState) backoff(d time.Duration) bool {
 // more, and the attempt only stops counting as stuck.
 func (st *invState) report(d *workDone) {
 	if st.state.CompareAndSwap(attemptRunning, attemptDone) {
-		st.env.Root.Send(st.pid, d)
-		st.env.Work.Done()
+		st.run.env.Root.Send(st.pid, d)
+		st.run.env.Work.Done()
 		return
 	}
-	st.env.Stuck.remove(st)
-	st.env.Pool.Rejoin()
+	st.run.env.Stuck.remove(st)
+	st.run.env.Pool.Rejoin()
 }
 
 // execute runs one attempt through the Env's Execute, the local agent loop
@@ -251,29 +282,31 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	st.unpriced = st.unpriced || d.out.CostUnknown
 	err := d.err
 	// An attempt that ran on a worker was retried there already.
-	if err != nil && !d.out.Remote && st.ctx.Err() == nil && retryable(err) && int(st.attempt) < st.env.Options.RetryMaxAttempts {
+	if err != nil && !d.out.Remote && st.Err() == nil && retryable(err) && int(st.attempt) < st.run.env.Options.RetryMaxAttempts {
 		// The restarted incarnation gets the state as its first message:
 		// the mailbox keeps it while the run actor restarts this one.
 		c.Send(c.Self(), st)
 		panic(&retry{err: err})
 	}
 	st.cancel(nil)
-	res := svc.AgentResult{
+	// The result is made now: until it finishes, an invocation holds none
+	// (its run keeps a pointer to it, or streams it).
+	res := &svc.AgentResult{
 		AgentName: st.run.Agent.Def.Name,
 		TaskID:    st.task.ID,
 		Metadata: svc.ResultMetadata{
 			TraceID: st.task.Trace, TokensUsed: st.tokens, CostUSD: st.cost, Model: st.model,
-			Attempts: int(st.attempt), Backend: st.env.BackendName(),
+			Attempts: int(st.attempt), Backend: st.run.env.BackendName(),
 			ModelsTried: st.tried, CostUnknown: st.unpriced,
 		},
 	}
-	dur := time.Since(st.start)
+	dur := sinceEpoch() - st.start
 	res.Metadata.DurationMS = ms(dur)
 	if err == nil {
 		res.Success = true
 		res.Output = d.out.Output
 		st.runEvent(svc.RunAgentCompleted, "")
-		if !st.env.Silent && !d.out.Remote {
+		if !st.run.env.Silent && !d.out.Remote {
 			st.emit(svc.EventAgentCompleted, svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
 				"backend": res.Metadata.Backend, "model": st.model,
@@ -300,9 +333,8 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		}
 		st.runEvent(svc.RunAgentFailed, msg)
 	}
-	// The result goes straight into the run's slot for it; the message that
-	// follows hands the slot back to the run actor.
-	*st.out = res
+	// The message that follows hands the result to the run actor.
+	st.out = res
 	c.Send(c.Parent(), st)
 	c.Stop(c.Self())
 }
@@ -311,7 +343,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 // own deadline is a TimeoutError, a cancelled run a CancelledError.
 func (st *invState) describe(err error) error {
 	name := st.run.Agent.Def.Name
-	cause := context.Cause(st.ctx)
+	cause := st.cause()
 	// An abandoned attempt says which call did not return.
 	var stuck string
 	var ab *abandoned
@@ -325,7 +357,7 @@ func (st *invState) describe(err error) error {
 	switch kind := svc.KindOf(err); {
 	case kind == svc.KindTimeout || errors.Is(err, context.DeadlineExceeded) || errors.Is(cause, context.DeadlineExceeded):
 		return &svc.Error{Kind: svc.KindTimeout, Reason: "timeout", Agent: name, TaskID: st.task.ID, Err: err,
-			Message: fmt.Sprintf("agent %s: timed out after %v%s", name, st.env.Options.Timeout(), stuck)}
+			Message: fmt.Sprintf("agent %s: timed out after %v%s", name, st.run.env.Options.Timeout(), stuck)}
 	case kind == svc.KindCancelled || errors.Is(err, context.Canceled):
 		return &svc.Error{Kind: svc.KindCancelled, Reason: "cancelled", Agent: name, TaskID: st.task.ID, Err: err,
 			Message: fmt.Sprintf("agent %s: cancelled%s", name, stuck)}
@@ -371,7 +403,7 @@ func (st *invState) parentSpan() string {
 }
 
 func (st *invState) emit(t svc.EventType, p svc.Payload) {
-	st.env.Emitter.Emit(svc.RuntimeEvent{
+	st.run.env.Emitter.Emit(svc.RuntimeEvent{
 		EventType: t, Timestamp: time.Now().UTC(), AgentName: st.run.Agent.Def.Name, TaskID: st.task.ID,
 		TraceID: st.task.Trace, ParentTraceID: st.run.ParentTrace, SpanID: st.inv.SpanID, ParentSpanID: st.inv.ParentSpanID,
 		Payload: p,

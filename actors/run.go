@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -126,7 +127,9 @@ type Task struct {
 	Input json.RawMessage
 	// Budget, when set, is the task's own token cap (a gather task's),
 	// drawn on instead of the run's; Ctx is then the run's context with
-	// that cap in its scope, so runs the task's tools start share it.
+	// that cap in its scope, so runs the task's tools start share it
+	// (the run actor detaches it from cancellation when it starts the
+	// task: it cancels each task itself).
 	Budget *Budget
 	Ctx    context.Context
 }
@@ -171,6 +174,12 @@ type StartRun struct {
 	// the tasks arrive as *StreamTask messages ended by a StreamEnd, and
 	// each result goes to Stream.Out as soon as it finishes.
 	Stream *Stream
+
+	// env and detached are the run actor's, set when it starts: its
+	// invocations reach them through their run (fewer bytes in each
+	// invState).
+	env      *Env
+	detached context.Context
 }
 
 // Stream is the plumbing of a streamed gather between its caller and its
@@ -195,7 +204,6 @@ type StreamTask struct {
 	Index int
 	Task  Task
 	Err   error
-	out   svc.AgentResult
 }
 
 // IgnoreDeadLetterLogging: tasks may still be on their way to a run that
@@ -307,7 +315,11 @@ type runActor struct {
 	reapTimer *time.Timer
 	reapArmed bool
 
-	results []svc.AgentResult
+	// results holds each task's result, in task order, once its
+	// invocation finished (nil until then): the results of the tasks in
+	// flight take no room. res1 is results' array for a single task.
+	results []*svc.AgentResult
+	res1    [1]*svc.AgentResult
 	next    int // index of the next task to start
 	// A streamed gather's tasks waiting for a slot (queue[qhead:]), how
 	// many came, and whether the last one has.
@@ -329,9 +341,14 @@ func (r *runActor) Receive(c actor.Context) {
 		r.ctx, r.cancel = context.WithCancelCause(r.req.Ctx)
 		r.detached = context.WithoutCancel(r.ctx)
 		r.self, r.root = c.Self(), c.ActorSystem().Root
+		r.req.env, r.req.detached = r.env, r.detached
 		ctx, self, root := r.ctx, r.self, r.root
 		r.stopWatch = context.AfterFunc(ctx, func() { root.Send(self, cancelRun{cause: context.Cause(ctx)}) })
-		r.results = make([]svc.AgentResult, len(r.req.Tasks))
+		if n := len(r.req.Tasks); n == 1 {
+			r.results = r.res1[:]
+		} else {
+			r.results = make([]*svc.AgentResult, n)
+		}
 		r.req.Progress.Add(len(r.req.Tasks), 0, 0, 0)
 		if r.req.Batch {
 			if !r.env.Silent && r.req.BatchSpan == "" {
@@ -360,7 +377,7 @@ func (r *runActor) Receive(c actor.Context) {
 	case StreamEnd:
 		r.ended = true
 		r.maybeFinish(c)
-	case *invState: // an invocation finished and filled its slot
+	case *invState: // an invocation finished: its result is m.out
 		m.finished = true
 		r.inflight--
 		r.done++
@@ -372,7 +389,10 @@ func (r *runActor) Receive(c actor.Context) {
 		}
 		if r.req.Stream != nil {
 			r.req.Stream.Out <- svc.GatherItem{Index: m.index, Result: *m.out}
+		} else {
+			r.results[m.index] = m.out
 		}
+		m.out = nil
 		r.fill(c)
 		r.arm()
 		r.maybeFinish(c)
@@ -413,19 +433,19 @@ func (r *runActor) closeOut() {
 	}
 }
 
-// nextTask returns the next task to start, its slot and its index, or
-// false when none waits.
-func (r *runActor) nextTask() (*Task, *svc.AgentResult, int, bool) {
+// nextTask returns the next task to start and its index, or false when
+// none waits.
+func (r *runActor) nextTask() (*Task, int, bool) {
 	if r.req.Stream == nil {
 		if r.next >= len(r.req.Tasks) {
-			return nil, nil, 0, false
+			return nil, 0, false
 		}
 		i := r.next
 		r.next++
-		return &r.req.Tasks[i], &r.results[i], i, true
+		return &r.req.Tasks[i], i, true
 	}
 	if r.qhead == len(r.queue) {
-		return nil, nil, 0, false
+		return nil, 0, false
 	}
 	m := r.queue[r.qhead]
 	r.queue[r.qhead] = nil
@@ -440,13 +460,13 @@ func (r *runActor) nextTask() (*Task, *svc.AgentResult, int, bool) {
 		clear(r.queue[n:])
 		r.queue, r.qhead = r.queue[:n], 0
 	}
-	return &m.Task, &m.out, m.Index, true
+	return &m.Task, m.Index, true
 }
 
 // fill starts invocations until the concurrency bound is reached.
 func (r *runActor) fill(c actor.Context) {
 	for r.inflight < r.req.MaxConcurrency {
-		task, out, index, ok := r.nextTask()
+		task, index, ok := r.nextTask()
 		if !ok {
 			break
 		}
@@ -455,15 +475,12 @@ func (r *runActor) fill(c actor.Context) {
 			r.unrun = nil
 			continue
 		}
-		now := time.Now()
-		st := &invState{env: r.env, run: r.req, task: task, out: out, index: index, start: now}
-		base := r.detached
-		if st.task.Ctx != nil {
+		if task.Ctx != nil {
 			// The run actor cancels each task itself (cancelAll), so the
 			// task's context is detached from cancellation like the run's.
-			base = context.WithoutCancel(st.task.Ctx)
+			task.Ctx = context.WithoutCancel(task.Ctx)
 		}
-		st.ctx, st.cancel = context.WithCancelCause(base)
+		st := &invState{run: r.req, task: task, index: index, start: sinceEpoch()}
 		if r.cancelled != nil {
 			st.cancel(r.cancelled) // the run is over; this task fails at once
 		}
@@ -650,14 +667,36 @@ func (r *runActor) maybeFinish(c actor.Context) {
 	r.replied = true
 	r.stopTimer()
 	r.cancel(nil)
+	results := r.collect()
 	if r.topLevel() {
-		r.answer(RunReply{Results: r.results})
+		r.answer(RunReply{Results: results})
 		r.closeOut()
 		c.Send(c.Parent(), runEnded{c.Self()})
 	} else {
-		c.Send(c.Parent(), &RunFinished{Tag: r.req.Tag, Results: r.results})
+		c.Send(c.Parent(), &RunFinished{Tag: r.req.Tag, Results: results})
 	}
 	c.Stop(c.Self())
+}
+
+// collect gathers the results, in task order, into the slice the run
+// answers with (none for a streamed gather, whose results went to
+// Stream.Out). A single task's result is the slice's one element as it
+// is, not a copy.
+func (r *runActor) collect() []svc.AgentResult {
+	if r.req.Stream != nil {
+		return []svc.AgentResult{}
+	}
+	if len(r.results) == 1 && r.results[0] != nil {
+		return unsafe.Slice(r.results[0], 1)
+	}
+	out := make([]svc.AgentResult, len(r.results))
+	for i, p := range r.results {
+		if p != nil {
+			out[i] = *p
+			r.results[i] = nil
+		}
+	}
+	return out
 }
 
 // topLevel: the run answers its caller (Reply or Done), not a group actor.
