@@ -169,6 +169,11 @@ func TestBoundedQueuesInOrder(t *testing.T) {
 	if len(order) != n {
 		t.Fatalf("%d of %d ran", len(order), n)
 	}
+	// A worker goes idle just after its last function returns.
+	deadline := time.Now().Add(10 * time.Second)
+	for (p.Queued() != 0 || p.Busy() != 0) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if p.Queued() != 0 || p.Busy() != 0 {
 		t.Errorf("after all ran: %d queued, %d busy", p.Queued(), p.Busy())
 	}
