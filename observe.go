@@ -266,6 +266,24 @@ type StatsHeader struct {
 	TokensUsed      int64 `json:"tokens_used"`
 	// ErrorRate is agents_failed / (agents_completed + agents_failed).
 	ErrorRate float64 `json:"error_rate"`
+	// RunsInFlight is the number of runs executing now, live from the
+	// backend (an InFlightReporter, the runtime), not from the event
+	// store: agents_spawned - agents_completed - agents_failed is not it
+	// (a refused invocation fails without being spawned; a process that
+	// stopped mid-run left spawns that never end). 0 when the backend
+	// reports none.
+	RunsInFlight int64 `json:"runs_in_flight"`
+}
+
+// InFlightReporter is implemented by a backend that executes runs (the
+// runtime): GET /runtime/stats reports its RunsInFlight in the header,
+// and is served even without an event store.
+type InFlightReporter interface {
+	// RunsInFlight is the number of runs executing now in this process:
+	// each run, gather, group run and submitted run once, and each child
+	// run an agent spawns or delegates to, including those dispatched to
+	// workers and not yet answered.
+	RunsInFlight() int64
 }
 
 // BurnRate is the token burn over the last Window.

@@ -189,7 +189,10 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 	})
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
 	// The header meters are the API's header (the page polls every 5 s;
-	// nothing changes now but the slow run, which spends nothing yet).
+	// nothing changes now but the slow run, which spends nothing yet). In
+	// flight is the runtime's live count: the slow run, the one run not
+	// finished, whatever the event counts add up to (a refused invocation
+	// fails without a spawn, so spawned - completed - failed is not it).
 	meter := func(label string) string {
 		return fmt.Sprintf(`([...document.querySelectorAll('#health-meters .meter')].find(m => m.querySelector('.meter-label').textContent === %q)?.querySelector('.meter-value').textContent)`, label)
 	}
@@ -200,6 +203,7 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 			Failed    int64 `json:"agents_failed"`
 			ToolCalls int64 `json:"tool_calls"`
 			Tokens    int64 `json:"tokens_used"`
+			InFlight  int64 `json:"runs_in_flight"`
 		} `json:"header"`
 	}
 	api(t, a, "", http.MethodGet, "/runtime/stats", "", &header)
@@ -207,7 +211,11 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 	if hd.Spawned >= 10_000 || hd.Tokens >= 10_000 {
 		t.Fatalf("header %+v: the meters below compare plain numbers", hd)
 	}
-	for label, v := range map[string]int64{"Tokens": hd.Tokens, "Spawns": hd.Spawned, "In flight": hd.Spawned - hd.Completed - hd.Failed,
+	if s, _ := runStatus(t, a, slow); s != "running" || hd.InFlight != 1 {
+		t.Fatalf("header %+v with the slow run %s: want runs_in_flight 1", hd, s)
+	}
+	t.Logf("header %+v: spawned - completed - failed = %d", hd, hd.Spawned-hd.Completed-hd.Failed)
+	for label, v := range map[string]int64{"Tokens": hd.Tokens, "Spawns": hd.Spawned, "In flight": hd.InFlight,
 		"Completed": hd.Completed, "Failed": hd.Failed, "Tool calls": hd.ToolCalls} {
 		b.until(fmt.Sprintf("the %s meter at %d", label, v), fmt.Sprintf(`%s === %q`, meter(label), fmt.Sprint(v)))
 	}

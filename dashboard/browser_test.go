@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -119,9 +120,18 @@ func (s *server) URL() string { return s.proc.URL }
 // when t ends.
 func startApp(t testing.TB, token string, extra ...string) *server {
 	t.Helper()
+	return startAppSpecs(t, nil, token, extra...)
+}
+
+// startAppSpecs is startApp with more spec files (path under the specs
+// directory → body) beside the test specs.
+func startAppSpecs(t testing.TB, more map[string]string, token string, extra ...string) *server {
+	t.Helper()
 	chromiumPath(t) // skip (or fail) before building anything
 	dir := t.TempDir()
-	for name, body := range specs {
+	all := maps.Clone(specs)
+	maps.Copy(all, more)
+	for name, body := range all {
 		p := filepath.Join(dir, "specs", name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)

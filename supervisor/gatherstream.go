@@ -64,6 +64,8 @@ func (rt *Runtime) gatherStream(ctx context.Context, name string, tasks iter.Seq
 		return err
 	}
 	defer rt.leave()
+	rt.runs.Add(1)
+	defer rt.runs.Add(-1)
 
 	// runCtx ends the run early (the caller stopped taking results);
 	// feedCtx stops the feeder (the run ended or was cancelled).

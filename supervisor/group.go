@@ -46,6 +46,8 @@ func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec)
 		return svc.RunResult{}, err
 	}
 	defer rt.leave()
+	rt.runs.Add(1)
+	defer rt.runs.Add(-1)
 	reply := make(chan actors.GroupReply, 1)
 	rt.system.Root.Send(rt.shard(), &actors.StartGroup{
 		Ctx: ctx, Graph: g.graph, Agents: reg.byName, Task: t, Metadata: task.Metadata,

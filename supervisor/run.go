@@ -67,6 +67,8 @@ func (rt *Runtime) start(ctx context.Context, s *svc.Scope, rs *runScope, req *a
 		return nil, err
 	}
 	defer rt.leave()
+	rt.runs.Add(1)
+	defer rt.runs.Add(-1)
 	req.ParentTrace, req.ParentSpan = s.ParentTrace, s.ParentSpan
 	req.Budget, req.Progress, req.Sink = rs.budget, rs.progress, rs.sink
 	req.Ctx = ctx

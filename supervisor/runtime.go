@@ -159,6 +159,10 @@ type Runtime struct {
 	// wait for them to drain before it stops the actors.
 	inflight sync.WaitGroup
 	active   atomic.Int64 // the same count, readable (InFlight)
+	// runs counts the runs the actors execute now (RunsInFlight): each
+	// run, gather, group run and nested run once, from its start message
+	// to its reply.
+	runs atomic.Int64
 	// stuck counts the attempts runs stopped waiting for (see
 	// actors.Stuck).
 	stuck    *actors.Stuck
@@ -368,6 +372,14 @@ func (rt *Runtime) leave() {
 // runs, nested runs included) admitted and not yet answered.
 func (rt *Runtime) InFlight() int { return int(rt.active.Load()) }
 
+// RunsInFlight is the number of runs executing now: each run, gather,
+// group run and submitted run once (a submitted run from when it starts
+// running), and each child run an agent spawns or delegates to (see
+// svc.InFlightReporter). Unlike InFlight, a submitted run is not counted
+// twice, once as the submission and once as its run, and nothing counts
+// before it reaches the actors.
+func (rt *Runtime) RunsInFlight() int64 { return rt.runs.Load() }
+
 // Stuck reports the calls (tool, model, hook) that runs stopped waiting
 // for, at their timeout or cancellation, and that have not returned yet.
 // Each is also logged when abandoned and when it returns.
@@ -494,4 +506,7 @@ func newID() string {
 	return id.String()
 }
 
-var _ svc.Backend = (*Runtime)(nil)
+var (
+	_ svc.Backend          = (*Runtime)(nil)
+	_ svc.InFlightReporter = (*Runtime)(nil)
+)

@@ -259,6 +259,9 @@ func (l *Local) RuntimeStats(ctx context.Context) (svc.RuntimeStats, error) {
 	if sr, ok := l.b.(svc.StuckReporter); ok {
 		st.Stuck = sr.Stuck()
 	}
+	if ir, ok := l.b.(svc.InFlightReporter); ok {
+		st.Header.RunsInFlight = ir.RunsInFlight()
+	}
 	if st.Stuck.Calls == nil {
 		st.Stuck.Calls = []svc.StuckCall{}
 	}

@@ -21,7 +21,7 @@ import (
 //	GET /usage?group_by=agent|trace|model|none                svc.Usage (event store)
 //	GET /tools                                               []svc.ToolDescriptor (backend's svc.ToolCatalog)
 //	GET /tools?group_by=tool|agent_tool                      svc.ToolUsage (event store)
-//	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's tool servers and the live fleet)
+//	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's runs in flight, tool servers and the live fleet)
 //	GET /runs/{trace_id}/tree                                svc.EventTree (event store)
 //	GET /runs?state=&limit=&cursor=                          svc.RunPage (backend's svc.RunLister)
 //	GET /runtime/budget                                      svc.BudgetStatus (backend's svc.BudgetKeeper; 404 without a token_budget)
@@ -45,7 +45,9 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet
 		r.Method(http.MethodGet, "/usage", Handle(o.usage))
 		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(o.tree))
 	}
-	if events != nil || fleet != nil {
+	// Without an event store the stats still have the backend's live
+	// figures: runs in flight, tool servers, budget, stuck calls.
+	if _, live := b.(svc.InFlightReporter); events != nil || fleet != nil || live {
 		r.Method(http.MethodGet, "/runtime/stats", Handle(o.stats))
 	}
 	if events != nil || hasCatalog {
@@ -256,6 +258,9 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	}
 	if sr, ok := o.b.(svc.StuckReporter); ok {
 		st.Stuck = sr.Stuck()
+	}
+	if ir, ok := o.b.(svc.InFlightReporter); ok {
+		st.Header.RunsInFlight = ir.RunsInFlight()
 	}
 	if st.Stuck.Calls == nil {
 		st.Stuck.Calls = []svc.StuckCall{}

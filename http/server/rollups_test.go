@@ -190,6 +190,40 @@ func TestRollupsNeedAnEventStore(t *testing.T) {
 	}
 }
 
+// liveBackend reports runs in flight, as the runtime does.
+type liveBackend struct {
+	*fakeBackend
+	runs int64
+}
+
+func (l *liveBackend) RunsInFlight() int64 { return l.runs }
+
+// TestStatsRunsInFlight: the header's runs_in_flight is the backend's live
+// count, not anything the events add up to (the sample's spawns all
+// ended), and /runtime/stats is served without an event store when the
+// backend has the count.
+func TestStatsRunsInFlight(t *testing.T) {
+	store := eventstore.NewMemory(eventstore.Retention{})
+	t.Cleanup(func() { _ = store.Close() })
+	if err := store.Write(t.Context(), sampleEvents()); err != nil {
+		t.Fatal(err)
+	}
+	b := &liveBackend{fakeBackend: &fakeBackend{}, runs: 3}
+	for _, events := range []svc.EventReader{store, nil} {
+		h, err := server.NewStandalone(b, server.StandaloneConfig{Events: events})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := decode[svc.RuntimeStats](t, do(t, serve(t, h), "GET", "/runtime/stats", ""))
+		if st.Header.RunsInFlight != 3 {
+			t.Errorf("events %v: runs_in_flight = %d, want the backend's 3", events != nil, st.Header.RunsInFlight)
+		}
+		if events == nil && (st.Header.AgentsStarted != 0 || st.Rejections == nil || st.ErrorGroups == nil || st.Workers == nil) {
+			t.Errorf("without an event store: %s", mustJSON(t, st))
+		}
+	}
+}
+
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)

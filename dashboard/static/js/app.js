@@ -608,9 +608,10 @@ function drawHealth() {
   const st = lastStats;
   if (!st) return;
   const hd = st.header;
-  const inFlight = Math.max(0, hd.agents_spawned - hd.agents_completed - hd.agents_failed);
+  // Runs in flight are the runtime's live count, as the API gives it: the
+  // event counts cannot give it (a refused invocation fails unspawned).
   const m = [
-    meter('Tokens', fmtNum(hd.tokens_used)), meter('Spawns', fmtNum(hd.agents_spawned)), meter('In flight', fmtNum(inFlight)),
+    meter('Tokens', fmtNum(hd.tokens_used)), meter('Spawns', fmtNum(hd.agents_spawned)), meter('In flight', fmtNum(hd.runs_in_flight)),
     meter('Completed', fmtNum(hd.agents_completed)), meter('Failed', fmtNum(hd.agents_failed), hd.agents_failed ? 'bad' : ''),
     meter('Error rate', (100 * hd.error_rate).toFixed(1) + '%', hd.error_rate > 0.05 ? 'bad' : ''),
     meter('Tool calls', fmtNum(hd.tool_calls)), meter('Burn /min', fmtNum(st.burn_rate.tokens_per_minute)),
