@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -122,6 +123,21 @@ func TestDashboardCostAndTrace(t *testing.T) {
 			t.Fatalf("status of %s has trace_id %q", id, st.TraceID)
 		}
 		b.until("run "+id+" to appear live", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+		// Its row's cost column is the result's cost_usd, to four
+		// significant digits.
+		var res struct {
+			Metadata struct {
+				CostUSD float64 `json:"cost_usd"`
+			} `json:"metadata"`
+		}
+		api(t, a, "", http.MethodGet, "/runs/"+id+"/result", "", &res)
+		cell := fmt.Sprintf(`(document.querySelector(%q)?.cells[6]?.textContent || '')`, runRow(id))
+		b.until("run "+id+"'s cost in its live row", cell+` !== '–' && `+cell+` !== ''`)
+		shown := eval[string](b, cell)
+		if v, err := strconv.ParseFloat(strings.TrimPrefix(shown, "$"), 64); !strings.HasPrefix(shown, "$") || err != nil ||
+			v < res.Metadata.CostUSD*(1-5e-4) || v > res.Metadata.CostUSD*(1+5e-4) {
+			t.Errorf("run %s's live row shows cost %q, want $%v", id, shown, res.Metadata.CostUSD)
+		}
 		b.click(runRow(id))
 		b.until("the drawer to show the tree of trace "+st.TraceID,
 			fmt.Sprintf(`document.querySelector('#drawer-tree [data-trace]')?.dataset.trace === %q && document.querySelectorAll('#drawer-tree ul.tree li').length >= 1`, st.TraceID))
