@@ -328,6 +328,7 @@ func TestDashboardFleet(t *testing.T) {
 		// The page polls /runtime/stats every 5 s.
 		b.until("the health view to show the worker "+want, fmt.Sprintf(`document.querySelector('#workers-table tbody').textContent.includes('dash-worker') && %s === %q`, badge, want))
 		if want == "stale" {
+			eval[bool](b, `(document.querySelector('#workers-table').scrollIntoView({block: 'center'}), true)`)
 			b.shot("fleet-stale")
 		}
 	}
