@@ -139,3 +139,17 @@ func wantToolError(t *testing.T, err error, contains string) {
 		t.Fatalf("error %q does not contain %q", err, contains)
 	}
 }
+
+// A manager without servers shuts down cleanly even past its deadline (a
+// process whose shutdown grace ran out): nothing was killed, so nothing is
+// reported (it used to say "servers killed" about none, at random).
+func TestShutdownWithoutServersPastDeadline(t *testing.T) {
+	m := newManager(t, mcp.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 50 {
+		if err := m.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown with no server and an ended context: %v", err)
+		}
+	}
+}
