@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -44,19 +45,10 @@ func TestDashboardToolServers(t *testing.T) {
 		"  - {name: up, transport: http, url: %q, prefix: up_}\n  - {name: down, transport: http, url: %q, prefix: down_}\n", up.URL, down)
 	a := startAppSpecs(t, map[string]string{"agents/tooly.yaml": spec}, "", "--mcp-eager-start")
 
-	type server struct {
-		Name      string   `json:"name"`
-		Agent     string   `json:"agent"`
-		Transport string   `json:"transport"`
-		State     string   `json:"state"`
-		Tools     []string `json:"tools"`
-		Restarts  int64    `json:"restarts"`
-		LastError string   `json:"last_error"`
-	}
-	servers := map[string]server{}
+	servers := map[string]svc.ToolServerStatus{}
 	testutil.Within(t, wait, "/runtime/stats to have up ready and down restarting", func() bool {
 		var st struct {
-			ToolServers []server `json:"tool_servers"`
+			ToolServers []svc.ToolServerStatus `json:"tool_servers"`
 		}
 		api(t, a, "", http.MethodGet, "/runtime/stats", "", &st)
 		clear(servers)
