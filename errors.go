@@ -53,6 +53,23 @@ const (
 	// overflow, a key missing from the output, a value of the wrong type.
 	// The request was fine; the run failed.
 	KindCondition Kind = "ConditionError"
+	// KindBadRequest is an HTTP request the server could not parse: a
+	// malformed request line or header, an invalid % escape in the path.
+	KindBadRequest Kind = "BadRequestError"
+	// KindHeaderTooLarge is a request whose headers exceed the server's
+	// bound.
+	KindHeaderTooLarge Kind = "HeaderTooLargeError"
+	// KindRequestTimeout is a request whose body did not arrive within
+	// the server's read timeout (svc serve --read-timeout).
+	KindRequestTimeout Kind = "RequestTimeoutError"
+	// KindMisdirectedRequest is a request whose Host header names a host
+	// the server does not serve (svc serve --allowed-hosts): a page that
+	// reached a loopback server through DNS rebinding.
+	KindMisdirectedRequest Kind = "MisdirectedRequestError"
+	// KindOverloaded is a request the server has no room for now (its
+	// connections are at svc serve --max-connections); retry after the
+	// Retry-After header's seconds.
+	KindOverloaded Kind = "OverloadedError"
 )
 
 // Kinds lists every kind the runtime produces, base first.
@@ -63,18 +80,19 @@ var Kinds = []Kind{
 	KindAllAgentsFailed, KindModel, KindTimeout, KindCancelled,
 	KindShuttingDown, KindOutputValidation, KindUnauthorized,
 	KindUnsupportedMediaType, KindForbiddenOrigin, KindNotFound,
-	KindMethodNotAllowed, KindCondition,
+	KindMethodNotAllowed, KindCondition, KindBadRequest, KindHeaderTooLarge,
+	KindRequestTimeout, KindMisdirectedRequest, KindOverloaded,
 }
 
 // Parent is the kind this kind specialises: TopologyError,
-// PayloadTooLargeError and UnsupportedMediaTypeError are
-// SpecValidationErrors, every other kind is an AgentRuntimeError, and the
+// PayloadTooLargeError, UnsupportedMediaTypeError, BadRequestError and
+// HeaderTooLargeError are SpecValidationErrors, every other kind is an AgentRuntimeError, and the
 // base has no parent.
 func (k Kind) Parent() Kind {
 	switch k {
 	case KindRuntime:
 		return ""
-	case KindTopology, KindPayloadTooLarge, KindUnsupportedMediaType:
+	case KindTopology, KindPayloadTooLarge, KindUnsupportedMediaType, KindBadRequest, KindHeaderTooLarge:
 		return KindSpecValidation
 	default:
 		return KindRuntime
@@ -108,6 +126,11 @@ var (
 	ErrNotFound             = &Error{Kind: KindNotFound}
 	ErrMethodNotAllowed     = &Error{Kind: KindMethodNotAllowed}
 	ErrCondition            = &Error{Kind: KindCondition}
+	ErrBadRequest           = &Error{Kind: KindBadRequest}
+	ErrHeaderTooLarge       = &Error{Kind: KindHeaderTooLarge}
+	ErrRequestTimeout       = &Error{Kind: KindRequestTimeout}
+	ErrMisdirectedRequest   = &Error{Kind: KindMisdirectedRequest}
+	ErrOverloaded           = &Error{Kind: KindOverloaded}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

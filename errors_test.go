@@ -37,6 +37,11 @@ var sentinels = map[svc.Kind]error{
 	svc.KindNotFound:             svc.ErrNotFound,
 	svc.KindMethodNotAllowed:     svc.ErrMethodNotAllowed,
 	svc.KindCondition:            svc.ErrCondition,
+	svc.KindBadRequest:           svc.ErrBadRequest,
+	svc.KindHeaderTooLarge:       svc.ErrHeaderTooLarge,
+	svc.KindRequestTimeout:       svc.ErrRequestTimeout,
+	svc.KindMisdirectedRequest:   svc.ErrMisdirectedRequest,
+	svc.KindOverloaded:           svc.ErrOverloaded,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a
@@ -46,7 +51,7 @@ func ancestors(k svc.Kind) []svc.Kind {
 	switch k {
 	case svc.KindRuntime:
 		return []svc.Kind{svc.KindRuntime}
-	case svc.KindTopology, svc.KindPayloadTooLarge, svc.KindUnsupportedMediaType:
+	case svc.KindTopology, svc.KindPayloadTooLarge, svc.KindUnsupportedMediaType, svc.KindBadRequest, svc.KindHeaderTooLarge:
 		return []svc.Kind{k, svc.KindSpecValidation, svc.KindRuntime}
 	}
 	return []svc.Kind{k, svc.KindRuntime}

@@ -40,6 +40,7 @@ import (
 	"github.com/svc-dev/svc/emitters/bridge"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/http/conns"
 	"github.com/svc-dev/svc/http/mcpserver"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/internal/dirlock"
@@ -104,6 +105,7 @@ type App struct {
 	watchStop   context.CancelFunc
 	watcher     *spec.Watcher
 	ln          net.Listener
+	conns       *conns.Listener // ln, bounded; nil until Start listens
 	srv         *http.Server
 	serveErr    chan error    // the error that stopped Serve, if not Shutdown
 	served      chan struct{} // closed when Serve has returned
@@ -386,7 +388,22 @@ func (a *App) start() error {
 		// svc.sse.slow_disconnects.
 		ropts = append(ropts, server.WithMeterProvider(a.mp))
 	}
-	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp}
+	readTimeout := o.ReadTimeout
+	if readTimeout == 0 {
+		readTimeout = server.DefaultReadTimeout
+	}
+	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp,
+		ReadTimeout: readTimeout, AllowedHosts: o.AllowedHosts, Reserved: conns.Reserved}
+	// DNS rebinding reaches a server on loopback from any web page; with
+	// a token it gets nothing, without one the Host header is the check.
+	// NoListen: nothing listens, nothing to rebind to; the handler is
+	// called in process (client.OverHandler) or mounted by a host.
+	if !o.NoListen && ((a.ln == nil && server.IsLoopbackHost(o.Host) || a.ln != nil && isLoopbackAddr(a.ln.Addr())) && o.AuthToken == "" || len(o.AllowedHosts) > 0) {
+		cfg.CheckHost = true
+		if a.ln == nil {
+			cfg.ListenHost = o.Host
+		}
+	}
 	if a.evStore != nil {
 		cfg.Events = a.evStore
 	}
@@ -422,16 +439,32 @@ func (a *App) start() error {
 			return fmt.Errorf("app: listen on %s: %w", addr, err)
 		}
 	}
-	a.ln = ln
+	maxConns := maxConnections(o.MaxConnections, fileLimit())
+	bounded, err := conns.NewListener(ln, conns.Config{Max: maxConns, Problem: server.ProblemBody})
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("app: listener: %w", err)
+	}
+	a.ln, a.conns = bounded, bounded
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.requests.Add(1)
 		defer a.requests.Add(-1)
 		h.ServeHTTP(w, r)
 	})
+	idle := o.IdleTimeout
+	if idle == 0 {
+		idle = DefaultIdleTimeout
+	}
 	// ConnContext lets the event streams cap a connection's send buffer,
-	// so that a client that stops reading costs little (issue 13).
-	a.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http")),
-		ConnContext: server.ConnContext}
+	// so that a client that stops reading costs little (issue 13), and
+	// tells the requests of the connections accepted past the bound.
+	// ReadTimeout stays 0: a body's deadline is BodyDeadline's, which
+	// ends with the body (see there).
+	a.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle,
+		ErrorLog: zap.NewStdLog(log.Named("http")), ConnState: bounded.ConnState,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return server.ConnContext(conns.ConnContext(ctx, c), c)
+		}}
 	// http.Server.Shutdown waits for open connections, and a subscriber
 	// of GET /events/stream never hangs up: end the streams as soon as
 	// the shutdown starts.
@@ -439,7 +472,7 @@ func (a *App) start() error {
 	a.served = make(chan struct{})
 	go func() {
 		defer close(a.served)
-		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.srv.Serve(bounded); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.serveErr <- fmt.Errorf("app: serve: %w", err)
 		}
 	}()
@@ -447,8 +480,28 @@ func (a *App) start() error {
 	groupNames, _ := rt.Groups(context.Background())
 	log.Info("svc serving", zap.String("url", "http://"+ln.Addr().String()), zap.String("specs", o.SpecsDir),
 		zap.Strings("agents", names), zap.Strings("groups", groupNames), zap.Stringer("options", rt.Options()),
-		zap.Bool("auth", o.AuthToken != ""), zap.Bool("reload", o.Reload))
+		zap.Bool("auth", o.AuthToken != ""), zap.Bool("reload", o.Reload), zap.Int("max_connections", maxConns),
+		zap.Duration("idle_timeout", idle), zap.Duration("read_timeout", readTimeout), zap.Bool("host_check", cfg.CheckHost))
 	return nil
+}
+
+// maxConnections is the bound of open connections for the option n (0:
+// DefaultMaxConnections), lowered when the descriptor limit files would
+// leave fewer than ReservedFiles to the rest of the process (at least 64).
+func maxConnections(n int, files uint64) int {
+	if n == 0 {
+		n = DefaultMaxConnections
+	}
+	if files > 0 && uint64(n)+ReservedFiles > files {
+		n = max(64, int(files)-ReservedFiles)
+	}
+	return n
+}
+
+// isLoopbackAddr reports whether addr is a loopback TCP address.
+func isLoopbackAddr(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // definitions are the agents and groups to register: those of Options,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/spec"
 )
@@ -135,6 +136,29 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; server.DefaultMaxBodyBytes (1
 	// MiB) when 0. [--max-body-bytes]
 	MaxBodyBytes int64
+	// AllowedHosts are the host names, besides localhost, the loopback
+	// addresses and Host, that requests may name in their Host header.
+	// The Host header is checked when the server listens on loopback
+	// without AuthToken (DNS rebinding: a page whose name resolves to
+	// 127.0.0.1 is the server's "own" origin), and whenever AllowedHosts
+	// is given; other hosts get 421 (server.CheckHost).
+	// [--allowed-hosts]
+	AllowedHosts []string
+	// IdleTimeout closes a keep-alive connection idle for this long;
+	// DefaultIdleTimeout when 0. [--idle-timeout]
+	IdleTimeout time.Duration
+	// ReadTimeout is how long a request's body may take to arrive
+	// (server.BodyDeadline); server.DefaultReadTimeout when 0.
+	// [--read-timeout]
+	ReadTimeout time.Duration
+	// MaxConnections bounds the connections open at once (package
+	// http/conns): past it, the oldest idle keep-alive connection is
+	// closed to make room, a few more are accepted for health checks
+	// only, and the rest wait in the kernel's backlog. DefaultMaxConnections
+	// when 0, lowered to leave ReservedFiles of the process's file
+	// descriptor limit to the stores, the broker and the tool servers.
+	// [--max-connections]
+	MaxConnections int
 	// SSEHeartbeat is how long GET /events/stream may stay idle before a
 	// heartbeat comment; sse.DefaultHeartbeatInterval when 0.
 	// [--sse-heartbeat]
@@ -243,6 +267,20 @@ type Options struct {
 // TLS variants).
 var brokerSchemes = []string{"memory", "nats", "tls", "redis", "rediss"}
 
+// Defaults of the connection options.
+const (
+	// DefaultIdleTimeout is longer than the 60 s idle timeout of common
+	// load balancers, so that the balancer, not svc, closes an idle
+	// connection first (a request it sends on a connection svc is closing
+	// would fail).
+	DefaultIdleTimeout = 75 * time.Second
+	// DefaultMaxConnections bounds the open connections (MaxConnections).
+	DefaultMaxConnections = 10000
+	// ReservedFiles are the file descriptors MaxConnections leaves to the
+	// rest of the process when the descriptor limit is low.
+	ReservedFiles = 1024
+)
+
 // DefaultNATSListen is where the embedded broker listens for workers.
 const DefaultNATSListen = "127.0.0.1:4222"
 
@@ -328,6 +366,20 @@ func (o *Options) check() error {
 		o.EventsMaxAge = DefaultEventsMaxAge
 	case o.EventsMaxAge < 0:
 		o.EventsMaxAge = 0
+	}
+	if o.IdleTimeout < 0 {
+		return bad("IdleTimeout", "%s: must not be negative", o.IdleTimeout)
+	}
+	if o.ReadTimeout < 0 {
+		return bad("ReadTimeout", "%s: must not be negative", o.ReadTimeout)
+	}
+	if o.MaxConnections < 0 {
+		return bad("MaxConnections", "%d: must not be negative", o.MaxConnections)
+	}
+	for _, h := range o.AllowedHosts {
+		if _, err := server.CheckHost("", []string{h}); err != nil {
+			return &ConfigError{Option: "AllowedHosts", Err: err}
+		}
 	}
 	if o.MaxBodyBytes < 0 {
 		return bad("MaxBodyBytes", "%d: must not be negative", o.MaxBodyBytes)

@@ -179,13 +179,14 @@ type browser struct {
 	log []chromedp.ConsoleMessage
 }
 
-func newBrowser(t testing.TB, width, height int) *browser {
+func newBrowser(t testing.TB, width, height int, more ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(path),
 		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(width, height), chromedp.Flag("force-device-scale-factor", "1"),
 		// Containers often give /dev/shm a few MiB: use /tmp instead.
 		chromedp.Flag("disable-dev-shm-usage", true))
+	opts = append(opts, more...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
@@ -253,11 +254,11 @@ func (b *browser) click(sel string) {
 	}
 }
 
-func eval[T any](b *browser, expr string) T {
+func eval[T any](b *browser, expr string, opts ...chromedp.EvaluateOption) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, wait)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
 	if err != nil {
 		b.t.Fatalf("evaluating %s: %v", expr, err)
 	}

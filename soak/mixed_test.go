@@ -19,7 +19,9 @@ import (
 // SOAK_CLIENTS (default 8) clients against svc serve with its default stores
 // (SQLite runs and events under --data-dir): sync agent and group runs,
 // gathers, submitted runs followed to the end, cancels, /events/stream
-// readers and clients that open a stream and never read it. Every
+// readers and clients that open a stream and never read it, and beside them
+// the attacks of issue 25 (idle connections opened 20 a second and left
+// open, bodies sent a byte every 2 s: attack_test.go). Every
 // SOAK_SAMPLE (default 10s) it samples the server's RSS and open files
 // (/proc) and goroutines (go_goroutines of GET /metrics), and fails when
 // the median of the last third of the samples is above that of the second
@@ -29,7 +31,10 @@ func TestMixedLoad(t *testing.T) {
 	duration := envDuration(t, "SOAK_DURATION", 10*time.Minute)
 	every := envDuration(t, "SOAK_SAMPLE", 10*time.Second)
 	clients := envInt(t, "SOAK_CLIENTS", 8)
-	s := startServer(t, t.TempDir(), writeSpecs(t), "--metrics", "--sse-heartbeat", "1s")
+	// --idle-timeout 10s: the idle connections the attacker leaves reach
+	// their plateau (idleRate × 10 s) within the first third of even a
+	// short run, so that the growth check judges the plateau.
+	s := startServer(t, t.TempDir(), writeSpecs(t), "--metrics", "--sse-heartbeat", "1s", "--idle-timeout", "10s")
 	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients}}
 	defer c.CloseIdleConnections()
 	ctx := context.Background()
@@ -45,6 +50,11 @@ func TestMixedLoad(t *testing.T) {
 	loadCtx, stop := context.WithTimeout(ctx, duration)
 	defer stop()
 	var wg sync.WaitGroup
+	// Beside the traffic, the attacks of issue 25: idle connections and
+	// slow bodies (attack_test.go).
+	att := newAttackers(s.url, l)
+	wg.Add(1)
+	go func() { defer wg.Done(); att.run(loadCtx, envInt(t, "SOAK_SLOW_BODIES", 8)) }()
 	for i := range clients {
 		wg.Add(1)
 		go func() {
@@ -141,6 +151,10 @@ func TestMixedLoad(t *testing.T) {
 	defer l.mu.Unlock()
 	t.Logf("MIXED-LOAD duration=%s clients=%d requests=%d unexpected=%d samples=%d ops=%v",
 		duration, clients, l.requests.Load(), len(l.unexpected), len(samples), l.ops)
+	t.Logf("ATTACKS idle connections opened at %d/s (at most %d held), slow bodies answered 408: %d", idleRate, idleCap, att.timeouts)
+	if att.timeouts == 0 && duration >= time.Minute {
+		t.Error("no slow body was answered 408 in the whole run")
+	}
 	for i, u := range l.unexpected {
 		if i == 20 {
 			t.Errorf("… and %d more", len(l.unexpected)-20)

@@ -25,19 +25,24 @@ import (
 
 type serveCmd struct {
 	runtimeFlags
-	host      string
-	port      int
-	auth      authFlags
-	origins   []string
-	grace     time.Duration
-	maxBody   int64
-	storeSpec string
-	nodeLease time.Duration
-	nodeID    string
-	dataDir   string
-	metrics   bool
-	dashboard bool
-	mcp       bool
+	host    string
+	port    int
+	auth    authFlags
+	origins []string
+	// The connection flags (issue 25).
+	allowedHosts []string
+	idleTimeout  time.Duration
+	readTimeout  time.Duration
+	maxConns     int
+	grace        time.Duration
+	maxBody      int64
+	storeSpec    string
+	nodeLease    time.Duration
+	nodeID       string
+	dataDir      string
+	metrics      bool
+	dashboard    bool
+	mcp          bool
 
 	sseHeartbeat time.Duration
 	sseQueue     int
@@ -189,6 +194,10 @@ process (JetStream files under --data-dir/nats) listening on --nats-listen:
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
 	s.auth.register(fs, "bearer token required on every route but the health checks")
 	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
+	fs.StringSliceVar(&s.allowedHosts, "allowed-hosts", nil, "host names (comma-separated or repeated) besides localhost, the loopback addresses and --host that requests may name in their Host header; the Host header is checked when the server listens on loopback without --auth-token (DNS rebinding), and always once this is given; other hosts get 421 (default none)")
+	fs.DurationVar(&s.idleTimeout, "idle-timeout", app.DefaultIdleTimeout, "close a keep-alive connection idle this long (longer than a load balancer's idle timeout, so that it closes first)")
+	fs.DurationVar(&s.readTimeout, "read-timeout", server.DefaultReadTimeout, "how long a request's body may take to arrive (408 after it); of a streamed gather, the wait for each next task; a request without a body (the event streams) has no read timeout")
+	fs.IntVar(&s.maxConns, "max-connections", app.DefaultMaxConnections, "connections open at once; past it the oldest idle keep-alive connection is closed to make room, a few more are accepted for health checks only, and the rest wait; lowered at start to leave 1024 file descriptors to the stores when the descriptor limit is low")
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests and runs in flight may take to finish on shutdown before they are cancelled (a second SIGINT or SIGTERM stops at once)")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted; of a streamed gather (application/x-ndjson), the longest line")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
@@ -249,6 +258,12 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	if s.sseHeartbeat <= 0 || s.sseQueue <= 0 {
 		return &exitError{code: 2, err: errors.New("--sse-heartbeat and --sse-queue-size must be positive")}
 	}
+	if s.idleTimeout <= 0 || s.readTimeout <= 0 || s.maxConns <= 0 {
+		return &exitError{code: 2, err: errors.New("--idle-timeout, --read-timeout and --max-connections must be positive")}
+	}
+	if _, err := server.CheckHost("", s.allowedHosts); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--allowed-hosts: %w", err)}
+	}
 	if s.maxBody <= 0 {
 		return &exitError{code: 2, err: errors.New("--max-body-bytes must be positive")}
 	}
@@ -269,7 +284,8 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 
 	o := s.appOptions(fs, log)
 	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody
-	o.AllowedOrigins = s.origins
+	o.AllowedOrigins, o.AllowedHosts = s.origins, s.allowedHosts
+	o.IdleTimeout, o.ReadTimeout, o.MaxConnections = s.idleTimeout, s.readTimeout, s.maxConns
 	o.Dashboard = s.dashboard
 	o.MCP = s.mcp
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec

@@ -400,7 +400,12 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindTimeout: svc.ErrTimeout, svc.KindCancelled: svc.ErrCancelled,
 		svc.KindShuttingDown: svc.ErrShuttingDown, svc.KindOutputValidation: svc.ErrOutputValidation, svc.KindUnauthorized: svc.ErrUnauthorized,
 		svc.KindNotFound: svc.ErrNotFound, svc.KindMethodNotAllowed: svc.ErrMethodNotAllowed,
-		svc.KindCondition: svc.ErrCondition,
+		svc.KindCondition:          svc.ErrCondition,
+		svc.KindBadRequest:         svc.ErrBadRequest,
+		svc.KindHeaderTooLarge:     svc.ErrHeaderTooLarge,
+		svc.KindRequestTimeout:     svc.ErrRequestTimeout,
+		svc.KindMisdirectedRequest: svc.ErrMisdirectedRequest,
+		svc.KindOverloaded:         svc.ErrOverloaded,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))

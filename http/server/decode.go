@@ -29,6 +29,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, svc.Errorf(svc.KindPayloadTooLarge, "request body exceeds %d bytes", limit)
 		}
+		if e, ok := errors.AsType[*svc.Error](err); ok {
+			return nil, e // the body's own error: BodyDeadline's RequestTimeoutError
+		}
 		return nil, svc.Wrap(svc.KindSpecValidation, err, "reading the request body")
 	}
 	return data, nil

@@ -50,6 +50,9 @@ func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64) (data [
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, nil, svc.Errorf(svc.KindPayloadTooLarge, "request body exceeds %d bytes", limit)
 		}
+		if e, ok := errors.AsType[*svc.Error](err); ok {
+			return nil, nil, e // the body's own error: BodyDeadline's RequestTimeoutError
+		}
 		return nil, nil, svc.Wrap(svc.KindSpecValidation, err, "reading the request body")
 	}
 	return buf.Bytes(), release, nil

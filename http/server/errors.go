@@ -40,6 +40,11 @@ var statusByKind = map[svc.Kind]int{
 	svc.KindOutputValidation:     http.StatusInternalServerError,
 	svc.KindNotFound:             http.StatusNotFound,
 	svc.KindMethodNotAllowed:     http.StatusMethodNotAllowed,
+	svc.KindBadRequest:           http.StatusBadRequest,
+	svc.KindHeaderTooLarge:       http.StatusRequestHeaderFieldsTooLarge,
+	svc.KindRequestTimeout:       http.StatusRequestTimeout,
+	svc.KindMisdirectedRequest:   http.StatusMisdirectedRequest,
+	svc.KindOverloaded:           http.StatusServiceUnavailable,
 	// The expression compiled when the group was registered; failing on
 	// a run's data is the run's failure, not the request's.
 	svc.KindCondition: http.StatusInternalServerError,

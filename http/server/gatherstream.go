@@ -189,7 +189,11 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, name, 
 	}
 	stopHeartbeat()
 	if runErr == nil && src != nil && src.err != nil {
-		runErr = svc.Wrap(svc.KindCancelled, src.err, "reading the tasks")
+		if e, ok := errors.AsType[*svc.Error](src.err); ok {
+			runErr = e // BodyDeadline's RequestTimeoutError: no task within --read-timeout
+		} else {
+			runErr = svc.Wrap(svc.KindCancelled, src.err, "reading the tasks")
+		}
 	}
 	sum.Finish(start, runErr)
 	sw.summary(&sum)
@@ -232,6 +236,11 @@ func (s *lineSource) tasks(yield func(svc.TaskSpec) bool) {
 	var long []byte
 	index := 0
 	for lineNo := 1; ; lineNo++ {
+		if br.Buffered() == 0 {
+			// The stream of tasks may be long; a client gets the read
+			// timeout between two reads of it, not for all of it.
+			renewBodyDeadline(s.body)
+		}
 		line, tooLong, err := readLine(br, s.limit, &long)
 		if t := bytes.TrimSpace(line); len(t) > 0 || tooLong {
 			var task svc.TaskSpec

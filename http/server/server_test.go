@@ -223,6 +223,8 @@ func TestErrorStatuses(t *testing.T) {
 		svc.KindCancelled: 409, svc.KindShuttingDown: 503, svc.KindOutputValidation: 500, svc.KindUnauthorized: 401,
 		svc.KindUnsupportedMediaType: 415, svc.KindForbiddenOrigin: 403,
 		svc.KindNotFound: 404, svc.KindMethodNotAllowed: 405, svc.KindCondition: 500,
+		svc.KindBadRequest: 400, svc.KindHeaderTooLarge: 431, svc.KindRequestTimeout: 408,
+		svc.KindMisdirectedRequest: 421, svc.KindOverloaded: 503,
 		"FrobnicationError": 500, // unknown: falls back to its parent, the base
 	}
 	for _, k := range svc.Kinds {

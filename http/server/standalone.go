@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"net/http"
 	"path"
 	"strings"
@@ -55,6 +56,25 @@ type StandaloneConfig struct {
 	// (package http/mcpserver) serving the backend's agents and groups as
 	// tools.
 	MCP http.Handler
+	// CheckHost, when set, refuses requests whose Host header is not
+	// ListenHost, localhost, a loopback address or one of AllowedHosts
+	// (see CheckHost): svc serve sets it when it listens on loopback
+	// without a token, and whenever AllowedHosts is given.
+	CheckHost bool
+	// ListenHost is the host the server listens on (svc serve --host).
+	ListenHost string
+	// AllowedHosts are the names besides ListenHost, localhost and the
+	// loopback addresses that CheckHost lets through.
+	AllowedHosts []string
+	// ReadTimeout, when positive, is how long a request's body may take
+	// to arrive (BodyDeadline).
+	ReadTimeout time.Duration
+	// Reserved, when set, tells the requests that came on a connection
+	// accepted past the server's bound of open connections (conns.Reserved):
+	// they may reach the health checks only; any other route is answered
+	// 503 OverloadedError. Each is answered with Connection: close, so
+	// that the reserve is freed at once.
+	Reserved func(*http.Request) bool
 }
 
 // MCPPath is where StandaloneConfig.MCP is served.
@@ -62,8 +82,10 @@ const MCPPath = "/mcp"
 
 // NewStandalone returns the handler of the standalone server: the router
 // for b, with the observation routes of mountObservation, behind RequestID,
-// AccessLog, Recoverer, CheckOrigin (with cfg.AllowedOrigins) and, when
-// cfg.AuthToken is set, BearerAuth, in that order from the outside in.
+// AccessLog, Recoverer, the reserve's gate (cfg.Reserved), CheckHost (when
+// cfg.CheckHost), CheckOrigin (with cfg.AllowedOrigins), BodyDeadline
+// (cfg.ReadTimeout) and, when cfg.AuthToken is set, BearerAuth, in that
+// order from the outside in.
 func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -85,11 +107,24 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	if cfg.AuthToken != "" {
 		h = BearerAuth(cfg.AuthToken)(h)
 	}
+	if cfg.ReadTimeout > 0 {
+		h = BodyDeadline(cfg.ReadTimeout)(h)
+	}
 	origins, err := CheckOrigin(cfg.AllowedOrigins)
 	if err != nil {
 		return nil, err
 	}
 	h = origins(h)
+	if cfg.CheckHost {
+		hosts, err := CheckHost(cfg.ListenHost, cfg.AllowedHosts)
+		if err != nil {
+			return nil, err
+		}
+		h = hosts(h)
+	}
+	if cfg.Reserved != nil {
+		h = reserveOnly(cfg.Reserved, h)
+	}
 	h = Recoverer(h)
 	if cfg.MeterProvider != nil {
 		mw, err := Metrics(cfg.MeterProvider)
@@ -100,6 +135,38 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	}
 	h = AccessLog(log)(h)
 	return RequestID(h), nil
+}
+
+// reserveOnly lets the requests for which reserved is true reach the
+// health checks only, and closes their connections after the answer.
+func reserveOnly(reserved func(*http.Request) bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !reserved(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		if openPaths[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeProblem(w, r, http.StatusServiceUnavailable, Problem{Error: string(svc.KindOverloaded),
+			Detail: "the server is at its bound of open connections (svc serve --max-connections); retry"})
+	})
+}
+
+// ProblemBody is the problem+json document of an answer with status and
+// detail that no handler wrote (conns.Config.Problem: net/http's own 4xx
+// answers), with the error kind of that status.
+func ProblemBody(status int, detail string) []byte {
+	kind := svc.KindBadRequest
+	if status == http.StatusRequestHeaderFieldsTooLarge {
+		kind = svc.KindHeaderTooLarge
+	}
+	p := Problem{Type: problemTypePrefix + string(kind), Title: http.StatusText(status), Status: status,
+		Error: string(kind), Detail: detail, Message: detail}
+	body, _ := json.Marshal(p) // strings and an int: Marshal cannot fail
+	return append(body, '\n')
 }
 
 // openPaths are answered without a token, so that load balancers and

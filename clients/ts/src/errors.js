@@ -1,8 +1,8 @@
 // Errors rebuilt from the server's problem+json bodies (RFC 9457). The
 // `error` field names the kind; each kind is a class here, with the same
 // hierarchy as the server's (svc.Kind.Parent): TopologyError,
-// PayloadTooLargeError and UnsupportedMediaTypeError are
-// SpecValidationErrors, every other kind is an AgentRuntimeError, and all
+// PayloadTooLargeError, UnsupportedMediaTypeError, BadRequestError and
+// HeaderTooLargeError are SpecValidationErrors, every other kind is an AgentRuntimeError, and all
 // are SvcErrors. A kind this client does not know becomes an
 // AgentRuntimeError whose `kind` still names it.
 
@@ -50,6 +50,11 @@ export class ToolExecutionError extends AgentRuntimeError {}
 export class AllAgentsFailedError extends AgentRuntimeError {}
 export class OutputValidationError extends AgentRuntimeError {}
 export class ConditionError extends AgentRuntimeError {}
+export class BadRequestError extends SpecValidationError {}
+export class HeaderTooLargeError extends SpecValidationError {}
+export class RequestTimeoutError extends AgentRuntimeError {}
+export class MisdirectedRequestError extends AgentRuntimeError {}
+export class OverloadedError extends AgentRuntimeError {}
 export class ModelError extends AgentRuntimeError {}
 export class ShuttingDownError extends AgentRuntimeError {}
 /** The server's TimeoutError (504): the run exceeded its timeout_seconds. */
@@ -78,6 +83,11 @@ export const errorKinds = Object.freeze({
   AllAgentsFailedError,
   OutputValidationError,
   ConditionError,
+  BadRequestError,
+  HeaderTooLargeError,
+  RequestTimeoutError,
+  MisdirectedRequestError,
+  OverloadedError,
   ModelError,
   ShuttingDownError,
   TimeoutError,

@@ -42,7 +42,7 @@ test('every error kind of the server has its class', () => {
   }
   assert.deepEqual(Object.keys(mod.errorKinds).sort(), [...kinds].sort());
   // The hierarchy of Kind.Parent.
-  for (const k of ['TopologyError', 'PayloadTooLargeError', 'UnsupportedMediaTypeError']) {
+  for (const k of ['TopologyError', 'PayloadTooLargeError', 'UnsupportedMediaTypeError', 'BadRequestError', 'HeaderTooLargeError']) {
     assert.ok(mod.errorKinds[k].prototype instanceof mod.SpecValidationError, k);
   }
 });
