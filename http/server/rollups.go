@@ -301,9 +301,9 @@ func (o *observation) tree(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryOf(r); err != nil {
 		return err
 	}
-	id, err := url.PathUnescape(chi.URLParam(r, "trace_id"))
-	if err != nil || id == "" {
-		return svc.Errorf(svc.KindSpecValidation, "trace id %q in the path is not valid", chi.URLParam(r, "trace_id"))
+	id, err := pathParam(r, "trace_id", "trace id")
+	if err != nil {
+		return err
 	}
 	t, err := o.events.Tree(r.Context(), id)
 	if err != nil {

@@ -54,7 +54,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -540,19 +539,10 @@ func (h *handlers) readyz(w http.ResponseWriter, r *http.Request) error {
 // agentName returns the {name} path parameter of an agent route.
 func agentName(r *http.Request) (string, error) { return pathName(r, "agent") }
 
-// pathName returns the {name} path parameter, unescaped: chi routes on the
-// raw path when the request has one, and then hands out escaped segments.
-// what ("agent", "group") names it in the error.
+// pathName returns the {name} path parameter (pathParam); what ("agent",
+// "group") names it in the error.
 func pathName(r *http.Request, what string) (string, error) {
-	name := chi.URLParam(r, "name")
-	if r.URL.RawPath == "" {
-		return name, nil
-	}
-	n, err := url.PathUnescape(name)
-	if err != nil {
-		return "", svc.Errorf(svc.KindSpecValidation, "%s name %q: %v", what, name, err)
-	}
-	return n, nil
+	return pathParam(r, "name", what+" name")
 }
 
 // headerRequestID returns the request's X-Request-Id when it is a usable

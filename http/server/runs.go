@@ -102,18 +102,8 @@ func (h *runHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusAccepted, submitReply{RunID: id})
 }
 
-// runID returns the {id} path parameter, unescaped as pathName does.
-func runID(r *http.Request) (string, error) {
-	id := chi.URLParam(r, "id")
-	if r.URL.RawPath == "" {
-		return id, nil
-	}
-	n, err := url.PathUnescape(id)
-	if err != nil {
-		return "", svc.Errorf(svc.KindSpecValidation, "run id %q: %v", id, err)
-	}
-	return n, nil
-}
+// runID returns the {id} path parameter (pathParam).
+func runID(r *http.Request) (string, error) { return pathParam(r, "id", "run id") }
 
 // mountPrefix returns the escaped path under which the router is mounted,
 // taken from the request's path minus the route's own suffix, so the

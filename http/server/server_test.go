@@ -492,9 +492,35 @@ func TestMounted(t *testing.T) {
 		t.Errorf("Allow = %q", r.header.Values("Allow"))
 	}
 	// An agent name that needs escaping arrives unescaped.
-	p := problem(t, do(t, srv, "GET", "/svc/agents/a%2Fb/schema", ""), 404)
-	if p.Agent != "a/b" {
+	p := problem(t, do(t, srv, "GET", "/svc/agents/a%20b/schema", ""), 404)
+	if p.Agent != "a b" {
 		t.Errorf("escaped agent name reached the backend as %q", p.Agent)
+	}
+	// One that holds an escaped slash, a backslash or is a dot segment is
+	// no name (svc.ValidName) and a way to make a path read otherwise
+	// (issue 25): the mounted router refuses it, with no standalone
+	// CheckPath in front. So does an empty one ("//").
+	for path, want := range map[string]string{
+		"/svc/agents/a%2Fb/schema":       `agent name "a/b" in the path holds a slash or a backslash`,
+		"/svc/agents/..%2F..%2Fx/run":    `agent name "../../x" in the path holds a slash or a backslash`,
+		"/svc/agents/a%5Cb/gather":       `agent name "a\\b" in the path holds a slash or a backslash`,
+		"/svc/agents/%2e%2e/schema":      `agent name ".." in the path is a dot segment`,
+		"/svc/agents//schema":            `agent name in the path is empty`,
+		"/svc/groups/%2E/topology":       `group name "." in the path is a dot segment`,
+		"/svc/groups/x%2F..%2Fy/run":     `group name "x/../y" in the path holds a slash or a backslash`,
+		"/svc/agents/..%252Fx%2F/schema": `agent name "..%2Fx/" in the path holds a slash or a backslash`,
+	} {
+		method, body := "GET", ""
+		if strings.HasSuffix(path, "/run") || strings.HasSuffix(path, "/gather") {
+			method, body = "POST", `{"input":1}`
+		}
+		p := problem(t, do(t, srv, method, path, body), 400)
+		if p.Error != string(svc.KindSpecValidation) || p.Detail != want {
+			t.Errorf("%s %s: %s %q, want SpecValidationError %q", method, path, p.Error, p.Detail, want)
+		}
+	}
+	if task, _ := f.seen(); task.RequestID != "host-id" {
+		t.Errorf("a refused name reached the backend: last task %+v", task)
 	}
 }
 
