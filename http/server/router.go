@@ -198,8 +198,8 @@ func mountDashboard(r chi.Router, h http.Handler) {
 //	GET  /groups                 JSON list of group names
 //	GET  /groups/{name}/topology svc.Topology
 //	POST /groups/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.RunResult
-//	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
-//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails
+//	GET  /healthz, /health       200 {"status":"ok"} while the process is alive (HEAD too)
+//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails (HEAD too)
 //	GET  /dashboard/             the web page, with WithDashboard
 //
 // When b also implements svc.RunBackend, the asynchronous runs are served
@@ -265,7 +265,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		if rctx := chi.RouteContext(req.Context()); rctx != nil && rctx.RoutePath != "" {
 			path = rctx.RoutePath
 		}
-		for _, m := range []string{http.MethodGet, http.MethodPost} {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
 			if r.Match(chi.NewRouteContext(), m, path) {
 				w.Header().Add("Allow", m)
 			}
@@ -284,9 +284,13 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/groups", Handle(h.groups))
 	r.Method(http.MethodGet, "/groups/{name}/topology", Handle(h.topology))
 	r.Method(http.MethodPost, "/groups/{name}/run", Handle(h.runGroup))
-	r.Method(http.MethodGet, "/healthz", Handle(h.healthz))
-	r.Method(http.MethodGet, "/health", Handle(h.healthz))
-	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
+	// Probes (load balancers, orchestrators) may ask with HEAD: the same
+	// answer, whose body net/http leaves out.
+	for _, m := range []string{http.MethodGet, http.MethodHead} {
+		r.Method(m, "/healthz", Handle(h.healthz))
+		r.Method(m, "/health", Handle(h.healthz))
+		r.Method(m, "/readyz", Handle(h.readyz))
+	}
 	r.Method(http.MethodGet, "/openapi.json", Handle(serveOpenAPI))
 	if rb, ok := b.(svc.RunBackend); ok {
 		rh := &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout}

@@ -788,3 +788,47 @@ func TestReadyCheck(t *testing.T) {
 		t.Error("WithReadyCheck without a name and check accepted")
 	}
 }
+
+// TestHealthHEAD (issue 25 part 4): probes that ask with HEAD get the
+// status and headers of GET, without a body, and need no token; before,
+// they got 405 and took the server for down.
+func TestHealthHEAD(t *testing.T) {
+	f := &fakeBackend{}
+	h, err := server.NewStandalone(f, server.StandaloneConfig{AuthToken: "s3cret", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, h)
+	for _, path := range []string{"/healthz", "/health", "/readyz"} {
+		get := do(t, srv, "GET", path, "")
+		head := do(t, srv, "HEAD", path, "")
+		if head.status != http.StatusOK || get.status != http.StatusOK {
+			t.Errorf("%s: HEAD %d, GET %d; want 200 for both", path, head.status, get.status)
+		}
+		if len(head.body) != 0 {
+			t.Errorf("HEAD %s sent a body: %q", path, head.body)
+		}
+		for _, k := range []string{"Content-Type", "Content-Length"} {
+			if head.header.Get(k) != get.header.Get(k) || head.header.Get(k) == "" {
+				t.Errorf("HEAD %s: %s %q, GET's %q", path, k, head.header.Get(k), get.header.Get(k))
+			}
+		}
+		if head.header.Get("X-Request-Id") == "" {
+			t.Errorf("HEAD %s without X-Request-Id", path)
+		}
+	}
+	f.setReady(svc.Errorf(svc.KindShuttingDown, "draining"))
+	head := do(t, srv, "HEAD", "/readyz", "")
+	if head.status != http.StatusServiceUnavailable || len(head.body) != 0 ||
+		head.header.Get("Content-Type") != "application/problem+json" || head.header.Get("Retry-After") == "" {
+		t.Errorf("HEAD /readyz while draining: %d %v %q; want GET's 503 headers, no body", head.status, head.header, head.body)
+	}
+	// Only the probes: another route still takes what it takes.
+	r := do(t, srv, "DELETE", "/healthz", "")
+	if got := r.header.Values("Allow"); r.status != http.StatusMethodNotAllowed || strings.Join(got, ",") != "GET,HEAD" {
+		t.Errorf("DELETE /healthz: %d, Allow %q; want 405 with GET, HEAD", r.status, got)
+	}
+	if r := do(t, srv, "HEAD", "/agents", "", "Authorization", "Bearer s3cret"); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD /agents: %d, want 405", r.status)
+	}
+}
