@@ -401,8 +401,16 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	q, err := queryOf(r, "max_concurrency")
+	if err != nil {
+		return err
+	}
+	if q.Has("max_concurrency") && !ndjsonBody(r) {
+		// It would be ignored: a JSON body gives its own.
+		return svc.Errorf(svc.KindSpecValidation, `query parameter "max_concurrency" is for an application/x-ndjson body; an application/json body gives "max_concurrency" in the body`)
+	}
 	if accept := streamAccept(r); accept != "" || ndjsonBody(r) {
-		return h.gatherStreamed(w, r, name, accept)
+		return h.gatherStreamed(w, r, q, name, accept)
 	}
 	data, err := readBody(w, r, h.maxBody)
 	if err != nil {

@@ -166,9 +166,13 @@ func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
 // streamAfter returns the sequence number a stream resumes after: the
 // Last-Event-ID header, else the after query parameter, else 0.
 func streamAfter(r *http.Request) (int64, error) {
+	q, err := queryOf(r, "after")
+	if err != nil {
+		return 0, err
+	}
 	what, v := LastEventIDHeader, r.Header.Get(LastEventIDHeader)
 	if v == "" {
-		what, v = "after", r.URL.Query().Get("after")
+		what, v = "after", q.Get("after")
 	}
 	if v == "" {
 		return 0, nil
