@@ -297,22 +297,23 @@ var newline = []byte("\n")
 // decodeTaskLine decodes one line of a streamed body; a bad one is a task
 // with Invalid set, naming the task and the line.
 func decodeTaskLine(line []byte, index, lineNo int) svc.TaskSpec {
-	var task svc.TaskSpec
-	err := func() error {
+	var w wireTask
+	task, err := func() (svc.TaskSpec, error) {
 		if _, err := topLevelObject(line); err != nil {
-			return err
+			return svc.TaskSpec{}, err
 		}
-		if err := strictUnmarshal(line, &task); err != nil {
-			return err
+		if err := strictUnmarshal(line, &w); err != nil {
+			return svc.TaskSpec{}, err
 		}
-		return checkTask(task, "")
+		return w.task("")
 	}()
 	if err != nil {
 		msg := err.Error()
 		if e, ok := errors.AsType[*svc.Error](err); ok {
 			msg = e.Message
 		}
-		return svc.TaskSpec{ID: task.ID, RequestID: validOr(task.RequestID),
+		// What could be read of the task still names its result.
+		return svc.TaskSpec{ID: w.ID, RequestID: validOr(deref(w.RequestID)),
 			Invalid: svc.Errorf(svc.KindSpecValidation, "task %d (line %d): %s", index, lineNo, msg)}
 	}
 	return task

@@ -605,10 +605,11 @@ func TestRequestIDMiddleware(t *testing.T) {
 		{strings.Repeat("a", 129), false},
 		{"has space", false},
 		{"naïve", false},
-		{"", false},
+		{"", false}, // sent empty: counts as absent (docs/api.md)
+		{"absent", false},
 	} {
 		var hdr []string
-		if tc.in != "" {
+		if tc.in != "absent" {
 			hdr = []string{"X-Request-Id", tc.in}
 		}
 		r := do(t, srv, "GET", "/", "", hdr...)
