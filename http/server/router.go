@@ -226,7 +226,11 @@ func mountDashboard(r chi.Router, h http.Handler) {
 // 415, otherwise; an empty body needs no Content-Type), UTF-8 without
 // unpaired surrogate escapes, without a key repeated in one object and
 // without numbers beyond float64; a request_id in it follows the rule of
-// ValidRequestID. Origins are the host's concern here: see CheckOrigin.
+// ValidRequestID ("" included). Origins are the host's concern here: see
+// CheckOrigin; so is the whole path, which CheckPath checks for tricks. A
+// path parameter (a name or an id) that is empty, "." or "..", or holds a
+// slash or a backslash, is refused with a 400 (pathParam). A route that
+// takes query parameters refuses an unknown or repeated one (queryOf).
 //
 // The trace id of a run (agent, group or submitted) is the task's request_id, else the
 // envelope's request_id, else the X-Request-Id header, else a new UUIDv7; it
