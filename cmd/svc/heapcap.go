@@ -27,9 +27,10 @@ const (
 	// returned to the OS (debug.FreeOSMemory).
 	quietWindow = 5 * time.Second
 	quietAllocs = 8 << 20
-	// releaseSlack is how much retained memory beyond twice the live
-	// heap is let be before a quiet process returns it.
-	releaseSlack = 32 << 20
+	// burstAllocs is how much the process must have allocated since it
+	// last returned memory for a quiet spell to return it again: one
+	// collection a burst, none for an idle server.
+	burstAllocs = 64 << 20
 )
 
 // heapCap keeps svc serve's soft memory limit at what the live heap needs
@@ -48,8 +49,6 @@ type heapCap struct {
 	samples []metrics.Sample
 	limit   int64 // the limit last set
 
-	// FreeOSMemory calls, for the tests' and the log's sake.
-	released int
 }
 
 // The runtime/metrics the cap reads, in this order.
@@ -83,13 +82,13 @@ func (h *heapCap) run() {
 	tick := time.NewTicker(heapCapTick)
 	defer tick.Stop()
 	var quietSince time.Time
-	var lastAllocs uint64
+	var lastAllocs, releasedAt uint64
 	for {
 		select {
 		case <-h.stop:
 			return
 		case now := <-tick.C:
-			live, allocs, retained, other := h.read()
+			live, allocs, other := h.read()
 			h.setLimit(live, other)
 			// Quiet: few allocations since the last tick, for a while.
 			if allocs-lastAllocs > quietAllocs*uint64(heapCapTick)/uint64(quietWindow) {
@@ -98,9 +97,12 @@ func (h *heapCap) run() {
 				quietSince = now
 			}
 			lastAllocs = allocs
-			if !quietSince.IsZero() && now.Sub(quietSince) >= quietWindow && retained > 2*int64(live)+releaseSlack {
+			// The live heap of the last collection, taken during the
+			// burst, says nothing of what is garbage now: a quiet spell
+			// after enough allocation is what tells a burst has ended.
+			if !quietSince.IsZero() && now.Sub(quietSince) >= quietWindow && allocs-releasedAt >= burstAllocs {
 				debug.FreeOSMemory()
-				h.released++
+				releasedAt = allocs
 				quietSince = time.Time{}
 			}
 		}
@@ -108,9 +110,9 @@ func (h *heapCap) run() {
 }
 
 // read returns the live heap at the last collection, the bytes allocated
-// so far, the heap's memory not returned to the OS, and the runtime's
-// memory besides the heap (stacks, metadata), in bytes.
-func (h *heapCap) read() (live, allocs uint64, retained, other int64) {
+// so far, and the runtime's memory besides the heap (stacks, metadata), in
+// bytes.
+func (h *heapCap) read() (live, allocs uint64, other int64) {
 	metrics.Read(h.samples)
 	v := func(i int) uint64 {
 		if h.samples[i].Value.Kind() != metrics.KindUint64 {
@@ -120,9 +122,8 @@ func (h *heapCap) read() (live, allocs uint64, retained, other int64) {
 	}
 	live, allocs = v(0), v(1)
 	total, released := int64(v(2)), int64(v(3))
-	retained = int64(v(4) + v(5) + v(6))
-	other = total - released - retained
-	return live, allocs, retained, other
+	heap := int64(v(4) + v(5) + v(6))
+	return live, allocs, total - released - heap
 }
 
 // setLimit sets the soft memory limit to the heap goal that live allows
