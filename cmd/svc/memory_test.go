@@ -153,7 +153,7 @@ func postRuns(t *testing.T, url string, clients, total int) {
 // events, cost the server a bounded resident set, and once they are gone
 // the server gives the memory back within a minute (issue 25: 106 → 803
 // MB, and 424 MB stayed). The bounds are generous (measured: peak 320-340 MB,
-// back to idle + 40 MB in seconds; before the fix 500 MB and idle + 200 MB
+// back to idle + 30 MB in seconds; before the fix 410 MB and idle + 320 MB
 // for good; RELIABILITY.md has the figures).
 func TestStalledSubscribersMemory(t *testing.T) {
 	if testing.Short() {
