@@ -120,6 +120,16 @@ func testRetentionByRows(t *testing.T, open Open) {
 	if got, want := names(query(t, s, eventstore.Query{})), []string{"late", "c", "b"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after pruning to 3 rows: %v, want %v", got, want)
 	}
+
+	// Ties in timestamp at the cut: the later written are the newer, and
+	// exactly MaxRows stay.
+	s = open(t, eventstore.Retention{MaxRows: 2})
+	write(t, s, ev("a", 10, "t", svc.EventAgentSpawned), ev("b", 10, "t", svc.EventAgentSpawned))
+	write(t, s, ev("c", 10, "t", svc.EventAgentSpawned), ev("d", 10, "t", svc.EventAgentSpawned))
+	prune(t, s)
+	if got, want := names(query(t, s, eventstore.Query{})), []string{"d", "c"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after pruning 4 events of one timestamp to 2 rows: %v, want %v", got, want)
+	}
 }
 
 func testRetentionByAge(t *testing.T, open Open) {
