@@ -86,7 +86,7 @@ check: deps vet staticcheck
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
-	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/
+	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/...
 
 ## bench-http: issue 15's benchmarks of the svc serve binary with its
 ## default flags (part of bench): POST /agents/echo/run against a bare chi

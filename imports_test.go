@@ -27,9 +27,11 @@ type listedPackage struct {
 //   - http/server reaches the runtime only through svc.Backend (it may
 //     import http/openapi, the API's document, which imports only the
 //     root);
-//   - stores, emitters and brokers import only the root, their own family
-//     and internal leaf packages that import nothing of the module but
-//     the root (internal/dropqueue, internal/sqlitedb, internal/faultstore);
+//   - stores, event stores, emitters and brokers import only the root,
+//     their own family (eventstore/memevents may import eventstore and
+//     eventstore/internal/rollup) and internal leaf packages that import
+//     nothing of the module but the root (internal/dropqueue,
+//     internal/sqlitedb, internal/faultstore);
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
 //   - no production code imports testing. A package that does is a test
@@ -119,8 +121,8 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("http/server imports %s; it must reach the runtime only through svc.Backend", imp)
 			case pkg == "http/openapi" && dep != "":
 				fail("http/openapi imports %s; the API's document is built from the root's types only", imp)
-			case under(pkg, "stores", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
-				fail("%s imports %s; stores, emitters and brokers import only the root", p.ImportPath, imp)
+			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
+				fail("%s imports %s; stores, event stores, emitters and brokers import only the root", p.ImportPath, imp)
 			}
 		}
 		if under(pkg, "agent", "model") {
@@ -178,6 +180,11 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("internal/queue"), Imports: []string{"sync"}},
 		{ImportPath: m("internal/runtimey"), Imports: []string{m("supervisor")}},
 		{ImportPath: m("emitters"), Imports: []string{m(""), m("internal/queue"), m("internal/runtimey")}},
+		// An event store backend using its family's shared logic (fine)
+		// and one that reaches into the HTTP client (not).
+		{ImportPath: m("eventstore/internal/rollup"), Imports: []string{m("")}},
+		{ImportPath: m("eventstore/memevents"), Imports: []string{m(""), m("eventstore"), m("eventstore/internal/rollup")}},
+		{ImportPath: m("eventstore/sqliteevents"), Imports: []string{m(""), m("http/client")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -185,6 +192,7 @@ func TestImportRules(t *testing.T) {
 		"http/client imports testing but no _test.go file imports it",
 		"agent depends on " + m("actors"),
 		"emitters imports " + m("internal/runtimey"),
+		"eventstore/sqliteevents imports " + m("http/client"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

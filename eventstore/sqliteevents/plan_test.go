@@ -1,7 +1,9 @@
-package eventstore
+package sqliteevents
 
 import (
 	"context"
+	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/internal/rollup"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,7 +13,7 @@ import (
 )
 
 // queryPlan is SQLite's plan of query, its lines joined by "; ".
-func queryPlan(t *testing.T, s *SQLite, query string, args ...any) string {
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
 	t.Helper()
 	rows, err := s.reader.Query("EXPLAIN QUERY PLAN "+query, args...)
 	if err != nil {
@@ -39,7 +41,7 @@ func queryPlan(t *testing.T, s *SQLite, query string, args ...any) string {
 // and that none reads the whole table: the store's indexes are fewer for
 // the writer than they were, not for the readers.
 func TestSQLiteQueryPlans(t *testing.T) {
-	s, err := OpenSQLite(filepath.Join(t.TempDir(), "events.db"), Retention{})
+	s, err := Open(filepath.Join(t.TempDir(), "events.db"), eventstore.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,21 +58,21 @@ func TestSQLiteQueryPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		q     Query
+		q     eventstore.Query
 		index string
 	}{
-		{Query{}, "events_ts"},
-		{Query{Since: now}, "events_ts"},
-		{Query{Since: now, Until: now.Add(time.Second)}, "events_ts"},
-		{Query{TraceID: "ta"}, "events_trace_id"},
-		{Query{EventType: svc.EventAgentCompleted}, "events_completed_ts"},
-		{Query{EventType: svc.EventAgentCompleted, Since: now, Until: now.Add(time.Second)}, "events_completed_ts"},
-		{Query{EventType: svc.EventAgentCompleted, TraceID: "ta"}, "events_trace_id"},
-		{Query{EventType: svc.EventAgentSpawned}, "events_type_ts"},
-		{Query{EventType: svc.EventAgentSpawned, TraceID: "ta"}, "events_trace_id"},
-		{Query{EventType: svc.EventWorkerHeartbeat, Since: now}, "events_type_ts"},
+		{eventstore.Query{}, "events_ts"},
+		{eventstore.Query{Since: now}, "events_ts"},
+		{eventstore.Query{Since: now, Until: now.Add(time.Second)}, "events_ts"},
+		{eventstore.Query{TraceID: "ta"}, "events_trace_id"},
+		{eventstore.Query{EventType: svc.EventAgentCompleted}, "events_completed_ts"},
+		{eventstore.Query{EventType: svc.EventAgentCompleted, Since: now, Until: now.Add(time.Second)}, "events_completed_ts"},
+		{eventstore.Query{EventType: svc.EventAgentCompleted, TraceID: "ta"}, "events_trace_id"},
+		{eventstore.Query{EventType: svc.EventAgentSpawned}, "events_type_ts"},
+		{eventstore.Query{EventType: svc.EventAgentSpawned, TraceID: "ta"}, "events_trace_id"},
+		{eventstore.Query{EventType: svc.EventWorkerHeartbeat, Since: now}, "events_type_ts"},
 	} {
-		q, err := normalizeQuery(c.q)
+		q, err := rollup.CheckQuery(c.q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +87,7 @@ func TestSQLiteQueryPlans(t *testing.T) {
 	}
 	// Every type's events come back by either index.
 	for _, typ := range []svc.EventType{svc.EventAgentSpawned, svc.EventAgentCompleted, svc.EventWorkerHeartbeat} {
-		got, err := s.Events(context.Background(), Query{EventType: typ, Limit: MaxLimit})
+		got, err := s.Events(context.Background(), eventstore.Query{EventType: typ, Limit: eventstore.MaxLimit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +121,7 @@ func usesIndex(plan, index string) bool {
 // all there.
 func TestSQLiteReplacesTypeIndex(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "events.db")
-	s, err := OpenSQLite(path, Retention{})
+	s, err := Open(path, eventstore.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestSQLiteReplacesTypeIndex(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = OpenSQLite(path, Retention{})
+	s, err = Open(path, eventstore.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +163,7 @@ func TestSQLiteReplacesTypeIndex(t *testing.T) {
 		t.Errorf("indexes after reopening: %s; want events_type_ts and no events_event_type", got)
 	}
 	for _, ev := range evs {
-		got, err := s.Events(context.Background(), Query{EventType: ev.EventType})
+		got, err := s.Events(context.Background(), eventstore.Query{EventType: ev.EventType})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package eventstore_test
+package sqliteevents_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/eventstoretest"
+	"github.com/svc-dev/svc/eventstore/memevents"
 )
 
 // schemaV3 is a version 3 file: schemaV2 with the span columns, holding
@@ -69,7 +71,7 @@ func TestSQLiteMigratesV3(t *testing.T) {
 	if err != nil || len(old) != 2 {
 		t.Fatalf("old events: %+v, %v", old, err)
 	}
-	mem := eventstore.NewMemory(eventstore.Retention{})
+	mem := memevents.New(eventstore.Retention{})
 	defer mem.Close()
 	write(t, mem, old...)
 	u, err := lite.Usage(ctx, svc.GroupByAgent)
@@ -86,7 +88,7 @@ func TestSQLiteMigratesV3(t *testing.T) {
 	write(t, lite, newer)
 	write(t, mem, newer)
 	traces := []string{"t1", "t2", "t3"}
-	m, l := readAll(t, mem, rollupNow, traces), readAll(t, lite, rollupNow, traces)
+	m, l := eventstoretest.ReadAll(t, mem, eventstoretest.FixtureNow, traces), eventstoretest.ReadAll(t, lite, eventstoretest.FixtureNow, traces)
 	for k := range m {
 		if !reflect.DeepEqual(m[k], l[k]) {
 			t.Errorf("%s differs:\nmemory %+v\nsqlite %+v", k, m[k], l[k])

@@ -1,4 +1,9 @@
-package eventstore
+// Package rollup is the read side every event store backend shares: the
+// facts a rollup reads of an event, the definitions of Usage, ToolUsage,
+// RuntimeStats and Tree, and the code that finishes them from what a
+// backend gathers, so that every backend gives exactly the same answers
+// for the same events.
+package rollup
 
 import (
 	"cmp"
@@ -8,7 +13,7 @@ import (
 	"github.com/svc-dev/svc"
 )
 
-// This file defines the rollups both stores compute, and holds the code
+// This file defines the rollups every store computes, and holds the code
 // they share, so that for the same events they give exactly the same
 // answers: the stores differ only in how they gather the sums, counts and
 // ordered durations these functions finish.
@@ -24,19 +29,19 @@ import (
 //   - ToolUsage: tool_call_completed and tool_call_failed are calls, only
 //     failed ones failures. Latencies are over the calls whose duration_ms
 //     is a non-negative number, rounded to whole microseconds first;
-//     percentiles use the nearest-rank method (the smallest duration with
+//     Percentiles use the nearest-rank method (the smallest duration with
 //     at least p% of the durations at or below it: rank ceil(p·n/100)), so
 //     every percentile is a duration that was measured. A row with no
 //     durations has zero latencies. Rows are sorted by tool, then agent.
-//   - RuntimeStats: see statsAcc.
+//   - RuntimeStats: see Stats.
 //   - Tree: see tree.go.
 
 // BurnWindow is the window of RuntimeStats' token burn rate: the tokens of
 // agent_completed events in (now-BurnWindow, now].
 const BurnWindow = 5 * time.Minute
 
-// usageGroup checks a Usage group_by; "" means none.
-func usageGroup(groupBy string) (string, error) {
+// UsageGroup checks a Usage group_by; "" means none.
+func UsageGroup(groupBy string) (string, error) {
 	switch groupBy {
 	case "", svc.GroupByNone:
 		return svc.GroupByNone, nil
@@ -47,8 +52,8 @@ func usageGroup(groupBy string) (string, error) {
 		"eventstore: usage group_by %q: want agent, trace, model or none", groupBy)
 }
 
-// toolGroup checks a ToolUsage group_by.
-func toolGroup(groupBy string) error {
+// ToolGroup checks a ToolUsage group_by.
+func ToolGroup(groupBy string) error {
 	switch groupBy {
 	case svc.GroupByTool, svc.GroupByAgentTool:
 		return nil
@@ -56,9 +61,9 @@ func toolGroup(groupBy string) error {
 	return svc.Errorf(svc.KindSpecValidation, "eventstore: tools group_by %q: want tool or agent_tool", groupBy)
 }
 
-// usageKey is the group key of an agent_completed event with this agent,
+// UsageKey is the group key of an agent_completed event with this agent,
 // trace and model fact.
-func usageKey(groupBy, agent, trace, model string) string {
+func UsageKey(groupBy, agent, trace, model string) string {
 	switch groupBy {
 	case svc.GroupByAgent:
 		return agent
@@ -71,17 +76,17 @@ func usageKey(groupBy, agent, trace, model string) string {
 	return model
 }
 
-// usageAcc gathers a Usage answer: its costs are summed in nano-dollars
+// UsageAcc gathers a Usage answer: its costs are summed in nano-dollars
 // and turned into dollars once, at the end.
-type usageAcc struct {
+type UsageAcc struct {
 	u          svc.Usage
 	totalNanos int64
 	nanos      map[string]int64
 }
 
-// newUsage returns an empty answer for groupBy (already checked).
-func newUsage(groupBy string) *usageAcc {
-	a := &usageAcc{u: svc.Usage{GroupBy: groupBy}}
+// NewUsage returns an empty answer for groupBy (already checked).
+func NewUsage(groupBy string) *UsageAcc {
+	a := &UsageAcc{u: svc.Usage{GroupBy: groupBy}}
 	if groupBy != svc.GroupByNone {
 		a.u.Groups = map[string]svc.UsageTotals{}
 		a.nanos = map[string]int64{}
@@ -91,7 +96,7 @@ func newUsage(groupBy string) *usageAcc {
 
 // add counts n invocations with tokens and cost (in nano-dollars) under
 // key (ignored when ungrouped).
-func (a *usageAcc) add(key string, n, tokens, costNanos int64) {
+func (a *UsageAcc) Add(key string, n, tokens, costNanos int64) {
 	u := &a.u
 	u.Total.Invocations += n
 	u.Total.TokensUsed += tokens
@@ -106,7 +111,7 @@ func (a *usageAcc) add(key string, n, tokens, costNanos int64) {
 }
 
 // result is the answer.
-func (a *usageAcc) result() svc.Usage {
+func (a *UsageAcc) Result() svc.Usage {
 	u := a.u
 	u.Total.CostUSD = svc.CostFromNanos(a.totalNanos)
 	for k, n := range a.nanos {
@@ -117,52 +122,52 @@ func (a *usageAcc) result() svc.Usage {
 	return u
 }
 
-// toolAgg is one ToolUsage row before its latencies are in milliseconds.
-type toolAgg struct {
-	tool, agent     string
-	calls, failures int64
+// ToolAgg is one ToolUsage row before its latencies are in milliseconds.
+type ToolAgg struct {
+	Tool, Agent     string
+	Calls, Failures int64
 	// n durations summing to sumUS; p50, p95 and p99 are their
-	// nearest-rank percentiles.
-	n, sumUS      int64
+	// nearest-rank Percentiles.
+	N, SumUS      int64
 	p50, p95, p99 int64
 }
 
-// percentiles are the ones a ToolStats row reports, in percent.
-var percentiles = [3]int64{50, 95, 99}
+// Percentiles are the ones a ToolStats row reports, in percent.
+var Percentiles = [3]int64{50, 95, 99}
 
 // rank is the 1-based nearest rank of the pct-th percentile of n values
 // (n > 0), in integers so both stores pick the same value.
-func rank(pct, n int64) int64 { return max(1, (pct*n+99)/100) }
+func Rank(pct, n int64) int64 { return max(1, (pct*n+99)/100) }
 
-// setPercentiles fills a's percentiles from its sorted durations.
-func (a *toolAgg) setPercentiles(sorted []int64) {
-	a.n = int64(len(sorted))
-	if a.n == 0 {
+// SetPercentiles fills a's Percentiles from its sorted durations.
+func (a *ToolAgg) SetPercentiles(sorted []int64) {
+	a.N = int64(len(sorted))
+	if a.N == 0 {
 		return
 	}
-	for i, pct := range percentiles {
-		*a.percentile(i) = sorted[rank(pct, a.n)-1]
+	for i, pct := range Percentiles {
+		*a.Percentile(i) = sorted[Rank(pct, a.N)-1]
 	}
 }
 
-// percentile is where the i-th of percentiles goes.
-func (a *toolAgg) percentile(i int) *int64 { return [...]*int64{&a.p50, &a.p95, &a.p99}[i] }
+// percentile is where the i-th of Percentiles goes.
+func (a *ToolAgg) Percentile(i int) *int64 { return [...]*int64{&a.p50, &a.p95, &a.p99}[i] }
 
-func (a *toolAgg) stats() svc.ToolStats {
-	s := svc.ToolStats{Tool: a.tool, Agent: a.agent, Calls: a.calls, Failures: a.failures}
-	if a.n > 0 {
+func (a *ToolAgg) stats() svc.ToolStats {
+	s := svc.ToolStats{Tool: a.Tool, Agent: a.Agent, Calls: a.Calls, Failures: a.Failures}
+	if a.N > 0 {
 		s.P50MS, s.P95MS, s.P99MS = msOf(a.p50), msOf(a.p95), msOf(a.p99)
-		s.AvgMS = float64(a.sumUS) / float64(a.n) / 1000
+		s.AvgMS = float64(a.SumUS) / float64(a.N) / 1000
 	}
 	return s
 }
 
 func msOf(us int64) float64 { return float64(us) / 1000 }
 
-// toolUsage sorts aggs into the answer.
-func toolUsage(groupBy string, aggs []*toolAgg) svc.ToolUsage {
-	slices.SortFunc(aggs, func(a, b *toolAgg) int {
-		return cmp.Or(cmp.Compare(a.tool, b.tool), cmp.Compare(a.agent, b.agent))
+// ToolRows sorts aggs into the answer.
+func ToolRows(groupBy string, aggs []*ToolAgg) svc.ToolUsage {
+	slices.SortFunc(aggs, func(a, b *ToolAgg) int {
+		return cmp.Or(cmp.Compare(a.Tool, b.Tool), cmp.Compare(a.Agent, b.Agent))
 	})
 	rows := make([]svc.ToolStats, len(aggs))
 	for i, a := range aggs {
@@ -171,13 +176,13 @@ func toolUsage(groupBy string, aggs []*toolAgg) svc.ToolUsage {
 	return svc.ToolUsage{GroupBy: groupBy, Rows: rows}
 }
 
-// pos orders stored events: by timestamp, then write order (the SQLite
+// Pos orders stored events: by timestamp, then write order (the SQLite
 // rowid, the memory store's sequence number).
-type pos struct{ us, seq int64 }
+type Pos struct{ US, Seq int64 }
 
-func (p pos) after(q pos) bool { return p.us > q.us || (p.us == q.us && p.seq > q.seq) }
+func (p Pos) After(q Pos) bool { return p.US > q.US || (p.US == q.US && p.Seq > q.Seq) }
 
-// statsAcc gathers RuntimeStats. The stores feed it their sums and the
+// Stats gathers RuntimeStats. The stores feed it their sums and the
 // few events it needs whole (failures and worker lifecycle events); it
 // works out the rest.
 //
@@ -199,39 +204,39 @@ func (p pos) after(q pos) bool { return p.us > q.us || (p.us == q.us && p.seq > 
 //   - Workers: one per runtime id with a worker_heartbeat, from the latest
 //     one; down when a worker_stopped of that runtime came after it (in
 //     store order), else by svc.WorkerHealth; sorted by runtime id.
-type statsAcc struct {
+type Stats struct {
 	now        time.Time
-	header     svc.StatsHeader
-	burnTokens int64
+	Header     svc.StatsHeader
+	BurnTokens int64
 	rejections map[string]int64
 	errs       map[string]*errAcc
 	hbs        map[string]workerEvent // latest heartbeat per runtime
-	stops      map[string]pos         // latest worker_stopped per runtime
+	stops      map[string]Pos         // latest worker_stopped per runtime
 }
 
 type errAcc struct {
 	count  int64
 	seen   bool
-	last   pos
+	last   Pos
 	sample string
 	agents map[string]struct{}
 }
 
 type workerEvent struct {
-	at pos
-	ev svc.RuntimeEvent
+	At Pos
+	Ev svc.RuntimeEvent
 }
 
-func newStatsAcc(now time.Time) *statsAcc {
-	return &statsAcc{
+func NewStats(now time.Time) *Stats {
+	return &Stats{
 		now: now, rejections: map[string]int64{}, errs: map[string]*errAcc{},
-		hbs: map[string]workerEvent{}, stops: map[string]pos{},
+		hbs: map[string]workerEvent{}, stops: map[string]Pos{},
 	}
 }
 
 // count adds n events of type t to the header and rejections.
-func (s *statsAcc) count(t svc.EventType, n int64) {
-	h := &s.header
+func (s *Stats) Count(t svc.EventType, n int64) {
+	h := &s.Header
 	h.Events += n
 	switch t {
 	case svc.EventAgentSpawned:
@@ -253,7 +258,7 @@ func (s *statsAcc) count(t svc.EventType, n int64) {
 }
 
 // failures counts n failure events of type t and error kind.
-func (s *statsAcc) failures(t svc.EventType, kind string, n int64) {
+func (s *Stats) Failures(t svc.EventType, kind string, n int64) {
 	if t == svc.EventAgentFailed {
 		s.rejections[kind] += n
 	}
@@ -262,17 +267,17 @@ func (s *statsAcc) failures(t svc.EventType, kind string, n int64) {
 
 // latest offers a failure event of kind at position at with this "error"
 // text: the group keeps the latest offered.
-func (s *statsAcc) latest(kind string, at pos, sample string) {
+func (s *Stats) Latest(kind string, at Pos, sample string) {
 	e := s.errGroup(kind)
-	if !e.seen || at.after(e.last) {
+	if !e.seen || at.After(e.last) {
 		e.seen, e.last, e.sample = true, at, sample
 	}
 }
 
 // agent notes that agent had a failure of kind.
-func (s *statsAcc) agent(kind, agent string) { s.errGroup(kind).agents[agent] = struct{}{} }
+func (s *Stats) Agent(kind, agent string) { s.errGroup(kind).agents[agent] = struct{}{} }
 
-func (s *statsAcc) errGroup(kind string) *errAcc {
+func (s *Stats) errGroup(kind string) *errAcc {
 	e := s.errs[kind]
 	if e == nil {
 		e = &errAcc{agents: map[string]struct{}{}}
@@ -282,21 +287,21 @@ func (s *statsAcc) errGroup(kind string) *errAcc {
 }
 
 // worker records a worker_heartbeat or worker_stopped event.
-func (s *statsAcc) worker(runtime string, at pos, ev svc.RuntimeEvent) {
+func (s *Stats) Worker(runtime string, at Pos, ev svc.RuntimeEvent) {
 	switch ev.EventType {
 	case svc.EventWorkerHeartbeat:
-		if old, ok := s.hbs[runtime]; !ok || at.after(old.at) {
-			s.hbs[runtime] = workerEvent{at: at, ev: ev}
+		if old, ok := s.hbs[runtime]; !ok || at.After(old.At) {
+			s.hbs[runtime] = workerEvent{At: at, Ev: ev}
 		}
 	case svc.EventWorkerStopped:
-		if old, ok := s.stops[runtime]; !ok || at.after(old) {
+		if old, ok := s.stops[runtime]; !ok || at.After(old) {
 			s.stops[runtime] = at
 		}
 	}
 }
 
-func (s *statsAcc) result() svc.RuntimeStats {
-	h := s.header
+func (s *Stats) Result() svc.RuntimeStats {
+	h := s.Header
 	if done := h.AgentsCompleted + h.AgentsFailed; done > 0 {
 		h.ErrorRate = float64(h.AgentsFailed) / float64(done)
 	}
@@ -305,8 +310,8 @@ func (s *statsAcc) result() svc.RuntimeStats {
 		Header:      h,
 		BurnRate: svc.BurnRate{
 			WindowSeconds:   BurnWindow.Seconds(),
-			Tokens:          s.burnTokens,
-			TokensPerMinute: float64(s.burnTokens) / BurnWindow.Minutes(),
+			Tokens:          s.BurnTokens,
+			TokensPerMinute: float64(s.BurnTokens) / BurnWindow.Minutes(),
 		},
 		Rejections:  s.rejections,
 		ErrorGroups: make([]svc.ErrorGroup, 0, len(s.errs)),
@@ -315,8 +320,8 @@ func (s *statsAcc) result() svc.RuntimeStats {
 	}
 	for kind, e := range s.errs {
 		out.ErrorGroups = append(out.ErrorGroups, svc.ErrorGroup{
-			Error: kind, Count: e.count, LastSeen: time.UnixMicro(e.last.us).UTC(), Sample: e.sample,
-			Agents: sortedKeys(e.agents),
+			Error: kind, Count: e.count, LastSeen: time.UnixMicro(e.last.US).UTC(), Sample: e.sample,
+			Agents: SortedKeys(e.agents),
 		})
 	}
 	slices.SortFunc(out.ErrorGroups, func(a, b svc.ErrorGroup) int {
@@ -324,13 +329,13 @@ func (s *statsAcc) result() svc.RuntimeStats {
 	})
 	for id, hb := range s.hbs {
 		stop, ok := s.stops[id]
-		stopped := ok && stop.after(hb.at)
-		p := hb.ev.Payload
+		stopped := ok && stop.After(hb.At)
+		p := hb.Ev.Payload
 		w := svc.WorkerStatus{
-			RuntimeID: id, LastHeartbeat: hb.ev.Timestamp,
-			Status:   svc.WorkerHealth(hb.ev.Timestamp, stopped, s.now),
+			RuntimeID: id, LastHeartbeat: hb.Ev.Timestamp,
+			Status:   svc.WorkerHealth(hb.Ev.Timestamp, stopped, s.now),
 			InFlight: countOf(p["in_flight"]), Concurrency: countOf(p["concurrency_cap"]),
-			Agents: []string{}, BrokerScheme: str(p["broker_scheme"]), Stopped: stopped,
+			Agents: []string{}, BrokerScheme: Str(p["broker_scheme"]), Stopped: stopped,
 		}
 		if list, ok := p["agent_subscriptions"].([]any); ok {
 			for _, a := range list {
@@ -345,11 +350,21 @@ func (s *statsAcc) result() svc.RuntimeStats {
 	return out
 }
 
-func sortedKeys(m map[string]struct{}) []string {
+func SortedKeys(m map[string]struct{}) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// ErrorKinds are the error kinds counted so far, for a store that looks up
+// each kind's latest event itself.
+func (s *Stats) ErrorKinds() []string {
+	out := make([]string, 0, len(s.errs))
+	for k := range s.errs {
+		out = append(out, k)
+	}
 	return out
 }

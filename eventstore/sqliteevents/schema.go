@@ -1,4 +1,4 @@
-package eventstore
+package sqliteevents
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/eventstore/internal/evcodec"
+	"github.com/svc-dev/svc/eventstore/internal/rollup"
 )
 
 // schemaVersion is the schema this build writes, kept in PRAGMA
@@ -36,7 +38,7 @@ const schemaVersion = 4
 // unfiltered ones and retention. The id (rowid) breaks timestamp ties in
 // write order.
 //
-// The fact columns hold what the rollups read of the payload (see facts),
+// The fact columns hold what the rollups read of the payload (see rollup.Facts),
 // extracted at write time.
 const sqliteEvents = `
 CREATE TABLE IF NOT EXISTS events (
@@ -75,7 +77,7 @@ const sqliteCostColumns = `
 
 // The totals tables hold the sums and counts of Usage, ToolUsage and the
 // stats header, kept up to date by Write (one row of a multi-row upsert
-// per key a batch touches, in the batch's transaction: sqlite_write.go)
+// per key a batch touches, in the batch's transaction: write.go)
 // and by Prune (which subtracts what
 // it deletes, in the same transaction, and drops keys whose count reaches
 // zero). Reading them costs the number of keys, not of events: summing
@@ -128,7 +130,7 @@ const (
 // type; before, events_event_type held every event); completions' tokens
 // by time for the burn rate and for the events of that type, tool
 // durations in order per tool (and per agent and tool) for the
-// percentiles, failures by kind for the error groups, and child runs by
+// rollup.Percentiles, failures by kind for the error groups, and child runs by
 // parent trace for the tree.
 const sqliteIndexes = `
 CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
@@ -275,14 +277,14 @@ func migrateV3(tx *sql.Tx) error {
 				if err := r.Scan(&last, &agent, &trace, &model, &payload); err != nil {
 					return err
 				}
-				p, err := decodePayload(payload)
+				p, err := evcodec.Decode(payload)
 				if err != nil {
 					return nil
 				}
 				ev := svc.RuntimeEvent{EventType: svc.EventAgentCompleted, Payload: p}
-				if f := factsOf(&ev); f.costNanos != 0 {
-					batch = append(batch, row{last, f.costNanos})
-					t.add(svc.EventAgentCompleted, agent, trace, model, "", 0, 0, f.costNanos, 0, 0)
+				if f := rollup.FactsOf(&ev); f.CostNanos != 0 {
+					batch = append(batch, row{last, f.CostNanos})
+					t.add(svc.EventAgentCompleted, agent, trace, model, "", 0, 0, f.CostNanos, 0, 0)
 				}
 				return nil
 			})
@@ -335,13 +337,13 @@ func migrateV2(tx *sql.Tx) error {
 				if err := r.Scan(&last, &typ, &payload, &kind); err != nil {
 					return err
 				}
-				p, err := decodePayload(payload)
+				p, err := evcodec.Decode(payload)
 				if err != nil {
 					return nil
 				}
 				ev := svc.RuntimeEvent{EventType: svc.EventType(typ), Payload: p}
-				if f := factsOf(&ev); f.errKind != kind {
-					batch = append(batch, row{last, f.errKind})
+				if f := rollup.FactsOf(&ev); f.ErrKind != kind {
+					batch = append(batch, row{last, f.ErrKind})
 				}
 				return nil
 			})
@@ -374,7 +376,7 @@ func migrateV1(tx *sql.Tx) error {
 	// In chunks by id, so no cursor is open on the table being updated.
 	type row struct {
 		id int64
-		f  facts
+		f  rollup.Facts
 	}
 	const chunk = 1000
 	for last := int64(-1 << 63); ; {
@@ -392,12 +394,12 @@ func migrateV1(tx *sql.Tx) error {
 				if err := r.Scan(&last, &typ, &name, &payload); err != nil {
 					return err
 				}
-				p, err := decodePayload(payload)
+				p, err := evcodec.Decode(payload)
 				if err != nil {
 					return nil // only another writer could have put it there: no facts
 				}
 				ev := svc.RuntimeEvent{EventType: svc.EventType(typ), AgentName: name, Payload: p}
-				if f := factsOf(&ev); f != (facts{}) {
+				if f := rollup.FactsOf(&ev); f != (rollup.Facts{}) {
 					batch = append(batch, row{last, f})
 				}
 				return nil
@@ -406,7 +408,7 @@ func migrateV1(tx *sql.Tx) error {
 			return err
 		}
 		for _, r := range batch {
-			if _, err := update.Exec(r.f.tokens, durationArg(r.f), r.f.model, r.f.tool, r.f.errKind, r.f.runtime, r.f.costNanos, r.id); err != nil {
+			if _, err := update.Exec(r.f.Tokens, durationArg(r.f), r.f.Model, r.f.Tool, r.f.ErrKind, r.f.Runtime, r.f.CostNanos, r.id); err != nil {
 				return err
 			}
 		}
@@ -422,11 +424,11 @@ func migrateV1(tx *sql.Tx) error {
 }
 
 // durationArg is the duration_us column value of f.
-func durationArg(f facts) any {
-	if !f.hasDur {
+func durationArg(f rollup.Facts) any {
+	if !f.HasDur {
 		return nil
 	}
-	return f.durUS
+	return f.DurUS
 }
 
 // eachRow runs query and calls f for each row.
@@ -462,7 +464,7 @@ func newTotals() *totals {
 // for deleted events.
 func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tokens, cost, durations, durUS int64) {
 	t.types[string(typ)] += n
-	if trace != "" && !isWorkerEvent(typ) {
+	if trace != "" && !rollup.IsWorkerEvent(typ) {
 		t.traces[trace] += n
 	}
 	switch typ {
@@ -494,12 +496,12 @@ func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tok
 }
 
 // addEvent counts one event about to be written.
-func (t *totals) addEvent(ev *svc.RuntimeEvent, f *facts) {
+func (t *totals) addEvent(ev *svc.RuntimeEvent, f *rollup.Facts) {
 	var durations int64
-	if f.hasDur {
+	if f.HasDur {
 		durations = 1
 	}
-	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.model, f.tool, 1, f.tokens, f.costNanos, durations, f.durUS)
+	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.Model, f.Tool, 1, f.Tokens, f.CostNanos, durations, f.DurUS)
 }
 
 // totalsWhere returns the totals of the events matching cond, times sign.

@@ -1,4 +1,4 @@
-package eventstore_test
+package sqliteevents_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 )
 
 // BenchmarkSQLiteWrite measures events per second into the SQLite store in
@@ -29,7 +30,7 @@ func BenchmarkSQLiteWrite(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.Run("store", func(b *testing.B) {
-		s, err := eventstore.OpenSQLite(filepath.Join(b.TempDir(), "events.db"), eventstore.Retention{})
+		s, err := sqliteevents.Open(filepath.Join(b.TempDir(), "events.db"), eventstore.Retention{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -85,19 +86,6 @@ func BenchmarkSQLiteWrite(b *testing.B) {
 	})
 }
 
-// BenchmarkEmitterEmit measures the cost Emit adds to the runtime.
-func BenchmarkEmitterEmit(b *testing.B) {
-	s := eventstore.NewMemory(eventstore.Retention{MaxRows: 10_000})
-	defer s.Close()
-	e := eventstore.NewEmitter(s, 0, 0)
-	ev := emittertest.SampleEvent(svc.EventAgentCompleted)
-	for b.Loop() {
-		e.Emit(ev)
-	}
-	b.StopTimer()
-	_ = e.Close()
-}
-
 // benchEvents is the size of the store the rollup benchmarks read.
 const benchEvents = 1_000_000
 
@@ -130,8 +118,8 @@ func benchDB(b *testing.B) string {
 			}
 			benchPath = filepath.Join(benchDir, "events.db")
 		}
-		var s *eventstore.SQLite
-		if s, benchErr = eventstore.OpenSQLite(benchPath, eventstore.Retention{}); benchErr != nil {
+		var s *sqliteevents.Store
+		if s, benchErr = sqliteevents.Open(benchPath, eventstore.Retention{}); benchErr != nil {
 			return
 		}
 		defer s.Close()
@@ -221,9 +209,9 @@ func benchBaselines(b *testing.B, path, naive string) {
 	}
 }
 
-func openBench(b *testing.B) *eventstore.SQLite {
+func openBench(b *testing.B) *sqliteevents.Store {
 	b.Helper()
-	s, err := eventstore.OpenSQLite(benchDB(b), eventstore.Retention{})
+	s, err := sqliteevents.Open(benchDB(b), eventstore.Retention{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package eventstore_test
+package eventstoretest
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func span(e svc.RuntimeEvent, id, parent string) svc.RuntimeEvent {
 // (delegate) invocation each hang below the invocation that started them,
 // not below the one started last; budget_exceeded goes to the invocation
 // it names even though another of the same agent and task runs.
-func TestTreeLinksBySpanID(t *testing.T) {
+func testTreeLinksBySpanID(t *testing.T, open Open) {
 	ctx := context.Background()
 	p := func(tool string) svc.Payload { return svc.Payload{"tool_name": tool} }
 	evs := []svc.RuntimeEvent{
@@ -55,22 +55,18 @@ run w failed task=- trace=x-1 0..6 []
     agent helper completed task=h trace=x-1 3..4 [agent_spawned agent_completed]
   event batch_completed completed task=- trace=x-1 6..6 [batch_completed]
 `
-	for _, f := range factories() {
-		t.Run(f.name, func(t *testing.T) {
-			s := f.open(t, eventstore.Retention{})
-			write(t, s, evs...)
-			tree, err := s.Tree(ctx, "x-1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := render(tree.Root); strings.TrimSpace(got) != strings.TrimSpace(want) {
-				t.Errorf("tree:\n%s\nwant:\n%s", got, strings.TrimSpace(want))
-			}
-			// The span ids come back from the store.
-			back, err := s.Events(ctx, svc.EventQuery{TraceID: "x-kid", Limit: 10})
-			if err != nil || len(back) != 2 || back[0].SpanID != "sk" || back[0].ParentSpanID != "sa" {
-				t.Errorf("events of x-kid = %+v, %v", back, err)
-			}
-		})
+	s := open(t, eventstore.Retention{})
+	write(t, s, evs...)
+	tree, err := s.Tree(ctx, "x-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := render(tree.Root); strings.TrimSpace(got) != strings.TrimSpace(want) {
+		t.Errorf("tree:\n%s\nwant:\n%s", got, strings.TrimSpace(want))
+	}
+	// The span ids come back from the store.
+	back, err := s.Events(ctx, svc.EventQuery{TraceID: "x-kid", Limit: 10})
+	if err != nil || len(back) != 2 || back[0].SpanID != "sk" || back[0].ParentSpanID != "sa" {
+		t.Errorf("events of x-kid = %+v, %v", back, err)
 	}
 }

@@ -1,4 +1,4 @@
-package eventstore_test
+package sqliteevents_test
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/eventstoretest"
+	"github.com/svc-dev/svc/eventstore/memevents"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 )
 
 // schemaV1 is the schema of the first release, which set no user_version.
@@ -51,7 +54,7 @@ func TestSQLiteMigratesV1(t *testing.T) {
 	if _, err := db.Exec(schemaV1); err != nil {
 		t.Fatal(err)
 	}
-	evs := rollupFixture()
+	evs := eventstoretest.Fixture()
 	for _, e := range evs[:20] {
 		p := []byte("{}") // what the first release wrote for a nil payload
 		if e.Payload != nil {
@@ -72,14 +75,14 @@ func TestSQLiteMigratesV1(t *testing.T) {
 	}
 
 	lite := openSQLite(t, path, eventstore.Retention{})
-	mem := eventstore.NewMemory(eventstore.Retention{})
+	mem := memevents.New(eventstore.Retention{})
 	defer mem.Close()
 	write(t, mem, evs[:20]...)
 	// And both keep counting what comes after.
 	write(t, lite, evs[20:]...)
 	write(t, mem, evs[20:]...)
 	traces := []string{"t1", "t2", "t3", "t4", "t5"}
-	m, l := readAll(t, mem, rollupNow, traces), readAll(t, lite, rollupNow, traces)
+	m, l := eventstoretest.ReadAll(t, mem, eventstoretest.FixtureNow, traces), eventstoretest.ReadAll(t, lite, eventstoretest.FixtureNow, traces)
 	for k := range m {
 		if !reflect.DeepEqual(m[k], l[k]) {
 			t.Errorf("%s differs:\nmemory %+v\nsqlite %+v", k, m[k], l[k])
@@ -108,7 +111,7 @@ func TestSQLiteRefusesNewerSchema(t *testing.T) {
 	if _, err := rawDB(t, path).Exec(`PRAGMA user_version = 99`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := eventstore.OpenSQLite(path, eventstore.Retention{})
+	_, err := sqliteevents.Open(path, eventstore.Retention{})
 	if !errors.Is(err, svc.ErrRuntime) || !strings.Contains(err.Error(), "schema version 99") {
 		t.Fatalf("OpenSQLite of a newer file = %v, want an error naming its schema version", err)
 	}
@@ -121,13 +124,13 @@ func TestSQLitePruneKeepsTotals(t *testing.T) {
 	now := time.Now()
 	old := func(e svc.RuntimeEvent) svc.RuntimeEvent { e.Timestamp = now.Add(-2 * time.Hour); return e }
 	pruned := make(chan struct{}, 1)
-	s, err := eventstore.OpenSQLiteEvery(filepath.Join(t.TempDir(), "events.db"), eventstore.Retention{MaxAge: time.Hour}, time.Hour, pruned)
+	s, err := sqliteevents.OpenEvery(filepath.Join(t.TempDir(), "events.db"), eventstore.Retention{MaxAge: time.Hour}, time.Hour, pruned)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	<-pruned // the prune at open, so the one below is the test's
-	write(t, s, old(rollupFixture()[5]), old(rollupFixture()[2]))
+	write(t, s, old(eventstoretest.Fixture()[5]), old(eventstoretest.Fixture()[2]))
 	if u, _ := s.Usage(ctx, svc.GroupByTrace); u.Total.Invocations != 1 {
 		t.Fatalf("before pruning: %+v", u)
 	}

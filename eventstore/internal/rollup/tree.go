@@ -1,4 +1,4 @@
-package eventstore
+package rollup
 
 import (
 	"context"
@@ -19,22 +19,22 @@ const (
 	statusFailed    = "failed"
 )
 
-// storedEvent is an event with its place in the store's order.
-type storedEvent struct {
-	ev svc.RuntimeEvent
-	at pos
+// StoredEvent is an event with its place in the store's order.
+type StoredEvent struct {
+	Ev svc.RuntimeEvent
+	At Pos
 }
 
-// treeSource is what a store gives buildTree.
-type treeSource interface {
-	// childTraces returns, sorted, the distinct trace ids other than
+// TreeSource is what a store gives BuildTree.
+type TreeSource interface {
+	// ChildTraces returns, sorted, the distinct trace ids other than
 	// trace of the events whose parent trace is trace.
-	childTraces(ctx context.Context, trace string) ([]string, error)
-	// events returns the events of each of traces, oldest first.
-	events(ctx context.Context, traces []string) (map[string][]storedEvent, error)
+	ChildTraces(ctx context.Context, trace string) ([]string, error)
+	// Events returns the events of each of traces, oldest first.
+	Events(ctx context.Context, traces []string) (map[string][]StoredEvent, error)
 }
 
-// buildTree builds the tree of one run. Both stores share it, so their
+// BuildTree builds the tree of one run. Both stores share it, so their
 // trees are the same.
 //
 // The shape:
@@ -73,7 +73,7 @@ type treeSource interface {
 // invocation below it runs or its group has not completed, else failed if
 // an invocation or event below it failed, else completed. End is the last
 // event's time, nil while running. Children are in start order.
-func buildTree(ctx context.Context, src treeSource, traceID string) (svc.EventTree, error) {
+func BuildTree(ctx context.Context, src TreeSource, traceID string) (svc.EventTree, error) {
 	if traceID == "" {
 		return svc.EventTree{}, svc.Errorf(svc.KindRegistry, "eventstore: no trace id")
 	}
@@ -87,7 +87,7 @@ func buildTree(ctx context.Context, src treeSource, traceID string) (svc.EventTr
 		if depth[t] == MaxTreeDepth {
 			continue
 		}
-		kids, err := src.childTraces(ctx, t)
+		kids, err := src.ChildTraces(ctx, t)
 		if err != nil {
 			return svc.EventTree{}, err
 		}
@@ -100,7 +100,7 @@ func buildTree(ctx context.Context, src treeSource, traceID string) (svc.EventTr
 		}
 	}
 	// ...then their events in one go.
-	evs, err := src.events(ctx, order)
+	evs, err := src.Events(ctx, order)
 	if err != nil {
 		return svc.EventTree{}, err
 	}
@@ -116,7 +116,7 @@ func buildTree(ctx context.Context, src treeSource, traceID string) (svc.EventTr
 // parent: that of its first event naming parent as its parent trace.
 func (b *treeBuilder) parentSpanOf(trace, parent string) string {
 	for i := range b.evs[trace] {
-		if ev := &b.evs[trace][i].ev; ev.ParentTraceID == parent && ev.ParentSpanID != "" {
+		if ev := &b.evs[trace][i].Ev; ev.ParentTraceID == parent && ev.ParentSpanID != "" {
 			return ev.ParentSpanID
 		}
 	}
@@ -124,15 +124,15 @@ func (b *treeBuilder) parentSpanOf(trace, parent string) string {
 }
 
 type treeBuilder struct {
-	evs      map[string][]storedEvent
+	evs      map[string][]StoredEvent
 	children map[string][]string
 	placed   map[string]bool // traces already in the tree
 }
 
 type tnode struct {
 	n      *svc.TreeNode
-	start  pos
-	end    pos
+	start  Pos
+	end    Pos
 	ended  bool
 	nested bool                // an invocation of a child run sharing the trace
 	open   map[string][]*tnode // tool calls awaiting their end, by tool name
@@ -143,7 +143,7 @@ type tnode struct {
 
 type invKey struct{ task, agent string }
 
-func newNode(kind, name string, ev *svc.RuntimeEvent, at pos) *tnode {
+func newNode(kind, name string, ev *svc.RuntimeEvent, at Pos) *tnode {
 	n := &svc.TreeNode{
 		Kind: kind, Name: name, TraceID: ev.TraceID, Status: statusRunning,
 		Start: ev.Timestamp, Events: []svc.RuntimeEvent{}, Children: []*svc.TreeNode{},
@@ -156,7 +156,7 @@ func newNode(kind, name string, ev *svc.RuntimeEvent, at pos) *tnode {
 }
 
 // finish ends t at ev with status.
-func (t *tnode) finish(ev *svc.RuntimeEvent, at pos, status string) {
+func (t *tnode) finish(ev *svc.RuntimeEvent, at Pos, status string) {
 	t.n.Status, t.end, t.ended = status, at, true
 	end := ev.Timestamp
 	t.n.End = &end
@@ -174,7 +174,7 @@ func (b *treeBuilder) build(trace string) *tnode {
 		Events: []svc.RuntimeEvent{}, Children: []*svc.TreeNode{},
 	}}
 	if len(evs) > 0 {
-		root.start, root.n.Start = evs[0].at, evs[0].ev.Timestamp
+		root.start, root.n.Start = evs[0].At, evs[0].Ev.Timestamp
 	}
 	var (
 		invs   []*tnode
@@ -188,17 +188,17 @@ func (b *treeBuilder) build(trace string) *tnode {
 		spans     = map[string]*tnode{}
 		rootSpans = map[string]bool{}
 	)
-	invocation := func(se *storedEvent, reopen bool) *tnode {
-		k := invKey{se.ev.TaskID, se.ev.AgentName}
-		span := se.ev.SpanID
+	invocation := func(se *StoredEvent, reopen bool) *tnode {
+		k := invKey{se.Ev.TaskID, se.Ev.AgentName}
+		span := se.Ev.SpanID
 		inv := cur[k]
 		if span != "" {
 			inv = spans[span]
 		}
 		if inv == nil || (span == "" && reopen && inv.ended) {
-			inv = newNode("agent", se.ev.AgentName, &se.ev, se.at)
-			inv.nested = se.ev.ParentTraceID == trace
-			inv.parentSpan = se.ev.ParentSpanID
+			inv = newNode("agent", se.Ev.AgentName, &se.Ev, se.At)
+			inv.nested = se.Ev.ParentTraceID == trace
+			inv.parentSpan = se.Ev.ParentSpanID
 			inv.open = map[string][]*tnode{}
 			cur[k] = inv
 			if span != "" {
@@ -215,7 +215,7 @@ func (b *treeBuilder) build(trace string) *tnode {
 	}
 	for i := range evs {
 		se := &evs[i]
-		ev := &se.ev
+		ev := &se.Ev
 		switch ev.EventType {
 		case svc.EventGroupStarted, svc.EventGroupCompleted:
 			if ev.ParentTraceID == trace {
@@ -227,7 +227,7 @@ func (b *treeBuilder) build(trace string) *tnode {
 			}
 			if ev.EventType == svc.EventGroupStarted {
 				root.n.Kind, busy = "group", true
-				if root.n.Name = str(ev.Payload["group_name"]); root.n.Name == "" {
+				if root.n.Name = Str(ev.Payload["group_name"]); root.n.Name == "" {
 					root.n.Name = ev.AgentName
 				}
 			} else {
@@ -245,24 +245,24 @@ func (b *treeBuilder) build(trace string) *tnode {
 			if ev.EventType == svc.EventAgentFailed {
 				status = statusFailed
 			}
-			inv.finish(ev, se.at, status)
+			inv.finish(ev, se.At, status)
 			continue
 		case svc.EventToolCallStarted:
 			inv := invocation(se, false)
-			name := str(ev.Payload["tool_name"])
-			call := newNode("tool", name, ev, se.at)
+			name := Str(ev.Payload["tool_name"])
+			call := newNode("tool", name, ev, se.At)
 			call.n.Events = append(call.n.Events, *ev)
 			inv.open[name] = append(inv.open[name], call)
 			nodes = append(nodes, placedNode{parent: inv, node: call})
 			continue
 		case svc.EventToolCallCompleted, svc.EventToolCallFailed:
 			inv := invocation(se, false)
-			name := str(ev.Payload["tool_name"])
+			name := Str(ev.Payload["tool_name"])
 			var call *tnode
 			if q := inv.open[name]; len(q) > 0 {
 				call, inv.open[name] = q[0], q[1:]
 			} else { // its start is not stored (pruned, or never emitted)
-				call = newNode("tool", name, ev, se.at)
+				call = newNode("tool", name, ev, se.At)
 				nodes = append(nodes, placedNode{parent: inv, node: call})
 			}
 			call.n.Events = append(call.n.Events, *ev)
@@ -270,18 +270,18 @@ func (b *treeBuilder) build(trace string) *tnode {
 			if ev.EventType == svc.EventToolCallFailed {
 				status = statusFailed
 			}
-			call.finish(ev, se.at, status)
+			call.finish(ev, se.At, status)
 			continue
 		}
 		// A lone event.
-		lone := newNode("event", string(ev.EventType), ev, se.at)
+		lone := newNode("event", string(ev.EventType), ev, se.At)
 		lone.n.Events = append(lone.n.Events, *ev)
 		lone.parentSpan = ev.ParentSpanID
 		status := statusCompleted
 		if ev.EventType.IsFailure() {
 			status = statusFailed
 		}
-		lone.finish(ev, se.at, status)
+		lone.finish(ev, se.At, status)
 		if ev.SpanID != "" {
 			if inv := spans[ev.SpanID]; inv != nil { // budget_exceeded of an invocation
 				nodes = append(nodes, placedNode{parent: inv, node: lone})
@@ -303,13 +303,13 @@ func (b *treeBuilder) build(trace string) *tnode {
 	// running finds the invocation of this trace that was running at at:
 	// started before it and not ended before it; the latest started of
 	// those, as the innermost.
-	running := func(at pos, self *tnode) *tnode {
+	running := func(at Pos, self *tnode) *tnode {
 		var best *tnode
 		for _, inv := range invs {
-			if inv == self || !at.after(inv.start) || (inv.ended && at.after(inv.end)) {
+			if inv == self || !at.After(inv.start) || (inv.ended && at.After(inv.end)) {
 				continue
 			}
-			if best == nil || inv.start.after(best.start) {
+			if best == nil || inv.start.After(best.start) {
 				best = inv
 			}
 		}
@@ -344,7 +344,7 @@ func (b *treeBuilder) build(trace string) *tnode {
 	if len(evs) == 0 {
 		// Only child runs: the root starts with the first.
 		for i, s := range subs {
-			if i == 0 || root.start.after(s.start) {
+			if i == 0 || root.start.After(s.start) {
 				root.start, root.n.Start = s.start, s.n.Start
 			}
 		}
@@ -353,9 +353,9 @@ func (b *treeBuilder) build(trace string) *tnode {
 	// Attach in start order, so every node's children are.
 	slices.SortStableFunc(nodes, func(a, b placedNode) int {
 		switch {
-		case a.node.start.after(b.node.start):
+		case a.node.start.After(b.node.start):
 			return 1
-		case b.node.start.after(a.node.start):
+		case b.node.start.After(a.node.start):
 			return -1
 		}
 		return 0
@@ -382,7 +382,7 @@ func (b *treeBuilder) build(trace string) *tnode {
 			}
 		}
 		if root.n.Name == "" && len(evs) > 0 {
-			root.n.Name = evs[0].ev.AgentName
+			root.n.Name = evs[0].Ev.AgentName
 		}
 	}
 	switch {
@@ -396,10 +396,10 @@ func (b *treeBuilder) build(trace string) *tnode {
 	// The run ended with the last of its events and of its child runs'.
 	var end time.Time
 	if len(evs) > 0 {
-		root.end, end = evs[len(evs)-1].at, evs[len(evs)-1].ev.Timestamp
+		root.end, end = evs[len(evs)-1].At, evs[len(evs)-1].Ev.Timestamp
 	}
 	for _, s := range subs {
-		if s.ended && s.end.after(root.end) {
+		if s.ended && s.end.After(root.end) {
 			root.end, end = s.end, *s.n.End
 		}
 	}

@@ -1,4 +1,4 @@
-package eventstore_test
+package sqliteevents_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 )
 
 // serveMix returns n events as `svc serve` stores them under
@@ -54,7 +55,7 @@ func cpuTime(b *testing.B) time.Duration {
 //
 //	go test -run '^$' -bench SQLiteWriteServeMix -benchtime 400x ./eventstore/
 func BenchmarkSQLiteWriteServeMix(b *testing.B) {
-	s, err := eventstore.OpenSQLite(filepath.Join(b.TempDir(), "events.db"), eventstore.Retention{MaxRows: 1_000_000})
+	s, err := sqliteevents.Open(filepath.Join(b.TempDir(), "events.db"), eventstore.Retention{MaxRows: 1_000_000})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package eventstore
+package rollup
 
 import (
 	"encoding/json"
@@ -8,29 +8,29 @@ import (
 	"github.com/svc-dev/svc"
 )
 
-// facts are what the rollups read of an event besides its envelope,
+// Facts are what the rollups read of an event besides its envelope,
 // extracted once when the event is written: the SQLite store keeps them in
 // columns its indexes cover, the memory store beside the event. Only the
 // event types a rollup reads a fact of carry it; every other event has the
 // zero value, which keeps SQLite's partial indexes small.
-type facts struct {
-	// tokens is agent_completed's tokens_used.
-	tokens int64
-	// costNanos is agent_completed's cost_usd in nano-dollars
+type Facts struct {
+	// Tokens is agent_completed's tokens_used.
+	Tokens int64
+	// CostNanos is agent_completed's cost_usd in nano-dollars
 	// (svc.CostNanos): 0 when absent (events written before it existed).
-	costNanos int64
-	// durUS is tool_call_completed's and tool_call_failed's duration_ms in
-	// whole microseconds; hasDur is false when the payload has none.
-	durUS  int64
-	hasDur bool
-	// model is agent_completed's "model", as given ("" when absent).
-	model string
-	// tool is the tool_name of tool_call_* events.
-	tool string
-	// errKind is the error kind name of agent_failed and tool_call_failed.
-	errKind string
-	// runtime is the runtime_id of worker_* events.
-	runtime string
+	CostNanos int64
+	// DurUS is tool_call_completed's and tool_call_failed's duration_ms in
+	// whole microseconds; HasDur is false when the payload has none.
+	DurUS  int64
+	HasDur bool
+	// Model is agent_completed's "model", as given ("" when absent).
+	Model string
+	// Tool is the tool_name of tool_call_* events.
+	Tool string
+	// ErrKind is the error kind name of agent_failed and tool_call_failed.
+	ErrKind string
+	// Runtime is the runtime_id of worker_* events.
+	Runtime string
 }
 
 // maxFact bounds tokens_used and durations (in microseconds, about 12.7
@@ -38,29 +38,29 @@ type facts struct {
 // over a store far from int64 overflow.
 const maxFact = 1 << 40
 
-// factsOf extracts ev's facts. It reads payload values as the store returns
+// FactsOf extracts ev's facts. It reads payload values as the store returns
 // them (see canon), so an event gives the same facts whether it is read
 // before or after its JSON round trip: both stores agree.
-func factsOf(ev *svc.RuntimeEvent) facts {
-	var f facts
+func FactsOf(ev *svc.RuntimeEvent) Facts {
+	var f Facts
 	p := ev.Payload
 	switch ev.EventType {
 	case svc.EventAgentCompleted:
-		f.tokens = tokensOf(p["tokens_used"])
-		f.costNanos = costOf(p["cost_usd"])
-		f.model = str(p["model"])
+		f.Tokens = tokensOf(p["tokens_used"])
+		f.CostNanos = costOf(p["cost_usd"])
+		f.Model = Str(p["model"])
 	case svc.EventToolCallStarted:
-		f.tool = str(p["tool_name"])
+		f.Tool = Str(p["tool_name"])
 	case svc.EventToolCallCompleted, svc.EventToolCallFailed:
-		f.tool = str(p["tool_name"])
-		f.durUS, f.hasDur = durationUS(p["duration_ms"])
+		f.Tool = Str(p["tool_name"])
+		f.DurUS, f.HasDur = durationUS(p["duration_ms"])
 		if ev.EventType == svc.EventToolCallFailed {
-			f.errKind = string(svc.FailureKind(p, svc.KindToolExecution))
+			f.ErrKind = string(svc.FailureKind(p, svc.KindToolExecution))
 		}
 	case svc.EventAgentFailed:
-		f.errKind = string(svc.FailureKind(p, svc.KindRuntime))
+		f.ErrKind = string(svc.FailureKind(p, svc.KindRuntime))
 	case svc.EventWorkerStarted, svc.EventWorkerStopped, svc.EventWorkerHeartbeat:
-		f.runtime = runtimeID(ev)
+		f.Runtime = runtimeID(ev)
 	}
 	return f
 }
@@ -105,8 +105,8 @@ func canon(v any) any {
 	return out
 }
 
-// str returns v if it is a string, else "".
-func str(v any) string {
+// Str returns v if it is a string, else "".
+func Str(v any) string {
 	s, _ := canon(v).(string)
 	return s
 }
@@ -165,7 +165,7 @@ func countOf(v any) int64 {
 // runtimeID is the worker a worker_* event is about: its payload's
 // runtime_id, else its agent name (which the spec sets to the runtime id).
 func runtimeID(ev *svc.RuntimeEvent) string {
-	if id := str(ev.Payload["runtime_id"]); id != "" {
+	if id := Str(ev.Payload["runtime_id"]); id != "" {
 		return id
 	}
 	return ev.AgentName

@@ -1,4 +1,4 @@
-package eventstore
+package sqliteevents
 
 import (
 	"context"
@@ -6,19 +6,21 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/eventstore/internal/evcodec"
+	"github.com/svc-dev/svc/eventstore/internal/rollup"
 )
 
 // The SQLite store's rollups read the totals tables, and walk the partial
 // covering indexes over the fact columns for what totals cannot hold
-// (percentiles, error groups, child runs); see sqlite_schema.go. Go only
-// finishes them with the code the memory store shares (rollup.go). Each
+// (percentiles, error groups, child runs); see schema.go. Go only
+// finishes them with the code the memory store shares (the rollup package). Each
 // rollup reads in one transaction, so its several queries see one snapshot
 // of the file even while the writer writes.
 
-var _ svc.EventReader = (*SQLite)(nil)
+var _ svc.EventReader = (*Store)(nil)
 
 // read runs f in a read transaction.
-func (s *SQLite) read(ctx context.Context, what string, f func(tx *sql.Tx) error) error {
+func (s *Store) read(ctx context.Context, what string, f func(tx *sql.Tx) error) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -33,10 +35,10 @@ func (s *SQLite) read(ctx context.Context, what string, f func(tx *sql.Tx) error
 	return nil
 }
 
-// Usage sums agent_completed tokens; see svc.EventReader and rollup.go.
+// Usage sums agent_completed tokens; see svc.EventReader and the rollup package.
 // It reads the totals, not the events.
-func (s *SQLite) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
-	groupBy, err := usageGroup(groupBy)
+func (s *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
+	groupBy, err := rollup.UsageGroup(groupBy)
 	if err != nil {
 		return svc.Usage{}, err
 	}
@@ -44,7 +46,7 @@ func (s *SQLite) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 	if groupBy == svc.GroupByNone {
 		dim = svc.GroupByAgent // any dimension sums to the total
 	}
-	u := newUsage(groupBy)
+	u := rollup.NewUsage(groupBy)
 	err = s.read(ctx, "usage", func(tx *sql.Tx) error {
 		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used, cost_nusd FROM usage_totals WHERE dim = ?`, []any{dim},
 			func(r *sql.Rows) error {
@@ -56,38 +58,38 @@ func (s *SQLite) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 					return err
 				}
 				if groupBy == svc.GroupByModel {
-					key = usageKey(groupBy, "", "", key)
+					key = rollup.UsageKey(groupBy, "", "", key)
 				}
-				u.add(key, n, tokens, cost)
+				u.Add(key, n, tokens, cost)
 				return nil
 			})
 	})
 	if err != nil {
 		return svc.Usage{}, err
 	}
-	return u.result(), nil
+	return u.Result(), nil
 }
 
-// ToolUsage computes per-tool rows; see svc.EventReader and rollup.go.
+// ToolUsage computes per-tool rows; see svc.EventReader and the rollup package.
 // Counts and sums come from the totals; each percentile is one walk of a
 // covering index, within its group and in duration order, from whichever
 // end is nearer (so p50 walks half the group's index entries, p99 a
 // hundredth), without reading a row into Go.
-func (s *SQLite) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, error) {
-	if err := toolGroup(groupBy); err != nil {
+func (s *Store) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, error) {
+	if err := rollup.ToolGroup(groupBy); err != nil {
 		return svc.ToolUsage{}, err
 	}
 	cols, keys, match, index := `tool_name, ''`, `tool_name`, `tool_name = ?1`, "events_tools"
 	if groupBy == svc.GroupByAgentTool {
 		cols, keys, match, index = `tool_name, agent`, `tool_name, agent`, `tool_name = ?1 AND agent = ?2`, "events_agent_tools"
 	}
-	var aggs []*toolAgg
+	var aggs []*rollup.ToolAgg
 	err := s.read(ctx, "tool usage", func(tx *sql.Tx) error {
 		err := eachRow(ctx, tx, `SELECT `+cols+`, SUM(calls), SUM(failures), SUM(durations), SUM(duration_us)
 			FROM tool_totals GROUP BY `+keys, nil, func(r *sql.Rows) error {
-			a := &toolAgg{}
+			a := &rollup.ToolAgg{}
 			aggs = append(aggs, a)
-			return r.Scan(&a.tool, &a.agent, &a.calls, &a.failures, &a.n, &a.sumUS)
+			return r.Scan(&a.Tool, &a.Agent, &a.Calls, &a.Failures, &a.N, &a.SumUS)
 		})
 		if err != nil {
 			return err
@@ -106,16 +108,16 @@ func (s *SQLite) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, 
 		}
 		defer desc.Close()
 		for _, a := range aggs {
-			if a.n == 0 {
+			if a.N == 0 {
 				continue
 			}
-			for i, pct := range percentiles {
-				r := rank(pct, a.n) // 1-based from the smallest
+			for i, pct := range rollup.Percentiles {
+				r := rollup.Rank(pct, a.N) // 1-based from the smallest
 				stmt, skip := asc, r-1
-				if fromTop := a.n - r; fromTop < skip {
+				if fromTop := a.N - r; fromTop < skip {
 					stmt, skip = desc, fromTop
 				}
-				if err := stmt.QueryRowContext(ctx, a.tool, a.agent, skip).Scan(a.percentile(i)); err != nil {
+				if err := stmt.QueryRowContext(ctx, a.Tool, a.Agent, skip).Scan(a.Percentile(i)); err != nil {
 					return err
 				}
 			}
@@ -125,13 +127,13 @@ func (s *SQLite) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, 
 	if err != nil {
 		return svc.ToolUsage{}, err
 	}
-	return toolUsage(groupBy, aggs), nil
+	return rollup.ToolRows(groupBy, aggs), nil
 }
 
 // RuntimeStats computes the dashboard as of now; see svc.EventReader and
-// statsAcc.
-func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
-	acc := newStatsAcc(now)
+// rollup.Stats.
+func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
+	acc := rollup.NewStats(now)
 	err := s.read(ctx, "runtime stats", func(tx *sql.Tx) error {
 		err := eachRow(ctx, tx, `SELECT event_type, events FROM type_totals`, nil, func(r *sql.Rows) error {
 			var (
@@ -141,24 +143,24 @@ func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSt
 			if err := r.Scan(&t, &n); err != nil {
 				return err
 			}
-			acc.count(svc.EventType(t), n)
+			acc.Count(svc.EventType(t), n)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.header.Traces)
+		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.Header.Traces)
 		if err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM usage_totals WHERE dim = ?`,
-			svc.GroupByAgent).Scan(&acc.header.TokensUsed)
+			svc.GroupByAgent).Scan(&acc.Header.TokensUsed)
 		if err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM events INDEXED BY events_completed_ts
 			WHERE `+whereCompleted+` AND ts > ? AND ts <= ?`,
-			now.Add(-BurnWindow).UnixMicro(), now.UnixMicro()).Scan(&acc.burnTokens)
+			now.Add(-rollup.BurnWindow).UnixMicro(), now.UnixMicro()).Scan(&acc.BurnTokens)
 		if err != nil {
 			return err
 		}
@@ -172,7 +174,7 @@ func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSt
 			if err := r.Scan(&kind, &t, &n); err != nil {
 				return err
 			}
-			acc.failures(svc.EventType(t), kind, n)
+			acc.Failures(svc.EventType(t), kind, n)
 			return nil
 		})
 		if err != nil {
@@ -183,62 +185,62 @@ func (s *SQLite) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSt
 			if err := r.Scan(&kind, &agent); err != nil {
 				return err
 			}
-			acc.agent(kind, agent)
+			acc.Agent(kind, agent)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for kind := range acc.errs {
+		for _, kind := range acc.ErrorKinds() {
 			var (
-				at      pos
+				at      rollup.Pos
 				payload []byte
 			)
 			err := tx.QueryRowContext(ctx, `SELECT id, ts, payload FROM events WHERE `+whereFailure+`
-				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, kind).Scan(&at.seq, &at.us, &payload)
+				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, kind).Scan(&at.Seq, &at.US, &payload)
 			if err != nil {
 				return err
 			}
-			p, _ := decodePayload(payload) // a payload another writer garbled has no sample
-			acc.latest(kind, at, str(p["error"]))
+			p, _ := evcodec.Decode(payload) // a payload another writer garbled has no sample
+			acc.Latest(kind, at, rollup.Str(p["error"]))
 		}
 
 		// The latest heartbeat and stop of each worker.
 		return eachRow(ctx, tx, sqlLatestWorkers, nil, func(r *sql.Rows) error {
 			var (
-				se      storedEvent
+				se      rollup.StoredEvent
 				typ     string
 				payload []byte
 				runtime string
 				err     error
 			)
-			ev := &se.ev
-			if err := r.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID,
+			ev := &se.Ev
+			if err := r.Scan(&se.At.Seq, &se.At.US, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID,
 				&ev.ParentTraceID, &ev.SpanID, &ev.ParentSpanID, &payload, &runtime); err != nil {
 				return err
 			}
-			ev.Timestamp, ev.EventType = time.UnixMicro(se.at.us).UTC(), svc.EventType(typ)
-			if ev.Payload, err = decodePayload(payload); err != nil {
+			ev.Timestamp, ev.EventType = time.UnixMicro(se.At.US).UTC(), svc.EventType(typ)
+			if ev.Payload, err = evcodec.Decode(payload); err != nil {
 				ev.Payload = svc.Payload{} // another writer garbled it: the worker still counts
 			}
-			acc.worker(runtime, se.at, se.ev)
+			acc.Worker(runtime, se.At, se.Ev)
 			return nil
 		})
 	})
 	if err != nil {
 		return svc.RuntimeStats{}, err
 	}
-	return acc.result(), nil
+	return acc.Result(), nil
 }
 
-// Tree returns the event tree of one run; see buildTree.
-func (s *SQLite) Tree(ctx context.Context, traceID string) (svc.EventTree, error) {
+// Tree returns the event tree of one run; see rollup.BuildTree.
+func (s *Store) Tree(ctx context.Context, traceID string) (svc.EventTree, error) {
 	var (
 		tree  svc.EventTree
 		built error
 	)
 	err := s.read(ctx, "tree", func(tx *sql.Tx) error {
-		tree, built = buildTree(ctx, &sqliteTreeSource{tx: tx}, traceID)
+		tree, built = rollup.BuildTree(ctx, &sqliteTreeSource{tx: tx}, traceID)
 		if svc.KindOf(built) == svc.KindRegistry {
 			return nil // not a database error: returned as is below
 		}
@@ -255,7 +257,7 @@ func (s *SQLite) Tree(ctx context.Context, traceID string) (svc.EventTree, error
 
 type sqliteTreeSource struct{ tx *sql.Tx }
 
-func (src *sqliteTreeSource) childTraces(ctx context.Context, trace string) ([]string, error) {
+func (src *sqliteTreeSource) ChildTraces(ctx context.Context, trace string) ([]string, error) {
 	var out []string
 	err := eachRow(ctx, src.tx, `SELECT DISTINCT trace_id FROM events WHERE `+whereChild+`
 		AND parent_trace_id = ?1 AND trace_id <> ?1 ORDER BY trace_id`, []any{trace}, func(r *sql.Rows) error {
@@ -269,15 +271,15 @@ func (src *sqliteTreeSource) childTraces(ctx context.Context, trace string) ([]s
 	return out, err
 }
 
-func (src *sqliteTreeSource) events(ctx context.Context, traces []string) (map[string][]storedEvent, error) {
-	out := make(map[string][]storedEvent, len(traces))
+func (src *sqliteTreeSource) Events(ctx context.Context, traces []string) (map[string][]rollup.StoredEvent, error) {
+	out := make(map[string][]rollup.StoredEvent, len(traces))
 	for _, t := range traces {
 		rows, err := src.tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events WHERE trace_id = ? ORDER BY ts, id`, t)
 		if err != nil {
 			return nil, err
 		}
-		var list []storedEvent
-		if err := scanEvents(rows, func(se storedEvent) { list = append(list, se) }); err != nil {
+		var list []rollup.StoredEvent
+		if err := scanEvents(rows, func(se rollup.StoredEvent) { list = append(list, se) }); err != nil {
 			return nil, err
 		}
 		out[t] = list

@@ -1,4 +1,7 @@
-package eventstore
+// Package memevents is the event store in process memory: an
+// eventstore.Store for tests and single-process deployments that need
+// rollups but no history across restarts.
+package memevents
 
 import (
 	"context"
@@ -7,17 +10,19 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/internal/evcodec"
+	"github.com/svc-dev/svc/eventstore/internal/rollup"
 )
 
-// Memory is a Store in process memory, for tests and single-process
-// deployments that need rollups but no history across restarts.
+// Store is an eventstore.Store in process memory.
 //
 // Events are kept sorted by timestamp, so a query walks back from the
 // newest and stops at its limit, and retention trims from the oldest end.
 // Retention is applied on every Write and read: the row cap bounds memory
 // at once, and the age limit needs no goroutine of its own.
-type Memory struct {
-	r   Retention
+type Store struct {
+	r   eventstore.Retention
 	now func() time.Time
 
 	mu     sync.Mutex
@@ -28,20 +33,20 @@ type Memory struct {
 
 type memEvent struct {
 	ev  svc.RuntimeEvent
-	us  int64  // ev.Timestamp in Unix microseconds, for cheap comparisons
-	seq uint64 // write order, breaks timestamp ties
-	f   facts  // what the rollups read, extracted once
+	us  int64        // ev.Timestamp in Unix microseconds, for cheap comparisons
+	seq uint64       // write order, breaks timestamp ties
+	f   rollup.Facts // what the rollups read, extracted once
 }
 
-var _ Store = (*Memory)(nil)
+var _ eventstore.Store = (*Store)(nil)
 
-// NewMemory returns an empty store with retention r.
-func NewMemory(r Retention) *Memory {
-	return &Memory{r: r, now: time.Now}
+// New returns an empty store with retention r.
+func New(r eventstore.Retention) *Store {
+	return &Store{r: r, now: time.Now}
 }
 
-// Write stores evs; see Store.
-func (m *Memory) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
+// Write stores evs; see eventstore.Store.
+func (m *Store) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	if err := ctx.Err(); err != nil {
 		return svc.Wrap(svc.KindOf(err), err, "eventstore: memory write")
 	}
@@ -49,13 +54,13 @@ func (m *Memory) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	// taking the lock.
 	batch := make([]memEvent, len(evs))
 	for i, ev := range evs {
-		ev = normalize(ev)
-		batch[i] = memEvent{ev: ev, us: ev.Timestamp.UnixMicro(), f: factsOf(&ev)}
+		ev = evcodec.Normalize(ev)
+		batch[i] = memEvent{ev: ev, us: ev.Timestamp.UnixMicro(), f: rollup.FactsOf(&ev)}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return errClosed("memory")
+		return rollup.ErrClosed("memory")
 	}
 	for _, e := range batch {
 		m.seq++
@@ -79,7 +84,7 @@ func (m *Memory) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 }
 
 // pruneLocked applies the retention.
-func (m *Memory) pruneLocked() {
+func (m *Store) pruneLocked() {
 	drop := 0
 	if m.r.MaxRows > 0 && len(m.evs) > m.r.MaxRows {
 		drop = len(m.evs) - m.r.MaxRows
@@ -100,14 +105,14 @@ func (m *Memory) pruneLocked() {
 	}
 }
 
-// Query returns matching events, newest first; see Store.
-func (m *Memory) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
+// Query returns matching events, newest first; see eventstore.Store.
+func (m *Store) Query(ctx context.Context, q svc.EventQuery) ([]svc.RuntimeEvent, error) {
 	return m.Events(ctx, q)
 }
 
 // Events returns matching events, newest first; see svc.EventReader.
-func (m *Memory) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
-	q, err := normalizeQuery(q)
+func (m *Store) Events(ctx context.Context, q svc.EventQuery) ([]svc.RuntimeEvent, error) {
+	q, err := rollup.CheckQuery(q)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +122,7 @@ func (m *Memory) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, errClosed("memory")
+		return nil, rollup.ErrClosed("memory")
 	}
 	m.pruneLocked()
 	end := len(m.evs)
@@ -149,21 +154,17 @@ func (m *Memory) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 }
 
 // Len returns the number of events held.
-func (m *Memory) Len() int {
+func (m *Store) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.evs)
 }
 
 // Close drops every event; later calls fail.
-func (m *Memory) Close() error {
+func (m *Store) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
 	m.evs = nil
 	return nil
-}
-
-func errClosed(which string) error {
-	return svc.Errorf(svc.KindShuttingDown, "eventstore: %s store is closed", which)
 }

@@ -1,4 +1,7 @@
-package eventstore
+// Package sqliteevents is the event store in one SQLite file: an
+// eventstore.Store whose rollups cost the number of keys rather than of
+// events, with retention applied by a goroutine of its own.
+package sqliteevents
 
 import (
 	"context"
@@ -11,23 +14,27 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/internal/evcodec"
+	"github.com/svc-dev/svc/eventstore/internal/rollup"
 	"github.com/svc-dev/svc/internal/sqlitedb"
 )
 
-// SQLite is a Store in one SQLite file, opened by internal/sqlitedb as the
-// run store's is (WAL mode, pure-Go driver, busy_timeout, one writer
-// connection and a query-only reader pool), safe for concurrent use. Retention is applied by a goroutine the store owns, every
-// DefaultPruneInterval and once at open; between prunes the table may hold
-// more than Retention allows. Close stops the goroutine.
-type SQLite struct {
+// Store is an eventstore.Store in one SQLite file, opened by
+// internal/sqlitedb as the run store's is (WAL mode, pure-Go driver,
+// busy_timeout, one writer connection and a query-only reader pool), safe
+// for concurrent use. Retention is applied by a goroutine the store owns,
+// every DefaultPruneInterval and once at open; between prunes the table
+// may hold more than the retention allows. Close stops the goroutine.
+type Store struct {
 	path string
-	r    Retention
+	r    eventstore.Retention
 	now  func() time.Time
 	// writer has one connection so this process's writers queue in Go, not
 	// in SQLite's busy handler; reader is a query-only pool that WAL lets
 	// read while the writer writes.
 	writer, reader *sql.DB
-	// stmts are the write path's statements (sqlite_write.go), prepared
+	// stmts are the write path's statements (write.go), prepared
 	// on the writer at open, by their text.
 	stmts map[string]*sql.Stmt
 
@@ -40,22 +47,25 @@ type SQLite struct {
 	done      chan struct{}      // closed when pruneLoop has returned
 }
 
-var _ Store = (*SQLite)(nil)
+var _ eventstore.Store = (*Store)(nil)
 
-// OpenSQLite opens (creating if needed) the event store in the file at
+// DefaultPruneInterval is how often a store applies its retention.
+const DefaultPruneInterval = 30 * time.Second
+
+// Open opens (creating if needed) the event store in the file at
 // path, with retention r, and starts its pruning goroutine.
-func OpenSQLite(path string, r Retention) (*SQLite, error) {
-	return openSQLite(path, r, DefaultPruneInterval, nil)
+func Open(path string, r eventstore.Retention) (*Store, error) {
+	return open(path, r, DefaultPruneInterval, nil)
 }
 
-func openSQLite(path string, r Retention, every time.Duration, pruned chan struct{}) (*SQLite, error) {
+func open(path string, r eventstore.Retention, every time.Duration, pruned chan struct{}) (*Store, error) {
 	fail := func(err error) error {
 		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("eventstore: open %q", path))
 	}
 	switch {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsRune(path, '?'):
 		return nil, svc.Errorf(svc.KindSpecValidation,
-			"eventstore: open %q: want a plain file path (for events in memory, use NewMemory)", path)
+			"eventstore: open %q: want a plain file path (for events in memory, use memevents.New)", path)
 	case r.MaxRows < 0 || r.MaxAge < 0:
 		return nil, svc.Errorf(svc.KindSpecValidation, "eventstore: negative retention %+v", r)
 	}
@@ -69,7 +79,7 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 		_ = db.Close()
 		return nil, fail(err)
 	}
-	s := &SQLite{
+	s := &Store{
 		path: path, r: r, now: time.Now, writer: writer, reader: reader, stmts: stmts,
 		pruneEvery: every, pruned: pruned, done: make(chan struct{}),
 	}
@@ -82,9 +92,9 @@ func openSQLite(path string, r Retention, every time.Duration, pruned chan struc
 // pruneLoop applies the retention at open and then every pruneEvery,
 // until Close. A failed prune is retried at the next tick: retention is
 // best effort and must not take the store down.
-func (s *SQLite) pruneLoop(ctx context.Context) {
+func (s *Store) pruneLoop(ctx context.Context) {
 	defer close(s.done)
-	if s.r == (Retention{}) {
+	if s.r == (eventstore.Retention{}) {
 		return
 	}
 	t := time.NewTicker(s.pruneEvery)
@@ -108,7 +118,7 @@ func (s *SQLite) pruneLoop(ctx context.Context) {
 // Prune applies the retention now and returns how many events it deleted.
 // The background goroutine calls it; it is exported for operators and
 // tests that cannot wait for the next tick.
-func (s *SQLite) Prune(ctx context.Context) (int64, error) {
+func (s *Store) Prune(ctx context.Context) (int64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
@@ -144,7 +154,7 @@ func (s *SQLite) Prune(ctx context.Context) (int64, error) {
 
 // deleteWhere deletes the events matching cond and takes them out of the
 // totals, in one transaction.
-func (s *SQLite) deleteWhere(ctx context.Context, cond string, args ...any) (int64, error) {
+func (s *Store) deleteWhere(ctx context.Context, cond string, args ...any) (int64, error) {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -168,8 +178,8 @@ func (s *SQLite) deleteWhere(ctx context.Context, cond string, args ...any) (int
 	return n, nil
 }
 
-// Write stores evs in one transaction; see Store.
-func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
+// Write stores evs in one transaction; see eventstore.Store.
+func (s *Store) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -191,12 +201,12 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 		args, payloads = args[:0], payloads[:0]
 		for i := start; i < end; i++ {
 			ev := &evs[i]
-			f := factsOf(ev)
+			f := rollup.FactsOf(ev)
 			var payload []byte
-			payload, payloads = appendPayload(payloads, ev.Payload)
+			payload, payloads = evcodec.Append(payloads, ev.Payload)
 			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
 				ev.TaskID, ev.TraceID, ev.ParentTraceID, payload,
-				f.tokens, durationArg(f), f.model, f.tool, f.errKind, f.runtime, ev.SpanID, ev.ParentSpanID, f.costNanos)
+				f.Tokens, durationArg(f), f.Model, f.Tool, f.ErrKind, f.Runtime, ev.SpanID, ev.ParentSpanID, f.CostNanos)
 			t.addEvent(ev, &f)
 		}
 		if err := stmts.writeEvents(args); err != nil {
@@ -213,14 +223,14 @@ func (s *SQLite) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 	return nil
 }
 
-// Query returns matching events, newest first; see Store.
-func (s *SQLite) Query(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
+// Query returns matching events, newest first; see eventstore.Store.
+func (s *Store) Query(ctx context.Context, q svc.EventQuery) ([]svc.RuntimeEvent, error) {
 	return s.Events(ctx, q)
 }
 
 // Events returns matching events, newest first; see svc.EventReader.
-func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error) {
-	q, err := normalizeQuery(q)
+func (s *Store) Events(ctx context.Context, q svc.EventQuery) ([]svc.RuntimeEvent, error) {
+	q, err := rollup.CheckQuery(q)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +243,7 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 		return nil, s.fail(ctx, err, "query")
 	}
 	out := []svc.RuntimeEvent{}
-	err = scanEvents(rows, func(se storedEvent) { out = append(out, se.ev) })
+	err = scanEvents(rows, func(se rollup.StoredEvent) { out = append(out, se.Ev) })
 	if err != nil {
 		return nil, s.fail(ctx, err, "query")
 	}
@@ -241,7 +251,7 @@ func (s *SQLite) Events(ctx context.Context, q Query) ([]svc.RuntimeEvent, error
 }
 
 // eventsSQL is the query of Events for q (normalized).
-func eventsSQL(q Query) (string, []any) {
+func eventsSQL(q svc.EventQuery) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -259,7 +269,7 @@ func eventsSQL(q Query) (string, []any) {
 	case "":
 	case svc.EventAgentCompleted:
 		// The conditions of the partial indexes, as they are written
-		// there, so that SQLite uses them (sqlite_schema.go).
+		// there, so that SQLite uses them (schema.go).
 		where = append(where, whereCompleted)
 	default:
 		where, args = append(where, "event_type = ?", whereNotCompleted), append(args, string(q.EventType))
@@ -288,23 +298,23 @@ func eventsSQL(q Query) (string, []any) {
 const eventColumns = `id, ts, event_type, agent, task_id, trace_id, parent_trace_id, span_id, parent_span_id, payload`
 
 // scanEvents reads rows of eventColumns into f and closes rows.
-func scanEvents(rows *sql.Rows, f func(storedEvent)) error {
+func scanEvents(rows *sql.Rows, f func(rollup.StoredEvent)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			se      storedEvent
-			ev      = &se.ev
+			se      rollup.StoredEvent
+			ev      = &se.Ev
 			typ     string
 			payload []byte
 			err     error
 		)
-		if err := rows.Scan(&se.at.seq, &se.at.us, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID, &ev.ParentTraceID, &ev.SpanID, &ev.ParentSpanID, &payload); err != nil {
+		if err := rows.Scan(&se.At.Seq, &se.At.US, &typ, &ev.AgentName, &ev.TaskID, &ev.TraceID, &ev.ParentTraceID, &ev.SpanID, &ev.ParentSpanID, &payload); err != nil {
 			return err
 		}
-		ev.Timestamp, ev.EventType = time.UnixMicro(se.at.us).UTC(), svc.EventType(typ)
-		if ev.Payload, err = decodePayload(payload); err != nil {
+		ev.Timestamp, ev.EventType = time.UnixMicro(se.At.US).UTC(), svc.EventType(typ)
+		if ev.Payload, err = evcodec.Decode(payload); err != nil {
 			// Only another writer of the file could have put it there.
-			return fmt.Errorf("payload of event %d: %w", se.at.seq, err)
+			return fmt.Errorf("payload of event %d: %w", se.At.Seq, err)
 		}
 		f(se)
 	}
@@ -313,7 +323,7 @@ func scanEvents(rows *sql.Rows, f func(storedEvent)) error {
 
 // Close stops the pruning goroutine and closes the file. It is safe to
 // call more than once.
-func (s *SQLite) Close() error {
+func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.stop()
@@ -327,14 +337,14 @@ func (s *SQLite) Close() error {
 	return err
 }
 
-func (s *SQLite) check() error {
+func (s *Store) check() error {
 	if s.closed.Load() {
-		return errClosed(fmt.Sprintf("SQLite %q", s.path))
+		return rollup.ErrClosed(fmt.Sprintf("SQLite %q", s.path))
 	}
 	return nil
 }
 
 // fail wraps a database error once; see sqlitedb.Fail for the kinds.
-func (s *SQLite) fail(ctx context.Context, err error, format string, args ...any) error {
+func (s *Store) fail(ctx context.Context, err error, format string, args ...any) error {
 	return sqlitedb.Fail(ctx, err, s.closed.Load(), "eventstore: "+fmt.Sprintf(format, args...))
 }

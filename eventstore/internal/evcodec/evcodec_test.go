@@ -1,4 +1,4 @@
-package eventstore
+package evcodec
 
 import (
 	"bytes"
@@ -24,13 +24,13 @@ var payloadValues = []any{
 
 // TestEncodePayloadMatchesJSON checks that the fast encoder, wherever it
 // answers, writes byte for byte what encoding/json writes, and that
-// encodePayload is encoding/json's form for every payload.
+// Encode is encoding/json's form for every payload.
 func TestEncodePayloadMatchesJSON(t *testing.T) {
 	check := func(p svc.Payload) {
 		t.Helper()
-		want := encodePayloadJSON(p)
-		if got := encodePayload(p); !bytes.Equal(got, want) {
-			t.Fatalf("encodePayload(%#v) = %s, want %s", p, got, want)
+		want := EncodeJSON(p)
+		if got := Encode(p); !bytes.Equal(got, want) {
+			t.Fatalf("Encode(%#v) = %s, want %s", p, got, want)
 		}
 		if got, ok := appendFlatPayload(nil, p); ok && !bytes.Equal(got, want) {
 			t.Fatalf("appendFlatPayload(%#v) = %s, want %s", p, got, want)
@@ -76,8 +76,8 @@ func FuzzEncodePayload(f *testing.F) {
 	f.Add("<&>", "\u2028\xff", 1e21, int64(-1))
 	f.Fuzz(func(t *testing.T, k, s string, x float64, n int64) {
 		p := svc.Payload{k: s, k + "f": x, k + "n": n, "b": true, "z": nil}
-		if want, got := encodePayloadJSON(p), encodePayload(p); !bytes.Equal(got, want) {
-			t.Fatalf("encodePayload(%#v) = %s, want %s", p, got, want)
+		if want, got := EncodeJSON(p), Encode(p); !bytes.Equal(got, want) {
+			t.Fatalf("Encode(%#v) = %s, want %s", p, got, want)
 		}
 	})
 }

@@ -1,8 +1,14 @@
-package eventstore
+// Package evcodec is how the event stores keep an event: its payload as
+// JSON (a hand-written encoder for the flat payloads the runtime emits,
+// encoding/json for the rest) and its timestamp to the microsecond, so
+// that every backend returns the same values for the same event.
+package evcodec
 
 import (
+	"encoding/json"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/svc-dev/svc"
 )
@@ -12,7 +18,7 @@ import (
 // p is flat and plain: at most maxFlatKeys keys, and values that are nil,
 // booleans, finite float64s, ints, int64s or plain strings (see
 // plainString), as the runtime's own events are. Otherwise it returns
-// ok false and encodePayload takes encoding/json's reflection, which
+// ok false and Encode takes encoding/json's reflection, which
 // costs several times more and was most of the payload's share of the
 // write path (BENCHMARKS.md, issue 15).
 func appendFlatPayload(b []byte, p svc.Payload) (_ []byte, ok bool) {
@@ -109,13 +115,71 @@ func appendFloat(b []byte, f float64) []byte {
 	return b
 }
 
-// appendPayload returns p's JSON (encodePayload's), appended to buf when
+// Append returns p's JSON (Encode's), appended to buf when
 // the fast encoder writes it, and buf as it is then. The payload stays
 // valid when buf is appended to later: appends never write into it.
-func appendPayload(buf []byte, p svc.Payload) (payload, _ []byte) {
+func Append(buf []byte, p svc.Payload) (payload, _ []byte) {
 	start := len(buf)
 	if b, ok := appendFlatPayload(buf, p); ok {
 		return b[start:len(b):len(b)], b
 	}
-	return encodePayloadJSON(p), buf
+	return EncodeJSON(p), buf
+}
+
+// NormTime is the stored form of a timestamp: microsecond precision, UTC.
+func NormTime(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
+
+// Encode returns the JSON form of p. Values JSON cannot encode are
+// written as null rather than failing the event (see the package doc).
+func Encode(p svc.Payload) []byte {
+	if b, ok := appendFlatPayload(nil, p); ok {
+		return b
+	}
+	return EncodeJSON(p)
+}
+
+// EncodeJSON is Encode by encoding/json, for any payload.
+func EncodeJSON(p svc.Payload) []byte {
+	if p == nil {
+		return []byte("{}")
+	}
+	if b, err := json.Marshal(p); err == nil {
+		return b
+	}
+	safe := make(map[string]any, len(p))
+	for k, v := range p {
+		if _, err := json.Marshal(v); err != nil {
+			v = nil
+		}
+		safe[k] = v
+	}
+	b, err := json.Marshal(safe)
+	if err != nil {
+		// Unreachable: every value left encodes on its own.
+		return []byte("{}")
+	}
+	return b
+}
+
+// Decode reads what Encode wrote.
+func Decode(b []byte) (svc.Payload, error) {
+	p := svc.Payload{}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	if p == nil { // the JSON was null
+		p = svc.Payload{}
+	}
+	return p, nil
+}
+
+// Normalize returns ev as a store returns it.
+func Normalize(ev svc.RuntimeEvent) svc.RuntimeEvent {
+	ev.Timestamp = NormTime(ev.Timestamp)
+	p, err := Decode(Encode(ev.Payload))
+	if err != nil {
+		p = svc.Payload{} // unreachable: Encode writes valid JSON
+	}
+	ev.Payload = p
+	return ev
 }

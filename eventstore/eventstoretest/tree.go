@@ -1,4 +1,4 @@
-package eventstore_test
+package eventstoretest
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func render(n *svc.TreeNode) string {
 	return b.String()
 }
 
-func TestTree(t *testing.T) {
+func testTree(t *testing.T, open Open) {
 	ctx := context.Background()
 	p := func(tool string) svc.Payload { return svc.Payload{"tool_name": tool} }
 	evs := []svc.RuntimeEvent{
@@ -132,40 +132,36 @@ run  running task=- trace=o-1 300..… []
     agent kid running task=o1 trace=oc-1 300..… [agent_spawned]
 `},
 	}
-	for _, f := range factories() {
-		t.Run(f.name, func(t *testing.T) {
-			s := f.open(t, eventstore.Retention{})
-			write(t, s, evs[len(evs)/2:]...)
-			write(t, s, evs[:len(evs)/2]...)
-			for _, c := range cases {
-				t.Run(c.trace, func(t *testing.T) {
-					tree, err := s.Tree(ctx, c.trace)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if tree.TraceID != c.trace {
-						t.Errorf("trace id %q", tree.TraceID)
-					}
-					if got, want := render(tree.Root), strings.TrimPrefix(c.want, "\n"); got != want {
-						t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
-					}
-					// Clients see empty lists, never null.
-					b, err := json.Marshal(tree)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if strings.Contains(string(b), `"children":null`) || strings.Contains(string(b), `"events":null`) {
-						t.Fatalf("null lists in %s", b)
-					}
-				})
+	s := open(t, eventstore.Retention{})
+	write(t, s, evs[len(evs)/2:]...)
+	write(t, s, evs[:len(evs)/2]...)
+	for _, c := range cases {
+		t.Run(c.trace, func(t *testing.T) {
+			tree, err := s.Tree(ctx, c.trace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tree.TraceID != c.trace {
+				t.Errorf("trace id %q", tree.TraceID)
+			}
+			if got, want := render(tree.Root), strings.TrimPrefix(c.want, "\n"); got != want {
+				t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
+			}
+			// Clients see empty lists, never null.
+			b, err := json.Marshal(tree)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), `"children":null`) || strings.Contains(string(b), `"events":null`) {
+				t.Fatalf("null lists in %s", b)
 			}
 		})
 	}
 }
 
-// TestTreeDepth checks that a chain of child runs is followed MaxTreeDepth
+// testTreeDepth checks that a chain of child runs is followed MaxTreeDepth
 // levels deep, and that a cycle of parents ends.
-func TestTreeDepth(t *testing.T) {
+func testTreeDepth(t *testing.T, open Open) {
 	ctx := context.Background()
 	var evs []svc.RuntimeEvent
 	for i := range eventstore.MaxTreeDepth + 5 {
@@ -178,41 +174,37 @@ func TestTreeDepth(t *testing.T) {
 	// x and y name each other as parent.
 	evs = append(evs, child(mk(svc.EventAgentSpawned, 100, "x", "x", "x", nil), "y"),
 		child(mk(svc.EventAgentSpawned, 101, "y", "y", "y", nil), "x"))
-	for _, f := range factories() {
-		t.Run(f.name, func(t *testing.T) {
-			s := f.open(t, eventstore.Retention{})
-			write(t, s, evs...)
-			tree, err := s.Tree(ctx, "t0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			runs := 0
-			for n := tree.Root; n != nil; {
-				runs++
-				var next *svc.TreeNode
-				for _, c := range n.Children {
-					for _, cc := range c.Children {
-						if cc.Kind == "run" {
-							next = cc
-						}
-					}
+	s := open(t, eventstore.Retention{})
+	write(t, s, evs...)
+	tree, err := s.Tree(ctx, "t0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	for n := tree.Root; n != nil; {
+		runs++
+		var next *svc.TreeNode
+		for _, c := range n.Children {
+			for _, cc := range c.Children {
+				if cc.Kind == "run" {
+					next = cc
 				}
-				n = next
 			}
-			if runs != eventstore.MaxTreeDepth+1 {
-				t.Errorf("the tree holds %d runs, want the root and %d levels below it", runs, eventstore.MaxTreeDepth)
-			}
-			tree, err = s.Tree(ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := "run x running task=- trace=x 100..… []\n" +
-				"  agent x running task=x trace=x 100..… [agent_spawned]\n" +
-				"    run y running task=- trace=y 101..… []\n" +
-				"      agent y running task=y trace=y 101..… [agent_spawned]\n"
-			if got := render(tree.Root); got != want {
-				t.Errorf("cycle:\n%s\nwant:\n%s", got, want)
-			}
-		})
+		}
+		n = next
+	}
+	if runs != eventstore.MaxTreeDepth+1 {
+		t.Errorf("the tree holds %d runs, want the root and %d levels below it", runs, eventstore.MaxTreeDepth)
+	}
+	tree, err = s.Tree(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "run x running task=- trace=x 100..… []\n" +
+		"  agent x running task=x trace=x 100..… [agent_spawned]\n" +
+		"    run y running task=- trace=y 101..… []\n" +
+		"      agent y running task=y trace=y 101..… [agent_spawned]\n"
+	if got := render(tree.Root); got != want {
+		t.Errorf("cycle:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -1,6 +1,7 @@
-package eventstore
+package sqliteevents
 
 import (
+	"github.com/svc-dev/svc/eventstore"
 	"path/filepath"
 	"testing"
 )
@@ -9,7 +10,7 @@ import (
 // computed from: the writer's is writerCacheKiB (32 MiB, for insert
 // speed), a reader's SQLite's 2000 KiB.
 func TestSQLiteWriterCache(t *testing.T) {
-	s, err := OpenSQLite(filepath.Join(t.TempDir(), "events.db"), Retention{})
+	s, err := Open(filepath.Join(t.TempDir(), "events.db"), eventstore.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}

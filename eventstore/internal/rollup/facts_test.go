@@ -1,4 +1,4 @@
-package eventstore
+package rollup
 
 import (
 	"encoding/json"
@@ -7,9 +7,10 @@ import (
 	"testing"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/eventstore/internal/evcodec"
 )
 
-// FuzzPayload feeds decodePayload what could be in a payload column of a
+// FuzzPayload feeds evcodec.Decode what could be in a payload column of a
 // file another process wrote: it must not panic, and what it accepts must
 // survive another round trip unchanged.
 func FuzzPayload(f *testing.F) {
@@ -17,16 +18,16 @@ func FuzzPayload(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := decodePayload(b)
+		p, err := evcodec.Decode(b)
 		if err != nil {
 			return
 		}
 		if p == nil {
 			t.Fatal("decodePayload returned a nil payload without an error")
 		}
-		again, err := decodePayload(encodePayload(p))
+		again, err := evcodec.Decode(evcodec.Encode(p))
 		if err != nil {
-			t.Fatalf("re-decoding %s: %v", encodePayload(p), err)
+			t.Fatalf("re-decoding %s: %v", evcodec.Encode(p), err)
 		}
 		if !reflect.DeepEqual(p, again) {
 			t.Fatalf("round trip changed %#v into %#v", p, again)
@@ -35,7 +36,7 @@ func FuzzPayload(f *testing.F) {
 		// memory store after: they must be the same.
 		for _, typ := range svc.EventTypes {
 			ev := svc.RuntimeEvent{EventType: typ, Payload: p}
-			if before, after := factsOf(&ev), factsOf(&svc.RuntimeEvent{EventType: typ, Payload: again}); before != after {
+			if before, after := FactsOf(&ev), FactsOf(&svc.RuntimeEvent{EventType: typ, Payload: again}); before != after {
 				t.Fatalf("%s facts %+v before the round trip, %+v after", typ, before, after)
 			}
 		}
@@ -56,8 +57,8 @@ func TestFactsSurviveRoundTrip(t *testing.T) {
 	for _, p := range payloads {
 		for _, typ := range svc.EventTypes {
 			ev := svc.RuntimeEvent{EventType: typ, AgentName: "a", Payload: p}
-			stored := normalize(ev)
-			if before, after := factsOf(&ev), factsOf(&stored); before != after {
+			stored := evcodec.Normalize(ev)
+			if before, after := FactsOf(&ev), FactsOf(&stored); before != after {
 				t.Errorf("%s %v: facts %+v before the round trip, %+v after", typ, p, before, after)
 			}
 		}

@@ -1,4 +1,4 @@
-package eventstore_test
+package sqliteevents_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/eventstoretest"
+	"github.com/svc-dev/svc/eventstore/memevents"
 )
 
 // schemaV2 is the events table of schema version 2: facts, no span ids.
@@ -63,20 +65,20 @@ func TestSQLiteMigratesV2(t *testing.T) {
 	if err != nil || len(old) != 3 {
 		t.Fatalf("old events: %+v, %v", old, err)
 	}
-	mem := eventstore.NewMemory(eventstore.Retention{})
+	mem := memevents.New(eventstore.Retention{})
 	defer mem.Close()
 	write(t, mem, old...)
 
 	newer := span(mk(svc.EventAgentSpawned, 5000, "triage", "k3", "t2", nil), "s3", "")
 	write(t, lite, newer)
 	write(t, mem, newer)
-	m, l := readAll(t, mem, rollupNow, []string{"t1", "t2"}), readAll(t, lite, rollupNow, []string{"t1", "t2"})
+	m, l := eventstoretest.ReadAll(t, mem, eventstoretest.FixtureNow, []string{"t1", "t2"}), eventstoretest.ReadAll(t, lite, eventstoretest.FixtureNow, []string{"t1", "t2"})
 	for k := range m {
 		if !reflect.DeepEqual(m[k], l[k]) {
 			t.Errorf("%s differs:\nmemory %+v\nsqlite %+v", k, m[k], l[k])
 		}
 	}
-	stats, err := lite.RuntimeStats(ctx, rollupNow)
+	stats, err := lite.RuntimeStats(ctx, eventstoretest.FixtureNow)
 	if err != nil {
 		t.Fatal(err)
 	}
