@@ -153,12 +153,16 @@ func (rt *Runtime) Gather(ctx context.Context, name string, specs []svc.TaskSpec
 func (rt *Runtime) invoke(ctx context.Context, c *agent.Compiled, t task, scope svc.Scope, depth int, parentSpan string) svc.AgentResult {
 	start := time.Now()
 	// The invocation's context: the caller's, with the run's cap in it
-	// for the runs its tools start, ended at the deadline (its cause
-	// context.DeadlineExceeded) or when the caller's ends (the caller's
-	// cause).
+	// for the runs its tools start, cancelled at the deadline with the
+	// cause context.DeadlineExceeded, or when the caller's ends with the
+	// caller's cause. It is a cancel context with a timer rather than
+	// context.WithTimeout, as the runtime's is: its Err is
+	// context.Canceled whatever the cause, and error messages say so.
 	ctx = context.WithValue(ctx, capKey{}, t.budget)
-	ctx, cancel := context.WithTimeoutCause(ctx, rt.opts.Timeout(), context.DeadlineExceeded)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	deadline := time.AfterFunc(rt.opts.Timeout(), func() { cancel(context.DeadlineExceeded) })
+	defer deadline.Stop()
 
 	inv := &agent.Invocation{
 		Agent: c, Input: t.input, TaskID: t.id, TraceID: t.trace,
