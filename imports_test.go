@@ -32,6 +32,9 @@ type listedPackage struct {
 //     the root (internal/dropqueue, internal/sqlitedb, internal/faultstore);
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
+//   - internal/lean (the speed tricks) is used by actors/ and supervisor
+//     only, and actors/plain (the reference run path) depends on none of
+//     actors/, supervisor, internal/lean or protoactor;
 //   - no production code imports testing. A package that does is a test
 //     helper (a contract suite such as storetest, say), and that is
 //     decided by how it is used, not by its name: no package outside the
@@ -121,6 +124,16 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("http/openapi imports %s; the API's document is built from the root's types only", imp)
 			case under(pkg, "stores", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
 				fail("%s imports %s; stores, emitters and brokers import only the root", p.ImportPath, imp)
+			case dep == "internal/lean" && !under(pkg, "actors", "supervisor"):
+				fail("%s imports %s; the speed tricks are the runtime's: only actors/ and supervisor use them", p.ImportPath, imp)
+			}
+		}
+		if under(pkg, "actors/plain") {
+			for _, dep := range p.Deps {
+				if (own(dep) && (under(rel(dep), "actors", "supervisor", "internal/lean") && !under(rel(dep), "actors/plain"))) ||
+					strings.Contains(dep, "protoactor") {
+					fail("%s depends on %s; the reference run path is plain Go: no actors, no lean tricks", p.ImportPath, dep)
+				}
 			}
 		}
 		if under(pkg, "agent", "model") {
@@ -178,6 +191,11 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("internal/queue"), Imports: []string{"sync"}},
 		{ImportPath: m("internal/runtimey"), Imports: []string{m("supervisor")}},
 		{ImportPath: m("emitters"), Imports: []string{m(""), m("internal/queue"), m("internal/runtimey")}},
+		// The seam used from outside the runtime, and the plain path
+		// reaching the actors.
+		{ImportPath: m("internal/lean"), Imports: []string{"sync"}},
+		{ImportPath: m("group"), Imports: []string{m("internal/lean")}},
+		{ImportPath: m("actors/plain"), Imports: []string{m("agent")}, Deps: []string{m("agent"), m("actors")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -185,6 +203,8 @@ func TestImportRules(t *testing.T) {
 		"http/client imports testing but no _test.go file imports it",
 		"agent depends on " + m("actors"),
 		"emitters imports " + m("internal/runtimey"),
+		"group imports " + m("internal/lean"),
+		"actors/plain depends on " + m("actors"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {
