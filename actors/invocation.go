@@ -37,9 +37,9 @@ type invState struct {
 	// stored); finished is the run actor's too. The struct is kept at
 	// 416 bytes (a million parked runs hold a million of them): what only
 	// some invocations need (when the run stops waiting for one,
-	// reapEntry; the cause of a cancel, lean.Ctx's extra) or what its run or task
-	// has (the Env, the base context) is not stored here, and the small
-	// fields are packed together.
+	// reapEntry; the cause of a cancel, lean.Ctx's extra) or what its
+	// run or task has (the Env, the base context) is not stored here, and
+	// the small fields are packed together.
 	start time.Duration
 	// pid is the invocation actor's: the run actor's abandonAttempt and
 	// the attempt's report go to it.

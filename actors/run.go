@@ -3,6 +3,12 @@
 // gather batch), and one invocation actor per agent invocation. Slow work
 // never runs in Receive: an invocation starts a goroutine for the agent loop,
 // which reports back by message.
+//
+// What is here only to make runs cheaper (the goroutine pool, the mailbox
+// dispatcher, the invocations' mailbox, the invocation's cancel state) is
+// in internal/lean, which says what each buys. Package actors/plain does
+// what this package does, for Run and Gather, in plain goroutines: read it
+// first.
 package actors
 
 import (
