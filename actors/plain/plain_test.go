@@ -133,7 +133,7 @@ var scenarios = []scenario{
 			before := testmodel.Waiting()
 			go func() {
 				// Cancel once the run is parked in its model call.
-				for testmodel.Waiting() == before {
+				for testmodel.Waiting() == before && ctx.Err() == nil {
 					time.Sleep(time.Millisecond)
 				}
 				cancel()
