@@ -34,6 +34,9 @@ type listedPackage struct {
 //     internal/sqlitedb, internal/faultstore);
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
+//   - internal/lean (the speed tricks) is used by actors/ and supervisor
+//     only, and actors/plain (the reference run path) depends on none of
+//     actors/, supervisor, internal/lean or protoactor;
 //   - no production code imports testing. A package that does is a test
 //     helper (a contract suite such as storetest, say), and that is
 //     decided by how it is used, not by its name: no package outside the
@@ -123,6 +126,16 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("http/openapi imports %s; the API's document is built from the root's types only", imp)
 			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
 				fail("%s imports %s; stores, event stores, emitters and brokers import only the root", p.ImportPath, imp)
+			case dep == "internal/lean" && !under(pkg, "actors", "supervisor"):
+				fail("%s imports %s; the speed tricks are the runtime's: only actors/ and supervisor use them", p.ImportPath, imp)
+			}
+		}
+		if under(pkg, "actors/plain") {
+			for _, dep := range p.Deps {
+				if (own(dep) && (under(rel(dep), "actors", "supervisor", "internal/lean") && !under(rel(dep), "actors/plain"))) ||
+					strings.Contains(dep, "protoactor") {
+					fail("%s depends on %s; the reference run path is plain Go: no actors, no lean tricks", p.ImportPath, dep)
+				}
 			}
 		}
 		if under(pkg, "agent", "model") {
@@ -185,6 +198,11 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("eventstore/internal/rollup"), Imports: []string{m("")}},
 		{ImportPath: m("eventstore/memevents"), Imports: []string{m(""), m("eventstore"), m("eventstore/internal/rollup")}},
 		{ImportPath: m("eventstore/sqliteevents"), Imports: []string{m(""), m("http/client")}},
+		// The seam used from outside the runtime, and the plain path
+		// reaching the actors.
+		{ImportPath: m("internal/lean"), Imports: []string{"sync"}},
+		{ImportPath: m("group"), Imports: []string{m("internal/lean")}},
+		{ImportPath: m("actors/plain"), Imports: []string{m("agent")}, Deps: []string{m("agent"), m("actors")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -193,6 +211,8 @@ func TestImportRules(t *testing.T) {
 		"agent depends on " + m("actors"),
 		"emitters imports " + m("internal/runtimey"),
 		"eventstore/sqliteevents imports " + m("http/client"),
+		"group imports " + m("internal/lean"),
+		"actors/plain depends on " + m("actors"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

@@ -1,4 +1,4 @@
-package actors
+package lean
 
 import (
 	"fmt"
@@ -73,7 +73,7 @@ func (d *heldDispatcher) run() {
 // once for what arrives while it is scheduled.
 func TestSmallMailboxOrder(t *testing.T) {
 	r, d := &recorder{}, &heldDispatcher{}
-	m := newSmallMailbox()
+	m := NewMailbox()
 	m.RegisterHandlers(r, d)
 	m.Start()
 	for i := range 5 {
@@ -114,7 +114,7 @@ func TestSmallMailboxSuspendAndFailure(t *testing.T) {
 			panic("boom")
 		}
 	}
-	m := newSmallMailbox()
+	m := NewMailbox()
 	m.RegisterHandlers(r, d)
 	m.PostSystemMessage(&actor.SuspendMailbox{})
 	m.PostUserMessage("held")
@@ -142,7 +142,7 @@ func TestSmallMailboxSuspendAndFailure(t *testing.T) {
 func TestSmallMailboxConcurrentPosts(t *testing.T) {
 	const senders, each = 8, 200
 	r := &recorder{}
-	m := newSmallMailbox()
+	m := NewMailbox()
 	m.RegisterHandlers(r, actor.NewDefaultDispatcher(5))
 	var wg sync.WaitGroup
 	for s := range senders {

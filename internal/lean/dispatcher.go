@@ -1,12 +1,10 @@
-package actors
+package lean
 
 import (
 	"runtime"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/svc-dev/svc/internal/gopool"
 )
 
 // Dispatcher is the actor.Dispatcher of the runtime's actors: it runs
@@ -25,7 +23,7 @@ import (
 // pool (a second mutex and queue on every Schedule, and on every mailbox a
 // worker took) cost the in-process gather about a tenth of its throughput.
 type Dispatcher struct {
-	pool *gopool.Pool
+	pool *Pool
 	n    int // messages a mailbox processes before yielding
 }
 
@@ -41,18 +39,18 @@ func DefaultMaxMailboxWorkers() int { return max(256, 64*runtime.GOMAXPROCS(0)) 
 // NewDispatcherPool returns the pool a Dispatcher runs mailboxes on: at
 // most max at once (DefaultMaxMailboxWorkers when max <= 0), workers idle
 // for longer than idle retiring. The owner closes it after the actors stop.
-func NewDispatcherPool(idle time.Duration, max int) *gopool.Pool {
+func NewDispatcherPool(idle time.Duration, max int) *Pool {
 	if max <= 0 {
 		max = DefaultMaxMailboxWorkers()
 	}
-	return gopool.NewBounded(idle, max)
+	return NewBoundedPool(idle, max)
 }
 
 // NewDispatcher returns a dispatcher that runs mailboxes on pool (from
 // NewDispatcherPool: an unbounded pool starts a goroutine per mailbox
 // waiting for a core), each processing up to throughput messages before
 // it yields.
-func NewDispatcher(pool *gopool.Pool, throughput int) *Dispatcher {
+func NewDispatcher(pool *Pool, throughput int) *Dispatcher {
 	return &Dispatcher{pool: pool, n: throughput}
 }
 

@@ -1,4 +1,4 @@
-package gopool
+package lean
 
 import (
 	"sync"
@@ -13,7 +13,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestRunsEverythingAndReuses(t *testing.T) {
-	p := New(time.Second)
+	p := NewPool(time.Second)
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < 1000; i++ {
@@ -32,7 +32,7 @@ func TestRunsEverythingAndReuses(t *testing.T) {
 }
 
 func TestNeverBlocks(t *testing.T) {
-	p := New(time.Second)
+	p := NewPool(time.Second)
 	defer p.Close()
 	release := make(chan struct{})
 	var started sync.WaitGroup
@@ -48,7 +48,7 @@ func TestNeverBlocks(t *testing.T) {
 // synctest makes that clock exact and the wait free.
 func TestIdleWorkersRetire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := New(time.Minute)
+		p := NewPool(time.Minute)
 		defer p.Close()
 		var wg sync.WaitGroup
 		for i := 0; i < 10; i++ {
@@ -74,7 +74,7 @@ func TestIdleWorkersRetire(t *testing.T) {
 }
 
 func TestGoAfterClose(t *testing.T) {
-	p := New(time.Second)
+	p := NewPool(time.Second)
 	p.Close()
 	done := make(chan struct{})
 	p.Go(func() { close(done) })
@@ -91,7 +91,7 @@ func TestGoAfterClose(t *testing.T) {
 // WaitGroup Add that used to race with Close's Wait.
 func TestGoDuringClose(t *testing.T) {
 	for range 50 {
-		p := New(time.Second)
+		p := NewPool(time.Second)
 		var ran sync.WaitGroup
 		ran.Add(2)
 		p.Go(func() { ran.Done() })
@@ -110,7 +110,7 @@ func TestGoDuringClose(t *testing.T) {
 // Close does not wait for a function its owner detached (one stuck for
 // good, as far as anyone knows); the worker still exits once it returns.
 func TestCloseSkipsDetached(t *testing.T) {
-	p := New(time.Second)
+	p := NewPool(time.Second)
 	release := make(chan struct{})
 	started := make(chan struct{})
 	p.Go(func() { close(started); <-release })
@@ -136,7 +136,7 @@ func TestCloseSkipsDetached(t *testing.T) {
 // of a one-worker queue is actors' TestDispatcherQueueDrains).
 func TestBoundedQueuesInOrder(t *testing.T) {
 	const max, n = 2, 100
-	p := NewBounded(time.Minute, max)
+	p := NewBoundedPool(time.Minute, max)
 	release := make(chan struct{})
 	var running, peak atomic.Int32
 	var mu sync.Mutex
@@ -183,7 +183,7 @@ func TestBoundedQueuesInOrder(t *testing.T) {
 // Close runs what a bounded pool still has queued before it returns:
 // nothing handed to the pool is dropped.
 func TestBoundedCloseDrainsQueue(t *testing.T) {
-	p := NewBounded(time.Minute, 1)
+	p := NewBoundedPool(time.Minute, 1)
 	release := make(chan struct{})
 	var ran atomic.Int32
 	p.Go(func() { <-release; ran.Add(1) })

@@ -1,4 +1,4 @@
-package actors
+package lean
 
 import (
 	"runtime"
@@ -40,7 +40,7 @@ const (
 	mailboxRunning
 )
 
-func newSmallMailbox() actor.Mailbox { return &smallMailbox{} }
+func NewMailbox() actor.Mailbox { return &smallMailbox{} }
 
 // inlineQueue is a FIFO whose first two items live in the struct: buf[0]
 // is the oldest, and more (allocated only past two) holds the rest, in

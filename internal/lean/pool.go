@@ -1,8 +1,9 @@
-// Package gopool runs functions on reused goroutines. A new goroutine starts
-// with a 2 KiB stack and the agent loop grows it several times; copying
-// stacks was a third of the runtime's CPU in the gather benchmark. Reusing
-// goroutines keeps their grown stacks, and idle ones retire on their own.
-package gopool
+package lean
+
+// The pool: a new goroutine starts with a 2 KiB stack and the agent loop
+// grows it several times; copying stacks was a third of the runtime's CPU
+// in the gather benchmark. Reusing goroutines keeps their grown stacks,
+// and idle ones retire on their own.
 
 import (
 	"sync"
@@ -10,12 +11,12 @@ import (
 )
 
 // Pool runs functions on reused goroutines. Go never blocks: it hands f to
-// an idle worker or starts a new one; a bounded pool (NewBounded) that has
+// an idle worker or starts a new one; a bounded pool (NewBoundedPool) that has
 // its maximum of workers busy queues f instead, in order, for the next
 // worker that finishes its function. Idle workers wait on a stack (the most
 // recently used is reused first, so the rest can age out) and a janitor
 // retires those idle for longer than the idle timeout. There is no timer per
-// task. Use New or NewBounded; stop with Close.
+// task. Use NewPool or NewBoundedPool; stop with Close.
 type Pool struct {
 	mu     sync.Mutex
 	idle   []*worker // LIFO; idle[0] has waited longest
@@ -60,14 +61,14 @@ type worker struct {
 	idle bool
 }
 
-// New returns an unbounded pool whose workers exit after idle without work.
-func New(idle time.Duration) *Pool { return NewBounded(idle, 0) }
+// NewPool returns an unbounded pool whose workers exit after idle without work.
+func NewPool(idle time.Duration) *Pool { return NewBoundedPool(idle, 0) }
 
-// NewBounded returns a pool that runs at most max functions at once
+// NewBoundedPool returns a pool that runs at most max functions at once
 // (unbounded when max <= 0) and queues the rest in order; its workers
 // exit after idle without work. Functions that block hold their workers,
 // so a bounded pool is for functions that never wait on one another.
-func NewBounded(idle time.Duration, max int) *Pool {
+func NewBoundedPool(idle time.Duration, max int) *Pool {
 	p := &Pool{idleFor: idle, stop: make(chan struct{}), epoch: time.Now(), max: max}
 	p.exited = sync.NewCond(&p.mu)
 	p.wg.Add(1)
