@@ -41,7 +41,7 @@ build:
 ## the output of what failed, and every skipped test with its reason
 ## (internal/testsummary), ending with a SKIPPED: line when any skipped
 test:
-	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
+	@set -o pipefail; $(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testsummary
 
 ## test-ts: the TypeScript client's tests (clients/ts), node's own test
 ## runner against a real svc serve built from this tree (once, here: each
