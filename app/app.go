@@ -105,7 +105,6 @@ type App struct {
 	watchStop   context.CancelFunc
 	watcher     *spec.Watcher
 	ln          net.Listener
-	conns       *conns.Listener // ln, bounded; nil until Start listens
 	srv         *http.Server
 	serveErr    chan error    // the error that stopped Serve, if not Shutdown
 	served      chan struct{} // closed when Serve has returned
@@ -445,7 +444,7 @@ func (a *App) start() error {
 		_ = ln.Close()
 		return fmt.Errorf("app: listener: %w", err)
 	}
-	a.ln, a.conns = bounded, bounded
+	a.ln = bounded
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.requests.Add(1)
 		defer a.requests.Add(-1)

@@ -196,7 +196,8 @@ func BenchmarkSlowBodies(b *testing.B) {
 					timeouts++
 				}
 				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
+					// The answer read, the connection must be closed too.
+					_, _ = io.Copy(io.Discard, resp.Body)
 					_, err = c.Read(make([]byte, 1))
 				}
 				if err != nil {

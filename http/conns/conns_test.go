@@ -126,7 +126,6 @@ func TestReserveAndWait(t *testing.T) {
 		ok(w, r)
 	})
 	l := serve(t, Config{Max: 2, Reserve: 1, ReserveDeadline: time.Minute}, h)
-	var busy []net.Conn
 	for i := 0; i < 2; i++ {
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
@@ -134,7 +133,6 @@ func TestReserveAndWait(t *testing.T) {
 		}
 		defer c.Close()
 		fmt.Fprintf(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
-		busy = append(busy, c)
 	}
 	waitFor(t, "2 open", func() bool { return l.Stats().Open == 2 })
 	c, resp := request(t, l, "/")
