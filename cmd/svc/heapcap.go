@@ -48,7 +48,6 @@ type heapCap struct {
 
 	samples []metrics.Sample
 	limit   int64 // the limit last set
-
 }
 
 // The runtime/metrics the cap reads, in this order.
