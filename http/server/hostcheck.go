@@ -23,7 +23,7 @@ import (
 func CheckHost(listen string, allowed []string) (func(http.Handler) http.Handler, error) {
 	allow := map[string]bool{"localhost": true}
 	add := func(h string) error {
-		h = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+		h = normalHost(h)
 		if h == "" || strings.ContainsAny(h, "/:@ *") && net.ParseIP(h) == nil {
 			return fmt.Errorf("server: allowed host %q: want a host name or an IP address, no scheme, port or wildcard", h)
 		}
@@ -59,12 +59,18 @@ func hostAllowed(allow map[string]bool, host string) bool {
 	if err != nil {
 		h = host
 	}
-	h = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+	h = normalHost(h)
 	if allow[h] {
 		return true
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// normalHost is host name h as allowed hosts are compared: lower case,
+// without IPv6 brackets or a trailing dot.
+func normalHost(h string) string {
+	return strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
 }
 
 // IsLoopbackHost reports whether a server listening on host (an --host
