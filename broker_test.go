@@ -36,23 +36,6 @@ func TestDeliverySettlesOnce(t *testing.T) {
 	}
 }
 
-func TestKeepAlive(t *testing.T) {
-	a := &countAcker{}
-	d := &svc.Delivery{Acker: a, AckWait: 30 * time.Millisecond}
-	stop := svc.KeepAlive(context.Background(), d, 0) // every AckWait/3
-	for a.extends.Load() < 3 {
-		time.Sleep(time.Millisecond)
-	}
-	_ = d.Ack(context.Background())
-	stop()
-	stop() // twice is fine
-	n := a.extends.Load()
-	time.Sleep(50 * time.Millisecond)
-	if a.extends.Load() != n {
-		t.Error("KeepAlive went on after stop")
-	}
-}
-
 func TestSubscribeOptionsDefaults(t *testing.T) {
 	o := svc.SubscribeOptions{}.WithDefaults("svc.tasks.a.b")
 	if o.Group != "svc-svc-tasks-a-b" || o.ConsumerID == "" || o.Prefetch != svc.DefaultPrefetch ||

@@ -27,6 +27,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/bridge"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Config configures a Publisher.
@@ -158,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		}
 		cfg.RuntimeID = id.String()
 	}
-	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: svc.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
+	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: fleetwire.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
 		em: cfg.Emitter, pending: map[string]*waiter{}, workers: map[string]workerInfo{}}
 	if p.log == nil {
 		p.log = zap.NewNop()
@@ -184,9 +185,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("dispatch: subscribe %s: %w", p.inbox, err)
 	}
 	p.subs = append(p.subs, sub)
-	broadcasts := map[string]svc.BroadcastHandler{svc.SubjectWorkers: p.onWorker, svc.SubjectCancel: p.onCancel}
+	broadcasts := map[string]svc.BroadcastHandler{fleetwire.SubjectWorkers: p.onWorker, fleetwire.SubjectCancel: p.onCancel}
 	if cfg.PublishEvents {
-		broadcasts[svc.EventSubject(cfg.RuntimeID)] = p.onEvents
+		broadcasts[fleetwire.EventSubject(cfg.RuntimeID)] = p.onEvents
 	}
 	for subject, h := range broadcasts {
 		s, err := cfg.Broker.SubscribeBroadcast(ctx, subject, h)
@@ -201,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	// Ask the fleet for a heartbeat now, so this node knows the workers
 	// that started before it without waiting for their next one. Best
 	// effort: a lost ping costs that wait.
-	if err := cfg.Broker.Broadcast(ctx, svc.SubjectWorkersPing, []byte("{}")); err != nil {
+	if err := cfg.Broker.Broadcast(ctx, fleetwire.SubjectWorkersPing, []byte("{}")); err != nil {
 		p.log.Warn("workers not pinged", zap.Error(err))
 	}
 	return p, nil
@@ -248,7 +249,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 	n := int(p.seq.Add(1))
 	key := dispatchKey(span, n)
-	env := svc.Envelope{Kind: svc.KindTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
+	env := fleetwire.Envelope{Kind: fleetwire.MsgTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
 		ParentTraceID: req.ParentTraceID, SpanID: span, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
 		Depth: req.Depth, TokenBudget: req.TokenBudget, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
 	if req.EventsTo != "" {
@@ -268,7 +269,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 	p.pending[key] = w
 	p.mu.Unlock()
-	if err := p.cfg.Broker.Publish(ctx, svc.TaskSubject(req.Agent), data); err != nil {
+	if err := p.cfg.Broker.Publish(ctx, fleetwire.TaskSubject(req.Agent), data); err != nil {
 		p.forget(key)
 		if ctx.Err() != nil {
 			// The broker may have delivered the task before the call
@@ -298,7 +299,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 }
 
-func (p *Publisher) encode(env *svc.Envelope) ([]byte, error) {
+func (p *Publisher) encode(env *fleetwire.Envelope) ([]byte, error) {
 	if len(p.cfg.SignKey) > 0 {
 		if err := env.Sign(p.cfg.SignKeyID, p.cfg.SignKey); err != nil {
 			return nil, err
@@ -318,8 +319,8 @@ func (p *Publisher) forget(key string) {
 // is acked: redelivering it would not find a waiter either.
 func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 	defer func() { _ = d.Ack(context.WithoutCancel(ctx)) }()
-	env, err := svc.DecodeEnvelope(d.Data)
-	if err == nil && env.Kind != svc.KindResult {
+	env, err := fleetwire.Decode(d.Data)
+	if err == nil && env.Kind != fleetwire.MsgResult {
 		err = fmt.Errorf("envelope: kind %q in the inbox", env.Kind)
 	}
 	if err == nil && len(p.cfg.Keys) > 0 {
@@ -350,7 +351,7 @@ func (p *Publisher) Cancel(runID, taskID string) {
 	if runID == "" {
 		return
 	}
-	env := svc.Envelope{Kind: svc.KindCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
+	env := fleetwire.Envelope{Kind: fleetwire.MsgCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
 	data, err := p.encode(&env)
 	if err != nil {
 		return
@@ -378,7 +379,7 @@ func (p *Publisher) Cancel(runID, taskID string) {
 			// the broadcast back long, so it gets a few seconds.
 			rctx, rcancel := context.WithTimeout(ctx, retainTimeout)
 			err := retry(rctx, func(actx context.Context) error {
-				return r.Retain(actx, svc.CancelledRunKey(runID), p.cfg.CancelRetention)
+				return r.Retain(actx, fleetwire.CancelledRunKey(runID), p.cfg.CancelRetention)
 			})
 			rcancel()
 			if err != nil {
@@ -387,7 +388,7 @@ func (p *Publisher) Cancel(runID, taskID string) {
 			}
 		}
 		if err := retry(ctx, func(actx context.Context) error {
-			return p.cfg.Broker.Broadcast(actx, svc.SubjectCancel, data)
+			return p.cfg.Broker.Broadcast(actx, fleetwire.SubjectCancel, data)
 		}); err != nil {
 			p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
 		}
@@ -416,8 +417,8 @@ func retry(ctx context.Context, op func(context.Context) error) error {
 
 // onCancel passes a whole-run cancel from another process to OnCancel.
 func (p *Publisher) onCancel(_ context.Context, _ string, data []byte) {
-	env, err := svc.DecodeEnvelope(data)
-	if err != nil || env.Kind != svc.KindCancel || env.TaskID != "" || env.RuntimeID == p.cfg.RuntimeID {
+	env, err := fleetwire.Decode(data)
+	if err != nil || env.Kind != fleetwire.MsgCancel || env.TaskID != "" || env.RuntimeID == p.cfg.RuntimeID {
 		return
 	}
 	if len(p.cfg.Keys) > 0 && env.Verify(p.cfg.Keys) != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/dispatch"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/worker"
@@ -114,13 +115,13 @@ func TestDuplicateResultDropped(t *testing.T) {
 	defer b.Close()
 	p := publisher(t, b, nil)
 	// A fake worker that answers every task twice.
-	sub, err := b.Subscribe(context.Background(), svc.TaskSubject("twice"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
-		env, err := svc.DecodeEnvelope(d.Data)
+	sub, err := b.Subscribe(context.Background(), fleetwire.TaskSubject("twice"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := fleetwire.Decode(d.Data)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		res := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
+		res := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
 		data, _ := res.Encode()
 		for range 2 {
 			if err := b.Publish(ctx, env.ReplyTo, data); err != nil {
@@ -203,7 +204,7 @@ func (b slowConfirm) Publish(ctx context.Context, subject string, data []byte) e
 	if err := b.Broker.Publish(context.WithoutCancel(ctx), subject, data); err != nil {
 		return err
 	}
-	if subject == svc.TaskSubject("slow") {
+	if subject == fleetwire.TaskSubject("slow") {
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -237,15 +238,15 @@ func TestCancelDuringPublishReachesTheWorker(t *testing.T) {
 func TestDispatchNestedFields(t *testing.T) {
 	b := membroker.New()
 	defer b.Close()
-	got := make(chan *svc.Envelope, 1)
-	sub, err := b.Subscribe(context.Background(), svc.TaskSubject("probe"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
-		env, err := svc.DecodeEnvelope(d.Data)
+	got := make(chan *fleetwire.Envelope, 1)
+	sub, err := b.Subscribe(context.Background(), fleetwire.TaskSubject("probe"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := fleetwire.Decode(d.Data)
 		if err != nil {
 			t.Error(err)
 			return
 		}
 		got <- env
-		out := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, RunID: env.RunID, SpanID: env.SpanID, Attempt: env.Attempt,
+		out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, SpanID: env.SpanID, Attempt: env.Attempt,
 			Result: &svc.AgentResult{AgentName: "probe", TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
 		data, err := out.Encode()
 		if err != nil {
@@ -265,7 +266,7 @@ func TestDispatchNestedFields(t *testing.T) {
 	defer cancel()
 	res, err := p.Dispatch(ctx, dispatch.Request{Agent: "probe", TaskID: "t1", TraceID: "child-trace", ParentTraceID: "parent-trace",
 		SpanID: "child-span", ParentSpanID: "parent-span", RunID: "run-1", Input: json.RawMessage(`{}`), Depth: 2,
-		TokenBudget: 90, EventsTo: svc.EventSubject("origin")})
+		TokenBudget: 90, EventsTo: fleetwire.EventSubject("origin")})
 	if err != nil || !res.Success {
 		t.Fatalf("dispatch: %+v %v", res, err)
 	}

@@ -60,6 +60,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Options configure a connection.
@@ -288,7 +289,7 @@ func (b *Broker) workArgs(subject string) amqp.Table {
 	return amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-dead-letter-exchange":    b.deadExchange(),
-		"x-dead-letter-routing-key": b.queueName(svc.DeadLetterSubject(subject)),
+		"x-dead-letter-routing-key": b.queueName(fleetwire.DeadLetterSubject(subject)),
 		"x-dead-letter-strategy":    "at-least-once",
 		"x-overflow":                "reject-publish",
 	}
@@ -300,7 +301,7 @@ func (b *Broker) deadExchange() string { return b.o.Prefix + "dead" }
 // the queue of the subject's dead letter bound to it (so that nothing the
 // subject's consumers reject is unroutable).
 func (b *Broker) declareWork(ch *amqp.Channel, subject string) error {
-	dead := svc.DeadLetterSubject(subject)
+	dead := fleetwire.DeadLetterSubject(subject)
 	q, dq := b.queueName(subject), b.queueName(dead)
 	if err := ch.ExchangeDeclare(b.deadExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Open returns a new client of the backend under test. Clients returned by
@@ -82,7 +83,7 @@ func Run(t *testing.T, open Open) {
 func subject(t *testing.T) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return svc.TaskSubject("bt-" + hex.EncodeToString(b[:]))
+	return fleetwire.TaskSubject("bt-" + hex.EncodeToString(b[:]))
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -295,7 +296,7 @@ func testInProgress(t *testing.T, open func(*testing.T) svc.Broker) {
 		subscribe(t, b, subj, svc.SubscribeOptions{Group: "g", ConsumerID: name, AckWait: 2 * ackWait}, func(ctx context.Context, d *svc.Delivery) {
 			rec.add(name, d)
 			// Work for three ack deadlines, extending all along.
-			stop := svc.KeepAlive(ctx, d, ackWait/5)
+			stop := fleetwire.KeepAlive(ctx, d, ackWait/5)
 			time.Sleep(6 * ackWait)
 			stop()
 			if err := d.InProgress(ctx); err != nil {
@@ -366,7 +367,7 @@ func testNack(t *testing.T, open func(*testing.T) svc.Broker) {
 
 func deadLetters(t *testing.T, b svc.Broker, subj string) chan svc.DeadLetter {
 	ch := make(chan svc.DeadLetter, 8)
-	subscribe(t, b, svc.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	subscribe(t, b, fleetwire.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		var dl svc.DeadLetter
 		if err := json.Unmarshal(d.Data, &dl); err != nil {
 			t.Errorf("dead letter record: %v: %q", err, d.Data)
@@ -775,8 +776,8 @@ func testRetain(t *testing.T, open func(*testing.T) svc.Broker) {
 	ctx := ctxT(t)
 	var n [4]byte
 	_, _ = rand.Read(n[:])
-	long := svc.CancelledRunKey("run/" + hex.EncodeToString(n[:]) + " with: spaces, ü and *")
-	short := svc.CancelledRunKey("short-" + hex.EncodeToString(n[:]))
+	long := fleetwire.CancelledRunKey("run/" + hex.EncodeToString(n[:]) + " with: spaces, ü and *")
+	short := fleetwire.CancelledRunKey("short-" + hex.EncodeToString(n[:]))
 	if ok, err := rb.Retained(ctx, long); err != nil || ok {
 		t.Fatalf("Retained before Retain = %v, %v; want false, nil", ok, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Errors of a delivery settled too late.
@@ -279,7 +280,7 @@ func (s *wsub) deadLetter(ctx context.Context, e *entry) {
 		Reason: fmt.Sprintf("delivered %d times without being acknowledged (max_deliver %d)", e.prior, s.opts.MaxDeliver),
 	}
 	raw, _ := json.Marshal(dl)
-	if err := s.b.Publish(ctx, svc.DeadLetterSubject(s.subject), raw); err != nil {
+	if err := s.b.Publish(ctx, fleetwire.DeadLetterSubject(s.subject), raw); err != nil {
 		s.log.Warn("dead letter", zap.Error(err))
 		return // left stHandling: its deadline re-appends it, and it comes back here
 	}

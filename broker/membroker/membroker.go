@@ -17,6 +17,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Hub is the shared state of the in-process broker: its queues and
@@ -381,7 +382,7 @@ func (h *Hub) deadLetterLocked(q *queue, to *member, msg *message, n int) bool {
 		}
 		rec, err := json.Marshal(dl)
 		if err == nil {
-			h.enqueue(svc.DeadLetterSubject(q.subject), rec)
+			h.enqueue(fleetwire.DeadLetterSubject(q.subject), rec)
 		}
 	})
 }

@@ -42,6 +42,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Options configure a connection.
@@ -477,7 +478,7 @@ func (m *member) deadLetter(ctx context.Context, msg jetstream.Msg, deliveries i
 	if err == nil {
 		// A context of its own: the record must land even while stopping.
 		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = m.b.Publish(pctx, svc.DeadLetterSubject(msg.Subject()), rec)
+		err = m.b.Publish(pctx, fleetwire.DeadLetterSubject(msg.Subject()), rec)
 		cancel()
 	}
 	if err != nil {

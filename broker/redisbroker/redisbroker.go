@@ -46,6 +46,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Options configure a connection.
@@ -514,7 +515,7 @@ func (m *member) deadLetter(ctx context.Context, a *acker, data []byte, deliveri
 		// A context of its own: the record must land even while stopping.
 		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err = m.b.Publish(pctx, svc.DeadLetterSubject(m.subject), rec); err == nil {
+		if err = m.b.Publish(pctx, fleetwire.DeadLetterSubject(m.subject), rec); err == nil {
 			err = a.Ack(pctx)
 		}
 	}
