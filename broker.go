@@ -120,6 +120,13 @@ type Retainer interface {
 	Retained(ctx context.Context, key string) (bool, error)
 }
 
+// PanicCounter is implemented by a broker client that recovers the panics
+// of its handlers (as Subscribe promises), logs each with its stack and
+// counts them: a worker's heartbeat carries the count as handler_panics.
+type PanicCounter interface {
+	HandlerPanics() int64
+}
+
 // Handler handles one delivery of a work subject. See Broker.Subscribe.
 type Handler func(ctx context.Context, d *Delivery)
 
@@ -303,11 +310,65 @@ type DeadLetter struct {
 	At     time.Time `json:"at"`
 }
 
-// Broker errors.
+// BrokerError is what a broker's methods fail with: the failure, which
+// broker and operation it came from, and whether trying the same call again
+// may succeed. Callers decide with it, not with the text: dispatch retries a
+// publish that failed transiently (a lost connection, a timeout, a server
+// busy or failing over) and gives up at once on a permanent failure (the
+// broker is closed, the message is too large, the subject or the call is
+// refused), which no retry can mend.
+type BrokerError struct {
+	// Broker names the broker package ("redisbroker"), "broker" for the
+	// shared sentinels.
+	Broker string
+	// Op is the operation ("publish", "subscribe", "ack", ...); may be
+	// empty.
+	Op string
+	// Transient reports that the same call may succeed later.
+	Transient bool
+	Err       error
+}
+
+func (e *BrokerError) Error() string {
+	if e.Op == "" {
+		return e.Broker + ": " + e.Err.Error()
+	}
+	return e.Broker + ": " + e.Op + ": " + e.Err.Error()
+}
+
+func (e *BrokerError) Unwrap() error { return e.Err }
+
+// TransientBrokerError is err from broker's op, worth trying again.
+func TransientBrokerError(broker, op string, err error) error {
+	return &BrokerError{Broker: broker, Op: op, Transient: true, Err: err}
+}
+
+// PermanentBrokerError is err from broker's op, which the same call will
+// meet again.
+func PermanentBrokerError(broker, op string, err error) error {
+	return &BrokerError{Broker: broker, Op: op, Err: err}
+}
+
+// IsTransientBrokerError reports whether err is, or wraps, a BrokerError
+// that is transient.
+func IsTransientBrokerError(err error) bool {
+	var be *BrokerError
+	return errors.As(err, &be) && be.Transient
+}
+
+// IsPermanentBrokerError reports whether err is, or wraps, a BrokerError
+// that is permanent (ErrBrokerClosed and ErrSettled are).
+func IsPermanentBrokerError(err error) bool {
+	var be *BrokerError
+	return errors.As(err, &be) && !be.Transient
+}
+
+// Broker errors. Both are permanent BrokerErrors: a closed client stays
+// closed, a settled delivery stays settled.
 var (
 	// ErrBrokerClosed is returned by a broker's methods after its Close.
-	ErrBrokerClosed = errors.New("broker: closed")
+	ErrBrokerClosed error = &BrokerError{Broker: "broker", Err: errors.New("closed")}
 	// ErrSettled is returned when a delivery is acked or nacked twice, or
 	// extended after it was settled.
-	ErrSettled = errors.New("broker: delivery already settled")
+	ErrSettled error = &BrokerError{Broker: "broker", Err: errors.New("delivery already settled")}
 )

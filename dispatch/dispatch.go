@@ -238,7 +238,8 @@ func (p *Publisher) onEvents(_ context.Context, _ string, data []byte) {
 
 // Dispatch publishes the task and waits for its result or for ctx to end.
 // A result is returned as it came (Success false for a failure inside the
-// run); errors are the broker's (the task was not published) or ctx's.
+// run); errors are the broker's (the task was not published: a permanent
+// failure, or a transient one that outlasted the retries) or ctx's.
 func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult, error) {
 	// A result is matched by span and dispatch number: a late result of an
 	// earlier dispatch of the same invocation (a retry) is not taken for
@@ -269,7 +270,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 	p.pending[key] = w
 	p.mu.Unlock()
-	if err := p.cfg.Broker.Publish(ctx, fleetwire.TaskSubject(req.Agent), data); err != nil {
+	if err := p.publish(ctx, fleetwire.TaskSubject(req.Agent), data); err != nil {
 		p.forget(key)
 		if ctx.Err() != nil {
 			// The broker may have delivered the task before the call
@@ -296,6 +297,34 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 				Message: fmt.Sprintf("agent %s: no result before the deadline, and no worker of the fleet announced it serves %s (start one with: svc worker start --agents %s)", req.Agent, req.Agent, req.Agent)}
 		}
 		return svc.AgentResult{}, err
+	}
+}
+
+// publishAttempts bounds how many times publish tries a task whose publish
+// failed transiently.
+const publishAttempts = 4
+
+// publish publishes a task, trying again (with backoff, within ctx) while
+// the broker says its failure is transient: a connection that drops for a
+// moment, a server failing over, costs a retry rather than the
+// invocation. A permanent failure (closed broker, too large a task) and an
+// unclassified one are returned at once. A task published twice because an
+// accepted publish was reported lost runs twice at most: delivery is at
+// least once anyway, and the publisher takes one result per dispatch.
+func (p *Publisher) publish(ctx context.Context, subject string, data []byte) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := p.cfg.Broker.Publish(ctx, subject, data)
+		if err == nil || attempt == publishAttempts || !svc.IsTransientBrokerError(err) || ctx.Err() != nil {
+			return err
+		}
+		p.log.Warn("task publish failed; trying again", zap.String("subject", subject), zap.Int("attempt", attempt), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
 	}
 }
 
@@ -395,16 +424,17 @@ func (p *Publisher) Cancel(runID, taskID string) {
 	}()
 }
 
-// retry calls op, each call bounded to 10 s, until it succeeds or ctx ends;
-// it returns op's last error then.
+// retry calls op, each call bounded to 10 s, until it succeeds, fails
+// permanently (a closed broker: trying again cannot help) or ctx ends; it
+// returns op's last error then.
 func retry(ctx context.Context, op func(context.Context) error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		err := op(actx)
 		acancel()
-		if err == nil {
-			return nil
+		if err == nil || svc.IsPermanentBrokerError(err) {
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +286,59 @@ func TestDispatchNestedFields(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no agent_dispatched under the parent span: %+v", rec.evs)
+	}
+}
+
+// failingPublish fails the first fails publishes of tasks with err, and
+// counts the tries.
+type failingPublish struct {
+	svc.Broker
+	err   error
+	fails int32
+	tries atomic.Int32
+}
+
+func (b *failingPublish) Publish(ctx context.Context, subject string, data []byte) error {
+	if subject == fleetwire.TaskSubject("echo") && b.tries.Add(1) <= b.fails {
+		return b.err
+	}
+	return b.Broker.Publish(ctx, subject, data)
+}
+
+// Dispatch decides by the broker's error type: a transient publish failure
+// (a dropped connection) is tried again and the task runs; a permanent one
+// (too large a task, a closed broker) fails the dispatch at once.
+func TestDispatchRetriesTransientPublishOnly(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	fleet(t, b, svc.Agent{Name: "echo", Model: "test:echo"})
+	req := dispatch.Request{Agent: "echo", TaskID: "t", TraceID: "tr", RunID: "run", Input: json.RawMessage(`1`)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	flaky := &failingPublish{Broker: b, fails: 2, err: svc.TransientBrokerError("testbroker", "publish", errors.New("connection reset"))}
+	res, err := publisher(t, flaky, nil).Dispatch(ctx, req)
+	if err != nil || !res.Success {
+		t.Fatalf("dispatch over two transient failures = %+v, %v; want the task's result", res, err)
+	}
+	if n := flaky.tries.Load(); n != 3 {
+		t.Errorf("published %d times, want 3", n)
+	}
+
+	refused := &failingPublish{Broker: b, fails: 100, err: svc.PermanentBrokerError("testbroker", "publish", errors.New("message too large"))}
+	_, err = publisher(t, refused, nil).Dispatch(ctx, req)
+	if !errors.Is(err, svc.ErrRuntime) || !svc.IsPermanentBrokerError(err) {
+		t.Fatalf("dispatch after a permanent failure = %v", err)
+	}
+	if n := refused.tries.Load(); n != 1 {
+		t.Errorf("a permanent failure was tried %d times, want once", n)
+	}
+
+	down := &failingPublish{Broker: b, fails: 100, err: svc.TransientBrokerError("testbroker", "publish", errors.New("connection refused"))}
+	if _, err = publisher(t, down, nil).Dispatch(ctx, req); !svc.IsTransientBrokerError(err) {
+		t.Fatalf("dispatch while the broker stays down = %v", err)
+	}
+	if n := down.tries.Load(); n < 2 || n > 10 {
+		t.Errorf("a broker that stays down was tried %d times, want a few", n)
 	}
 }

@@ -486,7 +486,8 @@ func (w *Worker) failed(env *fleetwire.Envelope, err error) svc.AgentResult {
 }
 
 // reply publishes the result to the task's reply subject, retrying a
-// failed publish a few times within resultPublishTimeout.
+// publish that did not fail permanently a few times within
+// resultPublishTimeout.
 func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult) error {
 	out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
 		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID}
@@ -504,8 +505,8 @@ func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err = w.cfg.Broker.Publish(ctx, env.ReplyTo, data)
-		if err == nil || errors.Is(err, svc.ErrBrokerClosed) {
-			return err
+		if err == nil || svc.IsPermanentBrokerError(err) {
+			return err // a closed broker, too large a result: no retry mends it
 		}
 		select {
 		case <-ctx.Done():
@@ -679,6 +680,11 @@ func (w *Worker) beat() {
 	}
 	if n := w.Skipped(); n > 0 {
 		p["skipped_cancelled"] = n
+	}
+	if pc, ok := w.cfg.Broker.(svc.PanicCounter); ok {
+		if n := pc.HandlerPanics(); n > 0 {
+			p["handler_panics"] = n
+		}
 	}
 	w.lifecycle(svc.EventWorkerHeartbeat, p)
 }

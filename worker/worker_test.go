@@ -705,3 +705,38 @@ func TestCancelRecordsUnreadableRunTheTask(t *testing.T) {
 		t.Fatalf("task with the cancel records unreadable: %+v (runs %d)", r, runner.runs.Load())
 	}
 }
+
+// refusingResults is a broker that refuses every result with a permanent
+// error (a result larger than the broker carries, say) and records each
+// try, and whether the worker's dead-letter result was among them.
+type refusingResults struct {
+	svc.Broker
+	tries      atomic.Int32
+	deadLetter atomic.Bool
+}
+
+func (b *refusingResults) Publish(ctx context.Context, subject string, data []byte) error {
+	if !strings.HasPrefix(subject, fleetwire.ResultSubject("")) {
+		return b.Broker.Publish(ctx, subject, data)
+	}
+	b.tries.Add(1)
+	if env, err := fleetwire.Decode(data); err == nil && env.Result != nil && env.Result.Error != nil &&
+		env.Result.Error.Reason == "dead_letter" {
+		b.deadLetter.Store(true)
+	}
+	return svc.PermanentBrokerError("testbroker", "publish", errors.New("message too large"))
+}
+
+// A result the broker refuses permanently is not tried again for
+// resultPublishTimeout: the task goes back at once (here, with one
+// delivery allowed, to the dead letter, whose failed result is tried once
+// too).
+func TestPermanentReplyFailureIsNotRetried(t *testing.T) {
+	b := &refusingResults{Broker: newBroker(t)}
+	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1, MaxDeliver: 1})
+	publishTask(t, b.Broker, fleetwire.Envelope{TaskID: "t1", RunID: "r1", Agent: "echo", ReplyTo: fleetwire.ResultSubject("pub")})
+	testutil.Within(t, time.Minute, "the dead-letter result", b.deadLetter.Load)
+	if n := b.tries.Load(); n != 2 {
+		t.Errorf("results tried %d times, want 2 (the task's, the dead letter's)", n)
+	}
+}
