@@ -740,3 +740,24 @@ func TestPermanentReplyFailureIsNotRetried(t *testing.T) {
 		t.Errorf("results tried %d times, want 2 (the task's, the dead letter's)", n)
 	}
 }
+
+// panicsCounted is a broker client that has recovered panics of its
+// handlers (svc.PanicCounter).
+type panicsCounted struct{ svc.Broker }
+
+func (panicsCounted) HandlerPanics() int64 { return 3 }
+
+// The panics the worker's broker client recovered reach the fleet view in
+// the heartbeat.
+func TestHeartbeatCarriesHandlerPanics(t *testing.T) {
+	rec := &recorder{}
+	startWorker(t, worker.Config{Broker: panicsCounted{newBroker(t)}, Runner: newRuntime(t), Heartbeat: 20 * time.Millisecond, Emitter: rec})
+	testutil.Eventually(t, "a worker_heartbeat with handler_panics = 3", func() bool {
+		for _, ev := range rec.of(svc.EventWorkerHeartbeat) {
+			if n, _ := ev.Payload["handler_panics"].(int64); n == 3 {
+				return true
+			}
+		}
+		return false
+	})
+}
