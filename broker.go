@@ -60,10 +60,10 @@ type Broker interface {
 	// its own context ends).
 	//
 	// The handler settles its delivery with Ack or Nack, extending the
-	// deadline with InProgress (or KeepAlive) while it works. A handler
-	// that returns without settling abandons the delivery: the broker
-	// redelivers it after the ack deadline, exactly as if this process had
-	// died. A panic in the handler is recovered and abandons the delivery.
+	// deadline with InProgress (or fleetwire.KeepAlive) while it works. A
+	// handler that returns without settling abandons the delivery: the
+	// broker redelivers it after the ack deadline, exactly as if this
+	// process had died. A panic in the handler is recovered and abandons the delivery.
 	Subscribe(ctx context.Context, subject string, opts SubscribeOptions, h Handler) (Subscription, error)
 
 	// Broadcast sends data to every current subscriber of subject. It
@@ -120,8 +120,12 @@ type Retainer interface {
 	Retained(ctx context.Context, key string) (bool, error)
 }
 
-// CancelledRunKey is the Retainer key that records a cancelled run.
-func CancelledRunKey(runID string) string { return "cancelled.run." + runID }
+// PanicCounter is implemented by a broker client that recovers the panics
+// of its handlers (as Subscribe promises), logs each with its stack and
+// counts them: a worker's heartbeat carries the count as handler_panics.
+type PanicCounter interface {
+	HandlerPanics() int64
+}
 
 // Handler handles one delivery of a work subject. See Broker.Subscribe.
 type Handler func(ctx context.Context, d *Delivery)
@@ -165,9 +169,10 @@ type SubscribeOptions struct {
 	AckWait time.Duration
 	// MaxDeliver bounds how many times one message is handed to handlers.
 	// A message that comes back once more after that is not handed to a
-	// handler: it goes to the dead letter (DeadLetterSubject(subject),
-	// itself a work subject) and OnDeadLetter is called. Default
-	// DefaultMaxDeliver; negative means unbounded.
+	// handler: it goes to the dead letter
+	// (fleetwire.DeadLetterSubject(subject), itself a work subject) and
+	// OnDeadLetter is called. Default DefaultMaxDeliver; negative means
+	// unbounded.
 	MaxDeliver int
 	// OnDeadLetter, when set, is called (in a handler slot, with the
 	// handler's context) for each message of this subject this member sends
@@ -278,8 +283,8 @@ func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 }
 
 // InProgress tells the broker the message is still being worked on: its ack
-// deadline starts over from now. Call it more often than AckWait (KeepAlive
-// does) for work that may outlast the deadline.
+// deadline starts over from now. Call it more often than AckWait
+// (fleetwire.KeepAlive does) for work that may outlast the deadline.
 func (d *Delivery) InProgress(ctx context.Context) error {
 	if d.settled.Load() {
 		return ErrSettled
@@ -289,40 +294,6 @@ func (d *Delivery) InProgress(ctx context.Context) error {
 
 // Settled reports whether Ack or Nack has been called.
 func (d *Delivery) Settled() bool { return d.settled.Load() }
-
-// KeepAlive extends d's deadline every interval (AckWait/3 when interval is
-// 0) until the returned stop is called, ctx ends or d is settled. stop waits
-// for the extending goroutine to exit and may be called more than once.
-func KeepAlive(ctx context.Context, d *Delivery, interval time.Duration) (stop func()) {
-	if interval <= 0 {
-		interval = d.AckWait / 3
-		if interval <= 0 {
-			interval = DefaultAckWait / 3
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if d.Settled() {
-					return
-				}
-				_ = d.InProgress(ctx) // a failed extension shows up as a redelivery
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
-}
 
 // DeadLetter is what goes to a dead-letter subject (as JSON) and to
 // SubscribeOptions.OnDeadLetter: a message that was delivered MaxDeliver
@@ -339,49 +310,65 @@ type DeadLetter struct {
 	At     time.Time `json:"at"`
 }
 
-// Broker errors.
+// BrokerError is what a broker's methods fail with: the failure, which
+// broker and operation it came from, and whether trying the same call again
+// may succeed. Callers decide with it, not with the text: dispatch retries a
+// publish that failed transiently (a lost connection, a timeout, a server
+// busy or failing over) and gives up at once on a permanent failure (the
+// broker is closed, the message is too large, the subject or the call is
+// refused), which no retry can mend.
+type BrokerError struct {
+	// Broker names the broker package ("redisbroker"), "broker" for the
+	// shared sentinels.
+	Broker string
+	// Op is the operation ("publish", "subscribe", "ack", ...); may be
+	// empty.
+	Op string
+	// Transient reports that the same call may succeed later.
+	Transient bool
+	Err       error
+}
+
+func (e *BrokerError) Error() string {
+	if e.Op == "" {
+		return e.Broker + ": " + e.Err.Error()
+	}
+	return e.Broker + ": " + e.Op + ": " + e.Err.Error()
+}
+
+func (e *BrokerError) Unwrap() error { return e.Err }
+
+// TransientBrokerError is err from broker's op, worth trying again.
+func TransientBrokerError(broker, op string, err error) error {
+	return &BrokerError{Broker: broker, Op: op, Transient: true, Err: err}
+}
+
+// PermanentBrokerError is err from broker's op, which the same call will
+// meet again.
+func PermanentBrokerError(broker, op string, err error) error {
+	return &BrokerError{Broker: broker, Op: op, Err: err}
+}
+
+// IsTransientBrokerError reports whether err is, or wraps, a BrokerError
+// that is transient.
+func IsTransientBrokerError(err error) bool {
+	var be *BrokerError
+	return errors.As(err, &be) && be.Transient
+}
+
+// IsPermanentBrokerError reports whether err is, or wraps, a BrokerError
+// that is permanent (ErrBrokerClosed and ErrSettled are).
+func IsPermanentBrokerError(err error) bool {
+	var be *BrokerError
+	return errors.As(err, &be) && !be.Transient
+}
+
+// Broker errors. Both are permanent BrokerErrors: a closed client stays
+// closed, a settled delivery stays settled.
 var (
 	// ErrBrokerClosed is returned by a broker's methods after its Close.
-	ErrBrokerClosed = errors.New("broker: closed")
+	ErrBrokerClosed error = &BrokerError{Broker: "broker", Err: errors.New("closed")}
 	// ErrSettled is returned when a delivery is acked or nacked twice, or
 	// extended after it was settled.
-	ErrSettled = errors.New("broker: delivery already settled")
+	ErrSettled error = &BrokerError{Broker: "broker", Err: errors.New("delivery already settled")}
 )
-
-// Wire subjects of the distributed mode (docs/distributed.md).
-const (
-	// SubjectWorkers (broadcast) carries worker_started, worker_heartbeat
-	// and worker_stopped RuntimeEvents, seen by every serve node.
-	SubjectWorkers = "svc.workers"
-	// SubjectWorkersPing (broadcast) asks every worker for a
-	// worker_heartbeat now: a serve node that starts sends it, so it
-	// knows the fleet at once rather than at the next heartbeat.
-	SubjectWorkersPing = "svc.workers.ping"
-	// SubjectCancel (broadcast) carries cancel envelopes: every process
-	// cancels what it runs of that run_id.
-	SubjectCancel = "svc.cancel"
-
-	subjectTasks   = "svc.tasks."
-	subjectResults = "svc.results."
-	subjectEvents  = "svc.events."
-	subjectDead    = "svc.dead."
-)
-
-// TaskSubject is the work subject of an agent's tasks: "svc.tasks.{agent}",
-// one consumer group per agent shared by the fleet.
-func TaskSubject(agent string) string { return subjectTasks + agent }
-
-// ResultSubject is a publisher's inbox, "svc.results.{runtime_id}": a work
-// subject its one process consumes, correlated by task_id.
-func ResultSubject(runtimeID string) string { return subjectResults + runtimeID }
-
-// EventSubject is the broadcast subject, "svc.events.{runtime_id}", on which
-// workers relay the RuntimeEvents of that publisher's tasks when it runs with
-// --publish-events.
-func EventSubject(runtimeID string) string { return subjectEvents + runtimeID }
-
-// DeadLetterSubject is the work subject that receives DeadLetter records of
-// subject: "svc.tasks.triage" → "svc.dead.tasks.triage".
-func DeadLetterSubject(subject string) string {
-	return subjectDead + strings.TrimPrefix(subject, "svc.")
-}

@@ -3,6 +3,7 @@ package svc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,23 +37,6 @@ func TestDeliverySettlesOnce(t *testing.T) {
 	}
 }
 
-func TestKeepAlive(t *testing.T) {
-	a := &countAcker{}
-	d := &svc.Delivery{Acker: a, AckWait: 30 * time.Millisecond}
-	stop := svc.KeepAlive(context.Background(), d, 0) // every AckWait/3
-	for a.extends.Load() < 3 {
-		time.Sleep(time.Millisecond)
-	}
-	_ = d.Ack(context.Background())
-	stop()
-	stop() // twice is fine
-	n := a.extends.Load()
-	time.Sleep(50 * time.Millisecond)
-	if a.extends.Load() != n {
-		t.Error("KeepAlive went on after stop")
-	}
-}
-
 func TestSubscribeOptionsDefaults(t *testing.T) {
 	o := svc.SubscribeOptions{}.WithDefaults("svc.tasks.a.b")
 	if o.Group != "svc-svc-tasks-a-b" || o.ConsumerID == "" || o.Prefetch != svc.DefaultPrefetch ||
@@ -64,5 +48,36 @@ func TestSubscribeOptionsDefaults(t *testing.T) {
 	}
 	if o := (svc.SubscribeOptions{MaxDeliver: -1}).WithDefaults("x"); o.MaxDeliver != -1 {
 		t.Errorf("MaxDeliver -1 became %d", o.MaxDeliver)
+	}
+}
+
+// A broker's error says whether trying again may help, through any
+// wrapping, and keeps its cause for errors.Is.
+func TestBrokerErrorTyping(t *testing.T) {
+	cause := errors.New("connection reset")
+	tr := svc.TransientBrokerError("redisbroker", "publish to svc.tasks.a", cause)
+	if tr.Error() != "redisbroker: publish to svc.tasks.a: connection reset" {
+		t.Errorf("Error() = %q", tr.Error())
+	}
+	wrapped := fmt.Errorf("dispatch: %w", tr)
+	if !svc.IsTransientBrokerError(wrapped) || svc.IsPermanentBrokerError(wrapped) || !errors.Is(wrapped, cause) {
+		t.Errorf("a wrapped transient error lost its type or cause: %v", wrapped)
+	}
+	pe := svc.PermanentBrokerError("natsbroker", "", errors.New("bad subject"))
+	if pe.Error() != "natsbroker: bad subject" || !svc.IsPermanentBrokerError(pe) || svc.IsTransientBrokerError(pe) {
+		t.Errorf("permanent error = %q, typed wrong", pe)
+	}
+	for _, sentinel := range []error{svc.ErrBrokerClosed, svc.ErrSettled} {
+		if !svc.IsPermanentBrokerError(fmt.Errorf("x: %w", sentinel)) {
+			t.Errorf("%v is not a permanent broker error", sentinel)
+		}
+	}
+	if svc.ErrBrokerClosed.Error() != "broker: closed" {
+		t.Errorf("ErrBrokerClosed says %q", svc.ErrBrokerClosed)
+	}
+	for _, other := range []error{nil, cause, context.Canceled} {
+		if svc.IsTransientBrokerError(other) || svc.IsPermanentBrokerError(other) {
+			t.Errorf("%v is typed as a broker error", other)
+		}
 	}
 }

@@ -87,8 +87,10 @@ var OptionalPayloadKeys = map[EventType][]string{
 	EventBatchStarted: {"streamed"},
 	// The task messages a worker refused unrun (unsigned, badly signed,
 	// tampered or undecodable), and the tasks of runs cancelled before
-	// they were taken, answered cancelled unrun: each once it is not 0.
-	EventWorkerHeartbeat: {"rejected", "skipped_cancelled"},
+	// they were taken, answered cancelled unrun, and the panics of
+	// handlers its broker client recovered (svc.PanicCounter): each once
+	// it is not 0.
+	EventWorkerHeartbeat: {"rejected", "skipped_cancelled", "handler_panics"},
 }
 
 // IsFailure reports whether events of this type log at error level.

@@ -32,6 +32,10 @@ type listedPackage struct {
 //     eventstore/internal/rollup) and internal leaf packages that import
 //     nothing of the module but the root (internal/dropqueue,
 //     internal/sqlitedb, internal/faultstore);
+//     brokers may also import fleetwire (the subject names they agree on);
+//   - fleetwire, the fleet's wire format, imports only the root: it is the
+//     one definition dispatch, worker and the brokers share, so it must
+//     not reach into any of them;
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
 //   - internal/lean (the speed tricks) is used by actors/ and supervisor
@@ -124,6 +128,10 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("http/server imports %s; it must reach the runtime only through svc.Backend", imp)
 			case pkg == "http/openapi" && dep != "":
 				fail("http/openapi imports %s; the API's document is built from the root's types only", imp)
+			case pkg == "fleetwire" && dep != "":
+				fail("fleetwire imports %s; the fleet's wire format imports only the root", imp)
+			case under(pkg, "broker") && dep == "fleetwire":
+				// the brokers name dead-letter subjects and retained keys
 			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
 				fail("%s imports %s; stores, event stores, emitters and brokers import only the root", p.ImportPath, imp)
 			case dep == "internal/lean" && !under(pkg, "actors", "supervisor"):
@@ -203,6 +211,11 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("internal/lean"), Imports: []string{"sync"}},
 		{ImportPath: m("group"), Imports: []string{m("internal/lean")}},
 		{ImportPath: m("actors/plain"), Imports: []string{m("agent")}, Deps: []string{m("agent"), m("actors")}},
+		// A broker may use the wire package; an emitter may not, and the
+		// wire package may not reach past the root.
+		{ImportPath: m("broker/natsbroker"), Imports: []string{m(""), m("fleetwire")}},
+		{ImportPath: m("emitters/x"), Imports: []string{m(""), m("fleetwire")}},
+		{ImportPath: m("fleetwire"), Imports: []string{m(""), m("dispatch")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -213,6 +226,8 @@ func TestImportRules(t *testing.T) {
 		"eventstore/sqliteevents imports " + m("http/client"),
 		"group imports " + m("internal/lean"),
 		"actors/plain depends on " + m("actors"),
+		"emitters/x imports " + m("fleetwire"),
+		"fleetwire imports " + m("dispatch"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

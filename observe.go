@@ -549,11 +549,11 @@ const (
 
 // RunSummary is one row of GET /runs.
 type RunSummary struct {
-	RunID  string   `json:"run_id"`
-	Target string   `json:"target"`
-	Kind   string   `json:"kind"`
-	State  RunState `json:"state"`
-	Reason string   `json:"reason,omitempty"`
+	RunID  string     `json:"run_id"`
+	Target string     `json:"target"`
+	Kind   TargetKind `json:"kind"`
+	State  RunState   `json:"state"`
+	Reason string     `json:"reason,omitempty"`
 	// TraceID is the run's trace id (see RunStatus.TraceID); absent for a
 	// run stored by an earlier version.
 	TraceID   string       `json:"trace_id,omitempty"`

@@ -176,9 +176,9 @@ type RunStatus struct {
 
 // RunRecord is everything a RunStore keeps about one run but its events.
 type RunRecord struct {
-	RunID  string `json:"run_id"`
-	Target string `json:"target"`
-	Kind   string `json:"kind"` // "agent" or "group"
+	RunID  string     `json:"run_id"`
+	Target string     `json:"target"`
+	Kind   TargetKind `json:"kind"`
 	State  RunState
 	// Progress is nil until the first SetProgress.
 	Progress *RunProgress
@@ -311,9 +311,9 @@ func IdempotencyConflict(key, runID string) error {
 // name), the task, and optionally which kind of target it is ("agent" or
 // "group"), required only when a name is both.
 type SubmitRequest struct {
-	Target string   `json:"target"`
-	Task   TaskSpec `json:"task"`
-	Kind   string   `json:"kind,omitempty"`
+	Target string     `json:"target"`
+	Task   TaskSpec   `json:"task"`
+	Kind   TargetKind `json:"kind,omitempty"`
 	// IdempotencyKey (the Idempotency-Key header) makes a retried submit
 	// safe: the same key with the same request returns the first run's id;
 	// with a different request it is a RunStateError. The run store keeps
@@ -321,10 +321,16 @@ type SubmitRequest struct {
 	IdempotencyKey string `json:"-"`
 }
 
-// Target kinds of a SubmitRequest and a RunRecord.
+// TargetKind says what the target of a submitted run is: the "kind" of a
+// SubmitRequest, a RunRecord and a RunSummary. It is its own type so that
+// a name means one thing: an error's kind is a Kind, what an envelope of
+// the fleet carries is a fleetwire.MsgKind.
+type TargetKind string
+
+// Target kinds; the values are the wire's.
 const (
-	KindAgent = "agent"
-	KindGroup = "group"
+	TargetAgent TargetKind = "agent"
+	TargetGroup TargetKind = "group"
 )
 
 // RunBackend is the asynchronous half of the call surface: submit a run,

@@ -40,6 +40,7 @@ import (
 	"github.com/svc-dev/svc/emitters/bridge"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/http/conns"
 	"github.com/svc-dev/svc/http/mcpserver"
 	"github.com/svc-dev/svc/http/server"
@@ -847,7 +848,7 @@ type brokerKeys struct {
 	sign   []byte
 }
 
-func keysOf(k *svc.Keyring) brokerKeys {
+func keysOf(k *fleetwire.Keyring) brokerKeys {
 	if k == nil {
 		return brokerKeys{}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/spec"
@@ -256,7 +257,7 @@ type Options struct {
 	// unsigned or not signed by one of them. Every process of a fleet needs
 	// the same keys. nil: nothing is signed or checked.
 	// [--broker-keys FILE, $SVC_BROKER_KEYS]
-	BrokerKeys *svc.Keyring
+	BrokerKeys *fleetwire.Keyring
 	// Worker, with Broker, makes the process a worker: it takes the tasks
 	// of its agents from the broker and runs them; it serves no HTTP.
 	// (`svc worker start`)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/internal/servertest"
 	"github.com/svc-dev/svc/internal/testutil"
@@ -133,7 +134,7 @@ func outage(t *testing.T, url string, stop, restart func()) {
 }
 
 func TestBrokerKeysNeedABroker(t *testing.T) {
-	k, err := svc.ParseKeyring("k1:0123456789abcdef-k1")
+	k, err := fleetwire.ParseKeyring("k1:0123456789abcdef-k1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters/bridge"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/worker"
 )
@@ -188,7 +189,7 @@ func BenchmarkFleetEventRelay(b *testing.B) {
 		defer cancel()
 		_ = br.Close(ctx)
 	})
-	defer br.Bind("dispatch-span", svc.EventSubject(p.RuntimeID()))()
+	defer br.Bind("dispatch-span", fleetwire.EventSubject(p.RuntimeID()))()
 	ev := svc.RuntimeEvent{EventType: svc.EventAgentCompleted, Timestamp: time.Now().UTC(), AgentName: "echo",
 		TaskID: "0193a3b4-0000-7000-8000-000000000001", TraceID: "0193a3b4-0000-7000-8000-0000000000aa",
 		SpanID: "0193a3b4-0000-7000-8000-0000000000bb", ParentSpanID: "dispatch-span",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/servertest"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			}
 			defer br.Close()
 			payload := make([]byte, 1024)
-			subj := svc.TaskSubject(fmt.Sprintf("bench-%d", time.Now().UnixNano()))
+			subj := fleetwire.TaskSubject(fmt.Sprintf("bench-%d", time.Now().UnixNano()))
 			var done atomic.Int64
 			all := make(chan struct{})
 			var want atomic.Int64

@@ -8,6 +8,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // A publisher and a worker on one broker: the worker takes signed tasks,
@@ -20,14 +21,14 @@ func Example() {
 		panic(err)
 	}
 	defer b.Close()
-	keys, _ := svc.ParseKeyring("k1:an-example-secret-of-32-bytes!")
+	keys, _ := fleetwire.ParseKeyring("k1:an-example-secret-of-32-bytes!")
 
 	// The worker.
-	work, err := b.Subscribe(ctx, svc.TaskSubject("echo"), svc.SubscribeOptions{
+	work, err := b.Subscribe(ctx, fleetwire.TaskSubject("echo"), svc.SubscribeOptions{
 		Prefetch: 4, AckWait: 30 * time.Second, MaxDeliver: 5,
 		OnDeadLetter: func(ctx context.Context, dl svc.DeadLetter) { /* fail the task: dl.Reason */ },
 	}, func(ctx context.Context, d *svc.Delivery) {
-		task, err := svc.DecodeEnvelope(d.Data)
+		task, err := fleetwire.Decode(d.Data)
 		if err == nil {
 			err = keys.Verify(task)
 		}
@@ -35,10 +36,10 @@ func Example() {
 			_ = d.Ack(ctx) // a message that can never succeed: drop it
 			return
 		}
-		stop := svc.KeepAlive(ctx, d, 0)
+		stop := fleetwire.KeepAlive(ctx, d, 0)
 		res := svc.AgentResult{AgentName: task.Agent, TaskID: task.TaskID, Success: true, Output: task.Input}
 		stop()
-		reply := &svc.Envelope{Kind: svc.KindResult, TaskID: task.TaskID, Result: &res, RuntimeID: "worker-1"}
+		reply := &fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: task.TaskID, Result: &res, RuntimeID: "worker-1"}
 		_ = keys.Sign(reply)
 		data, _ := reply.Encode()
 		if err := b.Publish(ctx, task.ReplyTo, data); err != nil {
@@ -53,10 +54,10 @@ func Example() {
 	defer work.Drain(ctx)
 
 	// The publisher.
-	results := make(chan *svc.Envelope, 1)
-	inbox, err := b.Subscribe(ctx, svc.ResultSubject("publisher-1"), svc.SubscribeOptions{Prefetch: 64},
+	results := make(chan *fleetwire.Envelope, 1)
+	inbox, err := b.Subscribe(ctx, fleetwire.ResultSubject("publisher-1"), svc.SubscribeOptions{Prefetch: 64},
 		func(ctx context.Context, d *svc.Delivery) {
-			if e, err := svc.DecodeEnvelope(d.Data); err == nil && keys.Verify(e) == nil {
+			if e, err := fleetwire.Decode(d.Data); err == nil && keys.Verify(e) == nil {
 				results <- e
 			}
 			_ = d.Ack(ctx)
@@ -66,14 +67,14 @@ func Example() {
 	}
 	defer inbox.Stop()
 
-	task := &svc.Envelope{
-		Kind: svc.KindTask, TaskID: "t-1", RunID: "r-1", Agent: "echo",
-		Input: json.RawMessage(`{"text":"hi"}`), ReplyTo: svc.ResultSubject("publisher-1"),
+	task := &fleetwire.Envelope{
+		Kind: fleetwire.MsgTask, TaskID: "t-1", RunID: "r-1", Agent: "echo",
+		Input: json.RawMessage(`{"text":"hi"}`), ReplyTo: fleetwire.ResultSubject("publisher-1"),
 	}
 	task.SetDeadline(time.Now().Add(time.Minute))
 	_ = keys.Sign(task)
 	data, _ := task.Encode()
-	if err := b.Publish(ctx, svc.TaskSubject("echo"), data); err != nil {
+	if err := b.Publish(ctx, fleetwire.TaskSubject("echo"), data); err != nil {
 		panic(err)
 	}
 	r := <-results

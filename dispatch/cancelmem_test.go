@@ -16,6 +16,7 @@ import (
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/dispatch"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/servertest"
 	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
@@ -67,8 +68,8 @@ func TestCancelReachesWorkersThatStartLater(t *testing.T) {
 			// A bystander hears the cancel broadcast: the publisher
 			// records the cancel before broadcasting it.
 			heard := make(chan struct{}, 4)
-			watch, err := open().SubscribeBroadcast(context.Background(), svc.SubjectCancel, func(_ context.Context, _ string, data []byte) {
-				if env, err := svc.DecodeEnvelope(data); err == nil && env.TaskID == "" {
+			watch, err := open().SubscribeBroadcast(context.Background(), fleetwire.SubjectCancel, func(_ context.Context, _ string, data []byte) {
+				if env, err := fleetwire.Decode(data); err == nil && env.TaskID == "" {
 					heard <- struct{}{}
 				}
 			})

@@ -27,6 +27,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/bridge"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Config configures a Publisher.
@@ -158,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		}
 		cfg.RuntimeID = id.String()
 	}
-	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: svc.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
+	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: fleetwire.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
 		em: cfg.Emitter, pending: map[string]*waiter{}, workers: map[string]workerInfo{}}
 	if p.log == nil {
 		p.log = zap.NewNop()
@@ -184,9 +185,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("dispatch: subscribe %s: %w", p.inbox, err)
 	}
 	p.subs = append(p.subs, sub)
-	broadcasts := map[string]svc.BroadcastHandler{svc.SubjectWorkers: p.onWorker, svc.SubjectCancel: p.onCancel}
+	broadcasts := map[string]svc.BroadcastHandler{fleetwire.SubjectWorkers: p.onWorker, fleetwire.SubjectCancel: p.onCancel}
 	if cfg.PublishEvents {
-		broadcasts[svc.EventSubject(cfg.RuntimeID)] = p.onEvents
+		broadcasts[fleetwire.EventSubject(cfg.RuntimeID)] = p.onEvents
 	}
 	for subject, h := range broadcasts {
 		s, err := cfg.Broker.SubscribeBroadcast(ctx, subject, h)
@@ -201,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	// Ask the fleet for a heartbeat now, so this node knows the workers
 	// that started before it without waiting for their next one. Best
 	// effort: a lost ping costs that wait.
-	if err := cfg.Broker.Broadcast(ctx, svc.SubjectWorkersPing, []byte("{}")); err != nil {
+	if err := cfg.Broker.Broadcast(ctx, fleetwire.SubjectWorkersPing, []byte("{}")); err != nil {
 		p.log.Warn("workers not pinged", zap.Error(err))
 	}
 	return p, nil
@@ -237,7 +238,8 @@ func (p *Publisher) onEvents(_ context.Context, _ string, data []byte) {
 
 // Dispatch publishes the task and waits for its result or for ctx to end.
 // A result is returned as it came (Success false for a failure inside the
-// run); errors are the broker's (the task was not published) or ctx's.
+// run); errors are the broker's (the task was not published: a permanent
+// failure, or a transient one that outlasted the retries) or ctx's.
 func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult, error) {
 	// A result is matched by span and dispatch number: a late result of an
 	// earlier dispatch of the same invocation (a retry) is not taken for
@@ -248,7 +250,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 	n := int(p.seq.Add(1))
 	key := dispatchKey(span, n)
-	env := svc.Envelope{Kind: svc.KindTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
+	env := fleetwire.Envelope{Kind: fleetwire.MsgTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
 		ParentTraceID: req.ParentTraceID, SpanID: span, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
 		Depth: req.Depth, TokenBudget: req.TokenBudget, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
 	if req.EventsTo != "" {
@@ -268,7 +270,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 	p.pending[key] = w
 	p.mu.Unlock()
-	if err := p.cfg.Broker.Publish(ctx, svc.TaskSubject(req.Agent), data); err != nil {
+	if err := p.publish(ctx, fleetwire.TaskSubject(req.Agent), data); err != nil {
 		p.forget(key)
 		if ctx.Err() != nil {
 			// The broker may have delivered the task before the call
@@ -298,7 +300,35 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	}
 }
 
-func (p *Publisher) encode(env *svc.Envelope) ([]byte, error) {
+// publishAttempts bounds how many times publish tries a task whose publish
+// failed transiently.
+const publishAttempts = 4
+
+// publish publishes a task, trying again (with backoff, within ctx) while
+// the broker says its failure is transient: a connection that drops for a
+// moment, a server failing over, costs a retry rather than the
+// invocation. A permanent failure (closed broker, too large a task) and an
+// unclassified one are returned at once. A task published twice because an
+// accepted publish was reported lost runs twice at most: delivery is at
+// least once anyway, and the publisher takes one result per dispatch.
+func (p *Publisher) publish(ctx context.Context, subject string, data []byte) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := p.cfg.Broker.Publish(ctx, subject, data)
+		if err == nil || attempt == publishAttempts || !svc.IsTransientBrokerError(err) || ctx.Err() != nil {
+			return err
+		}
+		p.log.Warn("task publish failed; trying again", zap.String("subject", subject), zap.Int("attempt", attempt), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+func (p *Publisher) encode(env *fleetwire.Envelope) ([]byte, error) {
 	if len(p.cfg.SignKey) > 0 {
 		if err := env.Sign(p.cfg.SignKeyID, p.cfg.SignKey); err != nil {
 			return nil, err
@@ -318,8 +348,8 @@ func (p *Publisher) forget(key string) {
 // is acked: redelivering it would not find a waiter either.
 func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 	defer func() { _ = d.Ack(context.WithoutCancel(ctx)) }()
-	env, err := svc.DecodeEnvelope(d.Data)
-	if err == nil && env.Kind != svc.KindResult {
+	env, err := fleetwire.Decode(d.Data)
+	if err == nil && env.Kind != fleetwire.MsgResult {
 		err = fmt.Errorf("envelope: kind %q in the inbox", env.Kind)
 	}
 	if err == nil && len(p.cfg.Keys) > 0 {
@@ -350,7 +380,7 @@ func (p *Publisher) Cancel(runID, taskID string) {
 	if runID == "" {
 		return
 	}
-	env := svc.Envelope{Kind: svc.KindCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
+	env := fleetwire.Envelope{Kind: fleetwire.MsgCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
 	data, err := p.encode(&env)
 	if err != nil {
 		return
@@ -378,7 +408,7 @@ func (p *Publisher) Cancel(runID, taskID string) {
 			// the broadcast back long, so it gets a few seconds.
 			rctx, rcancel := context.WithTimeout(ctx, retainTimeout)
 			err := retry(rctx, func(actx context.Context) error {
-				return r.Retain(actx, svc.CancelledRunKey(runID), p.cfg.CancelRetention)
+				return r.Retain(actx, fleetwire.CancelledRunKey(runID), p.cfg.CancelRetention)
 			})
 			rcancel()
 			if err != nil {
@@ -387,23 +417,24 @@ func (p *Publisher) Cancel(runID, taskID string) {
 			}
 		}
 		if err := retry(ctx, func(actx context.Context) error {
-			return p.cfg.Broker.Broadcast(actx, svc.SubjectCancel, data)
+			return p.cfg.Broker.Broadcast(actx, fleetwire.SubjectCancel, data)
 		}); err != nil {
 			p.log.Warn("cancel not broadcast", zap.String("run_id", runID), zap.Error(err))
 		}
 	}()
 }
 
-// retry calls op, each call bounded to 10 s, until it succeeds or ctx ends;
-// it returns op's last error then.
+// retry calls op, each call bounded to 10 s, until it succeeds, fails
+// permanently (a closed broker: trying again cannot help) or ctx ends; it
+// returns op's last error then.
 func retry(ctx context.Context, op func(context.Context) error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		err := op(actx)
 		acancel()
-		if err == nil {
-			return nil
+		if err == nil || svc.IsPermanentBrokerError(err) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -416,8 +447,8 @@ func retry(ctx context.Context, op func(context.Context) error) error {
 
 // onCancel passes a whole-run cancel from another process to OnCancel.
 func (p *Publisher) onCancel(_ context.Context, _ string, data []byte) {
-	env, err := svc.DecodeEnvelope(data)
-	if err != nil || env.Kind != svc.KindCancel || env.TaskID != "" || env.RuntimeID == p.cfg.RuntimeID {
+	env, err := fleetwire.Decode(data)
+	if err != nil || env.Kind != fleetwire.MsgCancel || env.TaskID != "" || env.RuntimeID == p.cfg.RuntimeID {
 		return
 	}
 	if len(p.cfg.Keys) > 0 && env.Verify(p.cfg.Keys) != nil {

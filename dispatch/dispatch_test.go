@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/dispatch"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/worker"
@@ -114,13 +116,13 @@ func TestDuplicateResultDropped(t *testing.T) {
 	defer b.Close()
 	p := publisher(t, b, nil)
 	// A fake worker that answers every task twice.
-	sub, err := b.Subscribe(context.Background(), svc.TaskSubject("twice"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
-		env, err := svc.DecodeEnvelope(d.Data)
+	sub, err := b.Subscribe(context.Background(), fleetwire.TaskSubject("twice"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := fleetwire.Decode(d.Data)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		res := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
+		res := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt, Result: &svc.AgentResult{TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
 		data, _ := res.Encode()
 		for range 2 {
 			if err := b.Publish(ctx, env.ReplyTo, data); err != nil {
@@ -203,7 +205,7 @@ func (b slowConfirm) Publish(ctx context.Context, subject string, data []byte) e
 	if err := b.Broker.Publish(context.WithoutCancel(ctx), subject, data); err != nil {
 		return err
 	}
-	if subject == svc.TaskSubject("slow") {
+	if subject == fleetwire.TaskSubject("slow") {
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -237,15 +239,15 @@ func TestCancelDuringPublishReachesTheWorker(t *testing.T) {
 func TestDispatchNestedFields(t *testing.T) {
 	b := membroker.New()
 	defer b.Close()
-	got := make(chan *svc.Envelope, 1)
-	sub, err := b.Subscribe(context.Background(), svc.TaskSubject("probe"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
-		env, err := svc.DecodeEnvelope(d.Data)
+	got := make(chan *fleetwire.Envelope, 1)
+	sub, err := b.Subscribe(context.Background(), fleetwire.TaskSubject("probe"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+		env, err := fleetwire.Decode(d.Data)
 		if err != nil {
 			t.Error(err)
 			return
 		}
 		got <- env
-		out := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, RunID: env.RunID, SpanID: env.SpanID, Attempt: env.Attempt,
+		out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, SpanID: env.SpanID, Attempt: env.Attempt,
 			Result: &svc.AgentResult{AgentName: "probe", TaskID: env.TaskID, Success: true, Output: json.RawMessage(`1`)}}
 		data, err := out.Encode()
 		if err != nil {
@@ -265,7 +267,7 @@ func TestDispatchNestedFields(t *testing.T) {
 	defer cancel()
 	res, err := p.Dispatch(ctx, dispatch.Request{Agent: "probe", TaskID: "t1", TraceID: "child-trace", ParentTraceID: "parent-trace",
 		SpanID: "child-span", ParentSpanID: "parent-span", RunID: "run-1", Input: json.RawMessage(`{}`), Depth: 2,
-		TokenBudget: 90, EventsTo: svc.EventSubject("origin")})
+		TokenBudget: 90, EventsTo: fleetwire.EventSubject("origin")})
 	if err != nil || !res.Success {
 		t.Fatalf("dispatch: %+v %v", res, err)
 	}
@@ -284,5 +286,59 @@ func TestDispatchNestedFields(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no agent_dispatched under the parent span: %+v", rec.evs)
+	}
+}
+
+// failingPublish fails the first fails publishes of tasks with err, and
+// counts the tries.
+type failingPublish struct {
+	svc.Broker
+	err   error
+	fails int32
+	tries atomic.Int32
+}
+
+func (b *failingPublish) Publish(ctx context.Context, subject string, data []byte) error {
+	if subject == fleetwire.TaskSubject("echo") && b.tries.Add(1) <= b.fails {
+		return b.err
+	}
+	return b.Broker.Publish(ctx, subject, data)
+}
+
+// Dispatch decides by the broker's error type: a transient publish failure
+// (a dropped connection) is tried again and the task runs; a permanent one
+// (too large a task, a closed broker) fails the dispatch at once.
+func TestDispatchRetriesTransientPublishOnly(t *testing.T) {
+	b := membroker.New()
+	defer b.Close()
+	fleet(t, b, svc.Agent{Name: "echo", Model: "test:echo"})
+	req := dispatch.Request{Agent: "echo", TaskID: "t", TraceID: "tr", RunID: "run", Input: json.RawMessage(`1`)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	flaky := &failingPublish{Broker: b, fails: 2, err: svc.TransientBrokerError("testbroker", "publish", errors.New("connection reset"))}
+	res, err := publisher(t, flaky, nil).Dispatch(ctx, req)
+	if err != nil || !res.Success {
+		t.Fatalf("dispatch over two transient failures = %+v, %v; want the task's result", res, err)
+	}
+	if n := flaky.tries.Load(); n != 3 {
+		t.Errorf("published %d times, want 3", n)
+	}
+
+	refused := &failingPublish{Broker: b, fails: 100, err: svc.PermanentBrokerError("testbroker", "publish", errors.New("message too large"))}
+	_, err = publisher(t, refused, nil).Dispatch(ctx, req)
+	if !errors.Is(err, svc.ErrRuntime) || !svc.IsPermanentBrokerError(err) {
+		t.Fatalf("dispatch after a permanent failure = %v", err)
+	}
+	if n := refused.tries.Load(); n != 1 {
+		t.Errorf("a permanent failure was tried %d times, want once", n)
+	}
+
+	down := &failingPublish{Broker: b, fails: 100, err: svc.TransientBrokerError("testbroker", "publish", errors.New("connection refused"))}
+	if _, err = publisher(t, down, nil).Dispatch(ctx, req); !svc.IsTransientBrokerError(err) {
+		t.Fatalf("dispatch while the broker stays down = %v", err)
+	}
+	if n := down.tries.Load(); n < 2 || n > 10 {
+		t.Errorf("a broker that stays down was tried %d times, want a few", n)
 	}
 }

@@ -9,14 +9,15 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/dispatch"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/worker"
 )
 
 // keyring builds a keyring from "id:secret,..." (the first signs).
-func keyring(t *testing.T, spec string) *svc.Keyring {
+func keyring(t *testing.T, spec string) *fleetwire.Keyring {
 	t.Helper()
-	k, err := svc.ParseKeyring(spec)
+	k, err := fleetwire.ParseKeyring(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ const (
 )
 
 // signedWorker starts a worker of echo that signs and verifies with k.
-func signedWorker(t *testing.T, b svc.Broker, k *svc.Keyring) *worker.Worker {
+func signedWorker(t *testing.T, b svc.Broker, k *fleetwire.Keyring) *worker.Worker {
 	t.Helper()
 	rt, err := supervisor.New(supervisor.Config{})
 	if err != nil {
@@ -55,7 +56,7 @@ func signedWorker(t *testing.T, b svc.Broker, k *svc.Keyring) *worker.Worker {
 	return w
 }
 
-func signedPublisher(t *testing.T, b svc.Broker, k *svc.Keyring) *dispatch.Publisher {
+func signedPublisher(t *testing.T, b svc.Broker, k *fleetwire.Keyring) *dispatch.Publisher {
 	t.Helper()
 	p, err := dispatch.New(context.Background(), dispatch.Config{Broker: b,
 		Keys: k.Keys, SignKeyID: k.SignID, SignKey: k.Keys[k.SignID]})

@@ -209,3 +209,32 @@ func TestMultiSharesTheEvent(t *testing.T) {
 		emittertest.CheckPayload(t, got[0])
 	}
 }
+
+// A recovered panic is counted and logged at the global logger with what
+// panicked, not swallowed silently; a global logger that panics too is
+// counted, and still does not escape Emit.
+func TestRecoveredPanicsCountedAndLogged(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	undo := zap.ReplaceGlobals(zap.New(core))
+	defer undo()
+	before := emitters.RecoveredPanics()
+	emitters.Multi(panicking()).Emit(emittertest.SampleEvent(svc.EventAgentCompleted))
+	emitters.NewLog(zap.New(panicCore{})).Emit(emittertest.SampleEvent(svc.EventAgentCompleted))
+	if n := emitters.RecoveredPanics() - before; n != 2 {
+		t.Errorf("RecoveredPanics went up by %d, want 2", n)
+	}
+	got := map[string]any{}
+	for _, e := range logs.FilterMessageSnippet("emitter panicked").All() {
+		got[e.ContextMap()["emitter"].(string)] = e.ContextMap()["panic"]
+	}
+	if got["multi"] != "sibling bug" || got["log"] != "sink exploded" {
+		t.Errorf("logged panics = %v, want multi's and log's", got)
+	}
+
+	zap.ReplaceGlobals(zap.New(panicCore{}))
+	before = emitters.RecoveredPanics()
+	emitters.Multi(panicking()).Emit(emittertest.SampleEvent(svc.EventAgentCompleted))
+	if n := emitters.RecoveredPanics() - before; n != 2 {
+		t.Errorf("with a panicking global logger RecoveredPanics went up by %d, want 2", n)
+	}
+}

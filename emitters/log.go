@@ -49,10 +49,10 @@ type logEmitter struct {
 }
 
 // Emit logs ev. A panic from the core or from a payload value's marshaller
-// is swallowed: an emitter must never take the runtime down with it, and a
-// logger that panics has nowhere better to report to.
+// is recovered, counted and logged at zap.L() (recoverEmit): an emitter
+// must never take the runtime down with it.
 func (e *logEmitter) Emit(ev svc.RuntimeEvent) {
-	defer func() { _ = recover() }()
+	defer recoverEmit("log")
 
 	level := zapcore.InfoLevel
 	if ev.EventType.IsFailure() {

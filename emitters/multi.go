@@ -31,10 +31,11 @@ func (m multi) Emit(ev svc.RuntimeEvent) {
 	}
 }
 
-// emitContained calls e.Emit and swallows its panic. The Emitter contract
-// forbids panics, so one here is a bug in e; letting it escape would
-// silence every emitter after e and could crash the run that emitted.
+// emitContained calls e.Emit and recovers its panic (counted and logged by
+// recoverEmit). The Emitter contract forbids panics, so one here is a bug
+// in e; letting it escape would silence every emitter after e and could
+// crash the run that emitted.
 func emitContained(e svc.Emitter, ev svc.RuntimeEvent) {
-	defer func() { _ = recover() }()
+	defer recoverEmit("multi")
 	e.Emit(ev)
 }

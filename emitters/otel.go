@@ -118,9 +118,10 @@ type otelEmitter struct {
 }
 
 // Emit records ev on the instruments its type feeds. A panic from the
-// provider is swallowed: metrics are never worth taking the runtime down.
+// provider is recovered, counted and logged (recoverEmit): metrics are
+// never worth taking the runtime down.
 func (e *otelEmitter) Emit(ev svc.RuntimeEvent) {
-	defer func() { _ = recover() }()
+	defer recoverEmit("otel")
 
 	// Recording must not depend on the caller's context (which may already
 	// be cancelled), and exemplars would carry trace ids: background it is.

@@ -11,6 +11,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/supervisor"
 )
 
@@ -67,7 +68,7 @@ func TestNestedDispatcher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ctx = svc.WithScope(ctx, svc.Scope{Depth: -1, ParentTrace: "outer", ParentSpan: "dispatching-span",
-		RunID: "run-1", EventsTo: svc.EventSubject("origin")})
+		RunID: "run-1", EventsTo: fleetwire.EventSubject("origin")})
 	res, err := rt.Run(ctx, "parent", svc.TaskSpec{TokenBudget: 1000, Input: json.RawMessage(`{}`)})
 	if err != nil || !res.Success || !strings.Contains(string(res.Output), "from the fleet") {
 		t.Fatalf("parent: %+v %v", res, err)

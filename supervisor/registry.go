@@ -223,15 +223,15 @@ func (r *registry) unknownGroup(name string) string {
 
 // unknownTarget says what to submit instead of a target that is not of
 // the kind asked for ("" for either).
-func (r *registry) unknownTarget(name, kind string, isAgent, isGroup bool) string {
+func (r *registry) unknownTarget(name string, kind svc.TargetKind, isAgent, isGroup bool) string {
 	switch {
-	case kind == svc.KindAgent && isGroup:
-		return fmt.Sprintf("unknown agent target %q: %s is a group: submit it with kind %q", name, name, svc.KindGroup)
-	case kind == svc.KindGroup && isAgent:
-		return fmt.Sprintf("unknown group target %q: %s is an agent: submit it with kind %q", name, name, svc.KindAgent)
-	case kind == svc.KindAgent:
+	case kind == svc.TargetAgent && isGroup:
+		return fmt.Sprintf("unknown agent target %q: %s is a group: submit it with kind %q", name, name, svc.TargetGroup)
+	case kind == svc.TargetGroup && isAgent:
+		return fmt.Sprintf("unknown group target %q: %s is an agent: submit it with kind %q", name, name, svc.TargetAgent)
+	case kind == svc.TargetAgent:
 		return fmt.Sprintf("unknown agent target %q (%s)", name, listNames("registered agents", r.names))
-	case kind == svc.KindGroup:
+	case kind == svc.TargetGroup:
 		return fmt.Sprintf("unknown group target %q (%s)", name, listNames("registered groups", r.groupNames))
 	}
 	return fmt.Sprintf("unknown target %q (%s; %s)", name, listNames("registered agents", r.names), listNames("registered groups", r.groupNames))

@@ -41,7 +41,7 @@ func fingerprint(req svc.SubmitRequest) string {
 		T string       `json:"t"`
 		K string       `json:"k"`
 		R svc.TaskSpec `json:"r"`
-	}{req.Target, req.Kind, task})
+	}{req.Target, string(req.Kind), task})
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
 }
@@ -52,16 +52,16 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	_, isGroup := reg.groups[req.Target]
 	kind := req.Kind
 	switch {
-	case kind != "" && kind != svc.KindAgent && kind != svc.KindGroup:
+	case kind != "" && kind != svc.TargetAgent && kind != svc.TargetGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "kind %q: want agent or group", kind)
-	case kind == svc.KindAgent && !isAgent, kind == svc.KindGroup && !isGroup, !isAgent && !isGroup:
+	case kind == svc.TargetAgent && !isAgent, kind == svc.TargetGroup && !isGroup, !isAgent && !isGroup:
 		return "", &svc.Error{Kind: svc.KindRegistry, Message: reg.unknownTarget(req.Target, kind, isAgent, isGroup)}
 	case kind == "" && isAgent && isGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: say which with kind", req.Target)
 	case kind == "" && isAgent:
-		kind = svc.KindAgent
+		kind = svc.TargetAgent
 	case kind == "":
-		kind = svc.KindGroup
+		kind = svc.TargetGroup
 	}
 	task := req.Task
 	if task.ID == "" {
@@ -110,8 +110,8 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 
 // checkInput refuses a task the target's entry agents would refuse, before
 // anything is stored.
-func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskSpec) error {
-	if kind == svc.KindAgent {
+func (rt *Runtime) checkInput(reg *registry, kind svc.TargetKind, target string, task svc.TaskSpec) error {
+	if kind == svc.TargetAgent {
 		_, err := prepare(reg.byName[target], task, task.RequestID, -1)
 		return err
 	}
@@ -130,7 +130,7 @@ func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskS
 
 // execute runs a submitted run to its end and records the outcome. It owns
 // the writer and is owned by the runtime (inflight), which waits for it.
-func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id, kind, target string, task svc.TaskSpec) {
+func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id string, kind svc.TargetKind, target string, task svc.TaskSpec) {
 	defer rt.leave()
 	defer rt.settled(id)
 	defer cancel(nil)
@@ -147,7 +147,7 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		success bool
 		err     error
 	)
-	if kind == svc.KindAgent {
+	if kind == svc.TargetAgent {
 		var r svc.AgentResult
 		r, err = rt.Run(ctx, target, task)
 		result, success = r, r.Success
@@ -189,7 +189,7 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 	switch {
 	case reason == reasonStoreError:
 		final = storeErrorEvent() // the history has a hole: say why it ends
-	case kind == svc.KindGroup:
+	case kind == svc.TargetGroup:
 		final = &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: time.Now().UTC()}
 	}
 	// Result, terminal state and final event are one store step, so a crash

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/worker"
 )
 
@@ -39,11 +39,11 @@ func TestBindsTheTasksOfPublishersThatAsk(t *testing.T) {
 	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1, Events: bd})
 	in := newInbox(t, b, "pub-1")
 
-	publishTask(t, b, svc.Envelope{TaskID: "quiet", Agent: "echo", SpanID: "span-quiet", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "quiet", Agent: "echo", SpanID: "span-quiet", ReplyTo: in.subject})
 	if env := in.next(t); env.TaskID != "quiet" || !env.Result.Success {
 		t.Fatalf("result %+v", env)
 	}
-	publishTask(t, b, svc.Envelope{TaskID: "loud", Agent: "echo", SpanID: "span-loud", ReplyTo: in.subject, PublishEvents: true})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "loud", Agent: "echo", SpanID: "span-loud", ReplyTo: in.subject, PublishEvents: true})
 	if env := in.next(t); env.TaskID != "loud" || !env.Result.Success {
 		t.Fatalf("result %+v", env)
 	}

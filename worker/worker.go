@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Runner runs tasks locally; a *supervisor.Runtime (built without a broker)
@@ -221,7 +222,7 @@ func (w *Worker) Agents() []string { return slices.Clone(w.agents) }
 func (w *Worker) Subjects() map[string]string {
 	m := make(map[string]string, len(w.agents))
 	for _, a := range w.agents {
-		m[a] = svc.TaskSubject(a)
+		m[a] = fleetwire.TaskSubject(a)
 	}
 	return m
 }
@@ -245,13 +246,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	// Cancels first: a cancel that arrives while the first tasks start
 	// must not be missed.
-	cs, err := w.cfg.Broker.SubscribeBroadcast(ctx, svc.SubjectCancel, w.onCancel)
+	cs, err := w.cfg.Broker.SubscribeBroadcast(ctx, fleetwire.SubjectCancel, w.onCancel)
 	if err != nil {
-		return fmt.Errorf("worker: subscribe %s: %w", svc.SubjectCancel, err)
+		return fmt.Errorf("worker: subscribe %s: %w", fleetwire.SubjectCancel, err)
 	}
 	w.cancelSub = cs
 	for _, a := range w.agents {
-		subject := svc.TaskSubject(a)
+		subject := fleetwire.TaskSubject(a)
 		sub, err := w.cfg.Broker.Subscribe(ctx, subject, svc.SubscribeOptions{
 			Group: svc.DefaultGroup(subject), ConsumerID: w.cfg.ConsumerID, Prefetch: w.cfg.Prefetch,
 			AckWait: w.cfg.AckWait, MaxDeliver: w.cfg.MaxDeliver, OnDeadLetter: w.onDeadLetter,
@@ -268,7 +269,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// A serve node that starts asks for a heartbeat at once. Without the
 	// subscription the node still learns of this worker at its next
 	// heartbeat: not worth failing the start for.
-	if ps, err := w.cfg.Broker.SubscribeBroadcast(ctx, svc.SubjectWorkersPing, w.onPing); err == nil {
+	if ps, err := w.cfg.Broker.SubscribeBroadcast(ctx, fleetwire.SubjectWorkersPing, w.onPing); err == nil {
 		w.pingSub = ps
 	} else {
 		w.log.Warn("not answering serve nodes' pings", zap.Error(err))
@@ -337,10 +338,10 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // handle runs one delivered task: it keeps the delivery alive while the
 // task waits for a slot and runs, publishes the result, then acks.
 func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
-	stopKeepAlive := svc.KeepAlive(ctx, d, 0)
+	stopKeepAlive := fleetwire.KeepAlive(ctx, d, 0)
 	defer stopKeepAlive()
-	env, err := svc.DecodeEnvelope(d.Data)
-	if err == nil && env.Kind != svc.KindTask {
+	env, err := fleetwire.Decode(d.Data)
+	if err == nil && env.Kind != fleetwire.MsgTask {
 		err = fmt.Errorf("envelope: kind %q on a task subject", env.Kind)
 	}
 	if err == nil && len(w.cfg.Keys) > 0 {
@@ -377,7 +378,7 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 // content is the attacker's and may be large), sent to the subject's dead
 // letter for an operator to inspect, and acked so it is not redelivered.
 // No result goes back: its reply subject cannot be trusted.
-func (w *Worker) reject(ctx context.Context, d *svc.Delivery, env *svc.Envelope, err error) {
+func (w *Worker) reject(ctx context.Context, d *svc.Delivery, env *fleetwire.Envelope, err error) {
 	w.rejected.Add(1)
 	fields := []zap.Field{zap.String("subject", d.Subject), zap.String("message_id", d.ID),
 		zap.Int("attempt", d.Attempt), zap.Int("bytes", len(d.Data)), zap.Error(err)}
@@ -399,7 +400,7 @@ func (w *Worker) reject(ctx context.Context, d *svc.Delivery, env *svc.Envelope,
 	rec, merr := json.Marshal(dl)
 	if merr == nil {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultPublishTimeout)
-		merr = w.cfg.Broker.Publish(pctx, svc.DeadLetterSubject(d.Subject), rec)
+		merr = w.cfg.Broker.Publish(pctx, fleetwire.DeadLetterSubject(d.Subject), rec)
 		cancel()
 	}
 	if merr != nil {
@@ -424,7 +425,7 @@ func (w *Worker) Rejected() int64 { return w.rejected.Load() }
 
 // run runs the task and returns its result, or handedBack when the worker
 // is shutting down and the task must go to another worker.
-func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResult, handedBack bool) {
+func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.AgentResult, handedBack bool) {
 	now := time.Now()
 	if env.Expired(now) {
 		return w.failed(env, &svc.Error{Kind: svc.KindTimeout, Agent: env.Agent, TaskID: env.TaskID, Reason: "timeout",
@@ -479,15 +480,16 @@ func (w *Worker) run(ctx context.Context, env *svc.Envelope) (res svc.AgentResul
 	return res, false
 }
 
-func (w *Worker) failed(env *svc.Envelope, err error) svc.AgentResult {
+func (w *Worker) failed(env *fleetwire.Envelope, err error) svc.AgentResult {
 	return svc.AgentResult{AgentName: env.Agent, TaskID: env.TaskID, Error: svc.ErrorInfoOf(err),
 		Metadata: svc.ResultMetadata{TraceID: env.TraceID, Backend: "broker:" + w.cfg.Broker.Scheme()}}
 }
 
 // reply publishes the result to the task's reply subject, retrying a
-// failed publish a few times within resultPublishTimeout.
-func (w *Worker) reply(env *svc.Envelope, res svc.AgentResult) error {
-	out := svc.Envelope{Kind: svc.KindResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
+// publish that did not fail permanently a few times within
+// resultPublishTimeout.
+func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult) error {
+	out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
 		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID}
 	if len(w.cfg.SignKey) > 0 {
 		if err := out.Sign(w.cfg.SignKeyID, w.cfg.SignKey); err != nil {
@@ -503,8 +505,8 @@ func (w *Worker) reply(env *svc.Envelope, res svc.AgentResult) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err = w.cfg.Broker.Publish(ctx, env.ReplyTo, data)
-		if err == nil || errors.Is(err, svc.ErrBrokerClosed) {
-			return err
+		if err == nil || svc.IsPermanentBrokerError(err) {
+			return err // a closed broker, too large a result: no retry mends it
 		}
 		select {
 		case <-ctx.Done():
@@ -536,7 +538,7 @@ func (w *Worker) settle(ctx context.Context, d *svc.Delivery, done bool) {
 
 // track registers a running task so a cancel broadcast reaches it; false
 // when its run was cancelled already.
-func (w *Worker) track(env *svc.Envelope, cancel context.CancelCauseFunc) bool {
+func (w *Worker) track(env *fleetwire.Envelope, cancel context.CancelCauseFunc) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.cancelled[env.RunID]; ok && env.RunID != "" {
@@ -552,7 +554,7 @@ func (w *Worker) track(env *svc.Envelope, cancel context.CancelCauseFunc) bool {
 // is a svc.Retainer. A run found so is remembered like a broadcast one. A
 // failed look-up runs the task: a broker hiccup must not stop the fleet's
 // work, and a cancel broadcast still reaches the task while it runs.
-func (w *Worker) cancelledOnBroker(ctx context.Context, env *svc.Envelope) bool {
+func (w *Worker) cancelledOnBroker(ctx context.Context, env *fleetwire.Envelope) bool {
 	r, ok := w.cfg.Broker.(svc.Retainer)
 	if !ok || env.RunID == "" {
 		return false
@@ -565,7 +567,7 @@ func (w *Worker) cancelledOnBroker(ctx context.Context, env *svc.Envelope) bool 
 	}
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
-	cancelled, err := r.Retained(lctx, svc.CancelledRunKey(env.RunID))
+	cancelled, err := r.Retained(lctx, fleetwire.CancelledRunKey(env.RunID))
 	if err != nil {
 		if ctx.Err() != nil {
 			return false // shutting down: the task goes back to the broker anyway
@@ -587,7 +589,7 @@ func (w *Worker) cancelledOnBroker(ctx context.Context, env *svc.Envelope) bool 
 // carries it as "skipped_cancelled" once it is not zero.
 func (w *Worker) Skipped() int64 { return w.skipped.Load() }
 
-func (w *Worker) untrack(env *svc.Envelope) {
+func (w *Worker) untrack(env *fleetwire.Envelope) {
 	w.mu.Lock()
 	delete(w.running, env.TaskID)
 	w.mu.Unlock()
@@ -597,9 +599,9 @@ func (w *Worker) untrack(env *svc.Envelope) {
 // gives a task id, else every task of the run (remembered for a while, for
 // tasks of the run still on their way).
 func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
-	env, err := svc.DecodeEnvelope(data)
-	if err == nil && env.Kind != svc.KindCancel {
-		err = fmt.Errorf("envelope: kind %q on %s", env.Kind, svc.SubjectCancel)
+	env, err := fleetwire.Decode(data)
+	if err == nil && env.Kind != fleetwire.MsgCancel {
+		err = fmt.Errorf("envelope: kind %q on %s", env.Kind, fleetwire.SubjectCancel)
 	}
 	if err == nil && len(w.cfg.Keys) > 0 {
 		err = env.Verify(w.cfg.Keys)
@@ -640,8 +642,8 @@ func (w *Worker) remember(runID string, now time.Time) {
 // result, so its run fails with the reason instead of waiting for its
 // timeout.
 func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
-	env, err := svc.DecodeEnvelope(dl.Data)
-	if err != nil || env.Kind != svc.KindTask {
+	env, err := fleetwire.Decode(dl.Data)
+	if err != nil || env.Kind != fleetwire.MsgTask {
 		return
 	}
 	if len(w.cfg.Keys) > 0 && env.Verify(w.cfg.Keys) != nil {
@@ -679,6 +681,11 @@ func (w *Worker) beat() {
 	if n := w.Skipped(); n > 0 {
 		p["skipped_cancelled"] = n
 	}
+	if pc, ok := w.cfg.Broker.(svc.PanicCounter); ok {
+		if n := pc.HandlerPanics(); n > 0 {
+			p["handler_panics"] = n
+		}
+	}
 	w.lifecycle(svc.EventWorkerHeartbeat, p)
 }
 
@@ -706,7 +713,7 @@ func (w *Worker) lifecycle(t svc.EventType, p svc.Payload) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := w.cfg.Broker.Broadcast(ctx, svc.SubjectWorkers, data); err != nil {
+	if err := w.cfg.Broker.Broadcast(ctx, fleetwire.SubjectWorkers, data); err != nil {
 		w.log.Warn("worker event not broadcast", zap.String("event_type", string(t)), zap.Error(err))
 	}
 }

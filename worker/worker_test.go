@@ -16,6 +16,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/membroker"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/worker"
@@ -102,14 +103,14 @@ func startWorker(t *testing.T, cfg worker.Config) *worker.Worker {
 // inbox collects the result envelopes published on a reply subject.
 type inbox struct {
 	subject string
-	ch      chan *svc.Envelope
+	ch      chan *fleetwire.Envelope
 }
 
 func newInbox(t *testing.T, b svc.Broker, name string) *inbox {
 	t.Helper()
-	in := &inbox{subject: svc.ResultSubject(name), ch: make(chan *svc.Envelope, 64)}
+	in := &inbox{subject: fleetwire.ResultSubject(name), ch: make(chan *fleetwire.Envelope, 64)}
 	sub, err := b.Subscribe(context.Background(), in.subject, svc.SubscribeOptions{Prefetch: 16}, func(ctx context.Context, d *svc.Delivery) {
-		env, err := svc.DecodeEnvelope(d.Data)
+		env, err := fleetwire.Decode(d.Data)
 		if err != nil {
 			t.Errorf("result: %v", err)
 		}
@@ -123,7 +124,7 @@ func newInbox(t *testing.T, b svc.Broker, name string) *inbox {
 	return in
 }
 
-func (in *inbox) next(t *testing.T) *svc.Envelope {
+func (in *inbox) next(t *testing.T) *fleetwire.Envelope {
 	t.Helper()
 	select {
 	case env := <-in.ch:
@@ -143,9 +144,9 @@ func (in *inbox) none(t *testing.T, d time.Duration) {
 	}
 }
 
-func publishTask(t *testing.T, b svc.Broker, env svc.Envelope) {
+func publishTask(t *testing.T, b svc.Broker, env fleetwire.Envelope) {
 	t.Helper()
-	env.Kind = svc.KindTask
+	env.Kind = fleetwire.MsgTask
 	if env.Input == nil {
 		env.Input = json.RawMessage(`{"text":"hi"}`)
 	}
@@ -153,7 +154,7 @@ func publishTask(t *testing.T, b svc.Broker, env svc.Envelope) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Publish(context.Background(), svc.TaskSubject(env.Agent), data); err != nil {
+	if err := b.Publish(context.Background(), fleetwire.TaskSubject(env.Agent), data); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -162,10 +163,10 @@ func TestTaskRoundTrip(t *testing.T) {
 	b := newBroker(t)
 	w := startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "t1", RunID: "r1", TraceID: "trace-1", SpanID: "s1/1", Agent: "echo",
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t1", RunID: "r1", TraceID: "trace-1", SpanID: "s1/1", Agent: "echo",
 		ReplyTo: in.subject, Attempt: 1, Input: json.RawMessage(`{"text":"hello"}`)})
 	env := in.next(t)
-	if env.Kind != svc.KindResult || env.TaskID != "t1" || env.RunID != "r1" || env.SpanID != "s1/1" || env.RuntimeID != w.RuntimeID() {
+	if env.Kind != fleetwire.MsgResult || env.TaskID != "t1" || env.RunID != "r1" || env.SpanID != "s1/1" || env.RuntimeID != w.RuntimeID() {
 		t.Fatalf("result envelope = %+v", env)
 	}
 	r := env.Result
@@ -173,7 +174,7 @@ func TestTaskRoundTrip(t *testing.T) {
 		t.Fatalf("result = %+v", r)
 	}
 	// A failure inside the run is a result too, with its typed error.
-	publishTask(t, b, svc.Envelope{TaskID: "t2", TraceID: "trace-2", Agent: "broken", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t2", TraceID: "trace-2", Agent: "broken", ReplyTo: in.subject})
 	if r := in.next(t).Result; r.Success || r.Error == nil || r.Error.Type != string(svc.KindModel) {
 		t.Fatalf("failed result = %+v", r)
 	}
@@ -211,11 +212,11 @@ func TestDepthTravelsInTheTask(t *testing.T) {
 	}
 	startWorker(t, worker.Config{Broker: b, Runner: rt, Heartbeat: -1})
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "ok", TraceID: "a", Agent: "echo", ReplyTo: in.subject, Depth: 2})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "ok", TraceID: "a", Agent: "echo", ReplyTo: in.subject, Depth: 2})
 	if r := in.next(t).Result; !r.Success {
 		t.Fatalf("depth 2 of 2: %+v", r)
 	}
-	publishTask(t, b, svc.Envelope{TaskID: "deep", TraceID: "b", Agent: "echo", ReplyTo: in.subject, Depth: 3})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "deep", TraceID: "b", Agent: "echo", ReplyTo: in.subject, Depth: 3})
 	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindDepthLimit) {
 		t.Fatalf("depth 3 of 2: %+v", r.Error)
 	}
@@ -225,7 +226,7 @@ func TestExpiredTaskIsNotRun(t *testing.T) {
 	b := newBroker(t)
 	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
 	in := newInbox(t, b, "pub")
-	env := svc.Envelope{TaskID: "late", TraceID: "x", Agent: "echo", ReplyTo: in.subject}
+	env := fleetwire.Envelope{TaskID: "late", TraceID: "x", Agent: "echo", ReplyTo: in.subject}
 	env.SetDeadline(time.Now().Add(-time.Second))
 	publishTask(t, b, env)
 	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindTimeout) {
@@ -237,19 +238,19 @@ func TestCancelBroadcastStopsTheRun(t *testing.T) {
 	b := newBroker(t)
 	w := startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1})
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "t", RunID: "run-1", TraceID: "x", Agent: "slow", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t", RunID: "run-1", TraceID: "x", Agent: "slow", ReplyTo: in.subject})
 	for w.InFlight() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel, _ := (&svc.Envelope{Kind: svc.KindCancel, RunID: "run-1"}).Encode()
-	if err := b.Broadcast(context.Background(), svc.SubjectCancel, cancel); err != nil {
+	cancel, _ := (&fleetwire.Envelope{Kind: fleetwire.MsgCancel, RunID: "run-1"}).Encode()
+	if err := b.Broadcast(context.Background(), fleetwire.SubjectCancel, cancel); err != nil {
 		t.Fatal(err)
 	}
 	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindCancelled) {
 		t.Fatalf("cancelled task: %+v", r)
 	}
 	// A task of that run that arrives after the cancel does not run.
-	publishTask(t, b, svc.Envelope{TaskID: "t2", RunID: "run-1", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t2", RunID: "run-1", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
 	if r := in.next(t).Result; r.Success || r.Error.Type != string(svc.KindCancelled) {
 		t.Fatalf("task of a cancelled run: %+v", r)
 	}
@@ -265,7 +266,7 @@ func TestShutdownLetsTasksFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "t", TraceID: "x", Agent: "nap", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t", TraceID: "x", Agent: "nap", ReplyTo: in.subject})
 	for w.InFlight() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -292,7 +293,7 @@ func TestShutdownPastGraceHandsTasksToAnotherWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "t", TraceID: "x", Agent: "slow", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t", TraceID: "x", Agent: "slow", ReplyTo: in.subject})
 	for first.InFlight() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -308,8 +309,8 @@ func TestShutdownPastGraceHandsTasksToAnotherWorker(t *testing.T) {
 	for second.InFlight() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancelRun, _ := (&svc.Envelope{Kind: svc.KindCancel, RunID: "x", TaskID: "t"}).Encode()
-	if err := b.Broadcast(context.Background(), svc.SubjectCancel, cancelRun); err != nil {
+	cancelRun, _ := (&fleetwire.Envelope{Kind: fleetwire.MsgCancel, RunID: "x", TaskID: "t"}).Encode()
+	if err := b.Broadcast(context.Background(), fleetwire.SubjectCancel, cancelRun); err != nil {
 		t.Fatal(err)
 	}
 	if env := in.next(t); env.RuntimeID != "second" {
@@ -323,14 +324,14 @@ func TestSignedTasks(t *testing.T) {
 	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1, Keys: keys, SignKeyID: "k1", SignKey: []byte("secret")})
 	in := newInbox(t, b, "pub")
 	// Unsigned: refused, no result (its reply subject cannot be trusted).
-	publishTask(t, b, svc.Envelope{TaskID: "unsigned", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "unsigned", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
 	// Signed: run, and the result is signed.
-	env := svc.Envelope{Kind: svc.KindTask, TaskID: "signed", TraceID: "x", Agent: "echo", ReplyTo: in.subject, Input: json.RawMessage(`1`)}
+	env := fleetwire.Envelope{Kind: fleetwire.MsgTask, TaskID: "signed", TraceID: "x", Agent: "echo", ReplyTo: in.subject, Input: json.RawMessage(`1`)}
 	if err := env.Sign("k1", []byte("secret")); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := env.Encode()
-	if err := b.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+	if err := b.Publish(context.Background(), fleetwire.TaskSubject("echo"), data); err != nil {
 		t.Fatal(err)
 	}
 	res := in.next(t)
@@ -346,7 +347,7 @@ func TestSignedTasks(t *testing.T) {
 func TestLifecycleEvents(t *testing.T) {
 	b := newBroker(t)
 	var seen recorder
-	sub, err := b.SubscribeBroadcast(context.Background(), svc.SubjectWorkers, func(_ context.Context, _ string, data []byte) {
+	sub, err := b.SubscribeBroadcast(context.Background(), fleetwire.SubjectWorkers, func(_ context.Context, _ string, data []byte) {
 		var ev svc.RuntimeEvent
 		if err := json.Unmarshal(data, &ev); err != nil {
 			t.Errorf("worker event: %v", err)
@@ -427,11 +428,11 @@ func TestTokenBudgetTravelsInTheTask(t *testing.T) {
 	}
 	startWorker(t, worker.Config{Broker: b, Runner: rt, Heartbeat: -1})
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "roomy", TraceID: "a", Agent: "big", ReplyTo: in.subject, TokenBudget: 100})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "roomy", TraceID: "a", Agent: "big", ReplyTo: in.subject, TokenBudget: 100})
 	if r := in.next(t).Result; !r.Success || r.Metadata.TokensUsed != 50 {
 		t.Fatalf("50 tokens of a 100 cap: %+v", r)
 	}
-	publishTask(t, b, svc.Envelope{TaskID: "tight", TraceID: "b", Agent: "big", ReplyTo: in.subject, TokenBudget: 20})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "tight", TraceID: "b", Agent: "big", ReplyTo: in.subject, TokenBudget: 20})
 	r := in.next(t).Result
 	if r.Success || r.Error.Type != string(svc.KindBudgetExceeded) || r.Metadata.TokensUsed != 50 {
 		t.Fatalf("50 tokens of a 20 cap: %+v (error %+v)", r, r.Error)
@@ -453,7 +454,7 @@ func (c *countingRunner) Run(ctx context.Context, agent string, task svc.TaskSpe
 func deadLetters(t *testing.T, b svc.Broker, subject string) <-chan svc.DeadLetter {
 	t.Helper()
 	ch := make(chan svc.DeadLetter, 64)
-	sub, err := b.Subscribe(context.Background(), svc.DeadLetterSubject(subject), svc.SubscribeOptions{Prefetch: 16},
+	sub, err := b.Subscribe(context.Background(), fleetwire.DeadLetterSubject(subject), svc.SubscribeOptions{Prefetch: 16},
 		func(ctx context.Context, d *svc.Delivery) {
 			var dl svc.DeadLetter
 			if err := json.Unmarshal(d.Data, &dl); err != nil {
@@ -482,14 +483,14 @@ func TestRejectedTasks(t *testing.T) {
 	w := startWorker(t, worker.Config{Broker: b, Runner: runner, Heartbeat: 50 * time.Millisecond, Emitter: rec,
 		Keys: keys, SignKeyID: "k1", SignKey: []byte(secret), MaxDeliver: 3})
 	in := newInbox(t, b, "pub")
-	dead := deadLetters(t, b, svc.TaskSubject("echo"))
+	dead := deadLetters(t, b, fleetwire.TaskSubject("echo"))
 
-	task := func(id string) svc.Envelope {
-		return svc.Envelope{V: svc.EnvelopeVersion, Kind: svc.KindTask, TaskID: id, TraceID: "x", Agent: "echo",
+	task := func(id string) fleetwire.Envelope {
+		return fleetwire.Envelope{V: fleetwire.Version, Kind: fleetwire.MsgTask, TaskID: id, TraceID: "x", Agent: "echo",
 			ReplyTo: in.subject, Input: json.RawMessage(`{"text":"hi"}`)}
 	}
 	forged := map[string][]byte{}
-	raw := func(name string, e svc.Envelope) {
+	raw := func(name string, e fleetwire.Envelope) {
 		data, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)
@@ -518,7 +519,7 @@ func TestRejectedTasks(t *testing.T) {
 	raw("garbled-sig", e)
 	forged["not-json"] = []byte("\x00\x01 not an envelope")
 	for name, data := range forged {
-		if err := b.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+		if err := b.Publish(context.Background(), fleetwire.TaskSubject("echo"), data); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -532,7 +533,7 @@ func TestRejectedTasks(t *testing.T) {
 					got[name] = dl.Reason
 				}
 			}
-			if !strings.HasPrefix(dl.Reason, "rejected: ") || dl.Subject != svc.TaskSubject("echo") {
+			if !strings.HasPrefix(dl.Reason, "rejected: ") || dl.Subject != fleetwire.TaskSubject("echo") {
 				t.Errorf("dead letter %q on %s", dl.Reason, dl.Subject)
 			}
 		case <-time.After(wait):
@@ -560,7 +561,7 @@ func TestRejectedTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+	if err := b.Publish(context.Background(), fleetwire.TaskSubject("echo"), data); err != nil {
 		t.Fatal(err)
 	}
 	if res := in.next(t); res.TaskID != "good" || !res.Result.Success {
@@ -623,18 +624,18 @@ func TestRejectedTaskDeadLetteredByBroker(t *testing.T) {
 	const secret = "0123456789abcdef-k1"
 	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: time.Hour,
 		Keys: map[string][]byte{"k1": []byte(secret)}, SignKeyID: "k1", SignKey: []byte(secret)})
-	dead := deadLetters(t, mem, svc.TaskSubject("echo"))
-	data, err := json.Marshal(svc.Envelope{V: svc.EnvelopeVersion, Kind: svc.KindTask, TaskID: "unsigned", TraceID: "x", Agent: "echo",
+	dead := deadLetters(t, mem, fleetwire.TaskSubject("echo"))
+	data, err := json.Marshal(fleetwire.Envelope{V: fleetwire.Version, Kind: fleetwire.MsgTask, TaskID: "unsigned", TraceID: "x", Agent: "echo",
 		ReplyTo: "svc.inbox.x", Input: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Publish(context.Background(), svc.TaskSubject("echo"), data); err != nil {
+	if err := mem.Publish(context.Background(), fleetwire.TaskSubject("echo"), data); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case dl := <-b.got:
-		if !strings.Contains(dl.Reason, "not signed") || string(dl.Data) != string(data) || dl.Subject != svc.TaskSubject("echo") {
+		if !strings.Contains(dl.Reason, "not signed") || string(dl.Data) != string(data) || dl.Subject != fleetwire.TaskSubject("echo") {
 			t.Errorf("DeadLetter asked with %+v", dl)
 		}
 	case <-time.After(wait):
@@ -653,11 +654,11 @@ func TestRejectedTaskDeadLetteredByBroker(t *testing.T) {
 // so.
 func TestCancelRecordedBeforeTheWorkerStarted(t *testing.T) {
 	b := newBroker(t)
-	if err := b.(svc.Retainer).Retain(context.Background(), svc.CancelledRunKey("run-old"), time.Hour); err != nil {
+	if err := b.(svc.Retainer).Retain(context.Background(), fleetwire.CancelledRunKey("run-old"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "queued", RunID: "run-old", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "queued", RunID: "run-old", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
 	var em recorder
 	runner := &countingRunner{Runner: newRuntime(t)}
 	w := startWorker(t, worker.Config{Broker: b, Runner: runner, Emitter: &em, Heartbeat: 50 * time.Millisecond})
@@ -676,7 +677,7 @@ func TestCancelRecordedBeforeTheWorkerStarted(t *testing.T) {
 		return false
 	})
 	// Another run's task still runs.
-	publishTask(t, b, svc.Envelope{TaskID: "other", RunID: "run-new", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "other", RunID: "run-new", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
 	if r := in.next(t).Result; !r.Success {
 		t.Fatalf("task of a live run: %+v", r)
 	}
@@ -699,8 +700,64 @@ func TestCancelRecordsUnreadableRunTheTask(t *testing.T) {
 	runner := &countingRunner{Runner: newRuntime(t)}
 	startWorker(t, worker.Config{Broker: b, Runner: runner, Heartbeat: -1})
 	in := newInbox(t, b, "pub")
-	publishTask(t, b, svc.Envelope{TaskID: "t", RunID: "run-1", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
+	publishTask(t, b, fleetwire.Envelope{TaskID: "t", RunID: "run-1", TraceID: "x", Agent: "echo", ReplyTo: in.subject})
 	if r := in.next(t).Result; !r.Success || runner.runs.Load() != 1 {
 		t.Fatalf("task with the cancel records unreadable: %+v (runs %d)", r, runner.runs.Load())
 	}
+}
+
+// refusingResults is a broker that refuses every result with a permanent
+// error (a result larger than the broker carries, say) and records each
+// try, and whether the worker's dead-letter result was among them.
+type refusingResults struct {
+	svc.Broker
+	tries      atomic.Int32
+	deadLetter atomic.Bool
+}
+
+func (b *refusingResults) Publish(ctx context.Context, subject string, data []byte) error {
+	if !strings.HasPrefix(subject, fleetwire.ResultSubject("")) {
+		return b.Broker.Publish(ctx, subject, data)
+	}
+	b.tries.Add(1)
+	if env, err := fleetwire.Decode(data); err == nil && env.Result != nil && env.Result.Error != nil &&
+		env.Result.Error.Reason == "dead_letter" {
+		b.deadLetter.Store(true)
+	}
+	return svc.PermanentBrokerError("testbroker", "publish", errors.New("message too large"))
+}
+
+// A result the broker refuses permanently is not tried again for
+// resultPublishTimeout: the task goes back at once (here, with one
+// delivery allowed, to the dead letter, whose failed result is tried once
+// too).
+func TestPermanentReplyFailureIsNotRetried(t *testing.T) {
+	b := &refusingResults{Broker: newBroker(t)}
+	startWorker(t, worker.Config{Broker: b, Runner: newRuntime(t), Heartbeat: -1, MaxDeliver: 1})
+	publishTask(t, b.Broker, fleetwire.Envelope{TaskID: "t1", RunID: "r1", Agent: "echo", ReplyTo: fleetwire.ResultSubject("pub")})
+	testutil.Within(t, time.Minute, "the dead-letter result", b.deadLetter.Load)
+	if n := b.tries.Load(); n != 2 {
+		t.Errorf("results tried %d times, want 2 (the task's, the dead letter's)", n)
+	}
+}
+
+// panicsCounted is a broker client that has recovered panics of its
+// handlers (svc.PanicCounter).
+type panicsCounted struct{ svc.Broker }
+
+func (panicsCounted) HandlerPanics() int64 { return 3 }
+
+// The panics the worker's broker client recovered reach the fleet view in
+// the heartbeat.
+func TestHeartbeatCarriesHandlerPanics(t *testing.T) {
+	rec := &recorder{}
+	startWorker(t, worker.Config{Broker: panicsCounted{newBroker(t)}, Runner: newRuntime(t), Heartbeat: 20 * time.Millisecond, Emitter: rec})
+	testutil.Eventually(t, "a worker_heartbeat with handler_panics = 3", func() bool {
+		for _, ev := range rec.of(svc.EventWorkerHeartbeat) {
+			if n, _ := ev.Payload["handler_panics"].(int64); n == 3 {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -60,6 +60,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Options configure a connection.
@@ -87,12 +88,13 @@ const (
 
 // Broker is one AMQP connection, dialled again when it is lost.
 type Broker struct {
-	url  string
-	cfg  amqp.Config
-	o    Options
-	log  *zap.Logger
-	done chan struct{} // closed by Close: stops the reconnecting watcher
-	wg   sync.WaitGroup
+	panics flow.Panics
+	url    string
+	cfg    amqp.Config
+	o      Options
+	log    *zap.Logger
+	done   chan struct{} // closed by Close: stops the reconnecting watcher
+	wg     sync.WaitGroup
 
 	connMu sync.Mutex
 	conn   *amqp.Connection // the current connection
@@ -111,10 +113,10 @@ var _ svc.Broker = (*Broker)(nil)
 func Connect(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("amqpbroker: %w", err)
+		return nil, svc.PermanentBrokerError("amqpbroker", "", err)
 	}
 	if (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		return nil, fmt.Errorf("amqpbroker: %q: want amqp://user:password@host:port/vhost", u.Redacted())
+		return nil, flow.Refused("amqpbroker", "%q: want amqp://user:password@host:port/vhost", u.Redacted())
 	}
 	if o.Prefix == "" {
 		o.Prefix = "svc."
@@ -130,9 +132,10 @@ func Connect(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 		cfg.Dial = amqp.DefaultDial(time.Until(dl))
 	}
 	b := &Broker{url: rawURL, cfg: cfg, o: o, done: make(chan struct{}), log: o.Logger.With(zap.String("broker", "amqp"))}
+	b.panics.Log = b.log
 	conn, err := b.dial()
 	if err != nil {
-		return nil, fmt.Errorf("amqpbroker: connect to %s: %w", u.Host, err)
+		return nil, flow.Wrap("amqpbroker", "connect to "+u.Host, err, permanent)
 	}
 	b.cfg.Dial = nil // later dials use the default timeout
 	b.wg.Add(1)
@@ -223,6 +226,10 @@ func (b *Broker) openChannel(ctx context.Context) (*amqp.Channel, error) {
 	}
 }
 
+// HandlerPanics is how many panics of its handlers this client recovered
+// (each logged with its stack, its delivery abandoned).
+func (b *Broker) HandlerPanics() int64 { return b.panics.Count() }
+
 // Scheme is "amqp".
 func (b *Broker) Scheme() string { return "amqp" }
 
@@ -266,10 +273,30 @@ func (b *Broker) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if b.subs.Closed() || errors.Is(err, amqp.ErrClosed) {
-		return fmt.Errorf("amqpbroker: %s: %w", op, errors.Join(svc.ErrBrokerClosed, err))
+	if b.subs.Closed() {
+		return flow.Wrap("amqpbroker", op, errors.Join(svc.ErrBrokerClosed, err), nil)
 	}
-	return fmt.Errorf("amqpbroker: %s: %w", op, err)
+	// amqp.ErrClosed while the broker is open is a lost connection, which
+	// watch dials again: transient.
+	return flow.Wrap("amqpbroker", op, err, permanent)
+}
+
+// permanent is a refusal the server repeats for the same call: too large
+// a message, no route, access refused, no such queue or exchange, a queue
+// declared with other arguments, a command it does not allow. Connection
+// errors (forced close, frame, resource, internal) and a closed channel or
+// connection, which watch dials again, are transient.
+func permanent(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case amqp.ContentTooLarge, amqp.NoRoute, amqp.AccessRefused, amqp.NotFound, amqp.PreconditionFailed,
+		amqp.InvalidPath, amqp.SyntaxError, amqp.CommandInvalid, amqp.NotAllowed, amqp.NotImplemented:
+		return true
+	}
+	return false
 }
 
 func checkSubject(subject string) error { return flow.CheckSubject("amqpbroker", subject) }
@@ -288,7 +315,7 @@ func (b *Broker) workArgs(subject string) amqp.Table {
 	return amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-dead-letter-exchange":    b.deadExchange(),
-		"x-dead-letter-routing-key": b.queueName(svc.DeadLetterSubject(subject)),
+		"x-dead-letter-routing-key": b.queueName(fleetwire.DeadLetterSubject(subject)),
 		"x-dead-letter-strategy":    "at-least-once",
 		"x-overflow":                "reject-publish",
 	}
@@ -300,7 +327,7 @@ func (b *Broker) deadExchange() string { return b.o.Prefix + "dead" }
 // the queue of the subject's dead letter bound to it (so that nothing the
 // subject's consumers reject is unroutable).
 func (b *Broker) declareWork(ch *amqp.Channel, subject string) error {
-	dead := svc.DeadLetterSubject(subject)
+	dead := fleetwire.DeadLetterSubject(subject)
 	q, dq := b.queueName(subject), b.queueName(dead)
 	if err := ch.ExchangeDeclare(b.deadExchange(), amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 		return err
@@ -356,11 +383,11 @@ func (b *Broker) declareOnce(ctx context.Context, name string, declare func(*amq
 func (b *Broker) declareOn(ctx context.Context, declare func(*amqp.Channel) error) error {
 	ch, err := b.openChannel(ctx)
 	if err != nil {
-		return err
+		return b.wrap("declare", err)
 	}
 	err = declare(ch)
 	_ = ch.Close()
-	return err
+	return b.wrap("declare", err)
 }
 
 // publish sends one message through the publishing channel and waits for
@@ -386,7 +413,7 @@ func (b *Broker) publish(ctx context.Context, exchange, key string, declare func
 		return b.wrap("publish to "+name, err)
 	}
 	if !ok {
-		return fmt.Errorf("amqpbroker: publish to %s: the server refused the message (nack)", name)
+		return svc.TransientBrokerError("amqpbroker", "publish to "+name, errors.New("the server refused the message (nack)"))
 	}
 	return nil
 }
@@ -508,7 +535,7 @@ func (s *bsub) run(ctx context.Context, subject string, msgs <-chan amqp.Deliver
 				continue
 			}
 			func() {
-				defer func() { _ = recover() }()
+				defer s.b.panics.Recover(subject)
 				h(ctx, subject, m.Body)
 			}()
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/amqpbroker"
 	"github.com/svc-dev/svc/broker/brokertest"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/servertest"
 	"github.com/svc-dev/svc/internal/testutil"
 )
@@ -115,7 +116,7 @@ func TestReconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	subj := svc.TaskSubject("reconnect")
+	subj := fleetwire.TaskSubject("reconnect")
 	var mu sync.Mutex
 	var got []string
 	var attempts []int
@@ -201,7 +202,7 @@ func TestPoisonDeadLetteredByServer(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	subj := svc.TaskSubject("poison")
+	subj := fleetwire.TaskSubject("poison")
 	hook := make(chan svc.DeadLetter, 4)
 	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{MaxDeliver: 2, OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},
 		func(ctx context.Context, d *svc.Delivery) { _ = d.Nack(ctx, 0) }); err != nil {
@@ -229,7 +230,7 @@ func TestPoisonDeadLetteredByServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlq := "svc.q." + svc.DeadLetterSubject(subj)
+	dlq := "svc.q." + fleetwire.DeadLetterSubject(subj)
 	var m amqp.Delivery
 	testutil.Eventually(t, "the dead letter in "+dlq, func() bool {
 		var ok bool
@@ -263,9 +264,9 @@ func TestServerDeadLetterBecomesRecord(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	subj := svc.TaskSubject("foreign")
+	subj := fleetwire.TaskSubject("foreign")
 	got := make(chan *svc.Delivery, 2)
-	if _, err := b.Subscribe(ctx, svc.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	if _, err := b.Subscribe(ctx, fleetwire.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		got <- d
 		_ = d.Ack(ctx)
 	}); err != nil {
@@ -318,7 +319,7 @@ func TestQueueWithOldArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := svc.TaskSubject("legacy")
+	subj := fleetwire.TaskSubject("legacy")
 	if _, err := ch.QueueDeclare("svc.q."+subj, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +334,7 @@ func TestQueueWithOldArguments(t *testing.T) {
 			t.Errorf("%s to a queue with old arguments = %v; want an error saying to delete it", name, err)
 		}
 	}
-	if err := b.Publish(ctx, svc.TaskSubject("fresh"), []byte("x")); err != nil {
+	if err := b.Publish(ctx, fleetwire.TaskSubject("fresh"), []byte("x")); err != nil {
 		t.Errorf("Publish to another subject after the refusal: %v", err)
 	}
 }
@@ -349,7 +350,7 @@ func TestHandlerDeadLetters(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	subj := svc.TaskSubject("refused")
+	subj := fleetwire.TaskSubject("refused")
 	hook := make(chan svc.DeadLetter, 4)
 	errs := make(chan error, 4)
 	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},
@@ -383,7 +384,7 @@ func TestHandlerDeadLetters(t *testing.T) {
 	var m amqp.Delivery
 	testutil.Eventually(t, "the dead letter", func() bool {
 		var ok bool
-		m, ok, err = ch.Get("svc.q."+svc.DeadLetterSubject(subj), false)
+		m, ok, err = ch.Get("svc.q."+fleetwire.DeadLetterSubject(subj), false)
 		return err == nil && ok
 	})
 	var dl svc.DeadLetter

@@ -17,8 +17,8 @@ import (
 )
 
 var (
-	errExpired = errors.New("amqpbroker: ack deadline passed: the message was redelivered")
-	errLost    = errors.New("amqpbroker: the connection was lost: the server requeued the message")
+	errExpired = svc.PermanentBrokerError("amqpbroker", "", errors.New("ack deadline passed: the message was redelivered"))
+	errLost    = svc.PermanentBrokerError("amqpbroker", "", errors.New("the connection was lost: the server requeued the message"))
 )
 
 type entry struct {
@@ -63,6 +63,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 		return nil, b.wrap("subscribe to "+s.queue, err)
 	}
 	s.fs = flow.New(opts.Prefetch, s.finish)
+	s.fs.Panics, s.fs.Subject = &b.panics, subject
 	if err := b.subs.Track(s); err != nil {
 		_ = s.channel().Close()
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Open returns a new client of the backend under test. Clients returned by
@@ -68,6 +69,8 @@ func Run(t *testing.T, open Open) {
 		{"Broadcast", testBroadcast},
 		{"Payloads", testPayloads},
 		{"Close", testClose},
+		{"ErrorsTyped", testErrorsTyped},
+		{"HandlerPanics", testHandlerPanics},
 		{"Retain", testRetain},
 	}
 	for _, tc := range tests {
@@ -82,7 +85,7 @@ func Run(t *testing.T, open Open) {
 func subject(t *testing.T) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return svc.TaskSubject("bt-" + hex.EncodeToString(b[:]))
+	return fleetwire.TaskSubject("bt-" + hex.EncodeToString(b[:]))
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -295,7 +298,7 @@ func testInProgress(t *testing.T, open func(*testing.T) svc.Broker) {
 		subscribe(t, b, subj, svc.SubscribeOptions{Group: "g", ConsumerID: name, AckWait: 2 * ackWait}, func(ctx context.Context, d *svc.Delivery) {
 			rec.add(name, d)
 			// Work for three ack deadlines, extending all along.
-			stop := svc.KeepAlive(ctx, d, ackWait/5)
+			stop := fleetwire.KeepAlive(ctx, d, ackWait/5)
 			time.Sleep(6 * ackWait)
 			stop()
 			if err := d.InProgress(ctx); err != nil {
@@ -366,7 +369,7 @@ func testNack(t *testing.T, open func(*testing.T) svc.Broker) {
 
 func deadLetters(t *testing.T, b svc.Broker, subj string) chan svc.DeadLetter {
 	ch := make(chan svc.DeadLetter, 8)
-	subscribe(t, b, svc.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	subscribe(t, b, fleetwire.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		var dl svc.DeadLetter
 		if err := json.Unmarshal(d.Data, &dl); err != nil {
 			t.Errorf("dead letter record: %v: %q", err, d.Data)
@@ -750,6 +753,12 @@ func testClose(t *testing.T, open func(*testing.T) svc.Broker) {
 		if !errors.Is(err, svc.ErrBrokerClosed) {
 			t.Errorf("%s after Close = %v, want ErrBrokerClosed", name, err)
 		}
+		// A caller (dispatch, a worker's reply) retries a transient
+		// failure and gives up on a permanent one: a closed client stays
+		// closed.
+		if !svc.IsPermanentBrokerError(err) || svc.IsTransientBrokerError(err) {
+			t.Errorf("%s after Close = %v, want a permanent svc.BrokerError", name, err)
+		}
 	}
 	// The message the closed client held is not lost.
 	var rec record
@@ -761,6 +770,94 @@ func testClose(t *testing.T, open func(*testing.T) svc.Broker) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// testHandlerPanics checks that a handler's panic is recovered, as
+// Subscribe promises: it takes neither the process nor the subscription
+// down (the work delivery it abandoned comes back, the next broadcast
+// arrives), and a broker that counts such panics (svc.PanicCounter)
+// counts each.
+func testHandlerPanics(t *testing.T, open func(*testing.T) svc.Broker) {
+	b := open(t)
+	subj := subject(t)
+	ctx := ctxT(t)
+	var rec record
+	subscribe(t, b, subj, svc.SubscribeOptions{AckWait: time.Second}, func(ctx context.Context, d *svc.Delivery) {
+		rec.add("", d)
+		if d.Attempt == 1 {
+			panic("handler bug")
+		}
+		_ = d.Ack(ctx)
+	})
+	bsubj := "svc.bt.panic." + subj[len("svc.tasks."):]
+	got := make(chan string, 4)
+	bs, err := b.SubscribeBroadcast(ctx, bsubj, func(_ context.Context, _ string, data []byte) {
+		if string(data) == "first" {
+			panic("broadcast handler bug")
+		}
+		got <- string(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bs.Stop() })
+	publish(t, b, subj, []byte("panics once"))
+	waitFor(t, "the delivery a panic abandoned, again", func() bool { return rec.len() >= 2 })
+	if all := rec.all(); all[1].attempt != 2 || all[1].data != "panics once" {
+		t.Errorf("redelivery after the panic = %+v", all[1])
+	}
+	for _, m := range []string{"first", "second"} {
+		if err := b.Broadcast(ctx, bsubj, []byte(m)); err != nil {
+			t.Fatalf("Broadcast: %v", err)
+		}
+	}
+	select {
+	case m := <-got:
+		if m != "second" {
+			t.Errorf("broadcast after the panic = %q", m)
+		}
+	case <-time.After(patience):
+		t.Fatal("the broadcast after a handler's panic never arrived")
+	}
+	if pc, ok := b.(svc.PanicCounter); ok {
+		waitFor(t, "both panics counted", func() bool { return pc.HandlerPanics() == 2 })
+	}
+}
+
+// testErrorsTyped checks that what no retry can mend is a permanent
+// svc.BrokerError, so callers give up at once instead of retrying until
+// their deadline: a payload over svc.MaxPayloadBytes, a second settlement
+// of a delivery. Neither changes anything: the subject still carries the
+// next message.
+func testErrorsTyped(t *testing.T, open func(*testing.T) svc.Broker) {
+	b := open(t)
+	subj := subject(t)
+	ctx := ctxT(t)
+	err := b.Publish(ctx, subj, make([]byte, svc.MaxPayloadBytes+1))
+	if err == nil || !svc.IsPermanentBrokerError(err) {
+		t.Errorf("Publish of %d bytes = %v, want a permanent svc.BrokerError", svc.MaxPayloadBytes+1, err)
+	}
+	var be *svc.BrokerError
+	if errors.As(err, &be) && be.Broker == "" {
+		t.Errorf("Publish of too large a message = %v: the error does not name the broker", err)
+	}
+	settled := make(chan error, 2)
+	subscribe(t, b, subj, svc.SubscribeOptions{AckWait: noDeadline}, func(ctx context.Context, d *svc.Delivery) {
+		if err := d.Ack(ctx); err != nil {
+			settled <- err
+			return
+		}
+		settled <- d.Ack(ctx)
+	})
+	publish(t, b, subj, []byte("after the refused one"))
+	select {
+	case err := <-settled:
+		if !errors.Is(err, svc.ErrSettled) || !svc.IsPermanentBrokerError(err) {
+			t.Errorf("second Ack = %v, want ErrSettled, a permanent svc.BrokerError", err)
+		}
+	case <-time.After(patience):
+		t.Fatal("the message published after a refused one was not delivered")
+	}
+}
 
 // testRetain checks svc.Retainer, for a broker that implements it: a record
 // one client makes is seen by another until its ttl passes, any key text is
@@ -775,8 +872,8 @@ func testRetain(t *testing.T, open func(*testing.T) svc.Broker) {
 	ctx := ctxT(t)
 	var n [4]byte
 	_, _ = rand.Read(n[:])
-	long := svc.CancelledRunKey("run/" + hex.EncodeToString(n[:]) + " with: spaces, ü and *")
-	short := svc.CancelledRunKey("short-" + hex.EncodeToString(n[:]))
+	long := fleetwire.CancelledRunKey("run/" + hex.EncodeToString(n[:]) + " with: spaces, ü and *")
+	short := fleetwire.CancelledRunKey("short-" + hex.EncodeToString(n[:]))
 	if ok, err := rb.Retained(ctx, long); err != nil || ok {
 		t.Fatalf("Retained before Retain = %v, %v; want false, nil", ok, err)
 	}

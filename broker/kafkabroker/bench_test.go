@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // BenchmarkRoundTrip measures one task's trip through the Kafka broker on
@@ -18,7 +19,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	br := connect(b, url)
 	defer br.Close()
 	payload := make([]byte, 1024)
-	subj := svc.TaskSubject("bench")
+	subj := fleetwire.TaskSubject("bench")
 	var done, want atomic.Int64
 	all := make(chan struct{})
 	sub, err := br.Subscribe(ctx, subj, svc.SubscribeOptions{Prefetch: 64}, func(ctx context.Context, d *svc.Delivery) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // The crashing member: a child process (this test binary) that subscribes,
@@ -91,7 +92,7 @@ func crashOnce(t *testing.T, url, subj string) int {
 // dead letter instead of a third member.
 func TestAttemptsCountedAcrossCrashes(t *testing.T) {
 	url := cluster(t)
-	subj := svc.TaskSubject("crash")
+	subj := fleetwire.TaskSubject("crash")
 	pub := connect(t, url)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

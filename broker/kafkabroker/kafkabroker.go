@@ -40,7 +40,6 @@ package kafkabroker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -88,11 +87,12 @@ const maxMessageBytes = svc.MaxPayloadBytes + 1<<20
 
 // Broker is one producing client plus a consuming client per subscription.
 type Broker struct {
-	seeds []string
-	o     Options
-	log   *zap.Logger
-	cl    *kgo.Client
-	adm   *kadm.Client
+	panics flow.Panics
+	seeds  []string
+	o      Options
+	log    *zap.Logger
+	cl     *kgo.Client
+	adm    *kadm.Client
 
 	topicsMu sync.Mutex
 	topics   map[string]bool // topics known to exist
@@ -109,15 +109,15 @@ var _ svc.Broker = (*Broker)(nil)
 func Connect(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("kafkabroker: %w", err)
+		return nil, svc.PermanentBrokerError("kafkabroker", "", err)
 	}
 	if u.Scheme != "kafka" || u.Host == "" {
-		return nil, fmt.Errorf("kafkabroker: %q: want kafka://host:port[,host:port...]", u.Redacted())
+		return nil, flow.Refused("kafkabroker", "%q: want kafka://host:port[,host:port...]", u.Redacted())
 	}
 	if p := u.Query().Get("partitions"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("kafkabroker: partitions=%q: want a positive integer", p)
+			return nil, flow.Refused("kafkabroker", "partitions=%q: want a positive integer", p)
 		}
 		o.Partitions = int32(n)
 	}
@@ -146,18 +146,24 @@ func Connect(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	}, o.ExtraOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafkabroker: %w", err)
+		return nil, svc.PermanentBrokerError("kafkabroker", "", err)
 	}
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("kafkabroker: connect to %s: %w", u.Host, err)
+		return nil, flow.Wrap("kafkabroker", "connect to "+u.Host, err, permanent)
 	}
-	return &Broker{
+	b := &Broker{
 		seeds: seeds, o: o, cl: cl, adm: kadm.NewClient(cl),
 		log:    o.Logger.With(zap.String("broker", "kafka")),
 		topics: map[string]bool{},
-	}, nil
+	}
+	b.panics.Log = b.log
+	return b, nil
 }
+
+// HandlerPanics is how many panics of its handlers this client recovered
+// (each logged with its stack, its delivery abandoned).
+func (b *Broker) HandlerPanics() int64 { return b.panics.Count() }
 
 // Scheme is "kafka".
 func (b *Broker) Scheme() string { return "kafka" }
@@ -195,9 +201,17 @@ func (b *Broker) wrap(op string, err error) error {
 		return nil
 	}
 	if b.subs.Closed() || errors.Is(err, kgo.ErrClientClosed) {
-		return fmt.Errorf("kafkabroker: %s: %w", op, svc.ErrBrokerClosed)
+		return flow.Wrap("kafkabroker", op, svc.ErrBrokerClosed, nil)
 	}
-	return fmt.Errorf("kafkabroker: %s: %w", op, err)
+	return flow.Wrap("kafkabroker", op, err, permanent)
+}
+
+// permanent is a Kafka error code the cluster gives again (too large a
+// message, a bad topic, no authorization); retriable codes (a leader
+// moving, a timeout) and a lost connection are transient.
+func permanent(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke) && !ke.Retriable
 }
 
 // topicName maps a subject to a legal topic name.
@@ -334,7 +348,7 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 	if err != nil {
 		return nil, b.wrap("subscribe to "+topic, err)
 	}
-	s := &bsub{cl: cl, done: make(chan struct{})}
+	s := &bsub{panics: &b.panics, cl: cl, done: make(chan struct{})}
 	var lctx context.Context
 	lctx, s.cancel = context.WithCancel(context.Background())
 	if err := b.subs.Track(s); err != nil {
@@ -349,6 +363,7 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 
 // bsub is one broadcast subscription.
 type bsub struct {
+	panics  *flow.Panics
 	cl      *kgo.Client
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -373,7 +388,7 @@ func (s *bsub) run(ctx context.Context, subject string, h svc.BroadcastHandler, 
 				return
 			}
 			func() {
-				defer func() { _ = recover() }()
+				defer s.panics.Recover(subject)
 				h(ctx, subject, r.Value)
 			}()
 		})

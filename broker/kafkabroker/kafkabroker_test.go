@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/brokertest"
 	"github.com/svc-dev/svc/broker/kafkabroker"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -61,7 +62,7 @@ func TestConnectErrors(t *testing.T) {
 // twice.
 func TestRebalanceWaitsForInFlight(t *testing.T) {
 	url := cluster(t) + "?partitions=8"
-	subj := svc.TaskSubject("rebalance")
+	subj := fleetwire.TaskSubject("rebalance")
 	pub := connect(t, url)
 	defer pub.Close()
 	var mu sync.Mutex

@@ -18,12 +18,13 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Errors of a delivery settled too late.
 var (
-	errExpired = errors.New("kafkabroker: ack deadline passed: the message was redelivered")
-	errMoved   = errors.New("kafkabroker: the message's partition moved to another member, which reads it again")
+	errExpired = svc.PermanentBrokerError("kafkabroker", "", errors.New("ack deadline passed: the message was redelivered"))
+	errMoved   = svc.PermanentBrokerError("kafkabroker", "", errors.New("the message's partition moved to another member, which reads it again"))
 )
 
 type entry struct {
@@ -98,6 +99,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 	}
 	s.cl = cl
 	s.fs = flow.New(opts.Prefetch, s.finish)
+	s.fs.Panics, s.fs.Subject = &b.panics, subject
 	if err := b.subs.Track(s); err != nil {
 		cl.Close()
 		return nil, err
@@ -279,7 +281,7 @@ func (s *wsub) deadLetter(ctx context.Context, e *entry) {
 		Reason: fmt.Sprintf("delivered %d times without being acknowledged (max_deliver %d)", e.prior, s.opts.MaxDeliver),
 	}
 	raw, _ := json.Marshal(dl)
-	if err := s.b.Publish(ctx, svc.DeadLetterSubject(s.subject), raw); err != nil {
+	if err := s.b.Publish(ctx, fleetwire.DeadLetterSubject(s.subject), raw); err != nil {
 		s.log.Warn("dead letter", zap.Error(err))
 		return // left stHandling: its deadline re-appends it, and it comes back here
 	}
@@ -405,7 +407,7 @@ func (s *wsub) commit() error {
 			}
 		})
 	if cerr != nil {
-		return fmt.Errorf("kafkabroker: commit %s: %w", s.topic, cerr)
+		return s.b.wrap("commit "+s.topic, cerr)
 	}
 	s.mu.Lock()
 	for p, o := range offsets {

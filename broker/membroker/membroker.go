@@ -17,6 +17,8 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
+	"go.uber.org/zap"
 )
 
 // Hub is the shared state of the in-process broker: its queues and
@@ -84,8 +86,12 @@ func (h *Hub) Connect() *Broker {
 	h.mu.Lock()
 	h.clients++
 	h.mu.Unlock()
-	return &Broker{hub: h}
+	return &Broker{hub: h, panics: flow.Panics{Log: zap.L().With(zap.String("broker", "memory"))}}
 }
+
+// HandlerPanics is how many panics of its handlers this client recovered
+// (each logged with its stack, its delivery abandoned).
+func (b *Broker) HandlerPanics() int64 { return b.panics.Count() }
 
 // shutdown stops every timer of the hub; its queues are dropped.
 func (h *Hub) shutdown() {
@@ -105,6 +111,9 @@ func (h *Hub) shutdown() {
 // Broker is one client of a Hub.
 type Broker struct {
 	hub *Hub
+	// panics recovers its handlers' panics, logged at zap.L(): a hub
+	// in memory has no logger of its own.
+	panics flow.Panics
 
 	subs flow.Registry[*subscription] // live subscriptions; closed after Close
 }
@@ -267,7 +276,7 @@ func (h *Hub) enqueue(subject string, data []byte) {
 // Subscribe joins opts.Group on subject.
 func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.SubscribeOptions, hd svc.Handler) (svc.Subscription, error) {
 	if subject == "" || hd == nil {
-		return nil, errors.New("membroker: Subscribe needs a subject and a handler")
+		return nil, flow.Refused("membroker", "Subscribe needs a subject and a handler")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -276,6 +285,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 	h := b.hub
 	m := &member{opts: opts, h: hd, cl: b}
 	m.sub = flow.New(opts.Prefetch, nil)
+	m.sub.Panics, m.sub.Subject = &b.panics, subject
 	m.sub.OnRelease = func() {
 		h.mu.Lock()
 		h.pumpLocked(m.q)
@@ -289,7 +299,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 	q := h.queueLocked(subject)
 	if q.group != "" && q.group != opts.Group {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("membroker: subject %s is consumed by group %q; refusing a second group %q", subject, q.group, opts.Group)
+		return nil, flow.Refused("membroker", "subject %s is consumed by group %q; refusing a second group %q", subject, q.group, opts.Group)
 	}
 	q.group = opts.Group
 	m.q = q
@@ -381,7 +391,7 @@ func (h *Hub) deadLetterLocked(q *queue, to *member, msg *message, n int) bool {
 		}
 		rec, err := json.Marshal(dl)
 		if err == nil {
-			h.enqueue(svc.DeadLetterSubject(q.subject), rec)
+			h.enqueue(fleetwire.DeadLetterSubject(q.subject), rec)
 		}
 	})
 }
@@ -410,7 +420,7 @@ type acker struct {
 	wait  time.Duration
 }
 
-var errExpired = errors.New("membroker: delivery no longer held (its ack deadline passed)")
+var errExpired = svc.PermanentBrokerError("membroker", "", errors.New("delivery no longer held (its ack deadline passed)"))
 
 // current checks, with h.mu held, that the delivery still holds its message.
 func (a *acker) current() error {
@@ -513,7 +523,7 @@ func (b *Broker) Broadcast(ctx context.Context, subject string, data []byte) err
 // SubscribeBroadcast calls hd for every message broadcast on subject.
 func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, hd svc.BroadcastHandler) (svc.Subscription, error) {
 	if subject == "" || hd == nil {
-		return nil, errors.New("membroker: SubscribeBroadcast needs a subject and a handler")
+		return nil, flow.Refused("membroker", "SubscribeBroadcast needs a subject and a handler")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -535,7 +545,7 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, hd svc.
 				return
 			case data := <-l.ch:
 				func() {
-					defer func() { _ = recover() }()
+					defer b.panics.Recover(subject)
 					hd(ctx, subject, data)
 				}()
 			}

@@ -2,7 +2,6 @@ package natsbroker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/internal/flow"
 )
 
 // DefaultListen is where an embedded server takes clients unless told.
@@ -49,7 +49,7 @@ type Embedded struct {
 // in this process, and point workers at it.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.DataDir == "" {
-		return nil, errors.New("natsbroker: the embedded server needs a data directory")
+		return nil, flow.Refused("natsbroker", "the embedded server needs a data directory")
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
@@ -59,11 +59,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("natsbroker: listen address %q: %w", cfg.Listen, err)
+		return nil, flow.Refused("natsbroker", "listen address %q: %w", cfg.Listen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return nil, fmt.Errorf("natsbroker: listen address %q: bad port", cfg.Listen)
+		return nil, flow.Refused("natsbroker", "listen address %q: bad port", cfg.Listen)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -73,7 +73,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	store := filepath.Join(cfg.DataDir, "nats")
 	if err := os.MkdirAll(store, 0o750); err != nil {
-		return nil, fmt.Errorf("natsbroker: %w", err)
+		return nil, svc.PermanentBrokerError("natsbroker", "", err)
 	}
 	opts := &server.Options{
 		ServerName: "svc-embedded",
@@ -87,7 +87,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("natsbroker: embedded server: %w", err)
+		return nil, svc.PermanentBrokerError("natsbroker", "embedded server", err)
 	}
 	if cfg.Logger != nil {
 		srv.SetLogger(zapLogger{cfg.Logger.Named("nats-server").Sugar()}, false, false)
@@ -96,7 +96,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if !srv.ReadyForConnections(cfg.ReadyTimeout) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("natsbroker: embedded server not ready on %s within %v (is the port taken?)", cfg.Listen, cfg.ReadyTimeout)
+		return nil, svc.TransientBrokerError("natsbroker", "", fmt.Errorf("embedded server not ready on %s within %v (is the port taken?)", cfg.Listen, cfg.ReadyTimeout))
 	}
 	e := &Embedded{srv: srv}
 	url := srv.ClientURL()
@@ -131,7 +131,7 @@ func (e *Embedded) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("natsbroker: embedded server shutdown: %w", ctx.Err())
+		return svc.TransientBrokerError("natsbroker", "embedded server shutdown", ctx.Err())
 	}
 }
 

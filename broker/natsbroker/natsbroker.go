@@ -42,6 +42,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Options configure a connection.
@@ -67,10 +68,11 @@ const consumerIdle = 24 * time.Hour
 
 // Broker is a NATS connection.
 type Broker struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	log *zap.Logger
-	o   Options
+	panics flow.Panics
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    *zap.Logger
+	o      Options
 
 	streams sync.Map // stream name → struct{} once ensured
 
@@ -122,14 +124,14 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 		}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("natsbroker: connect: %w", err)
+		return nil, flow.Wrap("natsbroker", "connect", err, permanent)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("natsbroker: %w", err)
+		return nil, flow.Wrap("natsbroker", "", err, permanent)
 	}
-	b := &Broker{nc: nc, js: js, log: log, o: o}
+	b := &Broker{nc: nc, js: js, log: log, o: o, panics: flow.Panics{Log: log}}
 	if err := b.Ping(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -141,6 +143,10 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 	log.Info("connected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
 	return b, nil
 }
+
+// HandlerPanics is how many panics of its handlers this client recovered
+// (each logged with its stack, its delivery abandoned).
+func (b *Broker) HandlerPanics() int64 { return b.panics.Count() }
 
 // Scheme is "nats".
 func (b *Broker) Scheme() string { return "nats" }
@@ -157,7 +163,7 @@ func (b *Broker) Ping(ctx context.Context) error {
 		return svc.ErrBrokerClosed
 	}
 	if _, err := b.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("natsbroker: JetStream not available: %w", err)
+		return b.wrap("JetStream not available", err)
 	}
 	return nil
 }
@@ -171,7 +177,7 @@ func (b *Broker) Connected() error {
 		return svc.ErrBrokerClosed
 	}
 	if st := b.nc.Status(); st != nats.CONNECTED {
-		return fmt.Errorf("natsbroker: %s, not connected", strings.ToLower(st.String()))
+		return svc.TransientBrokerError("natsbroker", "", fmt.Errorf("%s, not connected", strings.ToLower(st.String())))
 	}
 	return nil
 }
@@ -197,29 +203,42 @@ func (b *Broker) track(s *subscription) error { return b.subs.Track(s) }
 
 func (b *Broker) untrack(s *subscription) { b.subs.Untrack(s) }
 
-// wrap turns a NATS error after Close into ErrBrokerClosed.
+// wrap types a NATS error as a svc.BrokerError, ErrBrokerClosed after
+// Close.
 func (b *Broker) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if b.isClosed() || errors.Is(err, nats.ErrConnectionClosed) {
-		return fmt.Errorf("natsbroker: %s: %w", op, svc.ErrBrokerClosed)
+		return flow.Wrap("natsbroker", op, svc.ErrBrokerClosed, nil)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
-		return fmt.Errorf("natsbroker: %s: %w (raise the server's max_payload to %d)", op, err, svc.MaxPayloadBytes)
+		err = fmt.Errorf("%w (raise the server's max_payload to %d)", err, svc.MaxPayloadBytes)
 	}
-	return fmt.Errorf("natsbroker: %s: %w", op, err)
+	return flow.Wrap("natsbroker", op, err, permanent)
+}
+
+// permanent tells what the server refuses whenever it is asked (too large
+// a message, a bad subject, no permission) from a connection that is down
+// or slow, which nats.go reconnects.
+func permanent(err error) bool {
+	for _, p := range []error{nats.ErrMaxPayload, nats.ErrBadSubject, nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrPermissionViolation} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // streamFor names the stream of a work subject and the subjects it holds.
 func streamFor(subject string) (name, filter string, maxAge time.Duration, err error) {
 	tokens := strings.Split(subject, ".")
 	if len(tokens) < 3 {
-		return "", "", 0, fmt.Errorf("natsbroker: work subject %q needs at least three tokens (like svc.tasks.NAME)", subject)
+		return "", "", 0, flow.Refused("natsbroker", "work subject %q needs at least three tokens (like svc.tasks.NAME)", subject)
 	}
 	for _, t := range tokens {
 		if t == "" || strings.ContainsAny(t, " \t\r\n*>") {
-			return "", "", 0, fmt.Errorf("natsbroker: invalid subject %q", subject)
+			return "", "", 0, flow.Refused("natsbroker", "invalid subject %q", subject)
 		}
 	}
 	prefix := tokens[0] + "." + tokens[1]
@@ -323,7 +342,7 @@ func (b *Broker) Publish(ctx context.Context, subject string, data []byte) error
 // Subscribe joins the durable consumer of opts.Group on subject.
 func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.SubscribeOptions, h svc.Handler) (svc.Subscription, error) {
 	if h == nil {
-		return nil, errors.New("natsbroker: Subscribe needs a handler")
+		return nil, flow.Refused("natsbroker", "Subscribe needs a handler")
 	}
 	if b.isClosed() {
 		return nil, svc.ErrBrokerClosed
@@ -334,6 +353,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 		return nil, err
 	}
 	m.fs = flow.New(opts.Prefetch, nil)
+	m.fs.Panics, m.fs.Subject = &b.panics, subject
 	s := &subscription{fs: m.fs}
 	s.cleanup = func() { b.untrack(s) }
 	if err := b.track(s); err != nil {
@@ -374,7 +394,7 @@ func (m *member) join(ctx context.Context) error {
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "filtered consumer not unique") || strings.Contains(err.Error(), "overlapping") {
-			return fmt.Errorf("natsbroker: subject %s already has a consumer group other than %q (a work queue has one): %w", subject, opts.Group, err)
+			return flow.Refused("natsbroker", "subject %s already has a consumer group other than %q (a work queue has one): %w", subject, opts.Group, err)
 		}
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			b.forgetStream(subject)
@@ -477,7 +497,7 @@ func (m *member) deadLetter(ctx context.Context, msg jetstream.Msg, deliveries i
 	if err == nil {
 		// A context of its own: the record must land even while stopping.
 		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = m.b.Publish(pctx, svc.DeadLetterSubject(msg.Subject()), rec)
+		err = m.b.Publish(pctx, fleetwire.DeadLetterSubject(msg.Subject()), rec)
 		cancel()
 	}
 	if err != nil {
@@ -535,7 +555,7 @@ const setupTimeout = 30 * time.Second
 // the server has the subscription.
 func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.BroadcastHandler) (svc.Subscription, error) {
 	if h == nil {
-		return nil, errors.New("natsbroker: SubscribeBroadcast needs a handler")
+		return nil, flow.Refused("natsbroker", "SubscribeBroadcast needs a handler")
 	}
 	if b.isClosed() {
 		return nil, svc.ErrBrokerClosed
@@ -572,7 +592,7 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 				return
 			case msg := <-ch:
 				func() {
-					defer func() { _ = recover() }()
+					defer b.panics.Recover(subject)
 					h(ctx, msg.Subject, msg.Data)
 				}()
 			}

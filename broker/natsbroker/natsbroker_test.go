@@ -14,6 +14,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/brokertest"
 	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,7 +64,7 @@ func TestEmbeddedKeepsTasksAcrossRestart(t *testing.T) {
 		t.Errorf("ClientURL = %q", e.ClientURL())
 	}
 	b := connect(t, e.ClientURL())
-	if err := b.Publish(ctx, svc.TaskSubject("kept"), []byte("queued")); err != nil {
+	if err := b.Publish(ctx, fleetwire.TaskSubject("kept"), []byte("queued")); err != nil {
 		t.Fatal(err)
 	}
 	_ = b.Close()
@@ -82,7 +83,7 @@ func TestEmbeddedKeepsTasksAcrossRestart(t *testing.T) {
 	b2 := connect(t, e2.ClientURL())
 	defer b2.Close()
 	got := make(chan string, 1)
-	sub, err := b2.Subscribe(ctx, svc.TaskSubject("kept"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	sub, err := b2.Subscribe(ctx, fleetwire.TaskSubject("kept"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		got <- string(d.Data)
 		_ = d.Ack(ctx)
 	})
@@ -135,18 +136,18 @@ func TestBadSubjects(t *testing.T) {
 	}
 	// Agent names may hold dots; groups with dots get valid, distinct durable names.
 	for _, agent := range []string{"a.b", "a_b"} {
-		s, err := b.Subscribe(ctx, svc.TaskSubject(agent), svc.SubscribeOptions{}, func(context.Context, *svc.Delivery) {})
+		s, err := b.Subscribe(ctx, fleetwire.TaskSubject(agent), svc.SubscribeOptions{}, func(context.Context, *svc.Delivery) {})
 		if err != nil {
 			t.Fatalf("Subscribe(%s): %v", agent, err)
 		}
 		_ = s.Stop()
 	}
-	s, err := b.Subscribe(ctx, svc.TaskSubject("one"), svc.SubscribeOptions{Group: "g1"}, func(context.Context, *svc.Delivery) {})
+	s, err := b.Subscribe(ctx, fleetwire.TaskSubject("one"), svc.SubscribeOptions{Group: "g1"}, func(context.Context, *svc.Delivery) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Stop()
-	if _, err := b.Subscribe(ctx, svc.TaskSubject("one"), svc.SubscribeOptions{Group: "g2"}, func(context.Context, *svc.Delivery) {}); err == nil {
+	if _, err := b.Subscribe(ctx, fleetwire.TaskSubject("one"), svc.SubscribeOptions{Group: "g2"}, func(context.Context, *svc.Delivery) {}); err == nil {
 		t.Error("a second group on a work subject was accepted")
 	} else if errors.Is(err, svc.ErrBrokerClosed) {
 		t.Error(err)
@@ -167,7 +168,7 @@ func TestMemberSurvivesServerRestart(t *testing.T) {
 	b := connect(t, e.ClientURL())
 	defer b.Close()
 	got := make(chan string, 4)
-	sub, err := b.Subscribe(ctx, svc.TaskSubject("restart"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
+	sub, err := b.Subscribe(ctx, fleetwire.TaskSubject("restart"), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		if err := d.Ack(ctx); err == nil {
 			// Never blocks: the publishes that land while the member
 			// rejoins are all delivered at once, and a handler stuck on
@@ -192,7 +193,7 @@ func TestMemberSurvivesServerRestart(t *testing.T) {
 	defer e2.Shutdown(ctx)
 	pub := connect(t, e2.ClientURL())
 	defer pub.Close()
-	if err := pub.Publish(ctx, svc.TaskSubject("restart"), []byte("after restart")); err != nil {
+	if err := pub.Publish(ctx, fleetwire.TaskSubject("restart"), []byte("after restart")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -215,7 +216,7 @@ func TestMemberRejoinsDeletedConsumer(t *testing.T) {
 	ctx := context.Background()
 	b := connect(t, e.ClientURL())
 	defer b.Close()
-	subj := svc.TaskSubject("rejoin")
+	subj := fleetwire.TaskSubject("rejoin")
 	got := make(chan string, 4)
 	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		if err := d.Ack(ctx); err == nil {

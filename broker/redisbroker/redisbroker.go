@@ -46,6 +46,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/internal/flow"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
 // Options configure a connection.
@@ -70,7 +71,8 @@ const maxBlock = 500 * time.Millisecond
 
 // Broker is a Redis connection pool.
 type Broker struct {
-	rdb *redis.Client
+	panics flow.Panics
+	rdb    *redis.Client
 	// blocking serves the members' blocking XREADGROUPs, one connection
 	// each, so that they never take the connections commands need.
 	blocking *redis.Client
@@ -112,7 +114,7 @@ func (b *Broker) Retained(ctx context.Context, key string) (bool, error) {
 func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisbroker: %w", err)
+		return nil, svc.PermanentBrokerError("redisbroker", "", err)
 	}
 	if o.Prefix == "" {
 		o.Prefix = "svc:"
@@ -130,7 +132,7 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 	rdb := redis.NewClient(opt)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redisbroker: connect to %s: %w", opt.Addr, err)
+		return nil, flow.Wrap("redisbroker", "connect to "+opt.Addr, err, permanent)
 	}
 	bopt := *opt
 	bopt.PoolSize = 1 << 12 // connections are made as members block, not up front
@@ -140,8 +142,13 @@ func Connect(ctx context.Context, url string, o Options) (*Broker, error) {
 		rdb: rdb, blocking: redis.NewClient(&bopt), o: o,
 		log: o.Logger.With(zap.String("broker", "redis")),
 	}
+	b.panics.Log = b.log
 	return b, nil
 }
+
+// HandlerPanics is how many panics of its handlers this client recovered
+// (each logged with its stack, its delivery abandoned).
+func (b *Broker) HandlerPanics() int64 { return b.panics.Count() }
 
 // Scheme is "redis".
 func (b *Broker) Scheme() string { return "redis" }
@@ -183,9 +190,26 @@ func (b *Broker) wrap(op string, err error) error {
 		return nil
 	}
 	if b.isClosed() || errors.Is(err, redis.ErrClosed) {
-		return fmt.Errorf("redisbroker: %s: %w", op, svc.ErrBrokerClosed)
+		return flow.Wrap("redisbroker", op, svc.ErrBrokerClosed, nil)
 	}
-	return fmt.Errorf("redisbroker: %s: %w", op, err)
+	return flow.Wrap("redisbroker", op, err, permanent)
+}
+
+// permanent tells a reply the server will give again (a wrong type, an
+// unknown command, a refused script) from a failure of the connection or
+// of a server that is loading, busy, failing over or short of memory,
+// which a later call may not meet.
+func permanent(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) || errors.Is(err, redis.Nil) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM", "MOVED", "ASK"} {
+		if strings.HasPrefix(re.Error(), p+" ") {
+			return false
+		}
+	}
+	return true
 }
 
 func checkSubject(subject string) error { return flow.CheckSubject("redisbroker", subject) }
@@ -285,12 +309,12 @@ if #p == 0 then redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) e
 return 1`)
 )
 
-var errLost = errors.New("redisbroker: delivery no longer held (its ack deadline passed and another member took it)")
+var errLost = svc.PermanentBrokerError("redisbroker", "", errors.New("delivery no longer held (its ack deadline passed and another member took it)"))
 
 // Subscribe joins opts.Group on subject as consumer opts.ConsumerID.
 func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.SubscribeOptions, h svc.Handler) (svc.Subscription, error) {
 	if h == nil {
-		return nil, errors.New("redisbroker: Subscribe needs a handler")
+		return nil, flow.Refused("redisbroker", "Subscribe needs a handler")
 	}
 	if err := checkSubject(subject); err != nil {
 		return nil, err
@@ -304,6 +328,7 @@ func (b *Broker) Subscribe(ctx context.Context, subject string, opts svc.Subscri
 		return nil, err
 	}
 	m.fs = flow.New(opts.Prefetch, nil)
+	m.fs.Panics, m.fs.Subject = &b.panics, subject
 	s := &subscription{fs: m.fs}
 	s.cleanup = func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -514,7 +539,7 @@ func (m *member) deadLetter(ctx context.Context, a *acker, data []byte, deliveri
 		// A context of its own: the record must land even while stopping.
 		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err = m.b.Publish(pctx, svc.DeadLetterSubject(m.subject), rec); err == nil {
+		if err = m.b.Publish(pctx, fleetwire.DeadLetterSubject(m.subject), rec); err == nil {
 			err = a.Ack(pctx)
 		}
 	}
@@ -570,7 +595,7 @@ func (b *Broker) Broadcast(ctx context.Context, subject string, data []byte) err
 // channel; it returns once the server has confirmed the subscription.
 func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.BroadcastHandler) (svc.Subscription, error) {
 	if h == nil {
-		return nil, errors.New("redisbroker: SubscribeBroadcast needs a handler")
+		return nil, flow.Refused("redisbroker", "SubscribeBroadcast needs a handler")
 	}
 	if err := checkSubject(subject); err != nil {
 		return nil, err
@@ -612,7 +637,7 @@ func (b *Broker) SubscribeBroadcast(ctx context.Context, subject string, h svc.B
 			}
 			if m, ok := msg.(*redis.Message); ok {
 				func() {
-					defer func() { _ = recover() }()
+					defer b.panics.Recover(subject)
 					h(ctx, subject, []byte(m.Payload))
 				}()
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/brokertest"
 	"github.com/svc-dev/svc/broker/redisbroker"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/servertest"
 )
 
@@ -52,7 +53,7 @@ func TestConnectErrors(t *testing.T) {
 func TestStableConsumerID(t *testing.T) {
 	url := startRedis(t)
 	ctx := context.Background()
-	subj := svc.TaskSubject("stable")
+	subj := fleetwire.TaskSubject("stable")
 	opts := svc.SubscribeOptions{Group: "g", ConsumerID: "worker-1", AckWait: 300 * time.Millisecond}
 
 	first := connect(t, url, redisbroker.Options{})
@@ -111,7 +112,7 @@ func TestPrefix(t *testing.T) {
 	ctx := context.Background()
 	b := connect(t, url, redisbroker.Options{Prefix: "other:"})
 	defer b.Close()
-	if err := b.Publish(ctx, svc.TaskSubject("p"), []byte("x")); err != nil {
+	if err := b.Publish(ctx, fleetwire.TaskSubject("p"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	raw := redis.NewClient(&redis.Options{Addr: url[len("redis://"):]})
@@ -128,7 +129,7 @@ func TestInboxExpiry(t *testing.T) {
 	ctx := context.Background()
 	b := connect(t, url, redisbroker.Options{})
 	defer b.Close()
-	subj := svc.ResultSubject("rt-expiry")
+	subj := fleetwire.ResultSubject("rt-expiry")
 	got := make(chan string, 4)
 	sub, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		got <- string(d.Data)
@@ -150,7 +151,7 @@ func TestInboxExpiry(t *testing.T) {
 	if ttl, _ := raw.TTL(ctx, key).Result(); ttl <= 0 || ttl > 24*time.Hour {
 		t.Errorf("inbox TTL = %v, want up to a day", ttl)
 	}
-	if ttl, _ := raw.TTL(ctx, "svc:q:"+svc.TaskSubject("x")).Result(); ttl > 0 {
+	if ttl, _ := raw.TTL(ctx, "svc:q:"+fleetwire.TaskSubject("x")).Result(); ttl > 0 {
 		t.Errorf("a task stream has a TTL %v", ttl)
 	}
 	if err := raw.Del(ctx, key).Err(); err != nil { // as when it expires
@@ -175,7 +176,7 @@ func TestInboxExpiry(t *testing.T) {
 func TestPruneIdleConsumers(t *testing.T) {
 	url := startRedis(t)
 	ctx := context.Background()
-	subj := svc.TaskSubject("prune")
+	subj := fleetwire.TaskSubject("prune")
 	raw := redis.NewClient(&redis.Options{Addr: url[len("redis://"):]})
 	defer raw.Close()
 	key := "svc:q:" + subj

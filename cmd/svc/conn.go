@@ -132,9 +132,10 @@ func (f *connFlags) open(cmd *cobra.Command) (*conn, error) {
 // kindOf tells whether target is an agent or a group, by the lists the
 // backend serves; kind ("agent", "group" or "" for either) settles a name
 // that is both.
-func kindOf(ctx context.Context, b backend, target, kind string) (string, error) {
+func kindOf(ctx context.Context, b backend, target, flag string) (svc.TargetKind, error) {
+	kind := svc.TargetKind(flag)
 	switch kind {
-	case "", svc.KindAgent, svc.KindGroup:
+	case "", svc.TargetAgent, svc.TargetGroup:
 	default:
 		return "", &exitError{code: 2, err: fmt.Errorf("--kind %q: want agent or group", kind)}
 	}
@@ -148,14 +149,14 @@ func kindOf(ctx context.Context, b backend, target, kind string) (string, error)
 	}
 	isAgent, isGroup := contains(agents, target), contains(groups, target)
 	switch {
-	case kind == svc.KindAgent && isAgent, kind == svc.KindGroup && isGroup:
+	case kind == svc.TargetAgent && isAgent, kind == svc.TargetGroup && isGroup:
 		return kind, nil
 	case kind == "" && isAgent && isGroup:
 		return "", &exitError{code: 2, err: fmt.Errorf("%q is both an agent and a group: say which with --kind agent or --kind group", target)}
 	case kind == "" && isAgent:
-		return svc.KindAgent, nil
+		return svc.TargetAgent, nil
 	case kind == "" && isGroup:
-		return svc.KindGroup, nil
+		return svc.TargetGroup, nil
 	case kind != "":
 		return "", svc.Errorf(svc.KindRegistry, "unknown %s %q", kind, target)
 	}

@@ -118,7 +118,7 @@ func (r *runCmd) run(cmd *cobra.Command, target string) error {
 		return err
 	}
 	errw := cmd.ErrOrStderr()
-	line := newProgressLine(errw, r.progress.enabled(errw), kind+" "+target)
+	line := newProgressLine(errw, r.progress.enabled(errw), string(kind)+" "+target)
 	defer line.stop()
 	// A synchronous call has no run id to cancel: cancelling its context
 	// stops it (in process), or ends the request, which the server takes
@@ -126,7 +126,7 @@ func (r *runCmd) run(cmd *cobra.Command, target string) error {
 	stopWatch := onInterrupt(errw, "the run", func() { line.setNote("cancelling"); cancel() })
 	defer stopWatch()
 	var res svc.RunResult
-	if kind == svc.KindGroup {
+	if kind == svc.TargetGroup {
 		res, err = c.RunGroup(svc.WithProgress(ctx, line.set), target, task)
 	} else {
 		var a svc.AgentResult

@@ -65,8 +65,8 @@ func (s *submitCmd) run(cmd *cobra.Command, target string) error {
 	if err := s.progress.check(); err != nil {
 		return usage(err)
 	}
-	switch s.kind {
-	case "", svc.KindAgent, svc.KindGroup:
+	switch svc.TargetKind(s.kind) {
+	case "", svc.TargetAgent, svc.TargetGroup:
 	default:
 		return usage(fmt.Errorf("--kind %q: want agent or group", s.kind))
 	}
@@ -76,7 +76,7 @@ func (s *submitCmd) run(cmd *cobra.Command, target string) error {
 	}
 	defer c.close()
 	ctx := cmd.Context()
-	id, err := c.Submit(ctx, svc.SubmitRequest{Target: target, Kind: s.kind, IdempotencyKey: s.idempotencyKey,
+	id, err := c.Submit(ctx, svc.SubmitRequest{Target: target, Kind: svc.TargetKind(s.kind), IdempotencyKey: s.idempotencyKey,
 		Task: task})
 	if err != nil {
 		return &exitError{code: 1, err: err}

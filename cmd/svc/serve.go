@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/app"
 	"github.com/svc-dev/svc/emitters/sse"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/http/server"
 	"github.com/svc-dev/svc/spec"
 )
@@ -108,11 +109,11 @@ func (b *brokerFlags) register(fs *pflag.FlagSet, usage string) {
 
 // keyring is the fleet's signing keys: --broker-keys, else
 // $SVC_BROKER_KEYS, else nil (unsigned).
-func (b *brokerFlags) keyring() (*svc.Keyring, error) {
+func (b *brokerFlags) keyring() (*fleetwire.Keyring, error) {
 	if b.keysFile != "" {
-		return svc.LoadKeyring(b.keysFile)
+		return fleetwire.LoadKeyring(b.keysFile)
 	}
-	k, err := svc.ParseKeyring(os.Getenv("SVC_BROKER_KEYS"))
+	k, err := fleetwire.ParseKeyring(os.Getenv("SVC_BROKER_KEYS"))
 	if err != nil {
 		return nil, fmt.Errorf("SVC_BROKER_KEYS: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker/natsbroker"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -44,7 +45,7 @@ func TestSignedFleet(t *testing.T) {
 	}
 	defer nb.Close()
 	dead := make(chan svc.DeadLetter, 16)
-	sub, err := nb.Subscribe(ctx, svc.DeadLetterSubject(svc.TaskSubject("echo")), svc.SubscribeOptions{Prefetch: 8},
+	sub, err := nb.Subscribe(ctx, fleetwire.DeadLetterSubject(fleetwire.TaskSubject("echo")), svc.SubscribeOptions{Prefetch: 8},
 		func(ctx context.Context, d *svc.Delivery) {
 			var dl svc.DeadLetter
 			if err := json.Unmarshal(d.Data, &dl); err != nil {
@@ -59,9 +60,9 @@ func TestSignedFleet(t *testing.T) {
 	defer func() { _ = sub.Stop() }()
 
 	const marker = "FORGED-PAYLOAD-7f3a"
-	forge := func(id string) svc.Envelope {
-		return svc.Envelope{V: svc.EnvelopeVersion, Kind: svc.KindTask, TaskID: id, TraceID: id, RunID: id, Agent: "echo",
-			ReplyTo: svc.ResultSubject("attacker"), Input: json.RawMessage(`{"text":"` + marker + `"}`)}
+	forge := func(id string) fleetwire.Envelope {
+		return fleetwire.Envelope{V: fleetwire.Version, Kind: fleetwire.MsgTask, TaskID: id, TraceID: id, RunID: id, Agent: "echo",
+			ReplyTo: fleetwire.ResultSubject("attacker"), Input: json.RawMessage(`{"text":"` + marker + `"}`)}
 	}
 	unsigned := forge("forged-unsigned")
 	otherKey := forge("forged-other-key")
@@ -74,12 +75,12 @@ func TestSignedFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	tampered.Input = json.RawMessage(`{"text":"` + marker + `"}`)
-	for _, e := range []svc.Envelope{unsigned, otherKey, tampered} {
+	for _, e := range []fleetwire.Envelope{unsigned, otherKey, tampered} {
 		data, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := nb.Publish(ctx, svc.TaskSubject("echo"), data); err != nil {
+		if err := nb.Publish(ctx, fleetwire.TaskSubject("echo"), data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestSignedFleet(t *testing.T) {
 	for len(got) < 3 {
 		select {
 		case dl := <-dead:
-			var e svc.Envelope
+			var e fleetwire.Envelope
 			_ = json.Unmarshal(dl.Data, &e)
 			got[e.TaskID] = dl.Reason
 		case <-ctx.Done():

@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/app"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/worker"
 )
 
@@ -169,7 +169,7 @@ func banner(out io.Writer, a *app.App) {
 	fmt.Fprintf(&b, "  runtime id   %s\n", wk.RuntimeID())
 	fmt.Fprintf(&b, "  consumer id  %s\n", cfg.ConsumerID)
 	fmt.Fprintf(&b, "  concurrency  %d (prefetch %d per agent)\n", cfg.Concurrency, cfg.Prefetch)
-	fmt.Fprintf(&b, "  results      to the reply subject of each task (%s)\n", svc.ResultSubject("{publisher}"))
+	fmt.Fprintf(&b, "  results      to the reply subject of each task (%s)\n", fleetwire.ResultSubject("{publisher}"))
 	if len(cfg.Keys) > 0 {
 		ids := slices.Sorted(maps.Keys(cfg.Keys))
 		fmt.Fprintf(&b, "  signing      results with key %s; tasks must be signed with one of %s\n", cfg.SignKeyID, strings.Join(ids, ", "))

@@ -1,7 +1,7 @@
 // Package bridge is the spec's BrokerEventBridge: the emitter a worker puts
 // in its runtime's chain to relay the RuntimeEvents of a task to the
 // publisher that sent it, on that publisher's svc.events.{runtime_id}
-// (svc.EventSubject), when the publisher runs with --publish-events.
+// (fleetwire.EventSubject), when the publisher runs with --publish-events.
 //
 // An emitter's Emit has no context, so the bridge cannot ask an event which
 // task it belongs to. It goes by spans instead: the worker binds the span of

@@ -12,6 +12,7 @@ import (
 	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/emitters/bridge"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
@@ -52,7 +53,7 @@ func (s spanned) Emit(ev svc.RuntimeEvent) {
 func TestContractBound(t *testing.T) {
 	emittertest.Run(t, func(t *testing.T) svc.Emitter {
 		br := newBridge(t, memBroker(t), bridge.Config{QueueSize: 64})
-		t.Cleanup(br.Bind("task-span", svc.EventSubject("pub-1")))
+		t.Cleanup(br.Bind("task-span", fleetwire.EventSubject("pub-1")))
 		return spanned{br}
 	})
 }
@@ -101,10 +102,10 @@ func ev(t svc.EventType, span, parent, agent string) svc.RuntimeEvent {
 // not; after unbind nothing does and no span stays bound.
 func TestRelaysATaskAndWhatItStarts(t *testing.T) {
 	b := memBroker(t)
-	pubA, pubB := subscribe(t, b, svc.EventSubject("A")), subscribe(t, b, svc.EventSubject("B"))
+	pubA, pubB := subscribe(t, b, fleetwire.EventSubject("A")), subscribe(t, b, fleetwire.EventSubject("B"))
 	br := newBridge(t, b, bridge.Config{})
-	unbindA := br.Bind("dispatch-a", svc.EventSubject("A"))
-	unbindB := br.Bind("dispatch-b", svc.EventSubject("B"))
+	unbindA := br.Bind("dispatch-a", fleetwire.EventSubject("A"))
+	unbindB := br.Bind("dispatch-b", fleetwire.EventSubject("B"))
 
 	want := []svc.RuntimeEvent{
 		ev(svc.EventAgentSpawned, "inv-a", "dispatch-a", "triage"),
@@ -155,10 +156,10 @@ func TestRelaysATaskAndWhatItStarts(t *testing.T) {
 // TestBindTwice: a span bound twice stays bound until both unbind.
 func TestBindTwice(t *testing.T) {
 	b := memBroker(t)
-	l := subscribe(t, b, svc.EventSubject("A"))
+	l := subscribe(t, b, fleetwire.EventSubject("A"))
 	br := newBridge(t, b, bridge.Config{})
-	u1 := br.Bind("s", svc.EventSubject("A"))
-	u2 := br.Bind("s", svc.EventSubject("A"))
+	u1 := br.Bind("s", fleetwire.EventSubject("A"))
+	u2 := br.Bind("s", fleetwire.EventSubject("A"))
 	u1()
 	br.Emit(ev(svc.EventAgentSpawned, "i", "s", "a"))
 	testutil.Eventually(t, "the event is relayed", func() bool { return len(l.events()) == 1 })
@@ -191,7 +192,7 @@ func (s *stuckBroker) Broadcast(ctx context.Context, _ string, _ []byte) error {
 func TestSlowBrokerDropsAndCounts(t *testing.T) {
 	sb := &stuckBroker{Broker: memBroker(t), release: make(chan struct{})}
 	br := bridge.New(sb, bridge.Config{QueueSize: 10, Batch: 1})
-	unbind := br.Bind("s", svc.EventSubject("A"))
+	unbind := br.Bind("s", fleetwire.EventSubject("A"))
 	const n = 100
 	done := make(chan struct{})
 	go func() {

@@ -27,7 +27,7 @@ type Run struct {
 // Submit submits task to target (an agent or a group; kind, "agent" or
 // "group", is needed only when a name is both) on b and returns the run's
 // handle. b is the runtime, a Client or a Local.
-func Submit(ctx context.Context, b svc.RunBackend, target string, task svc.TaskSpec, kind string) (*Run, error) {
+func Submit(ctx context.Context, b svc.RunBackend, target string, task svc.TaskSpec, kind svc.TargetKind) (*Run, error) {
 	id, err := b.Submit(ctx, svc.SubmitRequest{Target: target, Task: task, Kind: kind})
 	if err != nil {
 		return nil, err
@@ -90,10 +90,10 @@ var _ svc.RunBackend = (*Client)(nil)
 
 // submitRequest is the body of POST /submit the client sends.
 type submitRequest struct {
-	Target    string       `json:"target"`
-	Task      svc.TaskSpec `json:"task"`
-	Kind      string       `json:"kind,omitempty"`
-	RequestID string       `json:"request_id"`
+	Target    string         `json:"target"`
+	Task      svc.TaskSpec   `json:"task"`
+	Kind      svc.TargetKind `json:"kind,omitempty"`
+	RequestID string         `json:"request_id"`
 }
 
 // Submit implements svc.RunBackend: POST /submit. The request id is chosen
@@ -120,7 +120,7 @@ func (c *Client) Submit(ctx context.Context, req svc.SubmitRequest) (string, err
 
 // SubmitRun submits task to target and returns the run's handle; see the
 // package function Submit.
-func (c *Client) SubmitRun(ctx context.Context, target string, task svc.TaskSpec, kind string) (*Run, error) {
+func (c *Client) SubmitRun(ctx context.Context, target string, task svc.TaskSpec, kind svc.TargetKind) (*Run, error) {
 	return Submit(ctx, c, target, task, kind)
 }
 
@@ -309,7 +309,7 @@ func (l *Local) Submit(ctx context.Context, req svc.SubmitRequest) (string, erro
 
 // SubmitRun submits task to target and returns the run's handle; see the
 // package function Submit.
-func (l *Local) SubmitRun(ctx context.Context, target string, task svc.TaskSpec, kind string) (*Run, error) {
+func (l *Local) SubmitRun(ctx context.Context, target string, task svc.TaskSpec, kind svc.TargetKind) (*Run, error) {
 	return Submit(ctx, l, target, task, kind)
 }
 

@@ -111,7 +111,7 @@ func TestSubmitRequest(t *testing.T) {
 	rec := &recorder{}
 	c := newClient(t, serve(t, rec.wrap(runRouter(t))).URL)
 	ctx := svc.WithRequestID(t.Context(), "ctx-id")
-	run, err := c.SubmitRun(ctx, "split", svc.TaskSpec{ID: "t1", Input: json.RawMessage(`{"a":1}`)}, svc.KindGroup)
+	run, err := c.SubmitRun(ctx, "split", svc.TaskSpec{ID: "t1", Input: json.RawMessage(`{"a":1}`)}, svc.TargetGroup)
 	if err != nil {
 		t.Fatal(err)
 	}

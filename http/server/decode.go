@@ -319,10 +319,10 @@ func jsonKind(c byte) string {
 // submitEnvelope is the body of POST /submit: an svc.SubmitRequest, plus the
 // request_id the HTTP client sends, as in the body of a run.
 type submitEnvelope struct {
-	Target    string    `json:"target"`
-	Task      *wireTask `json:"task"`
-	Kind      string    `json:"kind"`
-	RequestID *string   `json:"request_id"`
+	Target    string         `json:"target"`
+	Task      *wireTask      `json:"task"`
+	Kind      svc.TargetKind `json:"kind"`
+	RequestID *string        `json:"request_id"`
 }
 
 // decodeSubmitBody decodes and checks the body of POST /submit: a target,
@@ -355,9 +355,9 @@ func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
 		return svc.SubmitRequest{}, "", err
 	}
 	switch env.Kind {
-	case "", svc.KindAgent, svc.KindGroup:
+	case "", svc.TargetAgent, svc.TargetGroup:
 	default:
-		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "kind %q: want %q or %q", env.Kind, svc.KindAgent, svc.KindGroup)
+		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "kind %q: want %q or %q", env.Kind, svc.TargetAgent, svc.TargetGroup)
 	}
 	return svc.SubmitRequest{Target: env.Target, Task: task, Kind: env.Kind}, deref(env.RequestID), nil
 }

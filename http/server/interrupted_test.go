@@ -16,7 +16,7 @@ func TestInterruptedRun(t *testing.T) {
 	ctx := t.Context()
 	const id = "r-interrupted"
 	st := f.Store
-	if err := st.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: svc.KindAgent}); err != nil {
+	if err := st.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: svc.TargetAgent}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetState(ctx, id, svc.RunRunning, "", nil); err != nil {

@@ -39,7 +39,7 @@ func FuzzDecodeSubmitBody(f *testing.F) {
 		if req.Target == "" || len(req.Task.Input) == 0 || string(req.Task.Input) == "null" || !json.Valid(req.Task.Input) {
 			t.Fatalf("accepted %+v", req)
 		}
-		if req.Kind != "" && req.Kind != svc.KindAgent && req.Kind != svc.KindGroup {
+		if req.Kind != "" && req.Kind != svc.TargetAgent && req.Kind != svc.TargetGroup {
 			t.Fatalf("accepted kind %q", req.Kind)
 		}
 		enc, err := json.Marshal(submitEnvelope{Target: req.Target, Task: &wireTask{TaskSpec: req.Task, RequestID: given(req.Task.RequestID)},

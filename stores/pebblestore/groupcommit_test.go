@@ -18,7 +18,7 @@ import (
 func TestWritesShareASync(t *testing.T) {
 	s := open(t, t.TempDir())
 	ctx := context.Background()
-	if err := s.Create(ctx, svc.RunRecord{RunID: "dup", Target: "echo", Kind: svc.KindAgent}); err != nil {
+	if err := s.Create(ctx, svc.RunRecord{RunID: "dup", Target: "echo", Kind: svc.TargetAgent}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 100
@@ -35,7 +35,7 @@ func TestWritesShareASync(t *testing.T) {
 			id = "dup" // refused in the middle of the batch
 		}
 		wg.Go(func() {
-			errs[i] = s.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: svc.KindAgent})
+			errs[i] = s.Create(ctx, svc.RunRecord{RunID: id, Target: "echo", Kind: svc.TargetAgent})
 		})
 	}
 	// Every write handed over (Pending counts one from before its send).

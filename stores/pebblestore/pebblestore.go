@@ -947,7 +947,7 @@ type stored struct {
 type recordJSON struct {
 	RunID     string           `json:"run_id"`
 	Target    string           `json:"target"`
-	Kind      string           `json:"kind"`
+	Kind      svc.TargetKind   `json:"kind"`
 	State     svc.RunState     `json:"state"`
 	Progress  *svc.RunProgress `json:"progress,omitempty"`
 	Result    []byte           `json:"result,omitempty"`
@@ -962,7 +962,7 @@ type recordJSON struct {
 type summaryJSON struct {
 	RunID     string           `json:"run_id"`
 	Target    string           `json:"target"`
-	Kind      string           `json:"kind"`
+	Kind      svc.TargetKind   `json:"kind"`
 	State     svc.RunState     `json:"state"`
 	Progress  *svc.RunProgress `json:"progress,omitempty"`
 	Reason    string           `json:"reason,omitempty"`

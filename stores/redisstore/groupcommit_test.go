@@ -30,7 +30,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	const n = 100
 	for i := range n {
-		if err := s.Create(ctx, svc.RunRecord{RunID: fmt.Sprint("r", i), Target: "echo", Kind: svc.KindAgent}); err != nil {
+		if err := s.Create(ctx, svc.RunRecord{RunID: fmt.Sprint("r", i), Target: "echo", Kind: svc.TargetAgent}); err != nil {
 			t.Fatal(err)
 		}
 	}

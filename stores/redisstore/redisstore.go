@@ -401,7 +401,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	created := formatTime(rec.CreatedAt)
 	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
 		n, err := s.eval(ctx, createScript, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
-			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
+			"run_id", rec.RunID, "target", rec.Target, "kind", string(rec.Kind), "state", string(svc.RunPending),
 			"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Int()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
@@ -435,7 +435,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 		keys := append(s.keys(rec.RunID), s.prefix+"::idem:"+key, s.prefix+"::idemkeys")
 		res, err := createIdemScript.Run(ctx, s.c, keys, fingerprint, max(ttl.Milliseconds(), 1), svc.MaxIdempotencyKeys, key,
 			rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
-			"run_id", rec.RunID, "target", rec.Target, "kind", rec.Kind, "state", string(svc.RunPending),
+			"run_id", rec.RunID, "target", rec.Target, "kind", string(rec.Kind), "state", string(svc.RunPending),
 			"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Slice()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
@@ -1032,7 +1032,7 @@ func decodeEntry(id string, values map[string]any) (ev svc.RunEvent, end bool, e
 
 // decodeRecord parses a record hash.
 func decodeRecord(h map[string]string) (svc.RunRecord, error) {
-	rec := svc.RunRecord{RunID: h["run_id"], Target: h["target"], Kind: h["kind"], State: svc.RunState(h["state"]), Reason: h["reason"],
+	rec := svc.RunRecord{RunID: h["run_id"], Target: h["target"], Kind: svc.TargetKind(h["kind"]), State: svc.RunState(h["state"]), Reason: h["reason"],
 		TraceID: h["trace_id"]} // absent in records of earlier versions
 	if rec.RunID == "" || !rec.State.Valid() {
 		return svc.RunRecord{}, fmt.Errorf("corrupt record (run_id %q, state %q)", rec.RunID, rec.State)

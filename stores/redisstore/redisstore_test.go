@@ -59,7 +59,7 @@ func TestOwnerlessRun(t *testing.T) {
 	prefix := uniquePrefix()
 	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, LeaseTTL: time.Second})
 	ctx := t.Context()
-	if err := s.Create(ctx, svc.RunRecord{RunID: "old", Target: "echo", Kind: svc.KindAgent}); err != nil {
+	if err := s.Create(ctx, svc.RunRecord{RunID: "old", Target: "echo", Kind: svc.TargetAgent}); err != nil {
 		t.Fatal(err)
 	}
 	c := redis.NewClient(mustParse(t, url))

@@ -41,7 +41,7 @@ func TestWritesShareACommit(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			errs[i] = s.Create(context.Background(), svc.RunRecord{RunID: fmt.Sprint("r", i), Target: "echo", Kind: svc.KindAgent})
+			errs[i] = s.Create(context.Background(), svc.RunRecord{RunID: fmt.Sprint("r", i), Target: "echo", Kind: svc.TargetAgent})
 		})
 	}
 	// The writer took a first batch and waits for the connection; the

@@ -436,7 +436,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	}
 	return s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q", rec.RunID),
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created), rec.TraceID)
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID)
 			if err != nil {
 				return nil, err
 			}
@@ -485,7 +485,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 			case !errors.Is(err, sql.ErrNoRows):
 				return nil, err
 			}
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, rec.Kind, micros(created), rec.TraceID)
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID)
 			if err != nil {
 				return nil, err
 			}

@@ -37,7 +37,7 @@ func testConcurrentLanding(t *testing.T, s svc.RunStore) {
 	for i := range LandingRuns {
 		for k := range 2 {
 			wg.Go(func() {
-				out[i].created[k] = s.Create(ctx, svc.RunRecord{RunID: id(i), Target: "echo", Kind: svc.KindAgent})
+				out[i].created[k] = s.Create(ctx, svc.RunRecord{RunID: id(i), Target: "echo", Kind: svc.TargetAgent})
 			})
 		}
 	}

@@ -6,6 +6,9 @@ package flow
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
 )
 
 // Sub runs one subscription's loops and handlers.
@@ -33,6 +36,10 @@ type Sub struct {
 	// OnRelease, when set before the first Go, runs after a handler's slot
 	// is given back: brokers that push messages use it to push the next.
 	OnRelease func()
+	// Panics, when set before the first Go, logs and counts the handlers'
+	// panics (see Panics); Subject names the subscription in its log.
+	Panics  *Panics
+	Subject string
 }
 
 // New returns a subscription with prefetch handler slots; onClose (may be
@@ -105,7 +112,7 @@ func (s *Sub) Go(fn func(ctx context.Context)) bool {
 				s.OnRelease()
 			}
 		}()
-		defer func() { _ = recover() }()
+		defer s.Panics.Recover(s.Subject)
 		fn(s.handlerCtx)
 	}()
 	return true
@@ -158,3 +165,33 @@ func (s *Sub) finish(ctx context.Context, force bool) error {
 	})
 	return s.err
 }
+
+// Panics recovers, logs and counts the panics of the handlers a broker
+// calls. Recovering is right there: the Broker contract says a handler's
+// panic abandons its delivery (redelivered after the ack deadline), and the
+// goroutine that called the handler serves the subscription's other
+// messages (a broadcast loop) or holds one of its prefetch slots, so a
+// panic let through would end the process, or the subscription, for one
+// bad message. Logged (with the stack) and counted, it is still seen.
+type Panics struct {
+	// Log receives one error line per panic; nil logs nothing.
+	Log *zap.Logger
+	n   atomic.Int64
+}
+
+// Recover, deferred directly around a handler call, recovers its panic.
+// A nil Panics recovers without logging or counting.
+func (p *Panics) Recover(subject string) {
+	v := recover()
+	if v == nil || p == nil {
+		return
+	}
+	p.n.Add(1)
+	if p.Log != nil {
+		p.Log.Error("broker handler panicked; recovered, its delivery abandoned", zap.String("subject", subject),
+			zap.Any("panic", v), zap.Stack("stack"))
+	}
+}
+
+// Count is how many panics Recover recovered.
+func (p *Panics) Count() int64 { return p.n.Load() }

@@ -127,7 +127,7 @@ func testSubmitEcho(t *testing.T, b svc.RunBackend) {
 }
 
 func testSubmitFail(t *testing.T, b svc.RunBackend) {
-	run, err := client.Submit(ctxFor(t), b, "fail", svc.TaskSpec{Input: json.RawMessage(`1`)}, svc.KindAgent)
+	run, err := client.Submit(ctxFor(t), b, "fail", svc.TaskSpec{Input: json.RawMessage(`1`)}, svc.TargetAgent)
 	if err != nil {
 		t.Fatalf("Submit(fail): %v", err)
 	}
@@ -183,10 +183,10 @@ func testSubmitCancel(t *testing.T, b svc.RunBackend) {
 func testSubmitUnknown(t *testing.T, b svc.RunBackend) {
 	for _, req := range []svc.SubmitRequest{
 		{Target: "nope", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}},
-		{Target: "nope", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}, Kind: svc.KindAgent},
+		{Target: "nope", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}, Kind: svc.TargetAgent},
 		// An agent's name is not a group's, nor the other way round.
-		{Target: "echo", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}, Kind: svc.KindGroup},
-		{Target: "pair", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}, Kind: svc.KindAgent},
+		{Target: "echo", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}, Kind: svc.TargetGroup},
+		{Target: "pair", Task: svc.TaskSpec{Input: json.RawMessage(`1`)}, Kind: svc.TargetAgent},
 	} {
 		id, err := b.Submit(ctxFor(t), req)
 		if !errors.Is(err, svc.ErrRegistry) {
@@ -202,8 +202,8 @@ func testSubmitUnknown(t *testing.T, b svc.RunBackend) {
 		want string
 	}{
 		{svc.SubmitRequest{Target: "nope"}, `unknown target "nope" (registered agents: `},
-		{svc.SubmitRequest{Target: "echo", Kind: svc.KindGroup}, `echo is an agent: submit it with kind "agent"`},
-		{svc.SubmitRequest{Target: "pair", Kind: svc.KindAgent}, `pair is a group: submit it with kind "group"`},
+		{svc.SubmitRequest{Target: "echo", Kind: svc.TargetGroup}, `echo is an agent: submit it with kind "agent"`},
+		{svc.SubmitRequest{Target: "pair", Kind: svc.TargetAgent}, `pair is a group: submit it with kind "group"`},
 	} {
 		tc.req.Task = svc.TaskSpec{Input: json.RawMessage(`1`)}
 		if _, err := b.Submit(ctxFor(t), tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -333,7 +333,7 @@ func testSubmitGroups(t *testing.T, b svc.RunBackend) {
 		t.Errorf("Status(split) = %s, want completed", st.State)
 	}
 
-	pair, err := client.Submit(ctxFor(t), b, "pair", svc.TaskSpec{Input: json.RawMessage(groupInput)}, svc.KindGroup)
+	pair, err := client.Submit(ctxFor(t), b, "pair", svc.TaskSpec{Input: json.RawMessage(groupInput)}, svc.TargetGroup)
 	if err != nil {
 		t.Fatalf("Submit(pair): %v", err)
 	}
@@ -357,7 +357,7 @@ func testSubmitGroups(t *testing.T, b svc.RunBackend) {
 // does a synchronous one: below what echo spends, the run fails; a
 // negative one is refused at Submit.
 func testSubmitTokenBudget(t *testing.T, b svc.RunBackend) {
-	run, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 1}, svc.KindAgent)
+	run, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: 1}, svc.TargetAgent)
 	if err != nil {
 		t.Fatalf("Submit(echo, token_budget 1): %v", err)
 	}
@@ -371,7 +371,7 @@ func testSubmitTokenBudget(t *testing.T, b svc.RunBackend) {
 			t.Errorf("Result = %s (%v); want success false with a BudgetExceededError", raw, err)
 		}
 	}
-	if _, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}, svc.KindAgent); !errors.Is(err, svc.ErrSpecValidation) {
+	if _, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`1`), TokenBudget: -1}, svc.TargetAgent); !errors.Is(err, svc.ErrSpecValidation) {
 		t.Fatalf("Submit with token_budget -1: %v, want a SpecValidationError", err)
 	}
 }

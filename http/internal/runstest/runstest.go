@@ -56,7 +56,7 @@ func (f *Runs) stop() {
 	f.Store.Close()
 }
 
-func (f *Runs) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error) {
+func (f *Runs) kindOf(ctx context.Context, req svc.SubmitRequest) (svc.TargetKind, error) {
 	agents, err := f.Agents(ctx)
 	if err != nil {
 		return "", err
@@ -67,22 +67,22 @@ func (f *Runs) kindOf(ctx context.Context, req svc.SubmitRequest) (string, error
 	}
 	isAgent, isGroup := slices.Contains(agents, req.Target), slices.Contains(groups, req.Target)
 	switch {
-	case req.Kind == svc.KindAgent && isAgent, req.Kind == "" && isAgent && !isGroup:
-		return svc.KindAgent, nil
-	case req.Kind == svc.KindGroup && isGroup, req.Kind == "" && isGroup && !isAgent:
-		return svc.KindGroup, nil
+	case req.Kind == svc.TargetAgent && isAgent, req.Kind == "" && isAgent && !isGroup:
+		return svc.TargetAgent, nil
+	case req.Kind == svc.TargetGroup && isGroup, req.Kind == "" && isGroup && !isAgent:
+		return svc.TargetGroup, nil
 	case req.Kind == "" && isAgent && isGroup:
 		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: give kind", req.Target)
 	}
 	// The runtime's words (clienttest checks them).
 	switch {
-	case req.Kind == svc.KindAgent && isGroup:
-		return "", svc.Errorf(svc.KindRegistry, "unknown agent target %q: %s is a group: submit it with kind %q", req.Target, req.Target, svc.KindGroup)
-	case req.Kind == svc.KindGroup && isAgent:
-		return "", svc.Errorf(svc.KindRegistry, "unknown group target %q: %s is an agent: submit it with kind %q", req.Target, req.Target, svc.KindAgent)
+	case req.Kind == svc.TargetAgent && isGroup:
+		return "", svc.Errorf(svc.KindRegistry, "unknown agent target %q: %s is a group: submit it with kind %q", req.Target, req.Target, svc.TargetGroup)
+	case req.Kind == svc.TargetGroup && isAgent:
+		return "", svc.Errorf(svc.KindRegistry, "unknown group target %q: %s is an agent: submit it with kind %q", req.Target, req.Target, svc.TargetAgent)
 	}
 	return "", svc.Errorf(svc.KindRegistry, "unknown %s %q (registered agents: %s; registered groups: %s)",
-		strings.TrimSpace(req.Kind+" target"), req.Target, strings.Join(agents, ", "), strings.Join(groups, ", "))
+		strings.TrimSpace(string(req.Kind)+" target"), req.Target, strings.Join(agents, ", "), strings.Join(groups, ", "))
 }
 
 func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
@@ -143,7 +143,7 @@ func (f *Runs) Submit(ctx context.Context, req svc.SubmitRequest) (string, error
 
 // execute runs a submitted run; store errors after a cancel (the run is
 // terminal) are expected and dropped.
-func (f *Runs) execute(ctx context.Context, id, kind string, req svc.SubmitRequest) {
+func (f *Runs) execute(ctx context.Context, id string, kind svc.TargetKind, req svc.SubmitRequest) {
 	st := f.Store
 	if st.SetState(ctx, id, svc.RunRunning, "", nil) != nil {
 		return
@@ -156,7 +156,7 @@ func (f *Runs) execute(ctx context.Context, id, kind string, req svc.SubmitReque
 		final  *svc.RunEvent
 		failed bool
 	)
-	if kind == svc.KindAgent {
+	if kind == svc.TargetAgent {
 		_, _ = st.Append(ctx, id, ev(svc.RunAgentStarted, req.Target, ""))
 		res, err := f.Run(ctx, req.Target, req.Task)
 		if ctx.Err() != nil {

@@ -1,4 +1,10 @@
-package svc
+// Package fleetwire is the wire format of the distributed mode: the JSON
+// Envelope a publisher and its workers exchange through a broker, its
+// signing and the Keyring (and key files) it is signed with, the subject
+// names every process of a fleet agrees on, and KeepAlive, which keeps a
+// delivery's ack deadline moving while its task runs. It imports only the
+// root package; dispatch, worker and the brokers import it.
+package fleetwire
 
 import (
 	"bytes"
@@ -8,28 +14,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/svc-dev/svc"
 )
 
-// EnvelopeVersion is the version of the wire envelope; a decoder refuses any
-// other.
-const EnvelopeVersion = 1
+// Version is the version of the wire envelope; a decoder refuses any other.
+const Version = 1
 
-// EnvelopeKind says what an Envelope carries.
-type EnvelopeKind string
+// MsgKind says what an Envelope carries: the envelope's "kind" field. (An
+// error's kind is svc.Kind; a submitted run's target is svc.TargetKind.)
+type MsgKind string
 
-// Envelope kinds.
+// Message kinds.
 const (
-	// KindTask: a publisher asks a worker to run Agent on Input
-	// (published on TaskSubject(agent)).
-	KindTask EnvelopeKind = "task"
-	// KindResult: a worker's answer to a task (published on the task's
+	// MsgTask: a publisher asks a worker to run Agent on Input (published
+	// on TaskSubject(agent)).
+	MsgTask MsgKind = "task"
+	// MsgResult: a worker's answer to a task (published on the task's
 	// ReplyTo, a ResultSubject), carrying Result and RuntimeID.
-	KindResult EnvelopeKind = "result"
-	// KindCancel: cancel what runs of RunID (broadcast on SubjectCancel).
-	KindCancel EnvelopeKind = "cancel"
+	MsgResult MsgKind = "result"
+	// MsgCancel: cancel what runs of RunID (broadcast on SubjectCancel).
+	MsgCancel MsgKind = "cancel"
 )
 
 // Envelope is the JSON message of the distributed mode
@@ -37,8 +44,8 @@ const (
 // message is decoded, checked and signed the same way; fields a kind does not
 // use are left empty.
 type Envelope struct {
-	V    int          `json:"v"`
-	Kind EnvelopeKind `json:"kind"`
+	V    int     `json:"v"`
+	Kind MsgKind `json:"kind"`
 
 	TaskID        string `json:"task_id,omitempty"`
 	RunID         string `json:"run_id,omitempty"`
@@ -74,8 +81,8 @@ type Envelope struct {
 	// broker's delivery count.
 	Attempt int `json:"attempt,omitempty"`
 
-	// Result is the AgentResult of a KindResult envelope.
-	Result *AgentResult `json:"result,omitempty"`
+	// Result is the AgentResult of a MsgResult envelope.
+	Result *svc.AgentResult `json:"result,omitempty"`
 	// RuntimeID is the runtime id of the worker that produced a result.
 	RuntimeID string `json:"runtime_id,omitempty"`
 
@@ -131,7 +138,7 @@ func (e *Envelope) EventsTo() string {
 // Encode validates and marshals the envelope (setting V when it is 0).
 func (e *Envelope) Encode() ([]byte, error) {
 	if e.V == 0 {
-		e.V = EnvelopeVersion
+		e.V = Version
 	}
 	if err := e.Validate(); err != nil {
 		return nil, err
@@ -139,9 +146,9 @@ func (e *Envelope) Encode() ([]byte, error) {
 	return json.Marshal(e)
 }
 
-// DecodeEnvelope parses and validates one envelope from the wire. It does not
+// Decode parses and validates one envelope from the wire. It does not
 // check the signature: call Verify when keys are configured.
-func DecodeEnvelope(data []byte) (*Envelope, error) {
+func Decode(data []byte) (*Envelope, error) {
 	var e Envelope
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -159,14 +166,14 @@ func DecodeEnvelope(data []byte) (*Envelope, error) {
 
 // Validate checks the version and the fields the kind needs.
 func (e *Envelope) Validate() error {
-	if e.V != EnvelopeVersion {
-		return fmt.Errorf("envelope: version %d not supported (want %d)", e.V, EnvelopeVersion)
+	if e.V != Version {
+		return fmt.Errorf("envelope: version %d not supported (want %d)", e.V, Version)
 	}
 	if e.Depth < 0 || e.Attempt < 0 || e.Deadline < 0 || e.TokenBudget < 0 {
 		return errors.New("envelope: negative depth, attempt, deadline or token budget")
 	}
 	switch e.Kind {
-	case KindTask:
+	case MsgTask:
 		switch {
 		case e.TaskID == "":
 			return errors.New("envelope: task without task_id")
@@ -177,14 +184,14 @@ func (e *Envelope) Validate() error {
 		case len(e.Input) == 0:
 			return errors.New("envelope: task without input")
 		}
-	case KindResult:
+	case MsgResult:
 		switch {
 		case e.TaskID == "":
 			return errors.New("envelope: result without task_id")
 		case e.Result == nil:
 			return errors.New("envelope: result without result")
 		}
-	case KindCancel:
+	case MsgCancel:
 		if e.RunID == "" {
 			return errors.New("envelope: cancel without run_id")
 		}
@@ -231,7 +238,7 @@ func (e *Envelope) Sign(keyID string, key []byte) error {
 		return errors.New("envelope: empty signing key")
 	}
 	if e.V == 0 {
-		e.V = EnvelopeVersion
+		e.V = Version
 	}
 	e.KeyID = keyID
 	e.Sig = ""
@@ -267,101 +274,4 @@ func (e *Envelope) Verify(keys map[string][]byte) error {
 		return ErrBadSignature
 	}
 	return nil
-}
-
-// Keyring holds a fleet's envelope keys: Sign uses SignID, Verify accepts any
-// of Keys. A nil Keyring means signing is off: Sign does nothing and Verify
-// accepts every envelope.
-type Keyring struct {
-	SignID string
-	Keys   map[string][]byte
-}
-
-// MinKeyBytes is the shortest secret a Keyring accepts: an HMAC key much
-// shorter than its 32-byte output is guessable offline from one message.
-const MinKeyBytes = 16
-
-// ParseKeyring reads "id:secret,id2:secret2" (as in SVC_BROKER_KEYS); the
-// first key signs, all of them verify. Each secret is used as its bytes and
-// must be at least MinKeyBytes long. An empty spec gives nil (signing off).
-func ParseKeyring(spec string) (*Keyring, error) {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		return nil, nil
-	}
-	k := &Keyring{Keys: map[string][]byte{}}
-	for i, part := range strings.Split(spec, ",") {
-		if err := k.add(part); err != nil {
-			return nil, fmt.Errorf("envelope keys: key %d: %w", i+1, err)
-		}
-	}
-	return k, nil
-}
-
-// LoadKeyring reads a key file (svc serve/worker --broker-keys): one key a
-// line, "KEYID:SECRET", the first line's key signing and every key
-// verifying; blank lines and lines starting with # are skipped. A bad line
-// is reported as path:line. A file without keys is an error: an operator
-// who names a key file means to sign.
-func LoadKeyring(path string) (*Keyring, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("envelope keys: %w", err)
-	}
-	k := &Keyring{Keys: map[string][]byte{}}
-	for i, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if err := k.add(line); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, i+1, err)
-		}
-	}
-	if len(k.Keys) == 0 {
-		return nil, fmt.Errorf("%s: no keys (want lines KEYID:SECRET)", path)
-	}
-	return k, nil
-}
-
-// add adds one "id:secret"; the first added signs.
-func (k *Keyring) add(entry string) error {
-	id, secret, ok := strings.Cut(strings.TrimSpace(entry), ":")
-	id, secret = strings.TrimSpace(id), strings.TrimSpace(secret)
-	switch {
-	case !ok || id == "" || secret == "":
-		return errors.New(`want "KEYID:SECRET"`)
-	case strings.ContainsAny(id, " \t,"):
-		return fmt.Errorf("key id %q has a space or a comma", id)
-	case len(secret) < MinKeyBytes:
-		return fmt.Errorf("key %q: secret of %d bytes, want at least %d (openssl rand -hex 32 makes one)", id, len(secret), MinKeyBytes)
-	}
-	if _, dup := k.Keys[id]; dup {
-		return fmt.Errorf("key id %q given twice", id)
-	}
-	if k.SignID == "" {
-		k.SignID = id
-	}
-	k.Keys[id] = []byte(secret)
-	return nil
-}
-
-// Sign signs e with the signing key; it does nothing on a nil Keyring.
-func (k *Keyring) Sign(e *Envelope) error {
-	if k == nil {
-		return nil
-	}
-	key, ok := k.Keys[k.SignID]
-	if !ok {
-		return fmt.Errorf("envelope keys: no key %q to sign with", k.SignID)
-	}
-	return e.Sign(k.SignID, key)
-}
-
-// Verify checks e's signature; a nil Keyring accepts every envelope.
-func (k *Keyring) Verify(e *Envelope) error {
-	if k == nil {
-		return nil
-	}
-	return e.Verify(k.Keys)
 }

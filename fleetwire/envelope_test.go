@@ -1,4 +1,4 @@
-package svc_test
+package fleetwire_test
 
 import (
 	"encoding/json"
@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/fleetwire"
 )
 
-func sampleTask() *svc.Envelope {
-	e := &svc.Envelope{
-		Kind: svc.KindTask, TaskID: "t1", RunID: "r1", TraceID: "tr", SpanID: "s1",
+func sampleTask() *fleetwire.Envelope {
+	e := &fleetwire.Envelope{
+		Kind: fleetwire.MsgTask, TaskID: "t1", RunID: "r1", TraceID: "tr", SpanID: "s1",
 		Agent: "triage", Input: json.RawMessage(`{"text":"<hi> & bye","n":1.5e3}`),
 		Metadata: map[string]string{"b": "2", "a": "1"}, Depth: 2,
-		ReplyTo: svc.ResultSubject("rt1"), PublishEvents: true, Attempt: 1,
+		ReplyTo: fleetwire.ResultSubject("rt1"), PublishEvents: true, Attempt: 1,
 	}
 	e.SetDeadline(time.UnixMilli(1_800_000_000_123))
 	return e
@@ -30,7 +31,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := svc.DecodeEnvelope(data)
+	got, err := fleetwire.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 func TestEnvelopeResultRoundTrip(t *testing.T) {
 	res := svc.AgentResult{AgentName: "a", TaskID: "t1", Success: false, Error: &svc.ErrorInfo{Type: "ModelError", Message: "boom"},
 		Metadata: svc.ResultMetadata{TraceID: "tr", DurationMS: 12.345678901234, TokensUsed: 7, CostUSD: 0.1 + 0.2, Backend: "broker:nats"}}
-	e := &svc.Envelope{Kind: svc.KindResult, TaskID: "t1", Result: &res, RuntimeID: "w1"}
+	e := &fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: "t1", Result: &res, RuntimeID: "w1"}
 	if err := e.Sign("k1", []byte("secret")); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestEnvelopeResultRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := svc.DecodeEnvelope(data)
+	got, err := fleetwire.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,37 +77,37 @@ func TestEnvelopeResultRoundTrip(t *testing.T) {
 func TestEnvelopeSignVerify(t *testing.T) {
 	keys := map[string][]byte{"old": []byte("k-old"), "new": []byte("k-new")}
 	e := sampleTask()
-	if err := e.Verify(keys); !errors.Is(err, svc.ErrUnsigned) {
+	if err := e.Verify(keys); !errors.Is(err, fleetwire.ErrUnsigned) {
 		t.Fatalf("unsigned: %v", err)
 	}
 	if err := e.Sign("new", keys["new"]); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := e.Encode()
-	got, err := svc.DecodeEnvelope(data)
+	got, err := fleetwire.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := got.Verify(keys); err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
-	if err := got.Verify(map[string][]byte{"old": keys["old"]}); !errors.Is(err, svc.ErrUnknownKey) {
+	if err := got.Verify(map[string][]byte{"old": keys["old"]}); !errors.Is(err, fleetwire.ErrUnknownKey) {
 		t.Errorf("unknown key: %v", err)
 	}
-	if err := got.Verify(map[string][]byte{"new": []byte("other")}); !errors.Is(err, svc.ErrBadSignature) {
+	if err := got.Verify(map[string][]byte{"new": []byte("other")}); !errors.Is(err, fleetwire.ErrBadSignature) {
 		t.Errorf("wrong key: %v", err)
 	}
-	tampered := []*svc.Envelope{}
-	for _, f := range []func(*svc.Envelope){
-		func(e *svc.Envelope) { e.Depth = 0 },
-		func(e *svc.Envelope) { e.Input = json.RawMessage(`{"text":"other"}`) },
-		func(e *svc.Envelope) { e.ReplyTo = "svc.results.evil" },
-		func(e *svc.Envelope) { e.Metadata["a"] = "x" },
-		func(e *svc.Envelope) { e.KeyID = "old" },
-		func(e *svc.Envelope) { e.Sig = e.Sig[:len(e.Sig)-2] + "AA" },
-		func(e *svc.Envelope) { e.Sig = "!!" },
+	tampered := []*fleetwire.Envelope{}
+	for _, f := range []func(*fleetwire.Envelope){
+		func(e *fleetwire.Envelope) { e.Depth = 0 },
+		func(e *fleetwire.Envelope) { e.Input = json.RawMessage(`{"text":"other"}`) },
+		func(e *fleetwire.Envelope) { e.ReplyTo = "svc.results.evil" },
+		func(e *fleetwire.Envelope) { e.Metadata["a"] = "x" },
+		func(e *fleetwire.Envelope) { e.KeyID = "old" },
+		func(e *fleetwire.Envelope) { e.Sig = e.Sig[:len(e.Sig)-2] + "AA" },
+		func(e *fleetwire.Envelope) { e.Sig = "!!" },
 	} {
-		c, _ := svc.DecodeEnvelope(data)
+		c, _ := fleetwire.Decode(data)
 		f(c)
 		tampered = append(tampered, c)
 	}
@@ -136,25 +137,25 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 		"trailing data":  `{"v":1,"kind":"cancel","run_id":"r"} {}`,
 		"wrong type":     `{"v":1,"kind":"cancel","run_id":7}`,
 	} {
-		if _, err := svc.DecodeEnvelope([]byte(in)); err == nil {
+		if _, err := fleetwire.Decode([]byte(in)); err == nil {
 			t.Errorf("%s: %s accepted", name, in)
 		} else if !strings.HasPrefix(err.Error(), "envelope: ") {
 			t.Errorf("%s: error %q lacks the envelope prefix", name, err)
 		}
 	}
-	if _, err := svc.DecodeEnvelope([]byte(`{"v":1,"kind":"task","task_id":"t","agent":"a","reply_to":"x","input":null}`)); err != nil {
+	if _, err := fleetwire.Decode([]byte(`{"v":1,"kind":"task","task_id":"t","agent":"a","reply_to":"x","input":null}`)); err != nil {
 		t.Errorf("null input refused: %v", err)
 	}
 }
 
 func TestSubjects(t *testing.T) {
 	for got, want := range map[string]string{
-		svc.TaskSubject("triage"):                    "svc.tasks.triage",
-		svc.ResultSubject("rt"):                      "svc.results.rt",
-		svc.EventSubject("rt"):                       "svc.events.rt",
-		svc.DeadLetterSubject("svc.tasks.triage"):    "svc.dead.tasks.triage",
-		svc.DeadLetterSubject("other.x"):             "svc.dead.other.x",
-		svc.SubjectWorkers + "|" + svc.SubjectCancel: "svc.workers|svc.cancel",
+		fleetwire.TaskSubject("triage"):                          "svc.tasks.triage",
+		fleetwire.ResultSubject("rt"):                            "svc.results.rt",
+		fleetwire.EventSubject("rt"):                             "svc.events.rt",
+		fleetwire.DeadLetterSubject("svc.tasks.triage"):          "svc.dead.tasks.triage",
+		fleetwire.DeadLetterSubject("other.x"):                   "svc.dead.other.x",
+		fleetwire.SubjectWorkers + "|" + fleetwire.SubjectCancel: "svc.workers|svc.cancel",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
@@ -173,7 +174,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte(`{"v":1,"kind":"task","task_id":"t","agent":"a","reply_to":"x","input":"\xff"}`))
 	key := []byte("fuzz-key")
 	f.Fuzz(func(t *testing.T, in []byte) {
-		e, err := svc.DecodeEnvelope(in)
+		e, err := fleetwire.Decode(in)
 		if err != nil {
 			return
 		}
@@ -184,7 +185,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if err != nil {
 			t.Fatalf("signed envelope does not encode: %v", err)
 		}
-		back, err := svc.DecodeEnvelope(wire)
+		back, err := fleetwire.Decode(wire)
 		if err != nil {
 			t.Fatalf("re-encoded envelope refused: %v\n%s", err, wire)
 		}
@@ -214,17 +215,17 @@ func TestEnvelopeEventsTo(t *testing.T) {
 // not an events subject.
 func TestEnvelopeRelayTo(t *testing.T) {
 	e := sampleTask()
-	e.RelayTo = svc.EventSubject("origin")
+	e.RelayTo = fleetwire.EventSubject("origin")
 	if got := e.EventsTo(); got != "svc.events.origin" {
 		t.Errorf("EventsTo with relay_to = %q", got)
 	}
-	for _, bad := range []string{svc.TaskSubject("echo"), "svc.events.", svc.ResultSubject("rt1")} {
+	for _, bad := range []string{fleetwire.TaskSubject("echo"), "svc.events.", fleetwire.ResultSubject("rt1")} {
 		e.RelayTo = bad
 		if got := e.EventsTo(); got != "" {
 			t.Errorf("EventsTo with relay_to %q = %q, want none", bad, got)
 		}
 	}
-	e.RelayTo, e.PublishEvents = svc.EventSubject("origin"), false
+	e.RelayTo, e.PublishEvents = fleetwire.EventSubject("origin"), false
 	if got := e.EventsTo(); got != "" {
 		t.Errorf("EventsTo without publish_events = %q", got)
 	}
@@ -235,7 +236,7 @@ func TestEnvelopeRelayTo(t *testing.T) {
 }
 
 func TestKeyring(t *testing.T) {
-	var off *svc.Keyring
+	var off *fleetwire.Keyring
 	e := sampleTask()
 	if err := off.Sign(e); err != nil || e.Sig != "" {
 		t.Errorf("nil keyring signed: %v %q", err, e.Sig)
@@ -243,10 +244,10 @@ func TestKeyring(t *testing.T) {
 	if err := off.Verify(e); err != nil {
 		t.Errorf("nil keyring refused an unsigned envelope: %v", err)
 	}
-	if k, err := svc.ParseKeyring("  "); k != nil || err != nil {
+	if k, err := fleetwire.ParseKeyring("  "); k != nil || err != nil {
 		t.Errorf("empty spec = %v, %v", k, err)
 	}
-	k, err := svc.ParseKeyring("new:0123456789abcdef-new, old:0123456789abcdef-old")
+	k, err := fleetwire.ParseKeyring("new:0123456789abcdef-new, old:0123456789abcdef-old")
 	if err != nil || k.SignID != "new" || len(k.Keys) != 2 {
 		t.Fatalf("ParseKeyring = %+v, %v", k, err)
 	}
@@ -256,15 +257,15 @@ func TestKeyring(t *testing.T) {
 	if err := k.Verify(e); err != nil {
 		t.Errorf("Verify: %v", err)
 	}
-	oldOnly := &svc.Keyring{SignID: "old", Keys: map[string][]byte{"old": []byte("0123456789abcdef-old")}}
-	if err := oldOnly.Verify(e); !errors.Is(err, svc.ErrUnknownKey) {
+	oldOnly := &fleetwire.Keyring{SignID: "old", Keys: map[string][]byte{"old": []byte("0123456789abcdef-old")}}
+	if err := oldOnly.Verify(e); !errors.Is(err, fleetwire.ErrUnknownKey) {
 		t.Errorf("Verify without the signing key = %v", err)
 	}
-	if err := k.Verify(sampleTask()); !errors.Is(err, svc.ErrUnsigned) {
+	if err := k.Verify(sampleTask()); !errors.Is(err, fleetwire.ErrUnsigned) {
 		t.Errorf("Verify of an unsigned envelope with keys = %v", err)
 	}
 	for _, bad := range []string{"nocolon", ":0123456789abcdef", "id:", "a:0123456789abcdef,a:0123456789abcdef", "short:s3cret", "a b:0123456789abcdef"} {
-		if _, err := svc.ParseKeyring(bad); err == nil {
+		if _, err := fleetwire.ParseKeyring(bad); err == nil {
 			t.Errorf("ParseKeyring(%q) accepted", bad)
 		}
 	}
@@ -280,7 +281,7 @@ func TestLoadKeyring(t *testing.T) {
 		return p
 	}
 	p := write("keys", "# rotated 2026-11\n\nnew:0123456789abcdef-new\n  old : 0123456789abcdef-old  \n")
-	k, err := svc.LoadKeyring(p)
+	k, err := fleetwire.LoadKeyring(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestLoadKeyring(t *testing.T) {
 		t.Fatalf("LoadKeyring = %+v", k)
 	}
 	// The file and the environment variable give the same keys.
-	env, err := svc.ParseKeyring("new:0123456789abcdef-new,old:0123456789abcdef-old")
+	env, err := fleetwire.ParseKeyring("new:0123456789abcdef-new,old:0123456789abcdef-old")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,12 +307,12 @@ func TestLoadKeyring(t *testing.T) {
 		"empty":   {"# nothing\n", "no keys"},
 	} {
 		p := write(name, c.body)
-		_, err := svc.LoadKeyring(p)
+		_, err := fleetwire.LoadKeyring(p)
 		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: LoadKeyring = %v, want an error naming %s and %q", name, err, p, c.want)
 		}
 	}
-	if _, err := svc.LoadKeyring(filepath.Join(dir, "missing")); err == nil {
+	if _, err := fleetwire.LoadKeyring(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file was accepted")
 	}
 }
