@@ -70,7 +70,7 @@ func TestRepositoryCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, doc) {
-		t.Errorf("docs/openapi.json is stale: run go test ./http/openapi -update")
+		t.Errorf("docs/openapi.json is stale: run go test ./http/openapi -update (then make ts-types for the TypeScript client)")
 	}
 }
 
