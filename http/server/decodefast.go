@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
+	"strings"
 	"sync"
 
 	svc "github.com/svc-dev/svc"
@@ -59,7 +61,9 @@ func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64) (data [
 }
 
 // decodeRunBodyFast is decodeRunBody for a body it can take without
-// doubt; ok false means "ask decodeRunBody".
+// doubt; ok false means "ask decodeRunBody". Both read the fields of the
+// same types (runEnvelope, svc.TaskSpec): decodeRunBody by their tags
+// through encoding/json, this through fastFields made from the same tags.
 func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok bool) {
 	if !json.Valid(data) {
 		return svc.TaskSpec{}, "", false
@@ -75,73 +79,114 @@ func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok boo
 	}
 	if m := find(members, "task"); m == nil {
 		// A bare TaskSpec.
-		if task, ok = taskFast(members); !ok || checkTask(task, "") != nil {
+		if !taskFields.take(members, reflect.ValueOf(&task).Elem()) || checkTask(task, "") != nil {
 			return svc.TaskSpec{}, "", false
 		}
 		return task, "", true
 	}
 	// {"task": TaskSpec, "request_id": "..."}
-	for _, m := range members {
-		switch string(m.key) {
-		case "task":
-			if m.val[0] != '{' {
-				return svc.TaskSpec{}, "", false
-			}
-			var ts [8]member
-			tm, ok := objectMembers(m.val, ts[:0])
-			if !ok {
-				return svc.TaskSpec{}, "", false
-			}
-			if task, ok = taskFast(tm); !ok {
-				return svc.TaskSpec{}, "", false
-			}
-		case "request_id":
-			if requestID, ok = plainString(m.val); !ok {
-				return svc.TaskSpec{}, "", false
-			}
-		default:
-			return svc.TaskSpec{}, "", false
-		}
-	}
-	if checkTask(task, "task.") != nil || checkRequestID(requestID, "request_id") != nil {
+	var env runEnvelope
+	if !envelopeFields.take(members, reflect.ValueOf(&env).Elem()) || env.Task == nil ||
+		checkTask(*env.Task, "task.") != nil || checkRequestID(env.RequestID, "request_id") != nil {
 		return svc.TaskSpec{}, "", false
 	}
-	return task, requestID, true
+	return *env.Task, env.RequestID, true
 }
 
-// taskFast builds a TaskSpec from the members of its object, when each is
-// one of its fields, spelt exactly, with a value it takes as is.
-func taskFast(members []member) (svc.TaskSpec, bool) {
-	var t svc.TaskSpec
-	var ok bool
-	for _, m := range members {
-		switch string(m.key) {
-		case "input":
-			if m.val[0] == 'n' { // null: decodeRunBody says it is missing
-				return svc.TaskSpec{}, false
+// The fast path's tables of the run body's types, made from their json
+// tags: a field added to svc.TaskSpec is read by both paths at once.
+var (
+	taskFields     = fastFieldsOf(reflect.TypeFor[svc.TaskSpec]())
+	envelopeFields = fastFieldsOf(reflect.TypeFor[runEnvelope]())
+)
+
+// fastField is how the fast path takes one field of a wire type from its
+// value's bytes: take is false for a value it does not take as is (an
+// escaped string, a null where decodeRunBody has something to say, a
+// value of the wrong type), which sends the body to the strict decoder.
+type fastField struct {
+	name  string // the member's name: the field's json tag
+	index int
+	take  func(dst reflect.Value, val []byte) bool
+}
+
+// fastFields is a wire type's table.
+type fastFields []fastField
+
+// fastFieldsOf makes t's table from its fields' json tags, the ones
+// encoding/json reads in decodeRunBody. Strings are taken when plain,
+// json.RawMessage verbatim unless null, a pointer to a struct as that
+// struct's own table, anything else through json.Unmarshal.
+func fastFieldsOf(t reflect.Type) fastFields {
+	var fs fastFields
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue // not on the wire (TaskSpec.Invalid)
+		}
+		if f.Anonymous {
+			panic("server: fastFieldsOf(" + t.String() + "): field " + f.Name + " needs a rule of its own")
+		}
+		if name == "" {
+			name = f.Name
+		}
+		ff := fastField{name: name, index: f.Index[0]}
+		switch {
+		case f.Type == reflect.TypeFor[json.RawMessage]():
+			ff.take = func(dst reflect.Value, val []byte) bool {
+				if val[0] == 'n' { // null: decodeRunBody says what it means
+					return false
+				}
+				dst.SetBytes(bytes.Clone(val))
+				return true
 			}
-			t.Input = json.RawMessage(bytes.Clone(m.val))
-		case "id":
-			if t.ID, ok = plainString(m.val); !ok {
-				return svc.TaskSpec{}, false
+		case f.Type.Kind() == reflect.String:
+			ff.take = func(dst reflect.Value, val []byte) bool {
+				s, ok := plainString(val)
+				dst.SetString(s)
+				return ok
 			}
-		case "request_id":
-			if t.RequestID, ok = plainString(m.val); !ok {
-				return svc.TaskSpec{}, false
-			}
-		case "metadata":
-			if json.Unmarshal(m.val, &t.Metadata) != nil {
-				return svc.TaskSpec{}, false
-			}
-		case "token_budget":
-			if json.Unmarshal(m.val, &t.TokenBudget) != nil {
-				return svc.TaskSpec{}, false
+		case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:
+			inner := fastFieldsOf(f.Type.Elem())
+			ff.take = func(dst reflect.Value, val []byte) bool {
+				if val[0] != '{' {
+					return false
+				}
+				var ms [8]member
+				members, ok := objectMembers(val, ms[:0])
+				if !ok {
+					return false
+				}
+				p := reflect.New(f.Type.Elem())
+				dst.Set(p)
+				return inner.take(members, p.Elem())
 			}
 		default:
-			return svc.TaskSpec{}, false
+			ff.take = func(dst reflect.Value, val []byte) bool {
+				return json.Unmarshal(val, dst.Addr().Interface()) == nil
+			}
 		}
+		fs = append(fs, ff)
 	}
-	return t, t.Input != nil
+	return fs
+}
+
+// take sets dst's fields from members, when each member is one of them,
+// spelt exactly, with a value it takes as is.
+func (fs fastFields) take(members []member, dst reflect.Value) bool {
+next:
+	for _, m := range members {
+		for i := range fs {
+			if string(m.key) == fs[i].name {
+				if !fs[i].take(dst.Field(fs[i].index), m.val) {
+					return false
+				}
+				continue next
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // plainString is the string a JSON string value without escapes holds;
