@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -61,9 +62,10 @@ func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64) (data [
 }
 
 // decodeRunBodyFast is decodeRunBody for a body it can take without
-// doubt; ok false means "ask decodeRunBody". Both read the fields of the
-// same types (runEnvelope, svc.TaskSpec): decodeRunBody by their tags
-// through encoding/json, this through fastFields made from the same tags.
+// doubt; ok false means "ask decodeRunBody". Both decode into the same
+// wire types (runEnvelope, wireTask) and check them with the same
+// functions: decodeRunBody through encoding/json, this through tables
+// made from the same json tags (fastFieldsOf).
 func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok bool) {
 	if !json.Valid(data) {
 		return svc.TaskSpec{}, "", false
@@ -77,26 +79,33 @@ func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok boo
 	if !ok {
 		return svc.TaskSpec{}, "", false
 	}
+	var err error
 	if m := find(members, "task"); m == nil {
 		// A bare TaskSpec.
-		if !taskFields.take(members, reflect.ValueOf(&task).Elem()) || checkTask(task, "") != nil {
+		var w wireTask
+		if !wireTaskFields.take(members, reflect.ValueOf(&w).Elem()) {
+			return svc.TaskSpec{}, "", false
+		}
+		if task, err = w.task(""); err != nil {
 			return svc.TaskSpec{}, "", false
 		}
 		return task, "", true
 	}
 	// {"task": TaskSpec, "request_id": "..."}
 	var env runEnvelope
-	if !envelopeFields.take(members, reflect.ValueOf(&env).Elem()) || env.Task == nil ||
-		checkTask(*env.Task, "task.") != nil || checkRequestID(env.RequestID, "request_id") != nil {
+	if !envelopeFields.take(members, reflect.ValueOf(&env).Elem()) || env.Task == nil {
 		return svc.TaskSpec{}, "", false
 	}
-	return *env.Task, env.RequestID, true
+	if task, err = env.Task.task("task."); err != nil || checkRequestIDGiven(env.RequestID, "request_id") != nil {
+		return svc.TaskSpec{}, "", false
+	}
+	return task, deref(env.RequestID), true
 }
 
 // The fast path's tables of the run body's types, made from their json
 // tags: a field added to svc.TaskSpec is read by both paths at once.
 var (
-	taskFields     = fastFieldsOf(reflect.TypeFor[svc.TaskSpec]())
+	wireTaskFields = fastFieldsOf(reflect.TypeFor[wireTask]())
 	envelopeFields = fastFieldsOf(reflect.TypeFor[runEnvelope]())
 )
 
@@ -106,7 +115,7 @@ var (
 // value of the wrong type), which sends the body to the strict decoder.
 type fastField struct {
 	name  string // the member's name: the field's json tag
-	index int
+	index []int
 	take  func(dst reflect.Value, val []byte) bool
 }
 
@@ -114,9 +123,11 @@ type fastField struct {
 type fastFields []fastField
 
 // fastFieldsOf makes t's table from its fields' json tags, the ones
-// encoding/json reads in decodeRunBody. Strings are taken when plain,
-// json.RawMessage verbatim unless null, a pointer to a struct as that
-// struct's own table, anything else through json.Unmarshal.
+// encoding/json reads in decodeRunBody, with its rules: the fields of an
+// embedded struct are the outer type's, and an outer field shadows an
+// embedded one of the same name (wireTask's request_id). Strings are
+// taken when plain, json.RawMessage verbatim unless null, a pointer to a
+// string or a struct as that value, anything else through json.Unmarshal.
 func fastFieldsOf(t reflect.Type) fastFields {
 	var fs fastFields
 	for f := range t.Fields() {
@@ -124,51 +135,80 @@ func fastFieldsOf(t reflect.Type) fastFields {
 		if !f.IsExported() || name == "-" {
 			continue // not on the wire (TaskSpec.Invalid)
 		}
-		if f.Anonymous {
-			panic("server: fastFieldsOf(" + t.String() + "): field " + f.Name + " needs a rule of its own")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for _, inner := range fastFieldsOf(f.Type) {
+				if slices.ContainsFunc(fs, func(o fastField) bool { return o.name == inner.name }) ||
+					hasField(t, inner.name) {
+					continue // shadowed by a field of t
+				}
+				inner.index = append([]int{f.Index[0]}, inner.index...)
+				fs = append(fs, inner)
+			}
+			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
-		ff := fastField{name: name, index: f.Index[0]}
-		switch {
-		case f.Type == reflect.TypeFor[json.RawMessage]():
-			ff.take = func(dst reflect.Value, val []byte) bool {
-				if val[0] == 'n' { // null: decodeRunBody says what it means
-					return false
-				}
-				dst.SetBytes(bytes.Clone(val))
-				return true
-			}
-		case f.Type.Kind() == reflect.String:
-			ff.take = func(dst reflect.Value, val []byte) bool {
-				s, ok := plainString(val)
-				dst.SetString(s)
-				return ok
-			}
-		case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:
-			inner := fastFieldsOf(f.Type.Elem())
-			ff.take = func(dst reflect.Value, val []byte) bool {
-				if val[0] != '{' {
-					return false
-				}
-				var ms [8]member
-				members, ok := objectMembers(val, ms[:0])
-				if !ok {
-					return false
-				}
-				p := reflect.New(f.Type.Elem())
-				dst.Set(p)
-				return inner.take(members, p.Elem())
-			}
-		default:
-			ff.take = func(dst reflect.Value, val []byte) bool {
-				return json.Unmarshal(val, dst.Addr().Interface()) == nil
-			}
-		}
-		fs = append(fs, ff)
+		fs = append(fs, fastField{name: name, index: f.Index, take: takerOf(f.Type)})
 	}
 	return fs
+}
+
+// hasField reports whether t has a field of its own (not embedded) on
+// the wire as name.
+func hasField(t reflect.Type, name string) bool {
+	for f := range t.Fields() {
+		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n == name && !f.Anonymous {
+			return true
+		}
+	}
+	return false
+}
+
+// takerOf is how a value of type t is taken from its bytes.
+func takerOf(t reflect.Type) func(dst reflect.Value, val []byte) bool {
+	switch {
+	case t == reflect.TypeFor[json.RawMessage]():
+		return func(dst reflect.Value, val []byte) bool {
+			if val[0] == 'n' { // null: decodeRunBody says what it means
+				return false
+			}
+			dst.SetBytes(bytes.Clone(val))
+			return true
+		}
+	case t.Kind() == reflect.String:
+		return func(dst reflect.Value, val []byte) bool {
+			s, ok := plainString(val)
+			dst.SetString(s)
+			return ok
+		}
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.String:
+		return func(dst reflect.Value, val []byte) bool {
+			s, ok := plainString(val)
+			if ok {
+				dst.Set(reflect.ValueOf(&s))
+			}
+			return ok
+		}
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		inner := fastFieldsOf(t.Elem())
+		return func(dst reflect.Value, val []byte) bool {
+			if val[0] != '{' {
+				return false
+			}
+			var ms [8]member
+			members, ok := objectMembers(val, ms[:0])
+			if !ok {
+				return false
+			}
+			p := reflect.New(t.Elem())
+			dst.Set(p)
+			return inner.take(members, p.Elem())
+		}
+	}
+	return func(dst reflect.Value, val []byte) bool {
+		return json.Unmarshal(val, dst.Addr().Interface()) == nil
+	}
 }
 
 // take sets dst's fields from members, when each member is one of them,
@@ -178,7 +218,7 @@ next:
 	for _, m := range members {
 		for i := range fs {
 			if string(m.key) == fs[i].name {
-				if !fs[i].take(dst.Field(fs[i].index), m.val) {
+				if !fs[i].take(dst.FieldByIndex(fs[i].index), m.val) {
 					return false
 				}
 				continue next
