@@ -22,10 +22,15 @@ MCP_EVERYTHING := .cache/mcp/node_modules/.bin/mcp-server-everything
 # build step and no dependencies).
 TYPESCRIPT_VERSION ?= 5.9.3
 TSC := .cache/ts/node_modules/.bin/tsc
+# The generator of clients/ts/src/openapi.d.ts (the client's wire types,
+# from docs/openapi.json), pinned and installed beside tsc: `make ts-types`
+# regenerates the file, and clients/ts's tests fail when it is stale.
+OPENAPI_TYPESCRIPT_VERSION ?= 7.13.0
+OPENAPI_TS := .cache/ts/node_modules/.bin/openapi-typescript
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts ts-types deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -51,6 +56,11 @@ test-ts:
 	  $(GO) build -o "$$tmp/svc" ./cmd/svc && \
 	  cd clients/ts && SVC_BIN="$$tmp/svc" node --test
 
+## ts-types: regenerates clients/ts/src/openapi.d.ts from docs/openapi.json
+## with the pinned openapi-typescript (make deps installs it)
+ts-types:
+	node clients/ts/support/gen-types.js
+
 ## deps: installs what the tests need and can install without root (the
 ## MCP reference server, with npm) and says loudly what is missing
 ## (redis-server, npm): the tests that need it skip, and say so
@@ -59,10 +69,11 @@ deps:
 	elif command -v npm >/dev/null; then \
 	  npm install --no-audit --no-fund --prefix .cache/mcp @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION); \
 	else echo "make deps: npm not found: the MCP tests (tools/mcp) will skip; install nodejs and npm"; fi
-	@if [ -x $(TSC) ]; then :; \
+	@if [ -x $(TSC) ] && $(TSC) --version | grep -qxF 'Version $(TYPESCRIPT_VERSION)' && \
+	  [ -x $(OPENAPI_TS) ] && $(OPENAPI_TS) --version | grep -qF '$(OPENAPI_TYPESCRIPT_VERSION)'; then :; \
 	elif command -v npm >/dev/null; then \
-	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION); \
-	else echo "make deps: npm not found: clients/ts's type check will skip"; fi
+	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION) openapi-typescript@$(OPENAPI_TYPESCRIPT_VERSION); \
+	else echo "make deps: npm not found: clients/ts's type check and its check of openapi.d.ts will skip"; fi
 	@command -v redis-server >/dev/null || \
 	  echo "make deps: redis-server not found: the Redis tests will skip; install redis-server (SVC_REQUIRE_REDIS=1 makes them fail instead)"
 

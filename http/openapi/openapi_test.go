@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -70,7 +72,7 @@ func TestRepositoryCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, doc) {
-		t.Errorf("docs/openapi.json is stale: run go test ./http/openapi -update")
+		t.Errorf("docs/openapi.json is stale: run go test ./http/openapi -update (then make ts-types for the TypeScript client)")
 	}
 }
 
@@ -207,5 +209,43 @@ func TestEveryErrorKindHasItsStatus(t *testing.T) {
 	}
 	if d.Components.Statuses["SpecValidationError"] != 400 || d.Components.Statuses["RegistryError"] != 404 {
 		t.Errorf("statuses %v", d.Components.Statuses)
+	}
+}
+
+// The document's Problem is svc.Problem, which the server writes: every
+// member of the Go type is a property (required unless omitempty), and
+// nothing else is.
+func TestProblemSchemaIsTheGoType(t *testing.T) {
+	doc, err := server.OpenAPIDocument()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+				Required   []string                   `json:"required"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	p := d.Components.Schemas["Problem"]
+	var props, required []string
+	for f := range reflect.TypeFor[svc.Problem]().Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		props = append(props, name)
+		if opts != "omitempty" {
+			required = append(required, name)
+		}
+	}
+	slices.Sort(props)
+	slices.Sort(required)
+	if got := slices.Sorted(maps.Keys(p.Properties)); !slices.Equal(got, props) {
+		t.Errorf("Problem's properties %v, svc.Problem's members %v", got, props)
+	}
+	if got := slices.Sorted(slices.Values(p.Required)); !slices.Equal(got, required) {
+		t.Errorf("Problem's required %v, svc.Problem's members without omitempty %v", got, required)
 	}
 }

@@ -39,18 +39,6 @@ type (
 	health struct {
 		Status string `json:"status"`
 	}
-	problem struct {
-		Type      string `json:"type"`
-		Title     string `json:"title"`
-		Status    int    `json:"status"`
-		Detail    string `json:"detail"`
-		Error     string `json:"error"`
-		Message   string `json:"message"`
-		RequestID string `json:"request_id"`
-		Agent     string `json:"agent,omitempty"`
-		TaskID    string `json:"task_id,omitempty"`
-		Reason    string `json:"reason,omitempty"`
-	}
 )
 
 func ref(name string) *jsonschema.Schema {
@@ -204,7 +192,7 @@ func components() ([]component, error) {
 		{name: "AgentSchema", typ: reflect.TypeFor[svc.AgentSchema]()},
 		{name: "Topology", typ: reflect.TypeFor[svc.Topology]()},
 		{name: "Health", typ: reflect.TypeFor[health]()},
-		{name: "Problem", typ: reflect.TypeFor[problem]()},
+		{name: "Problem", typ: reflect.TypeFor[svc.Problem]()},
 	}, nil
 }
 

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 
 	svc "github.com/svc-dev/svc"
@@ -59,7 +62,10 @@ func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64) (data [
 }
 
 // decodeRunBodyFast is decodeRunBody for a body it can take without
-// doubt; ok false means "ask decodeRunBody".
+// doubt; ok false means "ask decodeRunBody". Both decode into the same
+// wire types (runEnvelope, wireTask) and check them with the same
+// functions: decodeRunBody through encoding/json, this through tables
+// made from the same json tags (fastFieldsOf).
 func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok bool) {
 	if !json.Valid(data) {
 		return svc.TaskSpec{}, "", false
@@ -73,76 +79,154 @@ func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok boo
 	if !ok {
 		return svc.TaskSpec{}, "", false
 	}
+	var err error
 	if m := find(members, "task"); m == nil {
 		// A bare TaskSpec.
-		if task, ok = taskFast(members); !ok || checkTask(task, "") != nil {
+		var w wireTask
+		if !wireTaskFields.take(members, reflect.ValueOf(&w).Elem()) {
+			return svc.TaskSpec{}, "", false
+		}
+		if task, err = w.task(""); err != nil {
 			return svc.TaskSpec{}, "", false
 		}
 		return task, "", true
 	}
 	// {"task": TaskSpec, "request_id": "..."}
-	for _, m := range members {
-		switch string(m.key) {
-		case "task":
-			if m.val[0] != '{' {
-				return svc.TaskSpec{}, "", false
-			}
-			var ts [8]member
-			tm, ok := objectMembers(m.val, ts[:0])
-			if !ok {
-				return svc.TaskSpec{}, "", false
-			}
-			if task, ok = taskFast(tm); !ok {
-				return svc.TaskSpec{}, "", false
-			}
-		case "request_id":
-			// An empty one is refused: decodeRunBody words it.
-			if requestID, ok = plainString(m.val); !ok || requestID == "" {
-				return svc.TaskSpec{}, "", false
-			}
-		default:
-			return svc.TaskSpec{}, "", false
-		}
-	}
-	if checkTask(task, "task.") != nil || checkRequestID(requestID, "request_id") != nil {
+	var env runEnvelope
+	if !envelopeFields.take(members, reflect.ValueOf(&env).Elem()) || env.Task == nil {
 		return svc.TaskSpec{}, "", false
 	}
-	return task, requestID, true
+	if task, err = env.Task.task("task."); err != nil || checkRequestIDGiven(env.RequestID, "request_id") != nil {
+		return svc.TaskSpec{}, "", false
+	}
+	return task, deref(env.RequestID), true
 }
 
-// taskFast builds a TaskSpec from the members of its object, when each is
-// one of its fields, spelt exactly, with a value it takes as is.
-func taskFast(members []member) (svc.TaskSpec, bool) {
-	var t svc.TaskSpec
-	var ok bool
-	for _, m := range members {
-		switch string(m.key) {
-		case "input":
-			if m.val[0] == 'n' { // null: decodeRunBody says it is missing
-				return svc.TaskSpec{}, false
+// The fast path's tables of the run body's types, made from their json
+// tags: a field added to svc.TaskSpec is read by both paths at once.
+var (
+	wireTaskFields = fastFieldsOf(reflect.TypeFor[wireTask]())
+	envelopeFields = fastFieldsOf(reflect.TypeFor[runEnvelope]())
+)
+
+// fastField is how the fast path takes one field of a wire type from its
+// value's bytes: take is false for a value it does not take as is (an
+// escaped string, a null where decodeRunBody has something to say, a
+// value of the wrong type), which sends the body to the strict decoder.
+type fastField struct {
+	name  string // the member's name: the field's json tag
+	index []int
+	take  func(dst reflect.Value, val []byte) bool
+}
+
+// fastFields is a wire type's table.
+type fastFields []fastField
+
+// fastFieldsOf makes t's table from its fields' json tags, the ones
+// encoding/json reads in decodeRunBody, with its rules: the fields of an
+// embedded struct are the outer type's, and an outer field shadows an
+// embedded one of the same name (wireTask's request_id). Strings are
+// taken when plain, json.RawMessage verbatim unless null, a pointer to a
+// string or a struct as that value, anything else through json.Unmarshal.
+func fastFieldsOf(t reflect.Type) fastFields {
+	var fs fastFields
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue // not on the wire (TaskSpec.Invalid)
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for _, inner := range fastFieldsOf(f.Type) {
+				if slices.ContainsFunc(fs, func(o fastField) bool { return o.name == inner.name }) ||
+					hasField(t, inner.name) {
+					continue // shadowed by a field of t
+				}
+				inner.index = append([]int{f.Index[0]}, inner.index...)
+				fs = append(fs, inner)
 			}
-			t.Input = json.RawMessage(bytes.Clone(m.val))
-		case "id":
-			if t.ID, ok = plainString(m.val); !ok {
-				return svc.TaskSpec{}, false
-			}
-		case "request_id":
-			if t.RequestID, ok = plainString(m.val); !ok || t.RequestID == "" {
-				return svc.TaskSpec{}, false
-			}
-		case "metadata":
-			if json.Unmarshal(m.val, &t.Metadata) != nil {
-				return svc.TaskSpec{}, false
-			}
-		case "token_budget":
-			if json.Unmarshal(m.val, &t.TokenBudget) != nil {
-				return svc.TaskSpec{}, false
-			}
-		default:
-			return svc.TaskSpec{}, false
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fs = append(fs, fastField{name: name, index: f.Index, take: takerOf(f.Type)})
+	}
+	return fs
+}
+
+// hasField reports whether t has a field of its own (not embedded) on
+// the wire as name.
+func hasField(t reflect.Type, name string) bool {
+	for f := range t.Fields() {
+		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n == name && !f.Anonymous {
+			return true
 		}
 	}
-	return t, t.Input != nil
+	return false
+}
+
+// takerOf is how a value of type t is taken from its bytes.
+func takerOf(t reflect.Type) func(dst reflect.Value, val []byte) bool {
+	switch {
+	case t == reflect.TypeFor[json.RawMessage]():
+		return func(dst reflect.Value, val []byte) bool {
+			if val[0] == 'n' { // null: decodeRunBody says what it means
+				return false
+			}
+			dst.SetBytes(bytes.Clone(val))
+			return true
+		}
+	case t.Kind() == reflect.String:
+		return func(dst reflect.Value, val []byte) bool {
+			s, ok := plainString(val)
+			dst.SetString(s)
+			return ok
+		}
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.String:
+		return func(dst reflect.Value, val []byte) bool {
+			s, ok := plainString(val)
+			if ok {
+				dst.Set(reflect.ValueOf(&s))
+			}
+			return ok
+		}
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		inner := fastFieldsOf(t.Elem())
+		return func(dst reflect.Value, val []byte) bool {
+			if val[0] != '{' {
+				return false
+			}
+			var ms [8]member
+			members, ok := objectMembers(val, ms[:0])
+			if !ok {
+				return false
+			}
+			p := reflect.New(t.Elem())
+			dst.Set(p)
+			return inner.take(members, p.Elem())
+		}
+	}
+	return func(dst reflect.Value, val []byte) bool {
+		return json.Unmarshal(val, dst.Addr().Interface()) == nil
+	}
+}
+
+// take sets dst's fields from members, when each member is one of them,
+// spelt exactly, with a value it takes as is.
+func (fs fastFields) take(members []member, dst reflect.Value) bool {
+next:
+	for _, m := range members {
+		for i := range fs {
+			if string(m.key) == fs[i].name {
+				if !fs[i].take(dst.FieldByIndex(fs[i].index), m.val) {
+					return false
+				}
+				continue next
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // plainString is the string a JSON string value without escapes holds;

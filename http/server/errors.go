@@ -102,23 +102,10 @@ func classify(err error) (svc.Kind, bool) {
 	return svc.KindRuntime, false
 }
 
-// Problem is the RFC 9457 body of every error response:
-// application/problem+json with the members of docs/api.md plus Reason, an
-// extension member carrying svc.Error.Reason when there is one.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	// Error is the kind's name, from which a client rebuilds the typed error.
-	Error string `json:"error"`
-	// Message repeats Detail for clients that read the spec's field name.
-	Message   string `json:"message"`
-	RequestID string `json:"request_id"`
-	Agent     string `json:"agent,omitempty"`
-	TaskID    string `json:"task_id,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-}
+// Problem is the RFC 9457 body of every error response, defined once in
+// the root package (svc.Problem) so that the OpenAPI document's schema is
+// derived from the same type.
+type Problem = svc.Problem
 
 // WriteError answers r with err as application/problem+json, with the
 // status of StatusOf. Domain errors carry their message, agent and task id;

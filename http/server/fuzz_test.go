@@ -150,20 +150,23 @@ func compact(t *testing.T, raw json.RawMessage) string {
 	return esc.String()
 }
 
+// gatherSeeds are gather bodies of every shape (TestDecodersAgree reads them too).
+var gatherSeeds = []string{
+	`{"tasks":[{"input":1}],"max_concurrency":3}`,
+	`{"tasks":[]}`,
+	`{"tasks":[{"input":1},{"id":"x"}]}`,
+	`{"tasks":[{"input":1}],"max_concurrency":10001}`,
+	`{"tasks":[{"input":1}],"max_concurrency":-5}`,
+	`{"tasks":[{"input":1}],"max_concurrency":0}`,
+	`{"tasks":[{"input":1}],"max_concurrency":null}`,
+	`{"tasks":null}`,
+	`{"tasks":[{"input":1}]} {}`,
+}
+
 // FuzzDecodeGatherBody checks that an accepted gather has tasks, each with
 // an input, and a concurrency in range; and that a refusal is a 400.
 func FuzzDecodeGatherBody(f *testing.F) {
-	for _, s := range []string{
-		`{"tasks":[{"input":1}],"max_concurrency":3}`,
-		`{"tasks":[]}`,
-		`{"tasks":[{"input":1},{"id":"x"}]}`,
-		`{"tasks":[{"input":1}],"max_concurrency":10001}`,
-		`{"tasks":[{"input":1}],"max_concurrency":-5}`,
-		`{"tasks":[{"input":1}],"max_concurrency":0}`,
-		`{"tasks":[{"input":1}],"max_concurrency":null}`,
-		`{"tasks":null}`,
-		`{"tasks":[{"input":1}]} {}`,
-	} {
+	for _, s := range gatherSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -16,7 +16,9 @@ import (
 // something this encoder does not write exactly as encoding/json does (an
 // output that is not compact, safe JSON, a NaN or infinite number): the
 // caller then uses json.Marshal, which also reports the errors.
-// TestAppendAgentResultIsMarshal compares the two.
+// TestAppendAgentResultIsMarshal compares the two, and
+// TestAppendAgentResultWritesEveryField does with every field of the
+// type set: a field added to svc.AgentResult needs its line here.
 func appendAgentResult(dst []byte, r *svc.AgentResult) ([]byte, bool) {
 	if !plainJSON(r.Output) {
 		return dst, false

@@ -10,22 +10,25 @@ import (
 	svc "github.com/svc-dev/svc"
 )
 
+// submitSeeds are submit bodies of every shape (TestDecodersAgree reads them too).
+var submitSeeds = []string{
+	`{"target":"echo","task":{"input":1}}`,
+	`{"target":"split","task":{"input":{"a":1},"request_id":"r"},"kind":"group","request_id":"b"}`,
+	`{"target":"echo","task":{"input":1},"kind":"robot"}`,
+	`{"target":"","task":{"input":1}}`,
+	`{"target":"echo"}`,
+	`{"target":"echo","task":null}`,
+	`{"target":"echo","task":{"input":null}}`,
+	`{"target":"echo","task":{"input":1},"extra":true}`,
+	`{"target":7,"task":{"input":1}}`,
+	`[]`, ``, `{"target":"echo","task":{"input":1}} {}`,
+}
+
 // FuzzDecodeSubmitBody checks that any body either decodes to a request
 // with a target, an input and a known kind that survives a round trip, or
 // is refused with a 400 SpecValidationError; never a panic.
 func FuzzDecodeSubmitBody(f *testing.F) {
-	for _, s := range []string{
-		`{"target":"echo","task":{"input":1}}`,
-		`{"target":"split","task":{"input":{"a":1},"request_id":"r"},"kind":"group","request_id":"b"}`,
-		`{"target":"echo","task":{"input":1},"kind":"robot"}`,
-		`{"target":"","task":{"input":1}}`,
-		`{"target":"echo"}`,
-		`{"target":"echo","task":null}`,
-		`{"target":"echo","task":{"input":null}}`,
-		`{"target":"echo","task":{"input":1},"extra":true}`,
-		`{"target":7,"task":{"input":1}}`,
-		`[]`, ``, `{"target":"echo","task":{"input":1}} {}`,
-	} {
+	for _, s := range submitSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

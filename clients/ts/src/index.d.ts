@@ -1,211 +1,63 @@
-// Types of the svc client, written from the schemas of docs/openapi.json
-// (components/schemas). test/types.test.js checks that every value this
-// file declares is exported by index.js and the other way round.
+// Types of the svc client. The wire types (what the server sends and
+// accepts) are those of openapi.d.ts, generated from docs/openapi.json
+// (`make ts-types`; test/types.test.js fails when it is stale); this file
+// names them and declares the classes and functions of index.js, which
+// test/types.test.js checks against what index.js exports.
+
+import type { components } from './openapi.js';
+
+type Schemas = components['schemas'];
 
 /** Any JSON value. */
 export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };
 
 /** TaskSpec: one task for an agent or a group. */
-export interface TaskSpec {
-  /** Becomes the result's task_id (generated when absent). */
-  id?: string;
-  /** The agent's input: any JSON value (required). */
-  input: JSONValue;
-  /** The run's trace id (1 to 128 printable ASCII characters, no spaces). */
-  request_id?: string;
-  metadata?: Record<string, string>;
-  /** Caps the tokens of this run, nested runs included (0: the runtime's max_tokens_per_run). */
-  token_budget?: number;
-}
-
+export type TaskSpec = Schemas['TaskSpec'];
 /** ErrorInfo: why a run failed (inside a 200 AgentResult). */
-export interface ErrorInfo {
-  type: string;
-  message: string;
-  reason?: string;
-}
-
-export interface AgentResultMetadata {
-  trace_id: string;
-  duration_ms: number;
-  tokens_used: number;
-  cost_usd: number;
-  cost_unknown?: boolean;
-  model: string;
-  attempts: number;
-  backend: string;
-  models_tried?: string[] | null;
-}
-
+export type ErrorInfo = Schemas['ErrorInfo'];
 /** AgentResult: the answer of one agent run. */
-export interface AgentResult {
-  agent_name: string;
-  task_id: string;
-  success: boolean;
-  output: JSONValue;
-  error: ErrorInfo | null;
-  metadata: AgentResultMetadata;
-}
-
-export interface GroupResultMetadata {
-  trace_id: string;
-  group_name: string;
-  duration_ms: number;
-  tokens_used: number;
-  cost_usd: number;
-  invocations: number;
-  backend: string;
-}
-
+export type AgentResult = Schemas['AgentResult'];
+export type AgentResultMetadata = AgentResult['metadata'];
 /** GroupResult: a group run in which several terminal nodes fired. */
-export interface GroupResult {
-  group: true;
-  outputs: Record<string, AgentResult>;
-  success: boolean;
-  metadata: GroupResultMetadata;
-}
-
+export type GroupResult = Schemas['GroupResult'];
+export type GroupResultMetadata = GroupResult['metadata'];
 /** RunResult: a group run's answer (or a submitted run's result). */
-export type RunResult = AgentResult | GroupResult;
+export type RunResult = Schemas['RunResult'];
+/** StreamLine: one line of a streamed gather (a result, or the summary at the end). */
+export type StreamLine = Schemas['StreamLine'];
+export type GatherSummary = Schemas['GatherSummary'];
 
+/** The states a submitted run goes through (RunStatus.state). */
 export type RunState = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
-
 /** RunProgress: counts of a submitted run's agents. */
-export interface RunProgress {
-  total: number;
-  completed: number;
-  failed: number;
-  running: number;
-}
-
+export type RunProgress = Schemas['RunProgress'];
 /** RunStatus: GET /runs/{id}/status. */
-export interface RunStatus {
-  run_id: string;
-  state: RunState | string;
-  progress: RunProgress | null;
-  /** Why the run failed or was cancelled (interrupted, store_error, timeout, cancelled, ...). */
-  reason?: string;
-  /**
-   * The run's trace id, set at submit: the trace_id of its events and the
-   * key of GET /runs/{trace_id}/tree. Absent only for runs stored by an
-   * earlier server.
-   */
-  trace_id?: string;
-}
+export type RunStatus = Schemas['RunStatus'];
+/** RunPage: GET /runs. */
+export type RunPage = Schemas['RunPage'];
 
 export type RunEventType =
   | 'agent_started' | 'agent_completed' | 'agent_failed'
   | 'group_completed' | 'run_cancelled' | 'run_failed';
-
 /** RunEvent: one frame of GET /runs/{id}/stream. */
-export interface RunEvent {
-  seq: number;
-  type: RunEventType | string;
-  run_id: string;
-  agent: string | null;
-  task_id: string | null;
-  error: string | null;
-  timestamp: string;
-}
+export type RunEvent = Schemas['RunEvent'];
 
-export type RuntimeEventType =
-  | 'agent_spawned' | 'agent_dispatched' | 'agent_completed' | 'agent_failed'
-  | 'tool_call_started' | 'tool_call_completed' | 'tool_call_failed'
-  | 'budget_exceeded' | 'depth_limit_exceeded' | 'batch_started' | 'batch_completed'
-  | 'group_started' | 'group_completed' | 'worker_started' | 'worker_stopped' | 'worker_heartbeat';
-
-/** RuntimeEvent: one frame of GET /events/stream (payload keys depend on event_type; see openapi.json). */
-export interface RuntimeEvent {
-  event_type: RuntimeEventType;
-  timestamp: string;
-  agent_name: string;
-  task_id: string | null;
-  trace_id: string;
-  parent_trace_id: string | null;
-  span_id?: string;
-  parent_span_id?: string;
-  payload: Record<string, JSONValue>;
-}
-
-/** RunPage: GET /runs. */
-export interface RunPage {
-  runs: Array<{
-    run_id: string;
-    target: string;
-    kind: string;
-    state: RunState | string;
-    progress: RunProgress | null;
-    reason?: string;
-    /** The run's trace id (RunStatus.trace_id). */
-    trace_id?: string;
-    created_at: string;
-    updated_at: string;
-  }> | null;
-  /** Pass as cursor for the next page; absent on the last. */
-  next_cursor?: string;
-}
-
-export interface UsageRow {
-  tokens_used: number;
-  /** Sum of agent_completed cost_usd, in US dollars (events without one count 0). */
-  cost_usd: number;
-  invocations: number;
-}
+/** RuntimeEvent: one frame of GET /events/stream; its payload's keys depend on event_type. */
+export type RuntimeEvent = Schemas['RuntimeEvent'];
+export type RuntimeEventType = RuntimeEvent['event_type'];
 
 /** Usage: GET /usage. */
-export interface Usage {
-  group_by: string;
-  total: UsageRow;
-  groups?: Record<string, UsageRow>;
-}
-
+export type Usage = Schemas['Usage'];
+export type UsageRow = Usage['total'];
 /** ToolDescriptor: one row of GET /tools. */
-export interface ToolDescriptor {
-  name: string;
-  description: string;
-  input_schema: JSONValue;
-  access: string;
-  source: string;
-  server?: string;
-  agents: string[] | null;
-}
-
-/** RuntimeStats: GET /runtime/stats (the main keys; see openapi.json for all). */
-export interface RuntimeStats {
-  generated_at: string;
-  header: {
-    events: number;
-    traces: number;
-    agents_spawned: number;
-    agents_completed: number;
-    agents_failed: number;
-    error_rate: number;
-    tokens_used: number;
-    tool_calls: number;
-    tool_failures: number;
-  };
-  burn_rate: { window_seconds: number; tokens: number; tokens_per_minute: number };
-  rejections?: Record<string, number>;
-  error_groups: Array<{ error: string; count: number; last_seen: string; sample: string; agents: string[] | null }> | null;
-  stuck?: { count: number; calls: Array<Record<string, JSONValue>> };
-  token_budget?: { limit: number; used: number; reserved: number; remaining: number };
-  [key: string]: unknown;
-}
-
+export type ToolDescriptor = Schemas['ToolDescriptor'];
+/** ToolUsage: one row of GET /tools?group_by=tool or agent_tool. */
+export type ToolUsage = Schemas['ToolUsage'];
+/** RuntimeStats: GET /runtime/stats. */
+export type RuntimeStats = Schemas['RuntimeStats'];
+export type BudgetStatus = Schemas['BudgetStatus'];
 /** Problem: the body of every error answer (application/problem+json). */
-export interface Problem {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  /** The error kind, e.g. "RegistryError". */
-  error: string;
-  message: string;
-  request_id: string;
-  agent?: string;
-  task_id?: string;
-  reason?: string;
-}
+export type Problem = Schemas['Problem'];
 
 /** Options of every call. */
 export interface CallOptions {

@@ -1,6 +1,6 @@
 // Compiled (not run) by types.test.js with tsc --strict: the declarations
 // of index.d.ts, used as the docs use them, must type-check.
-import { Client, RegistryError, SvcError, type AgentResult, type RunEvent, type RuntimeEvent } from '../src/index.js';
+import { Client, RegistryError, SvcError, type AgentResult, type Problem, type RunEvent, type RunResult, type RuntimeEvent, type TaskSpec } from '../src/index.js';
 const svc = new Client('http://127.0.0.1:8420', { token: 'x', timeoutMs: 1000 });
 async function main() {
   const r: AgentResult = await svc.run('echo', { input: { text: 'hi' } }, { signal: AbortSignal.timeout(10) });
@@ -14,5 +14,12 @@ async function main() {
   console.log((await svc.usage('agent')).total.tokens_used, (await svc.runtimeStats()).header.events, (await svc.listTools())[0]?.name);
   try { await svc.run('nope', { input: 1 }); } catch (err) { if (err instanceof RegistryError) { const e: SvcError = err; console.log(e.status, e.kind, e.requestId, e.problem?.error); } }
   await h.cancel(); await h.result();
+  // The generated wire types: a task with metadata, a group's result told
+  // apart by its keys, an event's payload by its event_type, a problem's kind.
+  const task: TaskSpec = { id: 't1', input: [1, 'x', null], request_id: 'r', metadata: { k: 'v' } };
+  const gr: RunResult = await svc.runGroup('panel', task);
+  if ('outputs' in gr) { console.log(gr.metadata.group_name, gr.outputs['a']?.metadata.tokens_used); } else { console.log(gr.agent_name, gr.error?.message); }
+  for await (const ev of svc.streamEvents()) { if (ev.event_type === 'agent_completed') { const t: number = ev.payload.tokens_used; console.log(t); } break; }
+  const p: Problem | null = null as Problem | null; const kind: string | undefined = p?.error; console.log(kind, p?.status, p?.request_id);
 }
 void main;

@@ -5,11 +5,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import * as mod from '../src/index.js';
 import { repoRoot } from '../support/server.js';
+import { command, generate, generator } from '../support/gen-types.js';
 
 const dts = readFileSync(new URL('../src/index.d.ts', import.meta.url), 'utf8');
 
@@ -59,4 +61,32 @@ test('index.d.ts type-checks with tsc --strict, used as the docs use it', (t) =>
   const r = spawnSync(tsc, ['--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext',
     '--moduleResolution', 'nodenext', '--lib', 'es2022,dom,dom.asynciterable', file], { encoding: 'utf8' });
   assert.equal(r.status, 0, `tsc:\n${r.stdout}${r.stderr}`);
+});
+
+// openapi-typescript is installed by `make deps` beside tsc (pinned);
+// $OPENAPI_TS names another.
+test('src/openapi.d.ts is what openapi-typescript makes of docs/openapi.json', (t) => {
+  if (!existsSync(generator)) {
+    t.skip('openapi-typescript not installed: run make deps (it installs the pinned openapi-typescript into .cache/ts)');
+    return;
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'svc-ts-types-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const out = join(dir, 'openapi.d.ts');
+  generate(out);
+  const committed = readFileSync(new URL('../src/openapi.d.ts', import.meta.url), 'utf8');
+  assert.ok(committed === readFileSync(out, 'utf8'),
+    `clients/ts/src/openapi.d.ts is stale (docs/openapi.json or the generator changed): run \`${command}\` and commit it`);
+});
+
+test('index.d.ts takes every wire type from openapi.d.ts', () => {
+  const schemas = [...readFileSync(new URL('../src/openapi.d.ts', import.meta.url), 'utf8')
+    .matchAll(/^ {8}(\w+): /gm)].map((m) => m[1]);
+  assert.ok(schemas.includes('AgentResult') && schemas.includes('Problem'), `schemas of openapi.d.ts: ${schemas}`);
+  // A hand-written interface would be a second copy of a wire type.
+  assert.deepEqual([...dts.matchAll(/^export interface (\w+)/gm)].map((m) => m[1]).sort(), ['CallOptions', 'ClientOptions']);
+  for (const name of ['TaskSpec', 'AgentResult', 'GroupResult', 'RunResult', 'RunStatus', 'RunProgress', 'RunPage',
+    'RunEvent', 'RuntimeEvent', 'Usage', 'ToolDescriptor', 'RuntimeStats', 'Problem', 'ErrorInfo', 'StreamLine']) {
+    assert.match(dts, new RegExp(`^export type ${name} = Schemas\\['${name}'\\];`, 'm'), name);
+  }
 });
