@@ -32,6 +32,8 @@ type listedPackage struct {
 //     the root (internal/dropqueue, internal/sqlitedb, internal/faultstore);
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
+//   - supervisor/registry (the definitions known by name) does not need
+//     the actor system either: it never depends on actors/;
 //   - no production code imports testing. A package that does is a test
 //     helper (a contract suite such as storetest, say), and that is
 //     decided by how it is used, not by its name: no package outside the
@@ -123,6 +125,13 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("%s imports %s; stores, emitters and brokers import only the root", p.ImportPath, imp)
 			}
 		}
+		if under(pkg, "supervisor/registry") {
+			for _, dep := range p.Deps {
+				if own(dep) && under(rel(dep), "actors") {
+					fail("%s depends on %s; the registry must not need the actor system", p.ImportPath, dep)
+				}
+			}
+		}
 		if under(pkg, "agent", "model") {
 			for _, dep := range p.Deps {
 				if own(dep) && under(rel(dep), "actors") {
@@ -178,6 +187,8 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("internal/queue"), Imports: []string{"sync"}},
 		{ImportPath: m("internal/runtimey"), Imports: []string{m("supervisor")}},
 		{ImportPath: m("emitters"), Imports: []string{m(""), m("internal/queue"), m("internal/runtimey")}},
+		// The registry reaching the actor system.
+		{ImportPath: m("supervisor/registry"), Imports: []string{m("actors")}, Deps: []string{m("actors"), m("")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -185,6 +196,7 @@ func TestImportRules(t *testing.T) {
 		"http/client imports testing but no _test.go file imports it",
 		"agent depends on " + m("actors"),
 		"emitters imports " + m("internal/runtimey"),
+		"supervisor/registry depends on " + m("actors"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

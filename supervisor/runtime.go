@@ -27,6 +27,7 @@ import (
 	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
+	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -144,9 +145,8 @@ type Runtime struct {
 	// parked run hold an 8 KiB stack instead of a 4 KiB one.
 	mailboxes *gopool.Pool
 
-	agents atomic.Pointer[registry]
-	mcp    mcpHooks     // the MCP tool servers, for the catalog
-	mcpm   *mcp.Manager // the MCP tool servers
+	reg  *registry.Registry // the agents and groups known by name
+	mcpm *mcp.Manager       // the MCP tool servers
 
 	store     svc.RunStore
 	ownStore  bool
@@ -236,7 +236,8 @@ func New(cfg Config) (rt *Runtime, err error) {
 	} else {
 		rt.keys = &localKeys{RunStore: rt.store, keys: map[string]*localKey{}}
 	}
-	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
+	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent, OnReplace: rt.retireServers,
+		Delegate: func(g svc.Group) svc.Tool { return newDelegateTool(rt, g) }})
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
@@ -244,7 +245,6 @@ func New(cfg Config) (rt *Runtime, err error) {
 		return nil, err
 	}
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.host.prefix})
-	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
 	rt.pool = gopool.New(5 * time.Second)
 	rt.mailboxes = actors.NewDispatcherPool(5*time.Second, 0)
 	rt.stuck = rt.newStuck()
@@ -296,7 +296,7 @@ func (rt *Runtime) Options() svc.Options { return rt.opts }
 
 // Agent returns a copy of a registered agent's definition.
 func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
-	c, ok := rt.agents.Load().byName[name]
+	c, ok := rt.reg.Load().Agent(name)
 	if !ok {
 		return svc.Agent{}, false
 	}
@@ -304,17 +304,56 @@ func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
 }
 
 func (rt *Runtime) lookup(name string) (*agent.Compiled, error) {
-	reg := rt.agents.Load()
-	c, ok := reg.byName[name]
-	if !ok {
-		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: reg.unknownAgent(name)}
-	}
-	return c, nil
+	return rt.reg.Load().LookupAgent(name)
 }
 
 // Agents lists the registered agent names, sorted.
 func (rt *Runtime) Agents(context.Context) ([]string, error) {
-	return slices.Clone(rt.agents.Load().names), nil
+	return slices.Clone(rt.reg.Load().AgentNames()), nil
+}
+
+// Register compiles and adds agents. The runtime keeps its own copy of
+// each definition; registering a name that exists is an error (use Replace).
+func (rt *Runtime) Register(agents ...svc.Agent) error { return rt.reg.Register(agents...) }
+
+// RegisterGroups checks and adds groups over the registered agents.
+func (rt *Runtime) RegisterGroups(groups ...svc.Group) error { return rt.reg.RegisterGroups(groups...) }
+
+// Replace swaps the whole set of agents and groups atomically: runs in
+// flight finish on the definitions they started with. On error nothing
+// changes.
+func (rt *Runtime) Replace(agents []svc.Agent, groups []svc.Group) error {
+	return rt.reg.Replace(agents, groups)
+}
+
+// compileAgent compiles a with what the runtime provides: its models, its
+// prices and its builtin tools. Every agent the runtime registers is
+// compiled here (spawned children by compileAgentFor).
+func (rt *Runtime) compileAgent(a svc.Agent) (*agent.Compiled, error) {
+	return rt.compileAgentFor(a, a.Name)
+}
+
+// Groups lists the registered group names, sorted.
+func (rt *Runtime) Groups(context.Context) ([]string, error) {
+	return slices.Clone(rt.reg.Load().GroupNames()), nil
+}
+
+// Group returns a copy of a registered group's definition.
+func (rt *Runtime) Group(name string) (svc.Group, bool) {
+	g, ok := rt.reg.Load().Group(name)
+	if !ok {
+		return svc.Group{}, false
+	}
+	return g.Def.Clone(), true
+}
+
+// GroupTopology describes a registered group.
+func (rt *Runtime) GroupTopology(_ context.Context, name string) (svc.Topology, error) {
+	g, err := rt.reg.Load().LookupGroup(name)
+	if err != nil {
+		return svc.Topology{}, err
+	}
+	return g.Graph.Topology(), nil
 }
 
 // AgentSchema returns the input and output JSON Schemas of an agent.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/supervisor/registry"
 )
 
 // Submitted runs: Submit records a run in the RunStore and starts it under a
@@ -47,21 +48,10 @@ func fingerprint(req svc.SubmitRequest) string {
 }
 
 func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
-	reg := rt.agents.Load()
-	_, isAgent := reg.byName[req.Target]
-	_, isGroup := reg.groups[req.Target]
-	kind := req.Kind
-	switch {
-	case kind != "" && kind != svc.KindAgent && kind != svc.KindGroup:
-		return "", svc.Errorf(svc.KindSpecValidation, "kind %q: want agent or group", kind)
-	case kind == svc.KindAgent && !isAgent, kind == svc.KindGroup && !isGroup, !isAgent && !isGroup:
-		return "", &svc.Error{Kind: svc.KindRegistry, Message: reg.unknownTarget(req.Target, kind, isAgent, isGroup)}
-	case kind == "" && isAgent && isGroup:
-		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: say which with kind", req.Target)
-	case kind == "" && isAgent:
-		kind = svc.KindAgent
-	case kind == "":
-		kind = svc.KindGroup
+	reg := rt.reg.Load()
+	kind, err := reg.Target(req.Target, req.Kind)
+	if err != nil {
+		return "", err
 	}
 	task := req.Task
 	if task.ID == "" {
@@ -110,18 +100,20 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 
 // checkInput refuses a task the target's entry agents would refuse, before
 // anything is stored.
-func (rt *Runtime) checkInput(reg *registry, kind, target string, task svc.TaskSpec) error {
+func (rt *Runtime) checkInput(reg *registry.Snapshot, kind, target string, task svc.TaskSpec) error {
 	if kind == svc.KindAgent {
-		_, err := prepare(reg.byName[target], task, task.RequestID, -1)
+		c, _ := reg.Agent(target)
+		_, err := prepare(c, task, task.RequestID, -1)
 		return err
 	}
-	g := reg.groups[target]
-	if g.team != nil {
-		_, err := prepare(g.team, task, task.RequestID, -1)
+	g, _ := reg.Group(target)
+	if g.Team != nil {
+		_, err := prepare(g.Team, task, task.RequestID, -1)
 		return err
 	}
-	for _, e := range g.graph.Entry {
-		if _, err := prepare(reg.byName[g.graph.Nodes[e].Agent], task, task.RequestID, -1); err != nil {
+	for _, e := range g.Graph.Entry {
+		c, _ := reg.Agent(g.Graph.Nodes[e].Agent)
+		if _, err := prepare(c, task, task.RequestID, -1); err != nil {
 			return err
 		}
 	}
