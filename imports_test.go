@@ -34,6 +34,8 @@ type listedPackage struct {
 //     actors/: they stay usable without the actor system;
 //   - supervisor/registry (the definitions known by name) does not need
 //     the actor system either: it never depends on actors/;
+//   - supervisor/submitted (the writer of submitted runs) writes to any
+//     svc.RunStore: it imports only the root;
 //   - no production code imports testing. A package that does is a test
 //     helper (a contract suite such as storetest, say), and that is
 //     decided by how it is used, not by its name: no package outside the
@@ -121,6 +123,8 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("http/server imports %s; it must reach the runtime only through svc.Backend", imp)
 			case pkg == "http/openapi" && dep != "":
 				fail("http/openapi imports %s; the API's document is built from the root's types only", imp)
+			case pkg == "supervisor/submitted" && dep != "":
+				fail("%s imports %s; the submitted-run writer imports only the root", p.ImportPath, imp)
 			case under(pkg, "stores", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
 				fail("%s imports %s; stores, emitters and brokers import only the root", p.ImportPath, imp)
 			}
@@ -189,6 +193,8 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("emitters"), Imports: []string{m(""), m("internal/queue"), m("internal/runtimey")}},
 		// The registry reaching the actor system.
 		{ImportPath: m("supervisor/registry"), Imports: []string{m("actors")}, Deps: []string{m("actors"), m("")}},
+		// The run writer reaching past the root.
+		{ImportPath: m("supervisor/submitted"), Imports: []string{m(""), m("stores/memstore")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -197,6 +203,7 @@ func TestImportRules(t *testing.T) {
 		"agent depends on " + m("actors"),
 		"emitters imports " + m("internal/runtimey"),
 		"supervisor/registry depends on " + m("actors"),
+		"supervisor/submitted imports " + m("stores/memstore"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

@@ -189,8 +189,8 @@ type hostSub struct {
 
 // Messages the actor sends itself.
 type (
-	release   struct{ set *callSet }
-	submitted struct {
+	release      struct{ set *callSet }
+	submittedRun struct {
 		req    *msg.Submit
 		sender *actor.PID
 		runID  string
@@ -254,7 +254,7 @@ func (g *gateway) Receive(c actor.Context) {
 		})
 	case *msg.Submit:
 		g.submit(c, m)
-	case *submitted:
+	case *submittedRun:
 		g.submitted(c, m)
 	case *runEnded:
 		if pid, ok := g.handles[m.runID]; ok {
@@ -501,12 +501,12 @@ func (g *gateway) submit(c actor.Context, m *msg.Submit) {
 			return msg.NewError(m.Ref, err)
 		}
 		// The actor answers, once the run's actor is spawned.
-		root.Send(self, &submitted{req: m, sender: sender, runID: id})
+		root.Send(self, &submittedRun{req: m, sender: sender, runID: id})
 		return nil
 	})
 }
 
-func (g *gateway) submitted(c actor.Context, m *submitted) {
+func (g *gateway) submitted(c actor.Context, m *submittedRun) {
 	rt, id := g.h.rt, m.runID
 	pid, ok := g.handles[id]
 	if !ok {

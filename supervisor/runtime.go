@@ -28,6 +28,7 @@ import (
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/submitted"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -150,10 +151,8 @@ type Runtime struct {
 
 	store     svc.RunStore
 	ownStore  bool
+	records   *submitted.Recorder // writes the submitted runs to store
 	submitted sync.Map            // run id → context.CancelCauseFunc
-	keys      svc.IdempotentStore // store, or localKeys over it
-	idemTTL   time.Duration
-	regMu     sync.Mutex // serialises writers of agents
 
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.
@@ -168,7 +167,6 @@ type Runtime struct {
 	stuck    *actors.Stuck
 	mu       sync.RWMutex // guards closed against admissions racing Shutdown
 	closed   bool
-	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
 	stopOnce sync.Once
 
 	// host is the message API (host.go).
@@ -222,8 +220,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if cfg.IdempotencyTTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
 	}
-	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store,
-		idemTTL: cfg.IdempotencyTTL, quit: make(chan struct{})}
+	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
 	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
@@ -231,11 +228,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	} else if n > 0 {
 		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
 	}
-	if is, ok := rt.store.(svc.IdempotentStore); ok {
-		rt.keys = is
-	} else {
-		rt.keys = &localKeys{RunStore: rt.store, keys: map[string]*localKey{}}
-	}
+	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
 	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent, OnReplace: rt.retireServers,
 		Delegate: func(g svc.Group) svc.Tool { return newDelegateTool(rt, g) }})
 	if rt.system = cfg.System; rt.system == nil {
@@ -466,7 +459,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.mu.Lock()
 		rt.closed = true
 		rt.mu.Unlock()
-		close(rt.quit)
+		rt.records.Stop() // store retries stop waiting
 
 		drained := make(chan struct{})
 		go func() { rt.inflight.Wait(); close(drained) }()
