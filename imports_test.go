@@ -36,6 +36,9 @@ type listedPackage struct {
 //     the actor system either: it never depends on actors/;
 //   - supervisor/submitted (the writer of submitted runs) writes to any
 //     svc.RunStore: it imports only the root;
+//   - supervisor/hostapi (the message API's actor) reaches the runtime
+//     only through the calls it is given: of the module it imports the
+//     root and actors/msg, the messages it serves;
 //   - no production code imports testing. A package that does is a test
 //     helper (a contract suite such as storetest, say), and that is
 //     decided by how it is used, not by its name: no package outside the
@@ -123,6 +126,8 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("http/server imports %s; it must reach the runtime only through svc.Backend", imp)
 			case pkg == "http/openapi" && dep != "":
 				fail("http/openapi imports %s; the API's document is built from the root's types only", imp)
+			case pkg == "supervisor/hostapi" && dep != "" && dep != "actors/msg":
+				fail("%s imports %s; the message API imports only the root and actors/msg", p.ImportPath, imp)
 			case pkg == "supervisor/submitted" && dep != "":
 				fail("%s imports %s; the submitted-run writer imports only the root", p.ImportPath, imp)
 			case under(pkg, "stores", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
@@ -195,6 +200,8 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("supervisor/registry"), Imports: []string{m("actors")}, Deps: []string{m("actors"), m("")}},
 		// The run writer reaching past the root.
 		{ImportPath: m("supervisor/submitted"), Imports: []string{m(""), m("stores/memstore")}},
+		// The message API reaching into the run actors.
+		{ImportPath: m("supervisor/hostapi"), Imports: []string{m(""), m("actors/msg"), m("actors")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -204,6 +211,7 @@ func TestImportRules(t *testing.T) {
 		"emitters imports " + m("internal/runtimey"),
 		"supervisor/registry depends on " + m("actors"),
 		"supervisor/submitted imports " + m("stores/memstore"),
+		"supervisor/hostapi imports " + m("actors") + ";",
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

@@ -24,9 +24,11 @@ import (
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/internal/gopool"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
+	"github.com/svc-dev/svc/supervisor/hostapi"
 	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/supervisor/submitted"
 	"github.com/svc-dev/svc/tools/mcp"
@@ -169,8 +171,13 @@ type Runtime struct {
 	closed   bool
 	stopOnce sync.Once
 
-	// host is the message API (host.go).
-	host hostAPI
+	// The message API (api.go): its actor's name starts with prefix,
+	// its event subscriptions come from apiEvents (nil: refused), and
+	// ownEvents is the SSE emitter the runtime added for them, if any.
+	api       *hostapi.API
+	prefix    string
+	apiEvents svc.EventSubscriber
+	ownEvents *sse.Emitter
 }
 
 // New starts a runtime.
@@ -234,10 +241,10 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
-	if err := rt.host.init(rt, &cfg); err != nil {
+	if err := rt.initAPI(&cfg); err != nil {
 		return nil, err
 	}
-	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.host.prefix})
+	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.prefix})
 	rt.pool = gopool.New(5 * time.Second)
 	rt.mailboxes = actors.NewDispatcherPool(5*time.Second, 0)
 	rt.stuck = rt.newStuck()
@@ -255,9 +262,9 @@ func New(cfg Config) (rt *Runtime, err error) {
 	}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
-		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.host.prefix, i))
+		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.prefix, i))
 		if err != nil {
-			rt.host.close()
+			rt.closeEvents()
 			for _, s := range rt.shards {
 				_ = rt.system.Root.StopFuture(s).Wait()
 			}
@@ -270,11 +277,11 @@ func New(cfg Config) (rt *Runtime, err error) {
 		}
 		rt.shards = append(rt.shards, pid)
 	}
-	if err := rt.host.start(); err != nil {
+	if err := rt.startAPI(); err != nil {
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.host.close()
+		rt.closeEvents()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}
@@ -482,11 +489,11 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		}
 		// The message API's actor after the calls it started, before the
 		// shards: its subscriptions end with it.
-		rt.host.stop()
+		rt.stopAPI()
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.host.close()
+		rt.closeEvents()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}
