@@ -41,7 +41,7 @@ build:
 ## the output of what failed, and every skipped test with its reason
 ## (internal/testsummary), ending with a SKIPPED: line when any skipped
 test:
-	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
+	@set -o pipefail; $(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testsummary
 
 ## test-ts: the TypeScript client's tests (clients/ts), node's own test
 ## runner against a real svc serve built from this tree (once, here: each
@@ -86,7 +86,7 @@ check: deps vet staticcheck
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
-	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/
+	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/...
 
 ## bench-http: issue 15's benchmarks of the svc serve binary with its
 ## default flags (part of bench): POST /agents/echo/run against a bare chi

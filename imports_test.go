@@ -27,9 +27,11 @@ type listedPackage struct {
 //   - http/server reaches the runtime only through svc.Backend (it may
 //     import http/openapi, the API's document, which imports only the
 //     root);
-//   - stores, emitters and brokers import only the root, their own family
-//     and internal leaf packages that import nothing of the module but
-//     the root (internal/dropqueue, internal/sqlitedb, internal/faultstore);
+//   - stores, event stores, emitters and brokers import only the root,
+//     their own family (eventstore/memevents may import eventstore and
+//     eventstore/internal/rollup) and internal leaf packages that import
+//     nothing of the module but the root (internal/dropqueue,
+//     internal/sqlitedb, internal/faultstore);
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
 //   - supervisor/registry (the definitions known by name) does not need
@@ -39,6 +41,9 @@ type listedPackage struct {
 //   - supervisor/hostapi (the message API's actor) reaches the runtime
 //     only through the calls it is given: of the module it imports the
 //     root and actors/msg, the messages it serves;
+//   - internal/lean (the speed tricks) is used by actors/ and supervisor
+//     only, and actors/plain (the reference run path) depends on none of
+//     actors/, supervisor, internal/lean or protoactor;
 //   - no production code imports testing. A package that does is a test
 //     helper (a contract suite such as storetest, say), and that is
 //     decided by how it is used, not by its name: no package outside the
@@ -130,8 +135,18 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("%s imports %s; the message API imports only the root and actors/msg", p.ImportPath, imp)
 			case pkg == "supervisor/submitted" && dep != "":
 				fail("%s imports %s; the submitted-run writer imports only the root", p.ImportPath, imp)
-			case under(pkg, "stores", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
-				fail("%s imports %s; stores, emitters and brokers import only the root", p.ImportPath, imp)
+			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
+				fail("%s imports %s; stores, event stores, emitters and brokers import only the root", p.ImportPath, imp)
+			case dep == "internal/lean" && !under(pkg, "actors", "supervisor"):
+				fail("%s imports %s; the speed tricks are the runtime's: only actors/ and supervisor use them", p.ImportPath, imp)
+			}
+		}
+		if under(pkg, "actors/plain") {
+			for _, dep := range p.Deps {
+				if (own(dep) && (under(rel(dep), "actors", "supervisor", "internal/lean") && !under(rel(dep), "actors/plain"))) ||
+					strings.Contains(dep, "protoactor") {
+					fail("%s depends on %s; the reference run path is plain Go: no actors, no lean tricks", p.ImportPath, dep)
+				}
 			}
 		}
 		if under(pkg, "supervisor/registry") {
@@ -202,6 +217,16 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("supervisor/submitted"), Imports: []string{m(""), m("stores/memstore")}},
 		// The message API reaching into the run actors.
 		{ImportPath: m("supervisor/hostapi"), Imports: []string{m(""), m("actors/msg"), m("actors")}},
+		// An event store backend using its family's shared logic (fine)
+		// and one that reaches into the HTTP client (not).
+		{ImportPath: m("eventstore/internal/rollup"), Imports: []string{m("")}},
+		{ImportPath: m("eventstore/memevents"), Imports: []string{m(""), m("eventstore"), m("eventstore/internal/rollup")}},
+		{ImportPath: m("eventstore/sqliteevents"), Imports: []string{m(""), m("http/client")}},
+		// The seam used from outside the runtime, and the plain path
+		// reaching the actors.
+		{ImportPath: m("internal/lean"), Imports: []string{"sync"}},
+		{ImportPath: m("group"), Imports: []string{m("internal/lean")}},
+		{ImportPath: m("actors/plain"), Imports: []string{m("agent")}, Deps: []string{m("agent"), m("actors")}},
 	}
 	got := checkImports(pkgs)
 	want := []string{
@@ -212,6 +237,9 @@ func TestImportRules(t *testing.T) {
 		"supervisor/registry depends on " + m("actors"),
 		"supervisor/submitted imports " + m("stores/memstore"),
 		"supervisor/hostapi imports " + m("actors") + ";",
+		"eventstore/sqliteevents imports " + m("http/client"),
+		"group imports " + m("internal/lean"),
+		"actors/plain depends on " + m("actors"),
 	}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, w) }) {

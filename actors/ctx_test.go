@@ -107,45 +107,6 @@ func TestInvocationContextConcurrentDerive(t *testing.T) {
 	}
 }
 
-// AfterFunc's stop: true before the cancel, false after it or a second
-// time; a stopped function is not called; the list drops the stopped.
-func TestInvocationContextAfterFuncStop(t *testing.T) {
-	st := newTestInv()
-	called := make(chan int, 10)
-	stop1 := st.AfterFunc(func() { called <- 1 })
-	for range 5 {
-		_, cancel := context.WithCancel(st)
-		cancel()
-	}
-	stop2 := st.AfterFunc(func() { called <- 2 })
-	if !stop1() || stop1() {
-		t.Error("stop before the cancel: want true, then false")
-	}
-	n := 0
-	for a := st.extra.Load().afters; a != nil; a = a.next {
-		n++
-	}
-	if n > 2 {
-		t.Errorf("%d registrations kept, want at most 2", n)
-	}
-	st.cancel(nil)
-	if got := <-called; got != 2 {
-		t.Errorf("called %d", got)
-	}
-	if stop2() {
-		t.Error("stop after the cancel: true")
-	}
-	st.AfterFunc(func() { called <- 3 })
-	if got := <-called; got != 3 {
-		t.Errorf("after the cancel: called %d", got)
-	}
-	select {
-	case got := <-called:
-		t.Errorf("called %d too", got)
-	case <-time.After(20 * time.Millisecond):
-	}
-}
-
 // A context derived from an invocation's holds no more than one derived
 // from a standard cancel context (whose children map the invocation's
 // AfterFunc list replaces): HTTP clients derive one per call.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/internal/lean"
 	"github.com/svc-dev/svc/model"
 )
 
@@ -29,22 +29,17 @@ type invState struct {
 	// index is the task's place in its batch (where its result goes).
 	index int
 
-	// The invocation's context (ctx.go) derives from base(). mu guards
-	// doneCh, extra's creation and contents and the cancellation; ended
-	// is set once it is cancelled; extra (made only when needed) holds
-	// the cause of a cancel and the functions registered by the contexts
-	// derived from this one.
-	mu     sync.Mutex
-	doneCh chan struct{}
-	extra  atomic.Pointer[ctxExtra]
+	// Ctx is the cancel state of the invocation's context (ctx.go),
+	// which derives from base().
+	lean.Ctx
 	// start (on the monotonic clock, since clockEpoch) is set by the run
 	// actor, which enforces the deadline (start plus the timeout: not
 	// stored); finished is the run actor's too. The struct is kept at
 	// 416 bytes (a million parked runs hold a million of them): what only
 	// some invocations need (when the run stops waiting for one,
-	// reapEntry; the cause of a cancel, ctxExtra) or what its run or task
-	// has (the Env, the base context) is not stored here, and the small
-	// fields are packed together.
+	// reapEntry; the cause of a cancel, lean.Ctx's extra) or what its
+	// run or task has (the Env, the base context) is not stored here, and
+	// the small fields are packed together.
 	start time.Duration
 	// pid is the invocation actor's: the run actor's abandonAttempt and
 	// the attempt's report go to it.
@@ -55,7 +50,6 @@ type invState struct {
 	attempt  int32
 	finished bool
 	unpriced bool // some model call had no price
-	ended    atomic.Bool
 	tokens   int64
 	cost     float64
 	model    string

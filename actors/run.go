@@ -3,6 +3,12 @@
 // gather batch), and one invocation actor per agent invocation. Slow work
 // never runs in Receive: an invocation starts a goroutine for the agent loop,
 // which reports back by message.
+//
+// What is here only to make runs cheaper (the goroutine pool, the mailbox
+// dispatcher, the invocations' mailbox, the invocation's cancel state) is
+// in internal/lean, which says what each buys. Package actors/plain does
+// what this package does, for Run and Gather, in plain goroutines: read it
+// first.
 package actors
 
 import (
@@ -18,7 +24,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
-	"github.com/svc-dev/svc/internal/gopool"
+	"github.com/svc-dev/svc/internal/lean"
 )
 
 // Env is what every actor of one runtime shares.
@@ -32,7 +38,7 @@ type Env struct {
 	// for them.
 	Work *sync.WaitGroup
 	// Pool runs the agent loops (only them: Dispatcher runs the mailboxes).
-	Pool *gopool.Pool
+	Pool *lean.Pool
 	// Dispatcher is given to every actor this package spawns.
 	Dispatcher actor.Dispatcher
 	// Stuck counts the attempts runs stopped waiting for (nil: not
@@ -97,11 +103,11 @@ func (e *Env) props(p actor.Producer) *actor.Props {
 // the whole process, not one per invocation (a Props is about 300 bytes,
 // a tenth of what an invocation held). An invocation is spawned blank and
 // its state (*invState) comes as its first message; a restarted one gets
-// it the same way (see finishAttempt). Its mailbox is a smallMailbox.
+// it the same way (see finishAttempt). Its mailbox is lean.NewMailbox's.
 func (e *Env) invocationProps() *actor.Props {
 	e.invPropsOnce.Do(func() {
 		e.invProps = actor.PropsFromProducer(newInvocation, actor.WithDispatcher(e.Dispatcher),
-			actor.WithMailbox(newSmallMailbox))
+			actor.WithMailbox(lean.NewMailbox))
 	})
 	return e.invProps
 }

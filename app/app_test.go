@@ -18,6 +18,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/stores/pebblestore"
 	"github.com/svc-dev/svc/stores/sqlitestore"
@@ -166,7 +167,7 @@ func TestServe(t *testing.T) {
 	if err != nil || rec.State != svc.RunCompleted {
 		t.Errorf("submitted run after restart: %+v, %v", rec, err)
 	}
-	events, err := eventstore.OpenSQLite(filepath.Join(dataDir, "events.db"), eventstore.Retention{})
+	events, err := sqliteevents.Open(filepath.Join(dataDir, "events.db"), eventstore.Retention{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/stores/pebblestore"
 	"github.com/svc-dev/svc/stores/redisstore"
@@ -106,19 +108,19 @@ func openEventStore(spec, dataDir string, r eventstore.Retention) (eventstore.St
 	case spec == "none":
 		return nil, "none", nil
 	case spec == "memory":
-		return eventstore.NewMemory(r), "memory", nil
+		return memevents.New(r), "memory", nil
 	case spec == "":
 		if err := os.MkdirAll(dataDir, 0o755); err != nil {
 			return nil, "", &ConfigError{Option: "DataDir", Err: err}
 		}
 		path := filepath.Join(dataDir, "events.db")
-		s, err := eventstore.OpenSQLite(path, r)
+		s, err := sqliteevents.Open(path, r)
 		if err != nil {
 			return nil, "", fail(fmt.Errorf("(default %s): %w", path, err))
 		}
 		return s, "sqlite:" + path, nil
 	default: // sqlite:PATH
-		s, err := eventstore.OpenSQLite(strings.TrimPrefix(spec, "sqlite:"), r)
+		s, err := sqliteevents.Open(strings.TrimPrefix(spec, "sqlite:"), r)
 		if err != nil {
 			return nil, "", fail(fmt.Errorf("%s: %w", spec, err))
 		}

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -26,8 +26,10 @@ import (
 // they are held probes /healthz on fresh connections: its p50 and p99,
 // how many probes failed (no answer within 2 s), the server's RSS and
 // descriptors, and how many of the idle connections the server still
-// holds. The server starts with the descriptor limit this process has
-// (20,000 on the project's machines); the client then raises its own.
+// holds. The connections are held by two processes of their own (this
+// test binary, holdIdleEnv), so that neither runs out of descriptors
+// before the server does (20,000 each on the project's machines, and
+// only root with CAP_SYS_RESOURCE may raise it).
 func BenchmarkIdleConnections(b *testing.B) {
 	n := 20000
 	if v := os.Getenv("SVC_BENCH_IDLE_CONNS"); v != "" {
@@ -36,41 +38,34 @@ func BenchmarkIdleConnections(b *testing.B) {
 	for range b.N {
 		s := startServe(b)
 		u, _ := url.Parse(s.url)
-		raiseFileLimit(b, uint64(n)+4096)
 		pid := s.cmd.Process.Pid
 		rss0 := procRSS(pid)
-
-		var held []net.Conn
-		failed, streak := 0, 0
 		start := time.Now()
-		for i := 0; i < n && streak < 100; i++ {
-			c, err := idleConn(u.Host)
-			if err != nil {
-				failed++
-				streak++
-				continue
+		holders := []*holder{startHolder(b, u.Host, n/2), startHolder(b, u.Host, n-n/2)}
+		opened, failed := 0, 0
+		for _, h := range holders {
+			var o, f int
+			if _, err := fmt.Sscanf(h.line(b), "opened %d failed %d", &o, &f); err != nil {
+				b.Fatal(err)
 			}
-			streak = 0
-			held = append(held, c)
+			opened, failed = opened+o, failed+f
 		}
-		opened := time.Since(start)
-		open := 0
-		for _, c := range held {
-			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
-			if _, err := c.Read(make([]byte, 1)); err != nil {
-				if ne, ok := err.(net.Error); ok && ne.Timeout() {
-					open++
-				}
-			}
-		}
+		took := time.Since(start)
 		lat, probeFails := probeHealth(u.Host, 200, 2*time.Second)
 		rss, fds := procRSS(pid), procFDs(pid)
-		for _, c := range held {
-			_ = c.Close()
+		open := 0
+		for _, h := range holders {
+			var o int
+			fmt.Fprintln(h.in, "check")
+			if _, err := fmt.Sscanf(h.line(b), "open %d", &o); err != nil {
+				b.Fatal(err)
+			}
+			open += o
+			h.stop()
 		}
-		b.Logf("%d connections opened in %s (%d failed), %d still open on the client's side; /healthz p50 %.1f ms p99 %.1f ms, %d of 200 probes failed; server RSS %.0f → %.0f MiB, %d descriptors",
-			len(held), opened.Round(time.Millisecond), failed, open, quantile(lat, 0.5), quantile(lat, 0.99), probeFails, rss0/(1<<20), rss/(1<<20), fds)
-		b.ReportMetric(float64(len(held)), "conns_opened")
+		b.Logf("%d connections opened in %s (%d failed), %d of them still open; /healthz p50 %.1f ms p99 %.1f ms, %d of 200 probes failed; server RSS %.0f → %.0f MiB, %d descriptors",
+			opened, took.Round(time.Millisecond), failed, open, quantile(lat, 0.5), quantile(lat, 0.99), probeFails, rss0/(1<<20), rss/(1<<20), fds)
+		b.ReportMetric(float64(opened), "conns_opened")
 		b.ReportMetric(float64(open), "conns_open")
 		b.ReportMetric(quantile(lat, 0.99), "healthz_p99_ms")
 		b.ReportMetric(float64(probeFails), "healthz_failed")
@@ -78,6 +73,89 @@ func BenchmarkIdleConnections(b *testing.B) {
 		b.ReportMetric(float64(fds), "svc_fds")
 		s.stop()
 	}
+}
+
+// holdIdleEnv, set to "ADDR N" in the environment of this test binary,
+// makes TestMain hold N idle connections to ADDR (holdIdle) instead of
+// running tests.
+const holdIdleEnv = "SVC_BENCH_HOLD_IDLE"
+
+// holdIdle opens n idle connections to addr (idleConn; it stops after
+// 100 failures in a row), prints "opened K failed F", then answers each
+// line "check" on stdin with "open K", the connections the server has not
+// closed; it exits when stdin closes.
+func holdIdle(spec string) {
+	var addr string
+	var n int
+	if _, err := fmt.Sscanf(spec, "%s %d", &addr, &n); err != nil {
+		fmt.Fprintln(os.Stderr, holdIdleEnv, err)
+		os.Exit(2)
+	}
+	var held []net.Conn
+	failed, streak := 0, 0
+	for i := 0; i < n && streak < 100; i++ {
+		c, err := idleConn(addr)
+		if err != nil {
+			failed, streak = failed+1, streak+1
+			continue
+		}
+		streak = 0
+		held = append(held, c)
+	}
+	fmt.Printf("opened %d failed %d\n", len(held), failed)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		open := 0
+		for _, c := range held {
+			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			_, err := c.Read(make([]byte, 1))
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				open++
+			}
+		}
+		fmt.Printf("open %d\n", open)
+	}
+	os.Exit(0)
+}
+
+// holder is a holdIdle process.
+type holder struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startHolder(b *testing.B, addr string, n int) *holder {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", holdIdleEnv, addr, n))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	h := &holder{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	b.Cleanup(h.stop)
+	return h
+}
+
+func (h *holder) line(b *testing.B) string {
+	if !h.out.Scan() {
+		b.Fatalf("holder process ended: %v", h.out.Err())
+	}
+	return h.out.Text()
+}
+
+func (h *holder) stop() {
+	_ = h.in.Close()
+	_ = h.cmd.Wait()
 }
 
 // BenchmarkSlowBodies starts SVC_BENCH_SLOW_BODIES (default 300) requests
@@ -197,25 +275,6 @@ func probeHealth(addr string, n int, limit time.Duration) ([]time.Duration, int)
 		time.Sleep(20 * time.Millisecond)
 	}
 	return lat, failed
-}
-
-// raiseFileLimit raises this process's descriptor limit to at least n
-// (root may raise the hard limit too).
-func raiseFileLimit(b *testing.B, n uint64) {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		b.Fatal(err)
-	}
-	if l.Cur >= n {
-		return
-	}
-	l.Cur = n
-	if l.Max < n {
-		l.Max = n
-	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		b.Logf("raising the descriptor limit to %d: %v (the client may run out first)", n, err)
-	}
 }
 
 // procRSS is the resident set size of process pid in bytes (VmRSS).

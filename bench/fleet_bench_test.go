@@ -44,6 +44,10 @@ func TestMain(m *testing.M) {
 		serveBare()
 		return
 	}
+	if spec := os.Getenv(holdIdleEnv); spec != "" {
+		holdIdle(spec)
+		return
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)

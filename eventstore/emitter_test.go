@@ -10,17 +10,31 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
-// countingStore wraps a Memory store and records the size of every Write.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ev builds an event at a fixed time plus sec seconds.
+func ev(name string, sec int, trace string, typ svc.EventType) svc.RuntimeEvent {
+	return svc.RuntimeEvent{
+		EventType: typ, Timestamp: time.Date(2026, 11, 21, 12, 0, sec, 0, time.UTC),
+		AgentName: name, TraceID: trace, Payload: svc.Payload{"n": sec},
+	}
+}
+
+// countingStore wraps a memory store and records the size of every Write.
 // When block is set, Writes wait for it to close; when err is set, they
 // fail with it.
 type countingStore struct {
-	*eventstore.Memory
+	*memevents.Store
 	block chan struct{}
 	err   error
 
@@ -29,7 +43,7 @@ type countingStore struct {
 }
 
 func newCounting() *countingStore {
-	return &countingStore{Memory: eventstore.NewMemory(eventstore.Retention{})}
+	return &countingStore{Store: memevents.New(eventstore.Retention{})}
 }
 
 func (c *countingStore) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
@@ -42,7 +56,7 @@ func (c *countingStore) Write(ctx context.Context, evs []svc.RuntimeEvent) error
 	if c.err != nil {
 		return c.err
 	}
-	return c.Memory.Write(ctx, evs)
+	return c.Store.Write(ctx, evs)
 }
 
 func (c *countingStore) sizes() []int {
@@ -59,7 +73,7 @@ func emitN(e *eventstore.Emitter, n int) {
 
 func TestEmitterContract(t *testing.T) {
 	emittertest.Run(t, func(t *testing.T) svc.Emitter {
-		s := eventstore.NewMemory(eventstore.Retention{MaxRows: 1000})
+		s := memevents.New(eventstore.Retention{MaxRows: 1000})
 		e := eventstore.NewEmitter(s, 0, 0)
 		t.Cleanup(func() {
 			_ = e.Close()
@@ -174,7 +188,11 @@ func TestEmitterWriteErrors(t *testing.T) {
 }
 
 func TestEmitterIntoSQLite(t *testing.T) {
-	s := openSQLite(t, filepath.Join(t.TempDir(), "events.db"), eventstore.Retention{})
+	s, err := sqliteevents.Open(filepath.Join(t.TempDir(), "events.db"), eventstore.Retention{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	e := eventstore.NewEmitter(s, 100, 10*time.Millisecond)
 	for _, typ := range svc.EventTypes {
 		e.Emit(emittertest.SampleEvent(typ))
@@ -182,11 +200,27 @@ func TestEmitterIntoSQLite(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got := query(t, s, eventstore.Query{Limit: 1000})
+	got, err := s.Events(context.Background(), eventstore.Query{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(got) != len(svc.EventTypes) {
 		t.Fatalf("stored %d events, want %d", len(got), len(svc.EventTypes))
 	}
 	for _, ev := range got {
 		emittertest.CheckPayload(t, ev)
 	}
+}
+
+// BenchmarkEmitterEmit measures the cost Emit adds to the runtime.
+func BenchmarkEmitterEmit(b *testing.B) {
+	s := memevents.New(eventstore.Retention{MaxRows: 10_000})
+	defer s.Close()
+	e := eventstore.NewEmitter(s, 0, 0)
+	ev := emittertest.SampleEvent(svc.EventAgentCompleted)
+	for b.Loop() {
+		e.Emit(ev)
+	}
+	b.StopTimer()
+	_ = e.Close()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/http/server"
 )
@@ -229,7 +230,7 @@ func TestRuntimeBudgetConcurrentRuns(t *testing.T) {
 // the reset is behind the bearer token, and admits runs again.
 func TestRuntimeBudgetOverHTTP(t *testing.T) {
 	rt := newRuntime(t, opts(func(o *svc.Options) { o.TokenBudget = 15 }), nil, nil, echo("spender", map[string]any{"tokens": 10}))
-	events := eventstore.NewMemory(eventstore.Retention{})
+	events := memevents.New(eventstore.Retention{})
 	t.Cleanup(func() { _ = events.Close() })
 	h, err := server.NewStandalone(rt, server.StandaloneConfig{AuthToken: "s3cret", Events: events, Logger: zap.NewNop()})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/tools"
 )
@@ -273,7 +274,7 @@ func TestErrorKindsReachTheMetrics(t *testing.T) {
 
 			// The event store's /runtime/stats counts the same rejections,
 			// by kind only.
-			store := eventstore.NewMemory(eventstore.Retention{})
+			store := memevents.New(eventstore.Retention{})
 			t.Cleanup(func() { _ = store.Close() })
 			if err := store.Write(context.Background(), rec.Events()); err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
 	"github.com/svc-dev/svc/http/client"
 	"github.com/svc-dev/svc/http/client/clienttest"
 	"github.com/svc-dev/svc/http/openapi/openapitest"
@@ -26,13 +27,13 @@ import (
 // synchronously so the rollups see them at once, an in-memory event store.
 type observed struct {
 	rt   svc.Backend
-	mem  *eventstore.Memory
+	mem  *memevents.Store
 	live *sse.Emitter
 }
 
 func observedFixture(t *testing.T) observed {
 	t.Helper()
-	mem := eventstore.NewMemory(eventstore.Retention{})
+	mem := memevents.New(eventstore.Retention{})
 	t.Cleanup(func() { _ = mem.Close() })
 	live, err := sse.New(nil, sse.Config{})
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/emitters"
 	"github.com/svc-dev/svc/emitters/sse"
-	"github.com/svc-dev/svc/internal/gopool"
+	"github.com/svc-dev/svc/internal/lean"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/supervisor/hostapi"
@@ -140,13 +140,13 @@ type Runtime struct {
 	next      atomic.Uint64
 	env       *actors.Env
 	work      sync.WaitGroup
-	pool      *gopool.Pool
+	pool      *lean.Pool
 	// mailboxes runs the actors' mailboxes, apart from pool, which runs
 	// only agent loops: a goroutine keeps the stack it grew, and a
 	// mailbox's frames (protoactor's, a spawn's) are deeper than a parked
 	// model call's, so on goroutines of their own they do not make every
 	// parked run hold an 8 KiB stack instead of a 4 KiB one.
-	mailboxes *gopool.Pool
+	mailboxes *lean.Pool
 
 	reg  *registry.Registry // the agents and groups known by name
 	mcpm *mcp.Manager       // the MCP tool servers
@@ -245,12 +245,12 @@ func New(cfg Config) (rt *Runtime, err error) {
 		return nil, err
 	}
 	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.prefix})
-	rt.pool = gopool.New(5 * time.Second)
-	rt.mailboxes = actors.NewDispatcherPool(5*time.Second, 0)
+	rt.pool = lean.NewPool(5 * time.Second)
+	rt.mailboxes = lean.NewDispatcherPool(5*time.Second, 0)
 	rt.stuck = rt.newStuck()
 	_, silent := rt.emitter.(svc.NopEmitter)
 	rt.env = &actors.Env{Emitter: rt.emitter, Silent: silent, Options: opts, Work: &rt.work, Pool: rt.pool, Stuck: rt.stuck,
-		Dispatcher: actors.NewDispatcher(rt.mailboxes, 300), Execute: cfg.Execute, Backend: cfg.Backend,
+		Dispatcher: lean.NewDispatcher(rt.mailboxes, 300), Execute: cfg.Execute, Backend: cfg.Backend,
 		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter), Root: rt.system.Root}
 	if cfg.Dispatcher != nil {
 		rt.dispatcher = cfg.Dispatcher

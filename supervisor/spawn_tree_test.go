@@ -7,6 +7,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
 )
 
 // The children of spawn_agents appear under the parent's invocation in the
@@ -16,7 +17,7 @@ func TestSpawnTree(t *testing.T) {
 	s := &script{fn: spawner(map[string]string{"boss": `{"agents":[
 		{"name":"alpha","instructions":"child alpha","input":1},
 		{"name":"beta","instructions":"child beta","input":2}]}`})}
-	mem := eventstore.NewMemory(eventstore.Retention{})
+	mem := memevents.New(eventstore.Retention{})
 	t.Cleanup(func() { _ = mem.Close() })
 	store := svc.EmitterFunc(func(ev svc.RuntimeEvent) { _ = mem.Write(context.Background(), []svc.RuntimeEvent{ev}) })
 	rt := newRuntime(t, svc.Options{}, store, s.registry(), boss(nil))

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -29,8 +30,10 @@ const serveMemoryShare = 0.75
 
 // tuneGC sets svc serve's collector: GOGC and GOMEMLIMIT, when set, are
 // Go's own and win; otherwise GC percent serveGCPercent and a memory limit
-// of serveMemoryShare of the memory available. It logs what is in force.
-func tuneGC(log *zap.Logger) {
+// of serveMemoryShare of the memory available, lowered to what the live
+// heap needs while it is smaller (heapCap). It logs what is in force. The
+// returned function stops the heap cap; call it before exiting.
+func tuneGC(log *zap.Logger) (stop func()) {
 	percent, percentFrom := serveGCPercent, "svc serve default"
 	if _, ok := os.LookupEnv("GOGC"); ok {
 		percentFrom = "GOGC"
@@ -50,6 +53,15 @@ func tuneGC(log *zap.Logger) {
 	}
 	log.Info("garbage collector", zap.Int("gc_percent", percent), zap.String("gc_percent_from", percentFrom),
 		zap.Int64("memory_limit_bytes", limit), zap.String("memory_limit_from", limitFrom))
+	// The cap manages the memory limit: not one the environment set, nor
+	// with the collector off.
+	if limitFrom == "GOMEMLIMIT" || percent < 0 {
+		return func() {}
+	}
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	return startHeapCap(percent, limit)
 }
 
 // availableMemory is the memory this process may use: its cgroup's limit

@@ -43,3 +43,27 @@ func TestServeTunesGC(t *testing.T) {
 		})
 	}
 }
+
+// The heap may grow past its live part by what GOGC allows, but by no more
+// than heapHeadroom, and always to twice the live heap (Go's default): a
+// 100 MiB moment of live heap (2,000 stalled streams, issue 25) lets the
+// heap reach 228 MiB, not 500.
+func TestHeapGoal(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live    int64
+		percent int
+		want    int64
+	}{
+		{1 * mib, 400, 20 * mib},      // Go's 4 MiB floor, × 5
+		{20 * mib, 400, 100 * mib},    // GOGC 400 as set
+		{100 * mib, 400, 228 * mib},   // capped: live + 128 MiB
+		{400 * mib, 400, 800 * mib},   // never under twice live
+		{100 * mib, 50, 200 * mib},    // the limit allows twice live; GOGC 50 itself collects sooner
+		{1024 * mib, 400, 2048 * mib}, // a large live heap: Go's default
+	} {
+		if got := heapGoal(c.live, c.percent); got != c.want {
+			t.Errorf("heapGoal(%d MiB, %d) = %d MiB, want %d MiB", c.live/mib, c.percent, got/mib, c.want/mib)
+		}
+	}
+}

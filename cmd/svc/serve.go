@@ -280,7 +280,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return &exitError{code: 2, err: errors.New("--nats-listen needs --broker embedded")}
 	}
 	defer func() { _ = log.Sync() }()
-	tuneGC(log)
+	defer tuneGC(log)()
 
 	o := s.appOptions(fs, log)
 	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody

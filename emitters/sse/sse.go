@@ -12,10 +12,13 @@
 // waiting. Each stage is bounded (the fan-out queue by 4 × QueueSize, the
 // others by QueueSize); an event that finds a stage full is dropped and
 // counted in Dropped (an event dropped by the fan-out queue, before any
-// filter ran, counts for every subscription). So a subscriber that stops
-// reading holds at most QueueSize events waiting for it (plus at most
-// QueueSize in transit in its mailbox), however long it stalls, and costs
-// the runtime nothing but the drops.
+// filter ran, counts for every subscription). A subscriber's queue is
+// bounded in bytes too, by QueueBytes of the events' JSON: an event that
+// would take it past that is dropped and counted the same way. So a
+// subscriber that stops reading holds at most QueueSize events and
+// QueueBytes waiting for it (plus at most QueueSize in transit in its
+// mailbox, whose memory grows only as events wait in it), however long it
+// stalls, and costs the runtime nothing but the drops.
 //
 // A subscriber whose client stops taking the stream altogether is cut
 // off: once its queue has stayed full for StallTimeout while events kept
@@ -59,6 +62,11 @@ const (
 	DefaultHeartbeatInterval = 15 * time.Second
 	DefaultQueueSize         = 1024
 	DefaultStallTimeout      = 2 * time.Second
+	// DefaultQueueBytes bounds the JSON of the events waiting for one
+	// subscriber: 2,000 stalled subscribers of 1,024 large events each
+	// could otherwise keep gigabytes alive (issue 25). Hundreds of
+	// ordinary events (a few hundred bytes each) fit.
+	DefaultQueueBytes = 256 << 10
 )
 
 // Config configures New. Zero fields take the defaults.
@@ -70,6 +78,10 @@ type Config struct {
 	// QueueSize bounds the events waiting for one subscriber (default
 	// 1024).
 	QueueSize int
+	// QueueBytes bounds the JSON encodings of the events waiting for one
+	// subscriber, in bytes (default DefaultQueueBytes); one event larger
+	// than it still goes to a subscriber with nothing waiting.
+	QueueBytes int
 	// StallTimeout is how long a subscriber's queue may stay full, with
 	// events arriving for it, before the subscription reports itself
 	// stalled (Stalled), so that the HTTP handler cuts the client off
@@ -94,6 +106,7 @@ type Emitter struct {
 	ownSystem bool
 	heartbeat time.Duration
 	queueSize int
+	queueB    int // Config.QueueBytes
 	stall     time.Duration
 	prefix    string // of the subscriber actors' names: "" or "PREFIX/"
 
@@ -140,6 +153,12 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	if cfg.QueueSize < 0 {
 		return nil, fmt.Errorf("sse: QueueSize %d: must not be negative", cfg.QueueSize)
 	}
+	if cfg.QueueBytes < 0 {
+		return nil, fmt.Errorf("sse: QueueBytes %d: must not be negative", cfg.QueueBytes)
+	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
 	}
@@ -149,7 +168,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Emitter, error) {
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
-	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize, stall: cfg.StallTimeout,
+	e := &Emitter{system: system, heartbeat: cfg.HeartbeatInterval, queueSize: cfg.QueueSize, queueB: cfg.QueueBytes, stall: cfg.StallTimeout,
 		fan: make(chan *svc.EncodedEvent, 4*cfg.QueueSize), done: make(chan struct{}), fanned: make(chan struct{})}
 	if cfg.Prefix != "" {
 		e.prefix = cfg.Prefix + "/"
@@ -398,15 +417,29 @@ type subscription struct {
 	fullSince int64
 	stalled   chan struct{}
 	stallOnce sync.Once
+	// overBytes is set by the actor when it dropped an event for
+	// QueueBytes, with overAt the channel's length then: the queue counts
+	// as full until the reader has taken an event from it.
+	overBytes atomic.Bool
+	overAt    atomic.Int64
 }
 
-// full reports whether the subscription's channel is full. It is racy
-// (see fanOut).
-func (s *subscription) full() bool {
+// queued is the number of events waiting in the subscription's channel.
+func (s *subscription) queued() int {
 	if s.enc != nil {
-		return len(s.enc) == cap(s.enc)
+		return len(s.enc)
 	}
-	return len(s.out) == cap(s.out)
+	return len(s.out)
+}
+
+// full reports whether the subscription's channel is full, in events or
+// in bytes. It is racy (see fanOut).
+func (s *subscription) full() bool {
+	n := s.queued()
+	if s.enc != nil && n == cap(s.enc) || s.out != nil && n == cap(s.out) {
+		return true
+	}
+	return s.overBytes.Load() && int64(n) >= s.overAt.Load()
 }
 
 // Stalled is closed once the subscriber's queue has stayed full for the
@@ -458,27 +491,69 @@ func (s *subscription) DisconnectSlow() bool {
 }
 
 // subscriber is the actor of one subscription. Its Receive never waits:
-// an event that finds the subscription's channel full is dropped.
+// an event that finds the subscription's channel full, or its QueueBytes
+// spent, is dropped.
 type subscriber struct {
 	s *subscription
+	// sizes are the JSON sizes of the events sent to the channel and not
+	// known to be taken, oldest first; bytes is their sum. The channel is
+	// FIFO and only this actor sends to it, so the events still in it are
+	// the last len(channel) sent.
+	sizes []int32
+	bytes int
+}
+
+// admit reports whether an event of size bytes fits the subscription's
+// QueueBytes, after forgetting the events the reader has taken.
+func (a *subscriber) admit(size int) bool {
+	n := a.s.queued()
+	for len(a.sizes) > n {
+		a.bytes -= int(a.sizes[0])
+		a.sizes = a.sizes[1:]
+	}
+	if len(a.sizes) == 0 {
+		a.sizes = nil // a drained queue pins no array
+	}
+	if a.bytes > 0 && a.bytes+size > a.s.em.queueB {
+		a.s.overAt.Store(int64(n))
+		a.s.overBytes.Store(true)
+		return false
+	}
+	a.s.overBytes.Store(false)
+	return true
 }
 
 func (a *subscriber) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *svc.EncodedEvent:
+		// Encoded once, by the first subscriber that asks, for all: the
+		// HTTP handler writes this very encoding.
+		data, _ := m.JSON()
+		size := len(data)
+		if !a.admit(size) {
+			a.s.dropped.Add(1)
+			return
+		}
+		sent := false
 		if a.s.enc != nil {
 			select {
 			case a.s.enc <- m:
+				sent = true
 			default:
-				a.s.dropped.Add(1)
 			}
+		} else {
+			select {
+			case a.s.out <- m.Event:
+				sent = true
+			default:
+			}
+		}
+		if !sent {
+			a.s.dropped.Add(1)
 			return
 		}
-		select {
-		case a.s.out <- m.Event:
-		default:
-			a.s.dropped.Add(1)
-		}
+		a.sizes = append(a.sizes, int32(size))
+		a.bytes += size
 	case *actor.Stopped:
 		// The last message the actor gets: nothing writes to out (enc)
 		// after it.

@@ -2,6 +2,7 @@ package sse
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +123,92 @@ func TestStalledEncodedReported(t *testing.T) {
 	}
 	if !es.(encodedSubscription).DisconnectSlow() || e.SlowDisconnects() != 1 {
 		t.Errorf("DisconnectSlow not counted: %d", e.SlowDisconnects())
+	}
+}
+
+// A subscriber's queue is bounded in bytes as well as in events: with
+// large events, one that stops reading holds no more than QueueBytes of
+// them, the rest counted as dropped, and is reported stalled as one
+// whose queue is full of events is; once it reads again, events flow
+// again. Before the bound, 1,024 events of any size waited for each
+// stalled subscriber (issue 25).
+func TestQueueBoundedInBytes(t *testing.T) {
+	const budget, big = 64 << 10, 10 << 10 // each event's JSON is a little over big
+	e, err := New(nil, Config{QueueSize: 1024, QueueBytes: budget, StallTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	es, err := e.SubscribeEncoded(t.Context(), svc.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := es.(encodedSubscription).s
+	ev := func(i int) svc.RuntimeEvent {
+		return svc.RuntimeEvent{EventType: svc.EventToolCallStarted, AgentName: "a", TaskID: fmt.Sprint(i),
+			Payload: svc.Payload{"blob": strings.Repeat("x", big)}}
+	}
+	const sent = 40
+	for i := range sent {
+		e.Emit(ev(i)) // one at a time, so that the fan-out queue drops none
+		testutil.Eventually(t, "the event queued or dropped", func() bool { return len(s.enc)+int(s.Dropped()) == i+1 })
+	}
+	held := len(s.enc)
+	if held == 0 || held > budget/big {
+		t.Fatalf("%d events of %d KiB wait for the subscriber, want 1 to %d (QueueBytes %d KiB)", held, big>>10, budget/big, budget>>10)
+	}
+	if d := s.Dropped(); int(d) != sent-held {
+		t.Errorf("Dropped = %d, want %d", d, sent-held)
+	}
+	testutil.Eventually(t, "stalled", func() bool {
+		e.Emit(ev(0))
+		select {
+		case <-es.(encodedSubscription).Stalled():
+			return true
+		default:
+			return false
+		}
+	})
+	// Reading again makes room: the next event is queued (after, maybe,
+	// the last of those the stall took, which was still on its way).
+	if n := len(s.enc); n != held {
+		t.Fatalf("%d events wait after the stall, %d before", n, held)
+	}
+	for range held {
+		<-es.EncodedEvents()
+	}
+	e.Emit(ev(sent))
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-es.EncodedEvents():
+			if got.Event.TaskID == fmt.Sprint(sent) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the event emitted after reading did not come; dropped %d", s.Dropped())
+		}
+	}
+}
+
+// The mailbox's queue takes memory only as events wait in it, and lets
+// it go once drained: each of 2,000 subscribers kept a 1,024-slot channel
+// made up front (32 MiB in all, issue 25).
+func TestMailboxGrowsAndShrinks(t *testing.T) {
+	mb := newDropMailbox(1024)
+	d := &heldDispatcher{}
+	mb.RegisterHandlers(&recordingInvoker{}, d)
+	if len(mb.user) != 0 {
+		t.Fatalf("a new mailbox holds a queue of %d", len(mb.user))
+	}
+	for i := range 100 {
+		mb.offer(i)
+	}
+	if n := len(mb.user); n < 100 || n > 256 {
+		t.Errorf("100 waiting in a queue of %d", n)
+	}
+	d.runAll()
+	if mb.userCount() != 0 || len(mb.user) != 0 {
+		t.Errorf("drained: %d waiting in a queue of %d, want none kept", mb.userCount(), len(mb.user))
 	}
 }

@@ -579,7 +579,7 @@ func TestLocalHandlerTransport(t *testing.T) {
 // without a RegistryError.
 func TestGroupNameEscaped(t *testing.T) {
 	c := newClient(t, serve(t, router(t, &fakeBackend{})).URL)
-	for _, name := range []string{"a/b", "x y", "q?r#s", "%2F"} {
+	for _, name := range []string{"x y", "q?r#s", "%2F"} {
 		_, err := c.GroupTopology(t.Context(), name)
 		if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
 			t.Errorf("GroupTopology(%q) = %v, want a RegistryError naming it", name, err)
@@ -587,6 +587,15 @@ func TestGroupNameEscaped(t *testing.T) {
 		_, err = c.RunGroup(t.Context(), name, svc.TaskSpec{Input: json.RawMessage(`1`)})
 		if !errors.Is(err, svc.ErrRegistry) || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
 			t.Errorf("RunGroup(%q) = %v, want a RegistryError naming it", name, err)
+		}
+	}
+	// A name with a slash is no name (svc.ValidName), and the server
+	// refuses an escaped slash in a path (issue 25): a SpecValidationError
+	// naming it, not a run.
+	for _, name := range []string{"a/b", "..", `a\b`} {
+		_, err := c.GroupTopology(t.Context(), name)
+		if !errors.Is(err, svc.ErrSpecValidation) || !strings.Contains(err.Error(), fmt.Sprintf("group name %q", name)) {
+			t.Errorf("GroupTopology(%q) = %v, want a SpecValidationError naming it", name, err)
 		}
 	}
 }

@@ -87,6 +87,9 @@ var Routes = []Route{
 	{Method: "GET", Path: "/healthz", ID: "healthz", Summary: "Liveness.", Status: 200, Reply: "Health", Public: true},
 	{Method: "GET", Path: "/health", ID: "health", Summary: "Liveness (alias of /healthz).", Status: 200, Reply: "Health", Public: true},
 	{Method: "GET", Path: "/readyz", ID: "readyz", Summary: "Readiness: 503 with a problem naming what is missing.", Status: 200, Reply: "Health", Public: true},
+	{Method: "HEAD", Path: "/healthz", ID: "healthzHead", Summary: "Liveness for probes that ask with HEAD: GET's status and headers, no body.", Status: 200, Public: true},
+	{Method: "HEAD", Path: "/health", ID: "healthHead", Summary: "Liveness with HEAD (alias of HEAD /healthz).", Status: 200, Public: true},
+	{Method: "HEAD", Path: "/readyz", ID: "readyzHead", Summary: "Readiness for probes that ask with HEAD: GET's status (503 when not ready) and headers, no body.", Status: 200, Public: true},
 	{Method: "GET", Path: "/openapi.json", ID: "openapi", Summary: "This document.", Status: 200, Reply: "", ReplyType: "application/json"},
 	{Method: "GET", Path: "/metrics", ID: "metrics", Summary: "Prometheus metrics (svc serve --metrics only).", Status: 200, ReplyType: "text/plain"},
 }
@@ -218,7 +221,7 @@ func operation(r Route) map[string]any {
 	}
 	responses := map[string]any{}
 	ok := map[string]any{"description": r.Summary}
-	if r.Status != 204 {
+	if r.Status != 204 && r.Method != "HEAD" {
 		mt := r.ReplyType
 		if mt == "" {
 			mt = "application/json"

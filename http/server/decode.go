@@ -39,8 +39,33 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // runEnvelope is the body the HTTP client sends to POST /agents/{name}/run.
 type runEnvelope struct {
-	Task      *svc.TaskSpec `json:"task"`
-	RequestID string        `json:"request_id"`
+	Task      *wireTask `json:"task"`
+	RequestID *string   `json:"request_id"`
+}
+
+// wireTask is a TaskSpec as a body holds it. Its RequestID, over the
+// TaskSpec's own, is a pointer, so that an empty request_id ("") is told
+// from none and refused like any other invalid id rather than taken for
+// absent.
+type wireTask struct {
+	svc.TaskSpec
+	RequestID *string `json:"request_id"`
+}
+
+// task checks w (checkTask, and an empty request_id) and returns its
+// TaskSpec. path prefixes the names in the message ("task.").
+func (w *wireTask) task(path string) (svc.TaskSpec, error) {
+	t := w.TaskSpec
+	if w.RequestID != nil {
+		t.RequestID = *w.RequestID
+	}
+	if err := checkTask(t, path); err != nil {
+		return svc.TaskSpec{}, err
+	}
+	if err := checkRequestIDGiven(w.RequestID, path+"request_id"); err != nil {
+		return svc.TaskSpec{}, err
+	}
+	return t, nil
 }
 
 // decodeRunBody decodes the body of POST /agents/{name}/run: a bare
@@ -64,13 +89,14 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 		if env.Task == nil {
 			return svc.TaskSpec{}, "", svc.Errorf(svc.KindSpecValidation, "task must be a TaskSpec object, not null")
 		}
-		if err := checkTask(*env.Task, "task."); err != nil {
+		task, err := env.Task.task("task.")
+		if err != nil {
 			return svc.TaskSpec{}, "", err
 		}
-		if err := checkRequestID(env.RequestID, "request_id"); err != nil {
+		if err := checkRequestIDGiven(env.RequestID, "request_id"); err != nil {
 			return svc.TaskSpec{}, "", err
 		}
-		return *env.Task, env.RequestID, nil
+		return task, deref(env.RequestID), nil
 	}
 	// A bare TaskSpec; a "Task" key is a wrapper miscased.
 	if err := checkFieldCase(obj, reflect.TypeFor[struct {
@@ -82,11 +108,12 @@ func decodeRunBody(data []byte) (svc.TaskSpec, string, error) {
 	if _, ok := obj["input"]; !ok {
 		return svc.TaskSpec{}, "", missingInput(obj)
 	}
-	var task svc.TaskSpec
-	if err := strictUnmarshal(data, &task); err != nil {
+	var w wireTask
+	if err := strictUnmarshal(data, &w); err != nil {
 		return svc.TaskSpec{}, "", err
 	}
-	if err := checkTask(task, ""); err != nil {
+	task, err := w.task("")
+	if err != nil {
 		return svc.TaskSpec{}, "", err
 	}
 	return task, "", nil
@@ -119,15 +146,19 @@ func decodeGatherBody(data []byte) (svc.GatherRequest, error) {
 	if err := checkFieldCase(obj, reflect.TypeFor[svc.GatherRequest](), ""); err != nil {
 		return svc.GatherRequest{}, err
 	}
-	var req svc.GatherRequest
-	if err := strictUnmarshal(data, &req); err != nil {
+	var wire struct {
+		Tasks          []wireTask `json:"tasks"`
+		MaxConcurrency int        `json:"max_concurrency"`
+	}
+	if err := strictUnmarshal(data, &wire); err != nil {
 		return svc.GatherRequest{}, err
 	}
-	if len(req.Tasks) == 0 {
+	if len(wire.Tasks) == 0 {
 		return svc.GatherRequest{}, &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
 	}
-	for i, t := range req.Tasks {
-		if err := checkTask(t, fmt.Sprintf("tasks[%d].", i)); err != nil {
+	req := svc.GatherRequest{Tasks: make([]svc.TaskSpec, len(wire.Tasks)), MaxConcurrency: wire.MaxConcurrency}
+	for i := range wire.Tasks {
+		if req.Tasks[i], err = wire.Tasks[i].task(fmt.Sprintf("tasks[%d].", i)); err != nil {
 			return svc.GatherRequest{}, err
 		}
 	}
@@ -204,7 +235,7 @@ func jsonError(data []byte, err error, offset int64) error {
 		return malformed(data, e.Offset-1, e.Error())
 	}
 	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		field := e.Field
+		field := wireField(e.Field)
 		if field == "" {
 			field = "(body)"
 		}
@@ -219,6 +250,24 @@ func jsonError(data []byte, err error, offset int64) error {
 	// The remaining decoder errors are unknown fields ("unknown field \"x\"")
 	// and invalid values for a type; both already name what is wrong.
 	return svc.Errorf(svc.KindSpecValidation, "%s", msg)
+}
+
+// wireField is the JSON path of a field as encoding/json names it, less
+// the embedded svc.TaskSpec of a wireTask ("task.TaskSpec.metadata" is
+// "task.metadata" on the wire).
+func wireField(f string) string {
+	if !strings.Contains(f, "TaskSpec.") {
+		return f
+	}
+	parts := strings.Split(f, ".")
+	out := parts[:0]
+	for i, p := range parts {
+		if p == "TaskSpec" && i < len(parts)-1 {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ".")
 }
 
 // malformed reports broken JSON at the 0-based byte offset off of data,
@@ -270,10 +319,10 @@ func jsonKind(c byte) string {
 // submitEnvelope is the body of POST /submit: an svc.SubmitRequest, plus the
 // request_id the HTTP client sends, as in the body of a run.
 type submitEnvelope struct {
-	Target    string        `json:"target"`
-	Task      *svc.TaskSpec `json:"task"`
-	Kind      string        `json:"kind"`
-	RequestID string        `json:"request_id"`
+	Target    string    `json:"target"`
+	Task      *wireTask `json:"task"`
+	Kind      string    `json:"kind"`
+	RequestID *string   `json:"request_id"`
 }
 
 // decodeSubmitBody decodes and checks the body of POST /submit: a target,
@@ -298,10 +347,11 @@ func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
 	if env.Task == nil {
 		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "task is required: a TaskSpec object")
 	}
-	if err := checkTask(*env.Task, "task."); err != nil {
+	task, err := env.Task.task("task.")
+	if err != nil {
 		return svc.SubmitRequest{}, "", err
 	}
-	if err := checkRequestID(env.RequestID, "request_id"); err != nil {
+	if err := checkRequestIDGiven(env.RequestID, "request_id"); err != nil {
 		return svc.SubmitRequest{}, "", err
 	}
 	switch env.Kind {
@@ -309,5 +359,13 @@ func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
 	default:
 		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "kind %q: want %q or %q", env.Kind, svc.KindAgent, svc.KindGroup)
 	}
-	return svc.SubmitRequest{Target: env.Target, Task: *env.Task, Kind: env.Kind}, env.RequestID, nil
+	return svc.SubmitRequest{Target: env.Target, Task: task, Kind: env.Kind}, deref(env.RequestID), nil
+}
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

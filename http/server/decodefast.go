@@ -96,7 +96,8 @@ func decodeRunBodyFast(data []byte) (task svc.TaskSpec, requestID string, ok boo
 				return svc.TaskSpec{}, "", false
 			}
 		case "request_id":
-			if requestID, ok = plainString(m.val); !ok {
+			// An empty one is refused: decodeRunBody words it.
+			if requestID, ok = plainString(m.val); !ok || requestID == "" {
 				return svc.TaskSpec{}, "", false
 			}
 		default:
@@ -126,7 +127,7 @@ func taskFast(members []member) (svc.TaskSpec, bool) {
 				return svc.TaskSpec{}, false
 			}
 		case "request_id":
-			if t.RequestID, ok = plainString(m.val); !ok {
+			if t.RequestID, ok = plainString(m.val); !ok || t.RequestID == "" {
 				return svc.TaskSpec{}, false
 			}
 		case "metadata":

@@ -36,6 +36,8 @@ var fastBodies = []string{
 	`{"input":1,"input":2}`, `{"input":{"a":1,"a":2}}`,
 	`{"input":1e400}`, "{\"input\":\"\xff\"}", `{"input":"\ud800"}`,
 	`{"input":1,"request_id":"a b"}`,
+	`{"input":1,"request_id":""}`, `{"task":{"input":1},"request_id":""}`, `{"task":{"input":1,"request_id":""},"request_id":"b"}`,
+	`{"input":1,"request_id":null}`, `{"task":{"input":1,"request_id":null}}`,
 	`{"input":1} x`, `{"input":1,}`, `[1]`, `"s"`, ``, `   `, `null`,
 }
 

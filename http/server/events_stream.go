@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -135,9 +134,10 @@ type eventStream struct {
 // are refused, as on the rollup routes, so that a typo (?event-type=) is
 // an error instead of an unfiltered stream.
 func eventFilter(rawQuery string) (svc.EventFilter, error) {
-	q, err := url.ParseQuery(rawQuery)
+	// event_type alone may be repeated: its values add up.
+	q, err := parseQuery(rawQuery, []string{"event_type", "agent"}, "event_type")
 	if err != nil {
-		return svc.EventFilter{}, svc.Errorf(svc.KindSpecValidation, "query string: %v", err)
+		return svc.EventFilter{}, err
 	}
 	var f svc.EventFilter
 	for k, vs := range q {
@@ -159,12 +159,7 @@ func eventFilter(rawQuery string) (svc.EventFilter, error) {
 				}
 			}
 		case "agent":
-			if len(vs) > 1 {
-				return svc.EventFilter{}, svc.Errorf(svc.KindSpecValidation, "query parameter \"agent\" is given %d times; give one agent", len(vs))
-			}
 			f.Agent = vs[0]
-		default:
-			return svc.EventFilter{}, svc.Errorf(svc.KindSpecValidation, "query parameter %q is not known here (known: event_type, agent)", k)
 		}
 	}
 	return f, nil

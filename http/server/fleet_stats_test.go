@@ -7,6 +7,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
 	"github.com/svc-dev/svc/http/server"
 )
 
@@ -21,7 +22,7 @@ func (f fleet) Workers(context.Context) ([]svc.WorkerStatus, error) { return f, 
 // with a fleet even without an event store.
 func TestStatsListTheLiveFleet(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
-	store := eventstore.NewMemory(eventstore.Retention{})
+	store := memevents.New(eventstore.Retention{})
 	t.Cleanup(func() { _ = store.Close() })
 	hb := func(id string, inFlight int) svc.RuntimeEvent {
 		return svc.RuntimeEvent{EventType: svc.EventWorkerHeartbeat, Timestamp: now.Add(-time.Second), AgentName: id, TraceID: id,

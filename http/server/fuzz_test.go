@@ -34,6 +34,8 @@ var runSeeds = []string{
 	`{"input":[{"a":1},{"a":2}]}`,
 	`{"input":1e400}`,
 	`{"input":1,"request_id":"a b"}`,
+	`{"input":1,"request_id":""}`,
+	`{"task":{"input":1,"request_id":""}}`,
 	`{"task":{"input":1},"request_id":"\u00e9"}`,
 }
 

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,10 +72,10 @@ func ndjsonBody(r *http.Request) bool {
 	return mediaType(r.Header.Get("Content-Type")) == svc.MediaNDJSON
 }
 
-// queryConcurrency reads max_concurrency from the query (the default when
-// absent).
-func queryConcurrency(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("max_concurrency")
+// queryConcurrency reads max_concurrency from q, the query of a gather
+// (the default when absent).
+func queryConcurrency(q url.Values) (int, error) {
+	v := q.Get("max_concurrency")
 	if v == "" {
 		return svc.DefaultGatherConcurrency, nil
 	}
@@ -86,13 +87,13 @@ func queryConcurrency(r *http.Request) (int, error) {
 }
 
 // gatherStreamed serves a gather whose body or answer is streamed.
-func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, name, accept string) error {
+func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.Values, name, accept string) error {
 	id := headerRequestID(r)
 	var tasks iter.Seq[svc.TaskSpec]
 	var conc int
 	var src *lineSource
 	if ndjsonBody(r) {
-		n, err := queryConcurrency(r)
+		n, err := queryConcurrency(q)
 		if err != nil {
 			return err
 		}
@@ -305,22 +306,23 @@ var newline = []byte("\n")
 // decodeTaskLine decodes one line of a streamed body; a bad one is a task
 // with Invalid set, naming the task and the line.
 func decodeTaskLine(line []byte, index, lineNo int) svc.TaskSpec {
-	var task svc.TaskSpec
-	err := func() error {
+	var w wireTask
+	task, err := func() (svc.TaskSpec, error) {
 		if _, err := topLevelObject(line); err != nil {
-			return err
+			return svc.TaskSpec{}, err
 		}
-		if err := strictUnmarshal(line, &task); err != nil {
-			return err
+		if err := strictUnmarshal(line, &w); err != nil {
+			return svc.TaskSpec{}, err
 		}
-		return checkTask(task, "")
+		return w.task("")
 	}()
 	if err != nil {
 		msg := err.Error()
 		if e, ok := errors.AsType[*svc.Error](err); ok {
 			msg = e.Message
 		}
-		return svc.TaskSpec{ID: task.ID, RequestID: validOr(task.RequestID),
+		// What could be read of the task still names its result.
+		return svc.TaskSpec{ID: w.ID, RequestID: validOr(deref(w.RequestID)),
 			Invalid: svc.Errorf(svc.KindSpecValidation, "task %d (line %d): %s", index, lineNo, msg)}
 	}
 	return task

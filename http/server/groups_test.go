@@ -70,7 +70,7 @@ func TestGroupTopology(t *testing.T) {
 		t.Errorf("topology of nope: %+v", p)
 	}
 	// A name that needs escaping arrives unescaped.
-	if p := problem(t, do(t, srv, "GET", "/groups/a%2Fb/topology", ""), 404); !strings.Contains(p.Detail, "group a/b ") {
+	if p := problem(t, do(t, srv, "GET", "/groups/a%20b/topology", ""), 404); !strings.Contains(p.Detail, "group a b ") {
 		t.Errorf("escaped group name reached the backend as %q", p.Detail)
 	}
 	r = do(t, srv, "POST", "/groups/pair/topology", "{}")

@@ -289,12 +289,27 @@ func joinPath(parent, key string) string {
 }
 
 // checkRequestID holds a request_id from a body to the rule of the
-// X-Request-Id header (ValidRequestID); "" is no request id. field names
-// it in the message.
+// X-Request-Id header (ValidRequestID); "" is no request id (a TaskSpec
+// cannot tell an empty one from none: see checkRequestIDGiven). field
+// names it in the message.
 func checkRequestID(id, field string) error {
 	if id == "" || ValidRequestID(id) {
 		return nil
 	}
+	return requestIDError(id, field)
+}
+
+// checkRequestIDGiven is checkRequestID for a request_id decoded as a
+// pointer: nil is none, and an empty one given is as invalid as any other
+// id outside the rule.
+func checkRequestIDGiven(id *string, field string) error {
+	if id == nil || ValidRequestID(*id) {
+		return nil
+	}
+	return requestIDError(*id, field)
+}
+
+func requestIDError(id, field string) error {
 	return svc.Errorf(svc.KindSpecValidation, "%s %q: want 1 to %d printable ASCII characters without spaces, like %s",
 		field, truncate(id, 40), MaxRequestIDLen, RequestIDHeader)
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,25 +76,6 @@ func budgetReply(w http.ResponseWriter, r *http.Request, op func(context.Context
 		return err
 	}
 	return writeJSON(w, http.StatusOK, st)
-}
-
-// queryOf returns r's query, refusing parameters outside allowed and
-// repeated ones, so a typo (?group-by=) is an error rather than silently
-// ignored.
-func queryOf(r *http.Request, allowed ...string) (url.Values, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, svc.Errorf(svc.KindSpecValidation, "query string: %v", err)
-	}
-	for k, v := range q {
-		if !slices.Contains(allowed, k) {
-			return nil, svc.Errorf(svc.KindSpecValidation, "query parameter %q is not known here (known: %s)", k, strings.Join(allowed, ", "))
-		}
-		if len(v) > 1 {
-			return nil, svc.Errorf(svc.KindSpecValidation, "query parameter %q is given %d times; give it once", k, len(v))
-		}
-	}
-	return q, nil
 }
 
 // parseTime reads since/until: RFC 3339 (with or without fractional
@@ -301,9 +281,9 @@ func (o *observation) tree(w http.ResponseWriter, r *http.Request) error {
 	if _, err := queryOf(r); err != nil {
 		return err
 	}
-	id, err := url.PathUnescape(chi.URLParam(r, "trace_id"))
-	if err != nil || id == "" {
-		return svc.Errorf(svc.KindSpecValidation, "trace id %q in the path is not valid", chi.URLParam(r, "trace_id"))
+	id, err := pathParam(r, "trace_id", "trace id")
+	if err != nil {
+		return err
 	}
 	t, err := o.events.Tree(r.Context(), id)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore"
+	"github.com/svc-dev/svc/eventstore/memevents"
 	"github.com/svc-dev/svc/http/server"
 )
 
@@ -53,7 +54,7 @@ func sampleEvents() []svc.RuntimeEvent {
 
 func newStandaloneWithEvents(t *testing.T) (*httptest.Server, *observedBackend) {
 	t.Helper()
-	store := eventstore.NewMemory(eventstore.Retention{})
+	store := memevents.New(eventstore.Retention{})
 	t.Cleanup(func() { _ = store.Close() })
 	if err := store.Write(t.Context(), sampleEvents()); err != nil {
 		t.Fatal(err)
@@ -203,7 +204,7 @@ func (l *liveBackend) RunsInFlight() int64 { return l.runs }
 // ended), and /runtime/stats is served without an event store when the
 // backend has the count.
 func TestStatsRunsInFlight(t *testing.T) {
-	store := eventstore.NewMemory(eventstore.Retention{})
+	store := memevents.New(eventstore.Retention{})
 	t.Cleanup(func() { _ = store.Close() })
 	if err := store.Write(t.Context(), sampleEvents()); err != nil {
 		t.Fatal(err)

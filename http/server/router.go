@@ -54,7 +54,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,8 +198,8 @@ func mountDashboard(r chi.Router, h http.Handler) {
 //	GET  /groups                 JSON list of group names
 //	GET  /groups/{name}/topology svc.Topology
 //	POST /groups/{name}/run      svc.TaskSpec, or {"task": TaskSpec, "request_id": "..."} → svc.RunResult
-//	GET  /healthz, /health       200 {"status":"ok"} while the process is alive
-//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails
+//	GET  /healthz, /health       200 {"status":"ok"} while the process is alive (HEAD too)
+//	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails (HEAD too)
 //	GET  /dashboard/             the web page, with WithDashboard
 //
 // When b also implements svc.RunBackend, the asynchronous runs are served
@@ -227,7 +226,11 @@ func mountDashboard(r chi.Router, h http.Handler) {
 // 415, otherwise; an empty body needs no Content-Type), UTF-8 without
 // unpaired surrogate escapes, without a key repeated in one object and
 // without numbers beyond float64; a request_id in it follows the rule of
-// ValidRequestID. Origins are the host's concern here: see CheckOrigin.
+// ValidRequestID ("" included). Origins are the host's concern here: see
+// CheckOrigin; so is the whole path, which CheckPath checks for tricks. A
+// path parameter (a name or an id) that is empty, "." or "..", or holds a
+// slash or a backslash, is refused with a 400 (pathParam). A route that
+// takes query parameters refuses an unknown or repeated one (queryOf).
 //
 // The trace id of a run (agent, group or submitted) is the task's request_id, else the
 // envelope's request_id, else the X-Request-Id header, else a new UUIDv7; it
@@ -266,7 +269,7 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		if rctx := chi.RouteContext(req.Context()); rctx != nil && rctx.RoutePath != "" {
 			path = rctx.RoutePath
 		}
-		for _, m := range []string{http.MethodGet, http.MethodPost} {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
 			if r.Match(chi.NewRouteContext(), m, path) {
 				w.Header().Add("Allow", m)
 			}
@@ -285,9 +288,13 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 	r.Method(http.MethodGet, "/groups", Handle(h.groups))
 	r.Method(http.MethodGet, "/groups/{name}/topology", Handle(h.topology))
 	r.Method(http.MethodPost, "/groups/{name}/run", Handle(h.runGroup))
-	r.Method(http.MethodGet, "/healthz", Handle(h.healthz))
-	r.Method(http.MethodGet, "/health", Handle(h.healthz))
-	r.Method(http.MethodGet, "/readyz", Handle(h.readyz))
+	// Probes (load balancers, orchestrators) may ask with HEAD: the same
+	// answer, whose body net/http leaves out.
+	for _, m := range []string{http.MethodGet, http.MethodHead} {
+		r.Method(m, "/healthz", Handle(h.healthz))
+		r.Method(m, "/health", Handle(h.healthz))
+		r.Method(m, "/readyz", Handle(h.readyz))
+	}
 	r.Method(http.MethodGet, "/openapi.json", Handle(serveOpenAPI))
 	if rb, ok := b.(svc.RunBackend); ok {
 		rh := &runHandlers{rb: rb, maxBody: cfg.maxBody, heartbeat: cfg.heartbeat, writeTimeout: cfg.writeTimeout}
@@ -398,8 +405,16 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	q, err := queryOf(r, "max_concurrency")
+	if err != nil {
+		return err
+	}
+	if q.Has("max_concurrency") && !ndjsonBody(r) {
+		// It would be ignored: a JSON body gives its own.
+		return svc.Errorf(svc.KindSpecValidation, `query parameter "max_concurrency" is for an application/x-ndjson body; an application/json body gives "max_concurrency" in the body`)
+	}
 	if accept := streamAccept(r); accept != "" || ndjsonBody(r) {
-		return h.gatherStreamed(w, r, name, accept)
+		return h.gatherStreamed(w, r, q, name, accept)
 	}
 	data, err := readBody(w, r, h.maxBody)
 	if err != nil {
@@ -415,10 +430,80 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if results == nil {
-		results = []svc.AgentResult{}
+	return writeResults(w, results)
+}
+
+// resultsBuffered is the largest gather answer writeResults sends whole,
+// with a Content-Length: a larger one goes out as it is encoded.
+const resultsBuffered = 1 << 20
+
+// writeResults writes a gather's answer, the JSON array of results,
+// byte for byte what writeJSON would write. Up to resultsBuffered it is
+// encoded whole and sent with a Content-Length; past that the encoded
+// part is sent and the rest follows as each result is encoded (chunked),
+// instead of growing one buffer: the 26 MB answer of 87,000 tasks took
+// some 50 MB at its peak, twice, as the buffer grew (issue 25). A result
+// that cannot be encoded once the answer has started aborts the
+// connection, so that the client sees a broken answer, never a short one.
+func writeResults(w http.ResponseWriter, results []svc.AgentResult) error {
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			jsonBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	buf.WriteByte('[')
+	i := 0
+	for ; i < len(results) && buf.Len() < resultsBuffered; i++ {
+		if err := appendResult(buf, results, i); err != nil {
+			return err
+		}
 	}
-	return writeJSON(w, http.StatusOK, results)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if i == len(results) {
+		buf.WriteString("]\n")
+		h.Set("Content-Length", strconv.Itoa(buf.Len()))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(buf.Bytes())
+		return nil
+	}
+	w.WriteHeader(http.StatusOK)
+	for ; i < len(results); i++ {
+		if buf.Len() >= 32<<10 {
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return nil // the client has gone
+			}
+			buf.Reset()
+		}
+		if err := appendResult(buf, results, i); err != nil {
+			// The status is sent: nothing can tell the client but a cut.
+			panic(http.ErrAbortHandler)
+		}
+	}
+	buf.WriteString("]\n")
+	_, _ = w.Write(buf.Bytes())
+	return nil
+}
+
+// appendResult appends results[i] to buf, after a comma unless first, as
+// json.Encoder encodes it inside the array.
+func appendResult(buf *bytes.Buffer, results []svc.AgentResult, i int) error {
+	if i > 0 {
+		buf.WriteByte(',')
+	}
+	if b, ok := appendAgentResult(buf.AvailableBuffer(), &results[i]); ok {
+		buf.Write(b)
+		return nil
+	}
+	b, err := json.Marshal(&results[i])
+	if err != nil {
+		// Not a domain error: the text names Go types, so it is logged, not sent.
+		return fmt.Errorf("server: encoding the response: %w", err)
+	}
+	buf.Write(b)
+	return nil
 }
 
 func (h *handlers) groups(w http.ResponseWriter, r *http.Request) error {
@@ -540,19 +625,10 @@ func (h *handlers) readyz(w http.ResponseWriter, r *http.Request) error {
 // agentName returns the {name} path parameter of an agent route.
 func agentName(r *http.Request) (string, error) { return pathName(r, "agent") }
 
-// pathName returns the {name} path parameter, unescaped: chi routes on the
-// raw path when the request has one, and then hands out escaped segments.
-// what ("agent", "group") names it in the error.
+// pathName returns the {name} path parameter (pathParam); what ("agent",
+// "group") names it in the error.
 func pathName(r *http.Request, what string) (string, error) {
-	name := chi.URLParam(r, "name")
-	if r.URL.RawPath == "" {
-		return name, nil
-	}
-	n, err := url.PathUnescape(name)
-	if err != nil {
-		return "", svc.Errorf(svc.KindSpecValidation, "%s name %q: %v", what, name, err)
-	}
-	return n, nil
+	return pathParam(r, "name", what+" name")
 }
 
 // headerRequestID returns the request's X-Request-Id when it is a usable

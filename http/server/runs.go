@@ -102,18 +102,8 @@ func (h *runHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusAccepted, submitReply{RunID: id})
 }
 
-// runID returns the {id} path parameter, unescaped as pathName does.
-func runID(r *http.Request) (string, error) {
-	id := chi.URLParam(r, "id")
-	if r.URL.RawPath == "" {
-		return id, nil
-	}
-	n, err := url.PathUnescape(id)
-	if err != nil {
-		return "", svc.Errorf(svc.KindSpecValidation, "run id %q: %v", id, err)
-	}
-	return n, nil
-}
+// runID returns the {id} path parameter (pathParam).
+func runID(r *http.Request) (string, error) { return pathParam(r, "id", "run id") }
 
 // mountPrefix returns the escaped path under which the router is mounted,
 // taken from the request's path minus the route's own suffix, so the
@@ -176,9 +166,13 @@ func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
 // streamAfter returns the sequence number a stream resumes after: the
 // Last-Event-ID header, else the after query parameter, else 0.
 func streamAfter(r *http.Request) (int64, error) {
+	q, err := queryOf(r, "after")
+	if err != nil {
+		return 0, err
+	}
 	what, v := LastEventIDHeader, r.Header.Get(LastEventIDHeader)
 	if v == "" {
-		what, v = "after", r.URL.Query().Get("after")
+		what, v = "after", q.Get("after")
 	}
 	if v == "" {
 		return 0, nil

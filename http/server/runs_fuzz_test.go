@@ -42,7 +42,8 @@ func FuzzDecodeSubmitBody(f *testing.F) {
 		if req.Kind != "" && req.Kind != svc.KindAgent && req.Kind != svc.KindGroup {
 			t.Fatalf("accepted kind %q", req.Kind)
 		}
-		enc, err := json.Marshal(submitEnvelope{Target: req.Target, Task: &req.Task, Kind: req.Kind, RequestID: envID})
+		enc, err := json.Marshal(submitEnvelope{Target: req.Target, Task: &wireTask{TaskSpec: req.Task, RequestID: given(req.Task.RequestID)},
+			Kind: req.Kind, RequestID: given(envID)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +53,14 @@ func FuzzDecodeSubmitBody(f *testing.F) {
 			t.Fatalf("round trip of %s: %+v %q %v; want %+v %q", enc, again, envID2, err, req, envID)
 		}
 	})
+}
+
+// given is id as a request_id a body gives: none when id is "".
+func given(id string) *string {
+	if id == "" {
+		return nil
+	}
+	return &id
 }
 
 // FuzzStreamAfter checks that a resume point is a non-negative number or a

@@ -494,9 +494,35 @@ func TestMounted(t *testing.T) {
 		t.Errorf("Allow = %q", r.header.Values("Allow"))
 	}
 	// An agent name that needs escaping arrives unescaped.
-	p := problem(t, do(t, srv, "GET", "/svc/agents/a%2Fb/schema", ""), 404)
-	if p.Agent != "a/b" {
+	p := problem(t, do(t, srv, "GET", "/svc/agents/a%20b/schema", ""), 404)
+	if p.Agent != "a b" {
 		t.Errorf("escaped agent name reached the backend as %q", p.Agent)
+	}
+	// One that holds an escaped slash, a backslash or is a dot segment is
+	// no name (svc.ValidName) and a way to make a path read otherwise
+	// (issue 25): the mounted router refuses it, with no standalone
+	// CheckPath in front. So does an empty one ("//").
+	for path, want := range map[string]string{
+		"/svc/agents/a%2Fb/schema":       `agent name "a/b" in the path holds a slash or a backslash`,
+		"/svc/agents/..%2F..%2Fx/run":    `agent name "../../x" in the path holds a slash or a backslash`,
+		"/svc/agents/a%5Cb/gather":       `agent name "a\\b" in the path holds a slash or a backslash`,
+		"/svc/agents/%2e%2e/schema":      `agent name ".." in the path is a dot segment`,
+		"/svc/agents//schema":            `agent name in the path is empty`,
+		"/svc/groups/%2E/topology":       `group name "." in the path is a dot segment`,
+		"/svc/groups/x%2F..%2Fy/run":     `group name "x/../y" in the path holds a slash or a backslash`,
+		"/svc/agents/..%252Fx%2F/schema": `agent name "..%2Fx/" in the path holds a slash or a backslash`,
+	} {
+		method, body := "GET", ""
+		if strings.HasSuffix(path, "/run") || strings.HasSuffix(path, "/gather") {
+			method, body = "POST", `{"input":1}`
+		}
+		p := problem(t, do(t, srv, method, path, body), 400)
+		if p.Error != string(svc.KindSpecValidation) || p.Detail != want {
+			t.Errorf("%s %s: %s %q, want SpecValidationError %q", method, path, p.Error, p.Detail, want)
+		}
+	}
+	if task, _ := f.seen(); task.RequestID != "host-id" {
+		t.Errorf("a refused name reached the backend: last task %+v", task)
 	}
 }
 
@@ -581,10 +607,11 @@ func TestRequestIDMiddleware(t *testing.T) {
 		{strings.Repeat("a", 129), false},
 		{"has space", false},
 		{"naïve", false},
-		{"", false},
+		{"", false}, // sent empty: counts as absent (docs/api.md)
+		{"absent", false},
 	} {
 		var hdr []string
-		if tc.in != "" {
+		if tc.in != "absent" {
 			hdr = []string{"X-Request-Id", tc.in}
 		}
 		r := do(t, srv, "GET", "/", "", hdr...)
@@ -762,5 +789,49 @@ func TestReadyCheck(t *testing.T) {
 	}
 	if _, err := server.NewRouter(&fakeBackend{}, server.WithReadyCheck("", nil)); err == nil {
 		t.Error("WithReadyCheck without a name and check accepted")
+	}
+}
+
+// TestHealthHEAD (issue 25 part 4): probes that ask with HEAD get the
+// status and headers of GET, without a body, and need no token; before,
+// they got 405 and took the server for down.
+func TestHealthHEAD(t *testing.T) {
+	f := &fakeBackend{}
+	h, err := server.NewStandalone(f, server.StandaloneConfig{AuthToken: "s3cret", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, h)
+	for _, path := range []string{"/healthz", "/health", "/readyz"} {
+		get := do(t, srv, "GET", path, "")
+		head := do(t, srv, "HEAD", path, "")
+		if head.status != http.StatusOK || get.status != http.StatusOK {
+			t.Errorf("%s: HEAD %d, GET %d; want 200 for both", path, head.status, get.status)
+		}
+		if len(head.body) != 0 {
+			t.Errorf("HEAD %s sent a body: %q", path, head.body)
+		}
+		for _, k := range []string{"Content-Type", "Content-Length"} {
+			if head.header.Get(k) != get.header.Get(k) || head.header.Get(k) == "" {
+				t.Errorf("HEAD %s: %s %q, GET's %q", path, k, head.header.Get(k), get.header.Get(k))
+			}
+		}
+		if head.header.Get("X-Request-Id") == "" {
+			t.Errorf("HEAD %s without X-Request-Id", path)
+		}
+	}
+	f.setReady(svc.Errorf(svc.KindShuttingDown, "draining"))
+	head := do(t, srv, "HEAD", "/readyz", "")
+	if head.status != http.StatusServiceUnavailable || len(head.body) != 0 ||
+		head.header.Get("Content-Type") != "application/problem+json" || head.header.Get("Retry-After") == "" {
+		t.Errorf("HEAD /readyz while draining: %d %v %q; want GET's 503 headers, no body", head.status, head.header, head.body)
+	}
+	// Only the probes: another route still takes what it takes.
+	r := do(t, srv, "DELETE", "/healthz", "")
+	if got := r.header.Values("Allow"); r.status != http.StatusMethodNotAllowed || strings.Join(got, ",") != "GET,HEAD" {
+		t.Errorf("DELETE /healthz: %d, Allow %q; want 405 with GET, HEAD", r.status, got)
+	}
+	if r := do(t, srv, "HEAD", "/agents", "", "Authorization", "Bearer s3cret"); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD /agents: %d, want 405", r.status)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
-	"path"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -83,9 +82,9 @@ const MCPPath = "/mcp"
 // NewStandalone returns the handler of the standalone server: the router
 // for b, with the observation routes of mountObservation, behind RequestID,
 // AccessLog, Recoverer, the reserve's gate (cfg.Reserved), CheckHost (when
-// cfg.CheckHost), CheckOrigin (with cfg.AllowedOrigins), BodyDeadline
-// (cfg.ReadTimeout) and, when cfg.AuthToken is set, BearerAuth, in that
-// order from the outside in.
+// cfg.CheckHost), CheckOrigin (with cfg.AllowedOrigins), CheckPath,
+// BodyDeadline (cfg.ReadTimeout) and, when cfg.AuthToken is set,
+// BearerAuth, in that order from the outside in.
 func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -110,6 +109,9 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	if cfg.ReadTimeout > 0 {
 		h = BodyDeadline(cfg.ReadTimeout)(h)
 	}
+	// Outside the token check, whose open paths are decided on the path
+	// as routed: a path that reads otherwise once decoded never gets in.
+	h = CheckPath(h)
 	origins, err := CheckOrigin(cfg.AllowedOrigins)
 	if err != nil {
 		return nil, err
@@ -173,22 +175,28 @@ func ProblemBody(status int, detail string) []byte {
 // orchestrators can probe the server without holding the secret.
 var openPaths = map[string]bool{"/healthz": true, "/health": true, "/readyz": true}
 
-// openPath reports whether a request for path needs no token: the health
-// checks, and the dashboard's static files (WithDashboard), which hold no
-// data. A browser cannot send a bearer token when it navigates to a page;
-// the page asks for the token and sends it on every API call.
-func openPath(p string) bool {
+// openPath reports whether r needs no token: the health checks, and the
+// dashboard's static files (WithDashboard), which hold no data. A browser
+// cannot send a bearer token when it navigates to a page; the page asks
+// for the token and sends it on every API call. The decision is made on
+// the path the router routes on (routedPath), never on a decoded or
+// cleaned copy of it, and a path with a trick (pathTrick) is never open,
+// so that BearerAuth without CheckPath in front opens nothing more.
+func openPath(r *http.Request) bool {
+	p := routedPath(r)
 	if openPaths[p] {
 		return true
 	}
-	// Cleaned first: "/dashboard/../usage" is not a dashboard file.
-	c := path.Clean(p)
-	return c == strings.TrimSuffix(DashboardPath, "/") || strings.HasPrefix(c+"/", DashboardPath)
+	if p != strings.TrimSuffix(DashboardPath, "/") && !strings.HasPrefix(p, DashboardPath) {
+		return false
+	}
+	return checkPath(r) == nil
 }
 
 // BearerAuth refuses requests without "Authorization: Bearer <token>" with
 // 401, a problem body and a WWW-Authenticate challenge (RFC 6750). The
-// health checks and the dashboard's files (below /dashboard/) stay open. The comparison takes the same time whatever the
+// health checks and the dashboard's files (below /dashboard/) stay open
+// (see openPath). The comparison takes the same time whatever the
 // presented token, so it leaks neither content nor length. An empty token
 // matches nothing: misconfiguration locks the server rather than opening
 // it.
@@ -196,7 +204,7 @@ func BearerAuth(token string) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if openPath(r.URL.Path) {
+			if openPath(r) {
 				next.ServeHTTP(w, r)
 				return
 			}

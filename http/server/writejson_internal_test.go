@@ -105,3 +105,56 @@ func TestAppendAgentResultIsMarshal(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteResultsIsEncode: a gather's answer, written as it is encoded
+// past resultsBuffered, is byte for byte what json.Encoder writes for the
+// whole slice, whatever its size: empty, small (sent whole, with a
+// Content-Length) and larger than the buffered part (chunked), with
+// results the fast encoder declines among them.
+func TestWriteResultsIsEncode(t *testing.T) {
+	many := func(n int) []svc.AgentResult {
+		rs := make([]svc.AgentResult, n)
+		for i := range rs {
+			rs[i] = svc.AgentResult{AgentName: "echo", TaskID: strconv.Itoa(i), Success: true, Output: json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"t":"<&>"}`),
+				Metadata: svc.ResultMetadata{TraceID: "tr", Model: "test:echo", Attempts: 1}}
+			if i%1000 == 7 {
+				rs[i].Output = json.RawMessage(` { "spaced" : [1, 2] } `) // not compact: json.Marshal encodes it
+			}
+		}
+		return rs
+	}
+	for _, c := range []struct {
+		results []svc.AgentResult
+		whole   bool
+	}{{nil, true}, {many(3), true}, {many(20_000), false}} {
+		want, err := json.Marshal(c.results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.results == nil {
+			want = []byte("[]")
+		}
+		want = append(want, '\n')
+		rec := httptest.NewRecorder()
+		if err := writeResults(rec, c.results); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Body.String(); got != string(want) {
+			t.Fatalf("%d results: the answer differs from json.Marshal's (%d bytes, want %d)", len(c.results), len(got), len(want))
+		}
+		if cl := rec.Header().Get("Content-Length"); (cl == strconv.Itoa(len(want))) != c.whole || (cl == "") == c.whole {
+			t.Errorf("%d results (%d bytes): Content-Length %q, want it set: %v", len(c.results), len(want), cl, c.whole)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+	}
+	// An encoding error within the buffered part is returned before
+	// anything is written.
+	rec := httptest.NewRecorder()
+	err := writeResults(rec, []svc.AgentResult{{Output: json.RawMessage(`{bad`)}})
+	var me *json.MarshalerError
+	if !errors.As(err, &me) || rec.Body.Len() != 0 {
+		t.Errorf("writeResults of invalid output: %v, wrote %q", err, rec.Body.String())
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -493,29 +492,6 @@ func TestMissingKeyFailsWithoutCalling(t *testing.T) {
 	}
 }
 
-func TestBadSettingsAreSpecValidationErrors(t *testing.T) {
-	f := newFake(t, textReply("hi"))
-	m := f.model(t, Config{})
-	for _, s := range []map[string]any{
-		{"temperature": "hot"},
-		{"max_tokens": 1.5},
-		{"max_tokens": -1},
-		{"top_k": []any{1}},
-		{"stop": []any{1, 2}},
-		{"structured_output": "magic"},
-		{"api_key": 42},
-		{"base_url": "not a url"},
-	} {
-		_, err := m.Generate(context.Background(), svc.ModelRequest{Messages: userText("hi"), Settings: s})
-		if svc.KindOf(err) != svc.KindSpecValidation {
-			t.Errorf("%v: got %v, want a SpecValidationError", s, err)
-		}
-	}
-	if n := len(f.requests()); n != 0 {
-		t.Errorf("%d requests with bad settings", n)
-	}
-}
-
 func TestNewRejectsBadConfig(t *testing.T) {
 	if _, err := New(""); svc.KindOf(err) != svc.KindRegistry {
 		t.Errorf("empty name: %v", err)
@@ -543,16 +519,6 @@ func TestInvalidRequestIsNotRetried(t *testing.T) {
 	}
 	if n := len(f.requests()); n != 1 {
 		t.Errorf("%d requests, want 1 (no retry)", n)
-	}
-}
-
-func TestAuthError(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		apiError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
-	})
-	_, err := f.model(t, Config{}).Generate(context.Background(), svc.ModelRequest{Messages: userText("hi")})
-	if pe := providerError(t, err); pe.Class != model.ClassAuth || pe.Status != 401 {
-		t.Errorf("got %+v", pe)
 	}
 }
 
@@ -648,31 +614,6 @@ func TestLongRetryAfterIsNotWaitedOut(t *testing.T) {
 	}
 }
 
-func TestCancelAbortsTheCall(t *testing.T) {
-	started := make(chan struct{})
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request, _ int) {
-		close(started)
-		<-r.Context().Done() // answers never; ends when the client hangs up
-	})
-	m := f.model(t, Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		<-started
-		cancel()
-	}()
-	_, err := m.Generate(ctx, svc.ModelRequest{Messages: userText("hi")})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v, want context.Canceled", err)
-	}
-	var pe *model.ProviderError
-	if errors.As(err, &pe) {
-		t.Errorf("a cancelled call is a ProviderError (%v), which would try fallbacks", pe)
-	}
-	if model.CanFallback(err) {
-		t.Error("CanFallback after cancellation")
-	}
-}
-
 func TestDeadlineIsATimeout(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		<-r.Context().Done()
@@ -754,31 +695,6 @@ func TestConnectionRefusedIsATimeoutClass(t *testing.T) {
 	_, err := m.Generate(context.Background(), svc.ModelRequest{Messages: userText("hi")})
 	if pe := providerError(t, err); pe.Class != model.ClassTimeout || pe.Status != 0 || !pe.Fallback() {
 		t.Errorf("got %+v", pe)
-	}
-}
-
-func TestConcurrentCalls(t *testing.T) {
-	var calls atomic.Int64
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		calls.Add(1)
-		textReply("ok")(w, r, n)
-	})
-	m := f.model(t, Config{})
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() {
-			_, err := m.Generate(context.Background(), svc.ModelRequest{
-				Messages: userText(fmt.Sprint(i)),
-				Settings: map[string]any{"temperature": 0.5},
-			})
-			if err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	if calls.Load() != 8 {
-		t.Errorf("%d calls", calls.Load())
 	}
 }
 

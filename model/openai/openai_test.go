@@ -292,25 +292,6 @@ func TestToolCalls(t *testing.T) {
 	}
 }
 
-func TestFinalText(t *testing.T) {
-	f := newFake(t, answer("Sunny, 21 °C."))
-	m := f.model(t, openai.Config{})
-	resp, err := m.Generate(context.Background(), userText("weather?"))
-	if err != nil {
-		t.Fatalf("Generate: %v", err)
-	}
-	if len(resp.ToolCalls) != 0 {
-		t.Errorf("ToolCalls = %v; want none", resp.ToolCalls)
-	}
-	var s string
-	if err := json.Unmarshal(resp.Output, &s); err != nil || s != "Sunny, 21 °C." {
-		t.Errorf("Output = %s; want the text as a JSON string", resp.Output)
-	}
-	if resp.InputTokens != 11 || resp.OutputTokens != 7 || resp.TokensUsed != 18 {
-		t.Errorf("tokens = %d/%d/%d; want 11/7/18", resp.InputTokens, resp.OutputTokens, resp.TokensUsed)
-	}
-}
-
 func TestContentParts(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		reply(w, http.StatusOK, completion(`{"role":"assistant","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]}`))
@@ -513,74 +494,12 @@ func sharedTransport(t *testing.T) *http.Transport {
 	return tr
 }
 
-func TestBadSettings(t *testing.T) {
-	f := newFake(t, answer("ok"))
-	m := f.model(t, openai.Config{})
-	for _, s := range []map[string]any{
-		{"temperature": "hot"},
-		{"max_tokens": 1.5},
-		{"max_tokens": -1},
-		{"seed": "x"},
-		{"stop": 5},
-		{"stop": []any{"a", 1}},
-		{"timeout": "soon"},
-		{"timeout": 0},
-		{"max_retries": -1},
-		{"base_url": "localhost:8080"},
-		{"api_key": 42},
-		{"stream": true},
-		{"messages": []any{}},
-		{"model": "other"},
-		{"extra": func() {}},
-	} {
-		req := userText("hi")
-		req.Settings = s
-		_, err := m.Generate(context.Background(), req)
-		if !errors.Is(err, svc.ErrSpecValidation) {
-			t.Errorf("settings %v: error %v; want a SpecValidationError", s, err)
-		}
-	}
-	if n := len(f.requests()); n != 0 {
-		t.Errorf("%d requests sent; want none for bad settings", n)
-	}
-}
-
 func TestNewErrors(t *testing.T) {
 	if _, err := openai.New(""); err == nil {
 		t.Error("New(\"\") succeeded; want an error")
 	}
 	if _, err := openai.NewWithConfig("gpt", openai.Config{BaseURL: "ftp://example.com"}); !errors.Is(err, svc.ErrSpecValidation) {
 		t.Errorf("bad base URL: error %v; want a SpecValidationError", err)
-	}
-}
-
-func TestInvalidRequestNotRetried(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		reply(w, http.StatusBadRequest, `{"error":{"message":"Unrecognized request argument supplied: top_k","type":"invalid_request_error","param":null,"code":null}}`)
-	})
-	_, err := f.model(t, openai.Config{}).Generate(context.Background(), userText("hi"))
-	pe := providerError(t, err)
-	if pe.Class != model.ClassInvalid || pe.Status != 400 || pe.Provider != "openai" || pe.Model != "gpt-test" {
-		t.Errorf("error = %+v; want invalid_request, HTTP 400, openai:gpt-test", pe)
-	}
-	if !strings.Contains(pe.Message, "Unrecognized request argument supplied: top_k") {
-		t.Errorf("Message = %q; want the server's message", pe.Message)
-	}
-	if pe.Fallback() {
-		t.Error("a 400 allows fallback; want not")
-	}
-	if n := len(f.requests()); n != 1 {
-		t.Errorf("%d requests; want 1 (no retry on 400)", n)
-	}
-}
-
-func TestAuthError(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		reply(w, http.StatusUnauthorized, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`)
-	})
-	_, err := f.model(t, openai.Config{}).Generate(context.Background(), userText("hi"))
-	if pe := providerError(t, err); pe.Class != model.ClassAuth || pe.Status != 401 {
-		t.Errorf("error = %+v; want auth, HTTP 401", pe)
 	}
 }
 
@@ -657,21 +576,6 @@ func TestRateLimitExhausted(t *testing.T) {
 	}
 }
 
-func TestServerErrorAfterRetries(t *testing.T) {
-	f := newFake(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		w.Header().Set("retry-after-ms", "1")
-		reply(w, http.StatusInternalServerError, `{"error":{"message":"The server had an error"}}`)
-	})
-	_, err := f.model(t, openai.Config{}).Generate(context.Background(), userText("hi"))
-	pe := providerError(t, err)
-	if pe.Class != model.ClassServer || pe.Status != 500 || pe.Message != "The server had an error" {
-		t.Errorf("error = %+v; want server, HTTP 500, the server's message", pe)
-	}
-	if n := len(f.requests()); n != 3 {
-		t.Errorf("%d requests; want 3 (two retries by default)", n)
-	}
-}
-
 func TestRetryCounts(t *testing.T) {
 	overloaded := func(w http.ResponseWriter, _ *http.Request, _ int) {
 		w.Header().Set("retry-after-ms", "0")
@@ -701,46 +605,6 @@ func TestRetryCounts(t *testing.T) {
 				t.Errorf("%d requests; want %d", n, tt.want)
 			}
 		})
-	}
-}
-
-func TestCancelMidCall(t *testing.T) {
-	arrived := make(chan struct{})
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request, _ int) {
-		close(arrived)
-		<-r.Context().Done() // until the client gives up
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		<-arrived
-		cancel()
-	}()
-	_, err := f.model(t, openai.Config{}).Generate(ctx, userText("hi"))
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("error = %v; want one wrapping context.Canceled", err)
-	}
-	var pe *model.ProviderError
-	if errors.As(err, &pe) {
-		t.Errorf("error is a ProviderError %+v; want a cancellation, which must not trigger fallback", pe)
-	}
-	if model.CanFallback(err) {
-		t.Error("CanFallback(cancelled call) = true")
-	}
-	if n := len(f.requests()); n != 1 {
-		t.Errorf("%d requests; want 1 (no retry after cancel)", n)
-	}
-}
-
-func TestCancelledBeforeCall(t *testing.T) {
-	f := newFake(t, answer("ok"))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := f.model(t, openai.Config{}).Generate(ctx, userText("hi"))
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("error = %v; want context.Canceled", err)
-	}
-	if n := len(f.requests()); n != 0 {
-		t.Errorf("%d requests; want none", n)
 	}
 }
 
@@ -833,32 +697,5 @@ func TestOddButUsableResponses(t *testing.T) {
 				t.Errorf("Output = %s; want %s", resp.Output, tt.want)
 			}
 		})
-	}
-}
-
-func TestConcurrentCalls(t *testing.T) {
-	f := newFake(t, answer("ok"))
-	m := f.model(t, openai.Config{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req := userText("hi")
-			req.Settings = map[string]any{"temperature": 0.1}
-			_, err := m.Generate(context.Background(), req)
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("Generate: %v", err)
-		}
-	}
-	if n := len(f.requests()); n != 8 {
-		t.Errorf("%d requests; want 8", n)
 	}
 }

@@ -272,14 +272,6 @@ func TestLatencyCancel(t *testing.T) {
 	}
 }
 
-func TestCancelledBeforeCall(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := mustNew(t, "echo").Generate(ctx, request(`1`, nil)); !errors.Is(err, context.Canceled) {
-		t.Errorf("err = %v; want context.Canceled", err)
-	}
-}
-
 func TestBadSettings(t *testing.T) {
 	tests := []struct {
 		key string

@@ -1,0 +1,195 @@
+package memevents
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/eventstore/internal/rollup"
+)
+
+// The memory store's rollups scan what it holds once, under its lock, with
+// the facts extracted at write time: linear in the events held (plus a
+// sort of the durations for ToolUsage).
+
+var _ svc.EventReader = (*Store)(nil)
+
+// locked runs f on the retained events under the lock.
+func (m *Store) locked(ctx context.Context, what string, f func(evs []memEvent)) error {
+	if err := ctx.Err(); err != nil {
+		return svc.Wrap(svc.KindOf(err), err, "eventstore: memory "+what)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return rollup.ErrClosed("memory")
+	}
+	m.pruneLocked()
+	f(m.evs)
+	return nil
+}
+
+// Usage sums agent_completed tokens; see svc.EventReader and the rollup package.
+func (m *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
+	groupBy, err := rollup.UsageGroup(groupBy)
+	if err != nil {
+		return svc.Usage{}, err
+	}
+	u := rollup.NewUsage(groupBy)
+	err = m.locked(ctx, "usage", func(evs []memEvent) {
+		for i := range evs {
+			e := &evs[i]
+			if e.ev.EventType == svc.EventAgentCompleted {
+				u.Add(rollup.UsageKey(groupBy, e.ev.AgentName, e.ev.TraceID, e.f.Model), 1, e.f.Tokens, e.f.CostNanos)
+			}
+		}
+	})
+	if err != nil {
+		return svc.Usage{}, err
+	}
+	return u.Result(), nil
+}
+
+// ToolUsage computes per-tool rows; see svc.EventReader and the rollup package.
+func (m *Store) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, error) {
+	if err := rollup.ToolGroup(groupBy); err != nil {
+		return svc.ToolUsage{}, err
+	}
+	type key struct{ tool, agent string }
+	aggs := map[key]*rollup.ToolAgg{}
+	durs := map[key][]int64{}
+	err := m.locked(ctx, "tool usage", func(evs []memEvent) {
+		for i := range evs {
+			e := &evs[i]
+			t := e.ev.EventType
+			if t != svc.EventToolCallCompleted && t != svc.EventToolCallFailed {
+				continue
+			}
+			k := key{tool: e.f.Tool}
+			if groupBy == svc.GroupByAgentTool {
+				k.agent = e.ev.AgentName
+			}
+			a := aggs[k]
+			if a == nil {
+				a = &rollup.ToolAgg{Tool: k.tool, Agent: k.agent}
+				aggs[k] = a
+			}
+			a.Calls++
+			if t == svc.EventToolCallFailed {
+				a.Failures++
+			}
+			if e.f.HasDur {
+				a.SumUS += e.f.DurUS
+				durs[k] = append(durs[k], e.f.DurUS)
+			}
+		}
+	})
+	if err != nil {
+		return svc.ToolUsage{}, err
+	}
+	list := make([]*rollup.ToolAgg, 0, len(aggs))
+	for k, a := range aggs {
+		d := durs[k]
+		slices.Sort(d)
+		a.SetPercentiles(d)
+		list = append(list, a)
+	}
+	return rollup.ToolRows(groupBy, list), nil
+}
+
+// RuntimeStats computes the dashboard as of now; see svc.EventReader and
+// rollup.Stats.
+func (m *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
+	s := rollup.NewStats(now)
+	burnFrom, burnTo := now.Add(-rollup.BurnWindow).UnixMicro(), now.UnixMicro()
+	traces := map[string]struct{}{}
+	err := m.locked(ctx, "runtime stats", func(evs []memEvent) {
+		for i := range evs {
+			e := &evs[i]
+			t := e.ev.EventType
+			s.Count(t, 1)
+			at := rollup.Pos{US: e.us, Seq: int64(e.seq)}
+			switch t {
+			case svc.EventAgentCompleted:
+				s.Header.TokensUsed += e.f.Tokens
+				if e.us > burnFrom && e.us <= burnTo {
+					s.BurnTokens += e.f.Tokens
+				}
+			case svc.EventAgentFailed, svc.EventToolCallFailed:
+				s.Failures(t, e.f.ErrKind, 1)
+				s.Latest(e.f.ErrKind, at, rollup.Str(e.ev.Payload["error"]))
+				s.Agent(e.f.ErrKind, e.ev.AgentName)
+			case svc.EventWorkerHeartbeat, svc.EventWorkerStopped:
+				s.Worker(e.f.Runtime, at, e.ev)
+			}
+			if !rollup.IsWorkerEvent(t) && e.ev.TraceID != "" {
+				traces[e.ev.TraceID] = struct{}{}
+			}
+		}
+	})
+	if err != nil {
+		return svc.RuntimeStats{}, err
+	}
+	s.Header.Traces = int64(len(traces))
+	return s.Result(), nil
+}
+
+// Tree returns the event tree of one run; see rollup.BuildTree.
+func (m *Store) Tree(ctx context.Context, traceID string) (svc.EventTree, error) {
+	var (
+		tree svc.EventTree
+		err  error
+	)
+	lerr := m.locked(ctx, "tree", func(evs []memEvent) {
+		tree, err = rollup.BuildTree(ctx, &memTreeSource{evs: evs}, traceID)
+	})
+	if lerr != nil {
+		return svc.EventTree{}, lerr
+	}
+	return tree, err
+}
+
+// memTreeSource reads the memory store's events for rollup.BuildTree, which runs
+// under the store's lock.
+type memTreeSource struct {
+	evs  []memEvent
+	kids map[string][]string // parent trace → child traces, built on first use
+}
+
+func (s *memTreeSource) ChildTraces(_ context.Context, trace string) ([]string, error) {
+	if s.kids == nil {
+		sets := map[string]map[string]struct{}{}
+		for i := range s.evs {
+			ev := &s.evs[i].ev
+			if ev.ParentTraceID == "" || ev.ParentTraceID == ev.TraceID {
+				continue
+			}
+			set := sets[ev.ParentTraceID]
+			if set == nil {
+				set = map[string]struct{}{}
+				sets[ev.ParentTraceID] = set
+			}
+			set[ev.TraceID] = struct{}{}
+		}
+		s.kids = make(map[string][]string, len(sets))
+		for p, set := range sets {
+			s.kids[p] = rollup.SortedKeys(set)
+		}
+	}
+	return s.kids[trace], nil
+}
+
+func (s *memTreeSource) Events(_ context.Context, traces []string) (map[string][]rollup.StoredEvent, error) {
+	out := make(map[string][]rollup.StoredEvent, len(traces))
+	for _, t := range traces {
+		out[t] = nil
+	}
+	for i := range s.evs {
+		e := &s.evs[i]
+		if list, ok := out[e.ev.TraceID]; ok {
+			out[e.ev.TraceID] = append(list, rollup.StoredEvent{Ev: e.ev, At: rollup.Pos{US: e.us, Seq: int64(e.seq)}})
+		}
+	}
+	return out, nil
+}
