@@ -38,6 +38,13 @@ type listedPackage struct {
 //     not reach into any of them;
 //   - agent/ and model/ (the agent loop and the providers) never import
 //     actors/: they stay usable without the actor system;
+//   - supervisor/registry (the definitions known by name) does not need
+//     the actor system either: it never depends on actors/;
+//   - supervisor/submitted (the writer of submitted runs) writes to any
+//     svc.RunStore: it imports only the root;
+//   - supervisor/hostapi (the message API's actor) reaches the runtime
+//     only through the calls it is given: of the module it imports the
+//     root and actors/msg, the messages it serves;
 //   - internal/lean (the speed tricks) is used by actors/ and supervisor
 //     only, and actors/plain (the reference run path) depends on none of
 //     actors/, supervisor, internal/lean or protoactor;
@@ -132,6 +139,10 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("fleetwire imports %s; the fleet's wire format imports only the root", imp)
 			case under(pkg, "broker") && dep == "fleetwire":
 				// the brokers name dead-letter subjects and retained keys
+			case pkg == "supervisor/hostapi" && dep != "" && dep != "actors/msg":
+				fail("%s imports %s; the message API imports only the root and actors/msg", p.ImportPath, imp)
+			case pkg == "supervisor/submitted" && dep != "":
+				fail("%s imports %s; the submitted-run writer imports only the root", p.ImportPath, imp)
 			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
 				fail("%s imports %s; stores, event stores, emitters and brokers import only the root", p.ImportPath, imp)
 			case dep == "internal/lean" && !under(pkg, "actors", "supervisor"):
@@ -143,6 +154,13 @@ func checkImports(pkgs []listedPackage) []string {
 				if (own(dep) && (under(rel(dep), "actors", "supervisor", "internal/lean") && !under(rel(dep), "actors/plain"))) ||
 					strings.Contains(dep, "protoactor") {
 					fail("%s depends on %s; the reference run path is plain Go: no actors, no lean tricks", p.ImportPath, dep)
+				}
+			}
+		}
+		if under(pkg, "supervisor/registry") {
+			for _, dep := range p.Deps {
+				if own(dep) && under(rel(dep), "actors") {
+					fail("%s depends on %s; the registry must not need the actor system", p.ImportPath, dep)
 				}
 			}
 		}
@@ -201,6 +219,12 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("internal/queue"), Imports: []string{"sync"}},
 		{ImportPath: m("internal/runtimey"), Imports: []string{m("supervisor")}},
 		{ImportPath: m("emitters"), Imports: []string{m(""), m("internal/queue"), m("internal/runtimey")}},
+		// The registry reaching the actor system.
+		{ImportPath: m("supervisor/registry"), Imports: []string{m("actors")}, Deps: []string{m("actors"), m("")}},
+		// The run writer reaching past the root.
+		{ImportPath: m("supervisor/submitted"), Imports: []string{m(""), m("stores/memstore")}},
+		// The message API reaching into the run actors.
+		{ImportPath: m("supervisor/hostapi"), Imports: []string{m(""), m("actors/msg"), m("actors")}},
 		// An event store backend using its family's shared logic (fine)
 		// and one that reaches into the HTTP client (not).
 		{ImportPath: m("eventstore/internal/rollup"), Imports: []string{m("")}},
@@ -223,6 +247,9 @@ func TestImportRules(t *testing.T) {
 		"http/client imports testing but no _test.go file imports it",
 		"agent depends on " + m("actors"),
 		"emitters imports " + m("internal/runtimey"),
+		"supervisor/registry depends on " + m("actors"),
+		"supervisor/submitted imports " + m("stores/memstore"),
+		"supervisor/hostapi imports " + m("actors") + ";",
 		"eventstore/sqliteevents imports " + m("http/client"),
 		"group imports " + m("internal/lean"),
 		"actors/plain depends on " + m("actors"),

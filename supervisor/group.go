@@ -6,6 +6,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors"
+	"github.com/svc-dev/svc/supervisor/registry"
 )
 
 // The group entry point: RunGroup → a shard spawns the group actor
@@ -16,18 +17,18 @@ import (
 
 // RunGroup runs a group on one task and waits for the result.
 func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec) (svc.RunResult, error) {
-	reg := rt.agents.Load()
-	g, err := rt.lookupGroup(reg, name)
+	reg := rt.reg.Load()
+	g, err := reg.LookupGroup(name)
 	if err != nil {
 		return svc.RunResult{}, err
 	}
-	if g.team != nil {
+	if g.Team != nil {
 		return rt.runTeam(ctx, g, task)
 	}
 	// The entry nodes' agents check the input.
 	var t actors.Task
-	for i, e := range g.graph.Entry {
-		if t, err = prepare(reg.byName[g.graph.Nodes[e].Agent], task, svc.RequestIDFrom(ctx), -1); err != nil {
+	for i, e := range g.Graph.Entry {
+		if t, err = prepare(reg.Agents()[g.Graph.Nodes[e].Agent], task, svc.RequestIDFrom(ctx), -1); err != nil {
 			return svc.RunResult{}, err
 		}
 		if i == 0 {
@@ -50,7 +51,7 @@ func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec)
 	defer rt.runs.Add(-1)
 	reply := make(chan actors.GroupReply, 1)
 	rt.system.Root.Send(rt.shard(), &actors.StartGroup{
-		Ctx: ctx, Graph: g.graph, Agents: reg.byName, Task: t, Metadata: task.Metadata,
+		Ctx: ctx, Graph: g.Graph, Agents: reg.Agents(), Task: t, Metadata: task.Metadata,
 		Depth: depth, ParentTrace: s.ParentTrace, ParentSpan: s.ParentSpan,
 		Budget: rs.budget, Progress: rs.progress, Sink: rs.sink, Reply: reply,
 	})
@@ -80,12 +81,12 @@ func publishedRun(r svc.RunResult) svc.RunResult {
 
 // runTeam runs a team: its coordinator, with the delegate tool, as one run;
 // delegate calls are nested runs.
-func (rt *Runtime) runTeam(ctx context.Context, g *compiledGroup, task svc.TaskSpec) (svc.RunResult, error) {
-	t, err := prepare(g.team, task, svc.RequestIDFrom(ctx), -1)
+func (rt *Runtime) runTeam(ctx context.Context, g *registry.Group, task svc.TaskSpec) (svc.RunResult, error) {
+	t, err := prepare(g.Team, task, svc.RequestIDFrom(ctx), -1)
 	if err != nil {
 		return svc.RunResult{}, err
 	}
-	if err := rt.refuseSpent(ctx, g.def.Name, t.ID, t.Trace); err != nil {
+	if err := rt.refuseSpent(ctx, g.Def.Name, t.ID, t.Trace); err != nil {
 		return svc.RunResult{}, err
 	}
 	ctx = rt.withCap(ctx, &task)
@@ -97,17 +98,17 @@ func (rt *Runtime) runTeam(ctx context.Context, g *compiledGroup, task svc.TaskS
 	if !rt.env.Silent {
 		span = actors.NewSpanID()
 	}
-	rt.emitGroup(svc.EventGroupStarted, g.def.Name, t.Trace, &s, span,
-		svc.Payload{"group_name": g.def.Name, "node_count": 1 + len(g.def.Delegates)})
+	rt.emitGroup(svc.EventGroupStarted, g.Def.Name, t.Trace, &s, span,
+		svc.Payload{"group_name": g.Def.Name, "node_count": 1 + len(g.Def.Delegates)})
 	inner := withRounds(ctx)
 	if span != "" {
 		is := svc.ScopeFrom(inner)
 		is.ParentSpan = span
 		inner = svc.WithScope(inner, is)
 	}
-	res, err := rt.runCompiled(inner, g.team, t)
-	rt.emitGroup(svc.EventGroupCompleted, g.def.Name, t.Trace, &s, span,
-		svc.Payload{"group_name": g.def.Name, "duration_ms": float64(time.Since(start).Microseconds()) / 1000})
+	res, err := rt.runCompiled(inner, g.Team, t)
+	rt.emitGroup(svc.EventGroupCompleted, g.Def.Name, t.Trace, &s, span,
+		svc.Payload{"group_name": g.Def.Name, "duration_ms": float64(time.Since(start).Microseconds()) / 1000})
 	if err != nil {
 		return svc.RunResult{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -112,9 +113,9 @@ func checkSettings(c *agent.Compiled) error {
 
 // retireServers stops the servers of agents no longer registered, and of
 // servers an agent no longer declares, after a Replace.
-func (rt *Runtime) retireServers(old, next *registry) {
-	for name, c := range old.byName {
-		nc, ok := next.byName[name]
+func (rt *Runtime) retireServers(old, next *registry.Snapshot) {
+	for name, c := range old.Agents() {
+		nc, ok := next.Agent(name)
 		switch {
 		case !ok:
 			rt.mcpm.Sources(name, nil)
@@ -126,14 +127,13 @@ func (rt *Runtime) retireServers(old, next *registry) {
 
 // mcpCatalog lists the tools of the MCP servers that have started:
 // asking a server that has not started would start it.
-func (rt *Runtime) mcpCatalog(ctx context.Context) []serverTool {
-	reg := rt.agents.Load()
-	var out []serverTool
+func (rt *Runtime) mcpCatalog(ctx context.Context, reg *registry.Snapshot) []registry.ServerTool {
+	var out []registry.ServerTool
 	for _, st := range rt.mcpm.Status() {
 		if len(st.Tools) == 0 {
 			continue
 		}
-		c, ok := reg.byName[st.Agent]
+		c, ok := reg.Agent(st.Agent)
 		if !ok {
 			continue
 		}
@@ -146,7 +146,7 @@ func (rt *Runtime) mcpCatalog(ctx context.Context) []serverTool {
 			continue
 		}
 		for _, t := range tools {
-			out = append(out, serverTool{agent: st.Agent, server: st.Name, tool: t})
+			out = append(out, registry.ServerTool{Agent: st.Agent, Server: st.Name, Tool: t})
 		}
 	}
 	return out

@@ -61,7 +61,7 @@ func (rt *Runtime) dispatches(ctx context.Context, inv *agent.Invocation) bool {
 	if rt.dispatcher == nil {
 		return false
 	}
-	if c, ok := rt.agents.Load().byName[inv.Agent.Def.Name]; !ok || c != inv.Agent {
+	if c, ok := rt.reg.Load().Agent(inv.Agent.Def.Name); !ok || c != inv.Agent {
 		return false
 	}
 	if rt.nestedOnly {

@@ -24,9 +24,13 @@ import (
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/emitters"
+	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/internal/lean"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
+	"github.com/svc-dev/svc/supervisor/hostapi"
+	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/submitted"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -144,16 +148,13 @@ type Runtime struct {
 	// parked run hold an 8 KiB stack instead of a 4 KiB one.
 	mailboxes *lean.Pool
 
-	agents atomic.Pointer[registry]
-	mcp    mcpHooks     // the MCP tool servers, for the catalog
-	mcpm   *mcp.Manager // the MCP tool servers
+	reg  *registry.Registry // the agents and groups known by name
+	mcpm *mcp.Manager       // the MCP tool servers
 
 	store     svc.RunStore
 	ownStore  bool
+	records   *submitted.Recorder // writes the submitted runs to store
 	submitted sync.Map            // run id → context.CancelCauseFunc
-	keys      svc.IdempotentStore // store, or localKeys over it
-	idemTTL   time.Duration
-	regMu     sync.Mutex // serialises writers of agents
 
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.
@@ -168,11 +169,15 @@ type Runtime struct {
 	stuck    *actors.Stuck
 	mu       sync.RWMutex // guards closed against admissions racing Shutdown
 	closed   bool
-	quit     chan struct{} // closed when Shutdown begins: store retries stop waiting
 	stopOnce sync.Once
 
-	// host is the message API (host.go).
-	host hostAPI
+	// The message API (api.go): its actor's name starts with prefix,
+	// its event subscriptions come from apiEvents (nil: refused), and
+	// ownEvents is the SSE emitter the runtime added for them, if any.
+	api       *hostapi.API
+	prefix    string
+	apiEvents svc.EventSubscriber
+	ownEvents *sse.Emitter
 }
 
 // New starts a runtime.
@@ -222,8 +227,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if cfg.IdempotencyTTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
 	}
-	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store,
-		idemTTL: cfg.IdempotencyTTL, quit: make(chan struct{})}
+	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
 	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
@@ -231,20 +235,16 @@ func New(cfg Config) (rt *Runtime, err error) {
 	} else if n > 0 {
 		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
 	}
-	if is, ok := rt.store.(svc.IdempotentStore); ok {
-		rt.keys = is
-	} else {
-		rt.keys = &localKeys{RunStore: rt.store, keys: map[string]*localKey{}}
-	}
-	rt.agents.Store(&registry{byName: map[string]*agent.Compiled{}, groups: map[string]*compiledGroup{}})
+	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
+	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent, OnReplace: rt.retireServers,
+		Delegate: func(g svc.Group) svc.Tool { return newDelegateTool(rt, g) }})
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
-	if err := rt.host.init(rt, &cfg); err != nil {
+	if err := rt.initAPI(&cfg); err != nil {
 		return nil, err
 	}
-	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.host.prefix})
-	rt.mcp = mcpHooks{tools: rt.mcpCatalog, status: rt.mcpm.Status}
+	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.prefix})
 	rt.pool = lean.NewPool(5 * time.Second)
 	rt.mailboxes = lean.NewDispatcherPool(5*time.Second, 0)
 	rt.stuck = rt.newStuck()
@@ -262,9 +262,9 @@ func New(cfg Config) (rt *Runtime, err error) {
 	}
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
-		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.host.prefix, i))
+		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.prefix, i))
 		if err != nil {
-			rt.host.close()
+			rt.closeEvents()
 			for _, s := range rt.shards {
 				_ = rt.system.Root.StopFuture(s).Wait()
 			}
@@ -277,11 +277,11 @@ func New(cfg Config) (rt *Runtime, err error) {
 		}
 		rt.shards = append(rt.shards, pid)
 	}
-	if err := rt.host.start(); err != nil {
+	if err := rt.startAPI(); err != nil {
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.host.close()
+		rt.closeEvents()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}
@@ -296,7 +296,7 @@ func (rt *Runtime) Options() svc.Options { return rt.opts }
 
 // Agent returns a copy of a registered agent's definition.
 func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
-	c, ok := rt.agents.Load().byName[name]
+	c, ok := rt.reg.Load().Agent(name)
 	if !ok {
 		return svc.Agent{}, false
 	}
@@ -304,17 +304,56 @@ func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
 }
 
 func (rt *Runtime) lookup(name string) (*agent.Compiled, error) {
-	reg := rt.agents.Load()
-	c, ok := reg.byName[name]
-	if !ok {
-		return nil, &svc.Error{Kind: svc.KindRegistry, Agent: name, Message: reg.unknownAgent(name)}
-	}
-	return c, nil
+	return rt.reg.Load().LookupAgent(name)
 }
 
 // Agents lists the registered agent names, sorted.
 func (rt *Runtime) Agents(context.Context) ([]string, error) {
-	return slices.Clone(rt.agents.Load().names), nil
+	return slices.Clone(rt.reg.Load().AgentNames()), nil
+}
+
+// Register compiles and adds agents. The runtime keeps its own copy of
+// each definition; registering a name that exists is an error (use Replace).
+func (rt *Runtime) Register(agents ...svc.Agent) error { return rt.reg.Register(agents...) }
+
+// RegisterGroups checks and adds groups over the registered agents.
+func (rt *Runtime) RegisterGroups(groups ...svc.Group) error { return rt.reg.RegisterGroups(groups...) }
+
+// Replace swaps the whole set of agents and groups atomically: runs in
+// flight finish on the definitions they started with. On error nothing
+// changes.
+func (rt *Runtime) Replace(agents []svc.Agent, groups []svc.Group) error {
+	return rt.reg.Replace(agents, groups)
+}
+
+// compileAgent compiles a with what the runtime provides: its models, its
+// prices and its builtin tools. Every agent the runtime registers is
+// compiled here (spawned children by compileAgentFor).
+func (rt *Runtime) compileAgent(a svc.Agent) (*agent.Compiled, error) {
+	return rt.compileAgentFor(a, a.Name)
+}
+
+// Groups lists the registered group names, sorted.
+func (rt *Runtime) Groups(context.Context) ([]string, error) {
+	return slices.Clone(rt.reg.Load().GroupNames()), nil
+}
+
+// Group returns a copy of a registered group's definition.
+func (rt *Runtime) Group(name string) (svc.Group, bool) {
+	g, ok := rt.reg.Load().Group(name)
+	if !ok {
+		return svc.Group{}, false
+	}
+	return g.Def.Clone(), true
+}
+
+// GroupTopology describes a registered group.
+func (rt *Runtime) GroupTopology(_ context.Context, name string) (svc.Topology, error) {
+	g, err := rt.reg.Load().LookupGroup(name)
+	if err != nil {
+		return svc.Topology{}, err
+	}
+	return g.Graph.Topology(), nil
 }
 
 // AgentSchema returns the input and output JSON Schemas of an agent.
@@ -427,7 +466,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.mu.Lock()
 		rt.closed = true
 		rt.mu.Unlock()
-		close(rt.quit)
+		rt.records.Stop() // store retries stop waiting
 
 		drained := make(chan struct{})
 		go func() { rt.inflight.Wait(); close(drained) }()
@@ -450,11 +489,11 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		}
 		// The message API's actor after the calls it started, before the
 		// shards: its subscriptions end with it.
-		rt.host.stop()
+		rt.stopAPI()
 		for _, s := range rt.shards {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
-		rt.host.close()
+		rt.closeEvents()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}

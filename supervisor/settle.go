@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/supervisor/submitted"
 )
 
 // settleProgress writes a submitted run's final progress, before its
@@ -29,14 +30,14 @@ func (rt *Runtime) settleProgress(ctx context.Context, id string) bool {
 	}
 	_, rs := scopeOf(ctx)
 	p := rs.progress.Snapshot()
-	if p.Running <= 0 && !errors.Is(cause, errStoreWrite) {
+	if p.Running <= 0 && !errors.Is(cause, submitted.ErrStoreWrite) {
 		return true
 	}
 	if p.Running > 0 {
 		p.Failed += p.Running
 		p.Running = 0
 	}
-	err := rt.storeRetry(id, "set progress", func(c context.Context) error { return rt.store.SetProgress(c, id, p) })
+	err := rt.records.SetProgress(id, p)
 	switch {
 	case err == nil:
 		return true

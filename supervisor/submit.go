@@ -2,15 +2,14 @@ package supervisor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/submitted"
 )
 
 // Submitted runs: Submit records a run in the RunStore and starts it under a
@@ -32,36 +31,11 @@ func (rt *Runtime) Submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	return rt.submit(ctx, req)
 }
 
-// fingerprint is the digest a key's reservation keeps of the request. The
-// request id is tracing, not content: a retry may carry a new one.
-func fingerprint(req svc.SubmitRequest) string {
-	task := req.Task
-	task.RequestID = ""
-	body, _ := json.Marshal(struct {
-		T string       `json:"t"`
-		K string       `json:"k"`
-		R svc.TaskSpec `json:"r"`
-	}{req.Target, string(req.Kind), task})
-	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:])
-}
-
 func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, error) {
-	reg := rt.agents.Load()
-	_, isAgent := reg.byName[req.Target]
-	_, isGroup := reg.groups[req.Target]
-	kind := req.Kind
-	switch {
-	case kind != "" && kind != svc.TargetAgent && kind != svc.TargetGroup:
-		return "", svc.Errorf(svc.KindSpecValidation, "kind %q: want agent or group", kind)
-	case kind == svc.TargetAgent && !isAgent, kind == svc.TargetGroup && !isGroup, !isAgent && !isGroup:
-		return "", &svc.Error{Kind: svc.KindRegistry, Message: reg.unknownTarget(req.Target, kind, isAgent, isGroup)}
-	case kind == "" && isAgent && isGroup:
-		return "", svc.Errorf(svc.KindSpecValidation, "target %q is both an agent and a group: say which with kind", req.Target)
-	case kind == "" && isAgent:
-		kind = svc.TargetAgent
-	case kind == "":
-		kind = svc.TargetGroup
+	reg := rt.reg.Load()
+	kind, err := reg.Target(req.Target, req.Kind)
+	if err != nil {
+		return "", err
 	}
 	task := req.Task
 	if task.ID == "" {
@@ -85,13 +59,13 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	id := newID()
 	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: task.RequestID, CreatedAt: time.Now().UTC()}
 	if req.IdempotencyKey == "" {
-		err := rt.createRun(ctx, rec)
+		err := rt.records.Create(ctx, rec)
 		if err != nil {
 			rt.leave()
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	} else {
-		got, created, err := rt.createKeyed(ctx, req.IdempotencyKey, fingerprint(req), rec)
+		got, created, err := rt.records.CreateKeyed(ctx, req.IdempotencyKey, submitted.Fingerprint(req), rec)
 		if err != nil || !created {
 			rt.leave()
 			if err != nil && !errors.Is(err, svc.ErrRunState) {
@@ -102,26 +76,28 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	}
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rt.submitted.Store(id, cancel)
-	w := newRunWriter(rt, id, cancel)
-	runCtx = withRunSink(runCtx, id, w.event, w.progress)
+	w := rt.records.NewWriter(id, cancel)
+	runCtx = withRunSink(runCtx, id, w.Event, w.Progress)
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
 }
 
 // checkInput refuses a task the target's entry agents would refuse, before
 // anything is stored.
-func (rt *Runtime) checkInput(reg *registry, kind svc.TargetKind, target string, task svc.TaskSpec) error {
+func (rt *Runtime) checkInput(reg *registry.Snapshot, kind svc.TargetKind, target string, task svc.TaskSpec) error {
 	if kind == svc.TargetAgent {
-		_, err := prepare(reg.byName[target], task, task.RequestID, -1)
+		c, _ := reg.Agent(target)
+		_, err := prepare(c, task, task.RequestID, -1)
 		return err
 	}
-	g := reg.groups[target]
-	if g.team != nil {
-		_, err := prepare(g.team, task, task.RequestID, -1)
+	g, _ := reg.Group(target)
+	if g.Team != nil {
+		_, err := prepare(g.Team, task, task.RequestID, -1)
 		return err
 	}
-	for _, e := range g.graph.Entry {
-		if _, err := prepare(reg.byName[g.graph.Nodes[e].Agent], task, task.RequestID, -1); err != nil {
+	for _, e := range g.Graph.Entry {
+		c, _ := reg.Agent(g.Graph.Nodes[e].Agent)
+		if _, err := prepare(c, task, task.RequestID, -1); err != nil {
 			return err
 		}
 	}
@@ -130,15 +106,15 @@ func (rt *Runtime) checkInput(reg *registry, kind svc.TargetKind, target string,
 
 // execute runs a submitted run to its end and records the outcome. It owns
 // the writer and is owned by the runtime (inflight), which waits for it.
-func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *runWriter, id string, kind svc.TargetKind, target string, task svc.TaskSpec) {
+func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *submitted.Writer, id string, kind svc.TargetKind, target string, task svc.TaskSpec) {
 	defer rt.leave()
 	defer rt.settled(id)
 	defer cancel(nil)
-	if err := rt.setState(id, svc.RunRunning, "", nil); err != nil {
-		w.close()
+	if err := rt.records.SetState(id, svc.RunRunning, "", nil); err != nil {
+		w.Close()
 		if !errors.Is(err, svc.ErrRunState) { // a refusal: cancelled while pending
-			rt.storeFailed(id, "set state running", err)
-			rt.failRun(id, target, task)
+			rt.records.Failed(id, "set state running", err)
+			rt.records.FailRun(id, target, task)
 		}
 		return
 	}
@@ -156,7 +132,7 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		r, err = rt.RunGroup(ctx, target, task)
 		result, success = r, r.Success()
 	}
-	w.close() // every run event is in the store before the terminal state
+	w.Close() // every run event is in the store before the terminal state
 	if !rt.settleProgress(ctx, id) {
 		return
 	}
@@ -170,12 +146,12 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errRunCancelled):
 		return // CancelRun recorded the end already
-	case errors.Is(cause, errStoreWrite):
+	case errors.Is(cause, submitted.ErrStoreWrite):
 		// The writer lost an event or a progress update and stopped the
 		// work: the run fails, and so does its result (one that said
 		// success would contradict the state).
-		success, reason = false, reasonStoreError
-		result = json.RawMessage(storeErrorResult(target, task))
+		success, reason = false, submitted.ReasonStoreError
+		result = json.RawMessage(submitted.StoreErrorResult(target, task))
 	}
 	body, merr := json.Marshal(result)
 	if merr != nil {
@@ -187,17 +163,17 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 	var final *svc.RunEvent
 	switch {
-	case reason == reasonStoreError:
-		final = storeErrorEvent() // the history has a hole: say why it ends
+	case reason == submitted.ReasonStoreError:
+		final = submitted.StoreErrorEvent() // the history has a hole: say why it ends
 	case kind == svc.TargetGroup:
 		final = &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: time.Now().UTC()}
 	}
 	// Result, terminal state and final event are one store step, so a crash
 	// cannot leave a failed run whose result says success. A refusal here
 	// means the run was cancelled meanwhile: the cancel won.
-	if err := rt.finish(id, state, reason, body, final); err != nil && !errors.Is(err, svc.ErrRunState) {
-		rt.storeFailed(id, "finish "+string(state), err)
-		rt.failRun(id, target, task)
+	if err := rt.records.Finish(id, state, reason, body, final); err != nil && !errors.Is(err, svc.ErrRunState) {
+		rt.records.Failed(id, "finish "+string(state), err)
+		rt.records.FailRun(id, target, task)
 	}
 }
 
@@ -267,115 +243,6 @@ func (rt *Runtime) RunResult(ctx context.Context, id string) (json.RawMessage, e
 // RunEvents streams a run's events after the sequence number after.
 func (rt *Runtime) RunEvents(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
 	return rt.store.Stream(ctx, id, after)
-}
-
-// runWriter takes a submitted run's events and progress from the actors
-// without blocking them (an unbounded queue: nothing is dropped) and writes
-// them to the store in order from one goroutine.
-//
-// A write the store refuses (RunStateError) means the run is terminal, as
-// after a cancel: nothing more may be written, and the writer drops the
-// rest. A write that fails after its retries stops the run (fail, with
-// errStoreWrite as the cause), which then ends failed: a run whose history
-// has a hole must not pass for complete.
-type runWriter struct {
-	rt   *Runtime
-	id   string
-	fail context.CancelCauseFunc
-
-	mu       sync.Mutex
-	events   []svc.RunEvent
-	prog     *svc.RunProgress
-	closed   bool
-	wake     chan struct{}
-	finished chan struct{}
-}
-
-func newRunWriter(rt *Runtime, id string, fail context.CancelCauseFunc) *runWriter {
-	w := &runWriter{rt: rt, id: id, fail: fail, wake: make(chan struct{}, 1), finished: make(chan struct{})}
-	go w.run()
-	return w
-}
-
-func (w *runWriter) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *runWriter) event(ev svc.RunEvent) {
-	w.mu.Lock()
-	if !w.closed {
-		w.events = append(w.events, ev)
-	}
-	w.mu.Unlock()
-	w.signal()
-}
-
-func (w *runWriter) progress(p svc.RunProgress) {
-	w.mu.Lock()
-	if !w.closed {
-		w.prog = &p
-	}
-	w.mu.Unlock()
-	w.signal()
-}
-
-// close writes out what is queued and stops the goroutine.
-func (w *runWriter) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-	w.signal()
-	<-w.finished
-}
-
-func (w *runWriter) run() {
-	defer close(w.finished)
-	rt, id := w.rt, w.id
-	stopped := false // the store refused or failed a write: drop the rest
-	for range w.wake {
-		w.mu.Lock()
-		evs, prog, closed := w.events, w.prog, w.closed
-		w.events, w.prog = nil, nil
-		w.mu.Unlock()
-		if !stopped && prog != nil {
-			p := *prog
-			stopped = w.check("set progress", rt.storeRetry(id, "set progress", func(c context.Context) error {
-				return rt.store.SetProgress(c, id, p)
-			}))
-		}
-		for _, ev := range evs {
-			if stopped {
-				break
-			}
-			// A retry may store the event twice if the store applied the
-			// first attempt but its answer was lost: a duplicate is better
-			// than a hole.
-			stopped = w.check("append event", rt.storeRetry(id, "append event", func(c context.Context) error {
-				_, err := rt.store.Append(c, id, ev)
-				return err
-			}))
-		}
-		if closed {
-			return
-		}
-	}
-}
-
-// check handles the outcome of one write and reports whether the writer
-// must stop writing.
-func (w *runWriter) check(op string, err error) bool {
-	switch {
-	case err == nil:
-		return false
-	case errors.Is(err, svc.ErrRunState):
-		return true // terminal (cancelled): nothing may follow
-	}
-	w.rt.storeFailed(w.id, op, err)
-	w.fail(errStoreWrite)
-	return true
 }
 
 var _ svc.RunBackend = (*Runtime)(nil)

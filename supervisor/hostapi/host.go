@@ -1,4 +1,11 @@
-package supervisor
+// Package hostapi is the runtime's message API: one actor, PREFIX/api,
+// that takes the requests of package actors/msg from a host's protoactor
+// actors and answers them with the runtime's calls. It owns what ties a
+// call to its sender (the sender's end, or its future's, cancels it), the
+// actors of submitted runs, and the event subscriptions' flow control.
+// The runtime (package supervisor) starts it with the calls it offers
+// (Calls) and stops it in Shutdown.
+package hostapi
 
 import (
 	"context"
@@ -12,8 +19,6 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors/msg"
-	"github.com/svc-dev/svc/emitters"
-	"github.com/svc-dev/svc/emitters/sse"
 )
 
 // The message API: one actor, PREFIX/api, takes the requests of package
@@ -32,109 +37,88 @@ import (
 // mostly; futureWatch), unless Detached. It cannot be cancelled by Ref
 // (the next request comes from another future).
 
-// DefaultPrefix starts the names of a runtime's actors when Config.Prefix
-// is empty.
+// DefaultPrefix starts the names of a runtime's actors when no prefix is
+// given.
 const DefaultPrefix = "svc"
 
-// hostAPI is the runtime's part of the message API.
-type hostAPI struct {
-	rt     *Runtime
-	prefix string
+// Calls are what the message API asks of its runtime.
+type Calls struct {
+	// RunAsync is Run without a goroutine waiting for the reply: it
+	// calls done with what Run would have returned, at once for a call
+	// refused before it starts, otherwise when the run ends; done must
+	// not block.
+	RunAsync  func(ctx context.Context, agent string, task svc.TaskSpec, done func(svc.AgentResult, error))
+	Gather    func(ctx context.Context, agent string, tasks []svc.TaskSpec, maxConcurrency int) ([]svc.AgentResult, error)
+	RunGroup  func(ctx context.Context, group string, task svc.TaskSpec) (svc.RunResult, error)
+	Submit    func(ctx context.Context, req svc.SubmitRequest) (string, error)
+	CancelRun func(ctx context.Context, runID string) error
+	RunEvents func(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error)
+	// Running reports whether a submitted run is still executing.
+	Running func(runID string) bool
+	// Go runs f on a goroutine the runtime owns and Shutdown waits for,
+	// or refuses (with ShuttingDownError) once Shutdown began.
+	Go func(f func()) error
+}
+
+// Config configures an API.
+type Config struct {
+	System *actor.ActorSystem
+	// Prefix starts the actor's name, PREFIX/api.
+	Prefix string
+	// Dispatcher runs the actor's mailbox.
+	Dispatcher actor.Dispatcher
+	// Events feeds the runtime event subscriptions (nil: refused).
+	Events svc.EventSubscriber
+	Calls  Calls
+}
+
+// API is the message API of one runtime.
+type API struct {
+	calls  Calls
+	system *actor.ActorSystem
 	pid    *actor.PID
-	// events feeds the runtime event subscriptions (nil: refused);
-	// ownEvents is the SSE emitter the runtime added for them, if any.
-	events    svc.EventSubscriber
-	ownEvents *sse.Emitter
+	events svc.EventSubscriber
 	// subs counts the subscription goroutines; stopping tells them the
 	// actor is gone.
 	subs     sync.WaitGroup
 	stopping atomic.Bool
 	// ended holds, by run id, what to do when a submitted run ends
-	// (settled): stop its actor.
+	// (Ended): stop its actor.
 	ended sync.Map
 }
 
-func (h *hostAPI) init(rt *Runtime, cfg *Config) error {
-	h.rt, h.prefix, h.events = rt, cfg.Prefix, cfg.Events
-	if h.prefix == "" {
-		h.prefix = DefaultPrefix
-	}
-	if strings.HasPrefix(h.prefix, "/") || strings.HasSuffix(h.prefix, "/") {
-		return svc.Errorf(svc.KindSpecValidation, "supervisor: Prefix %q: must not start or end with /", cfg.Prefix)
-	}
-	if h.events == nil && cfg.System != nil {
-		e, err := sse.New(rt.system, sse.Config{Prefix: h.prefix})
-		if err != nil {
-			return fmt.Errorf("supervisor: event subscriptions: %w", err)
-		}
-		h.ownEvents, h.events = e, e
-		if _, nop := rt.emitter.(svc.NopEmitter); nop {
-			rt.emitter = e
-		} else {
-			rt.emitter = emitters.Multi(rt.emitter, e)
-		}
-	}
-	return nil
-}
-
-func (h *hostAPI) start() error {
+// Start spawns the API's actor, PREFIX/api.
+func Start(cfg Config) (*API, error) {
+	h := &API{calls: cfg.Calls, system: cfg.System, events: cfg.Events}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &gateway{h: h, owners: map[pidKey]*owner{}, subs: map[string]*hostSub{}, handles: map[string]*actor.PID{}, byRun: map[string][]runRef{}}
-	}, actor.WithDispatcher(h.rt.env.Dispatcher)) // pooled goroutines, as the shards
-	pid, err := h.rt.system.Root.SpawnNamed(props, h.prefix+"/api")
+	}, actor.WithDispatcher(cfg.Dispatcher))
+	pid, err := h.system.Root.SpawnNamed(props, cfg.Prefix+"/api")
 	if err != nil {
-		return fmt.Errorf("supervisor: spawn %s/api: %w", h.prefix, err)
+		return nil, fmt.Errorf("hostapi: spawn %s/api: %w", cfg.Prefix, err)
 	}
 	h.pid = pid
-	return nil
+	return h, nil
 }
 
-// stop stops the actor (and the submitted runs' actors, its children),
+// Stop stops the actor (and the submitted runs' actors, its children),
 // and waits for the subscriptions to end.
-func (h *hostAPI) stop() {
-	if h.pid == nil {
-		return
-	}
+func (h *API) Stop() {
 	h.stopping.Store(true)
-	_ = h.rt.system.Root.StopFuture(h.pid).Wait()
+	_ = h.system.Root.StopFuture(h.pid).Wait()
 	h.subs.Wait()
 }
 
-// close closes the SSE emitter the runtime added, once nothing emits.
-func (h *hostAPI) close() {
-	if h.ownEvents != nil {
-		_ = h.ownEvents.Close()
-	}
-}
+// PID is the API's actor: the address of the requests of package
+// actors/msg.
+func (h *API) PID() *actor.PID { return h.pid }
 
-// PID is the runtime's actor in its actor system: the address of the
-// message API (package actors/msg). Send it requests with ctx.Request or
-// RequestFuture; the replies go to the sender.
-func (rt *Runtime) PID() *actor.PID { return rt.host.pid }
-
-// System is the actor system the runtime's actors live in.
-func (rt *Runtime) System() *actor.ActorSystem { return rt.system }
-
-// settled is the end of a submitted run's execute: the run is no longer
-// running, and its actor, if any, stops.
-func (rt *Runtime) settled(id string) {
-	rt.submitted.Delete(id)
-	if f, ok := rt.host.ended.LoadAndDelete(id); ok {
+// Ended is the end of a submitted run's execution: its actor, if any,
+// stops.
+func (h *API) Ended(runID string) {
+	if f, ok := h.ended.LoadAndDelete(runID); ok {
 		f.(func())()
 	}
-}
-
-// hold admits a goroutine of the message API: Shutdown waits for it
-// like for a call, but it is not a call of its own (InFlight counts the
-// call it makes).
-func (rt *Runtime) hold() error {
-	rt.mu.RLock()
-	defer rt.mu.RUnlock()
-	if rt.closed {
-		return svc.Errorf(svc.KindShuttingDown, "runtime is shutting down")
-	}
-	rt.inflight.Add(1)
-	return nil
 }
 
 // pidKey identifies a PID (a PID's other fields are caches).
@@ -201,7 +185,7 @@ type (
 
 // gateway is the message API's actor.
 type gateway struct {
-	h       *hostAPI
+	h       *API
 	self    *actor.PID
 	root    *actor.RootContext
 	owners  map[pidKey]*owner
@@ -219,14 +203,14 @@ type runRef struct {
 }
 
 func (g *gateway) Receive(c actor.Context) {
-	rt := g.h.rt
+	calls := g.h.calls
 	switch m := c.Message().(type) {
 	case *msg.RunAgent:
 		// No goroutine waits for the run: the run actor calls back with
 		// the result, and the callback sends the reply.
 		ctx, t := g.tie(c, m.Ref, m.Detached)
 		sender, root := c.Sender(), g.root
-		rt.runAsync(ctx, m.Agent, m.Task, func(res svc.AgentResult, err error) {
+		calls.RunAsync(ctx, m.Agent, m.Task, func(res svc.AgentResult, err error) {
 			if sender != nil {
 				if err != nil {
 					root.Send(sender, msg.NewError(m.Ref, err))
@@ -238,7 +222,7 @@ func (g *gateway) Receive(c actor.Context) {
 		})
 	case *msg.Gather:
 		g.call(c, m.Ref, m.Detached, func(ctx context.Context) any {
-			res, err := rt.Gather(ctx, m.Agent, m.Tasks, m.MaxConcurrency)
+			res, err := calls.Gather(ctx, m.Agent, m.Tasks, m.MaxConcurrency)
 			if err != nil {
 				return msg.NewError(m.Ref, err)
 			}
@@ -246,7 +230,7 @@ func (g *gateway) Receive(c actor.Context) {
 		})
 	case *msg.RunGroup:
 		g.call(c, m.Ref, m.Detached, func(ctx context.Context) any {
-			res, err := rt.RunGroup(ctx, m.Group, m.Task)
+			res, err := calls.RunGroup(ctx, m.Group, m.Task)
 			if err != nil {
 				return msg.NewError(m.Ref, err)
 			}
@@ -421,38 +405,33 @@ func (g *gateway) ownerStopped(who *actor.PID) {
 // call runs f on a pooled goroutine the runtime owns and sends its reply
 // to the sender.
 func (g *gateway) call(c actor.Context, ref string, detached bool, f func(ctx context.Context) any) {
-	rt := g.h.rt
-	if err := rt.hold(); err != nil {
-		respond(c, msg.NewError(ref, err))
-		return
-	}
 	ctx, t := g.tie(c, ref, detached)
 	sender, root := c.Sender(), g.root
-	rt.pool.Go(func() {
-		defer rt.inflight.Done()
+	err := g.h.calls.Go(func() {
 		reply := f(ctx)
 		if sender != nil {
 			root.Send(sender, reply)
 		}
 		g.untie(t)
 	})
+	if err != nil {
+		g.untie(t)
+		respond(c, msg.NewError(ref, err))
+	}
 }
 
 // async runs f on a pooled goroutine the runtime owns, replying to the sender
 // with what it returns (nothing when nil).
 func (g *gateway) async(c actor.Context, ref string, f func() any) {
-	rt := g.h.rt
-	if err := rt.hold(); err != nil {
-		respond(c, msg.NewError(ref, err))
-		return
-	}
 	sender, root := c.Sender(), c.ActorSystem().Root
-	rt.pool.Go(func() {
-		defer rt.inflight.Done()
+	err := g.h.calls.Go(func() {
 		if reply := f(); reply != nil && sender != nil {
 			root.Send(sender, reply)
 		}
 	})
+	if err != nil {
+		respond(c, msg.NewError(ref, err))
+	}
 }
 
 // futureWatch is a process that a future pipes its outcome to
@@ -494,9 +473,9 @@ func (w *futureWatch) SendSystemMessage(pid *actor.PID, m any) { w.SendUserMessa
 func (w *futureWatch) Stop(pid *actor.PID) { w.SendUserMessage(pid, nil) }
 
 func (g *gateway) submit(c actor.Context, m *msg.Submit) {
-	rt, sender, self, root := g.h.rt, c.Sender(), c.Self(), c.ActorSystem().Root
+	calls, sender, self, root := g.h.calls, c.Sender(), c.Self(), c.ActorSystem().Root
 	g.async(c, m.Ref, func() any {
-		id, err := rt.Submit(context.Background(), m.Request)
+		id, err := calls.Submit(context.Background(), m.Request)
 		if err != nil {
 			return msg.NewError(m.Ref, err)
 		}
@@ -507,23 +486,21 @@ func (g *gateway) submit(c actor.Context, m *msg.Submit) {
 }
 
 func (g *gateway) submitted(c actor.Context, m *submitted) {
-	rt, id := g.h.rt, m.runID
+	id := m.runID
 	pid, ok := g.handles[id]
 	if !ok {
 		var err error
 		pid, err = c.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &runHandle{gateway: c.Self(), runID: id} }), "run-"+id)
 		if err != nil {
-			g.reply(c, m.sender, msg.NewError(m.req.Ref, fmt.Errorf("supervisor: spawn the actor of run %s: %w", id, err)))
+			g.reply(c, m.sender, msg.NewError(m.req.Ref, fmt.Errorf("hostapi: spawn the actor of run %s: %w", id, err)))
 			return
 		}
 		g.handles[id] = pid
 		self, root := c.Self(), c.ActorSystem().Root
 		g.h.ended.Store(id, func() { root.Send(self, &runEnded{runID: id}) })
 		// settled may have run before the store: then it found nothing.
-		if _, running := rt.submitted.Load(id); !running {
-			if f, ok := g.h.ended.LoadAndDelete(id); ok {
-				f.(func())()
-			}
+		if !g.h.calls.Running(id) {
+			g.h.Ended(id)
 		}
 	}
 	if m.sender != nil && !isFuture(m.sender) {
@@ -538,15 +515,9 @@ func (g *gateway) submitted(c actor.Context, m *submitted) {
 }
 
 // cancelRun cancels a submitted run, from a goroutine the runtime owns.
-func (h *hostAPI) cancelRun(id string) {
-	rt := h.rt
-	if rt.hold() != nil {
-		return // shutting down: Shutdown cancels it
-	}
-	rt.pool.Go(func() {
-		defer rt.inflight.Done()
-		_ = rt.CancelRun(context.Background(), id)
-	})
+func (h *API) cancelRun(id string) {
+	// Refused when shutting down: Shutdown cancels it.
+	_ = h.calls.Go(func() { _ = h.calls.CancelRun(context.Background(), id) })
 }
 
 func (g *gateway) reply(c actor.Context, to *actor.PID, reply any) {
@@ -556,10 +527,10 @@ func (g *gateway) reply(c actor.Context, to *actor.PID, reply any) {
 }
 
 func (g *gateway) cancel(c actor.Context, m *msg.Cancel) {
-	rt := g.h.rt
+	calls := g.h.calls
 	if m.RunID != "" {
 		g.async(c, m.Ref, func() any {
-			if err := rt.CancelRun(context.Background(), m.RunID); err != nil {
+			if err := calls.CancelRun(context.Background(), m.RunID); err != nil {
 				return msg.NewError(m.Ref, err)
 			}
 			return &msg.Cancelled{Ref: m.Ref, RunID: m.RunID}
@@ -651,14 +622,14 @@ func (g *gateway) subscribe(c actor.Context, m *msg.Subscribe) {
 
 // forward sends a subscription's events to target until it ends, calling
 // started once it is live; it returns the events dropped.
-func (h *hostAPI) forward(ctx context.Context, m *msg.Subscribe, id string, target *actor.PID, started func()) (uint64, error) {
-	root := h.rt.system.Root
+func (h *API) forward(ctx context.Context, m *msg.Subscribe, id string, target *actor.PID, started func()) (uint64, error) {
+	root := h.system.Root
 	// Target's mailbox has no bound (protoactor's): the window stands in
 	// for the socket of an SSE stream, so the delivery waits for Target's
 	// acknowledgements instead of filling its mailbox.
 	flow := msg.NewFlow(m.Window)
 	if m.RunID != "" {
-		events, err := h.rt.RunEvents(ctx, m.RunID, 0)
+		events, err := h.calls.RunEvents(ctx, m.RunID, 0)
 		if err != nil {
 			return 0, err
 		}

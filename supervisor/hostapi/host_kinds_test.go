@@ -1,4 +1,4 @@
-package supervisor_test
+package hostapi_test
 
 import (
 	"context"

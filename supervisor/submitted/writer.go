@@ -1,0 +1,119 @@
+package submitted
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/svc-dev/svc"
+)
+
+// Writer takes a submitted run's events and progress from the actors
+// without blocking them (an unbounded queue: nothing is dropped) and writes
+// them to the store in order from one goroutine, which Close stops.
+//
+// A write the store refuses (RunStateError) means the run is terminal, as
+// after a cancel: nothing more may be written, and the writer drops the
+// rest. A write that fails after its retries stops the run (fail, with
+// ErrStoreWrite as the cause), which then ends failed: a run whose history
+// has a hole must not pass for complete.
+type Writer struct {
+	r    *Recorder
+	id   string
+	fail context.CancelCauseFunc
+
+	mu       sync.Mutex
+	events   []svc.RunEvent
+	prog     *svc.RunProgress
+	closed   bool
+	wake     chan struct{}
+	finished chan struct{}
+}
+
+// NewWriter starts the writer of run id; fail cancels the run's work.
+// The caller owns it and must Close it.
+func (r *Recorder) NewWriter(id string, fail context.CancelCauseFunc) *Writer {
+	w := &Writer{r: r, id: id, fail: fail, wake: make(chan struct{}, 1), finished: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *Writer) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Event queues a run event.
+func (w *Writer) Event(ev svc.RunEvent) {
+	w.mu.Lock()
+	if !w.closed {
+		w.events = append(w.events, ev)
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+// Progress queues a progress update; only the latest is written.
+func (w *Writer) Progress(p svc.RunProgress) {
+	w.mu.Lock()
+	if !w.closed {
+		w.prog = &p
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+// Close writes out what is queued and stops the goroutine.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.signal()
+	<-w.finished
+}
+
+func (w *Writer) run() {
+	defer close(w.finished)
+	r, id := w.r, w.id
+	stopped := false // the store refused or failed a write: drop the rest
+	for range w.wake {
+		w.mu.Lock()
+		evs, prog, closed := w.events, w.prog, w.closed
+		w.events, w.prog = nil, nil
+		w.mu.Unlock()
+		if !stopped && prog != nil {
+			stopped = w.check("set progress", r.SetProgress(id, *prog))
+		}
+		for _, ev := range evs {
+			if stopped {
+				break
+			}
+			// A retry may store the event twice if the store applied the
+			// first attempt but its answer was lost: a duplicate is better
+			// than a hole.
+			stopped = w.check("append event", r.Retry(id, "append event", func(c context.Context) error {
+				_, err := r.store.Append(c, id, ev)
+				return err
+			}))
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// check handles the outcome of one write and reports whether the writer
+// must stop writing.
+func (w *Writer) check(op string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, svc.ErrRunState):
+		return true // terminal (cancelled): nothing may follow
+	}
+	w.r.Failed(w.id, op, err)
+	w.fail(ErrStoreWrite)
+	return true
+}
