@@ -29,6 +29,9 @@ type Scope struct {
 	// Progress receives the progress of group runs and gathers started in
 	// the context (WithProgress).
 	Progress ProgressFunc
+	// Deltas receives the streamed answers' fragments of the runs started
+	// in the context (WithDeltas); nil when nobody listens.
+	Deltas DeltaSink
 	// Conversation, inside a tool call, returns the calling invocation's
 	// conversation so far (package agent's Conversation reads it).
 	Conversation func() []Message

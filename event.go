@@ -55,6 +55,7 @@ var PayloadKeys = map[EventType][]string{
 	EventAgentDispatched:    {"backend", "broker", "trust_level"},
 	EventAgentCompleted:     {"duration_ms", "tokens_used", "cost_usd", "backend", "model"},
 	EventAgentFailed:        {"duration_ms", "error", "backend"},
+	EventAgentDelta:         {"text", "index"},
 	EventToolCallStarted:    {"tool_name", "trust_level"},
 	EventToolCallCompleted:  {"tool_name", "duration_ms", "tokens_used"},
 	EventToolCallFailed:     {"tool_name", "error", "duration_ms"},

@@ -139,8 +139,9 @@ func TestEventTypesAndPayloadKeys(t *testing.T) {
 			t.Errorf("%s.IsFailure() = %v, want %v", et, got, want)
 		}
 	}
-	if len(svc.PayloadKeys) != len(svc.EventTypes) {
-		t.Errorf("PayloadKeys has %d entries for %d event types", len(svc.PayloadKeys), len(svc.EventTypes))
+	// The spec's sixteen and agent_delta, which is beyond the spec.
+	if len(svc.PayloadKeys) != len(svc.EventTypes)+1 || len(svc.PayloadKeys[svc.EventAgentDelta]) == 0 {
+		t.Errorf("PayloadKeys has %d entries for %d event types and agent_delta", len(svc.PayloadKeys), len(svc.EventTypes))
 	}
 }
 

@@ -54,6 +54,12 @@ type ModelRequest struct {
 	// OutputSchema, when set, is the JSON Schema the final answer must meet.
 	OutputSchema json.RawMessage
 	Settings     map[string]any
+	// OnDelta, when set, asks the model to stream its answer and receives
+	// each text fragment as it arrives, in order, from the goroutine that
+	// called Generate, before Generate returns. A model that cannot stream
+	// ignores it and answers at once. The fragments are not usage: the
+	// response's token counts are the call's.
+	OnDelta func(text string)
 }
 
 // ModelResponse is a model's answer: either tool calls to make, or a final

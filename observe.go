@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"iter"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,12 +22,19 @@ import (
 type EventFilter struct {
 	EventTypes []EventType
 	Agent      string
+	// Deltas lets agent_delta events through (GET /events/stream?deltas=true);
+	// without it a subscriber never sees them, whatever EventTypes says, so
+	// that a fast model's fragments flood only who asked for them.
+	Deltas bool
 }
 
 // Match reports whether ev passes f.
 func (f EventFilter) Match(ev *RuntimeEvent) bool {
 	if f.Agent != "" && ev.AgentName != f.Agent {
 		return false
+	}
+	if ev.EventType == EventAgentDelta {
+		return f.Deltas && (len(f.EventTypes) == 0 || slices.Contains(f.EventTypes, EventAgentDelta))
 	}
 	if len(f.EventTypes) == 0 {
 		return true

@@ -35,6 +35,14 @@ type Options struct {
 	// MCPEagerStart starts MCP tool servers with the runtime instead of on
 	// first use.
 	MCPEagerStart bool `json:"mcp_eager_start" yaml:"mcp_eager_start"`
+	// DeltaIntervalMS and DeltaBytes coalesce a streamed answer's fragments:
+	// an invocation's fragments are handed on together at most once per
+	// DeltaIntervalMS milliseconds, or as soon as DeltaBytes bytes wait, so
+	// a fast model cannot flood the subscribers (50 and 256 by default).
+	// The first fragment, and one after a pause longer than the interval,
+	// go at once. 0 for both hands on every fragment as it comes.
+	DeltaIntervalMS int `json:"delta_interval_ms" yaml:"delta_interval_ms"`
+	DeltaBytes      int `json:"delta_bytes" yaml:"delta_bytes"`
 }
 
 // RetryBackoffBase is the pause before the first retry.
@@ -47,6 +55,8 @@ func DefaultOptions() Options {
 		MaxSpawnDepth:      4,
 		RetryMaxAttempts:   1,
 		RetryBackoffFactor: 1.5,
+		DeltaIntervalMS:    50,
+		DeltaBytes:         256,
 	}
 }
 
@@ -78,14 +88,18 @@ func (o Options) Validate() error {
 		return Errorf(KindSpecValidation, "token_budget %d: must be 0 (none) or more", o.TokenBudget)
 	case o.MaxTokensPerRun < 0:
 		return Errorf(KindSpecValidation, "max_tokens_per_run %d: must be 0 (none) or more", o.MaxTokensPerRun)
+	case o.DeltaIntervalMS < 0:
+		return Errorf(KindSpecValidation, "delta_interval_ms %d: must be 0 (no wait) or more", o.DeltaIntervalMS)
+	case o.DeltaBytes < 0:
+		return Errorf(KindSpecValidation, "delta_bytes %d: must be 0 (no limit) or more", o.DeltaBytes)
 	}
 	return nil
 }
 
 // String is a compact description for logs.
 func (o Options) String() string {
-	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d max_tokens_per_run=%d mcp_eager_start=%v",
-		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MaxTokensPerRun, o.MCPEagerStart)
+	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d max_tokens_per_run=%d mcp_eager_start=%v delta_interval_ms=%d delta_bytes=%d",
+		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MaxTokensPerRun, o.MCPEagerStart, o.DeltaIntervalMS, o.DeltaBytes)
 }
 
 // Version is the version of svc. Nothing has been released yet.

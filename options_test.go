@@ -13,7 +13,8 @@ import (
 
 func TestDefaultOptions(t *testing.T) {
 	o := svc.DefaultOptions()
-	want := svc.Options{TimeoutSeconds: 300, MaxSpawnDepth: 4, RetryMaxAttempts: 1, RetryBackoffFactor: 1.5, TokenBudget: 0, MCPEagerStart: false}
+	want := svc.Options{TimeoutSeconds: 300, MaxSpawnDepth: 4, RetryMaxAttempts: 1, RetryBackoffFactor: 1.5, TokenBudget: 0, MCPEagerStart: false,
+		DeltaIntervalMS: 50, DeltaBytes: 256}
 	if o != want {
 		t.Errorf("DefaultOptions() = %+v, want %+v", o, want)
 	}

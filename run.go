@@ -107,6 +107,18 @@ func InterruptedProgress(p *RunProgress) *RunProgress {
 	return &q
 }
 
+// Final reports whether an event of type t ends a run's stream: a group's
+// completion, a cancel or a run-level failure. (A single agent's run ends
+// with its agent_completed or agent_failed, which a group's nodes send
+// too; the stream's end tells them apart.)
+func (t RunEventType) Final() bool {
+	switch t {
+	case RunGroupCompleted, RunRunCancelled, RunRunFailed:
+		return true
+	}
+	return false
+}
+
 // RunEvent is one frame of a run's event stream (GET /runs/{id}/stream).
 // Seq numbers a run's events from 1 in the order the store took them; it is
 // the SSE frame id.
@@ -118,6 +130,8 @@ type RunEvent struct {
 	TaskID    string       `json:"task_id"` // "" (null) for run-level events
 	Error     string       `json:"error"`   // set on agent_failed, and on run_failed (the reason)
 	Timestamp time.Time    `json:"timestamp"`
+	// Text is a delta's fragment (Type RunDelta; written only there).
+	Text string `json:"text,omitempty"`
 }
 
 type runEventJSON struct {
@@ -128,12 +142,13 @@ type runEventJSON struct {
 	TaskID    *string      `json:"task_id"`
 	Error     *string      `json:"error"`
 	Timestamp time.Time    `json:"timestamp"`
+	Text      string       `json:"text,omitempty"`
 }
 
 // MarshalJSON writes empty agent, task_id and error as null.
 func (e RunEvent) MarshalJSON() ([]byte, error) {
 	return json.Marshal(runEventJSON{Seq: e.Seq, Type: e.Type, RunID: e.RunID, Agent: nullable(e.Agent),
-		TaskID: nullable(e.TaskID), Error: nullable(e.Error), Timestamp: e.Timestamp.UTC()})
+		TaskID: nullable(e.TaskID), Error: nullable(e.Error), Timestamp: e.Timestamp.UTC(), Text: e.Text})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -142,7 +157,7 @@ func (e *RunEvent) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*e = RunEvent{Seq: j.Seq, Type: j.Type, RunID: j.RunID, Timestamp: j.Timestamp}
+	*e = RunEvent{Seq: j.Seq, Type: j.Type, RunID: j.RunID, Timestamp: j.Timestamp, Text: j.Text}
 	if j.Agent != nil {
 		e.Agent = *j.Agent
 	}
@@ -352,4 +367,12 @@ type RunBackend interface {
 	// RunEvents streams a run's events after the sequence number after:
 	// history first, then live, closing after the terminal state.
 	RunEvents(ctx context.Context, runID string, after int64) (<-chan RunEvent, error)
+}
+
+// RunDeltaStreamer is a RunBackend that can follow a run's deltas too
+// (GET /runs/{id}/stream?deltas=true): RunEventsWithDeltas is RunEvents
+// with the run's delta events (RunDelta, Seq 0) merged in as they come,
+// while the run executes on this process. Deltas are never replayed.
+type RunDeltaStreamer interface {
+	RunEventsWithDeltas(ctx context.Context, runID string, after int64) (<-chan RunEvent, error)
 }

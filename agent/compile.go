@@ -52,6 +52,11 @@ type Compiled struct {
 	// modelSteps are the Steps of calls to Models, in order, made once so
 	// that marking a model call costs no allocation.
 	modelSteps []Step
+	// stream is model_settings.stream: streamOn or streamOff, or
+	// streamAuto when the agent does not say (stream when someone listens).
+	stream int8
+	// coalesce gathers streamed fragments into deltas (WithCoalesce).
+	coalesce Coalesce
 }
 
 // Builtin builds the tool that one builtin_tools name stands for, for the
@@ -64,9 +69,16 @@ type Builtin func(def svc.Agent) (svc.Tool, error)
 type CompileOption func(*compileConfig)
 
 type compileConfig struct {
+	coalesce Coalesce
 	builtins map[string]Builtin
 	prices   *model.PriceTable
 	sources  []svc.ToolSource
+}
+
+// WithCoalesce sets how the fragments of the agent's streamed answers are
+// gathered into deltas; without it each fragment is a delta.
+func WithCoalesce(co Coalesce) CompileOption {
+	return func(c *compileConfig) { c.coalesce = co }
 }
 
 // WithBuiltins makes the named builtin tools available to builtin_tools.
@@ -127,7 +139,7 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 		}
 	}
 
-	c := &Compiled{Def: a.Clone(), Sources: slices.Clone(cfg.sources)}
+	c := &Compiled{Def: a.Clone(), Sources: slices.Clone(cfg.sources), coalesce: cfg.coalesce}
 	if cfg.prices != nil {
 		c.Prices = *cfg.prices
 	} else {
@@ -153,6 +165,16 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 			return nil, bad(err, "agent %s: fallback_models[%d]", a.Name, i-1)
 		}
 		c.Models[i] = Resolved{ID: id, Model: m}
+	}
+
+	switch v, ok := c.Def.ModelSettings["stream"]; {
+	case !ok || v == nil:
+	case v == true:
+		c.stream = streamOn
+	case v == false:
+		c.stream = streamOff
+	default:
+		return nil, bad(nil, "agent %s: model_settings.stream: want true or false, got %v", a.Name, v)
 	}
 
 	var err error

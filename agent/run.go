@@ -97,7 +97,9 @@ type Invocation struct {
 	Depth int
 	// Budget is drawn on by every model call; nil means unlimited.
 	Budget Budget
-	// Emitter receives tool events; nil drops them.
+	// Emitter receives tool events, and agent_delta events when the model
+	// streams; nil drops them. The DeltaSink of the run's context
+	// (svc.WithDeltas) receives the deltas too.
 	Emitter svc.Emitter
 
 	// step is the call the loop is in (nil: none), for whoever stops
@@ -208,6 +210,12 @@ func RunInto(ctx context.Context, inv *Invocation, out *Outcome) error {
 	if r.em == nil {
 		r.em = svc.NopEmitter{}
 	}
+	if streams(ctx, inv.Agent) {
+		// Made here, from RunInto's own parameters, not in the call that
+		// streams: a deltaBuf built from the runner's fields would make
+		// escape analysis move every runner's Outcome to the heap.
+		r.deltas = newDeltaBuf(ctx, inv, inv.Agent.coalesce)
+	}
 	output, err := r.run(ctx)
 	if r.tried >= 0 && r.tried < len(r.c.modelIDs) { // a Compiled not made by Compile has none
 		out.ModelsTried = r.c.modelIDs[: r.tried+1 : r.tried+1]
@@ -244,6 +252,9 @@ type runner struct {
 	// not pay for it; conv is the conversation it hands out.
 	toolCtx context.Context
 	conv    *conversation
+	// deltas gathers the streamed fragments into deltas; nil when the
+	// invocation's model calls do not stream.
+	deltas *deltaBuf
 }
 
 func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
@@ -421,7 +432,21 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 	} else {
 		r.inv.enter(&Step{Kind: StepModel, Name: m.ID})
 	}
+	if r.deltas != nil {
+		// The fragments go to the deltaBuf (delta.go). Only its add func
+		// goes into the request, never the deltaBuf itself: the request
+		// escapes into the model, and what it holds must not be a field of
+		// the runner, or escape analysis moves the Outcome to the heap.
+		req.OnDelta = r.deltas.add
+	}
 	err := generateSafely(ctx, m.Model, req, resp)
+	if r.deltas != nil {
+		req.OnDelta = nil
+		// A failed call's text is not the answer: the next call's deltas
+		// start again at index 0, which tells a listener to drop what it
+		// has.
+		r.deltas.finish(err != nil)
+	}
 	r.inv.leave()
 	if err != nil {
 		if b != nil {

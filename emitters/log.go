@@ -28,9 +28,9 @@ var reservedFields = map[string]bool{
 // NewLog returns the LogEventEmitter: it logs each event with the event type
 // as the message ("agent_completed"), the fields agent, task_id, trace_id,
 // parent_trace_id, span_id and parent_span_id (each only when set) and the
-// payload keys in sorted order. The
-// failure types (svc.EventType.IsFailure) log at error level, all others at
-// info level. Emit writes synchronously through l's core, so it costs what
+// payload keys in sorted order. The failure types
+// (svc.EventType.IsFailure) log at error level, agent_delta at debug
+// level, all others at info level. Emit writes synchronously through l's core, so it costs what
 // the core's write costs and no more; it never panics. A nil l logs nothing.
 func NewLog(l *zap.Logger) svc.Emitter {
 	if l == nil {
@@ -55,8 +55,13 @@ func (e *logEmitter) Emit(ev svc.RuntimeEvent) {
 	defer recoverEmit("log")
 
 	level := zapcore.InfoLevel
-	if ev.EventType.IsFailure() {
+	switch {
+	case ev.EventType.IsFailure():
 		level = zapcore.ErrorLevel
+	case ev.EventType == svc.EventAgentDelta:
+		// A streamed answer's fragments: one line each would drown the
+		// log, and the answer is in agent_completed's result anyway.
+		level = zapcore.DebugLevel
 	}
 	msg := string(ev.EventType)
 	if msg == "" {

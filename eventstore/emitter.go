@@ -78,8 +78,15 @@ func (e *Emitter) write(evs []svc.RuntimeEvent) {
 }
 
 // Emit queues ev, or drops and counts it when the queue is full or e is
-// closed.
-func (e *Emitter) Emit(ev svc.RuntimeEvent) { e.q.Put(ev) }
+// closed. agent_delta events are not stored: they are live only (a
+// streamed answer's text is in the run's result), and storing them would
+// multiply the store's writes by the fragments of every answer.
+func (e *Emitter) Emit(ev svc.RuntimeEvent) {
+	if ev.EventType == svc.EventAgentDelta {
+		return
+	}
+	e.q.Put(ev)
+}
 
 // Dropped is the number of events that never reached the store: dropped
 // on a full queue, emitted after Close, or lost with a failed Write.

@@ -16,6 +16,7 @@ const SpecVersion = 1
 var optionKeys = []string{
 	"version", "timeout_seconds", "max_spawn_depth", "retry_max_attempts",
 	"retry_backoff_factor", "token_budget", "max_tokens_per_run", "mcp_eager_start",
+	"delta_interval_ms", "delta_bytes",
 }
 
 // LoadOptions reads a runtime.yaml: `version: 1` and any of the option names
@@ -82,6 +83,16 @@ func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
 	set("mcp_eager_start", func(f field) {
 		if v, ok := d.boolean(f.val, "mcp_eager_start"); ok {
 			o.MCPEagerStart = v
+		}
+	})
+	set("delta_interval_ms", func(f field) {
+		if v, ok := d.intValue(f.val, "delta_interval_ms"); ok {
+			o.DeltaIntervalMS = v
+		}
+	})
+	set("delta_bytes", func(f field) {
+		if v, ok := d.intValue(f.val, "delta_bytes"); ok {
+			o.DeltaBytes = v
 		}
 	})
 	if len(d.errs) > 0 {

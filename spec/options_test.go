@@ -11,14 +11,14 @@ import (
 )
 
 func TestLoadOptions(t *testing.T) {
-	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MaxTokensPerRun: 4000, MCPEagerStart: true}
+	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MaxTokensPerRun: 4000, MCPEagerStart: true, DeltaIntervalMS: 20, DeltaBytes: 0}
 	cases := []struct {
 		name string
 		yaml string
 		want svc.Options
 	}{
 		{"defaults", "version: 1\n", svc.DefaultOptions()},
-		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmax_tokens_per_run: 4000\nmcp_eager_start: true\n", full},
+		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmax_tokens_per_run: 4000\nmcp_eager_start: true\ndelta_interval_ms: 20\ndelta_bytes: 0\n", full},
 		{"nulls keep defaults", "version: 1\ntimeout_seconds: ~\ntoken_budget: null\n", svc.DefaultOptions()},
 		{"integer timeout", "version: 1\ntimeout_seconds: 60\n", func() svc.Options { o := svc.DefaultOptions(); o.TimeoutSeconds = 60; return o }()},
 	}

@@ -50,16 +50,16 @@ func (rt *Runtime) compileAgentFor(a svc.Agent, owner string) (*agent.Compiled, 
 	if err != nil {
 		return nil, err
 	}
-	return compileWith(a, rt.models, rt.prices, rt.newSpawnTool, sources)
+	return compileWith(a, rt.models, rt.prices, rt.newSpawnTool, sources, agent.WithCoalesce(agent.CoalesceOf(rt.opts)))
 }
 
 // compileWith is the one compile of an agent: registration (above) and
 // CheckAgent differ only in the tool sources and the spawn tool they bind.
-func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, spawn agent.Builtin, sources []svc.ToolSource) (*agent.Compiled, error) {
-	return agent.Compile(a, models,
+func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, spawn agent.Builtin, sources []svc.ToolSource, more ...agent.CompileOption) (*agent.Compiled, error) {
+	return agent.Compile(a, models, append([]agent.CompileOption{
 		agent.WithPrices(prices),
 		agent.WithBuiltins(map[string]agent.Builtin{SpawnAgents: spawn}),
-		agent.WithToolSources(sources...))
+		agent.WithToolSources(sources...)}, more...)...)
 }
 
 // CheckAgent reports what a runtime over models would refuse in a when

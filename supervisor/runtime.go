@@ -28,6 +28,7 @@ import (
 	"github.com/svc-dev/svc/internal/lean"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/stores/memstore"
+	"github.com/svc-dev/svc/supervisor/followers"
 	"github.com/svc-dev/svc/supervisor/hostapi"
 	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/supervisor/submitted"
@@ -155,6 +156,7 @@ type Runtime struct {
 	ownStore  bool
 	records   *submitted.Recorder // writes the submitted runs to store
 	submitted sync.Map            // run id → context.CancelCauseFunc
+	follow    followers.Hub       // the live deltas of the submitted runs executing here
 
 	// inflight counts calls between admission and reply, so Shutdown can
 	// wait for them to drain before it stops the actors.

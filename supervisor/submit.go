@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/supervisor/followers"
 	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/supervisor/submitted"
 )
@@ -78,6 +79,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	rt.submitted.Store(id, cancel)
 	w := rt.records.NewWriter(id, cancel)
 	runCtx = withRunSink(runCtx, id, w.Event, w.Progress)
+	runCtx = svc.WithDeltas(runCtx, rt.follow.Open(id))
 	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
 	return id, nil
 }
@@ -108,6 +110,7 @@ func (rt *Runtime) checkInput(reg *registry.Snapshot, kind svc.TargetKind, targe
 // the writer and is owned by the runtime (inflight), which waits for it.
 func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *submitted.Writer, id string, kind svc.TargetKind, target string, task svc.TaskSpec) {
 	defer rt.leave()
+	defer rt.follow.Close(id)
 	defer rt.settled(id)
 	defer cancel(nil)
 	if err := rt.records.SetState(id, svc.RunRunning, "", nil); err != nil {
@@ -245,4 +248,64 @@ func (rt *Runtime) RunEvents(ctx context.Context, id string, after int64) (<-cha
 	return rt.store.Stream(ctx, id, after)
 }
 
-var _ svc.RunBackend = (*Runtime)(nil)
+// RunEventsWithDeltas is RunEvents with, while the run executes here, its
+// deltas merged in live (package followers). Following them makes the
+// run's models stream unless their agents say not to.
+func (rt *Runtime) RunEventsWithDeltas(ctx context.Context, id string, after int64) (<-chan svc.RunEvent, error) {
+	stored, err := rt.store.Stream(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	live, stop, ok := rt.follow.Follow(id)
+	if !ok {
+		return stored, nil
+	}
+	out := make(chan svc.RunEvent, followers.Queue)
+	// The merge ends with the stored stream, which the store closes after
+	// the run's last event or when ctx ends.
+	go func() {
+		defer close(out)
+		defer stop()
+		send := func(ev svc.RunEvent) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for {
+			select {
+			case ev, ok := <-stored:
+				if !ok || ev.Type.Final() {
+					// Deltas already taken go before the end of the run.
+					for drained := live == nil; !drained; {
+						select {
+						case d, more := <-live:
+							drained = !more || !send(d)
+						default:
+							drained = true
+						}
+					}
+				}
+				if !ok || !send(ev) {
+					return
+				}
+			case d, ok := <-live:
+				if !ok {
+					live = nil // the run ended here; the store says the rest
+					continue
+				}
+				if !send(d) {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+var (
+	_ svc.RunBackend      = (*Runtime)(nil)
+	_ svc.RunDeltaStreamer = (*Runtime)(nil)
+)

@@ -44,6 +44,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
 	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens all runs together may use until restart or POST /runtime/budget/reset, 0 = no budget (overrides runtime.yaml)"+zeroDefault(d.TokenBudget == 0, "0"))
 	fs.Int64Var(&f.opts.MaxTokensPerRun, "max-tokens-per-run", d.MaxTokensPerRun, "tokens one run may use unless its task sets token_budget, 0 = no cap (overrides runtime.yaml)"+zeroDefault(d.MaxTokensPerRun == 0, "0"))
 	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)"+zeroDefault(!d.MCPEagerStart, "false"))
+	fs.IntVar(&f.opts.DeltaIntervalMS, "delta-interval-ms", d.DeltaIntervalMS, "milliseconds a streamed answer's fragments are gathered before they are handed to subscribers, 0 = hand each on at once (overrides runtime.yaml)")
+	fs.IntVar(&f.opts.DeltaBytes, "delta-bytes", d.DeltaBytes, "bytes of a streamed answer gathered at most before they are handed on, whatever the interval, 0 = no limit (overrides runtime.yaml)")
 	fs.StringVar(&f.prices, "prices", "", "YAML or JSON file of model prices per million tokens ({\"openai:gpt-4o\": {input_per_mtok: 2.5, output_per_mtok: 10}}), overriding and extending the built-in table that cost_usd uses (default: built-in only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
@@ -81,6 +83,12 @@ func (f *runtimeFlags) options(fs *pflag.FlagSet) func(svc.Options) svc.Options 
 		}
 		if fs.Changed("mcp-eager-start") {
 			o.MCPEagerStart = f.opts.MCPEagerStart
+		}
+		if fs.Changed("delta-interval-ms") {
+			o.DeltaIntervalMS = f.opts.DeltaIntervalMS
+		}
+		if fs.Changed("delta-bytes") {
+			o.DeltaBytes = f.opts.DeltaBytes
 		}
 		return o
 	}

@@ -112,10 +112,13 @@ type Emitter struct {
 
 	// subs is replaced, never changed, so that Emit reads it without a
 	// lock; mu serialises the writers and guards closed.
-	subs   atomic.Pointer[[]*subscription]
-	mu     sync.Mutex
-	closed bool
-	once   sync.Once
+	subs atomic.Pointer[[]*subscription]
+	// deltaSubs counts the subscriptions that asked for agent_delta
+	// events: without one, Emit does not fan them out at all.
+	deltaSubs atomic.Int64
+	mu        sync.Mutex
+	closed    bool
+	once      sync.Once
 
 	// live counts the subscriber actors spawned and not yet stopped.
 	live atomic.Int64
@@ -263,6 +266,9 @@ func (e *Emitter) Emit(ev svc.RuntimeEvent) {
 	if subs := e.subs.Load(); subs == nil || len(*subs) == 0 {
 		return
 	}
+	if ev.EventType == svc.EventAgentDelta && e.deltaSubs.Load() == 0 {
+		return
+	}
 	// One copy on the heap, shared by every subscriber with its encoding
 	// (made once, when first asked for): events are immutable once
 	// emitted.
@@ -301,7 +307,7 @@ func (e *Emitter) SubscribeEncoded(ctx context.Context, f svc.EventFilter) (svc.
 // encoded, else to out.
 func (e *Emitter) subscribe(ctx context.Context, f svc.EventFilter, encoded bool) (*subscription, error) {
 	for _, t := range f.EventTypes {
-		if !slices.Contains(svc.EventTypes, t) {
+		if !slices.Contains(svc.EventTypes, t) && t != svc.EventAgentDelta {
 			return nil, svc.Errorf(svc.KindSpecValidation, "unknown event type %q", t)
 		}
 	}
@@ -344,6 +350,9 @@ func (e *Emitter) subscribe(ctx context.Context, f svc.EventFilter, encoded bool
 		next = append(slices.Clone(*old), s)
 	}
 	e.subs.Store(&next)
+	if f.Deltas {
+		e.deltaSubs.Add(1)
+	}
 	// If ctx has already ended, Close runs at once in its own goroutine
 	// and waits for e.mu, which this call releases on return.
 	// The callback may run (ctx ending) before this assignment is seen,
@@ -368,6 +377,9 @@ func (e *Emitter) remove(s *subscription) {
 	}
 	next := slices.Delete(slices.Clone(*old), i, i+1)
 	e.subs.Store(&next)
+	if s.filter.Deltas {
+		e.deltaSubs.Add(-1)
+	}
 }
 
 // Close ends every subscription, waits for their actors to stop and, if

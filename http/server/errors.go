@@ -117,6 +117,13 @@ type Problem = svc.Problem
 // request's. The logger is the one the router or AccessLog put in the
 // request's context, else zap.L().
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	status, p := problemOf(w, r, err)
+	writeProblem(w, r, status, p)
+}
+
+// problemOf classifies err for WriteError, logs what must be logged, and
+// returns the status and the problem to answer with.
+func problemOf(w http.ResponseWriter, r *http.Request, err error) (int, Problem) {
 	if err == nil {
 		err = errors.New("server: WriteError called with a nil error")
 	}
@@ -139,11 +146,12 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 		log.Warn("request failed", zap.Error(err), zap.String("error_kind", string(kind)),
 			zap.String("path", r.URL.Path), zap.String("request_id", requestIDOf(w, r)))
 	}
-	writeProblem(w, r, status, p)
+	return status, p
 }
 
-// writeProblem fills in the members derived from status and r and writes p.
-func writeProblem(w http.ResponseWriter, r *http.Request, status int, p Problem) {
+// problemBody fills in the members of p derived from status and r and
+// encodes it.
+func problemBody(w http.ResponseWriter, r *http.Request, status int, p Problem) []byte {
 	if p.Error == "" {
 		p.Error = string(svc.KindRuntime)
 	}
@@ -157,6 +165,12 @@ func writeProblem(w http.ResponseWriter, r *http.Request, status int, p Problem)
 		// Every member is a string or an int: Marshal cannot fail.
 		panic("server: encoding a problem: " + err.Error())
 	}
+	return body
+}
+
+// writeProblem fills in the members derived from status and r and writes p.
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, p Problem) {
+	body := problemBody(w, r, status, p)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))

@@ -135,7 +135,7 @@ type eventStream struct {
 // an error instead of an unfiltered stream.
 func eventFilter(rawQuery string) (svc.EventFilter, error) {
 	// event_type alone may be repeated: its values add up.
-	q, err := parseQuery(rawQuery, []string{"event_type", "agent"}, "event_type")
+	q, err := parseQuery(rawQuery, []string{"event_type", "agent", "deltas"}, "event_type")
 	if err != nil {
 		return svc.EventFilter{}, err
 	}
@@ -150,7 +150,7 @@ func eventFilter(rawQuery string) (svc.EventFilter, error) {
 						continue
 					}
 					typ := svc.EventType(t)
-					if !slices.Contains(svc.EventTypes, typ) {
+					if !slices.Contains(svc.EventTypes, typ) && typ != svc.EventAgentDelta {
 						return svc.EventFilter{}, svc.Errorf(svc.KindSpecValidation, "event_type %q is not an event type (known: %s)", t, eventTypeList())
 					}
 					if !slices.Contains(f.EventTypes, typ) {
@@ -160,6 +160,14 @@ func eventFilter(rawQuery string) (svc.EventFilter, error) {
 			}
 		case "agent":
 			f.Agent = vs[0]
+		case "deltas":
+			switch vs[0] {
+			case "true", "1":
+				f.Deltas = true
+			case "false", "0", "":
+			default:
+				return svc.EventFilter{}, svc.Errorf(svc.KindSpecValidation, "deltas %q: want true or false", vs[0])
+			}
 		}
 	}
 	return f, nil

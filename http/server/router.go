@@ -366,6 +366,9 @@ func (h *handlers) run(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if wantsEventStream(r) {
+		return h.runStreamed(w, r, func(ctx context.Context) (any, error) { return h.b.Run(ctx, name, task) })
+	}
 	res, err := h.b.Run(r.Context(), name, task)
 	if err != nil {
 		return err
@@ -543,6 +546,15 @@ func (h *handlers) runGroup(w http.ResponseWriter, r *http.Request) error {
 	task, err := h.readTask(w, r)
 	if err != nil {
 		return err
+	}
+	if wantsEventStream(r) {
+		return h.runStreamed(w, r, func(ctx context.Context) (any, error) {
+			res, err := h.b.RunGroup(ctx, name, task)
+			if err == nil && (res.Agent == nil) == (res.Group == nil) {
+				err = fmt.Errorf("server: group %q: the backend returned %s", name, describeRunResult(res))
+			}
+			return res, err
+		})
 	}
 	res, err := h.b.RunGroup(r.Context(), name, task)
 	if err != nil {

@@ -163,10 +163,26 @@ func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// queryDeltas reads the deltas query parameter of a run's stream.
+func queryDeltas(r *http.Request) (bool, error) {
+	q, err := queryOf(r, "after", "deltas")
+	if err != nil {
+		return false, err
+	}
+	switch v := q.Get("deltas"); v {
+	case "true", "1":
+		return true, nil
+	case "", "false", "0":
+		return false, nil
+	default:
+		return false, svc.Errorf(svc.KindSpecValidation, "deltas %q: want true or false", v)
+	}
+}
+
 // streamAfter returns the sequence number a stream resumes after: the
 // Last-Event-ID header, else the after query parameter, else 0.
 func streamAfter(r *http.Request) (int64, error) {
-	q, err := queryOf(r, "after")
+	q, err := queryOf(r, "after", "deltas")
 	if err != nil {
 		return 0, err
 	}
@@ -193,11 +209,20 @@ func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	deltas, err := queryDeltas(r)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	// Ending ctx on return also ends the backend's stream when the client
 	// has gone and a write failed.
 	defer cancel()
-	events, err := h.rb.RunEvents(ctx, id, after)
+	var events <-chan svc.RunEvent
+	if ds, ok := h.rb.(svc.RunDeltaStreamer); ok && deltas {
+		events, err = ds.RunEventsWithDeltas(ctx, id, after)
+	} else {
+		events, err = h.rb.RunEvents(ctx, id, after)
+	}
 	if err != nil {
 		return err
 	}
@@ -244,10 +269,16 @@ func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
 
 // sseFrame encodes one run event as an SSE frame whose id is its sequence
 // number. The JSON of a RunEvent has no newline, so it fits one data line.
+// A delta has no id: it is not stored, so a client resuming with
+// Last-Event-ID resumes after the last stored event it saw, not after a
+// delta.
 func sseFrame(ev svc.RunEvent) ([]byte, error) {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("server: encoding run event %d: %w", ev.Seq, err)
+	}
+	if ev.Type == svc.RunDelta {
+		return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", svc.RunDelta, data), nil
 	}
 	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, sseField(string(ev.Type)), data), nil
 }

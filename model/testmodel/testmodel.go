@@ -2,7 +2,8 @@
 // answers with its input and test:fail always fails, with model_settings
 // that add latency, token counts, scripted failures, fixed answers and tool
 // calls. It needs no network and is meant for tests, examples and
-// benchmarks.
+// benchmarks. Asked to stream (svc.ModelRequest.OnDelta), it hands its
+// answer over word by word, stream_interval_ms apart.
 package testmodel
 
 import (
@@ -61,7 +62,47 @@ func (m *model) Generate(ctx context.Context, req svc.ModelRequest) (svc.ModelRe
 	if err := wait(ctx, d); err != nil {
 		return svc.ModelResponse{}, m.interrupted(err)
 	}
+	if req.OnDelta != nil {
+		return m.stream(ctx, call, &req)
+	}
 	return m.respond(call, &req)
+}
+
+// stream is respond for a caller that asked for a stream: the answer's
+// text goes to req.OnDelta word by word (each word with the spaces after
+// it), stream_interval_ms apart, before the answer is returned. The text
+// of a JSON string answer is its content; of another answer, its JSON
+// text. Tool calls are not streamed.
+//
+//go:noinline
+func (m *model) stream(ctx context.Context, call int64, req *svc.ModelRequest) (svc.ModelResponse, error) {
+	resp, err := m.respond(call, req)
+	if err != nil || len(resp.ToolCalls) > 0 {
+		return resp, err
+	}
+	s, _ := ParseSettings(req.Settings) // respond checked them
+	text := string(resp.Output)
+	var str string
+	if json.Unmarshal(resp.Output, &str) == nil {
+		text = str
+	}
+	for i, first := 0, true; i < len(text); first = false {
+		if !first {
+			if err := wait(ctx, s.StreamInterval); err != nil {
+				return svc.ModelResponse{}, m.interrupted(err)
+			}
+		}
+		j := i
+		for j < len(text) && text[j] != ' ' {
+			j++
+		}
+		for j < len(text) && text[j] == ' ' {
+			j++
+		}
+		req.OnDelta(text[i:j])
+		i = j
+	}
+	return resp, nil
 }
 
 // latency checks the settings and returns latency_ms.
@@ -338,8 +379,12 @@ func (m *model) CheckSettings(settings map[string]any, tools []string, open bool
 // Settings are the model_settings the test model reads; other keys are
 // ignored, so an agent may carry settings for its fallback models too.
 type Settings struct {
-	// Latency is latency_ms: how long each call takes.
+	// Latency is latency_ms: how long each call takes (before the first
+	// fragment, when the call streams).
 	Latency time.Duration
+	// StreamInterval is stream_interval_ms: the pause between the words of
+	// a streamed answer.
+	StreamInterval time.Duration
 	// Tokens is tokens, the tokens each call reports, when HasTokens.
 	Tokens    int64
 	HasTokens bool
@@ -382,6 +427,11 @@ func parseSettings(m map[string]any, s *Settings) error {
 		}
 		s.Latency = time.Duration(f * float64(time.Millisecond))
 	}
+	if v, ok := m["stream_interval_ms"]; ok && v != nil {
+		if err := parseStreamInterval(v, s); err != nil {
+			return err
+		}
+	}
 	if v, ok := m["tokens"]; ok && v != nil {
 		n, ok := settingval.Count(v)
 		if !ok {
@@ -416,6 +466,16 @@ func parseSettings(m map[string]any, s *Settings) error {
 	if v, ok := m["tool_arguments"]; ok && v != nil {
 		return parseToolArguments(v, s)
 	}
+	return nil
+}
+
+//go:noinline
+func parseStreamInterval(v any, s *Settings) error {
+	f, ok := settingval.Number(v)
+	if !ok || f < 0 || f > float64(math.MaxInt64/int64(time.Millisecond)) {
+		return badSetting("stream_interval_ms", "a non-negative number of milliseconds", v)
+	}
+	s.StreamInterval = time.Duration(f * float64(time.Millisecond))
 	return nil
 }
 

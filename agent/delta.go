@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc"
+)
+
+// Values of Compiled.stream.
+const (
+	streamAuto int8 = iota
+	streamOn
+	streamOff
+)
+
+// Coalesce is how an invocation's streamed fragments are gathered into
+// deltas: handed on at most once per Interval, or as soon as Bytes wait.
+// The first fragment, and one after a pause longer than Interval, is
+// handed on at once, so coalescing adds nothing to the time to the first
+// delta. The zero Coalesce hands every fragment on as it comes.
+type Coalesce struct {
+	Interval time.Duration
+	Bytes    int
+}
+
+// CoalesceOf is the Coalesce of the runtime options.
+func CoalesceOf(o svc.Options) Coalesce {
+	return Coalesce{Interval: time.Duration(o.DeltaIntervalMS) * time.Millisecond, Bytes: o.DeltaBytes}
+}
+
+// streams reports whether the model calls of an invocation of c ask for
+// a stream: the agent says so, or it does not say and the DeltaSink of
+// ctx listens. It is decided once per invocation.
+func streams(ctx context.Context, c *Compiled) bool {
+	switch c.stream {
+	case streamOn:
+		return true
+	case streamOff:
+		return false
+	}
+	sink := svc.DeltasFrom(ctx)
+	return sink != nil && sink.Listening()
+}
+
+// newDeltaBuf returns the deltaBuf of inv, handing its deltas to inv's
+// emitter and to the DeltaSink of ctx.
+//
+//go:noinline
+func newDeltaBuf(ctx context.Context, inv *Invocation, co Coalesce) *deltaBuf {
+	d := &deltaBuf{inv: inv, em: inv.Emitter, co: co, sink: svc.DeltasFrom(ctx)}
+	if d.em == nil {
+		d.em = svc.NopEmitter{}
+	}
+	d.add, d.finish = d.fragment, d.end
+	return d
+}
+
+// deltaBuf coalesces the fragments of one invocation's streamed answers.
+// The model's goroutine adds fragments; a timer flushes what waits once
+// the interval has passed. The mutex makes the two take turns, so the
+// listener gets one delta at a time, in order.
+type deltaBuf struct {
+	inv  *Invocation
+	em   svc.Emitter
+	co   Coalesce
+	sink svc.DeltaSink // nil: only the emitter gets the deltas
+	// add and finish are fragment and end, made once. The runner calls
+	// them, not the methods: a method's receiver leaks (its mutex), and
+	// the deltaBuf, a field of the runner, leaking would move the
+	// runner's Outcome to the heap.
+	add    func(string)
+	finish func(failed bool)
+
+	mu    sync.Mutex
+	buf   []byte
+	index int
+	last  time.Time   // when the last delta was handed on
+	timer *time.Timer // pending flush, nil when none
+	// restart is set by a failed call: the next delta is index 0.
+	restart bool
+}
+
+// fragment takes one fragment from the model.
+func (d *deltaBuf) fragment(text string) {
+	if text == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.buf = append(d.buf, text...)
+	now := time.Now()
+	switch {
+	case d.co.Bytes > 0 && len(d.buf) >= d.co.Bytes, now.Sub(d.last) >= d.co.Interval:
+		d.flushLocked(now)
+	case d.timer == nil:
+		d.timer = time.AfterFunc(d.co.Interval-now.Sub(d.last), d.tick)
+	}
+}
+
+// tick is the timer's flush.
+func (d *deltaBuf) tick() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.timer = nil
+	d.flushLocked(time.Now())
+}
+
+// end hands on what waits when a model call ends; failed marks the call
+// failed, so that the next call's text starts a new answer.
+func (d *deltaBuf) end(failed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.flushLocked(time.Now())
+	if failed {
+		d.restart = true
+	}
+}
+
+func (d *deltaBuf) flushLocked(now time.Time) {
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	if len(d.buf) == 0 {
+		return
+	}
+	if d.restart {
+		d.index, d.restart = 0, false
+	}
+	text := string(d.buf)
+	d.buf = d.buf[:0]
+	d.last = now
+	inv := d.inv
+	i := d.index
+	d.index++
+	d.em.Emit(svc.RuntimeEvent{EventType: svc.EventAgentDelta, Timestamp: now.UTC(), AgentName: inv.Agent.Def.Name,
+		TaskID: inv.TaskID, TraceID: inv.TraceID, ParentTraceID: inv.ParentTraceID,
+		SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID,
+		Payload: svc.Payload{"text": text, "index": i}})
+	if d.sink != nil {
+		d.sink.Delta(svc.Delta{Agent: inv.Agent.Def.Name, TaskID: inv.TaskID, TraceID: inv.TraceID, SpanID: inv.SpanID, Index: i, Text: text})
+	}
+}
