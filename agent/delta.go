@@ -32,7 +32,7 @@ func CoalesceOf(o svc.Options) Coalesce {
 
 // streams reports whether the model calls of an invocation of c ask for
 // a stream: the agent says so, or it does not say and the DeltaSink of
-// ctx listens. It is decided once per invocation.
+// ctx listens now.
 func streams(ctx context.Context, c *Compiled) bool {
 	switch c.stream {
 	case streamOn:
@@ -66,10 +66,8 @@ type deltaBuf struct {
 	em   svc.Emitter
 	co   Coalesce
 	sink svc.DeltaSink // nil: only the emitter gets the deltas
-	// add and finish are fragment and end, made once. The runner calls
-	// them, not the methods: a method's receiver leaks (its mutex), and
-	// the deltaBuf, a field of the runner, leaking would move the
-	// runner's Outcome to the heap.
+	// add and finish are fragment and end, made once: add goes into each
+	// streamed request.
 	add    func(string)
 	finish func(failed bool)
 

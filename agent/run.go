@@ -210,12 +210,6 @@ func RunInto(ctx context.Context, inv *Invocation, out *Outcome) error {
 	if r.em == nil {
 		r.em = svc.NopEmitter{}
 	}
-	if streams(ctx, inv.Agent) {
-		// Made here, from RunInto's own parameters, not in the call that
-		// streams: a deltaBuf built from the runner's fields would make
-		// escape analysis move every runner's Outcome to the heap.
-		r.deltas = newDeltaBuf(ctx, inv, inv.Agent.coalesce)
-	}
 	output, err := r.run(ctx)
 	if r.tried >= 0 && r.tried < len(r.c.modelIDs) { // a Compiled not made by Compile has none
 		out.ModelsTried = r.c.modelIDs[: r.tried+1 : r.tried+1]
@@ -432,15 +426,19 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 	} else {
 		r.inv.enter(&Step{Kind: StepModel, Name: m.ID})
 	}
-	if r.deltas != nil {
-		// The fragments go to the deltaBuf (delta.go). Only its add func
-		// goes into the request, never the deltaBuf itself: the request
-		// escapes into the model, and what it holds must not be a field of
-		// the runner, or escape analysis moves the Outcome to the heap.
+	// Whether to stream is asked at each call: a follower of a submitted
+	// run may come while it runs.
+	streamed := streams(ctx, r.c)
+	if streamed {
+		if r.deltas == nil {
+			r.deltas = newDeltaBuf(ctx, r.inv, r.c.coalesce)
+		}
+		// The fragments go to the deltaBuf (delta.go) through its add
+		// func: the request escapes into the model.
 		req.OnDelta = r.deltas.add
 	}
 	err := generateSafely(ctx, m.Model, req, resp)
-	if r.deltas != nil {
+	if streamed {
 		req.OnDelta = nil
 		// A failed call's text is not the answer: the next call's deltas
 		// start again at index 0, which tells a listener to drop what it

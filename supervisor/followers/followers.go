@@ -34,7 +34,7 @@ type run struct {
 	h    *Hub
 	id   string
 	subs map[*sub]struct{}
-	// listening is len(subs), for Listening without the lock.
+	// listening is len(subs), read without the lock.
 	listening atomic.Int32
 }
 
@@ -44,8 +44,11 @@ type sub struct {
 }
 
 // Open marks run id as executing here and returns the DeltaSink its
-// invocations report to: it listens while someone follows the run's
-// deltas. Close ends it.
+// invocations report to. It always listens: a follower usually comes just
+// after the run started, when its first model call has already decided
+// whether to stream, so a submitted run streams from the start (unless its
+// agents say stream: false). Deltas nobody follows cost one atomic load
+// here. Close ends it.
 func (h *Hub) Open(id string) svc.DeltaSink {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -57,13 +60,13 @@ func (h *Hub) Open(id string) svc.DeltaSink {
 	return r
 }
 
-// Listening reports whether someone follows the run's deltas now.
-func (r *run) Listening() bool { return r.listening.Load() > 0 }
+// Listening is true (see Open).
+func (r *run) Listening() bool { return true }
 
 // Delta hands d to the run's followers, dropping it for those whose queue
 // is full.
 func (r *run) Delta(d svc.Delta) {
-	if !r.Listening() {
+	if r.listening.Load() == 0 {
 		return
 	}
 	ev := svc.RunEvent{Type: svc.RunDelta, RunID: r.id, Agent: d.Agent, TaskID: d.TaskID, Text: d.Text, Timestamp: time.Now().UTC()}
