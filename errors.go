@@ -70,6 +70,12 @@ const (
 	// connections are at svc serve --max-connections); retry after the
 	// Retry-After header's seconds.
 	KindOverloaded Kind = "OverloadedError"
+	// KindContext is a model call whose prompt does not fit the model's
+	// context window (the provider's context-length error), and no
+	// fallback model with a larger window could take it: the input, or
+	// the conversation it grew into, is too long. Retrying the same
+	// request cannot help.
+	KindContext Kind = "ContextError"
 )
 
 // Kinds lists every kind the runtime produces, base first.
@@ -81,7 +87,7 @@ var Kinds = []Kind{
 	KindShuttingDown, KindOutputValidation, KindUnauthorized,
 	KindUnsupportedMediaType, KindForbiddenOrigin, KindNotFound,
 	KindMethodNotAllowed, KindCondition, KindBadRequest, KindHeaderTooLarge,
-	KindRequestTimeout, KindMisdirectedRequest, KindOverloaded,
+	KindRequestTimeout, KindMisdirectedRequest, KindOverloaded, KindContext,
 }
 
 // Parent is the kind this kind specialises: TopologyError,
@@ -131,6 +137,7 @@ var (
 	ErrRequestTimeout       = &Error{Kind: KindRequestTimeout}
 	ErrMisdirectedRequest   = &Error{Kind: KindMisdirectedRequest}
 	ErrOverloaded           = &Error{Kind: KindOverloaded}
+	ErrContext              = &Error{Kind: KindContext}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

@@ -42,6 +42,7 @@ var sentinels = map[svc.Kind]error{
 	svc.KindRequestTimeout:       svc.ErrRequestTimeout,
 	svc.KindMisdirectedRequest:   svc.ErrMisdirectedRequest,
 	svc.KindOverloaded:           svc.ErrOverloaded,
+	svc.KindContext:              svc.ErrContext,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a

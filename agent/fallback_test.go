@@ -209,3 +209,68 @@ func TestCostFromPrices(t *testing.T) {
 		t.Fatalf("default prices: %+v, %v", out, err)
 	}
 }
+
+// A prompt too long for a model's window goes on only to a later model
+// whose window is larger, skipping those no larger; with none, the
+// invocation fails with a ContextError (400), not a ModelError.
+func TestContextErrorFallsBackToWiderWindow(t *testing.T) {
+	for id, w := range map[string]int{"fake:small": 8_000, "fake:same": 8_000, "fake:wide": 200_000} {
+		model.ContextWindows[id] = w
+		t.Cleanup(func() { delete(model.ContextWindows, id) })
+	}
+	tooLong := func() *model.ProviderError {
+		return providerErr(model.ClassContext, 400)
+	}
+	t.Run("a wider model answers", func(t *testing.T) {
+		log := &callLog{}
+		models := map[string]svc.Model{
+			"small": &recorder{name: "small", log: log, fn: failing(tooLong())},
+			"same":  &recorder{name: "same", log: log, fn: answer(`"same"`)},
+			"wide":  &recorder{name: "wide", log: log, fn: answer(`"wide"`)},
+		}
+		c := mustCompile(t, svc.Agent{Name: "ctx", Model: "fake:small", FallbackModels: []string{"fake:same", "fake:wide"}}, models)
+		out, err := agent.Run(context.Background(), invocation(c, `"x"`))
+		if err != nil || string(out.Output) != `"wide"` {
+			t.Fatalf("Run = %+v, %v; want the wide model's answer", out, err)
+		}
+		if got := log.get(); !slices.Equal(got, []string{"small", "wide"}) {
+			t.Errorf("models called %q: the one with the same window must be skipped", got)
+		}
+	})
+	t.Run("no wider model", func(t *testing.T) {
+		log := &callLog{}
+		models := map[string]svc.Model{
+			"small": &recorder{name: "small", log: log, fn: failing(tooLong())},
+			"same":  &recorder{name: "same", log: log, fn: answer(`"same"`)},
+		}
+		c := mustCompile(t, svc.Agent{Name: "ctx", Model: "fake:small", FallbackModels: []string{"fake:same"}}, models)
+		_, err := agent.Run(context.Background(), invocation(c, `"x"`))
+		kindAndReason(t, err, svc.KindContext, agent.ReasonContextLength)
+		if got := log.get(); !slices.Equal(got, []string{"small"}) {
+			t.Errorf("models called %q", got)
+		}
+	})
+	t.Run("the answering model overflows later", func(t *testing.T) {
+		// The first turn calls a tool; the second turn's prompt (with the
+		// tool's result) is too long for the model that answered.
+		log := &callLog{}
+		models := map[string]svc.Model{
+			"small": &recorder{name: "small", log: log, fn: func(n int, _ svc.ModelRequest) (svc.ModelResponse, error) {
+				if n == 0 {
+					return svc.ModelResponse{ToolCalls: []svc.ToolCall{{ID: "1", Name: "big", Arguments: json.RawMessage(`{}`)}}}, nil
+				}
+				return svc.ModelResponse{}, tooLong()
+			}},
+			"wide": &recorder{name: "wide", log: log, fn: answer(`"wide"`)},
+		}
+		c := mustCompile(t, svc.Agent{Name: "ctx", Model: "fake:small", FallbackModels: []string{"fake:wide"},
+			Tools: []svc.Tool{constTool("big", svc.AccessRead, `"lots"`)}}, models)
+		out, err := agent.Run(context.Background(), invocation(c, `"x"`))
+		if err != nil || string(out.Output) != `"wide"` {
+			t.Fatalf("Run = %+v, %v; want the wide model's answer", out, err)
+		}
+		if got := log.get(); !slices.Equal(got, []string{"small", "small", "wide"}) {
+			t.Errorf("models called %q", got)
+		}
+	})
+}

@@ -24,9 +24,11 @@ const MaxTurns = 16
 
 // Reasons carried by the errors Run returns, for agent_failed events.
 const (
-	ReasonPreProcess    = "pre_process"
-	ReasonPostProcess   = "post_process"
-	ReasonModelError    = "model_error"
+	ReasonPreProcess  = "pre_process"
+	ReasonPostProcess = "post_process"
+	ReasonModelError  = "model_error"
+	// ReasonContextLength is a ContextError's: the prompt did not fit.
+	ReasonContextLength = "context_length"
 	ReasonMaxTurns      = "max_turns"
 	ReasonInvalidOutput = "invalid_output"
 	ReasonToolSource    = "tool_source"
@@ -372,23 +374,19 @@ func (r *runner) correct(ctx context.Context, req *svc.ModelRequest, msgs []svc.
 }
 
 // generate makes one model turn into *resp: the model that already
-// answered, or the primary and then each fallback until one answers.
+// answered, or the primary and then each fallback until one answers. A
+// prompt too long for a model's context window goes on only to a later
+// model whose window is larger (widerModel), whichever model failed.
 func (r *runner) generate(ctx context.Context, req *svc.ModelRequest, resp *svc.ModelResponse) error {
 	if ctx.Err() != nil {
 		return r.interrupted(ctx)
 	}
+	i := 0
 	if r.answered >= 0 {
-		stop, failed := r.call(ctx, r.answered, req, resp)
-		if stop != nil {
-			return stop
-		}
-		if failed != nil {
-			return r.modelsFailed(modelErrors{{r.c.Models[r.answered].ID, failed}})
-		}
-		return nil
+		i = r.answered
 	}
 	var failures modelErrors
-	for i := range r.c.Models {
+	for i >= 0 && i < len(r.c.Models) {
 		stop, failed := r.call(ctx, i, req, resp)
 		if stop != nil {
 			return stop
@@ -397,14 +395,36 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest, resp *svc.
 			return nil
 		}
 		failures = append(failures, modelFailure{r.c.Models[i].ID, failed})
-		// A request the provider refused as invalid, or a bad key, is not
-		// something another model fixes: fail now rather than spend the
-		// fallbacks' quota on the same mistake.
-		if !model.CanFallback(failed) {
-			break
+		switch {
+		case model.IsContextError(failed):
+			i = r.widerModel(i)
+		case r.answered >= 0 || !model.CanFallback(failed):
+			// Once a model has answered it serves the rest of the
+			// invocation. A request the provider refused as invalid, or
+			// a bad key, is not something another model fixes: fail now
+			// rather than spend the fallbacks' quota on the same mistake.
+			i = -1
+		default:
+			i++
 		}
 	}
 	return r.modelsFailed(failures)
+}
+
+// widerModel is the first model after i whose context window is known and
+// larger than model i's, or -1 when there is none (or model i's is not
+// known).
+func (r *runner) widerModel(i int) int {
+	w, ok := model.ContextWindow(r.c.Models[i].ID)
+	if !ok {
+		return -1
+	}
+	for j := i + 1; j < len(r.c.Models); j++ {
+		if wj, ok := model.ContextWindow(r.c.Models[j].ID); ok && wj > w {
+			return j
+		}
+	}
+	return -1
 }
 
 // call makes one call to model i, between the budget's reserve and charge,
@@ -664,6 +684,10 @@ func (r *runner) modelsFailed(f modelErrors) error {
 			" models failed; the last error is not one another model would fix, so the rest were not tried"
 	case len(f) > 1:
 		msg = "agent " + r.c.Def.Name + ": all " + strconv.Itoa(len(f)) + " models failed"
+	}
+	if last := f[len(f)-1].err; model.IsContextError(last) {
+		return r.fail(svc.KindContext, ReasonContextLength, f,
+			msg+": the prompt does not fit the model's context window, and no later model has a larger one")
 	}
 	return r.fail(svc.KindModel, ReasonModelError, f, msg)
 }

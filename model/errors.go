@@ -20,6 +20,11 @@ const (
 	ClassTimeout    Class = "timeout"         // 408, a deadline, a dropped connection
 	ClassInvalid    Class = "invalid_request" // other 4xx: the request is wrong; another model won't fix it
 	ClassAuth       Class = "auth"            // 401, 403: the key is wrong
+	// ClassContext is a 400 whose prompt did not fit the model's context
+	// window (OpenAI's context_length_exceeded, Anthropic's "prompt is
+	// too long"). The same request fails the same way on this model; only
+	// a model with a larger window can take it (ContextWindow).
+	ClassContext Class = "context_length"
 )
 
 // ProviderError is a failed call to a model provider's API, after the
@@ -53,7 +58,7 @@ func (e *ProviderError) Unwrap() error { return e.Err }
 // requests or a bad key.
 func (e *ProviderError) Fallback() bool {
 	switch e.Class {
-	case ClassInvalid, ClassAuth:
+	case ClassInvalid, ClassAuth, ClassContext:
 		return false
 	}
 	return true
@@ -91,6 +96,12 @@ func CanFallback(err error) bool {
 		return false
 	}
 	return true
+}
+
+// IsContextError reports whether err is a provider's context-length error.
+func IsContextError(err error) bool {
+	var pe *ProviderError
+	return errors.As(err, &pe) && pe.Class == ClassContext
 }
 
 // ParseRetryAfter reads a Retry-After header: delta seconds or an HTTP

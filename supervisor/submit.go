@@ -306,6 +306,6 @@ func (rt *Runtime) RunEventsWithDeltas(ctx context.Context, id string, after int
 }
 
 var (
-	_ svc.RunBackend      = (*Runtime)(nil)
+	_ svc.RunBackend       = (*Runtime)(nil)
 	_ svc.RunDeltaStreamer = (*Runtime)(nil)
 )

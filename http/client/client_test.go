@@ -406,6 +406,7 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindRequestTimeout:     svc.ErrRequestTimeout,
 		svc.KindMisdirectedRequest: svc.ErrMisdirectedRequest,
 		svc.KindOverloaded:         svc.ErrOverloaded,
+		svc.KindContext:            svc.ErrContext,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))

@@ -45,6 +45,7 @@ var statusByKind = map[svc.Kind]int{
 	svc.KindRequestTimeout:       http.StatusRequestTimeout,
 	svc.KindMisdirectedRequest:   http.StatusMisdirectedRequest,
 	svc.KindOverloaded:           http.StatusServiceUnavailable,
+	svc.KindContext:              http.StatusBadRequest,
 	// The expression compiled when the group was registered; failing on
 	// a run's data is the run's failure, not the request's.
 	svc.KindCondition: http.StatusInternalServerError,

@@ -42,6 +42,11 @@ func callError(ctx context.Context, name string, err error, res *http.Response) 
 			pe.Class = model.ClassRateLimit
 		}
 		pe.Message = apiMessage(ae)
+		if ae.StatusCode == http.StatusBadRequest && strings.Contains(pe.Message, "prompt is too long") {
+			// "invalid_request_error: prompt is too long: 210000 tokens >
+			// 200000 maximum": Anthropic has no error code of its own for it.
+			pe.Class = model.ClassContext
+		}
 		if ae.Response != nil {
 			pe.RetryAfter = retryAfter(ae.Response.Header, time.Now())
 		}

@@ -313,6 +313,9 @@ func callError(ctx context.Context, name string, err error, resp *http.Response)
 	}
 	if pe.Status != 0 {
 		pe.Class = model.ClassOf(pe.Status)
+		if apiErr != nil && apiErr.Code == "context_length_exceeded" {
+			pe.Class = model.ClassContext
+		}
 		if pe.Message == "" {
 			pe.Message = http.StatusText(pe.Status)
 		}

@@ -55,6 +55,7 @@ export class HeaderTooLargeError extends SpecValidationError {}
 export class RequestTimeoutError extends AgentRuntimeError {}
 export class MisdirectedRequestError extends AgentRuntimeError {}
 export class OverloadedError extends AgentRuntimeError {}
+export class ContextError extends AgentRuntimeError {}
 export class ModelError extends AgentRuntimeError {}
 export class ShuttingDownError extends AgentRuntimeError {}
 /** The server's TimeoutError (504): the run exceeded its timeout_seconds. */
@@ -88,6 +89,7 @@ export const errorKinds = Object.freeze({
   RequestTimeoutError,
   MisdirectedRequestError,
   OverloadedError,
+  ContextError,
   ModelError,
   ShuttingDownError,
   TimeoutError,

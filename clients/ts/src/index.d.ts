@@ -148,6 +148,7 @@ export class HeaderTooLargeError extends SpecValidationError {}
 export class RequestTimeoutError extends AgentRuntimeError {}
 export class MisdirectedRequestError extends AgentRuntimeError {}
 export class OverloadedError extends AgentRuntimeError {}
+export class ContextError extends AgentRuntimeError {}
 export class ModelError extends AgentRuntimeError {}
 export class ShuttingDownError extends AgentRuntimeError {}
 /** The server's 504: the run exceeded its timeout_seconds (a client-side timeout is a DOMException named TimeoutError). */

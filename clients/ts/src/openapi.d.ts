@@ -562,9 +562,10 @@ export interface components {
              *     - RequestTimeoutError: 408
              *     - MisdirectedRequestError: 421
              *     - OverloadedError: 503
+             *     - ContextError: 400
              * @enum {string}
              */
-            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError";
+            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError";
             message: string;
             reason?: string;
             request_id: string;
