@@ -79,7 +79,11 @@ var PayloadKeys = map[EventType][]string{
 // agent_failed, "model" is the resolved provider:name of the model that
 // answered or was tried last, when one was, so failed runs carry the
 // provider and model too.
+//
+// On agent_completed, "cached_tokens" is the result's metadata.cached_tokens,
+// when the calls read some input from a provider's prompt cache.
 var OptionalPayloadKeys = map[EventType][]string{
+	EventAgentCompleted: {"cached_tokens"},
 	EventAgentFailed:    {"reason", "model"},
 	EventToolCallFailed: {"reason"},
 	// A streamed gather's batch_started has "streamed": true and

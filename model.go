@@ -70,6 +70,11 @@ type ModelResponse struct {
 	Output       json.RawMessage
 	InputTokens  int64
 	OutputTokens int64
+	// CachedInputTokens are the part of InputTokens the provider read from
+	// its prompt cache (Anthropic's cache_read_input_tokens, OpenAI's
+	// prompt_tokens_details.cached_tokens): priced at the cheaper cached
+	// rate, counted in the result's metadata.cached_tokens.
+	CachedInputTokens int64
 	// TokensUsed is the total; when zero, InputTokens+OutputTokens is used.
 	TokensUsed int64
 	// CostUSD is the call's cost when the provider knows it.

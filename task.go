@@ -77,6 +77,10 @@ type ResultMetadata struct {
 	// CostUnknown is set when a model call had no price: CostUSD counts it
 	// as 0.
 	CostUnknown bool `json:"cost_unknown,omitempty"`
+	// CachedTokens are the input tokens the model calls read from the
+	// providers' prompt caches (part of TokensUsed, priced at the cached
+	// rate); absent when none were.
+	CachedTokens int64 `json:"cached_tokens,omitempty"`
 }
 
 // AgentResult is the envelope of one agent run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +51,14 @@ type invState struct {
 	attempt  int32
 	finished bool
 	unpriced bool // some model call had no price
-	tokens   int64
-	cost     float64
-	model    string
-	tried    []string // models called by the last attempt, in order
+	// cached is the input tokens read from prompt caches, saturating: an
+	// int32 fits in the padding after the bools, keeping invState at 416
+	// bytes.
+	cached int32
+	tokens int64
+	cost   float64
+	model  string
+	tried  []string // models called by the last attempt, in order
 
 	// inv and done are reused by every attempt: one attempt runs at a time,
 	// and its goroutine hands done over by message before the next starts.
@@ -274,6 +279,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		st.tried = d.out.ModelsTried
 	}
 	st.unpriced = st.unpriced || d.out.CostUnknown
+	st.cached = int32(min(int64(st.cached)+int64(d.out.CachedTokens), math.MaxInt32))
 	err := d.err
 	// An attempt that ran on a worker was retried there already.
 	if err != nil && !d.out.Remote && st.Err() == nil && retryable(err) && int(st.attempt) < st.run.env.Options.RetryMaxAttempts {
@@ -291,7 +297,7 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		Metadata: svc.ResultMetadata{
 			TraceID: st.task.Trace, TokensUsed: st.tokens, CostUSD: st.cost, Model: st.model,
 			Attempts: int(st.attempt), Backend: st.run.env.BackendName(),
-			ModelsTried: st.tried, CostUnknown: st.unpriced,
+			ModelsTried: st.tried, CostUnknown: st.unpriced, CachedTokens: int64(st.cached),
 		},
 	}
 	dur := sinceEpoch() - st.start
@@ -301,12 +307,16 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		res.Output = d.out.Output
 		st.runEvent(svc.RunAgentCompleted, "")
 		if !st.run.env.Silent && !d.out.Remote {
-			st.emit(svc.EventAgentCompleted, svc.Payload{
+			p := svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
 				"backend": res.Metadata.Backend, "model": st.model,
 				// The result's own figure (svc.PayloadKeys).
 				"cost_usd": res.Metadata.CostUSD,
-			})
+			}
+			if st.cached > 0 {
+				p["cached_tokens"] = int64(st.cached)
+			}
+			st.emit(svc.EventAgentCompleted, p)
 		}
 	} else {
 		// The typed error travels with the result; its wire form (ErrorInfo)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,6 +157,10 @@ type Outcome struct {
 	// its retries: the runtime here emits none of them and retries
 	// nothing.
 	Remote bool
+	// CachedTokens sums the calls' CachedInputTokens, saturating. An int32
+	// beside the bools fits in their padding: the runtime holds an Outcome
+	// in each parked run, whose state is kept at 416 bytes.
+	CachedTokens int32
 	// ModelCalls counts the calls made to models, failed ones included.
 	ModelCalls int
 	// ModelsTried are the ids of the models called, primary first, in the
@@ -482,11 +487,12 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 	cost := resp.CostUSD
 	if cost == 0 {
 		var known bool
-		if cost, known = r.c.Prices.Cost(m.ID, resp.InputTokens, resp.OutputTokens); !known {
+		if cost, known = r.c.Prices.CostCached(m.ID, resp.InputTokens, resp.CachedInputTokens, resp.OutputTokens); !known {
 			r.out.CostUnknown = true
 		}
 	}
 	r.out.CostUSD += cost
+	r.out.CachedTokens = int32(min(int64(r.out.CachedTokens)+max(resp.CachedInputTokens, 0), math.MaxInt32))
 	if b != nil {
 		if err := b.Charge(tokens); err != nil {
 			return err, nil

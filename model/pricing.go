@@ -20,11 +20,15 @@ import (
 type Price struct {
 	InputPerMTok  float64 `json:"input_per_mtok" yaml:"input_per_mtok"`
 	OutputPerMTok float64 `json:"output_per_mtok" yaml:"output_per_mtok"`
+	// CachedInputPerMTok prices the input tokens read from the provider's
+	// prompt cache; 0 prices them as other input (no discount known).
+	CachedInputPerMTok float64 `json:"cached_input_per_mtok,omitempty" yaml:"cached_input_per_mtok"`
 }
 
 // Prices are the built-in list prices by "provider:name", used when a
 // provider does not report a call's cost itself. They are list prices for
-// standard (not batch, not cached) input and output tokens as published by
+// standard (not batch) input and output tokens, and for input read from
+// the prompt cache (Anthropic: cache reads at a tenth of input), as published by
 // OpenAI and Anthropic, checked 2025-11; providers change them, so a
 // deployment that bills by them should load its own (LoadPrices).
 //
@@ -39,36 +43,36 @@ var Prices = map[string]Price{
 	"test:*": {},
 
 	// OpenAI, https://openai.com/api/pricing (2025-11).
-	"openai:gpt-5":         {1.25, 10},
-	"openai:gpt-5-mini":    {0.25, 2},
-	"openai:gpt-5-nano":    {0.05, 0.40},
-	"openai:gpt-4.1":       {2, 8},
-	"openai:gpt-4.1-mini":  {0.40, 1.60},
-	"openai:gpt-4.1-nano":  {0.10, 0.40},
-	"openai:gpt-4o":        {2.50, 10},
-	"openai:gpt-4o-mini":   {0.15, 0.60},
-	"openai:gpt-4-turbo":   {10, 30},
-	"openai:gpt-3.5-turbo": {0.50, 1.50},
-	"openai:o1":            {15, 60},
-	"openai:o3":            {2, 8},
-	"openai:o3-mini":       {1.10, 4.40},
-	"openai:o4-mini":       {1.10, 4.40},
+	"openai:gpt-5":         {1.25, 10, 0.125},
+	"openai:gpt-5-mini":    {0.25, 2, 0.025},
+	"openai:gpt-5-nano":    {0.05, 0.40, 0.005},
+	"openai:gpt-4.1":       {2, 8, 0.5},
+	"openai:gpt-4.1-mini":  {0.40, 1.60, 0.1},
+	"openai:gpt-4.1-nano":  {0.10, 0.40, 0.025},
+	"openai:gpt-4o":        {2.50, 10, 1.25},
+	"openai:gpt-4o-mini":   {0.15, 0.60, 0.075},
+	"openai:gpt-4-turbo":   {10, 30, 0},
+	"openai:gpt-3.5-turbo": {0.50, 1.50, 0},
+	"openai:o1":            {15, 60, 7.5},
+	"openai:o3":            {2, 8, 0.5},
+	"openai:o3-mini":       {1.10, 4.40, 0.55},
+	"openai:o4-mini":       {1.10, 4.40, 0.275},
 
 	// Anthropic, https://www.anthropic.com/pricing#api (2025-11). The "-0"
 	// names are Anthropic's aliases of the first 4.x snapshots.
-	"anthropic:claude-opus-4-5":   {5, 25},
-	"anthropic:claude-opus-4-1":   {15, 75},
-	"anthropic:claude-opus-4":     {15, 75},
-	"anthropic:claude-opus-4-0":   {15, 75},
-	"anthropic:claude-sonnet-4-5": {3, 15},
-	"anthropic:claude-sonnet-4":   {3, 15},
-	"anthropic:claude-sonnet-4-0": {3, 15},
-	"anthropic:claude-haiku-4-5":  {1, 5},
-	"anthropic:claude-3-7-sonnet": {3, 15},
-	"anthropic:claude-3-5-sonnet": {3, 15},
-	"anthropic:claude-3-5-haiku":  {0.80, 4},
-	"anthropic:claude-3-opus":     {15, 75},
-	"anthropic:claude-3-haiku":    {0.25, 1.25},
+	"anthropic:claude-opus-4-5":   {5, 25, 0.5},
+	"anthropic:claude-opus-4-1":   {15, 75, 1.5},
+	"anthropic:claude-opus-4":     {15, 75, 1.5},
+	"anthropic:claude-opus-4-0":   {15, 75, 1.5},
+	"anthropic:claude-sonnet-4-5": {3, 15, 0.3},
+	"anthropic:claude-sonnet-4":   {3, 15, 0.3},
+	"anthropic:claude-sonnet-4-0": {3, 15, 0.3},
+	"anthropic:claude-haiku-4-5":  {1, 5, 0.1},
+	"anthropic:claude-3-7-sonnet": {3, 15, 0.3},
+	"anthropic:claude-3-5-sonnet": {3, 15, 0.3},
+	"anthropic:claude-3-5-haiku":  {0.80, 4, 0.08},
+	"anthropic:claude-3-opus":     {15, 75, 1.5},
+	"anthropic:claude-3-haiku":    {0.25, 1.25, 0.025},
 }
 
 // PriceTable prices model calls. The zero value knows no prices; use
@@ -134,11 +138,23 @@ func (t PriceTable) Price(id string) (Price, bool) {
 // wrote out tokens; known is false when the table has no price for id
 // (the cost is then 0).
 func (t PriceTable) Cost(id string, in, out int64) (usd float64, known bool) {
+	return t.CostCached(id, in, 0, out)
+}
+
+// CostCached is Cost for a call of which cached of the in input tokens
+// were read from the provider's prompt cache, priced at the cached rate
+// when the price has one.
+func (t PriceTable) CostCached(id string, in, cached, out int64) (usd float64, known bool) {
 	p, ok := t.Price(id)
 	if !ok {
 		return 0, false
 	}
-	return (float64(in)*p.InputPerMTok + float64(out)*p.OutputPerMTok) / 1e6, true
+	cached = min(max(cached, 0), in)
+	rate := p.CachedInputPerMTok
+	if rate == 0 {
+		rate = p.InputPerMTok
+	}
+	return (float64(in-cached)*p.InputPerMTok + float64(cached)*rate + float64(out)*p.OutputPerMTok) / 1e6, true
 }
 
 // snapshot matches the suffixes providers give dated snapshots and moving

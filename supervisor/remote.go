@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/svc-dev/svc"
@@ -119,7 +120,7 @@ func (rt *Runtime) remoteExecute(ctx context.Context, inv *agent.Invocation) (ag
 	}
 	out := agent.Outcome{Output: res.Output, Model: res.Metadata.Model, TokensUsed: res.Metadata.TokensUsed,
 		CostUSD: res.Metadata.CostUSD, CostUnknown: res.Metadata.CostUnknown, ModelsTried: res.Metadata.ModelsTried,
-		Remote: true}
+		CachedTokens: int32(min(res.Metadata.CachedTokens, math.MaxInt32)), Remote: true}
 	if inv.Budget != nil {
 		if err := inv.Budget.Charge(out.TokensUsed); err != nil {
 			out.Remote = false // the rejection is this side's: emit it here

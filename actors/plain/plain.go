@@ -182,6 +182,7 @@ func (rt *Runtime) invoke(ctx context.Context, c *agent.Compiled, t task, scope 
 		modelID  string
 		tried    []string
 		unpriced bool
+		cached   int64
 		attempt  int
 	)
 	for attempt = 1; ; attempt++ {
@@ -199,6 +200,7 @@ func (rt *Runtime) invoke(ctx context.Context, c *agent.Compiled, t task, scope 
 			tried = out.ModelsTried
 		}
 		unpriced = unpriced || out.CostUnknown
+		cached += int64(out.CachedTokens)
 		if err == nil || ctx.Err() != nil || !retryable(err) || attempt >= rt.opts.RetryMaxAttempts {
 			break
 		}
@@ -206,7 +208,7 @@ func (rt *Runtime) invoke(ctx context.Context, c *agent.Compiled, t task, scope 
 
 	res := svc.AgentResult{AgentName: c.Def.Name, TaskID: t.id, Metadata: svc.ResultMetadata{
 		TraceID: t.trace, TokensUsed: tokens, CostUSD: cost, Model: modelID, Attempts: attempt,
-		Backend: svc.BackendLocal, ModelsTried: tried, CostUnknown: unpriced,
+		Backend: svc.BackendLocal, ModelsTried: tried, CostUnknown: unpriced, CachedTokens: cached,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 	}}
 	if err == nil {

@@ -71,7 +71,7 @@ var payloadTypes = map[string]func() *jsonschema.Schema{
 	"tokens_used": intg, "limit": intg, "used": intg, "depth": intg,
 	"task_count": intg, "max_concurrency": intg, "success_count": intg,
 	"failure_count": intg, "node_count": intg, "concurrency": intg,
-	"prefetch": intg, "in_flight": intg, "concurrency_cap": intg, "rejected": intg, "skipped_cancelled": intg, "handler_panics": intg,
+	"prefetch": intg, "in_flight": intg, "concurrency_cap": intg, "rejected": intg, "skipped_cancelled": intg, "handler_panics": intg, "cached_tokens": intg,
 	"agents": strArray, "agent_subscriptions": strArray,
 	"streamed": boolean,
 }

@@ -82,6 +82,10 @@ func appendAgentResult(dst []byte, r *svc.AgentResult) ([]byte, bool) {
 	if m.CostUnknown {
 		dst = append(dst, `,"cost_unknown":true`...)
 	}
+	if m.CachedTokens != 0 {
+		dst = append(dst, `,"cached_tokens":`...)
+		dst = strconv.AppendInt(dst, m.CachedTokens, 10)
+	}
 	return append(dst, "}}"...), true
 }
 

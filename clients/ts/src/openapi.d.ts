@@ -461,6 +461,7 @@ export interface components {
             metadata: {
                 attempts: number;
                 backend: string;
+                cached_tokens?: number;
                 cost_unknown?: boolean;
                 cost_usd: number;
                 duration_ms: number;
@@ -650,6 +651,7 @@ export interface components {
             event_type: "agent_completed";
             payload: {
                 backend: string;
+                cached_tokens?: number;
                 cost_usd: number;
                 duration_ms: number;
                 model: string;
