@@ -34,7 +34,9 @@ type StartGroup struct {
 	Budget     *Budget
 	Progress   *Progress
 	Sink       RunSink
-	Reply      chan<- GroupReply
+	// Deltas receives the streamed fragments of the nodes' invocations.
+	Deltas svc.DeltaSink
+	Reply  chan<- GroupReply
 }
 
 // GroupReply is the outcome of a group run.
@@ -161,7 +163,7 @@ func (g *groupActor) startNode(c actor.Context, ns *nodeState) {
 	req := &StartRun{
 		Ctx: g.ctx, Agent: g.req.Agents[ns.node.Agent], Tasks: tasks, MaxConcurrency: conc,
 		Depth: g.req.Depth, ParentTrace: g.req.ParentTrace, ParentSpan: g.span, Budget: g.req.Budget,
-		Progress: g.req.Progress, Sink: g.req.Sink, Tag: ns.node.Name,
+		Progress: g.req.Progress, Sink: g.req.Sink, Deltas: g.req.Deltas, Tag: ns.node.Name,
 	}
 	r := &runActor{env: g.env, req: req}
 	ns.pid = c.Spawn(g.env.props(func() actor.Actor { return r }))

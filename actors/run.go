@@ -167,6 +167,10 @@ type StartRun struct {
 	// Sink, when set, receives the run events of this run's invocations
 	// (a submitted run's, nested runs included).
 	Sink RunSink
+	// Deltas, when set, receives the coalesced fragments of the answers of
+	// this run's invocations as their models stream them: the DeltaSink of
+	// the caller's scope (svc.WithDeltas), read once when the run starts.
+	Deltas svc.DeltaSink
 	// Reply receives the outcome of a top-level run. A run started by a
 	// group actor has none: it reports to its parent with a *RunFinished
 	// carrying Tag instead.
@@ -186,6 +190,9 @@ type StartRun struct {
 	// invState).
 	env      *Env
 	detached context.Context
+	// emitter is the invocations' emitter: env.Emitter, carrying Deltas
+	// when there is one (agent.WithDeltaSink).
+	emitter svc.Emitter
 }
 
 // Stream is the plumbing of a streamed gather between its caller and its
@@ -348,6 +355,10 @@ func (r *runActor) Receive(c actor.Context) {
 		r.detached = context.WithoutCancel(r.ctx)
 		r.self, r.root = c.Self(), c.ActorSystem().Root
 		r.req.env, r.req.detached = r.env, r.detached
+		r.req.emitter = r.env.Emitter
+		if r.req.Deltas != nil {
+			r.req.emitter = agent.WithDeltaSink(r.env.Emitter, r.req.Deltas)
+		}
 		ctx, self, root := r.ctx, r.self, r.root
 		r.stopWatch = context.AfterFunc(ctx, func() { root.Send(self, cancelRun{cause: context.Cause(ctx)}) })
 		if n := len(r.req.Tasks); n == 1 {

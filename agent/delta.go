@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -30,26 +29,53 @@ func CoalesceOf(o svc.Options) Coalesce {
 	return Coalesce{Interval: time.Duration(o.DeltaIntervalMS) * time.Millisecond, Bytes: o.DeltaBytes}
 }
 
-// streams reports whether the model calls of an invocation of c ask for
-// a stream: the agent says so, or it does not say and the DeltaSink of
-// ctx listens now.
-func streams(ctx context.Context, c *Compiled) bool {
-	switch c.stream {
+// WithDeltaSink returns em carrying sink: an invocation whose Emitter it
+// is hands its deltas to sink as well as to em, and streams when sink
+// listens unless its agent says otherwise. The runtime gives its
+// invocations such an emitter for a run whose scope has a DeltaSink
+// (svc.WithDeltas). The sink rides on the emitter rather than being looked
+// up in the context at each model call: a lookup that finds nothing walks
+// the whole chain, and a WithoutCancel context on it costs an allocation.
+func WithDeltaSink(em svc.Emitter, sink svc.DeltaSink) svc.Emitter {
+	if em == nil {
+		em = svc.NopEmitter{}
+	}
+	return &sinkEmitter{Emitter: em, sink: sink}
+}
+
+type sinkEmitter struct {
+	svc.Emitter
+	sink svc.DeltaSink
+}
+
+// sinkOf returns the DeltaSink em carries, or nil.
+func sinkOf(em svc.Emitter) svc.DeltaSink {
+	if se, ok := em.(*sinkEmitter); ok {
+		return se.sink
+	}
+	return nil
+}
+
+// streams reports whether the model calls of inv ask for a stream: its
+// agent says so, or it does not say and the DeltaSink its emitter carries
+// listens now.
+func streams(inv *Invocation) bool {
+	switch inv.Agent.stream {
 	case streamOn:
 		return true
 	case streamOff:
 		return false
 	}
-	sink := svc.DeltasFrom(ctx)
+	sink := sinkOf(inv.Emitter)
 	return sink != nil && sink.Listening()
 }
 
 // newDeltaBuf returns the deltaBuf of inv, handing its deltas to inv's
-// emitter and to the DeltaSink of ctx.
+// emitter and to the DeltaSink it carries.
 //
 //go:noinline
-func newDeltaBuf(ctx context.Context, inv *Invocation, co Coalesce) *deltaBuf {
-	d := &deltaBuf{inv: inv, em: inv.Emitter, co: co, sink: svc.DeltasFrom(ctx)}
+func newDeltaBuf(inv *Invocation, co Coalesce) *deltaBuf {
+	d := &deltaBuf{inv: inv, em: inv.Emitter, co: co, sink: sinkOf(inv.Emitter)}
 	if d.em == nil {
 		d.em = svc.NopEmitter{}
 	}

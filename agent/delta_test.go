@@ -75,8 +75,8 @@ func TestDeltasReachListenerAndEmitter(t *testing.T) {
 	c := streamingAgent(t, nil)
 	var em events
 	var sink deltaLog
-	inv := &agent.Invocation{Agent: c, Input: json.RawMessage(`"x"`), Emitter: &em, TaskID: "t1", TraceID: "tr", SpanID: "sp"}
-	out, err := agent.Run(svc.WithDeltas(t.Context(), &sink), inv)
+	inv := &agent.Invocation{Agent: c, Input: json.RawMessage(`"x"`), Emitter: agent.WithDeltaSink(&em, &sink), TaskID: "t1", TraceID: "tr", SpanID: "sp"}
+	out, err := agent.Run(t.Context(), inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +123,11 @@ func TestStreamSetting(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var em events
-			ctx := t.Context()
+			var emitter svc.Emitter = &em
 			if tc.sink != nil {
-				ctx = svc.WithDeltas(ctx, tc.sink)
+				emitter = agent.WithDeltaSink(&em, tc.sink)
 			}
-			if _, err := agent.Run(ctx, &agent.Invocation{Agent: streamingAgent(t, tc.settings), Input: json.RawMessage(`1`), Emitter: &em}); err != nil {
+			if _, err := agent.Run(t.Context(), &agent.Invocation{Agent: streamingAgent(t, tc.settings), Input: json.RawMessage(`1`), Emitter: emitter}); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(deltaEvents(em.get())) > 0; got != tc.want {
@@ -146,7 +146,7 @@ func TestStreamSetting(t *testing.T) {
 func TestCoalesceBytes(t *testing.T) {
 	c := streamingAgent(t, nil, agent.WithCoalesce(agent.Coalesce{Interval: time.Hour, Bytes: 10}))
 	var sink deltaLog
-	if _, err := agent.Run(svc.WithDeltas(t.Context(), &sink), &agent.Invocation{Agent: c, Input: json.RawMessage(`1`)}); err != nil {
+	if _, err := agent.Run(t.Context(), &agent.Invocation{Agent: c, Input: json.RawMessage(`1`), Emitter: agent.WithDeltaSink(nil, &sink)}); err != nil {
 		t.Fatal(err)
 	}
 	ds := sink.get()
@@ -172,7 +172,7 @@ func TestCoalesceInterval(t *testing.T) {
 	// (80 ms of words) in one or two more deltas, never five.
 	c := streamingAgent(t, map[string]any{"stream_interval_ms": 20}, agent.WithCoalesce(agent.Coalesce{Interval: 200 * time.Millisecond}))
 	var sink deltaLog
-	if _, err := agent.Run(svc.WithDeltas(t.Context(), &sink), &agent.Invocation{Agent: c, Input: json.RawMessage(`1`)}); err != nil {
+	if _, err := agent.Run(t.Context(), &agent.Invocation{Agent: c, Input: json.RawMessage(`1`), Emitter: agent.WithDeltaSink(nil, &sink)}); err != nil {
 		t.Fatal(err)
 	}
 	ds := sink.get()
@@ -196,7 +196,7 @@ func TestFailedStreamRestartsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sink deltaLog
-	if _, err := agent.Run(svc.WithDeltas(t.Context(), &sink), &agent.Invocation{Agent: c, Input: json.RawMessage(`1`)}); err != nil {
+	if _, err := agent.Run(t.Context(), &agent.Invocation{Agent: c, Input: json.RawMessage(`1`), Emitter: agent.WithDeltaSink(nil, &sink)}); err != nil {
 		t.Fatal(err)
 	}
 	ds := sink.get()

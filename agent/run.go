@@ -101,8 +101,8 @@ type Invocation struct {
 	// Budget is drawn on by every model call; nil means unlimited.
 	Budget Budget
 	// Emitter receives tool events, and agent_delta events when the model
-	// streams; nil drops them. The DeltaSink of the run's context
-	// (svc.WithDeltas) receives the deltas too.
+	// streams; nil drops them. The DeltaSink it carries (WithDeltaSink)
+	// receives the deltas too.
 	Emitter svc.Emitter
 
 	// step is the call the loop is in (nil: none), for whoever stops
@@ -453,10 +453,10 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 	}
 	// Whether to stream is asked at each call: a follower of a submitted
 	// run may come while it runs.
-	streamed := streams(ctx, r.c)
+	streamed := streams(r.inv)
 	if streamed {
 		if r.deltas == nil {
-			r.deltas = newDeltaBuf(ctx, r.inv, r.c.coalesce)
+			r.deltas = newDeltaBuf(r.inv, r.c.coalesce)
 		}
 		// The fragments go to the deltaBuf (delta.go) through its add
 		// func: the request escapes into the model.

@@ -81,7 +81,7 @@ func (rt *Runtime) gatherStream(ctx context.Context, name string, tasks iter.Seq
 	req := &actors.StartRun{
 		Ctx: runCtx, Agent: c, MaxConcurrency: conc, Depth: depth, Batch: true, BatchTrace: batch,
 		ParentTrace: s.ParentTrace, ParentSpan: s.ParentSpan,
-		Budget: rs.budget, Progress: rs.progress, Sink: rs.sink, Reply: reply,
+		Budget: rs.budget, Progress: rs.progress, Sink: rs.sink, Deltas: s.Deltas, Reply: reply,
 		Stream: &actors.Stream{Out: out, Ready: ready, Stop: stopFeed},
 	}
 	rt.system.Root.Send(rt.shard(), req)

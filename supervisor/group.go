@@ -53,7 +53,7 @@ func (rt *Runtime) RunGroup(ctx context.Context, name string, task svc.TaskSpec)
 	rt.system.Root.Send(rt.shard(), &actors.StartGroup{
 		Ctx: ctx, Graph: g.Graph, Agents: reg.Agents(), Task: t, Metadata: task.Metadata,
 		Depth: depth, ParentTrace: s.ParentTrace, ParentSpan: s.ParentSpan,
-		Budget: rs.budget, Progress: rs.progress, Sink: rs.sink, Reply: reply,
+		Budget: rs.budget, Progress: rs.progress, Sink: rs.sink, Deltas: s.Deltas, Reply: reply,
 	})
 	r := <-reply
 	if r.Err != nil {

@@ -70,7 +70,7 @@ func (rt *Runtime) start(ctx context.Context, s *svc.Scope, rs *runScope, req *a
 	rt.runs.Add(1)
 	defer rt.runs.Add(-1)
 	req.ParentTrace, req.ParentSpan = s.ParentTrace, s.ParentSpan
-	req.Budget, req.Progress, req.Sink = rs.budget, rs.progress, rs.sink
+	req.Budget, req.Progress, req.Sink, req.Deltas = rs.budget, rs.progress, rs.sink, s.Deltas
 	req.Ctx = ctx
 	reply := make(chan actors.RunReply, 1)
 	req.Reply = reply

@@ -46,7 +46,7 @@ func (rt *Runtime) runAsync(ctx context.Context, name string, task svc.TaskSpec,
 	}
 	rt.runs.Add(1)
 	req := &actors.StartRun{Agent: c, Tasks: []actors.Task{t}, MaxConcurrency: 1, Depth: depth, Ctx: ctx,
-		ParentTrace: s.ParentTrace, ParentSpan: s.ParentSpan, Budget: rs.budget, Progress: rs.progress, Sink: rs.sink}
+		ParentTrace: s.ParentTrace, ParentSpan: s.ParentSpan, Budget: rs.budget, Progress: rs.progress, Sink: rs.sink, Deltas: s.Deltas}
 	req.Done = func(rr actors.RunReply) {
 		// As Run, the call stops counting in InFlight before its caller has
 		// the answer; Shutdown still waits until the answer is sent.
