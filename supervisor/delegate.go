@@ -70,7 +70,7 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if !t.delegates[a.Target] {
 		return nil, svc.Errorf(svc.KindToolExecution, "delegate: %q is not a delegate of team %s", a.Target, t.team)
 	}
-	_, rs := scopeOf(ctx)
+	rs := runOf(ctx)
 	rounds := rs.rounds
 	if rounds == nil {
 		return nil, svc.Errorf(svc.KindToolExecution, "delegate: called outside a run of team %s", t.team)

@@ -65,7 +65,7 @@ func (rt *Runtime) dispatches(ctx context.Context, inv *agent.Invocation) bool {
 		return false
 	}
 	if rt.nestedOnly {
-		_, rs := scopeOf(ctx)
+		rs := runOf(ctx)
 		return rs.nested
 	}
 	return true

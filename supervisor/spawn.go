@@ -125,7 +125,7 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 	// The path ends with the parent. A parent that was itself spawned
 	// already ends its path; one that was not (a top-level run, a group
 	// node, a delegate) starts or extends it here.
-	_, rs := scopeOf(ctx)
+	rs := runOf(ctx)
 	path := rs.path
 	if len(path) == 0 || path[len(path)-1] != t.parent.Name {
 		path = clipPath(path, t.parent.Name)
