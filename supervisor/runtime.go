@@ -30,6 +30,7 @@ import (
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/supervisor/hostapi"
 	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/spawn"
 	"github.com/svc-dev/svc/supervisor/submitted"
 	"github.com/svc-dev/svc/tools/mcp"
 )
@@ -150,6 +151,9 @@ type Runtime struct {
 
 	reg  *registry.Registry // the agents and groups known by name
 	mcpm *mcp.Manager       // the MCP tool servers
+	// spawns is what the spawn_agents and delegate tools start nested
+	// runs with (nested.go).
+	spawns *spawn.Runs
 
 	store     svc.RunStore
 	ownStore  bool
@@ -237,7 +241,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	}
 	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
 	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent, OnReplace: rt.retireServers,
-		Delegate: func(g svc.Group) svc.Tool { return newDelegateTool(rt, g) }})
+		Delegate: func(g svc.Group) svc.Tool { return spawn.NewDelegateTool(rt.spawns, g) }})
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
@@ -260,6 +264,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 		rt.dispatcher, rt.nestedOnly = cfg.NestedDispatcher, true
 		rt.env.Execute, rt.env.RemoteIf = rt.remoteExecute, rt.dispatches
 	}
+	rt.spawns = rt.nestedRuns()
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.prefix, i))

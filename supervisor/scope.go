@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,8 +13,8 @@ import (
 	"github.com/svc-dev/svc/agent"
 )
 
-// What every entry point (run.go, gather.go, group.go, submit.go, spawn.go,
-// delegate.go) shares: the run scope, the depth check and task
+// What every entry point (run.go, gather.go, group.go, submit.go,
+// nested.go) shares: the run scope, the depth check and task
 // preparation.
 //
 // A run reads what it inherits from two values of its context: the
@@ -205,9 +204,4 @@ func published(res []svc.AgentResult) []svc.AgentResult {
 		res[i].Publish()
 	}
 	return res
-}
-
-// clipPath returns path with name appended, sharing nothing with path.
-func clipPath(path []string, name string) []string {
-	return append(slices.Clip(path), name)
 }
