@@ -2,14 +2,16 @@ package svc
 
 import "context"
 
-// Scope is everything a run hands down, through its context.Context, to the
-// runs started inside it: who is calling (the depth, trace and span of the
-// invocation whose tool is running), the request id host middleware set,
-// the progress callback, the caller's conversation, and the runtime's own
-// per-run state. It is one value under one context key: each entry point
-// reads it once and the runtime writes a new one only where something
-// changes (a tool call of an invocation, a spawned child's path, a new
-// budget), so a run that starts no other run pays nothing for it.
+// Scope is what a run hands down, through its context.Context, to the runs
+// started inside it, as far as every package shares it: who is calling
+// (the depth, trace and span of the invocation whose tool is running), the
+// request id host middleware set, the progress callback and the caller's
+// conversation. It is one value under one context key: each entry point
+// reads it once and a new one is written only where something changes (a
+// tool call of an invocation, a group's span), so a run that starts no
+// other run pays nothing for it. The runtime keeps its own per-request
+// state (token cap, progress counter, run event sink, spawn path, team
+// rounds) beside it, typed, under a context key of package supervisor.
 //
 // The With*/ *From helpers below are the public way to read and set its
 // parts; they stay so that embedders' middleware and tools keep working
@@ -43,10 +45,6 @@ type Scope struct {
 	// every worker and the publisher across hops.
 	RunID    string
 	EventsTo string
-	// Runtime is the runtime's own state of the run the context belongs to
-	// (its token budget, progress counter, run event sink, spawn path and
-	// team rounds). Only the runtime that put it there reads it.
-	Runtime any
 }
 
 type scopeKey struct{}

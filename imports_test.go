@@ -45,6 +45,13 @@ type listedPackage struct {
 //   - supervisor/hostapi (the message API's actor) reaches the runtime
 //     only through the calls it is given: of the module it imports the
 //     root and actors/msg, the messages it serves;
+//   - supervisor/spawn (the spawn_agents and delegate tools) reaches the
+//     runtime only through the calls it is given: of the module it
+//     imports the root and agent (the compiled agents it runs);
+//   - supervisor/remote (dispatching invocations to the fleet) reaches
+//     the runtime only through the calls it is given: of the module it
+//     imports the root, agent (the invocation it sends) and dispatch (the
+//     task it becomes);
 //   - internal/lean (the speed tricks) is used by actors/ and supervisor
 //     only, and actors/plain (the reference run path) depends on none of
 //     actors/, supervisor, internal/lean or protoactor;
@@ -141,6 +148,10 @@ func checkImports(pkgs []listedPackage) []string {
 				// the brokers name dead-letter subjects and retained keys
 			case pkg == "supervisor/hostapi" && dep != "" && dep != "actors/msg":
 				fail("%s imports %s; the message API imports only the root and actors/msg", p.ImportPath, imp)
+			case pkg == "supervisor/spawn" && dep != "" && dep != "agent":
+				fail("%s imports %s; the nested-run tools import only the root and agent", p.ImportPath, imp)
+			case pkg == "supervisor/remote" && dep != "" && dep != "agent" && dep != "dispatch":
+				fail("%s imports %s; remote dispatch imports only the root, agent and dispatch", p.ImportPath, imp)
 			case pkg == "supervisor/submitted" && dep != "":
 				fail("%s imports %s; the submitted-run writer imports only the root", p.ImportPath, imp)
 			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
@@ -225,6 +236,9 @@ func TestImportRules(t *testing.T) {
 		{ImportPath: m("supervisor/submitted"), Imports: []string{m(""), m("stores/memstore")}},
 		// The message API reaching into the run actors.
 		{ImportPath: m("supervisor/hostapi"), Imports: []string{m(""), m("actors/msg"), m("actors")}},
+		// The tools reaching into the runtime.
+		{ImportPath: m("supervisor/spawn"), Imports: []string{m(""), m("agent"), m("supervisor")}},
+		{ImportPath: m("supervisor/remote"), Imports: []string{m(""), m("agent"), m("dispatch"), m("actors")}},
 		// An event store backend using its family's shared logic (fine)
 		// and one that reaches into the HTTP client (not).
 		{ImportPath: m("eventstore/internal/rollup"), Imports: []string{m("")}},
@@ -250,6 +264,8 @@ func TestImportRules(t *testing.T) {
 		"supervisor/registry depends on " + m("actors"),
 		"supervisor/submitted imports " + m("stores/memstore"),
 		"supervisor/hostapi imports " + m("actors") + ";",
+		"supervisor/spawn imports " + m("supervisor") + ";",
+		"supervisor/remote imports " + m("actors") + ";",
 		"eventstore/sqliteevents imports " + m("http/client"),
 		"group imports " + m("internal/lean"),
 		"actors/plain depends on " + m("actors"),

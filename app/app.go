@@ -49,6 +49,7 @@ import (
 	"github.com/svc-dev/svc/model/providers"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/supervisor/spawn"
 	"github.com/svc-dev/svc/tools"
 	"github.com/svc-dev/svc/worker"
 )
@@ -560,7 +561,7 @@ func (a *App) watch(started svc.Options) error {
 func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.Env {
 	env := spec.Env{
 		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
-		Builtins: []string{supervisor.SpawnAgents},
+		Builtins: []string{spawn.AgentsTool},
 		CheckModel: func(id string) error {
 			_, err := models.Resolve(id)
 			return err

@@ -27,6 +27,7 @@ import (
 	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/supervisor/remote"
 	"github.com/svc-dev/svc/worker"
 )
 
@@ -150,7 +151,7 @@ func (s *spans) durations() []time.Duration {
 // timedDispatcher times each Dispatch: publish → the task's result back at
 // the publisher (queueing at the broker and in the workers included).
 type timedDispatcher struct {
-	supervisor.Dispatcher
+	remote.Dispatcher
 	rec *spans
 }
 
@@ -172,7 +173,7 @@ func newPublisher(b *testing.B, br svc.Broker, em svc.Emitter, rec *spans, agent
 	if err != nil {
 		b.Fatal(err)
 	}
-	var d supervisor.Dispatcher = p
+	var d remote.Dispatcher = p
 	if rec != nil {
 		d = timedDispatcher{p, rec}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/svc-dev/svc/model/providers"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/supervisor/spawn"
 	"github.com/svc-dev/svc/tools"
 )
 
@@ -60,7 +61,7 @@ func TestModelExamples(t *testing.T) {
 	models := providers.Default()
 	set, err := spec.Load("models", spec.Env{
 		Tools:      tools.Builtins(tools.BuiltinOptions{}),
-		Builtins:   []string{supervisor.SpawnAgents},
+		Builtins:   []string{spawn.AgentsTool},
 		CheckModel: func(id string) error { _, err := models.Resolve(id); return err },
 	})
 	if err != nil {

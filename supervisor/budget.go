@@ -68,7 +68,7 @@ func (rt *Runtime) capOf(task *svc.TaskSpec) int64 {
 // context already has one (a nested run draws on its enclosing run's cap)
 // or the cap is 0.
 func (rt *Runtime) withCap(ctx context.Context, task *svc.TaskSpec) context.Context {
-	s, rs := scopeOf(ctx)
+	rs := runOf(ctx)
 	if rs.budget != nil {
 		return ctx
 	}
@@ -78,5 +78,5 @@ func (rt *Runtime) withCap(ctx context.Context, task *svc.TaskSpec) context.Cont
 	}
 	next := *rs
 	next.budget = actors.NewBudget(limit, actors.ScopeRun, rt.emitter)
-	return withRun(ctx, s, &next)
+	return withRun(ctx, &next)
 }

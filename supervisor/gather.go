@@ -49,8 +49,7 @@ func (rt *Runtime) Gather(ctx context.Context, name string, tasks []svc.TaskSpec
 		for i := range prepared {
 			if tctx := rt.withCap(ctx, &tasks[i]); tctx != ctx {
 				prepared[i].Ctx = tctx
-				_, trs := scopeOf(tctx)
-				prepared[i].Budget = trs.budget
+				prepared[i].Budget = runOf(tctx).budget
 			}
 		}
 	}

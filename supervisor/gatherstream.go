@@ -163,8 +163,7 @@ func (rt *Runtime) feed(feedCtx, ctx context.Context, c *agent.Compiled, tasks i
 				// Each task is a run with a cap of its own, as in Gather.
 				if tctx := rt.withCap(ctx, &task); tctx != ctx {
 					m.Task.Ctx = tctx
-					_, trs := scopeOf(tctx)
-					m.Task.Budget = trs.budget
+					m.Task.Budget = runOf(tctx).budget
 				}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/spawn"
 	"github.com/svc-dev/svc/tools/mcp"
 )
 
@@ -50,15 +51,16 @@ func (rt *Runtime) compileAgentFor(a svc.Agent, owner string) (*agent.Compiled, 
 	if err != nil {
 		return nil, err
 	}
-	return compileWith(a, rt.models, rt.prices, rt.newSpawnTool, sources, agent.WithCoalesce(agent.CoalesceOf(rt.opts)))
+	return compileWith(a, rt.models, rt.prices, rt.spawns, sources, agent.WithCoalesce(agent.CoalesceOf(rt.opts)))
 }
 
 // compileWith is the one compile of an agent: registration (above) and
 // CheckAgent differ only in the tool sources and the spawn tool they bind.
-func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, spawn agent.Builtin, sources []svc.ToolSource, more ...agent.CompileOption) (*agent.Compiled, error) {
+func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, runs *spawn.Runs, sources []svc.ToolSource, more ...agent.CompileOption) (*agent.Compiled, error) {
+	newSpawn := func(def svc.Agent) (svc.Tool, error) { return spawn.NewAgentsTool(runs, def), nil }
 	return agent.Compile(a, models, append([]agent.CompileOption{
 		agent.WithPrices(prices),
-		agent.WithBuiltins(map[string]agent.Builtin{SpawnAgents: spawn}),
+		agent.WithBuiltins(map[string]agent.Builtin{spawn.AgentsTool: newSpawn}),
 		agent.WithToolSources(sources...)}, more...)...)
 }
 
@@ -73,8 +75,7 @@ func CheckAgent(models *model.Registry, a svc.Agent) error {
 	}
 	// Sources are only counted and kept by the compile, never called.
 	sources := make([]svc.ToolSource, len(a.MCPServers))
-	spawn := func(def svc.Agent) (svc.Tool, error) { return &spawnTool{parent: def}, nil }
-	c, err := compileWith(a, models, nil, spawn, sources)
+	c, err := compileWith(a, models, nil, nil, sources)
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ type settingsChecker interface {
 // coordinator; an agent with MCP servers has tools known only once they
 // start, so names outside the list are left to the call.
 func checkSettings(c *agent.Compiled) error {
-	names := []string{"delegate"}
+	names := []string{spawn.DelegateTool}
 	for _, t := range c.ToolSpecs {
 		names = append(names, t.Name)
 	}

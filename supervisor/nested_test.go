@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/supervisor"
+	"github.com/svc-dev/svc/supervisor/spawn"
 )
 
 // nestedDispatcher answers every dispatch with a canned result and
@@ -59,7 +60,7 @@ func TestNestedDispatcher(t *testing.T) {
 	}
 	defer rt.Close()
 	if err := rt.Register(
-		svc.Agent{Name: "parent", Model: "script:p", Instructions: "parent", BuiltinTools: []string{supervisor.SpawnAgents}},
+		svc.Agent{Name: "parent", Model: "script:p", Instructions: "parent", BuiltinTools: []string{spawn.AgentsTool}},
 		svc.Agent{Name: "child", Model: "script:c", Instructions: "child"},
 	); err != nil {
 		t.Fatal(err)

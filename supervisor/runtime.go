@@ -31,6 +31,8 @@ import (
 	"github.com/svc-dev/svc/supervisor/followers"
 	"github.com/svc-dev/svc/supervisor/hostapi"
 	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/remote"
+	"github.com/svc-dev/svc/supervisor/spawn"
 	"github.com/svc-dev/svc/supervisor/submitted"
 	"github.com/svc-dev/svc/tools/mcp"
 )
@@ -85,15 +87,15 @@ type Config struct {
 	Backend string
 	// Dispatcher, when set, makes this runtime a publisher of the
 	// distributed mode: every invocation runs on the fleet behind it (see
-	// remote.go). It excludes Execute and Backend.
-	Dispatcher Dispatcher
+	// package supervisor/remote). It excludes Execute and Backend.
+	Dispatcher remote.Dispatcher
 	// NestedDispatcher, when set, sends only the runs nested in this
 	// runtime's runs to the fleet behind it: spawn_agents' children and a
 	// team's delegates, whose agents are registered here (a worker's
 	// runtime with `svc worker start --dispatch-nested`). The runs the
 	// runtime is asked for run here, under Execute and Backend. It
 	// excludes Dispatcher.
-	NestedDispatcher Dispatcher
+	NestedDispatcher remote.Dispatcher
 	// System is the actor system to run in, for a process that runs other
 	// actors beside the runtime's (NewActorSystem builds one configured
 	// like the runtime's own). It is the caller's to shut down, after the
@@ -130,10 +132,9 @@ type Runtime struct {
 	// by Shutdown.
 	eventLog *emitters.Async
 	log      *zap.Logger
-	// dispatcher runs the invocations on the fleet (nil: here).
-	dispatcher Dispatcher
-	// nestedOnly: the dispatcher takes only nested runs (NestedDispatcher).
-	nestedOnly bool
+	// dispatcher runs invocations on the fleet (nil: all run here); a
+	// cancelled run is broadcast through it.
+	dispatcher remote.Dispatcher
 
 	system    *actor.ActorSystem
 	ownSystem bool // built by New, so stopped by Shutdown
@@ -151,6 +152,9 @@ type Runtime struct {
 
 	reg  *registry.Registry // the agents and groups known by name
 	mcpm *mcp.Manager       // the MCP tool servers
+	// spawns is what the spawn_agents and delegate tools start nested
+	// runs with (nested.go).
+	spawns *spawn.Runs
 
 	store     svc.RunStore
 	ownStore  bool
@@ -239,7 +243,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	}
 	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
 	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent, OnReplace: rt.retireServers,
-		Delegate: func(g svc.Group) svc.Tool { return newDelegateTool(rt, g) }})
+		Delegate: func(g svc.Group) svc.Tool { return spawn.NewDelegateTool(rt.spawns, g) }})
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
@@ -255,13 +259,14 @@ func New(cfg Config) (rt *Runtime, err error) {
 		Dispatcher: lean.NewDispatcher(rt.mailboxes, 300), Execute: cfg.Execute, Backend: cfg.Backend,
 		Budget: actors.NewBudget(opts.TokenBudget, actors.ScopeRuntime, rt.emitter), Root: rt.system.Root}
 	if cfg.Dispatcher != nil {
-		rt.dispatcher = cfg.Dispatcher
-		rt.env.Execute, rt.env.Backend, rt.env.Remote = rt.remoteExecute, cfg.Dispatcher.Backend(), true
+		ex := rt.newRemote(cfg.Dispatcher, false)
+		rt.env.Execute, rt.env.Backend, rt.env.Remote = ex.Execute, cfg.Dispatcher.Backend(), true
 	}
 	if cfg.NestedDispatcher != nil {
-		rt.dispatcher, rt.nestedOnly = cfg.NestedDispatcher, true
-		rt.env.Execute, rt.env.RemoteIf = rt.remoteExecute, rt.dispatches
+		ex := rt.newRemote(cfg.NestedDispatcher, true)
+		rt.env.Execute, rt.env.RemoteIf = ex.Execute, ex.Dispatches
 	}
+	rt.spawns = rt.nestedRuns()
 	props := actor.PropsFromProducer(actors.NewShard(rt.env), actor.WithDispatcher(rt.env.Dispatcher))
 	for i := 0; i < cfg.Shards; i++ {
 		pid, err := rt.system.Root.SpawnNamed(props, fmt.Sprintf("%s/runs-%d", rt.prefix, i))
@@ -291,6 +296,20 @@ func New(cfg Config) (rt *Runtime, err error) {
 		return nil, err
 	}
 	return rt, nil
+}
+
+// newRemote returns the Env.Execute of a runtime that sends invocations
+// (all, or only the nested ones) to the fleet behind d.
+func (rt *Runtime) newRemote(d remote.Dispatcher, nestedOnly bool) *remote.Executor {
+	rt.dispatcher = d
+	return remote.New(remote.Config{Dispatcher: d, NestedOnly: nestedOnly, Timeout: rt.opts.Timeout(),
+		Registered: func(c *agent.Compiled) bool {
+			r, ok := rt.reg.Load().Agent(c.Def.Name)
+			return ok && r == c
+		},
+		Nested: func(ctx context.Context) bool { return runOf(ctx).nested },
+		RunID:  func(ctx context.Context) string { return runOf(ctx).runID },
+	})
 }
 
 // Options returns the runtime's options.

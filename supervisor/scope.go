@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,20 +13,22 @@ import (
 	"github.com/svc-dev/svc/agent"
 )
 
-// What every entry point (run.go, gather.go, group.go, submit.go, spawn.go,
-// delegate.go) shares: the run scope, the depth check and task
+// What every entry point (run.go, gather.go, group.go, submit.go,
+// nested.go) shares: the run scope, the depth check and task
 // preparation.
 //
-// A run reads what it inherits from one value, the svc.Scope of its
-// context: the caller's depth, trace and span (set by the invocation whose
-// tool starts it), the request id, the progress callback, and runScope, the
-// runtime's own state of the request it belongs to. The scope is written
-// anew only where something changes, so a plain Run or Gather allocates
-// none.
+// A run reads what it inherits from two values of its context: the
+// svc.Scope every package shares (the caller's depth, trace and span, set
+// by the invocation whose tool starts it, the request id, the progress
+// callback) and runScope, the runtime's own state of the request it
+// belongs to, under a key of this package. Each is written anew only
+// where it changes, so a plain Run or Gather allocates neither.
 
-// runScope is the runtime's part of a svc.Scope (its Runtime field): what
-// every run nested in one request shares. It is never modified once in a
-// context; a change makes a copy.
+// runScope is the runtime's state of one request: what every run nested
+// in it shares. It travels in the context under runKey, typed, where no
+// other package can read or replace it (it used to ride in svc.Scope as an
+// untyped field any package could overwrite). It is never modified once
+// in a context; a change makes a copy.
 type runScope struct {
 	// budget is the cap of the top-level run (nil: none), shared by the
 	// runs nested in it (budget.go).
@@ -51,31 +52,37 @@ type runScope struct {
 	nested bool
 }
 
-// noRun is the runtime part of a scope that has none. It is shared and
+// runKey is the context key of the runScope.
+type runKey struct{}
+
+// noRun is the runScope of a context that has none. It is shared and
 // never modified (changes copy it), so reading a bare context allocates
 // nothing.
 var noRun = &runScope{}
 
-// scopeOf returns ctx's scope and its runtime part, never nil.
-func scopeOf(ctx context.Context) (svc.Scope, *runScope) {
-	s := svc.ScopeFrom(ctx)
-	if rs, ok := s.Runtime.(*runScope); ok && rs != nil {
-		return s, rs
+// runOf returns ctx's runScope, never nil.
+func runOf(ctx context.Context) *runScope {
+	if rs, ok := ctx.Value(runKey{}).(*runScope); ok {
+		return rs
 	}
-	return s, noRun
+	return noRun
 }
 
-// withRun returns ctx with rs as its runtime scope.
-func withRun(ctx context.Context, s svc.Scope, rs *runScope) context.Context {
-	s.Runtime = rs
-	return svc.WithScope(ctx, s)
+// scopeOf returns ctx's scope and its runScope, never nil.
+func scopeOf(ctx context.Context) (svc.Scope, *runScope) {
+	return svc.ScopeFrom(ctx), runOf(ctx)
+}
+
+// withRun returns ctx with rs as its runScope.
+func withRun(ctx context.Context, rs *runScope) context.Context {
+	return context.WithValue(ctx, runKey{}, rs)
 }
 
 // enter is the start of a request or of a run nested in one: it returns
-// ctx with the request's progress counter in its scope, made here when the
-// enclosing request has none, and that scope. Without a progress callback
-// it changes nothing and allocates nothing. (The run's token cap is put in
-// the scope before, by withCap.)
+// ctx with the request's progress counter in its runScope, made here when
+// the enclosing request has none, and the scopes. Without a progress
+// callback it changes nothing and allocates nothing. (The run's token cap
+// is put in the runScope before, by withCap.)
 func (rt *Runtime) enter(ctx context.Context) (context.Context, svc.Scope, *runScope) {
 	s, rs := scopeOf(ctx)
 	if rs.progress != nil || s.Progress == nil {
@@ -83,49 +90,47 @@ func (rt *Runtime) enter(ctx context.Context) (context.Context, svc.Scope, *runS
 	}
 	next := *rs
 	next.progress = actors.NewProgress(s.Progress)
-	return withRun(ctx, s, &next), s, &next
+	return withRun(ctx, &next), s, &next
 }
 
 // withRunSink returns ctx for a submitted run: its invocations, nested
 // ones included, report their run events to sink and its progress to
 // progress.
 func withRunSink(ctx context.Context, runID string, sink actors.RunSink, progress svc.ProgressFunc) context.Context {
-	s, rs := scopeOf(ctx)
-	next := *rs
+	next := *runOf(ctx)
 	next.runID = runID
 	next.sink = sink
 	// The submitted run counts its own invocations; its counter is made
-	// here so that enter has nothing left to add.
+	// here so that enter has nothing left to add. The callback goes in
+	// the shared scope too, where a tool of the run finds it
+	// (svc.ProgressFrom).
 	next.progress = actors.NewProgress(progress)
-	s.Progress = progress
-	return withRun(ctx, s, &next)
+	return withRun(svc.WithProgress(ctx, progress), &next)
 }
 
 // withSpawn returns ctx for a child spawned along path.
 func withSpawn(ctx context.Context, path []string) context.Context {
-	s, rs := scopeOf(ctx)
-	next := *rs
+	next := *runOf(ctx)
 	next.path, next.nested = path, true
-	return withRun(ctx, s, &next)
+	return withRun(ctx, &next)
 }
 
 // withNested returns ctx for a team's delegate.
 func withNested(ctx context.Context) context.Context {
-	s, rs := scopeOf(ctx)
+	rs := runOf(ctx)
 	if rs.nested {
 		return ctx
 	}
 	next := *rs
 	next.nested = true
-	return withRun(ctx, s, &next)
+	return withRun(ctx, &next)
 }
 
 // withRounds returns ctx for a team run, counting its delegate calls.
 func withRounds(ctx context.Context) context.Context {
-	s, rs := scopeOf(ctx)
-	next := *rs
+	next := *runOf(ctx)
 	next.rounds = new(atomic.Int64)
-	return withRun(ctx, s, &next)
+	return withRun(ctx, &next)
 }
 
 // prepare assigns ids and checks the input of one task. index is the task's
@@ -199,9 +204,4 @@ func published(res []svc.AgentResult) []svc.AgentResult {
 		res[i].Publish()
 	}
 	return res
-}
-
-// clipPath returns path with name appended, sharing nothing with path.
-func clipPath(path []string, name string) []string {
-	return append(slices.Clip(path), name)
 }

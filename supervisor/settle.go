@@ -28,7 +28,7 @@ func (rt *Runtime) settleProgress(ctx context.Context, id string) bool {
 	if errors.Is(cause, errRunCancelled) {
 		return true // CancelRun recorded the end; execute stops there
 	}
-	_, rs := scopeOf(ctx)
+	rs := runOf(ctx)
 	p := rs.progress.Snapshot()
 	if p.Running <= 0 && !errors.Is(cause, submitted.ErrStoreWrite) {
 		return true

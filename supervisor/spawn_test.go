@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -331,64 +330,6 @@ func TestSpawnCycle(t *testing.T) {
 	}
 	if !strings.Contains(grand[0].Error.Message, "boss → kid") {
 		t.Errorf("cycle message %q should show the path", grand[0].Error.Message)
-	}
-}
-
-// max_concurrency bounds the children running at once; without it the
-// default applies.
-func TestSpawnConcurrency(t *testing.T) {
-	for _, tc := range []struct {
-		max   string
-		bound int64
-	}{{`,"max_concurrency":2`, 2}, {``, supervisor.DefaultSpawnConcurrency}} {
-		var cur, peak atomic.Int64
-		var agents []string
-		for i := range 9 {
-			agents = append(agents, fmt.Sprintf(`{"name":"c%d","instructions":"child"}`, i))
-		}
-		parent := spawner(map[string]string{"boss": `{"agents":[` + strings.Join(agents, ",") + `]` + tc.max + `}`})
-		s := &script{fn: func(ctx context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
-			if req.Instructions == "child" {
-				n := cur.Add(1)
-				defer cur.Add(-1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
-			}
-			return parent(ctx, req)
-		}}
-		rt := newRuntime(t, svc.Options{}, nil, s.registry(), boss(nil))
-		res, err := rt.Run(context.Background(), "boss", svc.TaskSpec{Input: json.RawMessage(`1`)})
-		if err != nil || len(childResults(t, res.Output)) != 9 {
-			t.Fatalf("Run = %s, %v", res.Output, err)
-		}
-		if p := peak.Load(); p > tc.bound || p < 1 {
-			t.Errorf("max_concurrency %q: peak %d, bound %d", tc.max, p, tc.bound)
-		}
-	}
-}
-
-// A malformed call fails as a whole: the model sees a failed tool call.
-func TestSpawnBadArguments(t *testing.T) {
-	for _, tc := range []struct{ args, want string }{
-		{`{"agents":[]}`, "at least one agent"},
-		{`{"agents":[{"name":"a b","instructions":"x"}]}`, `agents[0].name`},
-		{`{"agents":[{"name":"a","instructions":"x"}],"max_concurrency":99}`, "max_concurrency 99"},
-		{`{"agents":[{"name":"a","instructions":"x","extra":1}]}`, "bad arguments"},
-		{`{"agents":[` + strings.Repeat(`{"name":"a","instructions":"x"},`, supervisor.MaxSpawnAgents) + `{"name":"a","instructions":"x"}]}`, "at most"},
-	} {
-		rec := &emittertest.Recorder{}
-		s := &script{fn: spawner(map[string]string{"boss": tc.args})}
-		rt := newRuntime(t, svc.Options{}, rec, s.registry(), boss(nil))
-		res, err := rt.Run(context.Background(), "boss", svc.TaskSpec{Input: json.RawMessage(`1`)})
-		if err != nil || !res.Success || !strings.Contains(string(res.Output), tc.want) {
-			t.Errorf("%s: Run = %s, %v; want the model to see %q", tc.args, res.Output, err, tc.want)
-		}
-		if f := rec.OfType(svc.EventToolCallFailed); len(f) != 1 || f[0].Payload["tool_name"] != "spawn_agents" {
-			t.Errorf("%s: tool_call_failed = %+v", tc.args, f)
-		}
-		if n := len(rec.OfType(svc.EventAgentSpawned)); n != 1 {
-			t.Errorf("%s: %d agents spawned, want only the parent", tc.args, n)
-		}
 	}
 }
 

@@ -309,3 +309,13 @@ var (
 	_ svc.RunBackend       = (*Runtime)(nil)
 	_ svc.RunDeltaStreamer = (*Runtime)(nil)
 )
+
+// CancelLocal cancels this process's part of a submitted run that another
+// process cancelled (a cancel broadcast by another serve node): the run's
+// work stops here, and its record, which the other node already wrote,
+// is left alone.
+func (rt *Runtime) CancelLocal(runID string) {
+	if c, ok := rt.submitted.Load(runID); ok {
+		c.(context.CancelCauseFunc)(errRunCancelled)
+	}
+}

@@ -1,4 +1,4 @@
-package supervisor
+package spawn
 
 import (
 	"bytes"
@@ -10,16 +10,16 @@ import (
 	"github.com/svc-dev/svc"
 )
 
-// The delegate entry point: a team coordinator's tool call → delegateTool.Call
-// → runCompiled (run.go) → a run actor and one invocation actor for the
-// delegate, nested in the team run (same trace, one level deeper, the
-// coordinator's invocation as its parent span).
+// DelegateTool is the name of the tool a team's coordinator gets.
+const DelegateTool = "delegate"
 
 // delegateTool is the tool a team's coordinator gets: delegate(target,
-// input) runs one of the team's delegates as a nested run (one level deeper,
-// charged to the same budget, with the usual events) and returns its result.
+// input) runs one of the team's delegates as a nested run (same trace,
+// one level deeper, the coordinator's invocation as its parent span,
+// charged to the same budget, with the usual events) and returns its
+// result.
 type delegateTool struct {
-	rt        *Runtime
+	runs      *Runs
 	team      string
 	delegates map[string]bool
 	maxRounds int
@@ -27,8 +27,10 @@ type delegateTool struct {
 	schema    json.RawMessage
 }
 
-func newDelegateTool(rt *Runtime, g svc.Group) *delegateTool {
-	t := &delegateTool{rt: rt, team: g.Name, delegates: map[string]bool{}, maxRounds: g.MaxRounds}
+// NewDelegateTool returns the delegate tool of team g, running its
+// delegates through runs.
+func NewDelegateTool(runs *Runs, g svc.Group) svc.Tool {
+	t := &delegateTool{runs: runs, team: g.Name, delegates: map[string]bool{}, maxRounds: g.MaxRounds}
 	if t.maxRounds == 0 {
 		t.maxRounds = svc.DefaultMaxRounds
 	}
@@ -43,7 +45,7 @@ func newDelegateTool(rt *Runtime, g svc.Group) *delegateTool {
 	return t
 }
 
-func (t *delegateTool) Name() string                 { return "delegate" }
+func (t *delegateTool) Name() string                 { return DelegateTool }
 func (t *delegateTool) Description() string          { return t.desc }
 func (t *delegateTool) InputSchema() json.RawMessage { return t.schema }
 func (t *delegateTool) Access() svc.Access           { return svc.AccessRead }
@@ -70,8 +72,7 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if !t.delegates[a.Target] {
 		return nil, svc.Errorf(svc.KindToolExecution, "delegate: %q is not a delegate of team %s", a.Target, t.team)
 	}
-	_, rs := scopeOf(ctx)
-	rounds := rs.rounds
+	rounds := t.runs.Rounds(ctx)
 	if rounds == nil {
 		return nil, svc.Errorf(svc.KindToolExecution, "delegate: called outside a run of team %s", t.team)
 	}
@@ -81,15 +82,17 @@ func (t *delegateTool) Call(ctx context.Context, args json.RawMessage) (json.Raw
 	if len(a.Input) == 0 {
 		a.Input = json.RawMessage("null")
 	}
-	c, err := t.rt.lookup(a.Target)
+	c, err := t.runs.Lookup(a.Target)
 	if err != nil {
 		return nil, err
 	}
-	task, err := prepare(c, svc.TaskSpec{Input: a.Input, RequestID: svc.ParentTraceFrom(ctx)}, svc.RequestIDFrom(ctx), -1)
-	if err != nil {
-		return nil, err
+	// The delegate's run is part of the team run: its trace is the
+	// coordinator's (else the request's).
+	trace := svc.ParentTraceFrom(ctx)
+	if trace == "" {
+		trace = svc.RequestIDFrom(ctx)
 	}
-	res, err := t.rt.runCompiled(withNested(ctx), c, task)
+	res, err := t.runs.Run(ctx, c, svc.TaskSpec{Input: a.Input, RequestID: trace}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package supervisor_test
+package remote_test
 
 import (
 	"context"
@@ -293,5 +293,33 @@ func TestRemoteTeam(t *testing.T) {
 	}
 	if n := len(f.wrec.OfType(svc.EventAgentCompleted)); n != 1 {
 		t.Fatalf("agent_completed on the workers: %d, want 1", n)
+	}
+}
+
+func echo(name string, settings map[string]any) svc.Agent {
+	return svc.Agent{Name: name, Model: "test:echo", ModelSettings: settings}
+}
+
+func opts(mod func(*svc.Options)) svc.Options {
+	o := svc.DefaultOptions()
+	mod(&o)
+	return o
+}
+
+// collect reads a run's event stream to its end.
+func collect(t *testing.T, ch <-chan svc.RunEvent) []svc.RunEvent {
+	t.Helper()
+	var out []svc.RunEvent
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("stream did not end; got %+v", out)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package spawn
 
 import (
 	"bytes"
@@ -14,19 +14,19 @@ import (
 	"github.com/svc-dev/svc/agent"
 )
 
-// SpawnAgents is the builtin tool an agent lists in builtin_tools to run
-// other agents as child runs.
-const SpawnAgents = "spawn_agents"
+// AgentsTool is the name of the builtin tool an agent lists in
+// builtin_tools to run other agents as child runs.
+const AgentsTool = "spawn_agents"
 
 // Limits of one spawn_agents call.
 const (
-	// DefaultSpawnConcurrency is how many children run at once when the
-	// call gives no max_concurrency.
-	DefaultSpawnConcurrency = 4
-	// MaxSpawnConcurrency caps max_concurrency.
-	MaxSpawnConcurrency = 16
-	// MaxSpawnAgents caps the children of one call.
-	MaxSpawnAgents = 32
+	// DefaultConcurrency is how many children run at once when the call
+	// gives no max_concurrency.
+	DefaultConcurrency = 4
+	// MaxConcurrency caps max_concurrency.
+	MaxConcurrency = 16
+	// MaxAgents caps the children of one call.
+	MaxAgents = 32
 )
 
 // spawnTool is spawn_agents for one agent, the parent: each child it is
@@ -44,13 +44,15 @@ const (
 // included (a model error, a timeout, the depth limit, a spawn cycle, an
 // unknown agent). Only a malformed call fails the tool call as a whole.
 type spawnTool struct {
-	rt     *Runtime
+	runs   *Runs
 	parent svc.Agent
 }
 
-// newSpawnTool is the agent.Builtin of spawn_agents.
-func (rt *Runtime) newSpawnTool(def svc.Agent) (svc.Tool, error) {
-	return &spawnTool{rt: rt, parent: def}, nil
+// NewAgentsTool returns spawn_agents for the agent parent, starting its
+// children through runs (an agent.Builtin, with runs bound). A tool only
+// compiled, never called (a spec check), may have nil runs.
+func NewAgentsTool(runs *Runs, parent svc.Agent) svc.Tool {
+	return &spawnTool{runs: runs, parent: parent}
 }
 
 var spawnSchema = json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{`+
@@ -61,9 +63,9 @@ var spawnSchema = json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{`+
 	`"input":{"description":"the agent's input, any JSON value"}},`+
 	`"required":["name"],"additionalProperties":false}},`+
 	`"max_concurrency":{"type":"integer","minimum":1,"maximum":%d,"description":"how many agents run at once (default %d)"}},`+
-	`"required":["agents"],"additionalProperties":false}`, MaxSpawnAgents, MaxSpawnConcurrency, DefaultSpawnConcurrency))
+	`"required":["agents"],"additionalProperties":false}`, MaxAgents, MaxConcurrency, DefaultConcurrency))
 
-func (t *spawnTool) Name() string { return SpawnAgents }
+func (t *spawnTool) Name() string { return AgentsTool }
 func (t *spawnTool) Description() string {
 	return "Run other agents on their own inputs and get their results, as a list of {name, success, output, error} in the order asked. " +
 		"Name a registered agent to run it as it is, or give a new name with instructions for a new agent like you. " +
@@ -105,8 +107,8 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 	switch n := len(args.Agents); {
 	case n == 0:
 		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: agents: give at least one agent")
-	case n > MaxSpawnAgents:
-		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: agents: %d agents, at most %d per call", n, MaxSpawnAgents)
+	case n > MaxAgents:
+		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: agents: %d agents, at most %d per call", n, MaxAgents)
 	}
 	for i, c := range args.Agents {
 		if !svc.ValidName(c.Name) {
@@ -116,17 +118,16 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 	conc := args.MaxConcurrency
 	switch {
 	case conc == 0:
-		conc = DefaultSpawnConcurrency
-	case conc < 1 || conc > MaxSpawnConcurrency:
-		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: max_concurrency %d: must be between 1 and %d", conc, MaxSpawnConcurrency)
+		conc = DefaultConcurrency
+	case conc < 1 || conc > MaxConcurrency:
+		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: max_concurrency %d: must be between 1 and %d", conc, MaxConcurrency)
 	}
 	conc = min(conc, len(args.Agents))
 
 	// The path ends with the parent. A parent that was itself spawned
 	// already ends its path; one that was not (a top-level run, a group
 	// node, a delegate) starts or extends it here.
-	_, rs := scopeOf(ctx)
-	path := rs.path
+	path := t.runs.Path(ctx)
 	if len(path) == 0 || path[len(path)-1] != t.parent.Name {
 		path = clipPath(path, t.parent.Name)
 	}
@@ -173,14 +174,13 @@ func (t *spawnTool) child(ctx context.Context, path []string, note string, ch sp
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	task, err := prepare(c, svc.TaskSpec{Input: input}, newID(), -1)
+	// The child's trace is its own: the task has no request id, so the
+	// run makes one.
+	res, err := t.runs.Run(ctx, c, svc.TaskSpec{Input: input}, clipPath(path, ch.Name))
 	if err != nil {
-		return failedChild(ch.Name, err)
-	}
-	res, err := t.rt.runCompiled(withSpawn(ctx, clipPath(path, ch.Name)), c, task)
-	if err != nil {
-		// A rejection of the run itself: the depth limit (which emitted
-		// depth_limit_exceeded) or the child's own agent_failed said so.
+		// A rejection of the run itself: bad input, the depth limit (which
+		// emitted depth_limit_exceeded) or the child's own agent_failed
+		// said so.
 		return failedChild(ch.Name, err)
 	}
 	out := res.Output
@@ -198,10 +198,10 @@ func (t *spawnTool) child(ctx context.Context, path []string, note string, ch sp
 // input, are the model's mistakes and only its result says so.)
 func (t *spawnTool) cycle(ctx context.Context, name string, err error) spawnResult {
 	s := svc.ScopeFrom(ctx)
-	t.rt.emitter.Emit(svc.RuntimeEvent{
+	t.runs.Emitter.Emit(svc.RuntimeEvent{
 		EventType: svc.EventAgentFailed, Timestamp: time.Now().UTC(), AgentName: name,
 		TraceID: s.ParentTrace, ParentTraceID: s.ParentTrace, ParentSpanID: s.ParentSpan,
-		Payload: svc.Payload{"duration_ms": 0.0, "error": err.Error(), "backend": t.rt.env.BackendName(),
+		Payload: svc.Payload{"duration_ms": 0.0, "error": err.Error(), "backend": t.runs.Backend,
 			"reason": string(svc.KindOf(err))},
 	})
 	return failedChild(name, err)
@@ -213,7 +213,7 @@ func (t *spawnTool) cycle(ctx context.Context, name string, err error) spawnResu
 // added to its instructions.
 func (t *spawnTool) compileChild(ch spawnChild, note string) (*agent.Compiled, error) {
 	if ch.Instructions == "" {
-		c, err := t.rt.lookup(ch.Name)
+		c, err := t.runs.Lookup(ch.Name)
 		if err != nil {
 			return nil, &svc.Error{Kind: svc.KindRegistry, Agent: ch.Name,
 				Message: fmt.Sprintf("spawn_agents: unknown agent %q: give instructions to spawn a new agent, or name a registered one", ch.Name)}
@@ -229,7 +229,7 @@ func (t *spawnTool) compileChild(ch spawnChild, note string) (*agent.Compiled, e
 		}
 		def := c.Def.Clone()
 		def.Instructions += note
-		return t.rt.compileAgentFor(def, c.Def.Name)
+		return t.runs.Compile(def, c.Def.Name)
 	}
 	p := t.parent.Clone()
 	def := svc.Agent{
@@ -245,7 +245,7 @@ func (t *spawnTool) compileChild(ch spawnChild, note string) (*agent.Compiled, e
 		Instructions:   ch.Instructions + note,
 	}
 	// The child uses its parent's MCP servers, not servers of its own.
-	return t.rt.compileAgentFor(def, t.parent.Name)
+	return t.runs.Compile(def, t.parent.Name)
 }
 
 // contextNote is what a child of a context_passer full parent is told
@@ -275,4 +275,9 @@ func trustRank(t svc.TrustLevel) int {
 		return 2
 	}
 	return 3
+}
+
+// clipPath returns path with name appended, sharing nothing with path.
+func clipPath(path []string, name string) []string {
+	return append(slices.Clip(path), name)
 }
