@@ -52,6 +52,9 @@ type listedPackage struct {
 //     the runtime only through the calls it is given: of the module it
 //     imports the root, agent (the invocation it sends) and dispatch (the
 //     task it becomes);
+//   - supervisor/mcpservers (which MCP servers an agent gets) imports, of
+//     the module, the root, tools/mcp (the servers themselves) and
+//     supervisor/registry (the agents it retires servers for);
 //   - internal/lean (the speed tricks) is used by actors/ and supervisor
 //     only, and actors/plain (the reference run path) depends on none of
 //     actors/, supervisor, internal/lean or protoactor;
@@ -152,6 +155,8 @@ func checkImports(pkgs []listedPackage) []string {
 				fail("%s imports %s; the nested-run tools import only the root and agent", p.ImportPath, imp)
 			case pkg == "supervisor/remote" && dep != "" && dep != "agent" && dep != "dispatch":
 				fail("%s imports %s; remote dispatch imports only the root, agent and dispatch", p.ImportPath, imp)
+			case pkg == "supervisor/mcpservers" && dep != "" && dep != "tools/mcp" && dep != "supervisor/registry":
+				fail("%s imports %s; the agents' MCP servers import only the root, tools/mcp and supervisor/registry", p.ImportPath, imp)
 			case pkg == "supervisor/submitted" && dep != "":
 				fail("%s imports %s; the submitted-run writer imports only the root", p.ImportPath, imp)
 			case under(pkg, "stores", "eventstore", "emitters", "broker") && dep != "" && !sameFamily(pkg, dep) && !utility(imp):
@@ -239,6 +244,7 @@ func TestImportRules(t *testing.T) {
 		// The tools reaching into the runtime.
 		{ImportPath: m("supervisor/spawn"), Imports: []string{m(""), m("agent"), m("supervisor")}},
 		{ImportPath: m("supervisor/remote"), Imports: []string{m(""), m("agent"), m("dispatch"), m("actors")}},
+		{ImportPath: m("supervisor/mcpservers"), Imports: []string{m(""), m("tools/mcp"), m("supervisor/registry"), m("agent")}},
 		// An event store backend using its family's shared logic (fine)
 		// and one that reaches into the HTTP client (not).
 		{ImportPath: m("eventstore/internal/rollup"), Imports: []string{m("")}},
@@ -266,6 +272,7 @@ func TestImportRules(t *testing.T) {
 		"supervisor/hostapi imports " + m("actors") + ";",
 		"supervisor/spawn imports " + m("supervisor") + ";",
 		"supervisor/remote imports " + m("actors") + ";",
+		"supervisor/mcpservers imports " + m("agent") + ";",
 		"eventstore/sqliteevents imports " + m("http/client"),
 		"group imports " + m("internal/lean"),
 		"actors/plain depends on " + m("actors"),

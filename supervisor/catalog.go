@@ -17,12 +17,12 @@ var (
 // started (listing them must not start a lazy server).
 func (rt *Runtime) Tools(ctx context.Context) ([]svc.ToolDescriptor, error) {
 	reg := rt.reg.Load()
-	return reg.Tools(rt.mcpCatalog(ctx, reg)), nil
+	return reg.Tools(rt.mcp.Catalog(ctx, reg)), nil
 }
 
 // ToolServers reports the MCP tool servers of the registered agents.
 func (rt *Runtime) ToolServers(context.Context) ([]svc.ToolServerStatus, error) {
-	return rt.mcpm.Status(), nil
+	return rt.mcp.Status(), nil
 }
 
 // ListRuns lists submitted runs from the run store, newest first.

@@ -2,6 +2,13 @@
 // supervision tree (run shards → run actors → invocation actors), applies the
 // policies (budget, depth, retry, timeout, cancellation) and offers Run and
 // Gather as a svc.Backend, with Shutdown to stop it all.
+//
+// What the runtime uses but is not supervision lives in packages of its
+// own, each given what it needs of the runtime as a few funcs:
+// supervisor/registry (the definitions known by name), submitted (the
+// writer of submitted runs), hostapi (the message API's actor), spawn (the
+// spawn_agents and delegate tools), remote (dispatching invocations to a
+// fleet) and mcpservers (which MCP servers an agent gets).
 package supervisor
 
 import (
@@ -30,6 +37,7 @@ import (
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/supervisor/followers"
 	"github.com/svc-dev/svc/supervisor/hostapi"
+	"github.com/svc-dev/svc/supervisor/mcpservers"
 	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/supervisor/remote"
 	"github.com/svc-dev/svc/supervisor/spawn"
@@ -150,8 +158,8 @@ type Runtime struct {
 	// parked run hold an 8 KiB stack instead of a 4 KiB one.
 	mailboxes *lean.Pool
 
-	reg  *registry.Registry // the agents and groups known by name
-	mcpm *mcp.Manager       // the MCP tool servers
+	reg *registry.Registry  // the agents and groups known by name
+	mcp *mcpservers.Servers // the MCP tool servers of the agents
 	// spawns is what the spawn_agents and delegate tools start nested
 	// runs with (nested.go).
 	spawns *spawn.Runs
@@ -242,15 +250,16 @@ func New(cfg Config) (rt *Runtime, err error) {
 		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
 	}
 	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
-	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent, OnReplace: rt.retireServers,
-		Delegate: func(g svc.Group) svc.Tool { return spawn.NewDelegateTool(rt.spawns, g) }})
+	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent,
+		OnReplace: func(old, next *registry.Snapshot) { rt.mcp.Retire(old, next) },
+		Delegate:  func(g svc.Group) svc.Tool { return spawn.NewDelegateTool(rt.spawns, g) }})
 	if rt.system = cfg.System; rt.system == nil {
 		rt.system, rt.ownSystem = NewActorSystem(cfg.Logger), true
 	}
 	if err := rt.initAPI(&cfg); err != nil {
 		return nil, err
 	}
-	rt.mcpm = mcp.NewManager(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.prefix})
+	rt.mcp = mcpservers.New(rt.system, mcp.Config{Logger: cfg.Logger.Named("mcp"), Eager: opts.MCPEagerStart, Prefix: rt.prefix})
 	rt.pool = lean.NewPool(5 * time.Second)
 	rt.mailboxes = lean.NewDispatcherPool(5*time.Second, 0)
 	rt.stuck = rt.newStuck()
@@ -505,7 +514,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.work.Wait()
 		// Tool servers go before the actor system: their actors close the
 		// sessions and wait for the subprocesses to exit.
-		if merr := rt.mcpm.Shutdown(ctx); merr != nil {
+		if merr := rt.mcp.Shutdown(ctx); merr != nil {
 			err = errors.Join(err, fmt.Errorf("supervisor: shutdown: tool servers: %w", merr))
 		}
 		// The message API's actor after the calls it started, before the

@@ -53,7 +53,10 @@ func TestInterruptedRunNotResurrected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st1.Close()
-	rt1 := storeRuntime(t, st1, echo("slow", map[string]any{"latency_ms": 300}))
+	// Slow enough that the second runtime has started before it ends, even
+	// on a loaded machine (300 ms was not: make check saw the run complete
+	// first).
+	rt1 := storeRuntime(t, st1, echo("slow", map[string]any{"latency_ms": 3000}))
 	id := submitRunning(t, rt1, "slow")
 
 	// A second runtime on the same file: its start interrupts the run.

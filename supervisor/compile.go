@@ -1,53 +1,23 @@
 package supervisor
 
 import (
-	"context"
 	"slices"
-	"strconv"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/model"
-	"github.com/svc-dev/svc/supervisor/registry"
+	"github.com/svc-dev/svc/supervisor/mcpservers"
 	"github.com/svc-dev/svc/supervisor/spawn"
-	"github.com/svc-dev/svc/tools/mcp"
 )
 
-// MCP tool servers: the runtime owns one mcp.Manager, whose actors live in
-// the runtime's actor system. Servers belong to the agent that declares
-// them (the owner); a child spawned from a parent uses its parent's
-// servers rather than starting its own, and a team coordinator shares the
-// servers of the agent it is.
-
-// mcpSources returns the tool sources of a's servers for owner, checking
-// each configuration first so a bad one fails compilation before any server
-// is touched.
-func (rt *Runtime) mcpSources(owner string, a svc.Agent) ([]svc.ToolSource, error) {
-	if err := checkMCP(a); err != nil || len(a.MCPServers) == 0 {
-		return nil, err
-	}
-	out := make([]svc.ToolSource, len(a.MCPServers))
-	for i, s := range a.MCPServers {
-		out[i] = rt.mcpm.Source(owner, s)
-	}
-	return out, nil
-}
-
-// checkMCP checks the configuration of each of a's MCP servers.
-func checkMCP(a svc.Agent) error {
-	for i, s := range a.MCPServers {
-		if err := mcp.Validate(s); err != nil {
-			return &svc.Error{Kind: svc.KindSpecValidation, Agent: a.Name, Err: err,
-				Message: "agent " + a.Name + ": mcp_servers[" + strconv.Itoa(i) + "]: " + err.Error()}
-		}
-	}
-	return nil
-}
+// Compiling agents: every agent the runtime registers, and every agent
+// spawn_agents derives for a run, is compiled here with the runtime's
+// models, prices, builtin tools and the MCP servers of its owner.
 
 // compileAgentFor compiles a with the MCP servers of owner (a itself, or
 // the parent of a spawned child).
 func (rt *Runtime) compileAgentFor(a svc.Agent, owner string) (*agent.Compiled, error) {
-	sources, err := rt.mcpSources(owner, a)
+	sources, err := rt.mcp.Sources(owner, a)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +40,7 @@ func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, 
 // and the spec loader use it (app.SpecEnv), so that the specs they accept
 // are the specs `svc serve` registers.
 func CheckAgent(models *model.Registry, a svc.Agent) error {
-	if err := checkMCP(a); err != nil {
+	if err := mcpservers.Check(a); err != nil {
 		return err
 	}
 	// Sources are only counted and kept by the compile, never called.
@@ -110,45 +80,4 @@ func checkSettings(c *agent.Compiled) error {
 		}
 	}
 	return nil
-}
-
-// retireServers stops the servers of agents no longer registered, and of
-// servers an agent no longer declares, after a Replace.
-func (rt *Runtime) retireServers(old, next *registry.Snapshot) {
-	for name, c := range old.Agents() {
-		nc, ok := next.Agent(name)
-		switch {
-		case !ok:
-			rt.mcpm.Sources(name, nil)
-		case len(c.Def.MCPServers) > 0:
-			rt.mcpm.Sources(name, nc.Def.MCPServers)
-		}
-	}
-}
-
-// mcpCatalog lists the tools of the MCP servers that have started:
-// asking a server that has not started would start it.
-func (rt *Runtime) mcpCatalog(ctx context.Context, reg *registry.Snapshot) []registry.ServerTool {
-	var out []registry.ServerTool
-	for _, st := range rt.mcpm.Status() {
-		if len(st.Tools) == 0 {
-			continue
-		}
-		c, ok := reg.Agent(st.Agent)
-		if !ok {
-			continue
-		}
-		i := slices.IndexFunc(c.Def.MCPServers, func(s svc.MCPServer) bool { return s.Name == st.Name })
-		if i < 0 {
-			continue
-		}
-		tools, err := rt.mcpm.Source(st.Agent, c.Def.MCPServers[i]).Tools(ctx)
-		if err != nil {
-			continue
-		}
-		for _, t := range tools {
-			out = append(out, registry.ServerTool{Agent: st.Agent, Server: st.Name, Tool: t})
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package supervisor_test
+package mcpservers_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/internal/testutil"
+	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools/mcp/mcptest"
 )
@@ -180,4 +181,25 @@ func TestMCPServersStopWithReloadAndShutdown(t *testing.T) {
 	if err := syscall.Kill(pids["b"], 0); err == nil {
 		t.Errorf("MCP server process %d alive after Shutdown returned", pids["b"])
 	}
+}
+
+// newRuntime starts a runtime with opts and agents, and shuts it down
+// when the test ends.
+func newRuntime(t *testing.T, opts svc.Options, rec svc.Emitter, models *model.Registry, agents ...svc.Agent) *supervisor.Runtime {
+	t.Helper()
+	rt, err := supervisor.New(supervisor.Config{Options: opts, Emitter: rec, Models: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	if err := rt.Register(agents...); err != nil {
+		t.Fatal(err)
+	}
+	return rt
 }
