@@ -370,15 +370,17 @@ func (st limitState) write(h http.Header, f flavor, now time.Time) {
 func fail(w http.ResponseWriter, f flavor, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	if f == openAI {
 		var c any
 		if code != "" {
 			c = code
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+		_ = enc.Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
 		return
 	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+	_ = enc.Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
 }
 
 func apiKey(r *http.Request, f flavor) string {
@@ -578,10 +580,12 @@ func (s *Server) delay() time.Duration {
 	l := s.cfg.FirstToken
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return draw(l, s.rng)
+	return Draw(l, s.rng)
 }
 
-func draw(l Latency, rng *rand.Rand) time.Duration {
+// Draw takes one delay from l using rng; exported so the shape of each
+// distribution can be checked without timing anything.
+func Draw(l Latency, rng *rand.Rand) time.Duration {
 	switch l.Dist {
 	case "normal":
 		return max(0, time.Duration(float64(l.Mean)+rng.NormFloat64()*float64(l.StdDev)))
@@ -643,4 +647,3 @@ func pieces(text string) []string {
 	}
 	return out
 }
-

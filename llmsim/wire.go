@@ -43,7 +43,7 @@ func (st *streamer) token() bool {
 		st.s.stall(st.r.Context())
 		return false
 	}
-	if st.a.malformed && st.tokens == 2 {
+	if st.a.malformed {
 		fmt.Fprint(st.w, "data: {\"choices\": [{\"delta\": {\"content\": \n\n")
 		if f, ok := st.w.(http.Flusher); ok {
 			f.Flush()
