@@ -1,0 +1,95 @@
+// Command llmsim serves a simulated OpenAI and Anthropic API on one
+// address, so agents and provider tests run without an account. Its
+// server is the package github.com/svc-dev/svc/llmsim; `llmsim --help`
+// explains every flag.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/llmsim"
+)
+
+func main() {
+	if err := newRoot(os.Stdout).Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newRoot(out io.Writer) *cobra.Command {
+	var (
+		addr, scenario, dist, keys, faults string
+		mean, stddev                       time.Duration
+		cfg                                llmsim.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "llmsim",
+		Short: "Serve a simulated OpenAI and Anthropic API",
+		Long: `llmsim serves the OpenAI chat-completions API (POST /v1/chat/completions)
+and the Anthropic Messages API (POST /v1/messages) on one address, plain and
+streamed, with tool calls, usage, rate limits, injected faults, context-window
+errors and prompt-cache accounting. GET /stats counts calls per key/model.
+
+Point an OpenAI client at http://ADDR/v1 and an Anthropic client at
+http://ADDR. Without a scenario every answer echoes the last user message.
+Tokens are counted as one per 4 bytes of text, rounded up.`,
+		Example: `  llmsim --addr 127.0.0.1:8700
+  llmsim --scenario examples/llmsim/scenario.yaml --rpm 60 --tpm 40000
+  llmsim --latency lognormal --latency-mean 400ms --latency-stddev 200ms --tps 50 --seed 1
+  llmsim --fault-rate 0.1 --faults 500,529,reset --keys sk-test`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if scenario != "" {
+				sc, err := llmsim.LoadScenario(scenario)
+				if err != nil {
+					return err
+				}
+				cfg.Scenario = sc
+			}
+			switch dist {
+			case "fixed", "normal", "lognormal":
+			default:
+				return fmt.Errorf("--latency %q: want fixed, normal or lognormal", dist)
+			}
+			cfg.FirstToken = llmsim.Latency{Dist: dist, Mean: mean, StdDev: stddev}
+			if keys != "" {
+				cfg.Keys = strings.Split(keys, ",")
+			}
+			if faults != "" {
+				cfg.Faults = strings.Split(faults, ",")
+			}
+			s := llmsim.New(cfg)
+			if err := s.Start(addr); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "llmsim listening on %s\n", s.URL())
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			return s.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "127.0.0.1:8700", "address to listen on, e.g. 127.0.0.1:0 for a free port")
+	f.StringVar(&scenario, "scenario", "", "YAML file of rules: match {contains, model, key} -> reply {text, tool_calls}, fault, stall_after_tokens, usage")
+	f.StringVar(&dist, "latency", "fixed", "distribution of the latency to the first token: fixed, normal or lognormal")
+	f.DurationVar(&mean, "latency-mean", 0, "mean latency to the first token, e.g. 300ms")
+	f.DurationVar(&stddev, "latency-stddev", 0, "standard deviation of that latency (normal, lognormal), e.g. 100ms")
+	f.Float64Var(&cfg.TokensPerSecond, "tps", 0, "streamed tokens per second after the first (0 sends at once), e.g. 50")
+	f.IntVar(&cfg.RPM, "rpm", 0, "requests per minute per API key and model, refilled continuously (0 unlimited), e.g. 60")
+	f.IntVar(&cfg.TPM, "tpm", 0, "prompt tokens per minute per API key and model (0 unlimited), e.g. 40000")
+	f.IntVar(&cfg.ContextWindow, "context-window", 0, "largest prompt in tokens; larger ones get each provider's context error (0 unlimited), e.g. 8192")
+	f.Float64Var(&cfg.FaultRate, "fault-rate", 0, "chance 0..1 that a request fails with one of --faults, e.g. 0.05")
+	f.StringVar(&faults, "faults", "500,529", "faults drawn by --fault-rate: 500, 529 (overloaded), reset (connection reset), malformed")
+	f.StringVar(&keys, "keys", "", "comma-separated accepted API keys; others get 401 (empty accepts any)")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for latencies and faults, so runs repeat")
+	return cmd
+}

@@ -1,0 +1,88 @@
+package llmsim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Scenario is the scripted behaviour: rules tried in order against each
+// request; the first that matches answers. No match echoes the last user
+// message.
+type Scenario struct {
+	Rules []Rule `yaml:"rules"`
+}
+
+// Rule pairs a match with the answer and any fault to inject.
+type Rule struct {
+	Match Match `yaml:"match"`
+	Reply Reply `yaml:"reply"`
+	// Fault is "500", "529", "reset" or "malformed"; empty for none.
+	Fault string `yaml:"fault"`
+	// StallAfterTokens makes a streamed answer stop sending after that
+	// many tokens, holding the connection open until the client gives up.
+	StallAfterTokens int    `yaml:"stall_after_tokens"`
+	Usage            *Usage `yaml:"usage"`
+}
+
+// Match selects requests; empty fields match anything.
+type Match struct {
+	Contains string `yaml:"contains"` // substring of the last user message
+	Model    string `yaml:"model"`
+	Key      string `yaml:"key"`
+}
+
+// Reply is a scripted answer.
+type Reply struct {
+	Text      string     `yaml:"text"`
+	ToolCalls []ToolCall `yaml:"tool_calls"`
+}
+
+// ToolCall is a scripted call; Arguments is the JSON object as text.
+type ToolCall struct {
+	Name      string `yaml:"name"`
+	Arguments string `yaml:"arguments"`
+}
+
+// Usage overrides the counted tokens of an answer.
+type Usage struct {
+	InputTokens  int `yaml:"input_tokens"`
+	OutputTokens int `yaml:"output_tokens"`
+}
+
+func (m Match) matches(last, model, key string) bool {
+	return (m.Contains == "" || strings.Contains(last, m.Contains)) &&
+		(m.Model == "" || m.Model == model) &&
+		(m.Key == "" || m.Key == key)
+}
+
+// LoadScenario reads a YAML scenario. Unknown fields are errors, and
+// every error names the file and line so a typo is found at once.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("llmsim: scenario: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var sc Scenario
+	if err := dec.Decode(&sc); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("llmsim: scenario %s: %s", path, strings.Join(te.Errors, "; "))
+		}
+		return nil, fmt.Errorf("llmsim: scenario %s: %w", path, err)
+	}
+	for i, r := range sc.Rules {
+		switch r.Fault {
+		case "", "500", "529", "reset", "malformed":
+		default:
+			return nil, fmt.Errorf("llmsim: scenario %s: rules[%d].fault: %q is not one of 500, 529, reset, malformed", path, i, r.Fault)
+		}
+	}
+	return &sc, nil
+}
