@@ -246,3 +246,19 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 // Flush sends the header if it has not gone yet; the body needs no
 // flushing, since every Write reaches the reader directly.
 func (w *pipeWriter) Flush() { w.commit(http.StatusOK) }
+
+var _ svc.RunDeltaStreamer = (*Local)(nil)
+
+// RunEventsWithDeltas implements svc.RunDeltaStreamer: the backend's when
+// it follows deltas (the runtime, a Client over a handler), else its
+// RunEvents, which has none to give.
+func (l *Local) RunEventsWithDeltas(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error) {
+	rb, err := l.runBackend()
+	if err != nil {
+		return nil, err
+	}
+	if ds, ok := rb.(svc.RunDeltaStreamer); ok {
+		return ds.RunEventsWithDeltas(ctx, runID, after)
+	}
+	return rb.RunEvents(ctx, runID, after)
+}

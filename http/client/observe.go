@@ -27,11 +27,17 @@ func (c *Client) openStream(ctx context.Context, path string, after int64) (*htt
 	if err != nil {
 		return nil, svc.Wrap(svc.KindSpecValidation, err, "client: building the request")
 	}
-	req.Header.Set("Accept", "text/event-stream, application/problem+json")
-	req.Header.Set("Cache-Control", "no-cache")
 	if after > 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
 	}
+	return c.doStream(req, path)
+}
+
+// doStream sends req, which asks for an event stream, and returns the
+// response once it is one; an error answer is rebuilt from its problem.
+func (c *Client) doStream(req *http.Request, path string) (*http.Response, error) {
+	req.Header.Set("Accept", "text/event-stream, application/problem+json")
+	req.Header.Set("Cache-Control", "no-cache")
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -49,7 +55,7 @@ func (c *Client) openStream(ctx context.Context, path string, after int64) (*htt
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		resp.Body.Close()
-		return nil, svc.Errorf(svc.KindRuntime, "client: GET %s: the server answered %q, not an event stream", path, resp.Header.Get("Content-Type"))
+		return nil, svc.Errorf(svc.KindRuntime, "client: %s %s: the server answered %q, not an event stream", req.Method, path, resp.Header.Get("Content-Type"))
 	}
 	return resp, nil
 }

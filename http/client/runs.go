@@ -155,10 +155,25 @@ func (c *Client) CancelRun(ctx context.Context, runID string) error {
 // event), when the connection fails, or when ctx ends; an unknown run is
 // an error before any event.
 func (c *Client) RunEvents(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error) {
+	return c.runEvents(ctx, runPath(runID, "stream"), after)
+}
+
+var _ svc.RunDeltaStreamer = (*Client)(nil)
+
+// RunEventsWithDeltas implements svc.RunDeltaStreamer: GET
+// /runs/{id}/stream?deltas=true, RunEvents with the run's delta events
+// (Type svc.RunDelta, Seq 0, the fragment in Text) merged in while the run
+// executes. A resumed stream does not replay deltas: they are not stored.
+func (c *Client) RunEventsWithDeltas(ctx context.Context, runID string, after int64) (<-chan svc.RunEvent, error) {
+	return c.runEvents(ctx, runPath(runID, "stream")+"?deltas=true", after)
+}
+
+// runEvents follows the run event stream at path.
+func (c *Client) runEvents(ctx context.Context, path string, after int64) (<-chan svc.RunEvent, error) {
 	if after < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "client: events after %d: want a non-negative sequence number", after)
 	}
-	resp, err := c.openStream(ctx, runPath(runID, "stream"), after)
+	resp, err := c.openStream(ctx, path, after)
 	if err != nil {
 		return nil, err
 	}
@@ -189,14 +204,17 @@ var errStopped = errors.New("client: event stream stopped")
 // hands each frame whose data decodes as a RunEvent to emit, until the
 // stream ends, a read fails, or emit returns false. Comments, unknown
 // fields and frames whose data is not a RunEvent are skipped. A frame's id
-// stands in for a sequence number its data lacks.
+// stands in for a sequence number its data lacks, except a delta's, which
+// has none (Seq 0).
 func readSSE(r io.Reader, emit func(svc.RunEvent) bool) error {
 	return readSSEFrames(r, func(data []byte, id int64) bool {
 		var ev svc.RunEvent
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return true
 		}
-		if ev.Seq == 0 {
+		// A delta has no id of its own: the id the stream last saw is
+		// the stored event before it, not the delta's.
+		if ev.Seq == 0 && ev.Type != svc.RunDelta {
 			ev.Seq = id
 		}
 		return emit(ev)
@@ -213,6 +231,12 @@ func readSSEFrames(r io.Reader, frame func(data []byte, id int64) bool) error {
 // readSSEComments is readSSEFrames that also hands each comment line
 // (without its leading colon) to comment, when comment is not nil.
 func readSSEComments(r io.Reader, comment func(string), frame func(data []byte, id int64) bool) error {
+	return readSSEEvents(r, comment, func(_ string, data []byte, id int64) bool { return frame(data, id) })
+}
+
+// readSSEEvents is readSSEComments that also hands on each frame's event
+// name ("" when the frame has none).
+func readSSEEvents(r io.Reader, comment func(string), frame func(event string, data []byte, id int64) bool) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxSSELine)
 	sc.Split(scanSSELines)
@@ -220,15 +244,17 @@ func readSSEComments(r io.Reader, comment func(string), frame func(data []byte, 
 		data    []byte
 		hasData bool
 		lastID  int64
+		event   string
 	)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 {
-			if hasData && !frame(data, lastID) {
+			if hasData && !frame(event, data, lastID) {
 				return errStopped
 			}
 			data = data[:0]
 			hasData = false
+			event = ""
 			continue
 		}
 		if line[0] == ':' {
@@ -246,6 +272,8 @@ func readSSEComments(r io.Reader, comment func(string), frame func(data []byte, 
 			}
 			data = append(data, value...)
 			hasData = true
+		case "event":
+			event = string(value)
 		case "id":
 			if n, err := strconv.ParseInt(string(value), 10, 64); err == nil && n >= 0 {
 				lastID = n

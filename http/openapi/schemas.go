@@ -149,6 +149,9 @@ func runEvent() *jsonschema.Schema {
 			"task_id":   nullableStr(),
 			"error":     nullableStr(),
 			"timestamp": {Type: "string", Format: "date-time"},
+			// Only a delta (type "delta", /runs/{id}/stream?deltas=true)
+			// has it: the fragment of the streamed answer.
+			"text": str(),
 		})
 }
 

@@ -39,8 +39,13 @@ export type RunPage = Schemas['RunPage'];
 export type RunEventType =
   | 'agent_started' | 'agent_completed' | 'agent_failed'
   | 'group_completed' | 'run_cancelled' | 'run_failed';
-/** RunEvent: one frame of GET /runs/{id}/stream. */
+/** RunEvent: one frame of GET /runs/{id}/stream; a delta (type "delta", seq 0) has its fragment in text. */
 export type RunEvent = Schemas['RunEvent'];
+
+/** One event of Client.runStream: a fragment of the answer as the model streams it, then the result. */
+export type RunStreamEvent =
+  | { type: 'delta'; agent: string; task_id: string; span_id?: string; index: number; text: string }
+  | { type: 'result'; result: AgentResult };
 
 /** RuntimeEvent: one frame of GET /events/stream; its payload's keys depend on event_type. */
 export type RuntimeEvent = Schemas['RuntimeEvent'];
@@ -92,7 +97,9 @@ export class Client {
   runStatus(runId: string, options?: CallOptions): Promise<RunStatus>;
   runResult(runId: string, options?: CallOptions): Promise<RunResult>;
   cancelRun(runId: string, options?: CallOptions): Promise<void>;
-  runEvents(runId: string, options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number }): AsyncGenerator<RunEvent, void, undefined>;
+  /** Runs one agent answering as an event stream: its deltas, then its result; a failed run throws as run() does. */
+  runStream(agent: string, task: TaskSpec, options?: { signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<RunStreamEvent, void, undefined>;
+  runEvents(runId: string, options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
   streamEvents(options?: { eventTypes?: RuntimeEventType | RuntimeEventType[]; agent?: string; signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<RuntimeEvent, void, undefined>;
   usage(groupBy?: 'agent' | 'model' | 'trace' | 'none', options?: CallOptions): Promise<Usage>;
   runtimeStats(options?: CallOptions): Promise<RuntimeStats>;
@@ -108,7 +115,7 @@ export class RunHandle {
   /** Waits for the end; RunStateError for a cancelled run. */
   result(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<RunResult>;
   cancel(options?: CallOptions): Promise<void>;
-  events(options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number }): AsyncGenerator<RunEvent, void, undefined>;
+  events(options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
 }
 
 /** The base of every error an svc server answers with. */

@@ -2,7 +2,7 @@
 // ES modules with no dependency beyond the platform's fetch, typed by
 // index.d.ts (written from the OpenAPI schemas).
 
-import { errorFromResponse } from './errors.js';
+import { AgentRuntimeError, errorFromResponse } from './errors.js';
 import { readSSE } from './sse.js';
 
 export * from './errors.js';
@@ -103,10 +103,42 @@ export class Client {
   }
 
   /**
-   * The run's events (history, then live), ending after its terminal event.
-   * Resumes with Last-Event-ID when the connection breaks.
+   * Runs one agent answering as an event stream (Accept: text/event-stream):
+   * yields {type: 'delta', agent, task_id, span_id, index, text} for each
+   * fragment of the answer as the model streams it, then {type: 'result',
+   * result} with the AgentResult. A run that fails before it has a result
+   * throws the error run() would have thrown. Breaking the loop early ends
+   * the connection, which cancels the run.
    */
-  async *runEvents(runId, { signal, lastEventId, timeoutMs } = {}) {
+  async *runStream(agent, task, { signal, timeoutMs } = {}) {
+    const frames = await this.#openStream(`/agents/${enc(agent)}/run`, {
+      signal, timeoutMs, method: 'POST', body: task, headers: { Accept: 'text/event-stream, application/problem+json' },
+    });
+    for await (const f of frames) {
+      if (f.event === 'delta') {
+        yield { type: 'delta', ...JSON.parse(f.data) };
+      } else if (f.event === 'result') {
+        yield { type: 'result', result: JSON.parse(f.data) };
+        return;
+      } else if (f.event === 'error') {
+        const status = Number(JSON.parse(f.data)?.status) || 500;
+        throw await errorFromResponse(new Response(f.data, { status, headers: { 'Content-Type': 'application/problem+json' } }));
+      }
+    }
+    throw new AgentRuntimeError('AgentRuntimeError: the run\'s event stream ended without a result', {
+      status: 0, kind: 'AgentRuntimeError', detail: 'the run\'s event stream ended without a result',
+    });
+  }
+
+  /**
+   * The run's events (history, then live), ending after its terminal event.
+   * Resumes with Last-Event-ID when the connection breaks. With deltas:
+   * true, the run's deltas ({type: 'delta', seq: 0, text}) come too while
+   * it executes; they are not stored, so a resumed stream does not repeat
+   * them.
+   */
+  async *runEvents(runId, { signal, lastEventId, timeoutMs, deltas } = {}) {
+    const query = deltas ? { deltas: 'true' } : undefined;
     let after = lastEventId === undefined || lastEventId === null ? null : String(lastEventId);
     let failures = 0;
     for (;;) {
@@ -114,7 +146,7 @@ export class Client {
       if (after !== null) headers['Last-Event-ID'] = after;
       let frames;
       try {
-        frames = await this.#openStream(`/runs/${enc(runId)}/stream`, { signal, headers, timeoutMs });
+        frames = await this.#openStream(`/runs/${enc(runId)}/stream`, { signal, headers, timeoutMs, query });
       } catch (err) {
         if (!retriable(err, signal) || ++failures > STREAM_RETRIES) throw err;
         await sleep(STREAM_RETRY_DELAY_MS * failures, signal);
@@ -221,7 +253,7 @@ export class Client {
   // Opens an event stream. The timeout bounds the wait for the answer's
   // headers only: a stream may rightly stay open far longer. The caller's
   // signal ends it whenever it aborts.
-  async #openStream(path, { signal, query, headers, timeoutMs }) {
+  async #openStream(path, { signal, query, headers, timeoutMs, method = 'GET', body }) {
     signal?.throwIfAborted();
     const ac = new AbortController();
     const onAbort = () => ac.abort(signal.reason);
@@ -231,7 +263,10 @@ export class Client {
     const done = () => signal?.removeEventListener('abort', onAbort);
     let res;
     try {
-      res = await this.#fetch(this.#url(path, query), { method: 'GET', headers: this.#headers(headers, false), signal: ac.signal });
+      const hasBody = body !== undefined;
+      res = await this.#fetch(this.#url(path, query), {
+        method, headers: this.#headers(headers, hasBody), body: hasBody ? JSON.stringify(body) : undefined, signal: ac.signal,
+      });
       if (!res.ok) throw await errorFromResponse(res);
     } catch (err) {
       done();

@@ -583,6 +583,7 @@ export interface components {
             run_id: string;
             seq: number;
             task_id: null | string;
+            text?: string;
             /** Format: date-time */
             timestamp: string;
             type: string;

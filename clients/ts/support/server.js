@@ -48,6 +48,10 @@ export async function startServer({ args = [] } = {}) {
   // An agent whose model call takes 5 s: for cancel, timeout and abort.
   writeFileSync(join(specs, 'agents', 'slow.yaml'),
     'version: 1\nname: slow\nmodel: test:echo\ninstructions: Wait, then repeat the input.\nmodel_settings: {latency_ms: 5000}\n');
+  // An agent that streams a fixed answer word by word, 30 ms apart, after
+  // 300 ms (time to follow its run): for runStream and deltas.
+  writeFileSync(join(specs, 'agents', 'writer.yaml'),
+    'version: 1\nname: writer\nmodel: test:echo\nmodel_settings: {output: "one two three four five six", latency_ms: 300, stream_interval_ms: 30}\n');
   const port = await freePort();
   const proc = spawn(bin, ['serve', '--specs', specs, '--host', '127.0.0.1', '--port', String(port),
     '--data-dir', join(dir, 'data'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });

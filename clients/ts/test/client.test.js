@@ -301,3 +301,49 @@ test('a kind the client does not know becomes an AgentRuntimeError keeping its n
     return true;
   });
 });
+
+describe('token streaming', () => {
+  const answer = 'one two three four five six';
+
+  test('runStream yields the deltas in order, their text the answer, then the result', async () => {
+    const deltas = [];
+    let result;
+    for await (const ev of c.runStream('writer', { id: 't-stream', input: 'x' })) {
+      assert.equal(result, undefined, 'an event after the result');
+      if (ev.type === 'result') result = ev.result;
+      else deltas.push(ev);
+    }
+    assert.ok(deltas.length >= 1);
+    assert.deepEqual(deltas.map((d) => d.index), deltas.map((_, i) => i));
+    assert.ok(deltas.every((d) => d.type === 'delta' && d.agent === 'writer' && d.task_id === 't-stream'));
+    assert.equal(deltas.map((d) => d.text).join(''), answer);
+    assert.equal(result.success, true);
+    assert.equal(result.output, answer);
+  });
+
+  test('runStream of a failed run throws what run() throws', async () => {
+    await assert.rejects(() => c.run('nope', { input: 1 }), RegistryError);
+    await assert.rejects(async () => {
+      for await (const ev of c.runStream('nope', { input: 1 })) assert.fail(`an event ${JSON.stringify(ev)}`);
+    }, (err) => err instanceof RegistryError && err.status === 404 && /unknown agent "nope"/.test(err.detail));
+    const budget = async () => { for await (const _ of c.runStream('writer', { input: 'x', token_budget: 1 })); };
+    await assert.rejects(budget, (err) => err instanceof SvcError && err.kind === 'BudgetExceededError' && err.status === 429);
+  });
+
+  test('a submitted run followed with deltas: its events and its deltas, no delta without asking', async () => {
+    const h = await c.submit('writer', { input: 'x' });
+    const withDeltas = [];
+    const plain = [];
+    await Promise.all([
+      (async () => { for await (const ev of h.events({ deltas: true })) withDeltas.push(ev); })(),
+      (async () => { for await (const ev of h.events()) plain.push(ev); })(),
+    ]);
+    const deltas = withDeltas.filter((e) => e.type === 'delta');
+    assert.equal(deltas.map((d) => d.text).join(''), answer);
+    assert.ok(deltas.every((d) => d.seq === 0 && d.run_id === h.runId && d.agent === 'writer'));
+    const completed = withDeltas.findIndex((e) => e.type === 'agent_completed');
+    assert.ok(withDeltas.slice(completed).every((e) => e.type !== 'delta'), 'a delta after agent_completed');
+    assert.deepEqual(withDeltas.filter((e) => e.type !== 'delta'), plain);
+    assert.ok(plain.every((e) => e.type !== 'delta'));
+  });
+});

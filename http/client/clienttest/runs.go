@@ -33,6 +33,8 @@ func RunSubmit(t *testing.T, newBackend func(t *testing.T) svc.RunBackend) {
 		{"SubmitGroups", testSubmitGroups},
 		{"SubmitTokenBudget", testSubmitTokenBudget},
 		{"SubmitIdempotent", testSubmitIdempotent},
+		{"EventsWithDeltas", testRunEventsWithDeltas},
+		{"EventsWithDeltasLive", testRunEventsWithDeltasLive},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -396,4 +398,85 @@ func testSubmitIdempotent(t *testing.T, b svc.RunBackend) {
 		t.Errorf("Submit of another request with the same key = %q, %v; want a RunStateError", id, err)
 	}
 	waitTerminal(t, b, first)
+}
+
+// deltaStreamer returns b as an svc.RunDeltaStreamer, or skips the test.
+func deltaStreamer(t *testing.T, b svc.RunBackend) svc.RunDeltaStreamer {
+	t.Helper()
+	ds, ok := b.(svc.RunDeltaStreamer)
+	if !ok {
+		t.Skipf("%T does not follow deltas (svc.RunDeltaStreamer)", b)
+	}
+	return ds
+}
+
+// testRunEventsWithDeltas: a finished run followed with deltas gives its
+// stored events, the same as RunEvents, and no delta (deltas are live only,
+// never replayed); an unknown run is RunEvents' error.
+func testRunEventsWithDeltas(t *testing.T, b svc.RunBackend) {
+	ds := deltaStreamer(t, b)
+	run, err := client.Submit(ctxFor(t), b, "echo", svc.TaskSpec{Input: json.RawMessage(`"one two three"`)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	want := collect(t, b, run.ID, 0)
+	for _, after := range []int64{0, 1} {
+		ctx := ctxFor(t)
+		ch, err := ds.RunEventsWithDeltas(ctx, run.ID, after)
+		if err != nil {
+			t.Fatalf("RunEventsWithDeltas(%d): %v", after, err)
+		}
+		var got []svc.RunEvent
+		for ev := range ch {
+			got = append(got, ev)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("RunEventsWithDeltas(%d) of a finished run did not close", after)
+		}
+		if !slices.EqualFunc(got, want[after:], sameEvent) {
+			t.Errorf("RunEventsWithDeltas(after %d) of a finished run = %v, want RunEvents' %v", after, types(got), types(want[after:]))
+		}
+	}
+	ctx, cancel := context.WithCancel(ctxFor(t))
+	defer cancel()
+	_, err = ds.RunEventsWithDeltas(ctx, "nope-run", 0)
+	if !errors.Is(err, svc.ErrRegistry) || err.Error() != `unknown run "nope-run"` {
+		t.Errorf("RunEventsWithDeltas(unknown) = %v, want RunEvents' RegistryError", err)
+	}
+}
+
+// testRunEventsWithDeltasLive follows a run with deltas from before it
+// ends: the stream closes once the run is terminal, the terminal event
+// last, and whatever deltas came are the run's, with Seq 0 and text,
+// before its terminal event.
+func testRunEventsWithDeltasLive(t *testing.T, b svc.RunBackend) {
+	ds := deltaStreamer(t, b)
+	run, err := client.Submit(ctxFor(t), b, "slow", svc.TaskSpec{Input: json.RawMessage(`1`)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	ch, err := ds.RunEventsWithDeltas(ctx, run.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Cancel(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	var evs []svc.RunEvent
+	for ev := range ch {
+		if ev.Type == svc.RunDelta && (ev.Seq != 0 || ev.RunID != run.ID || ev.Text == "") {
+			t.Errorf("delta %+v: want Seq 0, run %s and a text", ev, run.ID)
+		}
+		evs = append(evs, ev)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("a live stream with deltas did not close after the run was cancelled; got %v", types(evs))
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Type != svc.RunRunCancelled {
+		t.Errorf("live events with deltas = %v, want run_cancelled last", types(evs))
+	}
 }
