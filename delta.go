@@ -68,11 +68,3 @@ func WithDeltas(ctx context.Context, sink DeltaSink) context.Context {
 	s.Deltas = sink
 	return WithScope(ctx, s)
 }
-
-// DeltasFrom returns the DeltaSink in ctx, or nil.
-func DeltasFrom(ctx context.Context) DeltaSink {
-	if s, ok := ctx.Value(scopeKey{}).(*Scope); ok {
-		return s.Deltas
-	}
-	return nil
-}

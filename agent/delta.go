@@ -136,11 +136,7 @@ func (d *deltaBuf) tick() {
 func (d *deltaBuf) end(failed bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	d.flushLocked(time.Now())
+	d.flushLocked(time.Now()) // stops the pending timer too
 	if failed {
 		d.restart = true
 	}
