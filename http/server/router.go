@@ -429,11 +429,104 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := headerRequestID(r)
 	w.Header().Set(RequestIDHeader, id)
-	results, err := h.b.Gather(svc.WithRequestID(r.Context(), id), name, req.Tasks, req.MaxConcurrency)
+	ctx := svc.WithRequestID(r.Context(), id)
+	if gs, ok := h.b.(svc.GatherStreamer); ok {
+		return gatherList(ctx, w, gs, name, req)
+	}
+	results, err := h.b.Gather(ctx, name, req.Tasks, req.MaxConcurrency)
 	if err != nil {
 		return err
 	}
 	return writeResults(w, results)
+}
+
+// gatherList serves a JSON gather through the streamed gather, so that
+// neither the tasks nor the results of a big batch are held all at once:
+// each task is let go as the runtime takes it, each result is encoded as
+// soon as those before it are, and the runtime's state is its window's
+// (issue 25: the 87,000-task gather's peak). The answer is the one
+// writeResults writes: up to resultsBuffered of it is held back, so that
+// an error before then is still a problem answer, and a small answer
+// still has its Content-Length; past that it goes out as it grows, and an
+// error after its status was sent (the server shutting down, the client
+// gone) cuts the connection, never leaving a short answer that parses.
+func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreamer, name string, req svc.GatherRequest) error {
+	tasks := req.Tasks
+	feed := func(yield func(svc.TaskSpec) bool) {
+		for i := range tasks {
+			t := tasks[i]
+			tasks[i] = svc.TaskSpec{} // the runtime has it now
+			if !yield(t) {
+				return
+			}
+		}
+	}
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			jsonBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	buf.WriteByte('[')
+	var (
+		waiting = map[int]svc.AgentResult{} // finished before one ahead of them
+		next    int                         // the index of the result to write next
+		sent    bool                        // the status and part of the answer are out
+		one     [1]svc.AgentResult
+	)
+	for item, err := range gs.GatherStream(ctx, name, feed, req.MaxConcurrency) {
+		if err != nil {
+			if sent {
+				panic(http.ErrAbortHandler)
+			}
+			return err
+		}
+		waiting[item.Index] = item.Result
+		for {
+			res, ok := waiting[next]
+			if !ok {
+				break
+			}
+			delete(waiting, next)
+			one[0] = res
+			if next > 0 {
+				buf.WriteByte(',')
+			}
+			if err := appendResult(buf, one[:], 0); err != nil {
+				if sent {
+					panic(http.ErrAbortHandler)
+				}
+				return err
+			}
+			next++
+		}
+		if !sent && buf.Len() >= resultsBuffered {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			sent = true
+		}
+		if sent && buf.Len() >= 32<<10 {
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return nil // the client has gone
+			}
+			buf.Reset()
+		}
+	}
+	if next != len(tasks) || len(waiting) > 0 {
+		if sent {
+			panic(http.ErrAbortHandler)
+		}
+		return fmt.Errorf("server: gather of %d tasks ended after %d results", len(tasks), next)
+	}
+	buf.WriteString("]\n")
+	if !sent {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+		w.WriteHeader(http.StatusOK)
+	}
+	_, _ = w.Write(buf.Bytes())
+	return nil
 }
 
 // resultsBuffered is the largest gather answer writeResults sends whole,

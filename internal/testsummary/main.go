@@ -1,8 +1,9 @@
 // Command testsummary reads `go test -json` on stdin and prints what a
 // person reading CI needs: one line per package (ok or FAIL), the output
 // of every failed test and build, and at the end every skipped test with
-// its reason, then one summary line. A test that skips is thus never
-// silent: `make test` pipes the tests through it.
+// its reason, the ten slowest tests and packages (where the time of
+// `make check` goes), then one summary line. A test that skips is thus
+// never silent: `make test` pipes the tests through it.
 //
 //	go test -json ./... | go run ./internal/testsummary
 //
@@ -53,6 +54,8 @@ func summarize(in io.Reader, out io.Writer) bool {
 		pkgFail int
 		build   = map[string][]string{} // import path → build output
 		results int
+		tests   []timed // top-level tests that ended
+		pkgs    []timed // packages that ended
 	)
 	key := func(e event) string { return e.Package + "\x00" + e.Test }
 	sc := bufio.NewScanner(in)
@@ -78,6 +81,12 @@ func summarize(in io.Reader, out io.Writer) bool {
 			results++
 			lines := output[key(e)]
 			delete(output, key(e))
+			switch {
+			case e.Test == "":
+				pkgs = append(pkgs, timed{e.Package, e.Elapsed})
+			case !strings.Contains(e.Test, "/"):
+				tests = append(tests, timed{e.Package + "." + e.Test, e.Elapsed})
+			}
 			switch {
 			case e.Test == "" && e.Action == "pass":
 				fmt.Fprintf(out, "ok   %s %.1fs\n", e.Package, e.Elapsed)
@@ -131,6 +140,8 @@ func summarize(in io.Reader, out io.Writer) bool {
 			fmt.Fprintf(out, "  %s %s: %s\n", s.pkg, s.test, s.reason)
 		}
 	}
+	slowest(out, "tests", tests)
+	slowest(out, "packages", pkgs)
 	if len(failed) > 0 {
 		fmt.Fprintf(out, "\nFAILED tests (%d):\n  %s\n", len(failed), strings.Join(failed, "\n  "))
 	}
@@ -147,6 +158,30 @@ func summarize(in io.Reader, out io.Writer) bool {
 		return false
 	}
 	return len(failed) == 0 && pkgFail == 0
+}
+
+// timed is a test or a package and how long it took.
+type timed struct {
+	name    string
+	elapsed float64 // seconds
+}
+
+// slowestN is how many of the slowest tests and packages the summary lists.
+const slowestN = 10
+
+// slowest prints the slowestN longest of ts, longest first. Tests of
+// packages that run in parallel overlap, so their times do not add up to
+// the wall time; they say where to split or parallelise first.
+func slowest(out io.Writer, what string, ts []timed) {
+	if len(ts) == 0 {
+		return
+	}
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].elapsed > ts[j].elapsed })
+	n := min(len(ts), slowestN)
+	fmt.Fprintf(out, "\nslowest %s (%d of %d):\n", what, n, len(ts))
+	for _, t := range ts[:n] {
+		fmt.Fprintf(out, "  %6.1fs %s\n", t.elapsed, t.name)
+	}
 }
 
 // reason is what a skipped test said: its output without go test's own

@@ -70,3 +70,35 @@ func TestFailures(t *testing.T) {
 		})
 	}
 }
+
+// The summary lists the slowest top-level tests and packages, longest
+// first, so that whoever keeps `make check` within its budget sees where
+// the time goes; subtests are inside their parent's time and not listed.
+func TestSlowest(t *testing.T) {
+	var in strings.Builder
+	for i := 1; i <= 12; i++ {
+		in.WriteString(`{"Action":"pass","Package":"x/a","Test":"TestT` + string(rune('A'+i)) + `","Elapsed":` + strings.Repeat("1", i) + `}` + "\n")
+	}
+	in.WriteString(`{"Action":"pass","Package":"x/a","Test":"TestN/sub","Elapsed":999999999999999}` + "\n")
+	in.WriteString(`{"Action":"pass","Package":"x/a","Elapsed":5}` + "\n")
+	in.WriteString(`{"Action":"pass","Package":"x/b","Elapsed":7}` + "\n")
+	var out strings.Builder
+	if !summarize(strings.NewReader(in.String()), &out) {
+		t.Fatalf("summarize failed:\n%s", out.String())
+	}
+	got := out.String()
+	_, tests, ok := strings.Cut(got, "slowest tests (10 of 12):\n")
+	if !ok {
+		t.Fatalf("no slowest tests in:\n%s", got)
+	}
+	lines := strings.Split(tests, "\n")
+	if !strings.HasSuffix(lines[0], "x/a.TestTM") || !strings.HasSuffix(lines[9], "x/a.TestTD") {
+		t.Errorf("slowest tests not longest first, ten of them:\n%s", got)
+	}
+	if strings.Contains(got, "TestN/sub") {
+		t.Errorf("a subtest is listed:\n%s", got)
+	}
+	if !strings.Contains(got, "slowest packages (2 of 2):\n     7.0s x/b\n     5.0s x/a\n") {
+		t.Errorf("slowest packages missing or out of order:\n%s", got)
+	}
+}
