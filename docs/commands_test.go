@@ -134,6 +134,9 @@ func TestDocCommands(t *testing.T) {
 			continue
 		}
 		t.Run(f, func(t *testing.T) {
+			// Each file has its own shell, ports and data directory, and
+			// its commands mostly wait on servers: side by side.
+			t.Parallel()
 			got := runSession(t, bin, f, cmds)
 			if *update {
 				rewrite(t, f, text, cmds, got)
