@@ -51,6 +51,7 @@ func (b *browser) setFilters(state, agent string) {
 // under it, each with a duration; the health view shows the rejections
 // and error groups /runtime/stats reports.
 func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
@@ -235,6 +236,7 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 // events than its window; it sees them all and keeps no more than the
 // window (2,000), and the feed no more than its rows.
 func TestDashboardBoundedWindow(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
@@ -283,6 +285,7 @@ func TestDashboardBoundedWindow(t *testing.T) {
 // health view lists the worker as /runtime/stats does: healthy while it
 // beats, then stale and down once it is killed.
 func TestDashboardFleet(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -398,6 +398,7 @@ func runRow(id string) string { return fmt.Sprintf(`#live-table tr[data-run=%q]`
 // what the API returns, history pages, groups are drawn, and nothing is
 // written to the console.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
@@ -542,6 +543,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // wrong one is refused with a clear message, the right one connects, and
 // the token is kept in sessionStorage, never in the address.
 func TestDashboardToken(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "right-token")
 	b := newBrowser(t, 1000, 700)
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
@@ -590,6 +592,7 @@ func submit2(t testing.TB, a *server, token string) string {
 // scrolling, and a run's drawer covers the screen; the feed opens with the
 // events stored before the page was.
 func TestDashboardPhone(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 390, 844)
 	id := submit(t, a, "fan", `{"items":["x","y"]}`)
@@ -644,6 +647,7 @@ func TestDashboardPhone(t *testing.T) {
 // (the same port and data directory) the page connects again by itself and
 // shows the runs submitted since, and the stored ones from before.
 func TestDashboardReconnecting(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1000, 700)
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))

@@ -52,6 +52,7 @@ func jsNum(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 // rounded to four significant digits) with a bar each; and clicking a run
 // opens the tree of the trace its status names.
 func TestDashboardCostAndTrace(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startPricedApp(t)
 
 	var ids []string

@@ -22,6 +22,7 @@ import (
 // both as /runtime/stats' tool_servers has them: up ready with its two
 // tools and no restart, down restarting with its last error.
 func TestDashboardToolServers(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	srv := sdk.NewServer(&sdk.Implementation{Name: "dash-test", Version: "1"}, nil)
 	type textIn struct {
 		Text string `json:"text"`

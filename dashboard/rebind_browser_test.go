@@ -17,6 +17,7 @@ import (
 // (issue 25 part 2: before, POST /submit got 202 and GET /agents the list).
 // Its own names still work from the same browser.
 func TestDNSRebinding(t *testing.T) {
+	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	u, err := url.Parse(a.URL())
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // whose text is the answer, then the same result Run returns; a failed run
 // is the same *svc.Error the plain Run returns.
 func TestClientRunStream(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, nil, "--specs", streamingSpecs(t), "--delta-interval-ms", "0")
 	c, err := client.New(s.url)
 	if err != nil {

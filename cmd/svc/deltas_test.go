@@ -78,6 +78,7 @@ func openStream(t *testing.T, ctx context.Context, method, url, body string, hdr
 // A run asked for as text/event-stream answers with its deltas as they
 // come, then the AgentResult; the text of the deltas is the answer.
 func TestServeRunAsEventStream(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, nil, "--specs", streamingSpecs(t), "--delta-interval-ms", "0")
 	resp := openStream(t, t.Context(), http.MethodPost, s.url+"/agents/writer/run", `{"input":"x"}`,
 		map[string]string{"Accept": "text/event-stream", "Content-Type": "application/json"})

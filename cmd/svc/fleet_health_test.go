@@ -18,9 +18,11 @@ import (
 // /runtime/stats and `svc status --workers`, on two serve nodes sharing the
 // broker.
 func TestFleetEventsAndHealth(t *testing.T) {
+	t.Parallel()
 	specs := writeSpecs(t, fleetSpecs)
 	for _, b := range fleetBrokers {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			t.Run("PublishEvents", func(t *testing.T) { fleetPublishEvents(t, specs, b.setup(t)) })
 			t.Run("Health", func(t *testing.T) { fleetHealth(t, specs, b.setup(t)) })
 		})

@@ -23,6 +23,7 @@ import (
 // interrupted and the interrupted result). Run on SQLite and Pebble, whose
 // writes of concurrent submits share one commit.
 func TestServeKillUnderLoadLosesNoAcceptedRun(t *testing.T) {
+	t.Parallel()
 	for _, store := range []string{"sqlite", "pebble"} {
 		t.Run(store, func(t *testing.T) {
 			dir := t.TempDir()

@@ -177,6 +177,7 @@ func (f *nestedFleet) storedEvents(t *testing.T, typ svc.EventType, agent string
 // TestNestedRunsOverBroker: serve, a worker taking the parents and one
 // taking the children, both with --dispatch-nested.
 func TestNestedRunsOverBroker(t *testing.T) {
+	t.Parallel()
 	f := startNestedFleet(t, true)
 
 	t.Run("child dispatched to the other worker", func(t *testing.T) {

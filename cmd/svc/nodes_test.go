@@ -107,6 +107,7 @@ func (c *fleetClient) runStatus(runID string) (state, reason string) {
 // runs; A SIGKILLed has its running runs failed by B once its lease
 // expires, the result naming A's node.
 func TestManyServeNodes(t *testing.T) {
+	t.Parallel()
 	specs := writeSpecs(t, fleetSpecs)
 	store := servertest.Redis(t)
 	brokerURL := servertest.Redis(t)

@@ -10,6 +10,7 @@ import (
 // Bad worker command lines are refused with exit 2 and a message that says
 // what to do, before anything connects.
 func TestWorkerUsage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
