@@ -21,6 +21,7 @@ func testBatchSizes(t *testing.T, open Open) {
 	now := time.Now()
 	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 66, 127, 128, 129, 191, 255, 256, 257} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel() // its own stores: SQLite's commits overlap
 			rng := rand.New(rand.NewPCG(uint64(n), 15))
 			evs := randomEvents(rng, n, now, time.Hour)
 			traces := []string{"t0", "t1"}

@@ -484,6 +484,7 @@ func testAgreesWithMemory(t *testing.T, open Open) {
 	}
 	for _, r := range []eventstore.Retention{{}, {MaxRows: 700}, {MaxAge: 30 * time.Minute}} {
 		t.Run(fmt.Sprintf("%+v", r), func(t *testing.T) {
+			t.Parallel() // its own stores
 			now := time.Now()
 			rng := rand.New(rand.NewPCG(3, uint64(r.MaxRows)))
 			var evs []svc.RuntimeEvent
