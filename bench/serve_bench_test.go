@@ -106,6 +106,13 @@ var servingURL = regexp.MustCompile(`"url": "(http://[^"]+)"`)
 // would have. env is added to the process's environment.
 func startServe(b *testing.B, env ...string) *proc {
 	b.Helper()
+	return startServeWith(b, []string{"--specs", "../examples/specs"}, env...)
+}
+
+// startServeWith starts `svc serve` as startServe does, with args (which
+// name the specs) instead of the example specs.
+func startServeWith(b *testing.B, args []string, env ...string) *proc {
+	b.Helper()
 	bin := svcBinary(b)
 	dir := b.TempDir()
 	logPath := filepath.Join(dir, "serve.log")
@@ -114,7 +121,7 @@ func startServe(b *testing.B, env ...string) *proc {
 		b.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--specs", "../examples/specs", "--data-dir", filepath.Join(dir, "data"), "--port", "0")
+	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", filepath.Join(dir, "data"), "--port", "0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
