@@ -38,6 +38,7 @@ func connect(t *testing.T, url string) *amqpbroker.Broker {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel() // a RabbitMQ node of its own
 	url := servertest.RabbitMQ(t)
 	brokertest.Run(t, func(t *testing.T) svc.Broker { return connect(t, url) })
 }
@@ -105,6 +106,7 @@ func (p *proxy) cut() {
 // its work and broadcast subscriptions receive what is sent afterwards; the
 // task a handler held when the connection went is delivered again.
 func TestReconnect(t *testing.T) {
+	t.Parallel() // a RabbitMQ node of its own
 	url := servertest.RabbitMQ(t)
 	u, _ := neturl.Parse(url)
 	px := newProxy(t, u.Host)
@@ -197,6 +199,7 @@ func TestReconnect(t *testing.T) {
 // record with the delivery count and reason, and OnDeadLetter is called
 // once.
 func TestPoisonDeadLetteredByServer(t *testing.T) {
+	t.Parallel() // a RabbitMQ node of its own
 	url := servertest.RabbitMQ(t)
 	b := connect(t, url)
 	defer b.Close()
@@ -259,6 +262,7 @@ func TestPoisonDeadLetteredByServer(t *testing.T) {
 // own (here, rejected by a plain AMQP consumer) reaches the handlers of the
 // dead-letter subject as a DeadLetter record.
 func TestServerDeadLetterBecomesRecord(t *testing.T) {
+	t.Parallel() // a RabbitMQ node of its own
 	url := servertest.RabbitMQ(t)
 	b := connect(t, url)
 	defer b.Close()
@@ -309,6 +313,7 @@ func TestServerDeadLetterBecomesRecord(t *testing.T) {
 // the dead-letter arguments makes Publish and Subscribe fail with an error
 // that says what to do, and the client keeps publishing to other subjects.
 func TestQueueWithOldArguments(t *testing.T) {
+	t.Parallel() // a RabbitMQ node of its own
 	url := servertest.RabbitMQ(t)
 	conn, err := amqp.Dial(url)
 	if err != nil {
@@ -345,6 +350,7 @@ func TestQueueWithOldArguments(t *testing.T) {
 // dead-letter queue, and OnDeadLetter (which would answer the task's
 // untrusted reply subject) is not called.
 func TestHandlerDeadLetters(t *testing.T) {
+	t.Parallel() // a RabbitMQ node of its own
 	url := servertest.RabbitMQ(t)
 	b := connect(t, url)
 	defer b.Close()
