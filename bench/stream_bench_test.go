@@ -321,4 +321,3 @@ func BenchmarkStreamMany(b *testing.B) {
 		})
 	}
 }
-
