@@ -237,7 +237,7 @@ func (e *Emitter) fanOut() {
 					case s.fullSince == 0:
 						s.fullSince = now
 					case now-s.fullSince >= int64(e.stall):
-						s.stallOnce.Do(func() { close(s.stalled) })
+						s.stallOnce.Do(func() { close(s.stalled); s.stallCancel() })
 					}
 					continue
 				}
@@ -323,6 +323,7 @@ func (e *Emitter) subscribe(ctx context.Context, f svc.EventFilter, encoded bool
 		stopped: make(chan struct{}),
 		stalled: make(chan struct{}),
 	}
+	s.stallCtx, s.stallCancel = context.WithCancel(context.Background())
 	if encoded {
 		s.enc = make(chan *svc.EncodedEvent, e.queueSize)
 	} else {
@@ -429,6 +430,9 @@ type subscription struct {
 	fullSince int64
 	stalled   chan struct{}
 	stallOnce sync.Once
+	// stallCtx ends when stalled closes, for AfterStall's callbacks.
+	stallCtx    context.Context
+	stallCancel context.CancelFunc
 	// overBytes is set by the actor when it dropped an event for
 	// QueueBytes, with overAt the channel's length then: the queue counts
 	// as full until the reader has taken an event from it.
@@ -459,6 +463,16 @@ func (s *subscription) full() bool {
 // is not taking the stream, and the HTTP handler cuts it off
 // (DisconnectSlow) rather than wait for its write timeout.
 func (s *subscription) Stalled() <-chan struct{} { return s.stalled }
+
+// AfterStall arranges for f to run in its own goroutine once the
+// subscription has stalled (as Stalled closes), and returns a stop that
+// cancels it, as context.AfterFunc does: stop reports false when f has
+// already started. Unlike a goroutine waiting on Stalled, it holds no
+// goroutine until then: the HTTP handler of each of thousands of event
+// streams would otherwise keep one parked for the stream's life.
+func (s *subscription) AfterStall(f func()) (stop func() bool) {
+	return context.AfterFunc(s.stallCtx, f)
+}
 
 // Events delivers the matching events in emit order; it is closed once
 // the subscription has ended and its actor stopped.
@@ -598,6 +612,9 @@ func (es encodedSubscription) Close() error { return es.s.Close() }
 
 // Stalled is subscription.Stalled.
 func (es encodedSubscription) Stalled() <-chan struct{} { return es.s.Stalled() }
+
+// AfterStall is subscription.AfterStall.
+func (es encodedSubscription) AfterStall(f func()) (stop func() bool) { return es.s.AfterStall(f) }
 
 // DisconnectSlow is subscription.DisconnectSlow.
 func (es encodedSubscription) DisconnectSlow() bool { return es.s.DisconnectSlow() }

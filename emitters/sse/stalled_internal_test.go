@@ -3,6 +3,7 @@ package sse
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,11 +105,22 @@ func TestStalledEncodedReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := es.(encodedSubscription).s
+	// AfterStall's callback runs once the subscription stalls, and not
+	// before; one stopped in time never runs.
+	var called, cancelled atomic.Int32
+	ran := make(chan struct{})
+	es.(encodedSubscription).AfterStall(func() { called.Add(1); close(ran) })
+	if stop := es.(encodedSubscription).AfterStall(func() { cancelled.Add(1) }); !stop() {
+		t.Fatal("stop of a callback not yet run reported false")
+	}
 	ev := svc.RuntimeEvent{EventType: svc.EventToolCallStarted, AgentName: "a"}
 	for range queue {
 		e.Emit(ev)
 	}
 	testutil.Eventually(t, "the subscriber's channel full", func() bool { return len(s.enc) == queue })
+	if called.Load() != 0 {
+		t.Fatal("AfterStall's callback ran before the subscription stalled")
+	}
 	testutil.Eventually(t, "stalled", func() bool {
 		e.Emit(ev)
 		select {
@@ -118,6 +130,10 @@ func TestStalledEncodedReported(t *testing.T) {
 			return false
 		}
 	})
+	<-ran
+	if called.Load() != 1 || cancelled.Load() != 0 {
+		t.Errorf("AfterStall callbacks: %d run (want 1), %d stopped ones run (want 0)", called.Load(), cancelled.Load())
+	}
 	if n := s.dropped.Load() + s.mb.Dropped(); n != 0 {
 		t.Errorf("%d events went through the stalled subscriber's mailbox or actor, want none", n)
 	}

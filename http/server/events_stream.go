@@ -115,9 +115,10 @@ type slowDisconnecter interface {
 
 // staller is implemented by a subscription that tells when its queue has
 // stayed full too long (emitters/sse): its client is cut off then,
-// without waiting for the write timeout.
+// without waiting for the write timeout. AfterStall runs f then, as
+// context.AfterFunc does (no goroutine waits for it).
 type staller interface {
-	Stalled() <-chan struct{}
+	AfterStall(f func()) (stop func() bool)
 }
 
 // mountEventStream adds GET /events/stream to r.
@@ -243,22 +244,14 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	if st, ok := sub.(staller); ok {
 		// A write blocked on a stalled client is cut short. Registered
-		// after the deferred cut-off above, so it runs (and this
-		// goroutine ends) first.
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-st.Stalled():
-				out.abort()
-			case <-done:
-			}
-		}()
+		// after the deferred cut-off above, so that the cut-short has
+		// finished (or will never start) before the cut-off runs.
+		aborted := make(chan struct{})
+		stop := st.AfterStall(func() { out.abort(); close(aborted) })
 		defer func() {
-			close(done)
-			wg.Wait()
+			if !stop() {
+				<-aborted
+			}
 		}()
 	}
 	idle := time.NewTimer(heartbeat)
