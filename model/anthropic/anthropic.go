@@ -49,6 +49,16 @@
 //	structured_output   "tool" (default) or "native", see above
 //	api_key, api_key_env, base_url
 //	                    credentials and endpoint, see above; never sent
+//	stream              true or false: the runtime's (calls stream when
+//	                    the request has OnDelta); never sent
+//	stream_idle_timeout_ms
+//	                    a stream silent this long fails as a timeout
+//	                    (DefaultStreamIdleTimeout)
+//	prompt_cache        true: the system prompt and the tools are marked
+//	                    cache_control ephemeral
+//
+// Cached input (usage cache_read_input_tokens) is CachedInputTokens, and
+// counted in InputTokens with the cache writes, plain or streamed.
 //
 // Keys that only another provider understands ([DroppedSettings], seed
 // among them) are dropped so that one agent's model_settings can serve
@@ -243,6 +253,9 @@ func (m *anthropicModel) Generate(ctx context.Context, req svc.ModelRequest) (sv
 		return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassInvalid, Message: err.Error(), Err: err}
 	}
 
+	if req.OnDelta != nil {
+		return m.generateStream(ctx, name, b, opts, &s, req.OnDelta)
+	}
 	var res *http.Response
 	opts = append(opts,
 		option.WithResponseInto(&res),

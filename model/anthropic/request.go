@@ -81,6 +81,17 @@ func buildRequest(name string, req *svc.ModelRequest, s *settings) (*built, erro
 			return nil, err
 		}
 	}
+	if s.promptCache {
+		// One breakpoint after the system prompt and one after the tools:
+		// what stays the same from call to call of an agent is cached,
+		// the conversation after it is not.
+		if n := len(p.System); n > 0 {
+			p.System[n-1].CacheControl = anthropic.NewCacheControlEphemeralParam()
+		}
+		if n := len(p.Tools); n > 0 && p.Tools[n-1].OfTool != nil {
+			p.Tools[n-1].OfTool.CacheControl = anthropic.NewCacheControlEphemeralParam()
+		}
+	}
 	if len(extra) > 0 {
 		p.SetExtraFields(extra)
 	}
@@ -268,8 +279,9 @@ func (b *built) response(name string, msg *anthropic.Message, res *http.Response
 	resp := svc.ModelResponse{
 		// Cached input is input too; counting it keeps the tokens of a call
 		// comparable across providers (OpenAI's prompt_tokens include it).
-		InputTokens:  u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
-		OutputTokens: u.OutputTokens,
+		InputTokens:       u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
+		OutputTokens:      u.OutputTokens,
+		CachedInputTokens: u.CacheReadInputTokens,
 	}
 	var sb strings.Builder
 	var answer json.RawMessage

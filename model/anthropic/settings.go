@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // DroppedSettings are model_settings keys that other providers understand
@@ -26,6 +27,8 @@ var DroppedSettings = []string{
 	"max_completion_tokens",
 	"user",
 	"store",
+	// The test provider's (an agent's fallback may be test:echo).
+	"latency_ms", "tokens", "fail_times", "fail_on", "output", "call_tools", "tool_arguments", "stream_interval_ms",
 }
 
 // Structured output modes (model_settings structured_output).
@@ -42,6 +45,11 @@ type settings struct {
 	topK        *int64
 	stop        []string
 	structured  string
+	// promptCache marks the system prompt and the tool definitions
+	// cacheable (cache_control); streamIdle bounds the wait for a
+	// stream's next event (DefaultStreamIdleTimeout when 0).
+	promptCache bool
+	streamIdle  time.Duration
 
 	apiKey, apiKeyEnv, baseURL string
 
@@ -80,6 +88,24 @@ func parseSettings(m map[string]any) (settings, error) {
 			if err == nil && s.structured != StructuredTool && s.structured != StructuredNative {
 				err = fmt.Errorf("want %q or %q, got %q", StructuredTool, StructuredNative, s.structured)
 			}
+		case "stream":
+			// The runtime's: whether calls stream (they do when the
+			// request has OnDelta); never sent as is.
+			if _, ok := v.(bool); !ok {
+				err = fmt.Errorf("want true or false, got %v (%T)", v, v)
+			}
+		case "prompt_cache":
+			b, ok := v.(bool)
+			if !ok {
+				err = fmt.Errorf("want true or false, got %v (%T)", v, v)
+			}
+			s.promptCache = b
+		case "stream_idle_timeout_ms":
+			var n int64
+			if n, err = toInt(v); err == nil && (n <= 0 || n > math.MaxInt64/int64(time.Millisecond)) {
+				err = fmt.Errorf("want a positive number of milliseconds, got %d", n)
+			}
+			s.streamIdle = time.Duration(n) * time.Millisecond
 		case "api_key":
 			s.apiKey, err = toString(v)
 		case "api_key_env":

@@ -29,13 +29,27 @@
 // field compatible servers accept). Other providers' settings are left
 // out, since an agent's model_settings serve its fallback models too: the
 // test provider's (latency_ms, tokens, fail_times, fail_on, output,
-// call_tools) and the anthropic provider's structured_output always, and
-// top_k and thinking, which api.openai.com rejects, for api.openai.com
-// only. Every other key goes into the request body as given (tool_choice,
-// reasoning_effort, max_completion_tokens, top_k for vLLM, ...), replacing
-// a field of the same name; model, messages and stream are refused. A
-// setting of the wrong type is a SpecValidationError, and no request is
-// made.
+// call_tools, stream_interval_ms) and the anthropic provider's
+// structured_output and prompt_cache always, and top_k and thinking, which
+// api.openai.com rejects, for api.openai.com only. stream (true or false)
+// is the runtime's: the provider streams when the request has OnDelta.
+// stream_idle_timeout_ms bounds the wait for a stream's next chunk
+// (DefaultStreamIdleTimeout). Every other key goes into the request body
+// as given (tool_choice, reasoning_effort, max_completion_tokens, top_k
+// for vLLM, ...), replacing a field of the same name; model, messages and
+// stream_options are refused. A setting of the wrong type is a
+// SpecValidationError, and no request is made.
+//
+// # Streaming
+//
+// With OnDelta set, the call is made with stream: true and
+// stream_options.include_usage, each text fragment is handed to OnDelta as
+// its chunk arrives, and the chunks are assembled (tool-call arguments from
+// their fragments, usage from the last chunk) into the answer the plain
+// call gives. A stream silent for its idle timeout fails with ClassTimeout;
+// one cut short (a reset, no finish_reason) with ClassTimeout; a malformed
+// chunk with ClassServer. Usage's prompt_tokens_details.cached_tokens, plain
+// or streamed, is CachedInputTokens.
 //
 // # Messages and output
 //
@@ -160,8 +174,8 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 // sharedHTTPClient is the default transport: one pool for every model, and
 // a bound on the wait for response headers so that a server that accepts a
 // connection and never answers cannot hold a call (and its retries) forever
-// when the caller set no deadline. Generations are not streamed, so the
-// bound is generous.
+// when the caller set no deadline. A streamed call's headers come before
+// its first token, a plain call's after its last, so the bound is generous.
 var sharedHTTPClient = sync.OnceValue(func() *http.Client {
 	if t, ok := http.DefaultTransport.(*http.Transport); ok {
 		t = t.Clone()
@@ -216,6 +230,9 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 		var cancel context.CancelFunc
 		callCtx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
+	}
+	if req.OnDelta != nil {
+		return m.generateStream(ctx, callCtx, name, key, base, body, out, &s, req.OnDelta)
 	}
 	var (
 		httpResp *http.Response

@@ -45,9 +45,15 @@ type (
 		} `json:"custom"`
 	}
 	wireUsage struct {
-		PromptTokens     tokenCount `json:"prompt_tokens"`
-		CompletionTokens tokenCount `json:"completion_tokens"`
-		TotalTokens      tokenCount `json:"total_tokens"`
+		PromptTokens        tokenCount `json:"prompt_tokens"`
+		CompletionTokens    tokenCount `json:"completion_tokens"`
+		TotalTokens         tokenCount `json:"total_tokens"`
+		PromptTokensDetails struct {
+			// CachedTokens is the part of PromptTokens read from the
+			// provider's prompt cache (OpenAI: prompts of 1,024 tokens
+			// or more that repeat a recent prefix).
+			CachedTokens tokenCount `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	}
 )
 
@@ -106,9 +112,10 @@ func decodeResponse(name string, status int, raw []byte, out outputMode) (svc.Mo
 	}
 
 	resp := svc.ModelResponse{
-		InputTokens:  int64(wc.Usage.PromptTokens),
-		OutputTokens: int64(wc.Usage.CompletionTokens),
-		TokensUsed:   int64(wc.Usage.TotalTokens),
+		InputTokens:       int64(wc.Usage.PromptTokens),
+		OutputTokens:      int64(wc.Usage.CompletionTokens),
+		TokensUsed:        int64(wc.Usage.TotalTokens),
+		CachedInputTokens: min(int64(wc.Usage.PromptTokensDetails.CachedTokens), int64(wc.Usage.PromptTokens)),
 	}
 	if len(calls) > 0 {
 		resp.ToolCalls = calls

@@ -33,6 +33,12 @@ const (
 	keyStop        = "stop"
 	// keyStopSequences is the Messages API's name for stop.
 	keyStopSequences = "stop_sequences"
+	// keyStream is read by the runtime (whether a call streams: the
+	// provider streams when the request has OnDelta), never sent as is.
+	keyStream = "stream"
+	// keyStreamIdle bounds the wait for the next chunk of a stream, in
+	// milliseconds (DefaultStreamIdleTimeout when absent).
+	keyStreamIdle = "stream_idle_timeout_ms"
 )
 
 // testKeys are the test provider's settings. An agent's model_settings
@@ -41,12 +47,12 @@ const (
 // harmless setting into a 400 that also blocks the fallback.
 var testKeys = map[string]bool{
 	"latency_ms": true, "tokens": true, "fail_times": true, "fail_on": true, "output": true, "call_tools": true,
-	"tool_arguments": true,
+	"tool_arguments": true, "stream_interval_ms": true,
 }
 
 // otherProviderKeys are the anthropic provider's own settings, never meant
 // for a Chat Completions server.
-var otherProviderKeys = map[string]bool{"structured_output": true}
+var otherProviderKeys = map[string]bool{"structured_output": true, "prompt_cache": true}
 
 // anthropicOnlyKeys are Messages API parameters that api.openai.com
 // rejects ("Unrecognized request argument"). They are dropped for it, so
@@ -55,8 +61,8 @@ var otherProviderKeys = map[string]bool{"structured_output": true}
 var anthropicOnlyKeys = map[string]bool{"top_k": true, "thinking": true}
 
 // reservedKeys would break the call if passed through: the provider sets
-// the model and the messages, and reads one JSON answer, not a stream.
-var reservedKeys = map[string]bool{"model": true, "messages": true, "stream": true}
+// the model and the messages, and whether it streams (with its usage).
+var reservedKeys = map[string]bool{"model": true, "messages": true, "stream_options": true}
 
 // settings are the model_settings of one call, checked.
 type settings struct {
@@ -72,6 +78,7 @@ type settings struct {
 	seed        param.Opt[int64]
 	stop        []string // stop and stop_sequences, in key order
 	stopString  bool     // stop was one string, and sent as one
+	streamIdle  time.Duration
 
 	// extra are the passthrough keys, each already JSON.
 	extra map[string]any
@@ -154,6 +161,16 @@ func parseSettings(m map[string]any) (settings, error) {
 				return bad(k, "an integer", v)
 			}
 			s.seed = param.NewOpt(n)
+		case keyStream:
+			if _, ok := v.(bool); !ok {
+				return bad(k, "true or false", v)
+			}
+		case keyStreamIdle:
+			n, ok := settingval.Count(v)
+			if !ok || n == 0 || n > math.MaxInt64/int64(time.Millisecond) {
+				return bad(k, "a positive number of milliseconds", v)
+			}
+			s.streamIdle = time.Duration(n) * time.Millisecond
 		case keyStop, keyStopSequences:
 			// stop_sequences is the Messages API's name; both may be set
 			// for an agent with fallbacks on both providers.
