@@ -429,15 +429,11 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := headerRequestID(r)
 	w.Header().Set(RequestIDHeader, id)
-	ctx := svc.WithRequestID(r.Context(), id)
-	if gs, ok := h.b.(svc.GatherStreamer); ok {
-		return gatherList(ctx, w, gs, name, req)
+	gs, ok := h.b.(svc.GatherStreamer)
+	if !ok {
+		gs = listStreamer{h.b}
 	}
-	results, err := h.b.Gather(ctx, name, req.Tasks, req.MaxConcurrency)
-	if err != nil {
-		return err
-	}
-	return writeResults(w, results)
+	return gatherList(svc.WithRequestID(r.Context(), id), w, gs, name, req)
 }
 
 // gatherList serves a JSON gather through the streamed gather, so that
@@ -449,7 +445,8 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 // an error before then is still a problem answer, and a small answer
 // still has its Content-Length; past that it goes out as it grows, and an
 // error after its status was sent (the server shutting down, the client
-// gone) cuts the connection, never leaving a short answer that parses.
+// gone) cuts the connection, never leaving a short answer that parses. The
+// bytes are json.Encoder's for the whole list.
 func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreamer, name string, req svc.GatherRequest) error {
 	tasks := req.Tasks
 	feed := func(yield func(svc.TaskSpec) bool) {
@@ -529,59 +526,11 @@ func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreame
 	return nil
 }
 
-// resultsBuffered is the largest gather answer writeResults sends whole,
-// with a Content-Length: a larger one goes out as it is encoded.
+// resultsBuffered is the largest gather answer gatherList sends whole,
+// with a Content-Length: a larger one goes out as it is encoded (the 26 MB
+// answer of 87,000 tasks took some 50 MB at its peak, twice, as one buffer
+// grew; issue 25).
 const resultsBuffered = 1 << 20
-
-// writeResults writes a gather's answer, the JSON array of results,
-// byte for byte what writeJSON would write. Up to resultsBuffered it is
-// encoded whole and sent with a Content-Length; past that the encoded
-// part is sent and the rest follows as each result is encoded (chunked),
-// instead of growing one buffer: the 26 MB answer of 87,000 tasks took
-// some 50 MB at its peak, twice, as the buffer grew (issue 25). A result
-// that cannot be encoded once the answer has started aborts the
-// connection, so that the client sees a broken answer, never a short one.
-func writeResults(w http.ResponseWriter, results []svc.AgentResult) error {
-	buf := jsonBufs.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			jsonBufs.Put(buf)
-		}
-	}()
-	buf.Reset()
-	buf.WriteByte('[')
-	i := 0
-	for ; i < len(results) && buf.Len() < resultsBuffered; i++ {
-		if err := appendResult(buf, results, i); err != nil {
-			return err
-		}
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if i == len(results) {
-		buf.WriteString("]\n")
-		h.Set("Content-Length", strconv.Itoa(buf.Len()))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(buf.Bytes())
-		return nil
-	}
-	w.WriteHeader(http.StatusOK)
-	for ; i < len(results); i++ {
-		if buf.Len() >= 32<<10 {
-			if _, err := w.Write(buf.Bytes()); err != nil {
-				return nil // the client has gone
-			}
-			buf.Reset()
-		}
-		if err := appendResult(buf, results, i); err != nil {
-			// The status is sent: nothing can tell the client but a cut.
-			panic(http.ErrAbortHandler)
-		}
-	}
-	buf.WriteString("]\n")
-	_, _ = w.Write(buf.Bytes())
-	return nil
-}
 
 // appendResult appends results[i] to buf, after a comma unless first, as
 // json.Encoder encodes it inside the array.

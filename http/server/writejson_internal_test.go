@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -112,6 +115,9 @@ func TestAppendAgentResultIsMarshal(t *testing.T) {
 // Content-Length) and larger than the buffered part (chunked), with
 // results the fast encoder declines among them.
 func TestWriteResultsIsEncode(t *testing.T) {
+	writeResults := func(w http.ResponseWriter, results []svc.AgentResult) error {
+		return gatherList(context.Background(), w, sliceStreamer(results), "echo", svc.GatherRequest{Tasks: make([]svc.TaskSpec, len(results))})
+	}
 	many := func(n int) []svc.AgentResult {
 		rs := make([]svc.AgentResult, n)
 		for i := range rs {
@@ -156,5 +162,18 @@ func TestWriteResultsIsEncode(t *testing.T) {
 	var me *json.MarshalerError
 	if !errors.As(err, &me) || rec.Body.Len() != 0 {
 		t.Errorf("writeResults of invalid output: %v, wrote %q", err, rec.Body.String())
+	}
+}
+
+// sliceStreamer is a streamed gather whose results are given, in order.
+type sliceStreamer []svc.AgentResult
+
+func (s sliceStreamer) GatherStream(context.Context, string, iter.Seq[svc.TaskSpec], int) iter.Seq2[svc.GatherItem, error] {
+	return func(yield func(svc.GatherItem, error) bool) {
+		for i, r := range s {
+			if !yield(svc.GatherItem{Index: i, Result: r}, nil) {
+				return
+			}
+		}
 	}
 }
