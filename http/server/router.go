@@ -440,8 +440,8 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 // neither the tasks nor the results of a big batch are held all at once:
 // each task is let go as the runtime takes it, each result is encoded as
 // soon as those before it are, and the runtime's state is its window's
-// (issue 25: the 87,000-task gather's peak). The answer is the one
-// writeResults writes: up to resultsBuffered of it is held back, so that
+// (issue 25: the 87,000-task gather's peak). The answer is the list in
+// task order: up to resultsBuffered of it is held back, so that
 // an error before then is still a problem answer, and a small answer
 // still has its Content-Length; past that it goes out as it grows, and an
 // error after its status was sent (the server shutting down, the client
