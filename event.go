@@ -96,6 +96,10 @@ var OptionalPayloadKeys = map[EventType][]string{
 	// handlers its broker client recovered (svc.PanicCounter): each once
 	// it is not 0.
 	EventWorkerHeartbeat: {"rejected", "skipped_cancelled", "handler_panics"},
+	// group_completed says whether the group run as a whole succeeded
+	// (its result's success): a group whose fan-out lost a branch may
+	// still have, and its run then completed, not failed.
+	EventGroupCompleted: {"success"},
 }
 
 // IsFailure reports whether events of this type log at error level.

@@ -86,6 +86,7 @@ type groupActor struct {
 	stopped   bool
 	completed bool // group_completed emitted
 	dur       float64
+	success   bool // the group run succeeded, for group_completed
 	tokens    int64
 	cost      float64
 	invs      int
@@ -384,6 +385,7 @@ func (g *groupActor) fail(c actor.Context, res svc.RunResult, err error) {
 func (g *groupActor) finish(c actor.Context, r GroupReply) {
 	g.done = true
 	g.dur = ms(time.Since(g.start))
+	g.success = r.Err == nil && r.Result.Success()
 	if g.active == 0 {
 		g.emitCompleted() // before the answer, so callers see it
 	}
@@ -394,7 +396,7 @@ func (g *groupActor) finish(c actor.Context, r GroupReply) {
 func (g *groupActor) emitCompleted() {
 	if !g.completed {
 		g.completed = true
-		g.emit(svc.EventGroupCompleted, svc.Payload{"group_name": g.req.Graph.Def.Name, "duration_ms": g.dur})
+		g.emit(svc.EventGroupCompleted, svc.Payload{"group_name": g.req.Graph.Def.Name, "duration_ms": g.dur, "success": g.success})
 	}
 }
 

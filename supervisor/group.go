@@ -108,7 +108,7 @@ func (rt *Runtime) runTeam(ctx context.Context, g *registry.Group, task svc.Task
 	}
 	res, err := rt.runCompiled(inner, g.Team, t)
 	rt.emitGroup(svc.EventGroupCompleted, g.Def.Name, t.Trace, &s, span,
-		svc.Payload{"group_name": g.Def.Name, "duration_ms": float64(time.Since(start).Microseconds()) / 1000})
+		svc.Payload{"group_name": g.Def.Name, "duration_ms": float64(time.Since(start).Microseconds()) / 1000, "success": err == nil && res.Success})
 	if err != nil {
 		return svc.RunResult{}, err
 	}

@@ -88,6 +88,21 @@ func testTree(t *testing.T, open Open) {
 
 		// o-1: only a child run is stored, not the parent's own events.
 		child(mk(svc.EventAgentSpawned, 300, "kid", "o1", "oc-1", nil), "o-1"),
+
+		// f-1: a fan-out group that lost one branch and still succeeded
+		// (group_completed says so): the root is completed, the branch
+		// failed. f-2: a group that failed with every node completed (it
+		// was cut short): the root is failed.
+		mk(svc.EventGroupStarted, 400, "fanout", "", "f-1", svc.Payload{"group_name": "fanout", "node_count": 2}),
+		mk(svc.EventAgentSpawned, 401, "worker", "f/1", "f-1", nil),
+		mk(svc.EventAgentCompleted, 402, "worker", "f/1", "f-1", nil),
+		mk(svc.EventAgentSpawned, 403, "worker", "f/2", "f-1", nil),
+		mk(svc.EventAgentFailed, 404, "worker", "f/2", "f-1", svc.Payload{"error": "ModelError: bad"}),
+		mk(svc.EventGroupCompleted, 405, "fanout", "", "f-1", svc.Payload{"group_name": "fanout", "success": true}),
+		mk(svc.EventGroupStarted, 500, "pipe", "", "f-2", svc.Payload{"group_name": "pipe", "node_count": 2}),
+		mk(svc.EventAgentSpawned, 501, "step", "p/1", "f-2", nil),
+		mk(svc.EventAgentCompleted, 502, "step", "p/1", "f-2", nil),
+		mk(svc.EventGroupCompleted, 503, "pipe", "", "f-2", svc.Payload{"group_name": "pipe", "success": false}),
 	}
 	cases := []struct{ trace, want string }{
 		{"g-1", `
@@ -130,6 +145,15 @@ run solo failed task=- trace=a-1 200..203 []
 run  running task=- trace=o-1 300..… []
   run kid running task=- trace=oc-1 300..… []
     agent kid running task=o1 trace=oc-1 300..… [agent_spawned]
+`},
+		{"f-1", `
+group fanout completed task=- trace=f-1 400..405 [group_started group_completed]
+  agent worker completed task=f/1 trace=f-1 401..402 [agent_spawned agent_completed]
+  agent worker failed task=f/2 trace=f-1 403..404 [agent_spawned agent_failed]
+`},
+		{"f-2", `
+group pipe failed task=- trace=f-2 500..503 [group_started group_completed]
+  agent step completed task=p/1 trace=f-2 501..502 [agent_spawned agent_completed]
 `},
 	}
 	s := open(t, eventstore.Retention{})

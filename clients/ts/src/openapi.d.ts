@@ -736,6 +736,7 @@ export interface components {
             payload: {
                 duration_ms: number;
                 group_name: string;
+                success?: boolean;
             };
         } | {
             /** @constant */

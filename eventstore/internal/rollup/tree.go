@@ -183,6 +183,8 @@ func (b *treeBuilder) build(trace string) *tnode {
 		byTime []*tnode     // nested nodes to place (by span id, else by time)
 		busy   bool         // the group is open, or an invocation below the root runs
 		failed bool
+		// groupOutcome is group_completed's "success", when it has one.
+		groupOutcome *bool
 		// spans are the invocations with span ids; rootSpans the spans of
 		// the run itself (its group or batch).
 		spans     = map[string]*tnode{}
@@ -232,6 +234,9 @@ func (b *treeBuilder) build(trace string) *tnode {
 				}
 			} else {
 				busy = false
+				if ok, known := ev.Payload["success"].(bool); known {
+					groupOutcome = &ok
+				}
 			}
 			continue
 		case svc.EventAgentSpawned, svc.EventAgentDispatched:
@@ -388,6 +393,15 @@ func (b *treeBuilder) build(trace string) *tnode {
 	switch {
 	case busy:
 		return root
+	case groupOutcome != nil && root.n.Kind == "group":
+		// The group run says how it ended: one whose fan-out lost a
+		// branch may still have succeeded (its run completed), the failed
+		// branch marked failed below it. Events stored before
+		// group_completed carried "success" fall to the children's rule.
+		root.n.Status = statusFailed
+		if *groupOutcome {
+			root.n.Status = statusCompleted
+		}
 	case failed:
 		root.n.Status = statusFailed
 	default:
