@@ -50,6 +50,7 @@ var specs = map[string]string{
 		"  call_tools: [spawn_agents]\n  tool_arguments:\n    spawn_agents: {agents: [{name: helper, instructions: help, input: {from: parent}}]}\n",
 	"groups/fan.yaml": "version: 1\nname: fan\nnodes:\n  split: {agent: echo}\n  work: {agent: item}\n" +
 		"edges:\n  - {from: split, to: work, fan_out: output.items, max_concurrency: 2}\n",
+	"groups/crew.yaml": "version: 1\nname: crew\nkind: team\ncoordinator: echo\ndelegates: [item, clock]\nmax_rounds: 3\n",
 }
 
 // chromiumPath finds the browser, or skips (fails under
@@ -527,6 +528,11 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/#groups"))
 	b.until("the fan group's graph", `document.querySelectorAll('[data-group="fan"] svg g.node').length === 2 && document.querySelectorAll('[data-group="fan"] svg g.edge').length === 1`)
+	// The counts under each drawing are the drawing's (a team's said 0
+	// nodes, 0 edges under three nodes).
+	b.until("the groups' counts", `document.querySelector('[data-group="fan"] .group-counts').textContent.startsWith('2 nodes, 1 edges') && `+
+		`document.querySelectorAll('[data-group="crew"] svg g.node').length === 3 && `+
+		`document.querySelector('[data-group="crew"] .group-counts').textContent.startsWith('3 nodes, 2 edges; coordinator echo')`)
 	b.shot("groups")
 
 	// The dark theme.

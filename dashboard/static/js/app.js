@@ -641,9 +641,18 @@ async function showGroups() {
     const names = await call('groups');
     if (!names.length) { out.replaceChildren(h('p', { class: 'muted' }, 'No groups registered.')); return; }
     const topos = await Promise.all(names.map((n) => call('groups/' + encodeURIComponent(n) + '/topology').catch((e) => ({ name: n, error: e.message }))));
-    out.replaceChildren(...topos.map((t) => h('div', { class: 'card wide', 'data-group': t.name }, h('h2', {}, t.name, ' ', h('small', { class: 'muted' }, t.kind || '')),
-      t.error ? h('p', { class: 'bad' }, t.error) : graph(t),
-      t.error ? null : h('p', { class: 'muted small' }, `${t.nodes.length} nodes, ${t.edges.length} edges; entry ${t.entry.join(', ')}; terminal ${t.terminal.join(', ')}`))));
+    out.replaceChildren(...topos.map((t) => {
+      if (t.error) return h('div', { class: 'card wide', 'data-group': t.name }, h('h2', {}, t.name), h('p', { class: 'bad' }, t.error));
+      // The counts are the drawing's: a team's topology lists no nodes or
+      // edges, its drawing has the coordinator and a delegate edge each.
+      const g = graph(t);
+      const count = (sel) => g.querySelectorAll(sel).length;
+      const shape = t.kind === 'team'
+        ? `coordinator ${t.coordinator}; ${t.delegates.length} delegates; at most ${t.max_rounds} rounds`
+        : `entry ${t.entry.join(', ')}; terminal ${t.terminal.join(', ')}`;
+      return h('div', { class: 'card wide', 'data-group': t.name }, h('h2', {}, t.name, ' ', h('small', { class: 'muted' }, t.kind || '')), g,
+        h('p', { class: 'muted small group-counts' }, `${count('g.node')} nodes, ${count('g.edge')} edges; ${shape}`));
+    }));
   } catch (err) { out.replaceChildren(h('p', { class: 'bad' }, err.message)); }
 }
 
