@@ -75,7 +75,7 @@ func startSim(t *testing.T, sc *llmsim.Scenario) *llmsim.Server {
 func TestAgentStreamsAndCachesThroughProviders(t *testing.T) {
 	sim := startSim(t, nil)
 	prices := model.NewPriceTable(map[string]model.Price{
-		"openai:gpt-4o-mini":        {InputPerMTok: 1, CachedInputPerMTok: 0.1, OutputPerMTok: 2},
+		"openai:gpt-4o-mini":         {InputPerMTok: 1, CachedInputPerMTok: 0.1, OutputPerMTok: 2},
 		"anthropic:claude-haiku-4-5": {InputPerMTok: 1, CachedInputPerMTok: 0.1, OutputPerMTok: 2},
 	})
 	for _, c := range []struct {
