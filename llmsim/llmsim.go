@@ -452,13 +452,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 		}
 		s.mu.Unlock()
 	}
+	if rule.Hang {
+		s.stall(r.Context())
+		return
+	}
+	if sf, ok := statusFaults[fault]; ok {
+		if rule.RetryAfterMs > 0 {
+			w.Header().Set("retry-after-ms", strconv.Itoa(rule.RetryAfterMs))
+		}
+		msg := sf.message
+		if rule.Message != "" {
+			msg = rule.Message
+		}
+		if f == openAI {
+			fail(w, f, sf.status, sf.openAIType, sf.openAICode, msg)
+		} else {
+			fail(w, f, sf.status, sf.anthType, "", msg)
+		}
+		return
+	}
 	switch fault {
-	case "500":
-		fail(w, f, 500, "api_error", "", "Internal server error (injected).")
-		return
-	case "529":
-		fail(w, f, 529, "overloaded_error", "", "Overloaded")
-		return
 	case "reset":
 		reset(w)
 		return

@@ -371,3 +371,62 @@ func TestLatencyDistributionShapes(t *testing.T) {
 		}
 	}
 }
+
+// Status faults in each API's words, with the rule's message and
+// retry-after-ms; a hanging rule sends nothing until the client gives up;
+// a scenario file may ask for all of them.
+func TestStatusFaultsMessageRetryAfterAndHang(t *testing.T) {
+	sc := &llmsim.Scenario{Rules: []llmsim.Rule{
+		{Match: llmsim.Match{Contains: "hang"}, Hang: true},
+		{Match: llmsim.Match{Contains: "f503"}, Fault: "503", Message: "busy, try later", RetryAfterMs: 7},
+		{Match: llmsim.Match{Contains: "f429"}, Fault: "429"},
+		{Match: llmsim.Match{Contains: "f401"}, Fault: "401"},
+		{Match: llmsim.Match{Contains: "f400"}, Fault: "400", Message: "bad thing"},
+	}}
+	s := start(t, llmsim.Config{Scenario: sc})
+	o, a := oai(s, "k"), ant(s, "k")
+	ctx := context.Background()
+
+	_, err := o.Chat.Completions.New(ctx, oaiParams("f503"))
+	var oe *openai.Error
+	if !errors.As(err, &oe) || oe.StatusCode != 503 || oe.Message != "busy, try later" || oe.Response.Header.Get("retry-after-ms") != "7" {
+		t.Fatalf("503: %v", err)
+	}
+	for _, c := range []struct {
+		text, typ string
+		status    int
+	}{{"f429", "rate_limit_error", 429}, {"f401", "authentication_error", 401}, {"f400", "invalid_request_error", 400}} {
+		_, err := a.Messages.New(ctx, antParams(c.text))
+		var ae *anthropic.Error
+		if !errors.As(err, &ae) || ae.StatusCode != c.status || !strings.Contains(ae.RawJSON(), `"`+c.typ+`"`) {
+			t.Errorf("%s: %v", c.text, err)
+		}
+		if ae != nil && ae.Response.Header.Get("retry-after-ms") != "" {
+			t.Errorf("%s: retry-after-ms without retry_after_ms", c.text)
+		}
+	}
+	_, err = o.Chat.Completions.New(ctx, oaiParams("f400"))
+	if !errors.As(err, &oe) || oe.StatusCode != 400 || oe.Message != "bad thing" {
+		t.Errorf("400: %v", err)
+	}
+
+	hctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := o.Chat.Completions.New(hctx, oaiParams("hang")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("hang: %v, want the client's deadline", err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Error("a hanging rule answered before the client gave up")
+	}
+
+	dir := t.TempDir()
+	p := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(p, []byte("rules:\n  - fault: \"503\"\n    message: m\n    retry_after_ms: 5\n  - hang: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := llmsim.LoadScenario(p)
+	if err != nil || loaded.Rules[0].RetryAfterMs != 5 || loaded.Rules[0].Message != "m" || !loaded.Rules[1].Hang {
+		t.Fatalf("%v %+v", err, loaded)
+	}
+}

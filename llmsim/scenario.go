@@ -21,8 +21,17 @@ type Scenario struct {
 type Rule struct {
 	Match Match `yaml:"match"`
 	Reply Reply `yaml:"reply"`
-	// Fault is "500", "529", "reset" or "malformed"; empty for none.
+	// Fault is "400", "401", "429", "500", "503", "529", "reset" or
+	// "malformed"; empty for none.
 	Fault string `yaml:"fault"`
+	// Message replaces the error message of a status fault.
+	Message string `yaml:"message"`
+	// RetryAfterMs, when set, sends retry-after-ms with a status fault:
+	// the header both SDKs read first, so that retries wait milliseconds.
+	RetryAfterMs int `yaml:"retry_after_ms"`
+	// Hang holds the request without sending a byte until the client
+	// gives up (or the server closes).
+	Hang bool `yaml:"hang"`
 	// StallAfterTokens makes a streamed answer stop sending after that
 	// many tokens, holding the connection open until the client gives up.
 	StallAfterTokens int    `yaml:"stall_after_tokens"`
@@ -79,10 +88,28 @@ func LoadScenario(path string) (*Scenario, error) {
 	}
 	for i, r := range sc.Rules {
 		switch r.Fault {
-		case "", "500", "529", "reset", "malformed":
+		case "", "reset", "malformed":
 		default:
-			return nil, fmt.Errorf("llmsim: scenario %s: rules[%d].fault: %q is not one of 500, 529, reset, malformed", path, i, r.Fault)
+			if _, ok := statusFaults[r.Fault]; !ok {
+				return nil, fmt.Errorf("llmsim: scenario %s: rules[%d].fault: %q is not one of 400, 401, 429, 500, 503, 529, reset, malformed", path, i, r.Fault)
+			}
 		}
 	}
 	return &sc, nil
+}
+
+// statusFault is an error answer a rule can ask for, in each API's words.
+type statusFault struct {
+	status               int
+	openAIType, anthType string
+	openAICode, message  string
+}
+
+var statusFaults = map[string]statusFault{
+	"400": {400, "invalid_request_error", "invalid_request_error", "", "Invalid request (injected)."},
+	"401": {401, "invalid_request_error", "authentication_error", "invalid_api_key", "Incorrect API key provided (injected)."},
+	"429": {429, "requests", "rate_limit_error", "rate_limit_exceeded", "Rate limit reached (injected)."},
+	"500": {500, "api_error", "api_error", "", "Internal server error (injected)."},
+	"503": {503, "server_error", "overloaded_error", "", "The server is overloaded (injected)."},
+	"529": {529, "overloaded_error", "overloaded_error", "", "Overloaded"},
 }

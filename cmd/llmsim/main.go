@@ -88,7 +88,7 @@ Tokens are counted as one per 4 bytes of text, rounded up.`,
 	f.IntVar(&cfg.TPM, "tpm", 0, "prompt tokens per minute per API key and model (0 unlimited), e.g. 40000")
 	f.IntVar(&cfg.ContextWindow, "context-window", 0, "largest prompt in tokens; larger ones get each provider's context error (0 unlimited), e.g. 8192")
 	f.Float64Var(&cfg.FaultRate, "fault-rate", 0, "chance 0..1 that a request fails with one of --faults, e.g. 0.05")
-	f.StringVar(&faults, "faults", "500,529", "faults drawn by --fault-rate: 500, 529 (overloaded), reset (connection reset), malformed")
+	f.StringVar(&faults, "faults", "500,529", "faults drawn by --fault-rate: 400, 401, 429, 500, 503, 529 (overloaded), reset (connection reset), malformed")
 	f.StringVar(&keys, "keys", "", "comma-separated accepted API keys; others get 401 (empty accepts any)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for latencies and faults, so runs repeat")
 	return cmd

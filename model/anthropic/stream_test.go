@@ -152,3 +152,25 @@ func TestPromptCache(t *testing.T) {
 		}
 	}
 }
+
+// Without instructions, prompt_cache still caches the tool definitions:
+// the last tool carries the cache mark.
+func TestPromptCacheToolsOnly(t *testing.T) {
+	m := simModel(t, llmsim.Config{})
+	req := userAsks("hello", map[string]any{"prompt_cache": true})
+	req.Tools = []svc.ToolSpec{
+		{Name: "lookup", Description: strings.Repeat("Looks things up in the big book. ", 100), InputSchema: json.RawMessage(`{"type":"object"}`)},
+		{Name: "write", Description: "Writes a page.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+	}
+	first, err := m.Generate(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := m.Generate(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.CachedInputTokens != 0 || second.CachedInputTokens < 500 || second.CachedInputTokens > second.InputTokens {
+		t.Errorf("tools only: cached %d, then %d of %d input tokens", first.CachedInputTokens, second.CachedInputTokens, second.InputTokens)
+	}
+}
