@@ -50,6 +50,10 @@ var specs = map[string]string{
 		"  call_tools: [spawn_agents]\n  tool_arguments:\n    spawn_agents: {agents: [{name: helper, instructions: help, input: {from: parent}}]}\n",
 	"groups/fan.yaml": "version: 1\nname: fan\nnodes:\n  split: {agent: echo}\n  work: {agent: item}\n" +
 		"edges:\n  - {from: split, to: work, fan_out: output.items, max_concurrency: 2}\n",
+	// talk streams its answer a word every 200 ms (the test model's
+	// streaming), for the drawer's live text.
+	"agents/talk.yaml": "version: 1\nname: talk\nmodel: test:echo\ninstructions: Talk.\nmodel_settings:\n" +
+		"  output: \"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen\"\n  stream_interval_ms: 200\n",
 	"groups/crew.yaml": "version: 1\nname: crew\nkind: team\ncoordinator: echo\ndelegates: [item, clock]\nmax_rounds: 3\n",
 }
 
@@ -680,4 +684,31 @@ func TestDashboardReconnecting(t *testing.T) {
 	for _, e := range b.errors() {
 		t.Errorf("console error: %s", e)
 	}
+}
+
+// The run drawer shows a streaming run's answer as it is written (the
+// run's deltas, /runs/{id}/stream?deltas=true), before the run has
+// finished, and the result replaces it once it has (issue 27).
+func TestDashboardDrawerLiveText(t *testing.T) {
+	t.Parallel() // its own server and browser
+	a := startApp(t, "")
+	b := newBrowser(t, 1200, 800)
+	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
+	id := submit(t, a, "talk", `"hi"`)
+	b.until("the run to appear live", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
+	b.click(runRow(id))
+	// Part of the answer, while the run still runs: the drawer's result
+	// is not there yet.
+	// Deltas are not replayed: the drawer shows the words from when it
+	// began to follow the run.
+	b.until("the answer so far", `(() => { const t = (document.querySelector('#drawer-live .live-text') || {}).textContent || '';`+
+		` return !document.querySelector('#drawer-live-box').hidden && t.trim().split(' ').length >= 2 && !t.includes('sixteen') &&`+
+		` !document.querySelector('#drawer-result').textContent.includes('sixteen'); })()`)
+	if s, _ := runStatus(t, a, id); s != "running" && s != "pending" {
+		t.Errorf("the run was %s when the drawer showed part of its answer; want it still running", s)
+	}
+	b.shot("drawer-live")
+	// Then the result, which replaces the text streamed so far.
+	b.until("the result", `document.querySelector('#drawer-result').textContent.includes('one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen') && document.querySelector('#drawer-live-box').hidden`)
 }

@@ -325,12 +325,30 @@ async function openRun(id) {
   $('#drawer-timeline').replaceChildren();
   $('#drawer-result').textContent = '…';
   $('#drawer-tree').replaceChildren(h('span', { class: 'muted' }, 'waiting for the run\'s first event…'));
+  $('#drawer-live').replaceChildren();
+  $('#drawer-live-box').hidden = true;
   await refreshDrawer();
   const tl = $('#drawer-timeline');
-  stream(`runs/${encodeURIComponent(id)}/stream`, {
+  // The text each invocation (by task id) has streamed so far, shown
+  // until the run's result replaces it.
+  const live = new Map();
+  stream(`runs/${encodeURIComponent(id)}/stream?deltas=true`, {
     signal: abort.signal, once: true,
-    onEvent: ({ data }) => {
+    onEvent: ({ event, data }) => {
       if (!data || !data.type) return;
+      if (event === 'delta' || data.type === 'delta') {
+        if (state.drawer && state.drawer.done) return;
+        const key = data.task_id || '';
+        let e = live.get(key);
+        if (!e) {
+          e = h('pre', { class: 'live-text', 'data-task': key });
+          live.set(key, e);
+          $('#drawer-live').append(h('div', {}, h('small', { class: 'muted' }, data.agent || ''), e));
+        }
+        e.textContent += data.text || '';
+        $('#drawer-live-box').hidden = false;
+        return;
+      }
       tl.append(h('li', { class: 'ev-' + data.type },
         h('time', {}, ts(data.timestamp)), ' ', h('b', {}, data.type),
         data.agent ? ' ' + data.agent : '', data.error ? h('div', { class: 'bad' }, data.error) : ''));
@@ -372,6 +390,8 @@ async function refreshDrawer() {
       if (state.drawer !== d) return;
       $('#drawer-result').textContent = JSON.stringify(res, null, 2);
       $('#drawer-result').classList.remove('muted');
+      d.done = true; // the result replaces the text streamed so far
+      $('#drawer-live-box').hidden = true;
       const tr = res && res.metadata && res.metadata.trace_id;
       if (tr && !d.known) showDrawerTree(tr); // fallback: an older server
     } else if (st.state === 'cancelled') {
