@@ -332,7 +332,9 @@ func newRunsCancel(f *runsFlags) *cobra.Command {
 		Short: "Cancel a run",
 		Long: `Cancel a run (POST /runs/ID/cancel): its invocations in flight are
 stopped and it ends cancelled. Cancelling a run that already ended does
-nothing.
+nothing. It prints what it did: "run ID cancelled", or "run ID already
+ended (status completed)" (or failed, cancelled) when there was nothing
+to cancel.
 
 Exit status: 0 when the server took the cancel, 1 for an unknown run or a
 refused call, 2 for bad usage.`,
@@ -343,10 +345,12 @@ refused call, 2 for bad usage.`,
 				return err
 			}
 			defer func() { _ = c.Close() }()
-			if err := c.CancelRun(cmd.Context(), args[0]); err != nil {
+			msg, err := cancelRun(cmd.Context(), c, args[0])
+			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
-			return nil
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return err
 		},
 	}
 }
@@ -448,4 +452,27 @@ func (fc *followCmd) run(cmd *cobra.Command, id string) error {
 		return &exitError{code: 1, err: fmt.Errorf("run %s %s", id, why)}
 	}
 	return &exitError{code: 1, err: errors.New("the event stream ended before the run did (the server went away?)")}
+}
+
+// cancelRun cancels a run and says what that did. POST /runs/ID/cancel
+// answers 204 for any known run, ended or not, so the state is read
+// before (a run that already ended is left as it is) and after (a run
+// that ended on its own while the cancel was on its way).
+func cancelRun(ctx context.Context, b svc.RunBackend, id string) (string, error) {
+	st, err := b.RunStatus(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !st.State.Terminal() {
+		if err := b.CancelRun(ctx, id); err != nil {
+			return "", err
+		}
+		if st, err = b.RunStatus(ctx, id); err != nil {
+			return "", err
+		}
+		if !st.State.Terminal() || st.State == svc.RunCancelled {
+			return fmt.Sprintf("run %s cancelled", id), nil
+		}
+	}
+	return fmt.Sprintf("run %s already ended (status %s)", id, st.State), nil
 }

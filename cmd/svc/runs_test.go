@@ -212,8 +212,13 @@ func TestCLIOnServer(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		id := strings.TrimSpace(mustExec(t, 0, nil, append([]string{"submit", "slowpair", "--input", "1"}, u...)...).stdout)
 		waitRunState(t, s.url, id, svc.RunRunning)
-		mustExec(t, 0, nil, "runs", "cancel", id, "--url", s.url)
+		if out := mustExec(t, 0, nil, "runs", "cancel", id, "--url", s.url).stdout; out != "run "+id+" cancelled\n" {
+			t.Errorf("cancel of a running run says %q", out)
+		}
 		waitRunState(t, s.url, id, svc.RunCancelled)
+		if out := mustExec(t, 0, nil, "runs", "cancel", id, "--url", s.url).stdout; out != "run "+id+" already ended (status cancelled)\n" {
+			t.Errorf("cancel of a cancelled run says %q", out)
+		}
 		r := mustExec(t, 1, nil, "runs", "result", id, "--url", s.url)
 		if !strings.Contains(r.stderr, "cancelled") || r.stdout != "" {
 			t.Errorf("result of a cancelled run: stdout %q stderr %q", r.stdout, r.stderr)
