@@ -277,7 +277,6 @@ func TestRunRefusedAndUsage(t *testing.T) {
 		{"input not matching input_type", []string{"run", "triage", "--input", `{"x":1}`, "--specs", exampleSpecs}, 1, "input_type"},
 		{"bad input JSON", []string{"run", "echo", "--input", `{"a":`, "--specs", exampleSpecs}, 2, "--input is not valid JSON"},
 		{"missing input file", []string{"run", "echo", "--input", "@/nonexistent/in.json", "--specs", exampleSpecs}, 2, "--input"},
-		{"neither specs nor url", []string{"run", "echo", "--input", "1"}, 2, "--specs DIR"},
 		{"both specs and url", []string{"run", "echo", "--input", "1", "--specs", exampleSpecs, "--url", "http://127.0.0.1:1"}, 2, "--specs DIR"},
 		{"no input", []string{"run", "echo", "--specs", exampleSpecs}, 2, `"input"`},
 		{"no agent", []string{"run", "--input", "1", "--specs", exampleSpecs}, 2, "arg"},

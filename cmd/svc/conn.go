@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,8 +16,29 @@ import (
 	"github.com/svc-dev/svc/http/client"
 )
 
-// defaultURL is where the client commands that need a server look for one.
+// defaultURL is where the client commands that need a server look for one
+// when neither --url nor $SVC_URL names it.
 const defaultURL = "http://127.0.0.1:8420"
+
+// urlUsage is --url's help on the commands that talk to a server; the
+// default is resolved when the command runs (serverURL), so that the help
+// says it once.
+const urlUsage = "base URL of the server (default $SVC_URL, else " + defaultURL + ")"
+
+// serverURL is the server a client command talks to: flag (--url) when
+// given, else $SVC_URL, else defaultURL, which it says on w in one line,
+// with how to name another, since a user who meant another server (or to
+// run in process) would otherwise only see a connection refused.
+func serverURL(flag string, w io.Writer) string {
+	if flag != "" {
+		return flag
+	}
+	if v := os.Getenv("SVC_URL"); v != "" {
+		return v
+	}
+	fmt.Fprintf(w, "svc: no --url given and SVC_URL not set: trying %s (set --url or SVC_URL to use another server)\n", defaultURL)
+	return defaultURL
+}
 
 // remoteFlags are the flags of a command that talks to a server: --url
 // (its base URL), the bearer token and the timeout of each call.
@@ -33,8 +56,10 @@ func (r *remoteFlags) register(fs *pflag.FlagSet, urlDefault, urlUsage string) {
 	fs.DurationVar(&r.timeout, "timeout", 30*time.Second, "HTTP timeout of each call to --url: a synchronous run or gather is one call, so raise it for long ones (waiting for a submitted run is many short calls)")
 }
 
-// client returns a client of --url; its errors are usage errors.
-func (r *remoteFlags) client() (*client.Client, error) {
+// client returns a client of --url (resolved by serverURL, which may say
+// so on w); its errors are usage errors.
+func (r *remoteFlags) client(w io.Writer) (*client.Client, error) {
+	r.url = serverURL(r.url, w)
 	tok, err := r.auth.resolve()
 	if err != nil {
 		return nil, err
@@ -58,7 +83,7 @@ type connFlags struct {
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
 	f.runtimeFlags.register(fs, "")
-	f.remoteFlags.register(fs, "", "base URL of a server to run on, instead of in process (default: none, in process with --specs)")
+	f.remoteFlags.register(fs, "", "base URL of a server to run on (default $SVC_URL, else "+defaultURL+"); with --specs DIR the command runs in process instead")
 }
 
 // backend is what a command runs on: the runtime of an in-process app,
@@ -81,11 +106,12 @@ type conn struct {
 // exitErrors with the right status.
 func (f *connFlags) open(cmd *cobra.Command) (*conn, error) {
 	usage := func(err error) error { return &exitError{code: 2, err: err} }
-	if (f.url == "") == (f.specs == "") {
-		return nil, usage(errors.New("give --specs DIR (in process) or --url URL (a server), one of them"))
+	if f.url != "" && f.specs != "" {
+		return nil, usage(errors.New("give --specs DIR (in process) or --url URL (a server), not both"))
 	}
-	if f.url != "" {
-		c, err := f.client()
+	if f.specs == "" {
+		// A server: --url, $SVC_URL, or the default address.
+		c, err := f.client(cmd.ErrOrStderr())
 		if err != nil {
 			return nil, usage(err)
 		}

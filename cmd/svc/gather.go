@@ -26,7 +26,7 @@ type gatherCmd struct {
 func newGather() *cobra.Command {
 	g := &gatherCmd{}
 	cmd := &cobra.Command{
-		Use:   "gather AGENT --inputs FILE.jsonl (--specs DIR | --url URL)",
+		Use:   "gather AGENT --inputs FILE.jsonl [--specs DIR | --url URL]",
 		Short: "Run many tasks on one agent and stream one result per line",
 		Long: `Run one task on AGENT per line of --inputs, at most --max-concurrency at
 once, and print each result as soon as it finishes, one JSON line each:

@@ -81,7 +81,7 @@ func newRoot() *cobra.Command {
   svc run echo --input '{"text":"hi"}' --specs examples/specs
   svc run pipeline --input '"draft"' --url http://127.0.0.1:8420
   svc gather echo --inputs tasks.jsonl --specs examples/specs
-  svc submit panel --input '"plan"' --wait     submit a run (to --url, default none) and wait
+  svc submit panel --input '"plan"' --wait     submit a run (to --url, else $SVC_URL, else 127.0.0.1:8420) and wait
   svc runs --state running                     list a server's runs; svc runs show|result|cancel|follow ID
   svc validate examples/specs          check spec files
   svc mcp --specs examples/specs       serve the agents and groups as MCP tools on stdio

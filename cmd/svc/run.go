@@ -49,7 +49,7 @@ func (t *taskFlags) task(cmd *cobra.Command) (svc.TaskSpec, error) {
 func newRun() *cobra.Command {
 	r := &runCmd{}
 	cmd := &cobra.Command{
-		Use:   "run TARGET --input JSON (--specs DIR | --url URL)",
+		Use:   "run TARGET --input JSON [--specs DIR | --url URL]",
 		Short: "Run one task on an agent or a group and print the result",
 		Long: `Run one task on an agent or a group (TARGET) and wait for the result: an
 AgentResult as JSON, or a GroupResult when several terminal nodes of a

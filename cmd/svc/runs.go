@@ -26,7 +26,7 @@ type submitCmd struct {
 func newSubmit() *cobra.Command {
 	s := &submitCmd{}
 	cmd := &cobra.Command{
-		Use:   "submit TARGET --input JSON (--url URL | --specs DIR)",
+		Use:   "submit TARGET --input JSON [--url URL | --specs DIR]",
 		Short: "Submit a run of an agent or a group and print its run id",
 		Long: `Submit one task to an agent or a group (TARGET) as a run (POST /submit)
 and print the run's id on stdout; come back for it with svc runs show,
@@ -170,11 +170,11 @@ type runsFlags struct {
 }
 
 func (r *runsFlags) register(cmd *cobra.Command) {
-	r.remoteFlags.register(cmd.PersistentFlags(), envOr("SVC_URL", defaultURL), "base URL of the server (default $SVC_URL, else "+defaultURL+")")
+	r.remoteFlags.register(cmd.PersistentFlags(), "", urlUsage)
 }
 
-func (r *runsFlags) open() (*client.Client, error) {
-	c, err := r.client()
+func (r *runsFlags) open(w io.Writer) (*client.Client, error) {
+	c, err := r.client(w)
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
@@ -234,7 +234,7 @@ func (r *runsCmd) run(cmd *cobra.Command) error {
 	if r.limit < 1 || r.limit > svc.MaxRunPage {
 		return &exitError{code: 2, err: fmt.Errorf("--limit %d: want 1 to %d", r.limit, svc.MaxRunPage)}
 	}
-	c, err := r.open()
+	c, err := r.open(cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ Exit status: 0 when printed, 1 for an unknown run or a refused call, 2 for
 bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.open()
+			c, err := f.open(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -309,7 +309,7 @@ printed), for a run still pending or running or cancelled (it has no
 result), an unknown run or a refused call, 2 for bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.open()
+			c, err := f.open(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -340,7 +340,7 @@ Exit status: 0 when the server took the cancel, 1 for an unknown run or a
 refused call, 2 for bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.open()
+			c, err := f.open(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -393,7 +393,7 @@ func (fc *followCmd) run(cmd *cobra.Command, id string) error {
 	if fc.after < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--after %d: must not be negative", fc.after)}
 	}
-	c, err := fc.f.open()
+	c, err := fc.f.open(cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}

@@ -316,7 +316,7 @@ func TestCLIBadInput(t *testing.T) {
 		{"missing inputs file", []string{"gather", "echo", "--inputs", missing, "--specs", specs}, missing},
 		{"no --inputs", []string{"gather", "echo", "--specs", specs}, `"inputs"`},
 		{"bad concurrency", []string{"gather", "echo", "--inputs", bad, "--specs", specs, "--max-concurrency", "0"}, "--max-concurrency"},
-		{"gather without specs or url", []string{"gather", "echo", "--inputs", good}, "--specs DIR"},
+		{"gather with specs and url", []string{"gather", "echo", "--inputs", good, "--specs", specs, "--url", "http://127.0.0.1:1"}, "not both"},
 		{"bad state", []string{"runs", "--state", "done", "--url", "http://127.0.0.1:1"}, `--state "done"`},
 		{"bad limit", []string{"runs", "--limit", "0", "--url", "http://127.0.0.1:1"}, "--limit 0"},
 		{"bad url", []string{"runs", "--url", "127.0.0.1:8420"}, "--url"},

@@ -81,6 +81,7 @@ connection failed or dropped; 2 for bad usage.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			s.url = serverURL(s.url, cmd.ErrOrStderr())
 			if s.workers {
 				return s.printWorkers(ctx, cmd.OutOrStdout())
 			}
@@ -88,7 +89,7 @@ connection failed or dropped; 2 for bad usage.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&s.url, "url", envOr("SVC_URL", defaultURL), "base URL of the server (its /events/stream is followed; a URL ending in /events/stream is taken as it is) (default $SVC_URL, else "+defaultURL+")")
+	fs.StringVar(&s.url, "url", "", "base URL of the server (its /events/stream is followed; a URL ending in /events/stream is taken as it is) (default $SVC_URL, else "+defaultURL+")")
 	fs.StringSliceVar(&s.eventTypes, "filter-event-type", nil, "print only events of this type; repeatable or comma-separated (default: all types)")
 	fs.StringVar(&s.agent, "filter-agent", "", "print only events of this agent (default: all agents)")
 	s.auth.register(fs, "bearer token sent to the server")
