@@ -99,8 +99,12 @@ connection failed or dropped; 2 for bad usage.`,
 	return cmd
 }
 
-// streamURL is --url with the filters added to its query.
+// streamURL is --url with the filters added to its query; an --url not
+// resolved yet (serverURL, when the command runs) is the default server.
 func (s *statusCmd) streamURL() (string, error) {
+	if s.url == "" {
+		s.url = defaultURL
+	}
 	u, err := url.Parse(s.url)
 	if err != nil {
 		return "", fmt.Errorf("--url: %w", err)
