@@ -237,7 +237,7 @@ func (e *Emitter) fanOut() {
 					case s.fullSince == 0:
 						s.fullSince = now
 					case now-s.fullSince >= int64(e.stall):
-						s.stallOnce.Do(func() { close(s.stalled); s.stallCancel() })
+						s.stall() // once; later calls do nothing
 					}
 					continue
 				}
@@ -321,9 +321,8 @@ func (e *Emitter) subscribe(ctx context.Context, f svc.EventFilter, encoded bool
 		filter:  f,
 		mb:      newDropMailbox(e.queueSize),
 		stopped: make(chan struct{}),
-		stalled: make(chan struct{}),
 	}
-	s.stallCtx, s.stallCancel = context.WithCancel(context.Background())
+	s.stalled, s.stall = context.WithCancel(context.Background())
 	if encoded {
 		s.enc = make(chan *svc.EncodedEvent, e.queueSize)
 	} else {
@@ -426,13 +425,12 @@ type subscription struct {
 	slow      atomic.Bool   // DisconnectSlow has counted it
 	// fullSince is when the fan-out first found out full, in a run of
 	// events that found it full (0: it had room); the fan-out goroutine
-	// alone uses it. stalled closes once that run lasts StallTimeout.
+	// alone uses it. stalled ends (stall) once that run lasts
+	// StallTimeout: a context, so that Stalled is its Done and AfterStall
+	// its AfterFunc.
 	fullSince int64
-	stalled   chan struct{}
-	stallOnce sync.Once
-	// stallCtx ends when stalled closes, for AfterStall's callbacks.
-	stallCtx    context.Context
-	stallCancel context.CancelFunc
+	stalled   context.Context
+	stall     context.CancelFunc
 	// overBytes is set by the actor when it dropped an event for
 	// QueueBytes, with overAt the channel's length then: the queue counts
 	// as full until the reader has taken an event from it.
@@ -462,7 +460,7 @@ func (s *subscription) full() bool {
 // emitter's StallTimeout while events kept arriving for it: its client
 // is not taking the stream, and the HTTP handler cuts it off
 // (DisconnectSlow) rather than wait for its write timeout.
-func (s *subscription) Stalled() <-chan struct{} { return s.stalled }
+func (s *subscription) Stalled() <-chan struct{} { return s.stalled.Done() }
 
 // AfterStall arranges for f to run in its own goroutine once the
 // subscription has stalled (as Stalled closes), and returns a stop that
@@ -471,7 +469,7 @@ func (s *subscription) Stalled() <-chan struct{} { return s.stalled }
 // goroutine until then: the HTTP handler of each of thousands of event
 // streams would otherwise keep one parked for the stream's life.
 func (s *subscription) AfterStall(f func()) (stop func() bool) {
-	return context.AfterFunc(s.stallCtx, f)
+	return context.AfterFunc(s.stalled, f)
 }
 
 // Events delivers the matching events in emit order; it is closed once
