@@ -470,33 +470,30 @@ func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreame
 		waiting = map[int]svc.AgentResult{} // finished before one ahead of them
 		next    int                         // the index of the result to write next
 		sent    bool                        // the status and part of the answer are out
-		one     [1]svc.AgentResult
 	)
+	// add encodes res, the result at next, into the answer.
+	add := func(res *svc.AgentResult) error {
+		if next > 0 {
+			buf.WriteByte(',')
+		}
+		next++
+		return appendResult(buf, res)
+	}
 	for item, err := range gs.GatherStream(ctx, name, feed, req.MaxConcurrency) {
+		if err == nil && item.Index == next {
+			err = add(&item.Result)
+		} else if err == nil {
+			waiting[item.Index] = item.Result
+		}
+		for res, ok := waiting[next]; ok && err == nil; res, ok = waiting[next] {
+			delete(waiting, next)
+			err = add(&res)
+		}
 		if err != nil {
 			if sent {
 				panic(http.ErrAbortHandler)
 			}
 			return err
-		}
-		waiting[item.Index] = item.Result
-		for {
-			res, ok := waiting[next]
-			if !ok {
-				break
-			}
-			delete(waiting, next)
-			one[0] = res
-			if next > 0 {
-				buf.WriteByte(',')
-			}
-			if err := appendResult(buf, one[:], 0); err != nil {
-				if sent {
-					panic(http.ErrAbortHandler)
-				}
-				return err
-			}
-			next++
 		}
 		if !sent && buf.Len() >= resultsBuffered {
 			w.Header().Set("Content-Type", "application/json")
@@ -532,17 +529,14 @@ func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreame
 // grew; issue 25).
 const resultsBuffered = 1 << 20
 
-// appendResult appends results[i] to buf, after a comma unless first, as
-// json.Encoder encodes it inside the array.
-func appendResult(buf *bytes.Buffer, results []svc.AgentResult, i int) error {
-	if i > 0 {
-		buf.WriteByte(',')
-	}
-	if b, ok := appendAgentResult(buf.AvailableBuffer(), &results[i]); ok {
+// appendResult appends res to buf as json.Encoder encodes it inside an
+// array.
+func appendResult(buf *bytes.Buffer, res *svc.AgentResult) error {
+	if b, ok := appendAgentResult(buf.AvailableBuffer(), res); ok {
 		buf.Write(b)
 		return nil
 	}
-	b, err := json.Marshal(&results[i])
+	b, err := json.Marshal(res)
 	if err != nil {
 		// Not a domain error: the text names Go types, so it is logged, not sent.
 		return fmt.Errorf("server: encoding the response: %w", err)
