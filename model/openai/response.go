@@ -87,6 +87,16 @@ func decodeResponse(name string, status int, raw []byte, out outputMode) (svc.Mo
 	if err := json.Unmarshal(raw, &wc); err != nil {
 		return malformed("%v (body starts %q)", err, clip(string(bytes.TrimSpace(raw[:min(len(raw), 80)]))))
 	}
+	return readAnswer(name, status, &wc, out)
+}
+
+// readAnswer reads a completion decoded from a plain answer's body or
+// assembled from a stream's chunks.
+func readAnswer(name string, status int, wc *wireCompletion, out outputMode) (svc.ModelResponse, error) {
+	malformed := func(format string, args ...any) (svc.ModelResponse, error) {
+		return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Status: status, Class: model.ClassServer,
+			Message: "malformed response: " + fmt.Sprintf(format, args...)}
+	}
 	if len(wc.Choices) == 0 {
 		// Some proxies answer 200 with an error object.
 		if msg := errorText(wc.Error); msg != "" {

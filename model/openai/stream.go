@@ -88,11 +88,8 @@ func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key strin
 		// finish_reason): what arrived is not the whole answer.
 		return svc.ModelResponse{}, streamBroken(name, httpResp, model.ClassTimeout, "the stream ended before the answer finished")
 	}
-	raw, err := json.Marshal(accumulated(&acc.ChatCompletion))
-	if err != nil {
-		return svc.ModelResponse{}, streamBroken(name, httpResp, model.ClassServer, "assembling the streamed answer: "+err.Error())
-	}
-	return decodeResponse(name, httpResp.StatusCode, raw, out)
+	wc := accumulated(&acc.ChatCompletion)
+	return readAnswer(name, httpResp.StatusCode, &wc, out)
 }
 
 // streamBroken is the error of a stream that failed after its response
@@ -106,54 +103,23 @@ func streamBroken(name string, resp *http.Response, class model.Class, msg strin
 }
 
 // accumulated is the streamed answer as the plain call's body would have
-// carried it: the wire shape decodeResponse reads.
-func accumulated(c *sdk.ChatCompletion) wireAccumulated {
+// carried it, for readAnswer.
+func accumulated(c *sdk.ChatCompletion) wireCompletion {
 	msg := c.Choices[0].Message
-	w := wireAccumulated{Usage: wireAccUsage{
-		PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens,
-	}}
-	w.Usage.PromptTokensDetails.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
-	am := wireAccMessage{Refusal: msg.Refusal}
-	if msg.Content != "" || len(msg.ToolCalls) == 0 {
-		am.Content = &msg.Content
+	var wc wireCompletion
+	wc.Usage.PromptTokens = tokenCount(c.Usage.PromptTokens)
+	wc.Usage.CompletionTokens = tokenCount(c.Usage.CompletionTokens)
+	wc.Usage.TotalTokens = tokenCount(c.Usage.TotalTokens)
+	wc.Usage.PromptTokensDetails.CachedTokens = tokenCount(c.Usage.PromptTokensDetails.CachedTokens)
+	m := &wireMessage{Refusal: msg.Refusal}
+	if msg.Content != "" {
+		m.Content = jsonString(msg.Content)
 	}
 	for _, tc := range msg.ToolCalls {
-		var call wireAccToolCall
-		call.ID, call.Type = tc.ID, "function"
-		call.Function.Name, call.Function.Arguments = tc.Function.Name, tc.Function.Arguments
-		am.ToolCalls = append(am.ToolCalls, call)
+		call := wireToolCall{ID: tc.ID, Type: "function"}
+		call.Function.Name, call.Function.Arguments = tc.Function.Name, jsonString(tc.Function.Arguments)
+		m.ToolCalls = append(m.ToolCalls, call)
 	}
-	w.Choices = []wireAccChoice{{Message: am}}
-	return w
+	wc.Choices = []wireChoice{{Message: m}}
+	return wc
 }
-
-type (
-	wireAccumulated struct {
-		Choices []wireAccChoice `json:"choices"`
-		Usage   wireAccUsage    `json:"usage"`
-	}
-	wireAccChoice struct {
-		Message wireAccMessage `json:"message"`
-	}
-	wireAccMessage struct {
-		Content   *string           `json:"content"`
-		Refusal   string            `json:"refusal,omitempty"`
-		ToolCalls []wireAccToolCall `json:"tool_calls,omitempty"`
-	}
-	wireAccToolCall struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
-	wireAccUsage struct {
-		PromptTokens        int64 `json:"prompt_tokens"`
-		CompletionTokens    int64 `json:"completion_tokens"`
-		TotalTokens         int64 `json:"total_tokens"`
-		PromptTokensDetails struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	}
-)
