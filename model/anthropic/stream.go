@@ -2,7 +2,6 @@ package anthropic
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -20,9 +19,6 @@ import (
 // silence is a stalled stream.
 const DefaultStreamIdleTimeout = time.Minute
 
-// errStreamIdle ends a stream that sent nothing for its idle timeout.
-var errStreamIdle = errors.New("stream idle")
-
 // generateStream makes the call streamed, handing each text_delta to
 // onDelta as it arrives; the events are accumulated (the SDK's
 // Message.Accumulate: tool inputs from their input_json_delta fragments,
@@ -37,17 +33,16 @@ func (m *anthropicModel) generateStream(ctx context.Context, name string, b *bui
 	if idle <= 0 {
 		idle = DefaultStreamIdleTimeout
 	}
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	sctx, watch := model.WatchIdle(ctx, idle)
+	defer watch.Stop()
 	var res *http.Response
 	stream := m.client.Messages.NewStreaming(sctx, b.params, append(opts, option.WithResponseInto(&res))...)
 	defer stream.Close()
-	timer := time.AfterFunc(idle, func() { cancel(errStreamIdle) })
-	defer timer.Stop()
+	watch.Touch()
 	var msg anthropic.Message
 	stopped := false
 	for stream.Next() {
-		timer.Reset(idle)
+		watch.Touch()
 		ev := stream.Current()
 		if err := msg.Accumulate(ev); err != nil {
 			return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Status: status(res),
@@ -63,7 +58,7 @@ func (m *anthropicModel) generateStream(ctx context.Context, name string, b *bui
 		}
 	}
 	if err := stream.Err(); err != nil {
-		if ctx.Err() == nil && errors.Is(context.Cause(sctx), errStreamIdle) {
+		if ctx.Err() == nil && watch.Fired() {
 			return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Status: status(res), Class: model.ClassTimeout,
 				Message: fmt.Sprintf("no stream event for %v (stream_idle_timeout_ms)", idle), Err: err}
 		}

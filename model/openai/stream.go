@@ -22,9 +22,6 @@ import (
 // reasoning model may think for minutes before its first token.
 const DefaultStreamIdleTimeout = 5 * time.Minute
 
-// errStreamIdle ends a stream that sent nothing for its idle timeout.
-var errStreamIdle = errors.New("stream idle")
-
 // generateStream makes the call with stream: true and include_usage,
 // handing each text fragment to onDelta as its chunk arrives. The chunks
 // are assembled by the SDK's accumulator (tool-call arguments from their
@@ -40,8 +37,8 @@ func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key strin
 	if idle <= 0 {
 		idle = DefaultStreamIdleTimeout
 	}
-	sctx, cancel := context.WithCancelCause(callCtx)
-	defer cancel(nil)
+	sctx, watch := model.WatchIdle(callCtx, idle)
+	defer watch.Stop()
 	var httpResp *http.Response
 	opts := []option.RequestOption{option.WithBaseURL(base.String()), option.WithAPIKey(key), option.WithResponseInto(&httpResp)}
 	if s.maxRetries >= 0 {
@@ -49,11 +46,10 @@ func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key strin
 	}
 	stream := m.chat.NewStreaming(sctx, body, opts...)
 	defer stream.Close()
-	timer := time.AfterFunc(idle, func() { cancel(errStreamIdle) })
-	defer timer.Stop()
+	watch.Touch()
 	var acc sdk.ChatCompletionAccumulator
 	for stream.Next() {
-		timer.Reset(idle)
+		watch.Touch()
 		chunk := stream.Current()
 		if !acc.AddChunk(chunk) {
 			return svc.ModelResponse{}, streamBroken(name, httpResp, model.ClassServer, "a chunk that does not continue the stream")
@@ -66,7 +62,7 @@ func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key strin
 		switch {
 		case ctx.Err() != nil:
 			return svc.ModelResponse{}, fmt.Errorf("openai model %s: %w", name, ctx.Err())
-		case errors.Is(context.Cause(sctx), errStreamIdle):
+		case watch.Fired():
 			return svc.ModelResponse{}, streamBroken(name, httpResp, model.ClassTimeout,
 				fmt.Sprintf("no chunk for %v (stream_idle_timeout_ms)", idle))
 		}
