@@ -2,14 +2,12 @@ package anthropic_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/llmsim"
 	"github.com/svc-dev/svc/model"
-	"github.com/svc-dev/svc/model/anthropic"
 )
 
 // A prompt longer than the model's context window is a context-length
@@ -17,15 +15,7 @@ import (
 // ContextError instead of trying fallbacks blindly; a prompt that fits is
 // answered. Against llmsim, through the real SDK.
 func TestContextWindowErrorThroughSDK(t *testing.T) {
-	sim := llmsim.New(llmsim.Config{ContextWindow: 50})
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	m, err := anthropic.NewWithConfig("claude-haiku-4-5", anthropic.Config{BaseURL: sim.URL(), APIKey: "sk-test", HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := simModel(t, llmsim.Config{ContextWindow: 50})
 	ask := func(text string) error {
 		input, _ := json.Marshal(text)
 		_, err := m.Generate(t.Context(), svc.ModelRequest{Model: "claude-haiku-4-5",
@@ -35,7 +25,7 @@ func TestContextWindowErrorThroughSDK(t *testing.T) {
 	if err := ask("hello"); err != nil {
 		t.Fatalf("a short prompt: %v", err)
 	}
-	err = ask(strings.Repeat("many words ", 200))
+	err := ask(strings.Repeat("many words ", 200))
 	if !model.IsContextError(err) {
 		t.Fatalf("a prompt over the window: %v, want a context-length ProviderError", err)
 	}
