@@ -95,11 +95,24 @@ func (e *EncodedEvent) JSON() ([]byte, error) {
 }
 
 // EncodedEventSubscription is a live subscription that delivers each
-// event with its shared encoding (EncodedEventSubscriber).
+// event with its shared encoding (EncodedEventSubscriber). Its reader
+// takes events with Next when told to by the function given to Notify,
+// instead of waiting on a channel: a channel made to the queue's bound
+// cost each of thousands of stalled subscribers its whole array, and
+// the callback lets a reader wait in whatever it waits on already (the
+// HTTP server's event streams wait in their connection's read).
 type EncodedEventSubscription interface {
-	// EncodedEvents delivers the matching events in emit order; it is
-	// closed when the subscription ends.
-	EncodedEvents() <-chan *EncodedEvent
+	// Next takes the oldest matching event waiting, in emit order; nil
+	// when none waits. ended is true once the subscription has ended
+	// and no event waits: Next will never return another.
+	Next() (ev *EncodedEvent, ended bool)
+	// Notify sets f, which is called each time an event arrives while
+	// none waits, and once when the subscription ends; at once if
+	// either has already happened. f runs on the subscription's
+	// goroutines and must return quickly, without waiting. The reader
+	// calls Next until it returns nil after each call of f. Set it once,
+	// before the first Next.
+	Notify(f func())
 	// Dropped is how many matching events were dropped because the
 	// subscriber did not keep up.
 	Dropped() uint64

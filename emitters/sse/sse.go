@@ -8,8 +8,9 @@
 // non-blocking channel send) and returns. The emitter's fan-out goroutine
 // matches each event against every subscriber's filter and offers it to
 // that subscriber's mailbox without waiting. The subscriber's actor moves
-// events from its mailbox to the subscription's channel, again without
-// waiting. Each stage is bounded (the fan-out queue by 4 × QueueSize, the
+// events from its mailbox to the subscription's queue (a channel for
+// Subscribe, a queue the reader takes from with Next for SubscribeEncoded),
+// again without waiting. Each stage is bounded (the fan-out queue by 4 × QueueSize, the
 // others by QueueSize); an event that finds a stage full is dropped and
 // counted in Dropped (an event dropped by the fan-out queue, before any
 // filter ran, counts for every subscription). A subscriber's queue is
@@ -220,7 +221,7 @@ func (e *Emitter) fanOut() {
 				if !s.filter.Match(&ev.Event) {
 					continue
 				}
-				// A subscriber whose channel is full (its client is not
+				// A subscriber whose queue is full (its client is not
 				// reading) would only have the event queued, its actor
 				// scheduled and the event dropped there: with hundreds
 				// of stalled subscribers that was most of the process's
@@ -303,8 +304,8 @@ func (e *Emitter) SubscribeEncoded(ctx context.Context, f svc.EventFilter) (svc.
 	return encodedSubscription{s}, nil
 }
 
-// subscribe starts a subscription whose events go to its enc channel when
-// encoded, else to out.
+// subscribe starts a subscription whose events go to its enc queue when
+// encoded, else to its out channel.
 func (e *Emitter) subscribe(ctx context.Context, f svc.EventFilter, encoded bool) (*subscription, error) {
 	for _, t := range f.EventTypes {
 		if !slices.Contains(svc.EventTypes, t) && t != svc.EventAgentDelta {
@@ -324,7 +325,7 @@ func (e *Emitter) subscribe(ctx context.Context, f svc.EventFilter, encoded bool
 	}
 	s.stalled, s.stall = context.WithCancel(context.Background())
 	if encoded {
-		s.enc = make(chan *svc.EncodedEvent, e.queueSize)
+		s.enc = newEventQueue(e.queueSize, e.queueB)
 	} else {
 		s.out = make(chan svc.RuntimeEvent, e.queueSize)
 	}
@@ -412,9 +413,9 @@ type subscription struct {
 	filter svc.EventFilter
 	mb     *dropMailbox
 	// out (Subscribe) or enc (SubscribeEncoded), the other nil, is
-	// written and closed only by the subscriber actor.
+	// written and closed (ended) only by the subscriber actor.
 	out       chan svc.RuntimeEvent
-	enc       chan *svc.EncodedEvent
+	enc       *eventQueue
 	dropped   atomic.Uint64 // events that found out full in the actor
 	skipped   atomic.Uint64 // events the fan-out did not offer: out was full
 	fanBase   uint64        // the emitter's fan-out drops when this subscription began
@@ -423,37 +424,30 @@ type subscription struct {
 	once      sync.Once
 	stopped   chan struct{} // closed by the actor once it has stopped
 	slow      atomic.Bool   // DisconnectSlow has counted it
-	// fullSince is when the fan-out first found out full, in a run of
-	// events that found it full (0: it had room); the fan-out goroutine
-	// alone uses it. stalled ends (stall) once that run lasts
+	// fullSince is when the fan-out first found the queue full, in a run
+	// of events that found it full (0: it had room); the fan-out
+	// goroutine alone uses it. stalled ends (stall) once that run lasts
 	// StallTimeout: a context, so that Stalled is its Done and AfterStall
 	// its AfterFunc.
 	fullSince int64
 	stalled   context.Context
 	stall     context.CancelFunc
-	// overBytes is set by the actor when it dropped an event for
-	// QueueBytes, with overAt the channel's length then: the queue counts
-	// as full until the reader has taken an event from it.
+	// overBytes is set by the actor when it dropped an event of a
+	// Subscribe subscription for QueueBytes, with overAt the channel's
+	// length then: the queue counts as full until the reader has taken an
+	// event from it. (A SubscribeEncoded queue keeps its own.)
 	overBytes atomic.Bool
 	overAt    atomic.Int64
 }
 
-// queued is the number of events waiting in the subscription's channel.
-func (s *subscription) queued() int {
-	if s.enc != nil {
-		return len(s.enc)
-	}
-	return len(s.out)
-}
-
-// full reports whether the subscription's channel is full, in events or
-// in bytes. It is racy (see fanOut).
+// full reports whether the subscription's queue is full, in events or in
+// bytes. It is racy (see fanOut).
 func (s *subscription) full() bool {
-	n := s.queued()
-	if s.enc != nil && n == cap(s.enc) || s.out != nil && n == cap(s.out) {
-		return true
+	if s.enc != nil {
+		return s.enc.full()
 	}
-	return s.overBytes.Load() && int64(n) >= s.overAt.Load()
+	n := len(s.out)
+	return n == cap(s.out) || s.overBytes.Load() && int64(n) >= s.overAt.Load()
 }
 
 // Stalled is closed once the subscriber's queue has stayed full for the
@@ -515,22 +509,24 @@ func (s *subscription) DisconnectSlow() bool {
 }
 
 // subscriber is the actor of one subscription. Its Receive never waits:
-// an event that finds the subscription's channel full, or its QueueBytes
+// an event that finds the subscription's queue full, or its QueueBytes
 // spent, is dropped.
 type subscriber struct {
 	s *subscription
-	// sizes are the JSON sizes of the events sent to the channel and not
-	// known to be taken, oldest first; bytes is their sum. The channel is
-	// FIFO and only this actor sends to it, so the events still in it are
-	// the last len(channel) sent.
+	// For a Subscribe subscription, whose reader takes events from a
+	// channel without telling: sizes are the JSON sizes of the events
+	// sent to the channel and not known to be taken, oldest first; bytes
+	// is their sum. The channel is FIFO and only this actor sends to it,
+	// so the events still in it are the last len(channel) sent.
 	sizes []int32
 	bytes int
 }
 
-// admit reports whether an event of size bytes fits the subscription's
-// QueueBytes, after forgetting the events the reader has taken.
+// admit reports whether an event of size bytes fits a Subscribe
+// subscription's QueueBytes, after forgetting the events the reader has
+// taken.
 func (a *subscriber) admit(size int) bool {
-	n := a.s.queued()
+	n := len(a.s.out)
 	for len(a.sizes) > n {
 		a.bytes -= int(a.sizes[0])
 		a.sizes = a.sizes[1:]
@@ -554,23 +550,21 @@ func (a *subscriber) Receive(c actor.Context) {
 		// HTTP handler writes this very encoding.
 		data, _ := m.JSON()
 		size := len(data)
+		if a.s.enc != nil {
+			if !a.s.enc.push(m, size) {
+				a.s.dropped.Add(1)
+			}
+			return
+		}
 		if !a.admit(size) {
 			a.s.dropped.Add(1)
 			return
 		}
 		sent := false
-		if a.s.enc != nil {
-			select {
-			case a.s.enc <- m:
-				sent = true
-			default:
-			}
-		} else {
-			select {
-			case a.s.out <- m.Event:
-				sent = true
-			default:
-			}
+		select {
+		case a.s.out <- m.Event:
+			sent = true
+		default:
 		}
 		if !sent {
 			a.s.dropped.Add(1)
@@ -582,7 +576,7 @@ func (a *subscriber) Receive(c actor.Context) {
 		// The last message the actor gets: nothing writes to out (enc)
 		// after it.
 		if a.s.enc != nil {
-			close(a.s.enc)
+			a.s.enc.end()
 		} else {
 			close(a.s.out)
 		}
@@ -597,10 +591,15 @@ type encodedSubscription struct {
 	s *subscription
 }
 
-// EncodedEvents delivers the matching events in emit order, each shared
-// with the other subscribers; it is closed once the subscription has
-// ended and its actor stopped.
-func (es encodedSubscription) EncodedEvents() <-chan *svc.EncodedEvent { return es.s.enc }
+// Next takes the oldest matching event waiting, shared with the other
+// subscribers; ended is true once the subscription has ended, its actor
+// stopped and no event waits.
+func (es encodedSubscription) Next() (ev *svc.EncodedEvent, ended bool) { return es.s.enc.next() }
+
+// Notify sets the reader's wake-up (svc.EncodedEventSubscription): f is
+// called by the subscriber's actor, as an event arrives at an empty queue
+// and when the subscription ends.
+func (es encodedSubscription) Notify(f func()) { es.s.enc.setNotify(f) }
 
 // Dropped is subscription.Dropped.
 func (es encodedSubscription) Dropped() uint64 { return es.s.Dropped() }

@@ -431,14 +431,14 @@ func TestDisconnectSlowEndsAndCountsOnce(t *testing.T) {
 // beside them gets the same events as values.
 func TestSubscribeEncodedShares(t *testing.T) {
 	e := newEmitter(t, sse.Config{})
-	var encs []svc.EncodedEventSubscription
+	var encs []*sse.EncodedReader
 	for range 3 {
 		s, err := e.SubscribeEncoded(t.Context(), svc.EventFilter{Agent: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		encs = append(encs, s)
+		encs = append(encs, sse.NewEncodedReader(s))
 	}
 	plain := subscribe(t, e, t.Context(), svc.EventFilter{Agent: "a"})
 	evs := []svc.RuntimeEvent{
@@ -456,10 +456,8 @@ func TestSubscribeEncodedShares(t *testing.T) {
 		}
 		var first *svc.EncodedEvent
 		for i, s := range encs {
-			var got *svc.EncodedEvent
-			select {
-			case got = <-s.EncodedEvents():
-			case <-time.After(waitLimit):
+			got, ok := s.Next(waitLimit)
+			if !ok {
 				t.Fatalf("subscription %d: no event", i)
 			}
 			if first == nil {
@@ -477,8 +475,8 @@ func TestSubscribeEncodedShares(t *testing.T) {
 		}
 	}
 	// Close ends the encoded stream too.
-	_ = encs[0].Close()
-	if _, ok := <-encs[0].EncodedEvents(); ok {
-		t.Error("EncodedEvents still open after Close")
+	_ = encs[0].S.Close()
+	if ev, ended := encs[0].S.Next(); ev != nil || !ended {
+		t.Errorf("Next after Close: %v, ended %v; want nil, ended", ev, ended)
 	}
 }

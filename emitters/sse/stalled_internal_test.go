@@ -117,7 +117,7 @@ func TestStalledEncodedReported(t *testing.T) {
 	for range queue {
 		e.Emit(ev)
 	}
-	testutil.Eventually(t, "the subscriber's channel full", func() bool { return len(s.enc) == queue })
+	testutil.Eventually(t, "the subscriber's channel full", func() bool { return int(s.enc.count.Load()) == queue })
 	if called.Load() != 0 {
 		t.Fatal("AfterStall's callback ran before the subscription stalled")
 	}
@@ -167,9 +167,9 @@ func TestQueueBoundedInBytes(t *testing.T) {
 	const sent = 40
 	for i := range sent {
 		e.Emit(ev(i)) // one at a time, so that the fan-out queue drops none
-		testutil.Eventually(t, "the event queued or dropped", func() bool { return len(s.enc)+int(s.Dropped()) == i+1 })
+		testutil.Eventually(t, "the event queued or dropped", func() bool { return int(s.enc.count.Load())+int(s.Dropped()) == i+1 })
 	}
-	held := len(s.enc)
+	held := int(s.enc.count.Load())
 	if held == 0 || held > budget/big {
 		t.Fatalf("%d events of %d KiB wait for the subscriber, want 1 to %d (QueueBytes %d KiB)", held, big>>10, budget/big, budget>>10)
 	}
@@ -187,22 +187,23 @@ func TestQueueBoundedInBytes(t *testing.T) {
 	})
 	// Reading again makes room: the next event is queued (after, maybe,
 	// the last of those the stall took, which was still on its way).
-	if n := len(s.enc); n != held {
+	if n := int(s.enc.count.Load()); n != held {
 		t.Fatalf("%d events wait after the stall, %d before", n, held)
 	}
+	r := NewEncodedReader(es)
 	for range held {
-		<-es.EncodedEvents()
+		if _, ok := r.Next(10 * time.Second); !ok {
+			t.Fatal("a queued event did not come")
+		}
 	}
 	e.Emit(ev(sent))
-	timeout := time.After(10 * time.Second)
 	for {
-		select {
-		case got := <-es.EncodedEvents():
-			if got.Event.TaskID == fmt.Sprint(sent) {
-				return
-			}
-		case <-timeout:
+		got, ok := r.Next(10 * time.Second)
+		if !ok {
 			t.Fatalf("the event emitted after reading did not come; dropped %d", s.Dropped())
+		}
+		if got.Event.TaskID == fmt.Sprint(sent) {
+			return
 		}
 	}
 }

@@ -187,144 +187,70 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	// Subscribed before the response starts, so a client that has seen
-	// the 200 misses no event emitted after it. A subscriber that hands
-	// out events with their shared encoding (emitters/sse) saves each
-	// stream encoding each event again: with 1,000 streams that was 27 %
-	// of the server's CPU (issue 15).
-	var (
-		sub  streamSubscription
-		evs  <-chan svc.RuntimeEvent
-		encs <-chan *svc.EncodedEvent
-	)
-	if es, ok := h.sub.(svc.EncodedEventSubscriber); ok {
-		s, err := es.SubscribeEncoded(ctx, f)
-		if err != nil {
-			return err
-		}
-		sub, encs = s, s.EncodedEvents()
-	} else {
-		s, err := h.sub.Subscribe(ctx, f)
-		if err != nil {
-			return err
-		}
-		sub, evs = s, s.Events()
-	}
-	log := loggerFrom(r.Context())
-	var out *sseWriter
-	defer func() {
-		if out != nil && out.end() {
-			// The client stopped taking the stream: cut it off, once.
-			counted := true
-			if sd, ok := sub.(slowDisconnecter); ok {
-				counted = sd.DisconnectSlow()
-			}
-			if counted {
-				log.Warn("event stream subscriber too slow; disconnected",
-					zap.Duration("write_timeout", out.timeout), zap.Uint64("dropped", sub.Dropped()),
-					zap.String("request_id", requestIDOf(w, r)))
-			}
-		}
-		_ = sub.Close()
-		if d := sub.Dropped(); d > 0 && (out == nil || !out.slow) {
-			log.Warn("event stream subscriber fell behind; events dropped",
-				zap.Uint64("dropped", d), zap.String("request_id", requestIDOf(w, r)))
-		}
-	}()
 	heartbeat := h.sub.HeartbeatInterval()
 	if heartbeat <= 0 {
 		heartbeat = DefaultHeartbeat
 	}
-	out, err = startSSE(w, r, h.writeTimeout)
+	// A subscriber that hands out events with their shared encoding
+	// (emitters/sse) saves each stream encoding each event again: with
+	// 1,000 streams that was 27 % of the server's CPU (issue 15).
+	if es, ok := h.sub.(svc.EncodedEventSubscriber); ok {
+		return h.serveEncoded(w, r, es, f, heartbeat)
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	// Subscribed before the response starts, so a client that has seen
+	// the 200 misses no event emitted after it.
+	sub, err := h.sub.Subscribe(ctx, f)
 	if err != nil {
-		out = nil
-		return fmt.Errorf("server: event stream: %w", err)
+		return err
 	}
-	if st, ok := sub.(staller); ok {
-		// A write blocked on a stalled client is cut short. Registered
-		// after the deferred cut-off above, so that the cut-short has
-		// finished (or will never start) before the cut-off runs.
-		aborted := make(chan struct{})
-		stop := st.AfterStall(func() { out.abort(); close(aborted) })
-		defer func() {
-			if !stop() {
-				<-aborted
-			}
-		}()
+	st, out, err := h.start(w, r, sub)
+	if err != nil {
+		return err
 	}
+	defer st.finish(out)
+	defer st.stallCutsShort(out)()
+	return serveLoop(ctx, out, heartbeat, sub.Events(), func(ev svc.RuntimeEvent, ok bool) (sent, stop bool) {
+		if !ok {
+			return false, true // the emitter closed
+		}
+		// MarshalJSON directly: json.Marshal would check and compact
+		// what it returns, which is compact JSON already.
+		data, err := ev.MarshalJSON()
+		return true, !st.send(out, &ev, data, err)
+	})
+}
+
+// start sends the headers of sub's stream; on failure sub is closed.
+func (h *eventStream) start(w http.ResponseWriter, r *http.Request, sub streamSubscription) (*streamFrames, *sseWriter, error) {
+	st := &streamFrames{sub: sub, log: loggerFrom(r.Context()), requestID: requestIDOf(w, r)}
+	out, err := startSSE(w, r, h.writeTimeout)
+	if err != nil {
+		st.finish(nil)
+		return nil, nil, fmt.Errorf("server: event stream: %w", err)
+	}
+	return st, out, nil
+}
+
+// serveLoop serves a stream from its handler: handle takes what arrives
+// on wake (ok false once it is closed) and writes it, reporting whether
+// it wrote (sent: the heartbeat waits again) and whether the stream is
+// over (stop); while nothing arrives, a ping goes out every heartbeat.
+// It returns when the stream is over, the client goes (ctx ends), or a
+// ping cannot be written.
+func serveLoop[T any](ctx context.Context, out *sseWriter, heartbeat time.Duration, wake <-chan T, handle func(v T, ok bool) (sent, stop bool)) error {
 	idle := time.NewTimer(heartbeat)
 	defer idle.Stop()
-	var seq int64
-	var reported uint64
-	// frame appends ev's frame to buf, with data, ev's JSON encoding, or
-	// err when it cannot be encoded. An event that cannot be encoded is
-	// skipped: buf gets at most the drop comment, ended as a frame of
-	// its own.
-	frame := func(buf []byte, ev *svc.RuntimeEvent, data []byte, err error) []byte {
-		start := len(buf)
-		if d := sub.Dropped(); d > reported {
-			reported = d
-			// A comment line at the head of the next frame.
-			buf = fmt.Appendf(buf, ": dropped %d\n", d)
-		}
-		if err != nil {
-			// An event the JSON encoder refuses (a NaN, a func in the
-			// payload) is the emitter's bug; skip it, keep the stream.
-			log.Warn("event stream: event not encodable; skipped",
-				zap.String("event_type", string(ev.EventType)), zap.Error(err))
-			if len(buf) > start {
-				buf = append(buf, '\n')
-			}
-			return buf
-		}
-		seq++
-		buf = append(buf, "id: "...)
-		buf = strconv.AppendInt(buf, seq, 10)
-		buf = append(buf, "\nevent: "...)
-		buf = append(buf, sseField(string(ev.EventType))...)
-		buf = append(buf, "\ndata: "...)
-		buf = append(buf, data...)
-		return append(buf, "\n\n"...)
-	}
-	var buf []byte
-	// send writes ev's frame; false ends the stream. One write and one
-	// flush a frame. Batching the queued frames into one write was tried
-	// (issue 13) and left most stalled clients of
-	// BenchmarkSSESlowSubscribers still connected at the end of its
-	// phase; not understood yet.
-	send := func(ev *svc.RuntimeEvent, data []byte, err error) bool {
-		buf = frame(buf[:0], ev, data, err)
-		if len(buf) > 0 && !out.write(buf) {
-			return false
-		}
-		if cap(buf) > 64<<10 {
-			buf = nil // one big event should not pin its buffer
-		}
-		idle.Reset(heartbeat)
-		return true
-	}
 	for {
 		select {
-		case ev, ok := <-evs:
-			if !ok {
-				return nil // the emitter closed
-			}
-			// MarshalJSON directly: json.Marshal would check and compact
-			// what it returns, which is compact JSON already.
-			data, err := ev.MarshalJSON()
-			if !send(&ev, data, err) {
+		case v, ok := <-wake:
+			sent, stop := handle(v, ok)
+			if stop {
 				return nil
 			}
-		case ee, ok := <-encs:
-			if !ok {
-				return nil // the emitter closed
-			}
-			// Encoded by the first stream that asked, shared by all.
-			data, err := ee.JSON()
-			if !send(&ee.Event, data, err) {
-				return nil
+			if sent {
+				idle.Reset(heartbeat)
 			}
 		case <-idle.C:
 			if !out.write([]byte(": ping\n\n")) {
@@ -334,6 +260,211 @@ func (h *eventStream) serve(w http.ResponseWriter, r *http.Request) error {
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// serveEncoded serves the stream of a subscription whose events carry
+// their shared encoding. Over HTTP/1, with the connection in reach
+// (ConnContext) and net/http willing to let it go, the stream takes the
+// connection (hijacks it) once its headers are out, and one small
+// goroutine serves it from then on (pump); otherwise the handler serves it
+// as any stream (serveHeld).
+func (h *eventStream) serveEncoded(w http.ResponseWriter, r *http.Request, es svc.EncodedEventSubscriber, f svc.EventFilter, heartbeat time.Duration) error {
+	// Subscribed before the response starts, so a client that has seen
+	// the 200 misses no event emitted after it. Not on the request's
+	// context, which ends with the handler: a stream taken from net/http
+	// outlives it, and ends the subscription itself.
+	sub, err := es.SubscribeEncoded(context.WithoutCancel(r.Context()), f)
+	if err != nil {
+		return err
+	}
+	st, out, err := h.start(w, r, sub)
+	if err != nil {
+		return err
+	}
+	if c := out.takeConn(r); c != nil {
+		go st.pump(sub, out, c, heartbeat)
+		return nil
+	}
+	return st.serveHeld(r.Context(), sub, out, heartbeat)
+}
+
+// serveHeld serves an encoded subscription's stream from the handler,
+// through net/http, until the client goes (ctx ends), cannot keep up, or
+// the emitter closes.
+func (st *streamFrames) serveHeld(ctx context.Context, sub svc.EncodedEventSubscription, out *sseWriter, heartbeat time.Duration) error {
+	defer st.finish(out)
+	defer st.stallCutsShort(out)()
+	ready := make(chan struct{}, 1)
+	sub.Notify(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	return serveLoop(ctx, out, heartbeat, ready, func(struct{}, bool) (sent, stop bool) {
+		sent, stop, _ = st.drain(sub, out)
+		return sent, stop
+	})
+}
+
+// pump serves a stream whose connection was taken from net/http (see
+// serveEncoded), in place of the handler: it needs no buffers of
+// net/http's and no second goroutine reading the connection to tell when
+// the client goes, which with the handler's deep stack were some 30 KB of
+// each of 2,000 idle streams (issue 25). It waits in a read of the
+// connection, which tells that the client has gone (end of file) and
+// times out at the heartbeat; the subscription's Notify wakes it by
+// moving the read deadline to the past. It ends, and closes the
+// connection, when the client goes, cannot keep up, or the emitter closes;
+// its owner is the subscription, which the emitter's Close ends.
+func (st *streamFrames) pump(sub svc.EncodedEventSubscription, out *sseWriter, c net.Conn, heartbeat time.Duration) {
+	defer st.finish(out)
+	defer st.stallCutsShort(out)()
+	past := time.Unix(1, 0)
+	sub.Notify(func() { _ = c.SetReadDeadline(past) })
+	var in [64]byte
+	for {
+		// The deadline is set before the last look at the queue: an event
+		// that arrives after that look moves it to the past, so the read
+		// returns at once; one that arrived before is in the look.
+		pingAt := time.Now().Add(heartbeat)
+		_ = c.SetReadDeadline(pingAt)
+		sent, stop, ended := st.drain(sub, out)
+		if stop {
+			out.clean = ended
+			return
+		}
+		if sent {
+			continue // a new deadline from now, and another look
+		}
+		_, err := c.Read(in[:])
+		switch {
+		case err == nil:
+			// The client sent something after its request: ignored.
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if !time.Now().Before(pingAt) && !out.write([]byte(": ping\n\n")) {
+				return
+			}
+		default:
+			return // the client has gone
+		}
+	}
+}
+
+// streamFrames is what the ways of serving GET /events/stream share: the
+// frames, the drop comments, and the end of a stream with its logs.
+type streamFrames struct {
+	sub       streamSubscription
+	log       *zap.Logger
+	requestID string
+	seq       int64
+	reported  uint64
+	buf       []byte
+}
+
+// drain writes the frames of the events waiting, until none waits. sent
+// reports that it wrote some; stop that the stream is over: the
+// subscription has ended (the emitter closed: then ended is set too) or
+// the client could not take a frame.
+func (st *streamFrames) drain(sub svc.EncodedEventSubscription, out *sseWriter) (sent, stop, ended bool) {
+	for {
+		ee, done := sub.Next()
+		if ee == nil {
+			return sent, done, done
+		}
+		// Encoded by the first stream that asked, shared by all.
+		data, err := ee.JSON()
+		if !st.send(out, &ee.Event, data, err) {
+			return sent, true, false
+		}
+		sent = true
+	}
+}
+
+// frame appends ev's frame to buf, with data, ev's JSON encoding, or err
+// when it cannot be encoded. An event that cannot be encoded is skipped:
+// buf gets at most the drop comment, ended as a frame of its own.
+func (st *streamFrames) frame(buf []byte, ev *svc.RuntimeEvent, data []byte, err error) []byte {
+	start := len(buf)
+	if d := st.sub.Dropped(); d > st.reported {
+		st.reported = d
+		// A comment line at the head of the next frame.
+		buf = fmt.Appendf(buf, ": dropped %d\n", d)
+	}
+	if err != nil {
+		// An event the JSON encoder refuses (a NaN, a func in the
+		// payload) is the emitter's bug; skip it, keep the stream.
+		st.log.Warn("event stream: event not encodable; skipped",
+			zap.String("event_type", string(ev.EventType)), zap.Error(err))
+		if len(buf) > start {
+			buf = append(buf, '\n')
+		}
+		return buf
+	}
+	st.seq++
+	buf = append(buf, "id: "...)
+	buf = strconv.AppendInt(buf, st.seq, 10)
+	buf = append(buf, "\nevent: "...)
+	buf = append(buf, sseField(string(ev.EventType))...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, data...)
+	return append(buf, "\n\n"...)
+}
+
+// send writes ev's frame; false ends the stream. One write and one flush
+// a frame. Batching the queued frames into one write was tried (issue 13)
+// and left most stalled clients of BenchmarkSSESlowSubscribers still
+// connected at the end of its phase; not understood yet.
+func (st *streamFrames) send(out *sseWriter, ev *svc.RuntimeEvent, data []byte, err error) bool {
+	st.buf = st.frame(st.buf[:0], ev, data, err)
+	if len(st.buf) > 0 && !out.write(st.buf) {
+		return false
+	}
+	if cap(st.buf) > 64<<10 {
+		st.buf = nil // one big event should not pin its buffer
+	}
+	return true
+}
+
+// stallCutsShort arranges, when the subscription tells when it stalls
+// (emitters/sse), for a write blocked on the stalled client to be cut
+// short, and returns what undoes it. Deferred after finish, so that the
+// cut-short has finished (or will never start) before finish runs.
+func (st *streamFrames) stallCutsShort(out *sseWriter) (undo func()) {
+	s, ok := st.sub.(staller)
+	if !ok {
+		return func() {}
+	}
+	aborted := make(chan struct{})
+	stop := s.AfterStall(func() { out.abort(); close(aborted) })
+	return func() {
+		if !stop() {
+			<-aborted
+		}
+	}
+}
+
+// finish ends the stream: the connection cut if the client stopped taking
+// it (counted and logged once), the subscription closed, and the events
+// it dropped logged. out is nil when the stream never started.
+func (st *streamFrames) finish(out *sseWriter) {
+	if out != nil && out.end() {
+		// The client stopped taking the stream: cut it off, once.
+		counted := true
+		if sd, ok := st.sub.(slowDisconnecter); ok {
+			counted = sd.DisconnectSlow()
+		}
+		if counted {
+			st.log.Warn("event stream subscriber too slow; disconnected",
+				zap.Duration("write_timeout", out.timeout), zap.Uint64("dropped", st.sub.Dropped()),
+				zap.String("request_id", st.requestID))
+		}
+	}
+	_ = st.sub.Close()
+	if d := st.sub.Dropped(); d > 0 && (out == nil || !out.slow) {
+		st.log.Warn("event stream subscriber fell behind; events dropped",
+			zap.Uint64("dropped", d), zap.String("request_id", st.requestID))
 	}
 }
 
@@ -359,6 +490,15 @@ type sseWriter struct {
 	conn    net.Conn // from ConnContext; nil without it
 	timeout time.Duration
 	slow    bool // a write missed its deadline, or was aborted
+
+	// raw is set once the stream has taken its connection from net/http
+	// (takeConn): writes go to conn, as the chunks of the response's
+	// chunked body that net/http started. clean, set by the stream,
+	// says that it ended because the emitter closed: end then sends the
+	// body's last chunk.
+	raw   bool
+	clean bool
+	chunk []byte
 
 	// mu orders abort against a write's setting of its deadline, so that
 	// a write never undoes an abort's deadline.
@@ -418,6 +558,27 @@ func startSSE(w http.ResponseWriter, r *http.Request, timeout time.Duration) (*s
 	return s, nil
 }
 
+// takeConn takes the stream's connection from net/http (hijacks it),
+// with the response's headers sent, so that the stream goes on without
+// the handler; nil when it cannot be taken: not HTTP/1, the connection
+// not in reach (no ConnContext), or a response writer that does not let
+// it go. Later writes go to the connection as the chunks of the body.
+func (s *sseWriter) takeConn(r *http.Request) net.Conn {
+	if s.conn == nil || r.ProtoMajor != 1 || r.ProtoMinor < 1 {
+		return nil
+	}
+	c, _, err := s.rc.Hijack()
+	if err != nil {
+		return nil
+	}
+	// What the client sent after its request, still in net/http's
+	// buffer, is ignored, as the stream ignores all it reads. Hijack
+	// cleared the deadlines; a write sets its own.
+	s.conn, s.raw = c, true
+	s.w, s.rc = nil, nil
+	return c
+}
+
 // write sends b at once; false means the client has gone, or did not
 // take b within the timeout (then slow is set).
 func (s *sseWriter) write(b []byte) bool {
@@ -430,9 +591,21 @@ func (s *sseWriter) write(b []byte) bool {
 	}
 	s.setDeadline(start.Add(s.timeout))
 	s.mu.Unlock()
-	_, err := s.w.Write(b)
-	if err == nil {
-		err = s.rc.Flush()
+	var err error
+	if s.raw {
+		// One chunk of the chunked body: its size in hex, the frame.
+		s.chunk = strconv.AppendInt(s.chunk[:0], int64(len(b)), 16)
+		s.chunk = append(s.chunk, "\r\n"...)
+		s.chunk = append(append(s.chunk, b...), "\r\n"...)
+		_, err = s.conn.Write(s.chunk)
+		if cap(s.chunk) > 64<<10 {
+			s.chunk = nil
+		}
+	} else {
+		_, err = s.w.Write(b)
+		if err == nil {
+			err = s.rc.Flush()
+		}
 	}
 	// A wrapper's Flush without FlushError (chi's, for one) swallows the
 	// deadline's error: the time the write took tells as well.
@@ -451,6 +624,17 @@ func (s *sseWriter) write(b []byte) bool {
 // ended because the client did not keep up; then the connection is
 // closed.
 func (s *sseWriter) end() bool {
+	if s.raw && !s.slow {
+		// The stream owns the connection: end the body if the stream
+		// ended cleanly, and close it (net/http would have kept it for
+		// another request; the client reconnects).
+		if s.clean {
+			s.setDeadline(time.Now().Add(s.timeout))
+			_, _ = s.conn.Write([]byte("0\r\n\r\n"))
+		}
+		_ = s.conn.Close()
+		return false
+	}
 	if !s.slow {
 		s.setDeadline(time.Time{})
 		return false

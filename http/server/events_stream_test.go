@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -114,6 +116,44 @@ func (s *esStream) nextEvent(t *testing.T) esFrame {
 	}
 }
 
+// streamServes are the two ways GET /events/stream is served: with the
+// connection in reach (server.ConnContext, as svc serve has it) an
+// HTTP/1 stream takes its connection from net/http and a goroutine of its
+// own serves it; without, the handler serves it through net/http.
+var streamServes = []struct {
+	name string
+	conn bool
+}{{"taken", true}, {"held", false}}
+
+// newStreamRouter serves a router with opts over a fresh fake, with
+// server.ConnContext when conn is set; hijacked counts the connections
+// net/http let go (http.StateHijacked).
+func newStreamRouter(t *testing.T, conn bool, opts ...server.Option) (srv *httptest.Server, hijacked *atomic.Int64) {
+	t.Helper()
+	if !conn {
+		srv, _ = newRouter(t, opts...)
+		return srv, new(atomic.Int64)
+	}
+	rt, err := server.NewRouter(&fakeBackend{}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hijacked = new(atomic.Int64)
+	srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: rt, ConnContext: server.ConnContext,
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateHijacked {
+				hijacked.Add(1)
+			}
+		}}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, hijacked
+}
+
 // streamCtx bounds a test's reads: a stream that stalls fails the test
 // instead of hanging it.
 func streamCtx(t *testing.T) context.Context {
@@ -136,8 +176,14 @@ func TestEventStreamAbsentWithoutOption(t *testing.T) {
 }
 
 func TestEventStreamFiltered(t *testing.T) {
+	for _, mode := range streamServes {
+		t.Run(mode.name, func(t *testing.T) { testEventStreamFiltered(t, mode.conn) })
+	}
+}
+
+func testEventStreamFiltered(t *testing.T, conn bool) {
 	e := newSSE(t, time.Hour)
-	srv, _ := newRouter(t, server.WithSSEEmitter(e))
+	srv, hijacked := newStreamRouter(t, conn, server.WithSSEEmitter(e))
 	q := url.Values{"event_type": {"agent_completed, agent_failed", "tool_call_failed"}, "agent": {"billing"}}
 	s := openEventStream(t, streamCtx(t), srv, q.Encode())
 	all := openEventStream(t, streamCtx(t), srv, "")
@@ -176,11 +222,21 @@ func TestEventStreamFiltered(t *testing.T) {
 			t.Errorf("unfiltered frame %d = %+v, want %s of %s", i, f, want.EventType, want.TaskID)
 		}
 	}
+	// Served the way asked: the connections taken from net/http, or not.
+	if n, want := hijacked.Load(), map[bool]int64{true: 2, false: 0}[conn]; n != want {
+		t.Errorf("%d connections taken from net/http, want %d", n, want)
+	}
 }
 
 func TestEventStreamHeartbeat(t *testing.T) {
+	for _, mode := range streamServes {
+		t.Run(mode.name, func(t *testing.T) { testEventStreamHeartbeat(t, mode.conn) })
+	}
+}
+
+func testEventStreamHeartbeat(t *testing.T, conn bool) {
 	e := newSSE(t, 20*time.Millisecond)
-	srv, _ := newRouter(t, server.WithSSEEmitter(e))
+	srv, _ := newStreamRouter(t, conn, server.WithSSEEmitter(e))
 	s := openEventStream(t, streamCtx(t), srv, "")
 	for range 2 {
 		f, ok := s.next(t)
@@ -197,8 +253,16 @@ func TestEventStreamHeartbeat(t *testing.T) {
 // A client that goes away ends its subscription: the subscriber actor
 // stops.
 func TestEventStreamDisconnect(t *testing.T) {
+	for _, mode := range streamServes {
+		t.Run(mode.name, func(t *testing.T) { testEventStreamDisconnect(t, mode.conn) })
+	}
+}
+
+func testEventStreamDisconnect(t *testing.T, conn bool) {
+	// No heartbeat in the test's time: the client's going is seen at
+	// once, not at the next write.
 	e := newSSE(t, time.Hour)
-	srv, _ := newRouter(t, server.WithSSEEmitter(e))
+	srv, _ := newStreamRouter(t, conn, server.WithSSEEmitter(e))
 	ctx, cancel := context.WithCancel(streamCtx(t))
 	s := openEventStream(t, ctx, srv, "event_type=agent_spawned")
 	stay := openEventStream(t, streamCtx(t), srv, "")
@@ -218,12 +282,24 @@ func TestEventStreamDisconnect(t *testing.T) {
 // Closing the emitter (a server shutting down) ends every stream, and
 // later subscriptions are refused with 503.
 func TestEventStreamEmitterClosed(t *testing.T) {
+	for _, mode := range streamServes {
+		t.Run(mode.name, func(t *testing.T) { testEventStreamEmitterClosed(t, mode.conn) })
+	}
+}
+
+func testEventStreamEmitterClosed(t *testing.T, conn bool) {
 	e := newSSE(t, time.Hour)
-	srv, _ := newRouter(t, server.WithSSEEmitter(e))
+	srv, _ := newStreamRouter(t, conn, server.WithSSEEmitter(e))
 	s := openEventStream(t, streamCtx(t), srv, "")
+	e.Emit(eventOf(svc.EventAgentSpawned, "echo", "t1"))
+	s.nextEvent(t)
 	_ = e.Close()
 	if f, ok := s.next(t); ok {
 		t.Fatalf("frame %+v after the emitter closed, want the end of the stream", f)
+	}
+	// The end of the body, not a cut: the chunked body's last chunk came.
+	if _, err := s.br.ReadByte(); err != io.EOF {
+		t.Errorf("reading past the stream's end: %v, want io.EOF (a clean end of the body)", err)
 	}
 	problem(t, do(t, srv, http.MethodGet, "/events/stream", ""), http.StatusServiceUnavailable)
 }
@@ -404,8 +480,14 @@ func (c countingValue) MarshalJSON() ([]byte, error) {
 // once a stream: with 1,000 subscribers the per-stream encoding was 27 %
 // of the server's CPU (issue 15).
 func TestEventStreamEncodesEachEventOnce(t *testing.T) {
+	for _, mode := range streamServes {
+		t.Run(mode.name, func(t *testing.T) { testEventStreamEncodesEachEventOnce(t, mode.conn) })
+	}
+}
+
+func testEventStreamEncodesEachEventOnce(t *testing.T, conn bool) {
 	e := newSSE(t, time.Hour)
-	srv, _ := newRouter(t, server.WithSSEEmitter(e))
+	srv, _ := newStreamRouter(t, conn, server.WithSSEEmitter(e))
 	const streams = 5
 	var ss []*esStream
 	for range streams {

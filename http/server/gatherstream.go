@@ -105,11 +105,11 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.
 		if err != nil {
 			return err
 		}
-		req, err := decodeGatherBody(data)
+		body, err := decodeGather(data)
 		if err != nil {
 			return err
 		}
-		tasks, conc = slices.Values(req.Tasks), req.MaxConcurrency
+		tasks, conc = body.tasks(), body.maxConcurrency
 	}
 	if accept == "" {
 		accept = svc.MediaNDJSON

@@ -53,6 +53,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -423,22 +424,23 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := decodeGatherBody(data)
+	body, err := decodeGather(data)
 	if err != nil {
 		return err
 	}
+	data = nil // the body's tasks keep their own copy
 	id := headerRequestID(r)
 	w.Header().Set(RequestIDHeader, id)
 	gs, ok := h.b.(svc.GatherStreamer)
 	if !ok {
 		gs = listStreamer{h.b}
 	}
-	return gatherList(svc.WithRequestID(r.Context(), id), w, gs, name, req)
+	return gatherList(svc.WithRequestID(r.Context(), id), w, gs, name, body.tasks(), body.n, body.maxConcurrency)
 }
 
-// gatherList serves a JSON gather through the streamed gather, so that
-// neither the tasks nor the results of a big batch are held all at once:
-// each task is let go as the runtime takes it, each result is encoded as
+// gatherList serves a JSON gather of n tasks (feed) through the streamed
+// gather, so that neither the tasks nor the results of a big batch are
+// held all at once: each task is decoded as the runtime takes it, each result is encoded as
 // soon as those before it are, and the runtime's state is its window's
 // (issue 25: the 87,000-task gather's peak). The answer is the list in
 // task order: up to resultsBuffered of it is held back, so that
@@ -447,17 +449,7 @@ func (h *handlers) gather(w http.ResponseWriter, r *http.Request) error {
 // error after its status was sent (the server shutting down, the client
 // gone) cuts the connection, never leaving a short answer that parses. The
 // bytes are json.Encoder's for the whole list.
-func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreamer, name string, req svc.GatherRequest) error {
-	tasks := req.Tasks
-	feed := func(yield func(svc.TaskSpec) bool) {
-		for i := range tasks {
-			t := tasks[i]
-			tasks[i] = svc.TaskSpec{} // the runtime has it now
-			if !yield(t) {
-				return
-			}
-		}
-	}
+func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreamer, name string, feed iter.Seq[svc.TaskSpec], n, conc int) error {
 	buf := jsonBufs.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxPooledBody {
@@ -479,7 +471,7 @@ func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreame
 		next++
 		return appendResult(buf, res)
 	}
-	for item, err := range gs.GatherStream(ctx, name, feed, req.MaxConcurrency) {
+	for item, err := range gs.GatherStream(ctx, name, feed, conc) {
 		if err == nil && item.Index == next {
 			err = add(&item.Result)
 		} else if err == nil {
@@ -507,11 +499,11 @@ func gatherList(ctx context.Context, w http.ResponseWriter, gs svc.GatherStreame
 			buf.Reset()
 		}
 	}
-	if next != len(tasks) || len(waiting) > 0 {
+	if next != n || len(waiting) > 0 {
 		if sent {
 			panic(http.ErrAbortHandler)
 		}
-		return fmt.Errorf("server: gather of %d tasks ended after %d results", len(tasks), next)
+		return fmt.Errorf("server: gather of %d tasks ended after %d results", n, next)
 	}
 	buf.WriteString("]\n")
 	if !sent {

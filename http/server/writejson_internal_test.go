@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -116,7 +117,7 @@ func TestAppendAgentResultIsMarshal(t *testing.T) {
 // results the fast encoder declines among them.
 func TestWriteResultsIsEncode(t *testing.T) {
 	writeResults := func(w http.ResponseWriter, results []svc.AgentResult) error {
-		return gatherList(context.Background(), w, sliceStreamer(results), "echo", svc.GatherRequest{Tasks: make([]svc.TaskSpec, len(results))})
+		return gatherList(context.Background(), w, sliceStreamer(results), "echo", slices.Values(make([]svc.TaskSpec, len(results))), len(results), 1)
 	}
 	many := func(n int) []svc.AgentResult {
 		rs := make([]svc.AgentResult, n)
