@@ -1,0 +1,517 @@
+// Package ratelimit owns flow control toward model providers: a Limiter
+// admits calls to one provider key (or one declared limit shared by
+// several agents) at the pace its limits allow, queueing the others in
+// order of priority and, within a priority, in turn across runs, so that
+// a gather of 100,000 tasks does not starve a run that comes after it.
+//
+// A per-minute limit is paced evenly, never spent in one burst:
+// providers enforce per-minute limits over shorter windows (6,000 a
+// minute is 100 a second), so the buckets hold a second's worth. A
+// Limiter that learns (a key nobody declared a limit for) starts slow, a
+// few calls at once, widens its window with each success and halves it
+// at each 429, pausing until the provider's Retry-After: additive
+// increase, multiplicative decrease, as TCP does.
+//
+// Waiting costs no goroutine: a waiting call blocks its own, and the
+// Limiter wakes the next one from Done or from one timer armed for when
+// the pace allows it. A call whose context ends leaves the queue at once.
+package ratelimit
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Priority orders waiting calls: High before Normal before Low.
+type Priority uint8
+
+// The priorities, highest first.
+const (
+	High Priority = iota
+	Normal
+	Low
+	priorities
+)
+
+// ParsePriority reads "high", "normal" or "low"; "" is Normal.
+func ParsePriority(s string) (Priority, error) {
+	switch s {
+	case "high":
+		return High, nil
+	case "", "normal":
+		return Normal, nil
+	case "low":
+		return Low, nil
+	}
+	return Normal, fmt.Errorf("priority %q: want high, normal or low", s)
+}
+
+func (p Priority) String() string {
+	switch p {
+	case High:
+		return "high"
+	case Low:
+		return "low"
+	}
+	return "normal"
+}
+
+// Limit is what a declared limit allows; zero fields do not limit.
+type Limit struct {
+	RequestsPerMinute float64 `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   float64 `json:"tokens_per_minute,omitempty"`
+	MaxConcurrent     int     `json:"max_concurrent,omitempty"`
+}
+
+// Validate refuses negative or non-finite values.
+func (l Limit) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"requests_per_minute", l.RequestsPerMinute}, {"tokens_per_minute", l.TokensPerMinute}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("%s %v: want a positive number (or none)", f.name, f.v)
+		}
+	}
+	if l.MaxConcurrent < 0 {
+		return fmt.Errorf("max_concurrent %d: want a positive number (or none)", l.MaxConcurrent)
+	}
+	return nil
+}
+
+// Learning: the window of calls at once a learning Limiter starts with,
+// and the pause after a 429 that said no Retry-After.
+const (
+	startWindow  = 4
+	defaultPause = time.Second
+)
+
+// Limiter admits calls under one Limit. It is safe for concurrent use.
+type Limiter struct {
+	name  string
+	limit Limit
+	learn bool
+	now   func() time.Time
+
+	mu       sync.Mutex
+	req, tok *pacer // nil: not limited
+	inFlight int
+	// The learned window of calls at once (learn only), and the
+	// threshold past which it grows by 1/window a success instead of 1.
+	window, threshold float64
+	pausedUntil       time.Time
+	queues            [priorities]fairQueue
+	queued            int
+	timer             *time.Timer
+	timerAt           time.Time
+	closed            bool
+	stats             counters
+}
+
+// Options of New.
+type Options struct {
+	// Learn makes the Limiter learn a window of calls at once from the
+	// provider's answers (a key nobody declared a limit for).
+	Learn bool
+	// Now is the clock (time.Now when nil): tests move it.
+	Now func() time.Time
+}
+
+// New returns a Limiter named name for lim (which Validate accepts).
+func New(name string, lim Limit, opts Options) *Limiter {
+	l := &Limiter{name: name, limit: lim, learn: opts.Learn, now: opts.Now}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	now := l.now()
+	if lim.RequestsPerMinute > 0 {
+		l.req = newPacer(lim.RequestsPerMinute, now)
+	}
+	if lim.TokensPerMinute > 0 {
+		l.tok = newPacer(lim.TokensPerMinute, now)
+	}
+	if l.learn {
+		l.window, l.threshold = startWindow, math.Inf(1)
+	}
+	for i := range l.queues {
+		l.queues[i].runs = map[string]*list.List{}
+	}
+	return l
+}
+
+// Name is the limit's name.
+func (l *Limiter) Name() string { return l.name }
+
+// waiter is a call waiting for its turn.
+type waiter struct {
+	run     string
+	prio    Priority
+	tokens  int
+	since   time.Time
+	ready   chan struct{}
+	granted bool
+	elem    *list.Element
+}
+
+// Permit is an admitted call's turn; Done gives it back.
+type Permit struct {
+	l      *Limiter
+	tokens int
+	once   sync.Once
+}
+
+// Acquire waits for the turn of a call of run (the fairness key: the
+// request that started it) at priority prio, estimated at tokens tokens,
+// and returns its permit, or ctx's error once ctx ends (the call leaves
+// the queue at once).
+func (l *Limiter) Acquire(ctx context.Context, run string, prio Priority, tokens int) (*Permit, error) {
+	if prio >= priorities {
+		prio = Low
+	}
+	tokens = max(tokens, 0)
+	w := &waiter{run: run, prio: prio, tokens: tokens, ready: make(chan struct{})}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("rate limit %s: closed", l.name)
+	}
+	w.since = l.now()
+	l.queues[prio].push(w)
+	l.queued++
+	l.dispatchLocked(w.since)
+	l.mu.Unlock()
+	select {
+	case <-w.ready:
+		return &Permit{l: l, tokens: tokens}, nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	if w.granted {
+		l.mu.Unlock()
+		(&Permit{l: l, tokens: tokens}).Done(0, false, 0)
+		return nil, ctx.Err()
+	}
+	l.queues[prio].remove(w)
+	l.queued--
+	l.stats.left++
+	l.dispatchLocked(l.now())
+	l.mu.Unlock()
+	return nil, ctx.Err()
+}
+
+// Done ends the call: tokens is what it used (the token bucket is
+// corrected by its difference from the estimate), throttled that the
+// provider refused it for its rate limit, with retryAfter the pause the
+// provider asked for (0: none said). Later calls are Done no-ops.
+func (p *Permit) Done(tokens int, throttled bool, retryAfter time.Duration) {
+	p.once.Do(func() { p.l.done(p.tokens, max(tokens, 0), throttled, retryAfter) })
+}
+
+func (l *Limiter) done(estimate, used int, throttled bool, retryAfter time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.inFlight--
+	if l.tok != nil {
+		l.tok.give(float64(estimate-used), now)
+	}
+	l.stats.tokens += uint64(used)
+	if throttled {
+		l.stats.throttled++
+		if retryAfter <= 0 {
+			retryAfter = defaultPause
+		}
+		if until := now.Add(retryAfter); until.After(l.pausedUntil) {
+			l.pausedUntil = until
+		}
+		if l.learn {
+			l.threshold = max(l.window/2, 1)
+			l.window = l.threshold
+		}
+	} else if l.learn {
+		if l.window < l.threshold {
+			l.window++
+		} else {
+			l.window += 1 / l.window
+		}
+	}
+	l.dispatchLocked(now)
+}
+
+// concurrency is the calls allowed at once; 0 for no bound.
+func (l *Limiter) concurrency() int {
+	n := l.limit.MaxConcurrent
+	if l.learn {
+		w := max(int(l.window), 1)
+		if n == 0 || w < n {
+			n = w
+		}
+	}
+	return n
+}
+
+// dispatchLocked admits waiting calls while the limits allow, and arms
+// the timer for when the pace will allow the next one.
+func (l *Limiter) dispatchLocked(now time.Time) {
+	for l.queued > 0 && !l.closed {
+		if now.Before(l.pausedUntil) {
+			l.armLocked(l.pausedUntil)
+			return
+		}
+		if c := l.concurrency(); c > 0 && l.inFlight >= c {
+			return // Done dispatches again
+		}
+		w := l.nextLocked()
+		var at time.Time
+		if l.req != nil {
+			if d := l.req.delay(1, now); d > 0 {
+				at = now.Add(d)
+			}
+		}
+		if l.tok != nil {
+			if d := l.tok.delay(float64(w.tokens), now); d > 0 && now.Add(d).After(at) {
+				at = now.Add(d)
+			}
+		}
+		if !at.IsZero() {
+			l.armLocked(at)
+			return
+		}
+		l.queues[w.prio].pop()
+		l.queued--
+		if l.req != nil {
+			l.req.take(1, now)
+		}
+		if l.tok != nil {
+			l.tok.take(float64(w.tokens), now)
+		}
+		l.inFlight++
+		l.stats.calls++
+		l.stats.wait(now.Sub(w.since))
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// nextLocked is the call whose turn is next: the highest priority with
+// calls waiting, and in it the run whose turn it is.
+func (l *Limiter) nextLocked() *waiter {
+	for i := range l.queues {
+		if w := l.queues[i].peek(); w != nil {
+			return w
+		}
+	}
+	return nil
+}
+
+// armLocked makes sure a dispatch runs at at (or earlier).
+func (l *Limiter) armLocked(at time.Time) {
+	if l.timer != nil && !l.timerAt.After(at) && l.timerAt.After(l.now()) {
+		return // one runs before then already
+	}
+	d := at.Sub(l.now())
+	if l.timer == nil {
+		l.timer = time.AfterFunc(d, l.fire)
+	} else {
+		l.timer.Reset(d)
+	}
+	l.timerAt = at
+}
+
+func (l *Limiter) fire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dispatchLocked(l.now())
+}
+
+// Close stops the Limiter's timer; calls still waiting wait for their
+// contexts to end. Later Acquires fail.
+func (l *Limiter) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
+// Stats is a snapshot of a Limiter.
+type Stats struct {
+	Name  string `json:"name"`
+	Limit Limit  `json:"limit"`
+	// Learned is the learned window of calls at once (a learning
+	// Limiter's), 0 otherwise.
+	Learned float64 `json:"learned_concurrency,omitempty"`
+	// Queued and InFlight are the calls waiting and running now.
+	Queued   int `json:"queued"`
+	InFlight int `json:"in_flight"`
+	// Calls, Tokens, Throttled (429s received) and Left (calls whose
+	// context ended while they waited) since the start.
+	Calls     uint64 `json:"calls"`
+	Tokens    uint64 `json:"tokens"`
+	Throttled uint64 `json:"throttled"`
+	Left      uint64 `json:"left_queue"`
+	// WaitP50Ms and WaitP99Ms are over the last waits (up to 1,024).
+	WaitP50Ms float64 `json:"wait_p50_ms"`
+	WaitP99Ms float64 `json:"wait_p99_ms"`
+	// PausedMs is how long the limit stays paused by a 429.
+	PausedMs float64 `json:"paused_ms,omitempty"`
+}
+
+// Stats returns the Limiter's figures now.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Stats{Name: l.name, Limit: l.limit, Queued: l.queued, InFlight: l.inFlight,
+		Calls: l.stats.calls, Tokens: l.stats.tokens, Throttled: l.stats.throttled, Left: l.stats.left}
+	if l.learn {
+		s.Learned = math.Round(l.window*10) / 10
+	}
+	if d := l.pausedUntil.Sub(l.now()); d > 0 {
+		s.PausedMs = float64(d.Milliseconds())
+	}
+	s.WaitP50Ms, s.WaitP99Ms = l.stats.quantiles()
+	return s
+}
+
+// counters are a Limiter's figures, under its mu.
+type counters struct {
+	calls, tokens, throttled, left uint64
+	waits                          [1024]time.Duration // a ring of the last waits
+	nWaits                         int
+}
+
+func (c *counters) wait(d time.Duration) {
+	c.waits[c.nWaits%len(c.waits)] = d
+	c.nWaits++
+}
+
+func (c *counters) quantiles() (p50, p99 float64) {
+	n := min(c.nWaits, len(c.waits))
+	if n == 0 {
+		return 0, 0
+	}
+	w := slices.Clone(c.waits[:n])
+	slices.Sort(w)
+	ms := func(q float64) float64 {
+		return float64(w[min(int(q*float64(n)), n-1)].Microseconds()) / 1000
+	}
+	return ms(0.50), ms(0.99)
+}
+
+// fairQueue is the waiting calls of one priority: a FIFO per run, the
+// runs served in turn.
+type fairQueue struct {
+	runs  map[string]*list.List // of *waiter
+	order []string              // the runs with calls waiting, in turn order
+	next  int                   // the index in order of the run whose turn it is
+}
+
+func (q *fairQueue) push(w *waiter) {
+	l := q.runs[w.run]
+	if l == nil {
+		l = list.New()
+		q.runs[w.run] = l
+		q.order = append(q.order, w.run)
+	}
+	w.elem = l.PushBack(w)
+}
+
+func (q *fairQueue) peek() *waiter {
+	if len(q.order) == 0 {
+		return nil
+	}
+	q.next %= len(q.order)
+	return q.runs[q.order[q.next]].Front().Value.(*waiter)
+}
+
+// pop takes the call peek returned and passes the turn to the next run.
+func (q *fairQueue) pop() {
+	run := q.order[q.next]
+	l := q.runs[run]
+	l.Remove(l.Front())
+	if l.Len() == 0 {
+		q.drop(run)
+		return
+	}
+	q.next = (q.next + 1) % len(q.order)
+}
+
+func (q *fairQueue) remove(w *waiter) {
+	l := q.runs[w.run]
+	if l == nil {
+		return
+	}
+	l.Remove(w.elem)
+	if l.Len() == 0 {
+		q.drop(w.run)
+	}
+}
+
+// drop takes run, which has no call waiting, out of the turn order; the
+// run after it has the turn.
+func (q *fairQueue) drop(run string) {
+	delete(q.runs, run)
+	i := slices.Index(q.order, run)
+	q.order = slices.Delete(q.order, i, i+1)
+	if i < q.next {
+		q.next--
+	}
+	if len(q.order) == 0 {
+		q.next = 0
+	} else {
+		q.next %= len(q.order)
+	}
+}
+
+// pacer paces a per-minute allowance evenly: it refills continuously at
+// perMinute/60 a second and holds at most a second's worth (at least
+// one), so a minute's allowance never goes out at once. A call larger
+// than what it holds goes once the pacer is full, leaving it in debt,
+// which the next calls wait out.
+type pacer struct {
+	rate  float64 // units a second
+	burst float64
+	level float64 // may go below zero: a debt
+	last  time.Time
+}
+
+func newPacer(perMinute float64, now time.Time) *pacer {
+	rate := perMinute / 60
+	burst := max(rate, 1)
+	return &pacer{rate: rate, burst: burst, level: burst, last: now}
+}
+
+func (p *pacer) refill(now time.Time) {
+	if now.After(p.last) {
+		p.level = min(p.level+now.Sub(p.last).Seconds()*p.rate, p.burst)
+		p.last = now
+	}
+}
+
+// delay is how long a call of n units must wait from now.
+func (p *pacer) delay(n float64, now time.Time) time.Duration {
+	p.refill(now)
+	need := min(n, p.burst) - p.level
+	if need <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(need / p.rate * float64(time.Second)))
+}
+
+func (p *pacer) take(n float64, now time.Time) {
+	p.refill(now)
+	p.level -= n
+}
+
+// give returns n units (negative: takes them), as a call's actual use
+// corrects its estimate.
+func (p *pacer) give(n float64, now time.Time) {
+	p.refill(now)
+	p.level = min(p.level+n, p.burst)
+}
