@@ -45,6 +45,10 @@ type Scope struct {
 	// every worker and the publisher across hops.
 	RunID    string
 	EventsTo string
+	// Priority is the priority of the model calls of the runs started in
+	// the context while they wait for a rate limit's turn: "high",
+	// "normal" (or "") or "low".
+	Priority string
 }
 
 type scopeKey struct{}

@@ -2,7 +2,10 @@ package svc
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"reflect"
+	"slices"
 	"time"
 )
 
@@ -43,6 +46,40 @@ type Options struct {
 	// go at once. 0 for both hands on every fragment as it comes.
 	DeltaIntervalMS int `json:"delta_interval_ms" yaml:"delta_interval_ms"`
 	DeltaBytes      int `json:"delta_bytes" yaml:"delta_bytes"`
+	// RateLimits are named limits on the calls to model providers; an
+	// agent draws from one by naming it (model_settings.rate_limit), and
+	// agents that name the same one share it (one API key used by
+	// several agents). None by default.
+	RateLimits map[string]RateLimit `json:"rate_limits,omitempty" yaml:"rate_limits"`
+}
+
+// RateLimit is what a named limit allows (package ratelimit paces it);
+// zero fields do not limit. Per-minute limits are paced evenly: a second's
+// worth may go at once, never a minute's.
+type RateLimit struct {
+	RequestsPerMinute float64 `json:"requests_per_minute,omitempty" yaml:"requests_per_minute"`
+	TokensPerMinute   float64 `json:"tokens_per_minute,omitempty" yaml:"tokens_per_minute"`
+	MaxConcurrent     int     `json:"max_concurrent,omitempty" yaml:"max_concurrent"`
+}
+
+// Validate refuses negative or non-finite values, and a limit that
+// limits nothing.
+func (l RateLimit) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"requests_per_minute", l.RequestsPerMinute}, {"tokens_per_minute", l.TokensPerMinute}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return Errorf(KindSpecValidation, "%s %v: must be a positive number", f.name, f.v)
+		}
+	}
+	if l.MaxConcurrent < 0 {
+		return Errorf(KindSpecValidation, "max_concurrent %d: must be a positive number", l.MaxConcurrent)
+	}
+	if l == (RateLimit{}) {
+		return Errorf(KindSpecValidation, "give requests_per_minute, tokens_per_minute or max_concurrent")
+	}
+	return nil
 }
 
 // RetryBackoffBase is the pause before the first retry.
@@ -59,6 +96,10 @@ func DefaultOptions() Options {
 		DeltaBytes:         256,
 	}
 }
+
+// IsZero reports whether o is the zero Options (no option given at all),
+// which a runtime takes for DefaultOptions.
+func (o Options) IsZero() bool { return reflect.DeepEqual(o, Options{}) }
 
 // Timeout is TimeoutSeconds as a duration.
 func (o Options) Timeout() time.Duration {
@@ -92,6 +133,14 @@ func (o Options) Validate() error {
 		return Errorf(KindSpecValidation, "delta_interval_ms %d: must be 0 (no wait) or more", o.DeltaIntervalMS)
 	case o.DeltaBytes < 0:
 		return Errorf(KindSpecValidation, "delta_bytes %d: must be 0 (no limit) or more", o.DeltaBytes)
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.RateLimits)) {
+		if !ValidName(name) {
+			return Errorf(KindSpecValidation, "rate_limits: name %q: use letters, digits, '_', '-' and '.', starting with a letter or digit", name)
+		}
+		if err := o.RateLimits[name].Validate(); err != nil {
+			return Wrap(KindSpecValidation, err, "rate_limits."+name)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestDefaultOptions(t *testing.T) {
 	o := svc.DefaultOptions()
 	want := svc.Options{TimeoutSeconds: 300, MaxSpawnDepth: 4, RetryMaxAttempts: 1, RetryBackoffFactor: 1.5, TokenBudget: 0, MCPEagerStart: false,
 		DeltaIntervalMS: 50, DeltaBytes: 256}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Errorf("DefaultOptions() = %+v, want %+v", o, want)
 	}
 	if err := o.Validate(); err != nil {

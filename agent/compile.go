@@ -14,6 +14,7 @@ import (
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/ratelimit"
 	"github.com/svc-dev/svc/schema"
 )
 
@@ -57,6 +58,12 @@ type Compiled struct {
 	stream int8
 	// coalesce gathers streamed fragments into deltas (WithCoalesce).
 	coalesce Coalesce
+	// settings are the model_settings sent to the providers: the
+	// agent's, without the runtime's flow-control keys.
+	settings map[string]any
+	// limits are the limits each model's calls wait under (WithRateLimits),
+	// by the index of Models; nil without a ratelimit.Set.
+	limits [][]*ratelimit.Limiter
 }
 
 // Builtin builds the tool that one builtin_tools name stands for, for the
@@ -69,6 +76,7 @@ type Builtin func(def svc.Agent) (svc.Tool, error)
 type CompileOption func(*compileConfig)
 
 type compileConfig struct {
+	limits   *ratelimit.Set
 	coalesce Coalesce
 	builtins map[string]Builtin
 	prices   *model.PriceTable
@@ -165,6 +173,10 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 			return nil, bad(err, "agent %s: fallback_models[%d]", a.Name, i-1)
 		}
 		c.Models[i] = Resolved{ID: id, Model: m}
+	}
+
+	if err := c.compileLimits(cfg.limits, bad); err != nil {
+		return nil, err
 	}
 
 	switch v, ok := c.Def.ModelSettings["stream"]; {

@@ -305,7 +305,7 @@ func (r *runner) turns(ctx context.Context, input json.RawMessage) (json.RawMess
 	req.Instructions = c.Def.Instructions
 	req.Tools = r.specs
 	req.OutputSchema = c.outputSchema
-	req.Settings = c.Def.ModelSettings
+	req.Settings = c.settings
 
 	var output json.RawMessage
 	var resp svc.ModelResponse
@@ -462,7 +462,11 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 		// func: the request escapes into the model.
 		req.OnDelta = r.deltas.add
 	}
-	err := generateSafely(ctx, m.Model, req, resp)
+	permits, err := r.acquire(ctx, i, EstimateTokens(req))
+	if err == nil {
+		err = generateSafely(ctx, m.Model, req, resp)
+		releasePermits(permits, resp.Tokens(), err)
+	}
 	if streamed {
 		req.OnDelta = nil
 		// A failed call's text is not the answer: the next call's deltas

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -539,7 +540,7 @@ func (a *App) watch(started svc.Options) error {
 		if o.RuntimeOptions != nil {
 			opts = o.RuntimeOptions(opts)
 		}
-		if opts != started {
+		if !reflect.DeepEqual(opts, started) {
 			a.log.Warn("runtime options changed in runtime.yaml; they apply at the next start", zap.Stringer("options", opts), zap.Stringer("running", started))
 		}
 		a.log.Info("specs reloaded", zap.String("specs", o.SpecsDir), zap.Int("agents", len(set.Agents)), zap.Int("groups", len(set.Groups)))

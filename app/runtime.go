@@ -45,7 +45,7 @@ func NewRuntime(cfg RuntimeConfig) (*supervisor.Runtime, error) {
 	if cfg.SpecsDir == "" {
 		return nil, &ConfigError{Option: "SpecsDir", Err: errors.New("empty: want a directory of specs")}
 	}
-	if cfg.Runtime.Options != (svc.Options{}) {
+	if !cfg.Runtime.Options.IsZero() {
 		return nil, &ConfigError{Option: "Runtime.Options", Err: errors.New("set: the options come from runtime.yaml; change them with RuntimeOptions")}
 	}
 	rcfg := cfg.Runtime

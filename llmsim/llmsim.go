@@ -41,6 +41,11 @@ type Config struct {
 	// RPM and TPM are requests and tokens per minute per (key, model),
 	// refilled continuously; zero is unlimited.
 	RPM, TPM int
+	// Window is how much of a minute's allowance may go at once (a
+	// minute when zero): hosted providers enforce per-minute limits over
+	// shorter windows, so that 6,000 a minute is 100 a second, not 6,000
+	// in the first second.
+	Window time.Duration
 	// ContextWindow is the largest prompt in tokens; zero is unlimited.
 	ContextWindow int
 	// FirstToken is the latency to the first token; TokensPerSecond paces
@@ -268,22 +273,24 @@ func parse(body []byte, f flavor) (*request, error) {
 }
 
 // bucket is a token bucket refilled continuously at rate per minute.
+// bucket holds up to max (the window's share of the per-minute allowance)
+// and refills at perMin a minute.
 type bucket struct {
-	level, max float64
-	at         time.Time
+	level, max, perMin float64
+	at                 time.Time
 }
 
 func (b *bucket) refill(now time.Time) {
-	b.level = math.Min(b.max, b.level+now.Sub(b.at).Minutes()*b.max)
+	b.level = math.Min(b.max, b.level+now.Sub(b.at).Minutes()*b.perMin)
 	b.at = now
 }
 
-// untilFull is how long until the bucket holds n again.
+// until is how long until the bucket holds n again.
 func (b *bucket) until(n float64) time.Duration {
 	if b.level >= n {
 		return 0
 	}
-	return time.Duration((n - b.level) / b.max * float64(time.Minute))
+	return time.Duration((n - b.level) / b.perMin * float64(time.Minute))
 }
 
 type limitState struct {
@@ -297,11 +304,15 @@ func (s *Server) take(key, model string, tokens int) (limitState, bool, time.Dur
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	get := func(kind string, max int) *bucket {
+	get := func(kind string, perMin int) *bucket {
 		id := kind + "\x00" + key + "\x00" + model
 		b := s.buckets[id]
 		if b == nil {
-			b = &bucket{level: float64(max), max: float64(max), at: now}
+			capacity := float64(perMin)
+			if w := s.cfg.Window; w > 0 && w < time.Minute {
+				capacity = math.Max(1, capacity*w.Minutes())
+			}
+			b = &bucket{level: capacity, max: capacity, perMin: float64(perMin), at: now}
 			s.buckets[id] = b
 		}
 		b.refill(now)
@@ -320,7 +331,7 @@ func (s *Server) take(key, model string, tokens int) (limitState, bool, time.Dur
 		wait = rb.until(1)
 	}
 	if tb != nil && tb.level < float64(tokens) {
-		wait = max(wait, tb.until(float64(min(tokens, s.cfg.TPM))))
+		wait = max(wait, tb.until(math.Min(float64(tokens), tb.max)))
 	}
 	ok := wait == 0
 	if ok {

@@ -6,7 +6,7 @@
 //
 // A per-minute limit is paced evenly, never spent in one burst:
 // providers enforce per-minute limits over shorter windows (6,000 a
-// minute is 100 a second), so the buckets hold a second's worth. A
+// minute is 100 a second), so the buckets hold half a second's worth. A
 // Limiter that learns (a key nobody declared a limit for) starts slow, a
 // few calls at once, widens its window with each success and halves it
 // at each 429, pausing until the provider's Retry-After: additive
@@ -23,8 +23,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/svc-dev/svc"
 )
 
 // Priority orders waiting calls: High before Normal before Low.
@@ -61,28 +64,9 @@ func (p Priority) String() string {
 	return "normal"
 }
 
-// Limit is what a declared limit allows; zero fields do not limit.
-type Limit struct {
-	RequestsPerMinute float64 `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   float64 `json:"tokens_per_minute,omitempty"`
-	MaxConcurrent     int     `json:"max_concurrent,omitempty"`
-}
-
-// Validate refuses negative or non-finite values.
-func (l Limit) Validate() error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"requests_per_minute", l.RequestsPerMinute}, {"tokens_per_minute", l.TokensPerMinute}} {
-		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return fmt.Errorf("%s %v: want a positive number (or none)", f.name, f.v)
-		}
-	}
-	if l.MaxConcurrent < 0 {
-		return fmt.Errorf("max_concurrent %d: want a positive number (or none)", l.MaxConcurrent)
-	}
-	return nil
-}
+// Limit is what a limit allows: svc.RateLimit, whose zero fields do not
+// limit.
+type Limit = svc.RateLimit
 
 // Learning: the window of calls at once a learning Limiter starts with,
 // and the pause after a 429 that said no Retry-After.
@@ -122,7 +106,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// New returns a Limiter named name for lim (which Validate accepts).
+// New returns a Limiter named name for lim (which lim.Validate accepts,
+// or zero for one that only learns).
 func New(name string, lim Limit, opts Options) *Limiter {
 	l := &Limiter{name: name, limit: lim, learn: opts.Learn, now: opts.Now}
 	if l.now == nil {
@@ -470,8 +455,11 @@ func (q *fairQueue) drop(run string) {
 }
 
 // pacer paces a per-minute allowance evenly: it refills continuously at
-// perMinute/60 a second and holds at most a second's worth (at least
-// one), so a minute's allowance never goes out at once. A call larger
+// perMinute/60 a second and holds at most half a second's worth (at least
+// one), so a minute's allowance never goes out at once. Half, not a whole
+// second's: a provider enforcing the limit over a second then keeps room
+// for the jitter between the pacer's clock and the calls' arrival (with a
+// second's worth, 2 of 60 calls paced at the limit were refused). A call larger
 // than what it holds goes once the pacer is full, leaving it in debt,
 // which the next calls wait out.
 type pacer struct {
@@ -483,7 +471,7 @@ type pacer struct {
 
 func newPacer(perMinute float64, now time.Time) *pacer {
 	rate := perMinute / 60
-	burst := max(rate, 1)
+	burst := max(rate/2, 1)
 	return &pacer{rate: rate, burst: burst, level: burst, last: now}
 }
 
@@ -514,4 +502,107 @@ func (p *pacer) take(n float64, now time.Time) {
 func (p *pacer) give(n float64, now time.Time) {
 	p.refill(now)
 	p.level = min(p.level+n, p.burst)
+}
+
+// Set is the Limiters of a runtime: the named ones of its options
+// (rate_limits), the per-model caps of the agents' max_concurrent_requests,
+// and the learned ones of the provider keys nobody declared a limit for,
+// made on first use. It is safe for concurrent use.
+type Set struct {
+	mu      sync.Mutex
+	named   map[string]*Limiter
+	other   map[string]*Limiter // capped and learned, by key
+	closed  bool
+	options Options
+}
+
+// NewSet returns the Set of the named limits (which svc.Options.Validate
+// accepts).
+func NewSet(limits map[string]svc.RateLimit, opts Options) *Set {
+	s := &Set{named: make(map[string]*Limiter, len(limits)), other: map[string]*Limiter{}, options: opts}
+	for name, lim := range limits {
+		o := opts
+		o.Learn = false
+		s.named[name] = New(name, lim, o)
+	}
+	return s
+}
+
+// Named is the limit named name; false when there is none.
+func (s *Set) Named(name string) (*Limiter, bool) {
+	if s == nil {
+		return nil, false
+	}
+	l, ok := s.named[name]
+	return l, ok
+}
+
+// Capped is the limit of n calls at once to the model key names (an
+// agent's max_concurrent_requests), shared by every agent with the same
+// key and cap.
+func (s *Set) Capped(key string, n int) *Limiter {
+	name := fmt.Sprintf("%s (max_concurrent_requests %d)", key, n)
+	return s.get(name, func() *Limiter { return New(name, Limit{MaxConcurrent: n}, s.options) })
+}
+
+// Learned is the learned limit of a provider key (provider, base URL,
+// API key, model), made on first use.
+func (s *Set) Learned(key string) *Limiter {
+	return s.get(key, func() *Limiter {
+		o := s.options
+		o.Learn = true
+		return New(key, Limit{}, o)
+	})
+}
+
+func (s *Set) get(key string, make func() *Limiter) *Limiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.other[key]
+	if l == nil {
+		l = make()
+		if s.closed {
+			l.Close()
+		}
+		s.other[key] = l
+	}
+	return l
+}
+
+// Stats are the figures of every limit, by name.
+func (s *Set) Stats() []Stats {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	ls := make([]*Limiter, 0, len(s.named)+len(s.other))
+	for _, l := range s.named {
+		ls = append(ls, l)
+	}
+	for _, l := range s.other {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	out := make([]Stats, len(ls))
+	for i, l := range ls {
+		out[i] = l.Stats()
+	}
+	slices.SortFunc(out, func(a, b Stats) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Close closes every limit.
+func (s *Set) Close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, l := range s.named {
+		l.Close()
+	}
+	for _, l := range s.other {
+		l.Close()
+	}
 }

@@ -197,7 +197,7 @@ func TestLoadSet(t *testing.T) {
 	}
 	wantOpts := svc.DefaultOptions()
 	wantOpts.TimeoutSeconds = 30
-	if !set.HasOptions || set.Options != wantOpts {
+	if !set.HasOptions || !reflect.DeepEqual(set.Options, wantOpts) {
 		t.Errorf("options = %+v (HasOptions %v), want %+v", set.Options, set.HasOptions, wantOpts)
 	}
 	if set.Agents[0].Tools[0] != env.Tools["current_time"] {

@@ -16,8 +16,11 @@ const SpecVersion = 1
 var optionKeys = []string{
 	"version", "timeout_seconds", "max_spawn_depth", "retry_max_attempts",
 	"retry_backoff_factor", "token_budget", "max_tokens_per_run", "mcp_eager_start",
-	"delta_interval_ms", "delta_bytes",
+	"delta_interval_ms", "delta_bytes", "rate_limits",
 }
+
+// rateLimitKeys are the keys of one limit under rate_limits.
+var rateLimitKeys = []string{"requests_per_minute", "tokens_per_minute", "max_concurrent"}
 
 // LoadOptions reads a runtime.yaml: `version: 1` and any of the option names
 // of svc.Options. Options it leaves out, or sets to null, keep the defaults
@@ -95,6 +98,7 @@ func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
 			o.DeltaBytes = v
 		}
 	})
+	set("rate_limits", func(f field) { o.RateLimits = d.rateLimits(f.val) })
 	if len(d.errs) > 0 {
 		return svc.Options{}, d.finish()
 	}
@@ -111,6 +115,62 @@ func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
 		return svc.Options{}, d.errs
 	}
 	return o, nil
+}
+
+// rateLimits decodes rate_limits: limit names to limits, each with at
+// least one of rateLimitKeys, every value positive.
+func (d *decoder) rateLimits(n *yaml.Node) map[string]svc.RateLimit {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, "rate_limits", "want a mapping of limit names to limits, got %s", describe(n))
+		return nil
+	}
+	out := make(map[string]svc.RateLimit, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := join("rate_limits", k.Value)
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			d.fail(k, "rate_limits", "limit names must be plain names, got %s", describe(k))
+			continue
+		case !svc.ValidName(k.Value):
+			d.fail(k, "rate_limits", "limit name %q: use letters, digits, '_', '-' and '.', starting with a letter or digit", k.Value)
+			continue
+		case v.Kind != yaml.MappingNode:
+			d.fail(v, path, "want a mapping with any of %s, got %s", strings.Join(rateLimitKeys, ", "), describe(v))
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			d.fail(k, path, "repeated")
+			continue
+		}
+		fs := d.fields(v, path, rateLimitKeys)
+		var l svc.RateLimit
+		positive := func(key string, into *float64) {
+			if f, ok := fs[key]; ok {
+				if x, ok := d.number(f.val, join(path, key)); ok {
+					if !(x > 0) {
+						d.fail(f.val, join(path, key), "%v: must be a positive number", x)
+					}
+					*into = x
+				}
+			}
+		}
+		positive("requests_per_minute", &l.RequestsPerMinute)
+		positive("tokens_per_minute", &l.TokensPerMinute)
+		if f, ok := fs["max_concurrent"]; ok {
+			if x, ok := d.intValue(f.val, join(path, "max_concurrent")); ok {
+				if x <= 0 {
+					d.fail(f.val, join(path, "max_concurrent"), "%d: must be a positive number", x)
+				}
+				l.MaxConcurrent = x
+			}
+		}
+		if len(fs) == 0 {
+			d.fail(v, path, "give any of %s", strings.Join(rateLimitKeys, ", "))
+		}
+		out[k.Value] = l
+	}
+	return out
 }
 
 // intValue decodes an int, the type of the int options.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestLoadOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != c.want {
+			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("options = %+v, want %+v", got, c.want)
 			}
 		})
@@ -93,5 +94,35 @@ func TestLoadOptionsMissingFile(t *testing.T) {
 	}
 	if _, err := LoadOptions("dir"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("LoadOptions(dir) = %v", err)
+	}
+}
+
+// rate_limits: named limits, each checked, every error with its line, all
+// of them in one pass.
+func TestRateLimitsOption(t *testing.T) {
+	writeTree(t, map[string]string{"runtime.yaml": "version: 1\nrate_limits:\n  openai_main:\n    requests_per_minute: 6000\n    tokens_per_minute: 2_000_000\n  small:\n    max_concurrent: 2\n"})
+	got, err := LoadOptions("runtime.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]svc.RateLimit{"openai_main": {RequestsPerMinute: 6000, TokensPerMinute: 2e6}, "small": {MaxConcurrent: 2}}
+	if !reflect.DeepEqual(got.RateLimits, want) {
+		t.Fatalf("rate_limits = %+v, want %+v", got.RateLimits, want)
+	}
+	writeTree(t, map[string]string{"runtime.yaml": "version: 1\nrate_limits:\n  bad:\n    requests_per_minute: -3\n    max_concurrent: x\n  empty: {}\n  \"a b\":\n    max_concurrent: 2\n  typo:\n    request_per_minute: 5\n"})
+	_, err = LoadOptions("runtime.yaml")
+	if err == nil {
+		t.Fatal("bad rate_limits accepted")
+	}
+	for _, want := range []string{
+		"runtime.yaml:4: rate_limits.bad.requests_per_minute: -3: must be a positive number",
+		"runtime.yaml:5: rate_limits.bad.max_concurrent: want an integer",
+		"runtime.yaml:6: rate_limits.empty: give any of requests_per_minute, tokens_per_minute, max_concurrent",
+		`runtime.yaml:7: rate_limits: limit name "a b"`,
+		`runtime.yaml:10: rate_limits.typo.request_per_minute: unknown key; did you mean "requests_per_minute"?`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors %q\nwant one containing %q", err, want)
+		}
 	}
 }

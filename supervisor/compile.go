@@ -21,7 +21,7 @@ func (rt *Runtime) compileAgentFor(a svc.Agent, owner string) (*agent.Compiled, 
 	if err != nil {
 		return nil, err
 	}
-	return compileWith(a, rt.models, rt.prices, rt.spawns, sources, agent.WithCoalesce(agent.CoalesceOf(rt.opts)))
+	return compileWith(a, rt.models, rt.prices, rt.spawns, sources, agent.WithCoalesce(agent.CoalesceOf(rt.opts)), agent.WithRateLimits(rt.limits))
 }
 
 // compileWith is the one compile of an agent: registration (above) and

@@ -34,6 +34,7 @@ import (
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/internal/lean"
 	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/ratelimit"
 	"github.com/svc-dev/svc/stores/memstore"
 	"github.com/svc-dev/svc/supervisor/followers"
 	"github.com/svc-dev/svc/supervisor/hostapi"
@@ -133,6 +134,7 @@ type Config struct {
 // it with Shutdown.
 type Runtime struct {
 	opts    svc.Options
+	limits  *ratelimit.Set // the limits of the model calls (opts.RateLimits and the learned ones)
 	models  *model.Registry
 	prices  *model.PriceTable // nil: the built-in prices
 	emitter svc.Emitter
@@ -197,7 +199,7 @@ type Runtime struct {
 // New starts a runtime.
 func New(cfg Config) (rt *Runtime, err error) {
 	opts := cfg.Options
-	if opts == (svc.Options{}) {
+	if opts.IsZero() {
 		opts = svc.DefaultOptions()
 	}
 	if cfg.Dispatcher != nil && (cfg.Execute != nil || cfg.Backend != "") {
@@ -241,7 +243,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if cfg.IdempotencyTTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
 	}
-	rt = &Runtime{opts: opts, models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
+	rt = &Runtime{opts: opts, limits: ratelimit.NewSet(opts.RateLimits, ratelimit.Options{}), models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
 	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
@@ -298,6 +300,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
 		rt.closeEvents()
+		rt.limits.Close()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}
@@ -323,6 +326,11 @@ func (rt *Runtime) newRemote(d remote.Dispatcher, nestedOnly bool) *remote.Execu
 
 // Options returns the runtime's options.
 func (rt *Runtime) Options() svc.Options { return rt.opts }
+
+// RateLimits are the figures of the limits the runtime's model calls wait
+// under: the declared ones (rate_limits), the per-model caps
+// (max_concurrent_requests) and the learned ones of each provider key.
+func (rt *Runtime) RateLimits() []ratelimit.Stats { return rt.limits.Stats() }
 
 // Agent returns a copy of a registered agent's definition.
 func (rt *Runtime) Agent(name string) (svc.Agent, bool) {
@@ -524,6 +532,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			_ = rt.system.Root.StopFuture(s).Wait()
 		}
 		rt.closeEvents()
+		rt.limits.Close()
 		if rt.ownSystem {
 			rt.system.Shutdown()
 		}

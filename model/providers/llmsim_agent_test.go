@@ -53,7 +53,14 @@ func lastAnswer(ds []svc.Delta) string {
 
 func startSim(t *testing.T, sc *llmsim.Scenario) *llmsim.Server {
 	t.Helper()
-	sim := llmsim.New(llmsim.Config{Scenario: sc})
+	return startSimWith(t, llmsim.Config{Scenario: sc})
+}
+
+// startSimWith starts llmsim with cfg on a free port; it stops with the
+// test.
+func startSimWith(t *testing.T, cfg llmsim.Config) *llmsim.Server {
+	t.Helper()
+	sim := llmsim.New(cfg)
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
