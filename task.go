@@ -22,10 +22,27 @@ type TaskSpec struct {
 	// of a run nested in another (spawn_agents, delegate) draws on the
 	// enclosing run's cap and its own field is not used.
 	TokenBudget int64 `json:"token_budget,omitempty"`
+	// Priority orders this run's model calls while they wait for a rate
+	// limit's turn (package ratelimit): "high", "normal" (also "") or
+	// "low". Runs nested in it inherit it.
+	Priority string `json:"priority,omitempty"`
 	// Invalid, when set, is why this task could not be read (a bad line of
 	// a streamed gather): in a GatherStream the task fails with it, as its
 	// own result, without running. It never goes on the wire.
 	Invalid error `json:"-"`
+}
+
+// Priorities a TaskSpec may give.
+var Priorities = []string{"high", "normal", "low"}
+
+// CheckPriority rejects a Priority other than "", "high", "normal" and
+// "low" with a SpecValidationError.
+func (t *TaskSpec) CheckPriority() error {
+	switch t.Priority {
+	case "", "high", "normal", "low":
+		return nil
+	}
+	return Errorf(KindSpecValidation, "priority %q: want high, normal or low", t.Priority)
 }
 
 // CheckTokenBudget rejects a negative TokenBudget with a

@@ -138,7 +138,7 @@ func (a *invocation) startAttempt(c actor.Context) {
 		st.inv = agent.Invocation{
 			Agent: st.run.Agent, Input: st.task.Input, TaskID: st.task.ID, TraceID: st.task.Trace,
 			ParentTraceID: st.run.ParentTrace, ParentSpanID: st.parentSpan(),
-			Depth: st.run.Depth, Emitter: st.run.emitter,
+			Depth: int32(st.run.Depth), Emitter: st.run.emitter, Priority: st.task.Priority,
 		}
 		if !st.run.env.Silent {
 			st.inv.SpanID = NewSpanID()

@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
 	"github.com/svc-dev/svc/internal/lean"
+	"github.com/svc-dev/svc/ratelimit"
 )
 
 // Env is what every actor of one runtime shares.
@@ -138,6 +139,9 @@ type Task struct {
 	// task: it cancels each task itself).
 	Budget *Budget
 	Ctx    context.Context
+	// Priority is the TaskSpec's, for its model calls' turns under rate
+	// limits (Normal: the scope's).
+	Priority ratelimit.Priority
 }
 
 // StartRun asks a shard to start a run. Reply receives exactly one RunReply.

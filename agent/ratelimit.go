@@ -137,7 +137,10 @@ func (r *runner) acquire(ctx context.Context, i int, estimate int64) ([]*ratelim
 	if run == "" {
 		run = r.inv.TraceID
 	}
-	prio, _ := ratelimit.ParsePriority(s.Priority)
+	prio := r.inv.Priority
+	if prio == ratelimit.Normal {
+		prio, _ = ratelimit.ParsePriority(s.Priority)
+	}
 	permits := make([]*ratelimit.Permit, 0, len(r.c.limits[i]))
 	for _, l := range r.c.limits[i] {
 		p, err := l.Acquire(ctx, run, prio, int(min(estimate, 1<<31)))

@@ -15,6 +15,7 @@ import (
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
+	"github.com/svc-dev/svc/ratelimit"
 	"github.com/svc-dev/svc/tools"
 )
 
@@ -97,7 +98,12 @@ type Invocation struct {
 	SpanID, ParentSpanID           string
 	// Depth is the spawn depth of this invocation (0 at top level). Tools
 	// run with it in their context, so a run they start is one deeper.
-	Depth int
+	Depth int32
+	// Priority orders the invocation's model calls waiting for a rate
+	// limit's turn (Normal: its context's svc.Scope.Priority); runs its
+	// tools start inherit it. (Beside Depth, an int32, it takes no room
+	// of its own: a parked invocation's size is watched.)
+	Priority ratelimit.Priority
 	// Budget is drawn on by every model call; nil means unlimited.
 	Budget Budget
 	// Emitter receives tool events, and agent_delta events when the model
@@ -540,7 +546,10 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 	if r.toolCtx == nil {
 		r.conv = new(conversation)
 		s := svc.ScopeFrom(ctx)
-		s.Depth, s.ParentTrace, s.ParentSpan = r.inv.Depth, r.inv.TraceID, r.inv.SpanID
+		s.Depth, s.ParentTrace, s.ParentSpan = int(r.inv.Depth), r.inv.TraceID, r.inv.SpanID
+		if r.inv.Priority != ratelimit.Normal {
+			s.Priority = r.inv.Priority.String()
+		}
 		s.Conversation = r.conv.get
 		r.toolCtx = svc.WithScope(ctx, s)
 	}

@@ -30,16 +30,28 @@ import (
 	"github.com/svc-dev/svc"
 )
 
-// Priority orders waiting calls: High before Normal before Low.
+// Priority orders waiting calls: High before Normal before Low. The zero
+// value is Normal.
 type Priority uint8
 
-// The priorities, highest first.
+// The priorities.
 const (
-	High Priority = iota
-	Normal
+	Normal Priority = iota
+	High
 	Low
 	priorities
 )
+
+// rank is p's queue: High's first.
+func (p Priority) rank() int {
+	switch p {
+	case High:
+		return 0
+	case Low:
+		return 2
+	}
+	return 1
+}
 
 // ParsePriority reads "high", "normal" or "low"; "" is Normal.
 func ParsePriority(s string) (Priority, error) {
@@ -166,7 +178,7 @@ func (l *Limiter) Acquire(ctx context.Context, run string, prio Priority, tokens
 		return nil, fmt.Errorf("rate limit %s: closed", l.name)
 	}
 	w.since = l.now()
-	l.queues[prio].push(w)
+	l.queues[prio.rank()].push(w)
 	l.queued++
 	l.dispatchLocked(w.since)
 	l.mu.Unlock()
@@ -181,7 +193,7 @@ func (l *Limiter) Acquire(ctx context.Context, run string, prio Priority, tokens
 		(&Permit{l: l, tokens: tokens}).Done(0, false, 0)
 		return nil, ctx.Err()
 	}
-	l.queues[prio].remove(w)
+	l.queues[prio.rank()].remove(w)
 	l.queued--
 	l.stats.left++
 	l.dispatchLocked(l.now())
@@ -267,7 +279,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			l.armLocked(at)
 			return
 		}
-		l.queues[w.prio].pop()
+		l.queues[w.prio.rank()].pop()
 		l.queued--
 		if l.req != nil {
 			l.req.take(1, now)

@@ -11,6 +11,7 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/actors"
 	"github.com/svc-dev/svc/agent"
+	"github.com/svc-dev/svc/ratelimit"
 )
 
 // What every entry point (run.go, gather.go, group.go, submit.go,
@@ -149,7 +150,14 @@ func prepare(c *agent.Compiled, task svc.TaskSpec, trace string, index int) (act
 	if len(t.Input) == 0 {
 		t.Input = json.RawMessage("null")
 	}
-	if err := task.CheckTokenBudget(); err != nil {
+	err := task.CheckTokenBudget()
+	if err == nil {
+		err = task.CheckPriority()
+	}
+	if err == nil {
+		t.Priority, _ = ratelimit.ParsePriority(task.Priority)
+	}
+	if err != nil {
 		if index >= 0 {
 			err = svc.Errorf(svc.KindSpecValidation, "tasks[%d]: %s", index, err.(*svc.Error).Message)
 		}

@@ -167,7 +167,7 @@ func (rt *Runtime) invoke(ctx context.Context, c *agent.Compiled, t task, scope 
 	inv := &agent.Invocation{
 		Agent: c, Input: t.input, TaskID: t.id, TraceID: t.trace,
 		ParentTraceID: scope.ParentTrace, ParentSpanID: parentSpan,
-		Depth: depth, Emitter: rt.emitter, SpanID: rt.spanID(),
+		Depth: int32(depth), Emitter: rt.emitter, SpanID: rt.spanID(),
 	}
 	if t.budget != nil {
 		inv.Budget = &invBudget{b: t.budget, inv: inv, em: rt.emitter}

@@ -143,7 +143,7 @@ func (e *Executor) Execute(ctx context.Context, inv *agent.Invocation) (agent.Ou
 	res, err := e.cfg.Dispatcher.Dispatch(ctx, dispatch.Request{
 		Agent: inv.Agent.Def.Name, TrustLevel: inv.Agent.Def.Trust(), TaskID: inv.TaskID, TraceID: inv.TraceID,
 		ParentTraceID: inv.ParentTraceID, SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID, RunID: runID,
-		Input: inv.Input, Depth: inv.Depth, TokenBudget: capLeft, EventsTo: s.EventsTo,
+		Input: inv.Input, Depth: int(inv.Depth), TokenBudget: capLeft, EventsTo: s.EventsTo,
 		Deadline: time.Now().Add(e.cfg.Timeout),
 	})
 	if err != nil {

@@ -870,6 +870,7 @@ export interface components {
             metadata?: {
                 [key: string]: string;
             };
+            priority?: string;
             request_id?: string;
             token_budget?: number;
         };
