@@ -404,6 +404,43 @@ type RuntimeStats struct {
 	// Stuck are the calls runs stopped waiting for: filled from the
 	// backend (a StuckReporter), not the event store.
 	Stuck StuckStats `json:"stuck"`
+	// RateLimits are the limits the model calls wait under (a
+	// RateLimitReporter's), by name; absent when none has been used.
+	RateLimits []RateLimitStatus `json:"rate_limits,omitempty"`
+}
+
+// RateLimitStatus is the state of one limit on the calls to model
+// providers: a declared one (rate_limits), a model's cap
+// (max_concurrent_requests) or the learned one of a provider key.
+type RateLimitStatus struct {
+	Name  string    `json:"name"`
+	Limit RateLimit `json:"limit"`
+	// Learned is the learned window of calls at once (a learned limit's).
+	Learned float64 `json:"learned_concurrency,omitempty"`
+	// Queued and InFlight are the calls waiting and running now.
+	Queued   int `json:"queued"`
+	InFlight int `json:"in_flight"`
+	// Calls, Tokens, Throttled (429s received) and Left (calls whose
+	// run ended while they waited), since the start.
+	Calls     uint64 `json:"calls"`
+	Tokens    uint64 `json:"tokens"`
+	Throttled uint64 `json:"throttled"`
+	Left      uint64 `json:"left_queue"`
+	// CallsPerMinute and TokensPerMinute are what went in the last
+	// minute, against Limit.
+	CallsPerMinute  uint64 `json:"calls_last_minute"`
+	TokensPerMinute uint64 `json:"tokens_last_minute"`
+	// WaitP50Ms and WaitP99Ms are over the last waits (up to 1,024).
+	WaitP50Ms float64 `json:"wait_p50_ms"`
+	WaitP99Ms float64 `json:"wait_p99_ms"`
+	// PausedMs is how long the limit stays paused by a 429.
+	PausedMs float64 `json:"paused_ms,omitempty"`
+}
+
+// RateLimitReporter is implemented by a backend whose model calls wait
+// under rate limits (the runtime): GET /runtime/stats reports them.
+type RateLimitReporter interface {
+	RateLimits() []RateLimitStatus
 }
 
 // StuckStats counts the calls (tool, model, hook) that runs abandoned: a

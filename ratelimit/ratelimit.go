@@ -218,6 +218,7 @@ func (l *Limiter) done(estimate, used int, throttled bool, retryAfter time.Durat
 		l.tok.give(float64(estimate-used), now)
 	}
 	l.stats.tokens += uint64(used)
+	l.stats.add(now, 0, int64(used))
 	if throttled {
 		l.stats.throttled++
 		if retryAfter <= 0 {
@@ -289,6 +290,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 		}
 		l.inFlight++
 		l.stats.calls++
+		l.stats.add(now, 1, 0)
 		l.stats.wait(now.Sub(w.since))
 		w.granted = true
 		close(w.ready)
@@ -338,38 +340,20 @@ func (l *Limiter) Close() {
 }
 
 // Stats is a snapshot of a Limiter.
-type Stats struct {
-	Name  string `json:"name"`
-	Limit Limit  `json:"limit"`
-	// Learned is the learned window of calls at once (a learning
-	// Limiter's), 0 otherwise.
-	Learned float64 `json:"learned_concurrency,omitempty"`
-	// Queued and InFlight are the calls waiting and running now.
-	Queued   int `json:"queued"`
-	InFlight int `json:"in_flight"`
-	// Calls, Tokens, Throttled (429s received) and Left (calls whose
-	// context ended while they waited) since the start.
-	Calls     uint64 `json:"calls"`
-	Tokens    uint64 `json:"tokens"`
-	Throttled uint64 `json:"throttled"`
-	Left      uint64 `json:"left_queue"`
-	// WaitP50Ms and WaitP99Ms are over the last waits (up to 1,024).
-	WaitP50Ms float64 `json:"wait_p50_ms"`
-	WaitP99Ms float64 `json:"wait_p99_ms"`
-	// PausedMs is how long the limit stays paused by a 429.
-	PausedMs float64 `json:"paused_ms,omitempty"`
-}
+type Stats = svc.RateLimitStatus
 
 // Stats returns the Limiter's figures now.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.now()
 	s := Stats{Name: l.name, Limit: l.limit, Queued: l.queued, InFlight: l.inFlight,
 		Calls: l.stats.calls, Tokens: l.stats.tokens, Throttled: l.stats.throttled, Left: l.stats.left}
+	s.CallsPerMinute, s.TokensPerMinute = l.stats.lastMinute(now)
 	if l.learn {
 		s.Learned = math.Round(l.window*10) / 10
 	}
-	if d := l.pausedUntil.Sub(l.now()); d > 0 {
+	if d := l.pausedUntil.Sub(now); d > 0 {
 		s.PausedMs = float64(d.Milliseconds())
 	}
 	s.WaitP50Ms, s.WaitP99Ms = l.stats.quantiles()
@@ -379,8 +363,34 @@ func (l *Limiter) Stats() Stats {
 // counters are a Limiter's figures, under its mu.
 type counters struct {
 	calls, tokens, throttled, left uint64
+	// secs are the calls and tokens of each of the last 60 seconds, by
+	// the Unix second modulo 60, with the second they are of.
+	secs [60]struct{ at, calls, tokens int64 }
 	waits                          [1024]time.Duration // a ring of the last waits
 	nWaits                         int
+}
+
+// add counts a call (calls 1) or tokens at now.
+func (c *counters) add(now time.Time, calls, tokens int64) {
+	sec := now.Unix()
+	b := &c.secs[sec%60]
+	if b.at != sec {
+		b.at, b.calls, b.tokens = sec, 0, 0
+	}
+	b.calls += calls
+	b.tokens += tokens
+}
+
+// lastMinute sums the calls and tokens of the last 60 seconds.
+func (c *counters) lastMinute(now time.Time) (calls, tokens uint64) {
+	sec := now.Unix()
+	for _, b := range c.secs {
+		if b.at > sec-60 && b.at <= sec {
+			calls += uint64(b.calls)
+			tokens += uint64(max(b.tokens, 0))
+		}
+	}
+	return calls, tokens
 }
 
 func (c *counters) wait(d time.Duration) {

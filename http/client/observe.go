@@ -265,6 +265,9 @@ func (l *Local) RuntimeStats(ctx context.Context) (svc.RuntimeStats, error) {
 	if sr, ok := l.b.(svc.StuckReporter); ok {
 		st.Stuck = sr.Stuck()
 	}
+	if rr, ok := l.b.(svc.RateLimitReporter); ok {
+		st.RateLimits = rr.RateLimits()
+	}
 	if ir, ok := l.b.(svc.InFlightReporter); ok {
 		st.Header.RunsInFlight = ir.RunsInFlight()
 	}

@@ -239,6 +239,9 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	if sr, ok := o.b.(svc.StuckReporter); ok {
 		st.Stuck = sr.Stuck()
 	}
+	if rr, ok := o.b.(svc.RateLimitReporter); ok {
+		st.RateLimits = rr.RateLimits()
+	}
 	if ir, ok := o.b.(svc.InFlightReporter); ok {
 		st.Header.RunsInFlight = ir.RunsInFlight()
 	}

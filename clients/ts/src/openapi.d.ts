@@ -806,6 +806,26 @@ export interface components {
                 node_id: string;
                 self: boolean;
             }[];
+            rate_limits?: null | {
+                calls: number;
+                calls_last_minute: number;
+                in_flight: number;
+                learned_concurrency?: number;
+                left_queue: number;
+                limit: {
+                    max_concurrent?: number;
+                    requests_per_minute?: number;
+                    tokens_per_minute?: number;
+                };
+                name: string;
+                paused_ms?: number;
+                queued: number;
+                throttled: number;
+                tokens: number;
+                tokens_last_minute: number;
+                wait_p50_ms: number;
+                wait_p99_ms: number;
+            }[];
             rejections: {
                 [key: string]: number;
             };
