@@ -365,9 +365,9 @@ type counters struct {
 	calls, tokens, throttled, left uint64
 	// secs are the calls and tokens of each of the last 60 seconds, by
 	// the Unix second modulo 60, with the second they are of.
-	secs [60]struct{ at, calls, tokens int64 }
-	waits                          [1024]time.Duration // a ring of the last waits
-	nWaits                         int
+	secs   [60]struct{ at, calls, tokens int64 }
+	waits  [1024]time.Duration // a ring of the last waits
+	nWaits int
 }
 
 // add counts a call (calls 1) or tokens at now.
