@@ -9,7 +9,7 @@ import (
 // EventType is the type of a RuntimeEvent.
 type EventType string
 
-// The sixteen event types of the spec.
+// The sixteen event types of the spec, and rate_limited.
 const (
 	EventAgentSpawned       EventType = "agent_spawned"
 	EventAgentDispatched    EventType = "agent_dispatched"
@@ -27,15 +27,20 @@ const (
 	EventWorkerStarted      EventType = "worker_started"
 	EventWorkerStopped      EventType = "worker_stopped"
 	EventWorkerHeartbeat    EventType = "worker_heartbeat"
+	// EventRateLimited is a model call that waited longer than a second
+	// for a rate limit's turn (package ratelimit).
+	EventRateLimited EventType = "rate_limited"
 )
 
-// EventTypes lists all sixteen event types.
+// EventTypes lists all the event types (but agent_delta, which is never
+// stored).
 var EventTypes = []EventType{
 	EventAgentSpawned, EventAgentDispatched, EventAgentCompleted, EventAgentFailed,
 	EventToolCallStarted, EventToolCallCompleted, EventToolCallFailed,
 	EventBudgetExceeded, EventDepthLimitExceeded,
 	EventBatchStarted, EventBatchCompleted, EventGroupStarted, EventGroupCompleted,
 	EventWorkerStarted, EventWorkerStopped, EventWorkerHeartbeat,
+	EventRateLimited,
 }
 
 // PayloadKeys is the payload contract of each event type: exactly these keys,
@@ -68,6 +73,11 @@ var PayloadKeys = map[EventType][]string{
 	EventWorkerStarted:      {"runtime_id", "agents", "broker_scheme", "concurrency", "prefetch", "consumer_id", "heartbeat_seconds"},
 	EventWorkerStopped:      {"runtime_id", "agents", "broker_scheme"},
 	EventWorkerHeartbeat:    {"runtime_id", "agent_subscriptions", "in_flight", "concurrency_cap", "broker_scheme"},
+	// rate_limited: the limit's name ("rate_limit": "limit" is a number
+	// of tokens on budget events), how long the call waited, and why:
+	// "paused" (a 429 paused the limit), "paced" (the per-minute pace),
+	// "concurrency" (calls at once) or "queued" (behind other calls).
+	EventRateLimited: {"rate_limit", "wait_ms", "reason"},
 }
 
 // OptionalPayloadKeys are the keys an event type may add to PayloadKeys.

@@ -149,9 +149,16 @@ func (r *runner) acquire(ctx context.Context, i int, estimate int64) ([]*ratelim
 			return nil, fmt.Errorf("waiting for rate limit %s: %w", l.Name(), err)
 		}
 		permits = append(permits, p)
+		if p.Waited > rateLimitedAfter {
+			r.emit(svc.EventRateLimited, svc.Payload{"rate_limit": l.Name(), "wait_ms": p.Waited.Milliseconds(), "reason": p.Reason})
+		}
 	}
 	return permits, nil
 }
+
+// rateLimitedAfter is the wait past which a call's wait for a rate limit
+// is told (a rate_limited event): shorter waits are the pace working.
+const rateLimitedAfter = time.Second
 
 // releasePermits ends the calls' turns with the tokens the call used and
 // its error: a provider's 429 tells the limits to slow down.

@@ -36,6 +36,10 @@ const (
 	// MetricRejections is an Int64Counter in {rejection}, recorded on
 	// budget_exceeded, depth_limit_exceeded and agent_failed.
 	MetricRejections = "svc.rejections"
+	// MetricRateLimitWait is a Float64Histogram in ms, recorded on
+	// rate_limited: how long model calls waited for a rate limit's turn
+	// (those that waited over a second), by limit and reason.
+	MetricRateLimitWait = "svc.rate_limit.wait_ms"
 )
 
 // Attribute keys the OpenTelemetry emitter writes; no other key ever
@@ -51,6 +55,8 @@ const (
 	AttrErrorType     = "error.type"            // error kind name, on failures
 	AttrAgent         = "agent"                 // agent, on svc instruments
 	AttrTool          = "tool"                  // tool name, on svc.tool.*
+	AttrLimit         = "limit"                 // rate limit name, on svc.rate_limit.*
+	AttrReason        = "reason"                // why a call waited, on svc.rate_limit.*
 )
 
 // OTelAttributeKeys is every attribute key the emitter may write. It is the
@@ -58,7 +64,7 @@ const (
 // arguments are unbounded or sensitive and never become labels.
 var OTelAttributeKeys = []string{
 	AttrOperationName, AttrProviderName, AttrRequestModel, AttrTokenType,
-	AttrAgentName, AttrErrorType, AttrAgent, AttrTool,
+	AttrAgentName, AttrErrorType, AttrAgent, AttrTool, AttrLimit, AttrReason,
 }
 
 const (
@@ -103,6 +109,9 @@ func NewOTel(mp metric.MeterProvider) (svc.Emitter, error) {
 	e.rejections, err = m.Int64Counter(MetricRejections, metric.WithUnit("{rejection}"),
 		metric.WithDescription("Budget and depth rejections and failed agent runs."))
 	errs = errors.Join(errs, err)
+	e.limitWait, err = m.Float64Histogram(MetricRateLimitWait, metric.WithUnit("ms"),
+		metric.WithDescription("Waits of model calls for a rate limit's turn, those over a second."))
+	errs = errors.Join(errs, err)
 	if errs != nil {
 		return nil, svc.Wrap(svc.KindRuntime, errs, "otel emitter: creating instruments")
 	}
@@ -115,6 +124,7 @@ type otelEmitter struct {
 	toolCalls    metric.Int64Counter
 	toolDuration metric.Float64Histogram
 	rejections   metric.Int64Counter
+	limitWait    metric.Float64Histogram
 }
 
 // Emit records ev on the instruments its type feeds. A panic from the
@@ -165,6 +175,11 @@ func (e *otelEmitter) Emit(ev svc.RuntimeEvent) {
 		}
 		e.rejections.Add(ctx, 1, metric.WithAttributes(
 			attribute.String(AttrAgent, ev.AgentName), attribute.String(AttrErrorType, string(kind))))
+	case svc.EventRateLimited:
+		if ms, ok := nonNegative(p["wait_ms"]); ok {
+			e.limitWait.Record(ctx, ms, metric.WithAttributes(attribute.String(AttrAgent, ev.AgentName),
+				attribute.String(AttrLimit, str(p["rate_limit"])), attribute.String(AttrReason, str(p["reason"]))))
+		}
 	}
 }
 

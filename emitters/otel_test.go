@@ -257,11 +257,15 @@ func TestOTelRecordsTheSpecInstruments(t *testing.T) {
 		{"depth_limit_exceeded", sample(svc.EventDepthLimitExceeded, nil), []want{
 			{emitters.MetricRejections, int64Counter, "{rejection}", 1, rejectAttrs(svc.KindDepthLimit)},
 		}},
+		{"rate_limited", sample(svc.EventRateLimited, nil), []want{
+			{emitters.MetricRateLimitWait, float64Histogram, "ms", 1250,
+				map[string]string{emitters.AttrAgent: "triage", emitters.AttrLimit: "openai_main", emitters.AttrReason: "paced"}},
+		}},
 	}
 	for _, typ := range svc.EventTypes {
 		switch typ {
 		case svc.EventAgentCompleted, svc.EventAgentFailed, svc.EventToolCallCompleted, svc.EventToolCallFailed,
-			svc.EventBudgetExceeded, svc.EventDepthLimitExceeded:
+			svc.EventBudgetExceeded, svc.EventDepthLimitExceeded, svc.EventRateLimited:
 		default:
 			cases = append(cases, struct {
 				name string
@@ -346,7 +350,7 @@ func TestOTelLabelsAreBounded(t *testing.T) {
 	}
 	sort.Strings(names)
 	wantNames := []string{emitters.MetricOperationDuration, emitters.MetricTokenUsage,
-		emitters.MetricRejections, emitters.MetricToolCalls, emitters.MetricToolDuration}
+		emitters.MetricRejections, emitters.MetricToolCalls, emitters.MetricToolDuration, emitters.MetricRateLimitWait}
 	sort.Strings(wantNames)
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("instruments with data %q, want %q", names, wantNames)

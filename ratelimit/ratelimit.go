@@ -150,8 +150,10 @@ type waiter struct {
 	prio    Priority
 	tokens  int
 	since   time.Time
+	reason  string // why it waited at the head of the queue ("": it did not)
 	ready   chan struct{}
 	granted bool
+	waited  time.Duration // set with granted
 	elem    *list.Element
 }
 
@@ -160,6 +162,12 @@ type Permit struct {
 	l      *Limiter
 	tokens int
 	once   sync.Once
+	// Waited is how long the call waited for its turn, and Reason why:
+	// "paused" (a 429 paused the limit), "paced" (the per-minute pace),
+	// "concurrency" (the calls at once), "queued" (behind other calls
+	// only), or "" when it did not wait.
+	Waited time.Duration
+	Reason string
 }
 
 // Acquire waits for the turn of a call of run (the fairness key: the
@@ -184,7 +192,11 @@ func (l *Limiter) Acquire(ctx context.Context, run string, prio Priority, tokens
 	l.mu.Unlock()
 	select {
 	case <-w.ready:
-		return &Permit{l: l, tokens: tokens}, nil
+		p := &Permit{l: l, tokens: tokens, Waited: w.waited, Reason: w.reason}
+		if p.Waited > 0 && p.Reason == "" {
+			p.Reason = "queued"
+		}
+		return p, nil
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
@@ -257,14 +269,18 @@ func (l *Limiter) concurrency() int {
 // the timer for when the pace will allow the next one.
 func (l *Limiter) dispatchLocked(now time.Time) {
 	for l.queued > 0 && !l.closed {
+		w := l.nextLocked()
 		if now.Before(l.pausedUntil) {
+			w.reason = "paused"
 			l.armLocked(l.pausedUntil)
 			return
 		}
 		if c := l.concurrency(); c > 0 && l.inFlight >= c {
+			if w.reason == "" {
+				w.reason = "concurrency"
+			}
 			return // Done dispatches again
 		}
-		w := l.nextLocked()
 		var at time.Time
 		if l.req != nil {
 			if d := l.req.delay(1, now); d > 0 {
@@ -277,6 +293,9 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			}
 		}
 		if !at.IsZero() {
+			if w.reason == "" {
+				w.reason = "paced"
+			}
 			l.armLocked(at)
 			return
 		}
@@ -291,7 +310,8 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 		l.inFlight++
 		l.stats.calls++
 		l.stats.add(now, 1, 0)
-		l.stats.wait(now.Sub(w.since))
+		w.waited = now.Sub(w.since)
+		l.stats.wait(w.waited)
 		w.granted = true
 		close(w.ready)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/emitters/emittertest"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/supervisor"
 )
@@ -115,4 +116,38 @@ func queued(rt *supervisor.Runtime) int {
 		n += s.Queued
 	}
 	return n
+}
+
+// A call that waits over a second for its turn is told: a rate_limited
+// event naming the limit, the wait and why.
+func TestRateLimitedEvent(t *testing.T) {
+	rec := &emittertest.Recorder{}
+	o := opts(func(o *svc.Options) { o.RateLimits = map[string]svc.RateLimit{"pace": {RequestsPerMinute: 40}} })
+	rt := newRuntime(t, o, rec, nil, svc.Agent{Name: "w", Model: "test:echo", ModelSettings: map[string]any{"rate_limit": "pace"}})
+	var wg sync.WaitGroup
+	for range 2 { // one a 1.5 s at 40 a minute: the second waits
+		wg.Go(func() {
+			if _, err := rt.Run(t.Context(), "w", svc.TaskSpec{Input: json.RawMessage(`"x"`)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var got []svc.RuntimeEvent
+	for _, ev := range rec.Events() {
+		if ev.EventType == svc.EventRateLimited {
+			got = append(got, ev)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d rate_limited events, want 1: %+v", len(got), got)
+	}
+	p := got[0].Payload
+	if p["rate_limit"] != "pace" || p["reason"] != "paced" || got[0].AgentName != "w" {
+		t.Errorf("rate_limited %+v", got[0])
+	}
+	if ms, _ := p["wait_ms"].(int64); ms < 1000 {
+		t.Errorf("wait_ms %v, want over a second", p["wait_ms"])
+	}
+	emittertest.CheckPayload(t, got[0])
 }

@@ -78,8 +78,8 @@ func Run(t *testing.T, newEmitter func(t *testing.T) svc.Emitter) {
 	})
 
 	t.Run("EveryEventType", func(t *testing.T) {
-		if len(svc.EventTypes) != 16 {
-			t.Fatalf("svc.EventTypes has %d types, the contract covers 16", len(svc.EventTypes))
+		if len(svc.EventTypes) != 17 {
+			t.Fatalf("svc.EventTypes has %d types, the contract covers 17", len(svc.EventTypes))
 		}
 		e := newEmitter(t)
 		for _, typ := range svc.EventTypes {
@@ -238,6 +238,9 @@ func SampleEvent(t svc.EventType) svc.RuntimeEvent {
 	for _, k := range svc.PayloadKeys[t] {
 		ev.Payload[k] = sampleValue(k)
 	}
+	if t == svc.EventRateLimited {
+		ev.Payload["reason"] = "paced"
+	}
 	return ev
 }
 
@@ -276,6 +279,10 @@ func sampleValue(key string) any {
 		return []string{"billing", "triage"}
 	case "heartbeat_seconds":
 		return 15.0
+	case "rate_limit":
+		return "openai_main"
+	case "wait_ms":
+		return int64(1250)
 	}
 	return "sample"
 }

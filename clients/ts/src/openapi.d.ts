@@ -623,7 +623,7 @@ export interface components {
         RuntimeEvent: {
             agent_name: string;
             /** @enum {string} */
-            event_type: "agent_spawned" | "agent_dispatched" | "agent_completed" | "agent_failed" | "tool_call_started" | "tool_call_completed" | "tool_call_failed" | "budget_exceeded" | "depth_limit_exceeded" | "batch_started" | "batch_completed" | "group_started" | "group_completed" | "worker_started" | "worker_stopped" | "worker_heartbeat";
+            event_type: "agent_spawned" | "agent_dispatched" | "agent_completed" | "agent_failed" | "tool_call_started" | "tool_call_completed" | "tool_call_failed" | "budget_exceeded" | "depth_limit_exceeded" | "batch_started" | "batch_completed" | "group_started" | "group_completed" | "worker_started" | "worker_stopped" | "worker_heartbeat" | "rate_limited";
             parent_span_id?: string;
             parent_trace_id: null | string;
             payload: Record<string, unknown>;
@@ -770,6 +770,14 @@ export interface components {
                 rejected?: number;
                 runtime_id: string;
                 skipped_cancelled?: number;
+            };
+        } | {
+            /** @constant */
+            event_type: "rate_limited";
+            payload: {
+                rate_limit: string;
+                reason: string;
+                wait_ms: number;
             };
         });
         RuntimeStats: {
