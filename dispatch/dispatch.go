@@ -296,6 +296,12 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 			return svc.AgentResult{}, &svc.Error{Kind: svc.KindTimeout, Agent: req.Agent, TaskID: req.TaskID, Reason: "timeout", Err: err,
 				Message: fmt.Sprintf("agent %s: no result before the deadline, and no worker of the fleet announced it serves %s (start one with: svc worker start --agents %s)", req.Agent, req.Agent, req.Agent)}
 		}
+		if end := ctx.Err(); !errors.Is(err, end) {
+			// The cause alone ("run cancelled by request") has no kind:
+			// keep the context's end beside it, which says it was a
+			// cancellation (or deadline), as a local run's error does.
+			err = fmt.Errorf("%w: %w", end, err)
+		}
 		return svc.AgentResult{}, err
 	}
 }
