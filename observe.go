@@ -334,6 +334,13 @@ type FleetReader interface {
 	Workers(ctx context.Context) ([]WorkerStatus, error)
 }
 
+// RedeliveryCounter counts the redelivered tasks a serve node saw answered
+// (dispatch.Publisher is one); GET /runtime/stats reports it as
+// redeliveries.
+type RedeliveryCounter interface {
+	Redeliveries() int64
+}
+
 // ServeNode is a live serve node of a shared run store: one whose lease is
 // current (see SharedRunStore).
 type ServeNode struct {
@@ -380,6 +387,11 @@ type RuntimeStats struct {
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`
 	Workers     []WorkerStatus     `json:"workers"`
+	// Redeliveries counts the results this serve node received for
+	// tasks the broker had delivered more than once: a worker died or
+	// stalled with them, and after the broker's ack wait (svc serve
+	// --ack-wait) another worker ran them. 0 without a broker.
+	Redeliveries int64 `json:"redeliveries"`
 	// Nodes are the live serve nodes sharing this node's run store (a
 	// svc.NodeLister's, Redis), this one included; absent with a store of
 	// one node.

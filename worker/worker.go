@@ -363,7 +363,7 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 		w.settle(ctx, d, false)
 		return
 	}
-	if err := w.reply(env, res); err != nil {
+	if err := w.reply(env, res, d.Attempt); err != nil {
 		w.log.Error("result not published; the task goes back to the broker", zap.String("task_id", env.TaskID),
 			zap.String("run_id", env.RunID), zap.Error(err))
 		w.settle(ctx, d, false)
@@ -487,10 +487,12 @@ func (w *Worker) failed(env *fleetwire.Envelope, err error) svc.AgentResult {
 
 // reply publishes the result to the task's reply subject, retrying a
 // publish that did not fail permanently a few times within
-// resultPublishTimeout.
-func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult) error {
+// resultPublishTimeout. delivery is the broker's delivery count of the
+// task, which tells the publisher of a redelivery.
+func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult, delivery int) error {
 	out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
-		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID}
+		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID,
+		Delivery: delivery}
 	if len(w.cfg.SignKey) > 0 {
 		if err := out.Sign(w.cfg.SignKeyID, w.cfg.SignKey); err != nil {
 			return err
@@ -651,7 +653,7 @@ func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
 	}
 	res := w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
 		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
-	if err := w.reply(env, res); err != nil {
+	if err := w.reply(env, res, dl.Deliveries); err != nil {
 		w.log.Error("dead-letter result not published", zap.String("task_id", env.TaskID), zap.Error(err))
 	}
 }
