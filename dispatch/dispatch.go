@@ -425,7 +425,13 @@ func (p *Publisher) noteRedelivery(env *fleetwire.Envelope) {
 		case w.stopped:
 			lost = append(lost, id+" (stopped)")
 		case now.Sub(w.seen) >= p.cfg.AckWait:
-			lost = append(lost, fmt.Sprintf("%s (no heartbeat for %s)", id, now.Sub(w.seen).Round(time.Second)))
+			silent := now.Sub(w.seen)
+			if silent >= 10*time.Second {
+				silent = silent.Round(time.Second) // sub-second digits only for short ack waits
+			} else {
+				silent = silent.Round(100 * time.Millisecond)
+			}
+			lost = append(lost, fmt.Sprintf("%s (no heartbeat for %s)", id, silent))
 		}
 	}
 	p.mu.Unlock()
