@@ -806,6 +806,7 @@ export interface components {
                 node_id: string;
                 self: boolean;
             }[];
+            redeliveries: number;
             rejections: {
                 [key: string]: number;
             };
