@@ -318,8 +318,13 @@ type WorkerStatus struct {
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	InFlight      int64     `json:"in_flight"`
 	Concurrency   int64     `json:"concurrency_cap"`
-	Agents        []string  `json:"agent_subscriptions"`
-	BrokerScheme  string    `json:"broker_scheme"`
+	// HeartbeatSeconds is the worker's heartbeat period, as its
+	// worker_started said (a serve node that heard it); 0 when unknown.
+	// The dashboard says "no heartbeat for N s" once a period has passed
+	// without one.
+	HeartbeatSeconds float64  `json:"heartbeat_seconds,omitempty"`
+	Agents           []string `json:"agent_subscriptions"`
+	BrokerScheme     string   `json:"broker_scheme"`
 	// Stopped is true once the worker sent worker_stopped (it is down at
 	// once, however recent its last heartbeat).
 	Stopped bool `json:"worker_stopped"`

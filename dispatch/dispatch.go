@@ -127,6 +127,7 @@ type workerInfo struct {
 	stopped     bool
 	inFlight    int64
 	concurrency int64
+	period      float64 // heartbeat_seconds of worker_started
 	scheme      string
 }
 
@@ -576,6 +577,9 @@ func (p *Publisher) onWorker(_ context.Context, _ string, data []byte) {
 			*dst = int64(n)
 		}
 	}
+	if n, ok := ev.Payload["heartbeat_seconds"].(float64); ok {
+		w.period = n
+	}
 	if w.stopped {
 		w.inFlight = 0
 	}
@@ -599,7 +603,7 @@ func (p *Publisher) Workers(context.Context) ([]svc.WorkerStatus, error) {
 			agents = []string{}
 		}
 		out = append(out, svc.WorkerStatus{RuntimeID: id, Status: p.cfg.Health.Status(w.seen, w.stopped, now),
-			LastHeartbeat: w.seen.UTC(), InFlight: w.inFlight, Concurrency: w.concurrency, Agents: agents,
+			LastHeartbeat: w.seen.UTC(), InFlight: w.inFlight, Concurrency: w.concurrency, HeartbeatSeconds: w.period, Agents: agents,
 			BrokerScheme: w.scheme, Stopped: w.stopped})
 	}
 	p.mu.Unlock()

@@ -838,6 +838,7 @@ export interface components {
                 agent_subscriptions: null | string[];
                 broker_scheme: string;
                 concurrency_cap: number;
+                heartbeat_seconds?: number;
                 in_flight: number;
                 /** Format: date-time */
                 last_heartbeat: string;
