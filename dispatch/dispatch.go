@@ -420,24 +420,29 @@ func (p *Publisher) noteRedelivery(env *fleetwire.Envelope) {
 	// for longer than the ack wait: a live worker keeps extending the
 	// deadline of the tasks it runs.
 	var lost []string
+	silent := false // a worker went silent, not only stopped
 	for id, w := range p.workers {
 		switch {
 		case id == env.RuntimeID:
 		case w.stopped:
 			lost = append(lost, id+" (stopped)")
 		case now.Sub(w.seen) >= p.cfg.AckWait:
-			silent := now.Sub(w.seen)
-			if silent >= 10*time.Second {
-				silent = silent.Round(time.Second) // sub-second digits only for short ack waits
+			quiet := now.Sub(w.seen)
+			if quiet >= 10*time.Second {
+				quiet = quiet.Round(time.Second) // sub-second digits only for short ack waits
 			} else {
-				silent = silent.Round(100 * time.Millisecond)
+				quiet = quiet.Round(100 * time.Millisecond)
 			}
-			lost = append(lost, fmt.Sprintf("%s (no heartbeat for %s)", id, silent))
+			lost = append(lost, fmt.Sprintf("%s (no heartbeat for %s)", id, quiet))
+			silent = true
 		}
 	}
 	p.mu.Unlock()
 	slices.Sort(lost)
 	why := "the worker that had them did not settle them within the broker's ack wait: it died or stalled"
+	if len(lost) > 0 && !silent {
+		why = "the worker that had them stopped before finishing them and handed them back"
+	}
 	if len(lost) == 0 {
 		lost = []string{"unknown (no worker of the fleet has gone silent)"}
 	}
