@@ -331,8 +331,13 @@ type WorkerStatus struct {
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	InFlight      int64     `json:"in_flight"`
 	Concurrency   int64     `json:"concurrency_cap"`
-	Agents        []string  `json:"agent_subscriptions"`
-	BrokerScheme  string    `json:"broker_scheme"`
+	// HeartbeatSeconds is the worker's heartbeat period, as its
+	// worker_started said (a serve node that heard it); 0 when unknown.
+	// The dashboard says "no heartbeat for N s" once a period has passed
+	// without one.
+	HeartbeatSeconds float64  `json:"heartbeat_seconds,omitempty"`
+	Agents           []string `json:"agent_subscriptions"`
+	BrokerScheme     string   `json:"broker_scheme"`
 	// Stopped is true once the worker sent worker_stopped (it is down at
 	// once, however recent its last heartbeat).
 	Stopped bool `json:"worker_stopped"`
@@ -345,6 +350,13 @@ type WorkerStatus struct {
 // event store remembers.
 type FleetReader interface {
 	Workers(ctx context.Context) ([]WorkerStatus, error)
+}
+
+// RedeliveryCounter counts the redelivered tasks a serve node saw answered
+// (dispatch.Publisher is one); GET /runtime/stats reports it as
+// redeliveries.
+type RedeliveryCounter interface {
+	Redeliveries() int64
 }
 
 // ServeNode is a live serve node of a shared run store: one whose lease is
@@ -393,6 +405,11 @@ type RuntimeStats struct {
 	ErrorGroups []ErrorGroup       `json:"error_groups"`
 	ToolServers []ToolServerStatus `json:"tool_servers"`
 	Workers     []WorkerStatus     `json:"workers"`
+	// Redeliveries counts the results this serve node received for
+	// tasks the broker had delivered more than once: a worker died or
+	// stalled with them, and after the broker's ack wait (svc serve
+	// --ack-wait) another worker ran them. 0 without a broker.
+	Redeliveries int64 `json:"redeliveries"`
 	// Nodes are the live serve nodes sharing this node's run store (a
 	// svc.NodeLister's, Redis), this one included; absent with a store of
 	// one node.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -271,7 +272,7 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 			return nil, err
 		}
 	}
-	input := r.inv.Input
+	input := compact(r.inv.Input)
 	if len(input) == 0 {
 		input = jsonNull
 	}
@@ -290,6 +291,23 @@ func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
 		return r.hook(ctx, c.Def.PostProcess, output, ReasonPostProcess)
 	}
 	return output, nil
+}
+
+// compact drops the insignificant whitespace of a JSON input, so the model
+// is sent the same prompt (and charges the same tokens) however the client
+// spaced its JSON, and whether the task ran here or on a worker: a task
+// crossing a broker is re-encoded compactly on the way. Input that is not
+// valid JSON is left as it is.
+func compact(in json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(in, " \t\r\n") {
+		return in
+	}
+	var b bytes.Buffer
+	b.Grow(len(in))
+	if json.Compact(&b, in) != nil || b.Len() == len(in) {
+		return in
+	}
+	return b.Bytes()
 }
 
 // turns runs the model turns (and the tools they call) on input until a

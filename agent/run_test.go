@@ -48,8 +48,10 @@ func TestRunRequest(t *testing.T) {
 		ModelSettings: map[string]any{"temperature": 0.5},
 	}, map[string]svc.Model{"big:model": m})
 
-	// Odd spacing: the input must reach the model byte for byte.
-	in := `{ "spaced" :  true }`
+	// Odd spacing: the model is sent the input without it, as a worker
+	// (whose copy crossed a broker compactly) would send it, so the
+	// prompt and its tokens do not depend on where the task ran.
+	in := `{ "spaced" :  true, "s": "a  b" }`
 	out, err := agent.Run(context.Background(), invocation(c, in))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -77,7 +79,7 @@ func TestRunRequest(t *testing.T) {
 	if req.Settings["temperature"] != 0.5 {
 		t.Errorf("req.Settings = %v", req.Settings)
 	}
-	want := []svc.Message{{Role: svc.RoleUser, Content: json.RawMessage(in)}}
+	want := []svc.Message{{Role: svc.RoleUser, Content: json.RawMessage(`{"spaced":true,"s":"a  b"}`)}}
 	if !reflect.DeepEqual(req.Messages, want) {
 		t.Errorf("req.Messages = %+v, want one user message with the input", req.Messages)
 	}

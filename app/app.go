@@ -297,7 +297,7 @@ func (a *App) start() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		pub, err := dispatch.New(sctx, dispatch.Config{Broker: a.broker, Emitter: emitter, Logger: log.Named("dispatch"),
-			PublishEvents: o.PublishEvents, Health: o.WorkerHealth,
+			PublishEvents: o.PublishEvents, Health: o.WorkerHealth, AckWait: o.AckWait,
 			Keys: keys.verify, SignKeyID: keys.signID, SignKey: keys.sign,
 			OnCancel: func(runID string) {
 				if rt := cancelled.Load(); rt != nil {

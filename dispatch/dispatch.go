@@ -60,6 +60,12 @@ type Config struct {
 	// OnCancel is called with the run id of every cancel broadcast by
 	// another process, so this one cancels its own part of that run.
 	OnCancel func(runID string)
+	// AckWait is the broker's ack wait of the workers' task
+	// subscriptions (svc serve --ack-wait): how long a task whose worker
+	// died waits before another worker gets it. The log of a redelivery
+	// names it, and redeliveries within it are logged once.
+	// svc.DefaultAckWait when 0.
+	AckWait time.Duration
 	// Logger logs refused results; silent when nil.
 	Logger *zap.Logger
 	// CancelRetention is how long a cancelled run is recorded on a broker
@@ -78,7 +84,10 @@ const DefaultCancelRetention = 24 * time.Hour
 // it is broadcast.
 const retainTimeout = 5 * time.Second
 
-var _ svc.FleetReader = (*Publisher)(nil)
+var (
+	_ svc.FleetReader       = (*Publisher)(nil)
+	_ svc.RedeliveryCounter = (*Publisher)(nil)
+)
 
 // Publisher dispatches tasks. It is safe for concurrent use.
 type Publisher struct {
@@ -93,6 +102,11 @@ type Publisher struct {
 	workers map[string]workerInfo
 	subs    []svc.Subscription
 	closed  bool
+
+	// redelivery is when the last redelivery was logged; redelivered
+	// counts them all.
+	redelivery  time.Time
+	redelivered atomic.Int64
 
 	dups     atomic.Int64
 	relayed  atomic.Int64
@@ -113,6 +127,7 @@ type workerInfo struct {
 	stopped     bool
 	inFlight    int64
 	concurrency int64
+	period      float64 // heartbeat_seconds of worker_started
 	scheme      string
 }
 
@@ -169,6 +184,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	if p.cfg.Now == nil {
 		p.cfg.Now = time.Now
+	}
+	if p.cfg.AckWait <= 0 {
+		p.cfg.AckWait = svc.DefaultAckWait
 	}
 	if p.cfg.CancelRetention <= 0 {
 		p.cfg.CancelRetention = DefaultCancelRetention
@@ -296,6 +314,12 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 			return svc.AgentResult{}, &svc.Error{Kind: svc.KindTimeout, Agent: req.Agent, TaskID: req.TaskID, Reason: "timeout", Err: err,
 				Message: fmt.Sprintf("agent %s: no result before the deadline, and no worker of the fleet announced it serves %s (start one with: svc worker start --agents %s)", req.Agent, req.Agent, req.Agent)}
 		}
+		if end := ctx.Err(); !errors.Is(err, end) {
+			// The cause alone ("run cancelled by request") has no kind:
+			// keep the context's end beside it, which says it was a
+			// cancellation (or deadline), as a local run's error does.
+			err = fmt.Errorf("%w: %w", end, err)
+		}
 		return svc.AgentResult{}, err
 	}
 }
@@ -368,7 +392,64 @@ func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 		p.dups.Add(1)
 		return
 	}
+	if env.Delivery > 1 {
+		p.noteRedelivery(env)
+	}
 	w.ch <- *env.Result
+}
+
+// Redeliveries is how many results answered tasks the broker had delivered
+// more than once (their first worker died or stalled with them). It
+// implements svc.RedeliveryCounter.
+func (p *Publisher) Redeliveries() int64 { return p.redelivered.Load() }
+
+// noteRedelivery counts the result of a redelivered task and logs why it
+// came late: the tasks a dead worker held come back together once the ack
+// wait has passed, so one line per ack wait tells of the whole batch, and
+// the rest are counted.
+func (p *Publisher) noteRedelivery(env *fleetwire.Envelope) {
+	p.redelivered.Add(1)
+	now := p.cfg.Now()
+	p.mu.Lock()
+	if !p.redelivery.IsZero() && now.Sub(p.redelivery) < p.cfg.AckWait {
+		p.mu.Unlock()
+		return
+	}
+	p.redelivery = now
+	// The worker that lost the tasks is one that stopped or went silent
+	// for longer than the ack wait: a live worker keeps extending the
+	// deadline of the tasks it runs.
+	var lost []string
+	silent := false // a worker went silent, not only stopped
+	for id, w := range p.workers {
+		switch {
+		case id == env.RuntimeID:
+		case w.stopped:
+			lost = append(lost, id+" (stopped)")
+		case now.Sub(w.seen) >= p.cfg.AckWait:
+			quiet := now.Sub(w.seen)
+			if quiet >= 10*time.Second {
+				quiet = quiet.Round(time.Second) // sub-second digits only for short ack waits
+			} else {
+				quiet = quiet.Round(100 * time.Millisecond)
+			}
+			lost = append(lost, fmt.Sprintf("%s (no heartbeat for %s)", id, quiet))
+			silent = true
+		}
+	}
+	p.mu.Unlock()
+	slices.Sort(lost)
+	why := "the worker that had them did not settle them within the broker's ack wait: it died or stalled"
+	if len(lost) > 0 && !silent {
+		why = "the worker that had them stopped before finishing them and handed them back"
+	}
+	if len(lost) == 0 {
+		lost = []string{"unknown (no worker of the fleet has gone silent)"}
+	}
+	p.log.Warn("tasks redelivered: another worker ran them after the ack wait (svc serve --ack-wait; further redeliveries within it are only counted in /runtime/stats redeliveries)",
+		zap.String("agent", env.Agent), zap.String("task_id", env.TaskID), zap.Int("delivery", env.Delivery),
+		zap.String("ran_on", env.RuntimeID), zap.Strings("lost_by", lost), zap.String("why", why),
+		zap.Duration("ack_wait", p.cfg.AckWait), zap.Int64("redeliveries", p.redelivered.Load()))
 }
 
 // Cancel broadcasts a cancel: of one task when taskID is set, else of every
@@ -501,6 +582,9 @@ func (p *Publisher) onWorker(_ context.Context, _ string, data []byte) {
 			*dst = int64(n)
 		}
 	}
+	if n, ok := ev.Payload["heartbeat_seconds"].(float64); ok {
+		w.period = n
+	}
 	if w.stopped {
 		w.inFlight = 0
 	}
@@ -524,7 +608,7 @@ func (p *Publisher) Workers(context.Context) ([]svc.WorkerStatus, error) {
 			agents = []string{}
 		}
 		out = append(out, svc.WorkerStatus{RuntimeID: id, Status: p.cfg.Health.Status(w.seen, w.stopped, now),
-			LastHeartbeat: w.seen.UTC(), InFlight: w.inFlight, Concurrency: w.concurrency, Agents: agents,
+			LastHeartbeat: w.seen.UTC(), InFlight: w.inFlight, Concurrency: w.concurrency, HeartbeatSeconds: w.period, Agents: agents,
 			BrokerScheme: w.scheme, Stopped: w.stopped})
 	}
 	p.mu.Unlock()

@@ -85,6 +85,10 @@ type Envelope struct {
 	Result *svc.AgentResult `json:"result,omitempty"`
 	// RuntimeID is the runtime id of the worker that produced a result.
 	RuntimeID string `json:"runtime_id,omitempty"`
+	// Delivery, on a result, is the broker's delivery count of the task
+	// at the worker that ran it: 2 or more when the task was redelivered
+	// (a worker died or stalled with it), 0 or 1 otherwise.
+	Delivery int `json:"delivery,omitempty"`
 
 	// KeyID names the key Sig was made with.
 	KeyID string `json:"key_id,omitempty"`

@@ -136,6 +136,9 @@ type Worker struct {
 	stopped   bool
 
 	hbStop chan struct{}
+	// hbWake asks the heartbeat loop for a heartbeat soon: in_flight
+	// changed. Buffered, sent to without blocking.
+	hbWake chan struct{}
 	hbDone chan struct{}
 }
 
@@ -202,7 +205,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		}
 	}
 	w := &Worker{cfg: cfg, agents: agents, log: cfg.Logger, em: cfg.Emitter,
-		slots: make(chan struct{}, cfg.Concurrency), running: map[string]*task{}, cancelled: map[string]time.Time{}}
+		slots: make(chan struct{}, cfg.Concurrency), running: map[string]*task{}, cancelled: map[string]time.Time{},
+		hbWake: make(chan struct{}, 1)}
 	if w.log == nil {
 		w.log = zap.NewNop()
 	}
@@ -363,7 +367,7 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 		w.settle(ctx, d, false)
 		return
 	}
-	if err := w.reply(env, res); err != nil {
+	if err := w.reply(env, res, d.Attempt); err != nil {
 		w.log.Error("result not published; the task goes back to the broker", zap.String("task_id", env.TaskID),
 			zap.String("run_id", env.RunID), zap.Error(err))
 		w.settle(ctx, d, false)
@@ -445,6 +449,8 @@ func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.Agen
 	}
 	defer w.untrack(env)
 	w.inFlight.Add(1)
+	w.moved()
+	defer w.moved()
 	defer w.inFlight.Add(-1)
 	// The task's events go to its publisher when it asked for them; the
 	// binding ends with the run, after its last event was queued.
@@ -487,10 +493,12 @@ func (w *Worker) failed(env *fleetwire.Envelope, err error) svc.AgentResult {
 
 // reply publishes the result to the task's reply subject, retrying a
 // publish that did not fail permanently a few times within
-// resultPublishTimeout.
-func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult) error {
+// resultPublishTimeout. delivery is the broker's delivery count of the
+// task, which tells the publisher of a redelivery.
+func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult, delivery int) error {
 	out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
-		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID}
+		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID,
+		Delivery: delivery}
 	if len(w.cfg.SignKey) > 0 {
 		if err := out.Sign(w.cfg.SignKeyID, w.cfg.SignKey); err != nil {
 			return err
@@ -651,21 +659,59 @@ func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
 	}
 	res := w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
 		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
-	if err := w.reply(env, res); err != nil {
+	if err := w.reply(env, res, dl.Deliveries); err != nil {
 		w.log.Error("dead-letter result not published", zap.String("task_id", env.TaskID), zap.Error(err))
 	}
 }
 
+// inFlightBeat is the least time between two heartbeats sent because
+// in_flight changed: a fleet view follows a gather's work within a second
+// without a heartbeat per task.
+const inFlightBeat = time.Second
+
+// moved tells the heartbeat loop that in_flight changed.
+func (w *Worker) moved() {
+	select {
+	case w.hbWake <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeat sends worker_heartbeat every Heartbeat, and besides within
+// inFlightBeat of in_flight changing (at most one per inFlightBeat), so
+// the serve nodes' in-flight counts move with the work.
 func (w *Worker) heartbeat() {
 	defer close(w.hbDone)
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
+	soon := time.NewTimer(inFlightBeat)
+	defer soon.Stop()
+	soon.Stop()
+	var last time.Time
+	var pending bool // soon is armed
+	beat := func() {
+		last = time.Now()
+		w.beat()
+	}
 	for {
 		select {
 		case <-w.hbStop:
 			return
 		case <-t.C:
-			w.beat()
+			beat()
+		case <-w.hbWake:
+			if pending {
+				continue
+			}
+			if d := time.Since(last); d < inFlightBeat {
+				soon.Reset(inFlightBeat - d)
+				pending = true
+				continue
+			}
+			beat()
+		case <-soon.C:
+			pending = false
+			beat()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,37 @@ func TestStatsListTheLiveFleet(t *testing.T) {
 			}
 			if st.Rejections == nil || st.ErrorGroups == nil || st.ToolServers == nil {
 				t.Errorf("lists should be empty, not null: %+v", st)
+			}
+		})
+	}
+}
+
+// redelivering is a fleet whose publisher saw n redelivered tasks.
+type redelivering struct {
+	fleet
+	n int64
+}
+
+func (r redelivering) Redeliveries() int64 { return r.n }
+
+// TestStatsCountRedeliveries: GET /runtime/stats reports the publisher's
+// count of redelivered tasks, and 0 (not absent) without one.
+func TestStatsCountRedeliveries(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fleet svc.FleetReader
+		want  string
+	}{{"a publisher", redelivering{n: 3}, `"redeliveries":3`}, {"no broker", nil, `"redeliveries":0`}} {
+		t.Run(c.name, func(t *testing.T) {
+			store := memevents.New(eventstore.Retention{})
+			t.Cleanup(func() { _ = store.Close() })
+			h, err := server.NewStandalone(&fakeBackend{}, server.StandaloneConfig{Events: store, Fleet: c.fleet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := do(t, serve(t, h), "GET", "/runtime/stats", "")
+			if !strings.Contains(string(r.body), c.want) {
+				t.Errorf("stats %s, want %s", r.body, c.want)
 			}
 		})
 	}

@@ -217,6 +217,9 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	if err := o.addFleet(r, &st); err != nil {
 		return err
 	}
+	if rc, ok := o.fleet.(svc.RedeliveryCounter); ok {
+		st.Redeliveries = rc.Redeliveries()
+	}
 	var err error
 	if cat, ok := o.b.(svc.ToolCatalog); ok {
 		if st.ToolServers, err = cat.ToolServers(r.Context()); err != nil {

@@ -834,6 +834,7 @@ export interface components {
                 wait_p50_ms: number;
                 wait_p99_ms: number;
             }[];
+            redeliveries: number;
             rejections: {
                 [key: string]: number;
             };
@@ -865,6 +866,7 @@ export interface components {
                 agent_subscriptions: null | string[];
                 broker_scheme: string;
                 concurrency_cap: number;
+                heartbeat_seconds?: number;
                 in_flight: number;
                 /** Format: date-time */
                 last_heartbeat: string;

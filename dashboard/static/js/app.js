@@ -276,13 +276,16 @@ function renderRuns(runs, fs, fa) {
 // renderFeed adds the rows of the events that arrived since the last frame
 // at the top and drops the oldest beyond FEED_ROWS; the whole feed is drawn
 // again only when asked (a new filter, back to this view).
+// Worker heartbeats (one per worker every few seconds, more while it
+// works) are hidden unless asked for: they would push the runs' events out.
 function renderFeed(fa) {
-  const match = (e) => !fa || (e.agent_name || '').toLowerCase().includes(fa);
+  const beats = $('#feed-heartbeats').checked;
+  const match = (e) => (beats || e.event_type !== 'worker_heartbeat') && (!fa || (e.agent_name || '').toLowerCase().includes(fa));
   const tbody = $('#feed-table tbody');
   if (dirty.feed) {
     dirty.feed = false;
     feedNew = [];
-    const evs = state.events.slice(-FEED_ROWS).reverse().filter(match);
+    const evs = state.events.filter(match).slice(-FEED_ROWS).reverse();
     fill(tbody, evs.map(feedRow), 'Waiting for events…', 5);
   } else if (feedNew.length) {
     const evs = feedNew.filter(match);
@@ -648,10 +651,37 @@ function drawHealth() {
   fill($('#servers-table tbody'), (st.tool_servers || []).map((s) => h('tr', {}, h('td', {}, s.name), h('td', {}, s.agent), h('td', {}, s.transport),
     h('td', {}, h('span', { class: 'badge ts-' + s.state }, s.state)), h('td', {}, (s.tools || []).length + ' tools'), h('td', { class: 'num' }, String(s.restarts)),
     h('td', { class: 'detail' }, s.last_error || ''))), 'No MCP tool servers.', 7);
-  fill($('#workers-table tbody'), (st.workers || []).map((w) => h('tr', {}, h('td', { class: 'mono' }, w.runtime_id), h('td', {}, h('span', { class: 'badge w-' + w.status }, w.status)),
-    h('td', { class: 'num' }, `${w.in_flight} / ${w.concurrency_cap}`), h('td', {}, ts(w.last_heartbeat)), h('td', {}, (w.agent_subscriptions || []).join(', ')), h('td', {}, w.broker_scheme))),
+  fill($('#workers-table tbody'), (st.workers || []).map((w) => h('tr', { 'data-worker': w.runtime_id }, h('td', { class: 'mono' }, w.runtime_id), h('td', {}, h('span', { class: 'badge w-' + w.status }, w.status)),
+    h('td', { class: 'num' }, `${w.in_flight} / ${w.concurrency_cap}`),
+    h('td', {}, ts(w.last_heartbeat), ' ', h('small', { class: 'hb-age', 'data-at': w.last_heartbeat, 'data-stopped': w.worker_stopped ? '1' : '',
+      'data-period': String(w.heartbeat_seconds || 30) })),
+    h('td', {}, (w.agent_subscriptions || []).join(', ')), h('td', {}, w.broker_scheme))),
   'No workers: runs happen in this process (svc serve --broker … for a fleet).', 6);
+  // The header counts only what this node's events say: without
+  // --publish-events the fleet's agent events stay on the workers.
+  const quiet = (st.workers || []).length && !hd.agents_spawned && !hd.agents_completed;
+  $('#fleet-note').hidden = !quiet;
+  tickHeartbeats();
 }
+
+// A worker is flagged "no heartbeat for N s" once its heartbeat period (30 s
+// when the server does not know it) and a margin have passed without one,
+// so a live worker between two beats is not flagged. Its status (healthy,
+// stale, down at 90 s and 300 s) stays the server's.
+const silentAfter = (period) => 1000 * (period + Math.max(2, period / 6));
+// tickHeartbeats redraws every second how long ago each worker was heard
+// from, so a killed worker shows "no heartbeat for N s" as it happens,
+// between two polls of the stats.
+function tickHeartbeats() {
+  for (const el of document.querySelectorAll('#workers-table .hb-age')) {
+    const age = Math.max(0, Math.round((Date.now() - Date.parse(el.dataset.at)) / 1000));
+    if (el.dataset.stopped) { el.textContent = '(stopped)'; el.className = 'hb-age muted'; continue; }
+    const silent = Date.now() - Date.parse(el.dataset.at) >= silentAfter(Number(el.dataset.period));
+    el.textContent = silent ? `no heartbeat for ${age} s` : `(${age} s ago)`;
+    el.className = 'hb-age ' + (silent ? 'bad' : 'muted');
+  }
+}
+setInterval(() => { if (currentView() === 'health') tickHeartbeats(); }, 1000);
 
 // ---------- groups ----------
 
@@ -695,6 +725,7 @@ function route() {
 window.addEventListener('hashchange', route);
 $('#live-state').addEventListener('change', () => redraw('runs'));
 $('#live-agent').addEventListener('input', () => redraw('runs', 'feed'));
+$('#feed-heartbeats').addEventListener('change', () => redraw('feed'));
 
 function applyTheme(t) {
   document.documentElement.dataset.theme = t;
