@@ -4,7 +4,7 @@
 // shuts the runtime down with the server.
 //
 //	go run ./examples/embed            # listens on 127.0.0.1:8080, loads examples/specs
-//	go run . --specs ../specs          # the same from examples/embed (or any directory: --specs DIR)
+//	go run .                           # the same from examples/embed: the specs beside it (or --specs DIR)
 //	curl -s -H 'X-API-Key: demo' -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8080/svc/agents/greeter/run
 package main
 
