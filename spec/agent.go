@@ -265,8 +265,9 @@ func (d *agentDecoder) checkModels(a *svc.Agent) {
 		if _, _, err := svc.ParseModelID(id); err != nil {
 			return
 		}
+		// The registry's error names the id already.
 		if err := d.env.CheckModel(id); err != nil {
-			d.fail(n, key, "model %s: %v", id, err)
+			d.fail(n, key, "%v", err)
 		}
 	}
 	if f, ok := d.get("model"); ok {
@@ -491,6 +492,19 @@ func (d *agentDecoder) checkAgent(a svc.Agent) {
 	if err == nil {
 		return
 	}
+	// Several faults (model_settings keys, say) come joined: each is
+	// reported at its own line.
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			d.checkError(a, e)
+		}
+		return
+	}
+	d.checkError(a, err)
+}
+
+// checkError reports one error of Env.CheckAgent.
+func (d *agentDecoder) checkError(a svc.Agent, err error) {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "agent "+a.Name+": ")
 	key := ""

@@ -223,8 +223,8 @@ func TestBadAgents(t *testing.T) {
 		{name: "bad fallback", yaml: "version: 1\nmodel: test:echo\nfallback_models:\n  - test:fail\n  - nocolon\n", line: 5, key: "fallback_models[1]", msg: `model "nocolon": want provider:name`},
 		{name: "fallback not a string", yaml: "version: 1\nmodel: test:echo\nfallback_models: [test:fail, {a: 1}]\n", line: 3, key: "fallback_models[1]", msg: "want a string, got a mapping"},
 		{name: "fallbacks not a list", yaml: "version: 1\nmodel: test:echo\nfallback_models: test:fail\n", line: 3, key: "fallback_models", msg: `want a list of strings, got the string "test:fail"`},
-		{name: "CheckModel rejects model", yaml: "version: 1\nmodel: nope:x\n", env: &Env{CheckModel: checkModel}, line: 2, key: "model", msg: `model nope:x: unknown provider "nope"`},
-		{name: "CheckModel rejects fallback", yaml: "version: 1\nmodel: test:echo\nfallback_models: [test:fail, nope:y]\n", env: &Env{CheckModel: checkModel}, line: 3, key: "fallback_models[1]", msg: `model nope:y: unknown provider "nope"`},
+		{name: "CheckModel rejects model", yaml: "version: 1\nmodel: nope:x\n", env: &Env{CheckModel: checkModel}, line: 2, key: "model", msg: `model "nope:x": unknown provider "nope"`},
+		{name: "CheckModel rejects fallback", yaml: "version: 1\nmodel: test:echo\nfallback_models: [test:fail, nope:y]\n", env: &Env{CheckModel: checkModel}, line: 3, key: "fallback_models[1]", msg: `model "nope:y": unknown provider "nope"`},
 		{name: "instructions not a string", yaml: "version: 1\nmodel: test:echo\ninstructions: [a, b]\n", line: 3, key: "instructions", msg: "want a string, got a list"},
 
 		// trust and context
@@ -332,7 +332,7 @@ func TestBadAgents(t *testing.T) {
 func checkModel(id string) error {
 	provider, _, _ := strings.Cut(id, ":")
 	if provider != "test" {
-		return fmt.Errorf("unknown provider %q (known: test)", provider)
+		return fmt.Errorf("model %q: unknown provider %q (known: test)", id, provider) // as the registry says it
 	}
 	return nil
 }

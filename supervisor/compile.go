@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"errors"
 	"slices"
+	"strings"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/agent"
@@ -70,14 +72,32 @@ func checkSettings(c *agent.Compiled) error {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
+	// Every model of the chain is asked, and every key it refuses is
+	// reported, each key once (a fallback on another provider that refuses
+	// the same key says nothing new).
+	var errs []error
+	seen := map[string]bool{}
 	for _, m := range c.Models {
 		sc, ok := m.Model.(settingsChecker)
 		if !ok {
 			continue
 		}
-		if err := sc.CheckSettings(c.Def.ModelSettings, names, len(c.Def.MCPServers) > 0); err != nil {
-			return &svc.Error{Kind: svc.KindSpecValidation, Agent: c.Def.Name, Err: err, Message: "agent " + c.Def.Name}
+		err := sc.CheckSettings(c.Def.ModelSettings, names, len(c.Def.MCPServers) > 0)
+		if err == nil {
+			continue
+		}
+		each := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			each = j.Unwrap()
+		}
+		for _, e := range each {
+			key, _, _ := strings.Cut(e.Error(), ": ")
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			errs = append(errs, &svc.Error{Kind: svc.KindSpecValidation, Agent: c.Def.Name, Err: e, Message: "agent " + c.Def.Name})
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

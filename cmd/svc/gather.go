@@ -51,8 +51,9 @@ for it to end; a second Ctrl-C exits at once.
 Exit status: 0 when every task succeeded, 1 when one failed (all results
 are still printed) or the call was refused or cancelled, 2 for bad usage
 or bad input, 130 after a second interrupt.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return g.run(cmd, args[0]) },
+		Example: `  printf '1\n2\n3\n' | svc gather echo --inputs - --specs examples/specs`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return g.run(cmd, args[0]) },
 	}
 	fs := cmd.Flags()
 	g.connFlags.register(fs)

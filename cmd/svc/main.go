@@ -74,24 +74,26 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "svc",
 		Short: "svc runs LLM agents and groups of agents as a service",
-		Long: `svc runs LLM agents as a service.
+		Long: `svc runs LLM agents as a service: svc serve starts the HTTP server on a
+directory of specs, the other commands talk to it or run in process.
 
-  svc serve --specs examples/specs     start the HTTP server (no API key needed for test:* models)
-  svc status                           follow the server's runtime events, one line each
-  svc run echo --input '{"text":"hi"}' --specs examples/specs
-  svc run pipeline --input '"draft"' --url http://127.0.0.1:8420
-  svc gather echo --inputs tasks.jsonl --specs examples/specs
-  svc submit panel --input '"plan"' --wait     submit a run (to --url, else $SVC_URL, else 127.0.0.1:8420) and wait
-  svc runs --state running                     list a server's runs; svc runs show|result|cancel|follow ID
-  svc validate examples/specs          check spec files
-  svc mcp --specs examples/specs       serve the agents and groups as MCP tools on stdio
-  svc version
-
---url is the base URL of a server for every command that talks to one.
+--url is the base URL of a server for every command that talks to one,
+else $SVC_URL, else http://127.0.0.1:8420.
 
 Exit status: 0 on success, 1 when a run failed or was cancelled or a call
 was refused, 2 for bad usage (unknown command or flag, bad flag value, bad
 input), 130 after a second interrupt of a command waiting for a run.`,
+		// Every line of every Example is run by TestHelpExamples.
+		Example: `  svc serve --specs examples/specs              # start the HTTP server (no API key needed for test:* models)
+  svc status                                    # follow the server's runtime events, one line each
+  svc run echo --input '{"text":"hi"}' --specs examples/specs     # in process, no server
+  svc run pipeline --input '"draft"'            # on the server
+  printf '1\n2\n' | svc gather echo --inputs - --specs examples/specs
+  svc submit panel --input '"plan"' --wait      # submit a run to the server and wait for it
+  svc runs --state completed                    # list the server's runs; svc runs --help for one run
+  svc validate examples/specs                   # check spec files
+  svc mcp --specs examples/specs </dev/null     # serve the agents and groups as MCP tools on stdio
+  svc version`,
 		Version:       versionLine(),
 		SilenceUsage:  true,
 		SilenceErrors: true,

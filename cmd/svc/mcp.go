@@ -44,8 +44,9 @@ The log goes to stderr (warn and above unless --log-level says
 otherwise); stdout carries the protocol only. svc exits when the client
 closes standard input, or on SIGINT or SIGTERM. svc serve --mcp serves
 the same tools over streamable HTTP at /mcp.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return m.run(cmd) },
+		Example: `  svc mcp --specs examples/specs </dev/null     # an MCP client starts it and talks on stdin`,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return m.run(cmd) },
 	}
 	m.runtimeFlags.register(cmd.Flags(), "")
 	_ = cmd.MarkFlagRequired("specs")

@@ -69,6 +69,8 @@ waits for it to end; a second Ctrl-C exits at once.
 Exit status: 0 when the result is a success, 1 when the run failed or was
 cancelled (the result is still printed when there is one) or the call was
 refused, 2 for bad usage, 130 after a second interrupt.`,
+		Example: `  svc run echo --input '{"text":"hi"}' --specs examples/specs     # in process
+  svc run pipeline --input '"draft"'            # on the server`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return r.run(cmd, args[0]) },
 	}

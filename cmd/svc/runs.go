@@ -44,6 +44,8 @@ always waits there.
 Exit status: 0 when the run was submitted (with --wait: when it completed
 with a successful result), 1 when the submit was refused or the run
 failed or was cancelled, 2 for bad usage, 130 after a second interrupt.`,
+		Example: `  svc submit echo --input '{"text":"hi"}'       # prints the run id
+  svc submit panel --input '"plan"' --wait      # and waits for the result`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return s.run(cmd, args[0]) },
 	}
@@ -200,18 +202,18 @@ and creation time. --state keeps one state; a page has at most --limit
 runs, and when there are more, stderr says the --cursor of the next page.
 --json prints the page as the server sent it instead.
 
-The subcommands work on one run by its id:
-
-  svc runs show ID      its status as JSON (state, progress, reason)
-  svc runs result ID    its result as JSON (exit 1 when it failed)
-  svc runs cancel ID    cancel it (idempotent)
-  svc runs follow ID    its events as JSON lines until it ends
+The subcommands work on one run by its id (svc submit prints it): show
+prints its status as JSON (state, progress, reason), result its result as
+JSON (exit 1 when it failed), cancel cancels it (idempotent), follow prints
+its events as JSON lines until it ends.
 
 The runs live in the server's run store, so these commands need a server:
 --url (default $SVC_URL, else ` + defaultURL + `).
 
 Exit status: 0 on success, 1 when the server refused the call (an unknown
 run, say), 2 for bad usage.`,
+		Example: `  svc runs --state completed --limit 5
+  svc runs show "$(svc submit echo --input '{"text":"hi"}')"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return r.run(cmd) },
 	}
@@ -281,7 +283,8 @@ was cancelled, the reason.
 
 Exit status: 0 when printed, 1 for an unknown run or a refused call, 2 for
 bad usage.`,
-		Args: cobra.ExactArgs(1),
+		Example: `  svc runs show "$(svc submit echo --input '{"text":"hi"}')"`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.open(cmd.ErrOrStderr())
 			if err != nil {
@@ -307,7 +310,8 @@ or GroupResult, as JSON.
 Exit status: 0 for a successful result, 1 for a failed one (still
 printed), for a run still pending or running or cancelled (it has no
 result), an unknown run or a refused call, 2 for bad usage.`,
-		Args: cobra.ExactArgs(1),
+		Example: `  RUN=$(svc submit echo --input '{"text":"hi"}') && svc runs follow "$RUN" >/dev/null && svc runs result "$RUN"`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.open(cmd.ErrOrStderr())
 			if err != nil {
@@ -338,7 +342,8 @@ to cancel.
 
 Exit status: 0 when the server took the cancel, 1 for an unknown run or a
 refused call, 2 for bad usage.`,
-		Args: cobra.ExactArgs(1),
+		Example: `  svc runs cancel "$(svc submit panel --input '"plan"')"`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.open(cmd.ErrOrStderr())
 			if err != nil {
@@ -378,8 +383,9 @@ a second Ctrl-C exits at once.
 Exit status: 0 when the run completed, 1 when it failed or was cancelled,
 for an unknown run or a refused call, 2 for bad usage, 130 after a second
 interrupt.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return fc.run(cmd, args[0]) },
+		Example: `  svc runs follow "$(svc submit pipeline --input '"draft"')"`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return fc.run(cmd, args[0]) },
 	}
 	fc.progress.register(cmd.Flags())
 	cmd.Flags().Int64Var(&fc.after, "after", 0, "print only the events with a sequence number above this one (default 0: all)")

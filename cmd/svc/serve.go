@@ -182,10 +182,12 @@ every agent invocation of a run, gather, group or submitted run is sent as a
 task through the broker to the "svc worker start" processes serving that
 agent, and its result awaited; timeouts, the token budget, batch and group
 events stay here. --broker embedded starts a nats-server inside this
-process (JetStream files under --data-dir/nats) listening on --nats-listen:
-
+process (JetStream files under --data-dir/nats) listening on --nats-listen,
+for workers such as the one of the last example.`,
+		// Every line of every Example is run by TestHelpExamples.
+		Example: `  svc serve --specs examples/specs              # on http://127.0.0.1:8420
   svc serve --specs examples/specs --broker embedded
-  svc worker start --broker nats://127.0.0.1:4222 --all-from examples/specs`,
+  svc worker start --broker nats://127.0.0.1:4222 --all-from examples/specs     # a worker of that fleet`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return s.run(cmd) },
 	}

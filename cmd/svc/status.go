@@ -77,7 +77,8 @@ server ended the stream cleanly; 1 when the server refuses the request
 (401 without the right --auth-token, 404 when it has no event stream, 400
 for a filter it rejects; never retried), and with --no-reconnect when the
 connection failed or dropped; 2 for bad usage.`,
-		Args: cobra.NoArgs,
+		Example: `  svc status                                    # until Ctrl-C`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -29,7 +29,8 @@ Prints one line per file (runtime.yaml, then the agents, then the groups):
 Exit status: 0 when every file is valid, 1 when any is not or when DIR has
 no agents or groups ("no agents or groups found in DIR"), 2 when DIR is
 missing or not a directory.`,
-		Args: cobra.ExactArgs(1),
+		Example: `  svc validate examples/specs`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			results, err := spec.Validate(args[0], app.SpecEnv(providers.Default(), filesRoot, nil))
 			if err != nil {

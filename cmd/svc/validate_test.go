@@ -38,9 +38,10 @@ func TestValidateAgreesWithServe(t *testing.T) {
 		{"schema_draft", `agents/a.yaml:4: output_type: not a valid JSON Schema: invalid schema: $schema "http://example.com/my-draft"`},
 		{"schema_ref_inside", `agents/a.yaml:4: output_type: not a valid JSON Schema: loading /other.json`},
 		{"ref_missing", `agents/a.yaml:4: output_type.$ref: cannot read `},
-		{"unknown_provider", `agents/a.yaml:3: model: model nope:echo: model "nope:echo": unknown provider "nope"`},
-		{"unknown_model", `agents/a.yaml:3: model: model test:nonexistent`},
-		{"fallback_provider", `agents/a.yaml:4: fallback_models[0]: model zzz:q: model "zzz:q": unknown provider "zzz"`},
+		{"unknown_provider", `agents/a.yaml:3: model: model "nope:echo": unknown provider "nope"`},
+		{"unknown_model", `agents/a.yaml:3: model: model "test:nonexistent": test model "nonexistent": want echo or fail`},
+		{"fallback_provider", `agents/a.yaml:4: fallback_models[0]: model "zzz:q": unknown provider "zzz"`},
+		{"openai_settings", `agents/a.yaml:5: model_settings.max_tokens: want a positive integer, got 12.5 (float64) (openai model)`},
 		{"mcp_timeout", `agents/a.yaml:5: mcp_servers[0].timeout_seconds: 100000: want seconds above 0`},
 		{"tool_arguments", `agents/a.yaml:8: model_settings.tool_arguments.spawn_agent: the agent has no tool "spawn_agent" (its tools: delegate, spawn_agents)`},
 		{"cel_syntax", `groups/g.yaml:7: edges[0].when: does not compile: 1:14: Syntax error`},
@@ -126,5 +127,55 @@ func TestServeOutsideRepositoryNeedsSpecs(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "no --specs given, and the default examples/specs does not exist in "+cmd.Dir+": pass --specs DIR") {
 		t.Errorf("output:\n%s\nwant it to say to pass --specs", out)
+	}
+}
+
+// Model settings are type-checked at load by the providers of the agent's
+// whole chain, every bad key reported at its line in one pass, and a key
+// one provider of the chain does not know but another does passes (issue
+// 28: max_tokens: 12.5 and temperature: hot on an openai: agent passed
+// validate and failed at the first run). serve refuses the same.
+func TestValidateModelSettings(t *testing.T) {
+	t.Parallel()
+	dir := writeSpecs(t, map[string]string{
+		"agents/oa.yaml": "version: 1\nname: oa\nmodel: openai:gpt-4o\nmodel_settings:\n  max_tokens: 12.5\n  temperature: hot\n",
+		"agents/an.yaml": "version: 1\nname: an\nmodel: anthropic:claude-haiku-4-5\nmodel_settings:\n  top_k: many\n  prompt_cache: 1\n",
+		// The fallbacks' keys: test's fail_times, anthropic's top_k and
+		// prompt_cache, openai's seed, all fine in one chain.
+		"agents/chain.yaml": "version: 1\nname: chain\nmodel: openai:gpt-4o\nfallback_models: [anthropic:claude-haiku-4-5, test:echo]\n" +
+			"model_settings:\n  max_tokens: 100\n  temperature: 0.2\n  fail_times: 1\n  top_k: 5\n  prompt_cache: true\n  seed: 7\n",
+		// A bad key refused by two providers of a chain is said once.
+		"agents/twice.yaml": "version: 1\nname: twice\nmodel: openai:gpt-4o\nfallback_models: [anthropic:claude-haiku-4-5]\nmodel_settings:\n  temperature: hot\n",
+		"agents/tm.yaml":    "version: 1\nname: tm\nmodel: test:echo\nmodel_settings:\n  fail_times: lots\n",
+	})
+	r := mustExec(t, 1, nil, "validate", dir)
+	for _, want := range []string{
+		filepath.Join(dir, "agents/oa.yaml") + ":5: model_settings.max_tokens: want a positive integer, got 12.5",
+		filepath.Join(dir, "agents/oa.yaml") + ":6: model_settings.temperature: want a number, got hot",
+		filepath.Join(dir, "agents/an.yaml") + ":5: model_settings.top_k: ",
+		filepath.Join(dir, "agents/an.yaml") + ":6: model_settings.prompt_cache: want true or false",
+		filepath.Join(dir, "agents/twice.yaml") + ":6: model_settings.temperature: ",
+		filepath.Join(dir, "agents/tm.yaml") + ":5: model_settings.fail_times: ",
+		"[ok] " + filepath.Join(dir, "agents/chain.yaml"),
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("validate printed\n%s\nwant %q", r.stdout, want)
+		}
+	}
+	if n := strings.Count(r.stdout, "twice.yaml"); n != 1 || strings.Count(r.stdout, "temperature") != 2 {
+		t.Errorf("twice.yaml's temperature said more than once:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "4 of 5 files") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	// serve refuses the same, naming the same file, line and key.
+	p := startProc(t, "svc serve", nil, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", t.TempDir(), "--specs", dir)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("svc serve started on specs with bad model settings")
+	}
+	if p.code == 0 || !strings.Contains(p.stderr.String(), "oa.yaml:6: model_settings.temperature: want a number") {
+		t.Errorf("svc serve: exit %d, stderr:\n%s", p.code, tail(p.stderr.String(), 4000))
 	}
 }

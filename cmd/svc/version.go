@@ -23,7 +23,8 @@ The commit is the VCS revision go build stamped into the binary, with
 "-dirty" when the work tree had changes, or "unknown" when the binary
 carries none (built outside a repository, or with -buildvcs=false; then
 -ldflags "-X main.commit=SHA" sets it).`,
-		Args: cobra.NoArgs,
+		Example: `  svc version`,
+		Args:    cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 		},

@@ -63,14 +63,14 @@ per task, depth, timeout, retries, tools and MCP servers as in svc serve),
 publishes the result to the server that sent it, and only then acknowledges
 the task: a worker that dies mid-task loses it to another worker after
 --ack-wait. With --dispatch-nested, the runs its tasks start (spawn_agents
-children, team delegates) go back on the broker and may run on any worker. It announces itself with worker_started, a worker_heartbeat
+children, team delegates) go back on the broker and may run on any worker.
+It announces itself with worker_started, a worker_heartbeat
 every --heartbeat-seconds and worker_stopped, seen by every serve node.
 
 SIGINT or SIGTERM drains it: it stops taking tasks, lets the ones in flight
 finish within --shutdown-grace, and gives the rest back to the broker, so
-another worker runs them. A second signal exits at once.
-
-  svc serve --specs examples/specs --broker embedded
+another worker runs them. A second signal exits at once.`,
+		Example: `  svc serve --specs examples/specs --broker embedded    # a fleet's server with its own broker
   svc worker start --broker nats://127.0.0.1:4222 --all-from examples/specs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return w.run(cmd) },

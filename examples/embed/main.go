@@ -4,6 +4,7 @@
 // shuts the runtime down with the server.
 //
 //	go run ./examples/embed            # listens on 127.0.0.1:8080, loads examples/specs
+//	go run .                           # the same from examples/embed: the specs beside it (or --specs DIR)
 //	curl -s -H 'X-API-Key: demo' -H 'Content-Type: application/json' -d '{"input":"hi"}' localhost:8080/svc/agents/greeter/run
 package main
 
@@ -13,7 +14,10 @@ import (
 	"flag"
 	"log"
 	"net/http"
+	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -29,7 +33,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	specs := flag.String("specs", "examples/specs", "directory of agent and group specs")
+	specs := flag.String("specs", defaultSpecs(), "directory of agent and group specs")
 	apiKey := flag.String("api-key", "demo", "the host's own API key (X-API-Key header)")
 	flag.Parse()
 	logger, _ := zap.NewDevelopment()
@@ -73,6 +77,24 @@ func run(addr, specs, apiKey string, logger *zap.Logger) error {
 		return err
 	}
 	return errors.Join(serr, rerr)
+}
+
+// defaultSpecs is examples/specs of the working directory when it has one
+// (go run ./examples/embed from the repository root), else the specs beside
+// this example's source (go run . from examples/embed, or from anywhere
+// with the source in place), so the example starts wherever it is run from.
+func defaultSpecs() string {
+	const fromRoot = "examples/specs"
+	if _, err := os.Stat(fromRoot); err == nil {
+		return fromRoot
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		beside := filepath.Join(filepath.Dir(file), "..", "specs")
+		if _, err := os.Stat(beside); err == nil {
+			return beside
+		}
+	}
+	return fromRoot // the error then names it, and --specs is the way out
 }
 
 // newHost builds the runtime from the specs and a Go agent, and the host's

@@ -80,3 +80,16 @@ func TestHost(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The example finds its specs wherever it is run from (issue 28: go run
+// from anywhere but the repository root failed on examples/specs).
+func TestDefaultSpecsFromAnotherDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	rt, _, err := newHost(defaultSpecs(), "k", zap.NewNop())
+	if err != nil {
+		t.Fatalf("from another directory: %v", err)
+	}
+	if err := rt.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,11 +2,15 @@ package anthropic
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"time"
+
+	svc "github.com/svc-dev/svc"
 )
 
 // DroppedSettings are model_settings keys that other providers understand
@@ -221,4 +225,25 @@ func toStrings(v any) ([]string, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("want a string or a list of strings, got %T", v)
+}
+
+// CheckSettings reports, before any call, each model_settings key Generate
+// would refuse, one error per key ("model_settings.max_tokens: want ..."),
+// for the spec loader to report at the key's line (supervisor.CheckAgent
+// asks every model of an agent's chain). Keys of the other providers pass,
+// as they do in a call.
+func (m *anthropicModel) CheckSettings(settings map[string]any, _ []string, _ bool) error {
+	return checkSettings(settings)
+}
+
+func checkSettings(settings map[string]any) error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		// One key at a time, so that every bad key is reported, not only
+		// the first.
+		if _, err := parseSettings(map[string]any{k: settings[k]}); err != nil {
+			errs = append(errs, svc.Errorf(svc.KindSpecValidation, "model_settings.%v (anthropic model)", err))
+		}
+	}
+	return errors.Join(errs...)
 }

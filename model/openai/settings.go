@@ -3,8 +3,10 @@ package openai
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -247,4 +249,30 @@ func duration(v any) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(f * float64(time.Second)), true
+}
+
+// CheckSettings reports, before any call, each model_settings key Generate
+// would refuse, one error per key ("model_settings.max_tokens: want ..."),
+// for the spec loader to report at the key's line (supervisor.CheckAgent
+// asks every model of an agent's chain). Keys of the other providers pass,
+// as they do in a call.
+func (m *chatModel) CheckSettings(settings map[string]any, _ []string, _ bool) error {
+	return checkSettings(settings)
+}
+
+func checkSettings(settings map[string]any) error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		// One key at a time, so that every bad key is reported, not only
+		// the first.
+		if _, err := parseSettings(map[string]any{k: settings[k]}); err != nil {
+			msg := err.Error()
+			var se *svc.Error
+			if errors.As(err, &se) {
+				msg = se.Message
+			}
+			errs = append(errs, svc.Errorf(svc.KindSpecValidation, "%s (openai model)", strings.TrimPrefix(msg, "openai model: ")))
+		}
+	}
+	return errors.Join(errs...)
 }
