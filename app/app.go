@@ -569,6 +569,9 @@ func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.
 		},
 		// The runtime's own compile: what passes here, Register accepts.
 		CheckAgent: func(a svc.Agent) error { return supervisor.CheckAgent(models, a) },
+		CheckSettings: func(ids []string, settings map[string]any) error {
+			return supervisor.CheckSettings(models, ids, settings)
+		},
 	}
 	for _, ag := range agents {
 		env.Agents = append(env.Agents, ag.Name)

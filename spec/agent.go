@@ -139,6 +139,8 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	d.checkModels(a)
 	if len(d.errs) == 0 && d.env.CheckAgent != nil {
 		d.checkAgent(*a)
+	} else if len(d.errs) > 0 {
+		d.checkSettings(a)
 	}
 
 	return out, d.finish()
@@ -492,8 +494,13 @@ func (d *agentDecoder) checkAgent(a svc.Agent) {
 	if err == nil {
 		return
 	}
-	// Several faults (model_settings keys, say) come joined: each is
-	// reported at its own line.
+	d.checkErrors(a, err)
+}
+
+// checkErrors reports an error of Env.CheckAgent or Env.CheckSettings.
+// Several faults (model_settings keys, say) come joined: each is reported
+// at its own line.
+func (d *agentDecoder) checkErrors(a svc.Agent, err error) {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
 			d.checkError(a, e)
@@ -501,6 +508,30 @@ func (d *agentDecoder) checkAgent(a svc.Agent) {
 		return
 	}
 	d.checkError(a, err)
+}
+
+// checkSettings runs Env.CheckSettings on the settings of an agent with
+// other faults (CheckAgent, which checks them too, does not run then),
+// with the models that are not at fault themselves.
+func (d *agentDecoder) checkSettings(a *svc.Agent) {
+	if d.env.CheckSettings == nil || len(a.ModelSettings) == 0 || d.reported("model_settings") {
+		return
+	}
+	var ids []string
+	if f, ok := d.get("model"); ok && !d.failed("model") && f.val != nil {
+		ids = append(ids, a.Model)
+	}
+	for _, it := range d.lists["fallback_models"] {
+		if !d.failed(it.Key) {
+			ids = append(ids, it.Value)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if err := d.env.CheckSettings(ids, a.ModelSettings); err != nil {
+		d.checkErrors(*a, err)
+	}
 }
 
 // checkError reports one error of Env.CheckAgent.

@@ -34,6 +34,11 @@ type Env struct {
 	// Load and Validate both apply it, so what `svc validate` accepts
 	// `svc serve` registers.
 	CheckAgent func(svc.Agent) error
+	// CheckSettings, when set, asks the providers of models (the model,
+	// then the fallbacks) about model_settings. It runs on a file whose
+	// other faults keep CheckAgent from running, so that its bad settings
+	// are reported in the same pass (app.SpecEnv gives the runtime's).
+	CheckSettings func(models []string, settings map[string]any) error
 }
 
 // Set is the content of a specs directory.

@@ -72,17 +72,40 @@ func checkSettings(c *agent.Compiled) error {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
+	ms := make([]svc.Model, len(c.Models))
+	for i, m := range c.Models {
+		ms[i] = m.Model
+	}
+	return askSettings(c.Def.Name, ms, c.Def.ModelSettings, names, len(c.Def.MCPServers) > 0)
+}
+
+// CheckSettings asks the providers of the models ids (an agent's model
+// and fallbacks) about settings alone, the agent's tools unknown: the
+// spec loader's check of a file whose other faults keep CheckAgent from
+// running. Ids that do not resolve are skipped (CheckAgent reports them).
+func CheckSettings(models *model.Registry, ids []string, settings map[string]any) error {
+	var ms []svc.Model
+	for _, id := range ids {
+		if m, err := models.Resolve(id); err == nil {
+			ms = append(ms, m)
+		}
+	}
+	return askSettings("", ms, settings, nil, true)
+}
+
+// askSettings asks each model that can check settings.
+func askSettings(agentName string, models []svc.Model, settings map[string]any, names []string, open bool) error {
 	// Every model of the chain is asked, and every key it refuses is
 	// reported, each key once (a fallback on another provider that refuses
 	// the same key says nothing new).
 	var errs []error
 	seen := map[string]bool{}
-	for _, m := range c.Models {
-		sc, ok := m.Model.(settingsChecker)
+	for _, m := range models {
+		sc, ok := m.(settingsChecker)
 		if !ok {
 			continue
 		}
-		err := sc.CheckSettings(c.Def.ModelSettings, names, len(c.Def.MCPServers) > 0)
+		err := sc.CheckSettings(settings, names, open)
 		if err == nil {
 			continue
 		}
@@ -96,7 +119,11 @@ func checkSettings(c *agent.Compiled) error {
 				continue
 			}
 			seen[key] = true
-			errs = append(errs, &svc.Error{Kind: svc.KindSpecValidation, Agent: c.Def.Name, Err: e, Message: "agent " + c.Def.Name})
+			if agentName == "" {
+				errs = append(errs, e)
+			} else {
+				errs = append(errs, &svc.Error{Kind: svc.KindSpecValidation, Agent: agentName, Err: e, Message: "agent " + agentName})
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -147,6 +147,8 @@ func TestValidateModelSettings(t *testing.T) {
 		// A bad key refused by two providers of a chain is said once.
 		"agents/twice.yaml": "version: 1\nname: twice\nmodel: openai:gpt-4o\nfallback_models: [anthropic:claude-haiku-4-5]\nmodel_settings:\n  temperature: hot\n",
 		"agents/tm.yaml":    "version: 1\nname: tm\nmodel: test:echo\nmodel_settings:\n  fail_times: lots\n",
+		// Another fault of the file does not hide its bad settings.
+		"agents/both.yaml": "version: 1\nname: both\nmodel: openai:gpt-4o\ntrust_level: bogus\nmodel_settings:\n  max_tokens: 12.5\n",
 	})
 	r := mustExec(t, 1, nil, "validate", dir)
 	for _, want := range []string{
@@ -156,6 +158,8 @@ func TestValidateModelSettings(t *testing.T) {
 		filepath.Join(dir, "agents/an.yaml") + ":6: model_settings.prompt_cache: want true or false",
 		filepath.Join(dir, "agents/twice.yaml") + ":6: model_settings.temperature: ",
 		filepath.Join(dir, "agents/tm.yaml") + ":5: model_settings.fail_times: ",
+		filepath.Join(dir, "agents/both.yaml") + ":4: trust_level",
+		filepath.Join(dir, "agents/both.yaml") + ":6: model_settings.max_tokens: want a positive integer",
 		"[ok] " + filepath.Join(dir, "agents/chain.yaml"),
 	} {
 		if !strings.Contains(r.stdout, want) {
@@ -165,7 +169,7 @@ func TestValidateModelSettings(t *testing.T) {
 	if n := strings.Count(r.stdout, "twice.yaml"); n != 1 || strings.Count(r.stdout, "temperature") != 2 {
 		t.Errorf("twice.yaml's temperature said more than once:\n%s", r.stdout)
 	}
-	if !strings.Contains(r.stderr, "4 of 5 files") {
+	if !strings.Contains(r.stderr, "5 of 6 files") {
 		t.Errorf("stderr %q", r.stderr)
 	}
 	// serve refuses the same, naming the same file, line and key.
