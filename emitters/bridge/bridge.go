@@ -14,7 +14,7 @@
 // nothing is bound, is ignored: the bridge is safe to install always.
 //
 // Deltas take their own way. A task whose publisher listens for its
-// streamed answer (the envelope's deltas flag) gets a DeltaRelay, the
+// streamed answer (the envelope's deltas flag) gets a delta relay (RelayDeltas), the
 // DeltaSink the worker puts in the task's context: it queues each delta as
 // an agent_delta event tagged with the task's dispatch (the payload's
 // DeltaDispatch) for the publisher that holds the listener,
@@ -44,7 +44,7 @@ import (
 	"github.com/svc-dev/svc/internal/dropqueue"
 )
 
-// DeltaDispatch is the payload key of an agent_delta a DeltaRelay relays:
+// DeltaDispatch is the payload key of an agent_delta a delta relay relays:
 // the task's dispatch (fleetwire.DispatchKey), by which the publisher
 // routes the delta to the run that listens. The publisher removes it
 // before the event goes on to its emitters.
@@ -202,29 +202,29 @@ func (b *Bridge) Emit(ev svc.RuntimeEvent) {
 	}
 }
 
-// DeltaRelay is the DeltaSink of one task whose publisher listens for its
-// deltas: it queues them for the publisher (see the package doc). Create
-// it with RelayDeltas.
-type DeltaRelay struct {
+// deltaRelay is the DeltaSink of one task whose publisher listens for its
+// deltas: it queues them for the publisher (see the package doc).
+type deltaRelay struct {
 	b        *Bridge
 	subject  string
 	dispatch string
 	sent     atomic.Int64
 }
 
-var _ svc.DeltaSink = (*DeltaRelay)(nil)
-
-// RelayDeltas returns the DeltaRelay of the task whose dispatching span is
+// RelayDeltas returns the DeltaSink of the task whose dispatching span is
 // root (the envelope's span_id), relaying to subject (the envelope's
 // DeltasTo) with every delta tagged dispatch (fleetwire.DispatchKey of
-// the envelope), and done, which ends it once the task ran. done is
-// idempotent.
-func (b *Bridge) RelayDeltas(root, subject, dispatch string) (relay *DeltaRelay, done func()) {
+// the envelope); sent, the number of deltas it queued, which the task's
+// result tells the publisher to wait for; and done, which ends it once the
+// task ran. done is idempotent. While it is open, Emit relays none of the
+// task's agent_delta events: the sink does.
+func (b *Bridge) RelayDeltas(root, subject, dispatch string) (sink svc.DeltaSink, sent func() int64, done func()) {
 	b.mu.Lock()
 	b.relayed[root]++
 	b.mu.Unlock()
 	var once sync.Once
-	return &DeltaRelay{b: b, subject: subject, dispatch: dispatch}, func() {
+	r := &deltaRelay{b: b, subject: subject, dispatch: dispatch}
+	return r, r.sent.Load, func() {
 		once.Do(func() {
 			b.mu.Lock()
 			if b.relayed[root]--; b.relayed[root] <= 0 {
@@ -237,11 +237,11 @@ func (b *Bridge) RelayDeltas(root, subject, dispatch string) (relay *DeltaRelay,
 
 // Listening is true: the publisher asked for the deltas when it
 // dispatched the task.
-func (r *DeltaRelay) Listening() bool { return true }
+func (r *deltaRelay) Listening() bool { return true }
 
 // Delta queues d for the publisher, unless the queue is half full: then
 // it is dropped and counted. It never blocks.
-func (r *DeltaRelay) Delta(d svc.Delta) {
+func (r *deltaRelay) Delta(d svc.Delta) {
 	b := r.b
 	if b.q.Len() >= b.queueSize/2 {
 		b.deltasShed.Add(1)
@@ -258,10 +258,6 @@ func (r *DeltaRelay) Delta(d svc.Delta) {
 	r.sent.Add(1)
 }
 
-// Sent is the number of deltas queued for the publisher: what the task's
-// result says it should wait for (fleetwire.Envelope.DeltaCount).
-func (r *DeltaRelay) Sent() int64 { return r.sent.Load() }
-
 // Published is the number of events handed to the broker.
 func (b *Bridge) Published() int64 { return b.published.Load() }
 
@@ -270,7 +266,7 @@ func (b *Bridge) Published() int64 { return b.published.Load() }
 // broadcast.
 func (b *Bridge) Dropped() int64 { return b.q.Dropped() + b.failed.Load() + b.deltasShed.Load() }
 
-// DeltasDropped is the number of deltas a DeltaRelay did not queue: the
+// DeltasDropped is the number of deltas the delta relays did not queue: the
 // queue was half full, full or closed.
 func (b *Bridge) DeltasDropped() int64 { return b.deltasDropped.Load() }
 
