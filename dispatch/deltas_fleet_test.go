@@ -12,8 +12,10 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/broker"
+	"github.com/svc-dev/svc/broker/membroker"
 	"github.com/svc-dev/svc/dispatch"
 	"github.com/svc-dev/svc/emitters/bridge"
+	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/internal/servertest"
 	"github.com/svc-dev/svc/internal/testutil"
 	"github.com/svc-dev/svc/worker"
@@ -234,3 +236,57 @@ func TestFleetDeltasWithoutEvents(t *testing.T) {
 	}
 }
 
+
+// TestDispatchWaitsForDeltas: the deltas of a task travel apart from its
+// result, so a result that overtakes them is held back (up to
+// dispatch.DeltaWait) until the delta_count deltas it announces reached
+// the listener. A hand-made worker answers at once and
+// relays its two deltas afterwards.
+func TestDispatchWaitsForDeltas(t *testing.T) {
+	b := membroker.New()
+	t.Cleanup(func() { _ = b.Close() })
+	p := publisher(t, b, nil)
+	sub, err := b.Subscribe(context.Background(), fleetwire.TaskSubject("w"), svc.SubscribeOptions{Group: "g"},
+		func(ctx context.Context, d *svc.Delivery) {
+			_ = d.Ack(ctx)
+			env, err := fleetwire.Decode(d.Data)
+			if err != nil || !env.Deltas {
+				t.Errorf("task %s: %v; want one asking for deltas", d.Data, err)
+				return
+			}
+			res := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, SpanID: env.SpanID, Attempt: env.Attempt,
+				Result: &svc.AgentResult{AgentName: "w", TaskID: env.TaskID, Success: true, Output: json.RawMessage(`"ab"`)}, DeltaCount: 2}
+			data, _ := res.Encode()
+			if err := b.Publish(ctx, env.ReplyTo, data); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(200 * time.Millisecond) // the result is taken by now
+			key := fleetwire.DispatchKey(env.SpanID, env.Attempt)
+			var evs []svc.RuntimeEvent
+			for i, text := range []string{"a", "b"} {
+				evs = append(evs, svc.RuntimeEvent{EventType: svc.EventAgentDelta, AgentName: "w", TaskID: env.TaskID, SpanID: "s",
+					Payload: svc.Payload{"text": text, "index": i, bridge.DeltaDispatch: key}})
+			}
+			msg, _ := bridge.Encode(evs)
+			if err := b.Broadcast(ctx, fleetwire.EventSubject(p.RuntimeID()), msg); err != nil {
+				t.Error(err)
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop() })
+
+	var mu sync.Mutex
+	var got []svc.Delta
+	res, err := p.Dispatch(t.Context(), dispatch.Request{Agent: "w", TaskID: "t", Input: json.RawMessage(`1`),
+		Deltas: svc.DeltaFunc(func(d svc.Delta) { mu.Lock(); got = append(got, d); mu.Unlock() })})
+	if err != nil || !res.Success {
+		t.Fatalf("%+v %v", res, err)
+	}
+	mu.Lock()
+	if len(got) != 2 || got[0].Text != "a" || got[1].Index != 1 || got[1].Text != "b" || got[0].TaskID != "t" {
+		t.Errorf("deltas when Dispatch returned: %+v, want a and b", got)
+	}
+	mu.Unlock()
+}
