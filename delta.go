@@ -28,11 +28,16 @@ const RunDelta RunEventType = "delta"
 
 // Delta is a coalesced fragment of an invocation's streamed answer.
 type Delta struct {
-	// Agent, TaskID, TraceID and SpanID name the invocation.
-	Agent   string
-	TaskID  string
-	TraceID string
-	SpanID  string
+	// Agent, TaskID, TraceID and SpanID name the invocation;
+	// ParentTraceID and ParentSpanID place it in its run tree, as on its
+	// events (a worker relays deltas to its publisher as agent_delta
+	// events).
+	Agent         string
+	TaskID        string
+	TraceID       string
+	SpanID        string
+	ParentTraceID string
+	ParentSpanID  string
 	// Index numbers the invocation's deltas from 0, across its model
 	// calls: a gap means a listener missed one.
 	Index int

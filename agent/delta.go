@@ -48,6 +48,11 @@ type sinkEmitter struct {
 	sink svc.DeltaSink
 }
 
+// DeltaSinkOf returns the DeltaSink em carries (WithDeltaSink), or nil: a
+// runtime that sends an invocation to a fleet asks for its deltas when
+// its emitter carries one that listens.
+func DeltaSinkOf(em svc.Emitter) svc.DeltaSink { return sinkOf(em) }
+
 // sinkOf returns the DeltaSink em carries, or nil.
 func sinkOf(em svc.Emitter) svc.DeltaSink {
 	if se, ok := em.(*sinkEmitter); ok {
@@ -164,6 +169,7 @@ func (d *deltaBuf) flushLocked(now time.Time) {
 		SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID,
 		Payload: svc.Payload{"text": text, "index": i}})
 	if d.sink != nil {
-		d.sink.Delta(svc.Delta{Agent: inv.Agent.Def.Name, TaskID: inv.TaskID, TraceID: inv.TraceID, SpanID: inv.SpanID, Index: i, Text: text})
+		d.sink.Delta(svc.Delta{Agent: inv.Agent.Def.Name, TaskID: inv.TaskID, TraceID: inv.TraceID, SpanID: inv.SpanID,
+			ParentTraceID: inv.ParentTraceID, ParentSpanID: inv.ParentSpanID, Index: i, Text: text})
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,9 +98,13 @@ type Publisher struct {
 
 	mu      sync.Mutex
 	pending map[string]*waiter // by dispatch key
-	workers map[string]workerInfo
-	subs    []svc.Subscription
-	closed  bool
+	// listening are the dispatches, by key, whose deltas are wanted: from
+	// their publish until Dispatch returns (past their result, whose
+	// deltas may still be on their way).
+	listening map[string]*waiter
+	workers   map[string]workerInfo
+	subs      []svc.Subscription
+	closed    bool
 
 	// redelivery is when the last redelivery was logged; redelivered
 	// counts them all.
@@ -117,7 +120,18 @@ type Publisher struct {
 }
 
 type waiter struct {
-	ch chan svc.AgentResult
+	ch chan result
+	// deltas, when the dispatch listens for deltas, gets them; got counts
+	// them and arrived is signalled at each, for the wait at the end.
+	deltas  svc.DeltaSink
+	got     atomic.Int64
+	arrived chan struct{}
+}
+
+// result is a result and the number of deltas relayed before it.
+type result struct {
+	res    svc.AgentResult
+	deltas int
 }
 
 // workerInfo is what the worker lifecycle events said of one worker.
@@ -159,7 +173,17 @@ type Request struct {
 	// Deadline is when the caller stops waiting; workers do not start the
 	// task after it.
 	Deadline time.Time
+	// Deltas, when set, listens for the task's streamed answer: the task
+	// asks the worker for its deltas, and Deltas gets them as they come
+	// back (best effort: the worker drops deltas rather than slow down),
+	// all before Dispatch returns the result.
+	Deltas svc.DeltaSink
 }
+
+// DeltaWait bounds how long Dispatch holds a result back for the deltas
+// the worker says it relayed before it (they travel apart, on the
+// publisher's events subject) and that have not come yet.
+const DeltaWait = 2 * time.Second
 
 // New subscribes to this process's inbox, the worker events and the cancel
 // broadcast, and returns a ready publisher.
@@ -175,7 +199,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		cfg.RuntimeID = id.String()
 	}
 	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: fleetwire.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
-		em: cfg.Emitter, pending: map[string]*waiter{}, workers: map[string]workerInfo{}}
+		em: cfg.Emitter, pending: map[string]*waiter{}, listening: map[string]*waiter{}, workers: map[string]workerInfo{}}
 	if p.log == nil {
 		p.log = zap.NewNop()
 	}
@@ -203,10 +227,10 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("dispatch: subscribe %s: %w", p.inbox, err)
 	}
 	p.subs = append(p.subs, sub)
-	broadcasts := map[string]svc.BroadcastHandler{fleetwire.SubjectWorkers: p.onWorker, fleetwire.SubjectCancel: p.onCancel}
-	if cfg.PublishEvents {
-		broadcasts[fleetwire.EventSubject(cfg.RuntimeID)] = p.onEvents
-	}
+	// The events subject is followed always: a task's deltas come back on
+	// it when its run listens, with or without PublishEvents.
+	broadcasts := map[string]svc.BroadcastHandler{fleetwire.SubjectWorkers: p.onWorker, fleetwire.SubjectCancel: p.onCancel,
+		fleetwire.EventSubject(cfg.RuntimeID): p.onEvents}
 	for subject, h := range broadcasts {
 		s, err := cfg.Broker.SubscribeBroadcast(ctx, subject, h)
 		if err != nil {
@@ -240,18 +264,53 @@ func (p *Publisher) Duplicates() int64 { return p.dups.Load() }
 // PublishEvents) that it fed into its emitter.
 func (p *Publisher) Relayed() int64 { return p.relayed.Load() }
 
-// onEvents feeds a message of relayed events (emitters/bridge's wire form)
-// into the emitter, in the order the worker emitted them.
+// onEvents takes a message of relayed events (emitters/bridge's wire
+// form), in the order the worker emitted them: a delta tagged with a
+// dispatch that listens goes to its listener, and with PublishEvents every
+// event goes into the emitter.
 func (p *Publisher) onEvents(_ context.Context, _ string, data []byte) {
 	evs, err := bridge.Decode(data)
 	if err != nil {
 		p.log.Warn("relayed events refused", zap.Error(err))
 		return
 	}
+	var fed int64
 	for _, ev := range evs {
-		p.em.Emit(ev)
+		if ev.EventType == svc.EventAgentDelta {
+			if key, ok := ev.Payload[bridge.DeltaDispatch].(string); ok {
+				delete(ev.Payload, bridge.DeltaDispatch) // the event is this message's own, just decoded
+				p.delta(key, ev)
+			}
+		}
+		if p.cfg.PublishEvents {
+			p.em.Emit(ev)
+			fed++
+		}
 	}
-	p.relayed.Add(int64(len(evs)))
+	p.relayed.Add(fed)
+}
+
+// delta hands a relayed delta to the dispatch key listens with, if it
+// still waits; a delta of a dispatch that ended is dropped.
+func (p *Publisher) delta(key string, ev svc.RuntimeEvent) {
+	p.mu.Lock()
+	w := p.listening[key]
+	p.mu.Unlock()
+	if w == nil {
+		return
+	}
+	text, _ := ev.Payload["text"].(string)
+	var index int
+	if n, ok := ev.Payload["index"].(float64); ok {
+		index = int(n)
+	}
+	w.deltas.Delta(svc.Delta{Agent: ev.AgentName, TaskID: ev.TaskID, TraceID: ev.TraceID, SpanID: ev.SpanID,
+		ParentTraceID: ev.ParentTraceID, ParentSpanID: ev.ParentSpanID, Index: index, Text: text})
+	w.got.Add(1)
+	select {
+	case w.arrived <- struct{}{}:
+	default:
+	}
 }
 
 // Dispatch publishes the task and waits for its result or for ctx to end.
@@ -270,7 +329,8 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 	key := dispatchKey(span, n)
 	env := fleetwire.Envelope{Kind: fleetwire.MsgTask, TaskID: req.TaskID, RunID: req.RunID, TraceID: req.TraceID,
 		ParentTraceID: req.ParentTraceID, SpanID: span, Agent: req.Agent, Input: req.Input, Metadata: req.Metadata,
-		Depth: req.Depth, TokenBudget: req.TokenBudget, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n}
+		Depth: req.Depth, TokenBudget: req.TokenBudget, ReplyTo: p.inbox, PublishEvents: p.cfg.PublishEvents, Attempt: n,
+		Deltas: req.Deltas != nil}
 	if req.EventsTo != "" {
 		env.PublishEvents, env.RelayTo = true, req.EventsTo
 	}
@@ -280,13 +340,24 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		return svc.AgentResult{}, &svc.Error{Kind: svc.KindSpecValidation, Agent: req.Agent, TaskID: req.TaskID,
 			Message: "dispatch: " + err.Error(), Err: err}
 	}
-	w := &waiter{ch: make(chan svc.AgentResult, 1)}
+	w := &waiter{ch: make(chan result, 1)}
+	if req.Deltas != nil {
+		w.deltas, w.arrived = req.Deltas, make(chan struct{}, 1)
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return svc.AgentResult{}, svc.Errorf(svc.KindShuttingDown, "dispatch: publisher closed")
 	}
 	p.pending[key] = w
+	if w.deltas != nil {
+		p.listening[key] = w
+		defer func() {
+			p.mu.Lock()
+			delete(p.listening, key)
+			p.mu.Unlock()
+		}()
+	}
 	p.mu.Unlock()
 	if err := p.publish(ctx, fleetwire.TaskSubject(req.Agent), data); err != nil {
 		p.forget(key)
@@ -304,8 +375,11 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		TaskID: req.TaskID, TraceID: req.TraceID, ParentTraceID: req.ParentTraceID, SpanID: req.SpanID, ParentSpanID: req.ParentSpanID,
 		Payload: svc.Payload{"backend": p.Backend(), "broker": p.scheme, "trust_level": string(req.TrustLevel)}})
 	select {
-	case res := <-w.ch:
-		return res, nil
+	case r := <-w.ch:
+		if w.deltas != nil && w.got.Load() < int64(r.deltas) {
+			awaitDeltas(ctx, w, r.deltas)
+		}
+		return r.res, nil
 	case <-ctx.Done():
 		p.forget(key)
 		p.Cancel(req.RunID, req.TaskID)
@@ -321,6 +395,23 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 			err = fmt.Errorf("%w: %w", end, err)
 		}
 		return svc.AgentResult{}, err
+	}
+}
+
+// awaitDeltas waits, at most DeltaWait and within ctx, until w has the
+// want deltas the worker relayed before its result, so that a listener
+// gets the whole text before the result.
+func awaitDeltas(ctx context.Context, w *waiter, want int) {
+	t := time.NewTimer(DeltaWait)
+	defer t.Stop()
+	for w.got.Load() < int64(want) {
+		select {
+		case <-w.arrived:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -395,7 +486,7 @@ func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 	if env.Delivery > 1 {
 		p.noteRedelivery(env)
 	}
-	w.ch <- *env.Result
+	w.ch <- result{res: *env.Result, deltas: env.DeltaCount}
 }
 
 // Redeliveries is how many results answered tasks the broker had delivered
@@ -650,7 +741,7 @@ func (p *Publisher) Close() error {
 	return errors.Join(errs...)
 }
 
-func dispatchKey(span string, n int) string { return span + "/" + strconv.Itoa(n) }
+func dispatchKey(span string, n int) string { return fleetwire.DispatchKey(span, n) }
 
 func newID() string {
 	id, err := uuid.NewV7()

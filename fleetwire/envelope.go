@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +81,16 @@ type Envelope struct {
 	// Attempt is the publisher's dispatch attempt (1-based), not the
 	// broker's delivery count.
 	Attempt int `json:"attempt,omitempty"`
+	// Deltas says someone on the publisher reads the task's streamed
+	// answer: the worker streams its model calls (unless the agent says
+	// stream: false) and relays their deltas on the EventSubject of the
+	// ReplyTo's publisher (DeltasTo), each agent_delta tagged with the
+	// task's DispatchKey. Absent (false): no deltas.
+	Deltas bool `json:"deltas,omitempty"`
+	// DeltaCount, on a result, is how many deltas the worker relayed for
+	// the task: the publisher waits a moment for those still on their way
+	// before it hands the result on, so the text comes before the result.
+	DeltaCount int `json:"delta_count,omitempty"`
 
 	// Result is the AgentResult of a MsgResult envelope.
 	Result *svc.AgentResult `json:"result,omitempty"`
@@ -139,6 +150,27 @@ func (e *Envelope) EventsTo() string {
 	return EventSubject(id)
 }
 
+// DeltasTo is where a worker relays the deltas of a task that asked for
+// them (Deltas): the EventSubject of the publisher the result goes to,
+// which holds the listener, even when the task's events go elsewhere
+// (RelayTo); "" when the task did not ask or ReplyTo is not a
+// ResultSubject.
+func (e *Envelope) DeltasTo() string {
+	if !e.Deltas {
+		return ""
+	}
+	id, ok := strings.CutPrefix(e.ReplyTo, subjectResults)
+	if !ok || id == "" {
+		return ""
+	}
+	return EventSubject(id)
+}
+
+// DispatchKey names one dispatch of a task: its span_id and attempt. A
+// publisher matches a result to its dispatch by it, and a relayed delta
+// (whose payload carries it, see emitters/bridge) to the run listening.
+func DispatchKey(span string, attempt int) string { return span + "/" + strconv.Itoa(attempt) }
+
 // Encode validates and marshals the envelope (setting V when it is 0).
 func (e *Envelope) Encode() ([]byte, error) {
 	if e.V == 0 {
@@ -173,8 +205,8 @@ func (e *Envelope) Validate() error {
 	if e.V != Version {
 		return fmt.Errorf("envelope: version %d not supported (want %d)", e.V, Version)
 	}
-	if e.Depth < 0 || e.Attempt < 0 || e.Deadline < 0 || e.TokenBudget < 0 {
-		return errors.New("envelope: negative depth, attempt, deadline or token budget")
+	if e.Depth < 0 || e.Attempt < 0 || e.Deadline < 0 || e.TokenBudget < 0 || e.DeltaCount < 0 {
+		return errors.New("envelope: negative depth, attempt, deadline, token budget or delta count")
 	}
 	switch e.Kind {
 	case MsgTask:
@@ -217,14 +249,21 @@ var (
 // sigDomain separates envelope MACs from any other use of the same key.
 const sigDomain = "svc-envelope-v1\n"
 
-// mac is the HMAC-SHA256 of the envelope's JSON with Sig empty. Go's JSON
+// mac is the HMAC-SHA256 of the envelope's JSON with Sig empty, and
+// without Deltas and DeltaCount: a worker or publisher of an earlier
+// version drops those fields it does not know before it checks the MAC,
+// so signing them would make it refuse every task that asks for deltas.
+// Leaving them out gives a forger nothing: turning deltas on streams the
+// task's own text to the publisher the signed reply_to names, turning
+// them off or changing the count only costs the listener deltas (or a
+// short wait for them). Go's JSON
 // encoding of this struct is a fixed point of decode-then-encode (field order
 // is the struct's, map keys are sorted, raw JSON is compacted, floats print
 // in their shortest exact form), so the receiver recomputes the same bytes
 // from what it decoded.
 func (e *Envelope) mac(key []byte) ([]byte, error) {
 	c := *e
-	c.Sig = ""
+	c.Sig, c.Deltas, c.DeltaCount = "", false, 0
 	b, err := json.Marshal(&c)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)

@@ -113,6 +113,17 @@ type Binder interface {
 	Bind(span, subject string) (unbind func())
 }
 
+// DeltaRelayer is a Binder that also relays the deltas of a task whose
+// publisher listens for them (the envelope's deltas flag): RelayDeltas
+// returns the DeltaSink the worker puts in the task's context, which
+// forwards to subject tagged with dispatch, sent, the number of deltas it
+// forwarded (the result's delta_count), and done, called once the task
+// ran. *bridge.Bridge is one; with a Binder that is not, tasks run
+// without streaming to their publisher.
+type DeltaRelayer interface {
+	RelayDeltas(root, subject, dispatch string) (sink svc.DeltaSink, sent func() int64, done func())
+}
+
 // Worker consumes tasks. Create it with New, then Start; stop it with
 // Shutdown.
 type Worker struct {
@@ -362,12 +373,12 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 		return
 	}
 	defer func() { <-w.slots }()
-	res, handedBack := w.run(ctx, env)
+	res, deltas, handedBack := w.run(ctx, env)
 	if handedBack {
 		w.settle(ctx, d, false)
 		return
 	}
-	if err := w.reply(env, res, d.Attempt); err != nil {
+	if err := w.reply(env, res, d.Attempt, deltas); err != nil {
 		w.log.Error("result not published; the task goes back to the broker", zap.String("task_id", env.TaskID),
 			zap.String("run_id", env.RunID), zap.Error(err))
 		w.settle(ctx, d, false)
@@ -427,13 +438,14 @@ type deadLetterer interface {
 // not zero.
 func (w *Worker) Rejected() int64 { return w.rejected.Load() }
 
-// run runs the task and returns its result, or handedBack when the worker
-// is shutting down and the task must go to another worker.
-func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.AgentResult, handedBack bool) {
+// run runs the task and returns its result and the number of deltas it
+// relayed, or handedBack when the worker is shutting down and the task
+// must go to another worker.
+func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.AgentResult, deltas int, handedBack bool) {
 	now := time.Now()
 	if env.Expired(now) {
 		return w.failed(env, &svc.Error{Kind: svc.KindTimeout, Agent: env.Agent, TaskID: env.TaskID, Reason: "timeout",
-			Message: fmt.Sprintf("agent %s: the task's deadline passed before a worker took it", env.Agent)}), false
+			Message: fmt.Sprintf("agent %s: the task's deadline passed before a worker took it", env.Agent)}), 0, false
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -445,7 +457,7 @@ func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.Agen
 	if w.cancelledOnBroker(ctx, env) || !w.track(env, cancel) {
 		w.skipped.Add(1)
 		return w.failed(env, &svc.Error{Kind: svc.KindCancelled, Agent: env.Agent, TaskID: env.TaskID, Reason: "cancelled",
-			Message: fmt.Sprintf("agent %s: cancelled", env.Agent)}), false
+			Message: fmt.Sprintf("agent %s: cancelled", env.Agent)}), 0, false
 	}
 	defer w.untrack(env)
 	w.inFlight.Add(1)
@@ -467,12 +479,26 @@ func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.Agen
 	scope := svc.ScopeFrom(runCtx)
 	scope.Depth, scope.ParentTrace, scope.ParentSpan = env.Depth-1, env.ParentTraceID, env.SpanID
 	scope.RunID, scope.EventsTo = env.RunID, env.EventsTo()
+	// A publisher that listens for the streamed answer gets its deltas
+	// through the bridge; the sink in the scope makes the task's model
+	// calls stream, and those of the runs it starts here.
+	var sent func() int64
+	if to := env.DeltasTo(); to != "" {
+		if dr, ok := w.cfg.Events.(DeltaRelayer); ok {
+			var done func()
+			scope.Deltas, sent, done = dr.RelayDeltas(env.SpanID, to, fleetwire.DispatchKey(env.SpanID, env.Attempt))
+			defer done()
+		}
+	}
 	runCtx = svc.WithScope(runCtx, scope)
 	res, err := w.cfg.Runner.Run(runCtx, env.Agent, svc.TaskSpec{
 		ID: env.TaskID, Input: env.Input, RequestID: env.TraceID, Metadata: env.Metadata, TokenBudget: env.TokenBudget,
 	})
+	if sent != nil {
+		deltas = int(sent())
+	}
 	if ctx.Err() != nil && !errors.Is(context.Cause(runCtx), errCancelledByRequest) {
-		return res, true // the worker is going away: another one runs it
+		return res, deltas, true // the worker is going away: another one runs it
 	}
 	if err != nil {
 		// A rejected run (its token cap, say) still reports what it spent,
@@ -481,9 +507,9 @@ func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.Agen
 		md := res.Metadata
 		failed.Metadata.TokensUsed, failed.Metadata.CostUSD, failed.Metadata.CostUnknown = md.TokensUsed, md.CostUSD, md.CostUnknown
 		failed.Metadata.Model, failed.Metadata.ModelsTried = md.Model, md.ModelsTried
-		return failed, false
+		return failed, deltas, false
 	}
-	return res, false
+	return res, deltas, false
 }
 
 func (w *Worker) failed(env *fleetwire.Envelope, err error) svc.AgentResult {
@@ -491,14 +517,15 @@ func (w *Worker) failed(env *fleetwire.Envelope, err error) svc.AgentResult {
 		Metadata: svc.ResultMetadata{TraceID: env.TraceID, Backend: "broker:" + w.cfg.Broker.Scheme()}}
 }
 
-// reply publishes the result to the task's reply subject, retrying a
-// publish that did not fail permanently a few times within
-// resultPublishTimeout. delivery is the broker's delivery count of the
-// task, which tells the publisher of a redelivery.
-func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult, delivery int) error {
+// reply publishes the result, and how many deltas were relayed before it,
+// to the task's reply subject, retrying a publish that did not fail
+// permanently a few times within resultPublishTimeout. delivery is the
+// broker's delivery count of the task, which tells the publisher of a
+// redelivery.
+func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult, delivery, deltas int) error {
 	out := fleetwire.Envelope{Kind: fleetwire.MsgResult, TaskID: env.TaskID, RunID: env.RunID, TraceID: env.TraceID,
 		SpanID: env.SpanID, Agent: env.Agent, Attempt: env.Attempt, Result: &res, RuntimeID: w.cfg.RuntimeID,
-		Delivery: delivery}
+		Delivery: delivery, DeltaCount: deltas}
 	if len(w.cfg.SignKey) > 0 {
 		if err := out.Sign(w.cfg.SignKeyID, w.cfg.SignKey); err != nil {
 			return err
@@ -659,7 +686,7 @@ func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
 	}
 	res := w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
 		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
-	if err := w.reply(env, res, dl.Deliveries); err != nil {
+	if err := w.reply(env, res, dl.Deliveries, 0); err != nil {
 		w.log.Error("dead-letter result not published", zap.String("task_id", env.TaskID), zap.Error(err))
 	}
 }

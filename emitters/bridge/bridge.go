@@ -13,6 +13,17 @@
 // children, team delegates) follow. Every other event, and every event while
 // nothing is bound, is ignored: the bridge is safe to install always.
 //
+// Deltas take their own way. A task whose publisher listens for its
+// streamed answer (the envelope's deltas flag) gets a delta relay (RelayDeltas), the
+// DeltaSink the worker puts in the task's context: it queues each delta as
+// an agent_delta event tagged with the task's dispatch (the payload's
+// DeltaDispatch) for the publisher that holds the listener,
+// whether or not that publisher asked for the task's events, and the
+// agent_delta events of the task's spans no longer go out through Emit
+// (they would reach the publisher twice). Deltas are the first thing to
+// go: one is dropped (and counted) when the queue is half full, so a fast
+// stream never crowds out the events behind it.
+//
 // Emit never blocks: events wait in a bounded queue for one goroutine that
 // broadcasts them in batches (a JSON array per message, in emit order);
 // what does not fit, and a batch the broker refuses, is dropped and counted.
@@ -32,6 +43,12 @@ import (
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/dropqueue"
 )
+
+// DeltaDispatch is the payload key of an agent_delta a delta relay relays:
+// the task's dispatch (fleetwire.DispatchKey), by which the publisher
+// routes the delta to the run that listens. The publisher removes it
+// before the event goes on to its emitters.
+const DeltaDispatch = "dispatch"
 
 // Defaults of Config.
 const (
@@ -66,9 +83,15 @@ type Bridge struct {
 
 	mu    sync.Mutex
 	spans map[string]*binding
+	// relayed counts, by bound root span, the DeltaRelays open for the
+	// task: Emit leaves that task's agent_delta events to them.
+	relayed map[string]int
 
-	published atomic.Int64
-	failed    atomic.Int64
+	published     atomic.Int64
+	failed        atomic.Int64
+	deltasDropped atomic.Int64 // every delta not queued
+	deltasShed    atomic.Int64 // those not offered to the queue (half full)
+	queueSize     int
 }
 
 // binding is one bound task: its subject, how many Binds hold it, and the
@@ -96,7 +119,7 @@ func New(b svc.Broker, cfg Config) *Bridge {
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
 	}
-	br := &Bridge{broker: b, log: cfg.Logger, spans: map[string]*binding{}}
+	br := &Bridge{broker: b, log: cfg.Logger, spans: map[string]*binding{}, relayed: map[string]int{}, queueSize: cfg.QueueSize}
 	if br.log == nil {
 		br.log = zap.NewNop()
 	}
@@ -162,8 +185,10 @@ func (b *Bridge) Emit(ev svc.RuntimeEvent) {
 		bd = b.spans[ev.SpanID]
 	}
 	var subject string
-	if bd != nil {
+	if bd != nil && (ev.EventType != svc.EventAgentDelta || b.relayed[bd.root] == 0) {
 		subject = bd.subject
+	}
+	if bd != nil {
 		if ev.SpanID != "" {
 			if _, known := b.spans[ev.SpanID]; !known {
 				b.spans[ev.SpanID] = bd
@@ -177,12 +202,73 @@ func (b *Bridge) Emit(ev svc.RuntimeEvent) {
 	}
 }
 
+// deltaRelay is the DeltaSink of one task whose publisher listens for its
+// deltas: it queues them for the publisher (see the package doc).
+type deltaRelay struct {
+	b        *Bridge
+	subject  string
+	dispatch string
+	sent     atomic.Int64
+}
+
+// RelayDeltas returns the DeltaSink of the task whose dispatching span is
+// root (the envelope's span_id), relaying to subject (the envelope's
+// DeltasTo) with every delta tagged dispatch (fleetwire.DispatchKey of
+// the envelope); sent, the number of deltas it queued, which the task's
+// result tells the publisher to wait for; and done, which ends it once the
+// task ran. done is idempotent. While it is open, Emit relays none of the
+// task's agent_delta events: the sink does.
+func (b *Bridge) RelayDeltas(root, subject, dispatch string) (sink svc.DeltaSink, sent func() int64, done func()) {
+	b.mu.Lock()
+	b.relayed[root]++
+	b.mu.Unlock()
+	var once sync.Once
+	r := &deltaRelay{b: b, subject: subject, dispatch: dispatch}
+	return r, r.sent.Load, func() {
+		once.Do(func() {
+			b.mu.Lock()
+			if b.relayed[root]--; b.relayed[root] <= 0 {
+				delete(b.relayed, root)
+			}
+			b.mu.Unlock()
+		})
+	}
+}
+
+// Listening is true: the publisher asked for the deltas when it
+// dispatched the task.
+func (r *deltaRelay) Listening() bool { return true }
+
+// Delta queues d for the publisher, unless the queue is half full: then
+// it is dropped and counted. It never blocks.
+func (r *deltaRelay) Delta(d svc.Delta) {
+	b := r.b
+	if b.q.Len() >= b.queueSize/2 {
+		b.deltasShed.Add(1)
+		b.deltasDropped.Add(1)
+		return
+	}
+	ev := svc.RuntimeEvent{EventType: svc.EventAgentDelta, Timestamp: time.Now().UTC(), AgentName: d.Agent,
+		TaskID: d.TaskID, TraceID: d.TraceID, ParentTraceID: d.ParentTraceID, SpanID: d.SpanID, ParentSpanID: d.ParentSpanID,
+		Payload: svc.Payload{"text": d.Text, "index": d.Index, DeltaDispatch: r.dispatch}}
+	if !b.q.Put(item{subject: r.subject, ev: ev}) {
+		b.deltasDropped.Add(1)
+		return
+	}
+	r.sent.Add(1)
+}
+
 // Published is the number of events handed to the broker.
 func (b *Bridge) Published() int64 { return b.published.Load() }
 
-// Dropped is the number of bound events lost: the queue was full or closed,
-// or the broker refused their broadcast.
-func (b *Bridge) Dropped() int64 { return b.q.Dropped() + b.failed.Load() }
+// Dropped is the number of bound events lost, deltas included: the queue
+// was full or closed (half full, for a delta), or the broker refused their
+// broadcast.
+func (b *Bridge) Dropped() int64 { return b.q.Dropped() + b.failed.Load() + b.deltasShed.Load() }
+
+// DeltasDropped is the number of deltas the delta relays did not queue: the
+// queue was half full, full or closed.
+func (b *Bridge) DeltasDropped() int64 { return b.deltasDropped.Load() }
 
 // Close broadcasts what is queued, within ctx, and stops the goroutine;
 // later events are dropped. When ctx ends first, what is left is dropped

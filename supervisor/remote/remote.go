@@ -22,6 +22,9 @@
 //   - retries happen on the worker, under the worker's options;
 //   - a team's coordinator runs here (it is compiled with the delegate
 //     tool for the run); its delegates are dispatched like any run;
+//   - a run read as it streams (a followed submitted run, a run answered
+//     as an event stream) asks the worker for the invocation's deltas,
+//     which come back through the dispatcher to the run's DeltaSink here;
 //   - a cancelled or timed-out invocation broadcasts a cancel of its task,
 //     and the runtime's CancelRun a cancel of the whole run, which the
 //     workers (and other serve nodes) act on.
@@ -140,11 +143,17 @@ func (e *Executor) Execute(ctx context.Context, inv *agent.Invocation) (agent.Ou
 	if runID == "" {
 		runID = inv.TraceID
 	}
+	// Someone reading the invocation's streamed answer here gets it from
+	// the worker: the task asks for its deltas.
+	var deltas svc.DeltaSink
+	if sink := agent.DeltaSinkOf(inv.Emitter); sink != nil && sink.Listening() {
+		deltas = sink
+	}
 	res, err := e.cfg.Dispatcher.Dispatch(ctx, dispatch.Request{
 		Agent: inv.Agent.Def.Name, TrustLevel: inv.Agent.Def.Trust(), TaskID: inv.TaskID, TraceID: inv.TraceID,
 		ParentTraceID: inv.ParentTraceID, SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID, RunID: runID,
 		Input: inv.Input, Depth: int(inv.Depth), TokenBudget: capLeft, EventsTo: s.EventsTo,
-		Deadline: time.Now().Add(e.cfg.Timeout),
+		Deadline: time.Now().Add(e.cfg.Timeout), Deltas: deltas,
 	})
 	if err != nil {
 		if inv.Budget != nil {
