@@ -236,7 +236,6 @@ func TestFleetDeltasWithoutEvents(t *testing.T) {
 	}
 }
 
-
 // TestDispatchWaitsForDeltas: the deltas of a task travel apart from its
 // result, so a result that overtakes them is held back (up to
 // dispatch.DeltaWait) until the delta_count deltas it announces reached

@@ -93,9 +93,9 @@ type Publisher struct {
 	// their publish until Dispatch returns (past their result, whose
 	// deltas may still be on their way).
 	listening map[string]*waiter
-	workers map[string]workerInfo
-	subs    []svc.Subscription
-	closed  bool
+	workers   map[string]workerInfo
+	subs      []svc.Subscription
+	closed    bool
 
 	dups     atomic.Int64
 	relayed  atomic.Int64
