@@ -157,7 +157,10 @@ func fleetDeltas(t *testing.T, specs string, b fleetBroker) {
 	testutil.Within(t, fleetWait, "both runs' deltas on /events/stream?deltas=true", func() bool {
 		for {
 			select {
-			case f := <-events:
+			case f, ok := <-events:
+				if !ok {
+					t.Fatal("/events/stream ended")
+				}
 				var ev svc.RuntimeEvent
 				if json.Unmarshal([]byte(f.data), &ev) == nil && ev.EventType == svc.EventAgentDelta && got[ev.TaskID] != nil {
 					if len(ev.Payload) != 2 {
