@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"time"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/settingval"
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/ratelimit"
 )
@@ -64,11 +66,11 @@ func (c *Compiled) compileLimits(set *ratelimit.Set, bad func(error, string, ...
 	}
 	capN := 0
 	if hasCap && capV != nil {
-		n, ok := positiveInt(capV)
-		if !ok {
+		n, ok := settingval.Integer(capV)
+		if !ok || n <= 0 || n > math.MaxInt32 {
 			return bad(nil, "agent %s: model_settings.%s: want a positive whole number, got %v", c.Def.Name, keyMaxConcurrent, capV)
 		}
-		capN = n
+		capN = int(n)
 	}
 	if set == nil {
 		return nil
@@ -87,19 +89,6 @@ func (c *Compiled) compileLimits(set *ratelimit.Set, bad func(error, string, ...
 		c.limits[i] = ls
 	}
 	return nil
-}
-
-// positiveInt reads a YAML or JSON whole number above zero.
-func positiveInt(v any) (int, bool) {
-	switch n := v.(type) {
-	case int:
-		return n, n > 0
-	case int64:
-		return int(n), n > 0 && n <= 1<<31
-	case float64:
-		return int(n), n > 0 && n == float64(int(n)) && n <= 1<<31
-	}
-	return 0, false
 }
 
 // providerKey names the provider key a model's calls go to: the model,

@@ -653,5 +653,7 @@ func BenchmarkEventsStreamFanout(b *testing.B) {
 			b.ReportMetric(quantile(runLat, 0.50), name+"run_p50_ms")
 			b.ReportMetric(quantile(runLat, 0.99), name+"run_p99_ms")
 		}
+		// The peak resident set over both phases, beside the speed.
+		b.ReportMetric(procPeakRSS(s.cmd.Process.Pid)/(1<<20), "peak_rss_MB")
 	}
 }

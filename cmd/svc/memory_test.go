@@ -112,21 +112,11 @@ func memServeWith(t *testing.T, stores ...string) (url string, pid int) {
 // procMB is a /proc/PID/status field (VmRSS, VmHWM) in MB.
 func procMB(t *testing.T, pid int, field string) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
+	mb, ok := procField(pid, field)
+	if !ok {
+		t.Fatalf("no %s in /proc/%d/status", field, pid)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb / 1024
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return mb
 }
 
 // anonSampler reads the process's anonymous resident memory (RssAnon:
