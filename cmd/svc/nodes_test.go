@@ -140,6 +140,13 @@ func TestManyServeNodes(t *testing.T) {
 	t.Run("CancelOnB", func(t *testing.T) {
 		id := ca.mustSubmit("slow", "slow-cancel", `"wait"`)
 		cb.waitState(id, "running")
+		// "running" is the publisher's word: the task may still be on the
+		// broker, and a cancel that reaches the worker first has it skip
+		// the task (skipped_cancelled), which is right but not what this
+		// checks. Cancel once the worker runs it.
+		testutil.Within(t, fleetWait, "the worker to start the run's task", func() bool {
+			return worker.hasEvent("agent_spawned", "slow-cancel", "")
+		})
 		live := make(chan []sseFrame, 1)
 		go func() {
 			frames, _ := cb.streamFrames(id, "")
