@@ -370,9 +370,14 @@ func firstErrors(t *testing.T, what string, errs []error) {
 // tests, the worker it kills mid-load had sometimes finished its tasks
 // before the kill landed, which the test must see redelivered.
 func TestFleet(t *testing.T) {
+	// Each case starts its own broker and processes on free ports, and
+	// spends most of its time waiting on them (ack deadlines, drains): run
+	// beside the others, not before them.
+	t.Parallel()
 	specs := writeSpecs(t, fleetSpecs)
 	for _, b := range fleetBrokers {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			t.Run("LoadWithWorkerKilled", func(t *testing.T) { fleetLoadWithWorkerKilled(t, specs, b.setup(t)) })
 			t.Run("Cancel", func(t *testing.T) { fleetCancel(t, specs, b.setup(t)) })
 			t.Run("Drain", func(t *testing.T) { fleetDrain(t, specs, b.setup(t)) })

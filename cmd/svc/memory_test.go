@@ -211,6 +211,9 @@ func TestStalledSubscribersMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: two minutes of load and RSS readings")
 	}
+	// What is measured is the server's own RSS: other tests beside it slow
+	// it down but do not change its memory.
+	t.Parallel()
 	const streams, runs, peakMB, anonMB, backMB = 2000, 20_000, 300, 215, 60
 	url, pid := memServe(t)
 	postRuns(t, url, 8, 500) // warm: what a served run first allocates
@@ -284,6 +287,9 @@ func TestBigGatherMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a gather of 87,000 tasks")
 	}
+	// What is measured is the server's own RSS: other tests beside it slow
+	// it down but do not change its memory.
+	t.Parallel()
 	for name, c := range map[string]struct {
 		stores         []string
 		peakMB, anonMB float64
