@@ -45,8 +45,15 @@ build:
 ## test: all tests with the race detector; prints one line per package,
 ## the output of what failed, and every skipped test with its reason
 ## (internal/testsummary), ending with a SKIPPED: line when any skipped
+## and the ten slowest tests and packages.
+# Three packages and four parallel tests at a time, not the default of one
+# each per core: many tests spend their time waiting on the servers and
+# browsers they start (brokers' ack deadlines, leases, drains), and on two
+# cores the default left a third of the CPU idle (TEST_P, TEST_PARALLEL).
+TEST_P        ?= 3
+TEST_PARALLEL ?= 4
 test:
-	@set -o pipefail; $(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testsummary
+	@set -o pipefail; $(GO) test -race -count=1 -timeout 30m -p $(TEST_P) -parallel $(TEST_PARALLEL) -json ./... | $(GO) run ./internal/testsummary
 
 ## test-ts: the TypeScript client's tests (clients/ts), node's own test
 ## runner against a real svc serve built from this tree (once, here: each
