@@ -74,6 +74,7 @@ type Server struct {
 	rng     *rand.Rand
 	buckets map[string]*bucket
 	stats   map[string]int
+	refused map[string]int // 429s for the rate limit, per "key/model"
 	cached  map[[32]byte]bool
 	closed  bool
 
@@ -94,7 +95,7 @@ func New(cfg Config) *Server {
 	return &Server{
 		cfg: cfg, now: now, done: make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		buckets: map[string]*bucket{}, stats: map[string]int{}, cached: map[[32]byte]bool{},
+		buckets: map[string]*bucket{}, stats: map[string]int{}, refused: map[string]int{}, cached: map[[32]byte]bool{},
 	}
 }
 
@@ -150,7 +151,19 @@ func (s *Server) Stats() map[string]int {
 	return out
 }
 
-// ServeHTTP routes the providers' endpoints and /stats.
+// Throttled is the count of calls refused with a 429 for the rate limit
+// (--rpm, --tpm; not an injected 429 fault), per "key/model".
+func (s *Server) Throttled() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.refused))
+	for k, v := range s.refused {
+		out[k] = v
+	}
+	return out
+}
+
+// ServeHTTP routes the providers' endpoints, /stats and /stats/throttled.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/chat/completions"):
@@ -160,6 +173,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && r.URL.Path == "/stats":
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Stats())
+	case r.Method == http.MethodGet && r.URL.Path == "/stats/throttled":
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Throttled())
 	default:
 		http.NotFound(w, r)
 	}
@@ -444,6 +460,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 	st, ok, wait := s.take(key, q.Model, in)
 	st.write(w.Header(), f, s.now())
 	if !ok {
+		s.mu.Lock()
+		s.refused[statKey+"/"+q.Model]++
+		s.mu.Unlock()
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 		if f == openAI {

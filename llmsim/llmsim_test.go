@@ -163,6 +163,19 @@ func TestRateLimitHeaders429AndRefill(t *testing.T) {
 	if apiErr.Response.Header.Get("Retry-After") != "30" {
 		t.Fatalf("Retry-After %q, want 30 (half a minute refills one of two per minute)", apiErr.Response.Header.Get("Retry-After"))
 	}
+	if got := s.Throttled(); got["k/gpt-sim"] != 1 || len(got) != 1 {
+		t.Fatalf("throttled %v, want the one 429 of k/gpt-sim", got)
+	}
+	if r, err := http.Get(s.URL() + "/stats/throttled"); err != nil {
+		t.Fatal(err)
+	} else {
+		var over map[string]int
+		err := json.NewDecoder(r.Body).Decode(&over)
+		r.Body.Close()
+		if err != nil || over["k/gpt-sim"] != 1 {
+			t.Fatalf("GET /stats/throttled: %v %v", over, err)
+		}
+	}
 	// Another key has its own bucket.
 	if _, err := oai(s, "other").Chat.Completions.New(context.Background(), oaiParams("x")); err != nil {
 		t.Fatal(err)
@@ -408,6 +421,9 @@ func TestStatusFaultsMessageRetryAfterAndHang(t *testing.T) {
 	_, err = o.Chat.Completions.New(ctx, oaiParams("f400"))
 	if !errors.As(err, &oe) || oe.StatusCode != 400 || oe.Message != "bad thing" {
 		t.Errorf("400: %v", err)
+	}
+	if got := s.Throttled(); len(got) != 0 {
+		t.Errorf("throttled %v after an injected 429: only the rate limit's refusals count", got)
 	}
 
 	hctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

@@ -36,13 +36,15 @@ func newRoot(out io.Writer) *cobra.Command {
 		Long: `llmsim serves the OpenAI chat-completions API (POST /v1/chat/completions)
 and the Anthropic Messages API (POST /v1/messages) on one address, plain and
 streamed, with tool calls, usage, rate limits, injected faults, context-window
-errors and prompt-cache accounting. GET /stats counts calls per key/model.
+errors and prompt-cache accounting. GET /stats counts calls per key/model;
+GET /stats/throttled counts the 429s of the rate limits the same way.
 
 Point an OpenAI client at http://ADDR/v1 and an Anthropic client at
 http://ADDR. Without a scenario every answer echoes the last user message.
 Tokens are counted as one per 4 bytes of text, rounded up.`,
 		Example: `  llmsim --addr 127.0.0.1:8700
   llmsim --scenario examples/llmsim/scenario.yaml --rpm 60 --tpm 40000
+  llmsim --rpm 6000 --window 1s
   llmsim --latency lognormal --latency-mean 400ms --latency-stddev 200ms --tps 50 --seed 1
   llmsim --fault-rate 0.1 --faults 500,529,reset --keys sk-test`,
 		Args: cobra.NoArgs,
@@ -85,6 +87,7 @@ Tokens are counted as one per 4 bytes of text, rounded up.`,
 	f.DurationVar(&stddev, "latency-stddev", 0, "standard deviation of that latency (normal, lognormal), e.g. 100ms")
 	f.Float64Var(&cfg.TokensPerSecond, "tps", 0, "streamed tokens per second after the first (0 sends at once), e.g. 50")
 	f.IntVar(&cfg.RPM, "rpm", 0, "requests per minute per API key and model, refilled continuously (0 unlimited), e.g. 60")
+	f.DurationVar(&cfg.Window, "window", 0, "the window --rpm and --tpm are enforced over, as hosted APIs do: 1s lets 6,000 a minute through as 100 a second (0: a whole minute's allowance at once)")
 	f.IntVar(&cfg.TPM, "tpm", 0, "prompt tokens per minute per API key and model (0 unlimited), e.g. 40000")
 	f.IntVar(&cfg.ContextWindow, "context-window", 0, "largest prompt in tokens; larger ones get each provider's context error (0 unlimited), e.g. 8192")
 	f.Float64Var(&cfg.FaultRate, "fault-rate", 0, "chance 0..1 that a request fails with one of --faults, e.g. 0.05")
