@@ -139,6 +139,7 @@ func startServeWith(b *testing.B, args []string, env ...string) *proc {
 		}
 		select {
 		case err := <-p.done:
+			p.done <- err // for stop, at cleanup
 			b.Fatalf("svc serve exited: %v\n%s", err, out)
 		case <-time.After(50 * time.Millisecond):
 		}
