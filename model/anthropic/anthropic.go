@@ -80,6 +80,13 @@
 // so no fallback is tried); a context deadline is a ProviderError of class
 // timeout wrapping context.DeadlineExceeded. Bad model_settings are
 // SpecValidationErrors.
+//
+// # Rate-limit headers
+//
+// Every answer, success or failure, plain or streamed, carries what the
+// last attempt's anthropic-ratelimit-* and retry headers said
+// (model.AnthropicRateHint) as ModelResponse.RateLimit or
+// ProviderError.RateLimit, which a learned rate limit paces the key by.
 package anthropic
 
 import (

@@ -74,6 +74,13 @@
 // at all is ClassTimeout for a timeout or dropped connection and
 // ClassServer otherwise. A cancelled ctx yields an error wrapping
 // ctx.Err(), never a ProviderError.
+//
+// # Rate-limit headers
+//
+// Every answer, success or failure, plain or streamed, carries what the
+// last attempt's x-ratelimit-* and retry headers said
+// (model.OpenAIRateHint) as ModelResponse.RateLimit or
+// ProviderError.RateLimit, which a learned rate limit paces the key by.
 package openai
 
 import (
