@@ -3,6 +3,7 @@ package svc
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 // Role of a message in a model conversation.
@@ -79,6 +80,30 @@ type ModelResponse struct {
 	TokensUsed int64
 	// CostUSD is the call's cost when the provider knows it.
 	CostUSD float64
+	// RateLimit is what the answer's headers said of the provider's rate
+	// limits (nil: nothing); a learned rate limit paces the key by it.
+	RateLimit *RateHint
+}
+
+// RateHint is what a provider's answer said of its rate limits, read from
+// its headers (OpenAI x-ratelimit-*, Anthropic anthropic-ratelimit-*,
+// Retry-After) by package model.
+type RateHint struct {
+	// Requests and Tokens are the per-minute request and token limits.
+	Requests, Tokens RateWindow
+	// RetryAfter is the wait the provider asked for (0: none).
+	RetryAfter time.Duration
+}
+
+// RateWindow is one limit as an answer stated it.
+type RateWindow struct {
+	// Limit is the limit per minute; 0 when the answer did not say, and
+	// then the other fields mean nothing.
+	Limit int64
+	// Remaining is what is left of it now (Limit when not said).
+	Remaining int64
+	// Reset is how long until the limit is whole again (0: not said).
+	Reset time.Duration
 }
 
 // Tokens is the total tokens of the response.

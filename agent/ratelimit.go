@@ -134,7 +134,7 @@ func (r *runner) acquire(ctx context.Context, i int, estimate int64) ([]*ratelim
 	for _, l := range r.c.limits[i] {
 		p, err := l.Acquire(ctx, run, prio, int(min(estimate, 1<<31)))
 		if err != nil {
-			releasePermits(permits, 0, nil)
+			releasePermits(permits, &svc.ModelResponse{}, nil)
 			return nil, fmt.Errorf("waiting for rate limit %s: %w", l.Name(), err)
 		}
 		permits = append(permits, p)
@@ -150,13 +150,23 @@ func (r *runner) acquire(ctx context.Context, i int, estimate int64) ([]*ratelim
 const rateLimitedAfter = time.Second
 
 // releasePermits ends the calls' turns with the tokens the call used and
-// its error: a provider's 429 tells the limits to slow down.
-func releasePermits(permits []*ratelimit.Permit, tokens int64, err error) {
+// its error: what the answer's headers said of the provider's rate limits
+// (on resp, or on the ProviderError) paces a learned limit, and a
+// provider's 429 tells the limits to slow down.
+func releasePermits(permits []*ratelimit.Permit, resp *svc.ModelResponse, err error) {
 	throttled, retryAfter := false, time.Duration(0)
-	if pe, ok := errors.AsType[*model.ProviderError](err); ok && (pe.Status == 429 || pe.Class == model.ClassRateLimit) {
-		throttled, retryAfter = true, pe.RetryAfter
+	var hint *svc.RateHint
+	if err == nil {
+		hint = resp.RateLimit
+	} else if pe, ok := errors.AsType[*model.ProviderError](err); ok {
+		hint = pe.RateLimit
+		if pe.Status == 429 || pe.Class == model.ClassRateLimit {
+			throttled, retryAfter = true, pe.RetryAfter
+		}
 	}
+	tokens := int(min(resp.Tokens(), 1<<31))
 	for _, p := range permits {
-		p.Done(int(min(tokens, 1<<31)), throttled, retryAfter)
+		p.Observe(hint)
+		p.Done(tokens, throttled, retryAfter)
 	}
 }

@@ -489,7 +489,7 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 	permits, err := r.acquire(ctx, i, EstimateTokens(req))
 	if err == nil {
 		err = generateSafely(ctx, m.Model, req, resp)
-		releasePermits(permits, resp.Tokens(), err)
+		releasePermits(permits, resp, err)
 	}
 	if streamed {
 		req.OnDelta = nil

@@ -387,9 +387,14 @@ func (st limitState) write(h http.Header, f flavor, now time.Time) {
 		h.Set("anthropic-ratelimit-requests-reset", now.Add(st.reqReset).UTC().Format(time.RFC3339))
 	}
 	if st.tokLimit > 0 {
-		h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(st.tokLimit))
-		h.Set("anthropic-ratelimit-tokens-remaining", strconv.Itoa(st.tokLeft))
-		h.Set("anthropic-ratelimit-tokens-reset", now.Add(st.tokReset).UTC().Format(time.RFC3339))
+		// The token limit counts prompt tokens: it is Anthropic's input
+		// tokens limit too, which the API states besides the most
+		// restrictive one.
+		for _, kind := range []string{"tokens", "input-tokens"} {
+			h.Set("anthropic-ratelimit-"+kind+"-limit", strconv.Itoa(st.tokLimit))
+			h.Set("anthropic-ratelimit-"+kind+"-remaining", strconv.Itoa(st.tokLeft))
+			h.Set("anthropic-ratelimit-"+kind+"-reset", now.Add(st.tokReset).UTC().Format(time.RFC3339))
+		}
 	}
 }
 

@@ -195,7 +195,10 @@ func TestAnthropicTokenLimitHeaders(t *testing.T) {
 	if _, err := c.Messages.New(context.Background(), antParams(big), aoption.WithResponseInto(&resp)); err != nil {
 		t.Fatal(err)
 	}
-	if resp.Header.Get("anthropic-ratelimit-tokens-limit") != "20" || resp.Header.Get("anthropic-ratelimit-requests-remaining") != "99" {
+	if resp.Header.Get("anthropic-ratelimit-tokens-limit") != "20" || resp.Header.Get("anthropic-ratelimit-requests-remaining") != "99" ||
+		resp.Header.Get("anthropic-ratelimit-input-tokens-limit") != "20" ||
+		resp.Header.Get("anthropic-ratelimit-input-tokens-remaining") != resp.Header.Get("anthropic-ratelimit-tokens-remaining") ||
+		resp.Header.Get("anthropic-ratelimit-input-tokens-reset") == "" {
 		t.Fatalf("headers %v", resp.Header)
 	}
 	_, err := c.Messages.New(context.Background(), antParams(big))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	svc "github.com/svc-dev/svc"
 )
 
 // Class says what kind of provider failure an error is, which decides
@@ -36,8 +38,11 @@ type ProviderError struct {
 	Class    Class
 	// RetryAfter is the server's Retry-After, when it sent one.
 	RetryAfter time.Duration
-	Message    string
-	Err        error
+	// RateLimit is what the failed answer's headers said of the
+	// provider's rate limits (nil: no answer, or nothing said).
+	RateLimit *svc.RateHint
+	Message   string
+	Err       error
 }
 
 func (e *ProviderError) Error() string {

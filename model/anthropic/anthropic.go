@@ -80,6 +80,13 @@
 // so no fallback is tried); a context deadline is a ProviderError of class
 // timeout wrapping context.DeadlineExceeded. Bad model_settings are
 // SpecValidationErrors.
+//
+// # Rate-limit headers
+//
+// Every answer, success or failure, plain or streamed, carries what the
+// last attempt's anthropic-ratelimit-* and retry headers said
+// (model.AnthropicRateHint) as ModelResponse.RateLimit or
+// ProviderError.RateLimit, which a learned rate limit paces the key by.
 package anthropic
 
 import (
@@ -235,7 +242,7 @@ type anthropicModel struct {
 }
 
 // Generate makes one Messages API call; see the package doc.
-func (m *anthropicModel) Generate(ctx context.Context, req svc.ModelRequest) (svc.ModelResponse, error) {
+func (m *anthropicModel) Generate(ctx context.Context, req svc.ModelRequest) (resp svc.ModelResponse, err error) {
 	s, err := parseSettings(req.Settings)
 	if err != nil {
 		return svc.ModelResponse{}, svc.Wrap(svc.KindSpecValidation, err, "anthropic:"+m.name+" model_settings")
@@ -257,6 +264,7 @@ func (m *anthropicModel) Generate(ctx context.Context, req svc.ModelRequest) (sv
 		return m.generateStream(ctx, name, b, opts, &s, req.OnDelta)
 	}
 	var res *http.Response
+	defer func() { resp, err = withHint(resp, err, res) }()
 	opts = append(opts,
 		option.WithResponseInto(&res),
 		// The SDK refuses non-streaming calls whose max_tokens could take

@@ -16,6 +16,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 
+	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
 )
 
@@ -49,6 +50,7 @@ func callError(ctx context.Context, name string, err error, res *http.Response) 
 		}
 		if ae.Response != nil {
 			pe.RetryAfter = retryAfter(ae.Response.Header, time.Now())
+			pe.RateLimit = model.AnthropicRateHint(ae.Response.Header, time.Now())
 		}
 		return pe
 	}
@@ -71,6 +73,22 @@ func callError(ctx context.Context, name string, err error, res *http.Response) 
 		pe.Class = model.ClassInvalid
 	}
 	return pe
+}
+
+// withHint adds to a call's result what its answer's headers said of the
+// provider's rate limits (res is the last answer, nil when none came), on
+// the response or on the ProviderError, success or failure, so that a
+// learned rate limit can pace the key by them.
+func withHint(resp svc.ModelResponse, err error, res *http.Response) (svc.ModelResponse, error) {
+	if res == nil {
+		return resp, err
+	}
+	if err == nil {
+		resp.RateLimit = model.AnthropicRateHint(res.Header, time.Now())
+	} else if pe, ok := errors.AsType[*model.ProviderError](err); ok && pe.RateLimit == nil {
+		pe.RateLimit = model.AnthropicRateHint(res.Header, time.Now())
+	}
+	return resp, err
 }
 
 // apiMessage is the message of an API error body

@@ -28,7 +28,7 @@ const DefaultStreamIdleTimeout = time.Minute
 // ClassTimeout; an error event or a malformed one as the plain call's
 // failures are classified.
 func (m *anthropicModel) generateStream(ctx context.Context, name string, b *built, opts []option.RequestOption,
-	s *settings, onDelta func(string)) (svc.ModelResponse, error) {
+	s *settings, onDelta func(string)) (resp svc.ModelResponse, err error) {
 	idle := s.streamIdle
 	if idle <= 0 {
 		idle = DefaultStreamIdleTimeout
@@ -36,6 +36,7 @@ func (m *anthropicModel) generateStream(ctx context.Context, name string, b *bui
 	sctx, watch := model.WatchIdle(ctx, idle)
 	defer watch.Stop()
 	var res *http.Response
+	defer func() { resp, err = withHint(resp, err, res) }()
 	stream := m.client.Messages.NewStreaming(sctx, b.params, append(opts, option.WithResponseInto(&res))...)
 	defer stream.Close()
 	watch.Touch()

@@ -74,6 +74,13 @@
 // at all is ClassTimeout for a timeout or dropped connection and
 // ClassServer otherwise. A cancelled ctx yields an error wrapping
 // ctx.Err(), never a ProviderError.
+//
+// # Rate-limit headers
+//
+// Every answer, success or failure, plain or streamed, carries what the
+// last attempt's x-ratelimit-* and retry headers said
+// (model.OpenAIRateHint) as ModelResponse.RateLimit or
+// ProviderError.RateLimit, which a learned rate limit paces the key by.
 package openai
 
 import (
@@ -238,6 +245,7 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 		httpResp *http.Response
 		raw      []byte
 	)
+	defer func() { resp, err = withHint(resp, err, httpResp) }()
 	opts := []option.RequestOption{
 		option.WithBaseURL(base.String()),
 		option.WithAPIKey(key),
@@ -258,6 +266,22 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 		status = httpResp.StatusCode
 	}
 	return decodeResponse(name, status, raw, out)
+}
+
+// withHint adds to a call's result what its answer's headers said of the
+// provider's rate limits (res is the last answer, nil when none came), on
+// the response or on the ProviderError, success or failure, so that a
+// learned rate limit can pace the key by them.
+func withHint(resp svc.ModelResponse, err error, res *http.Response) (svc.ModelResponse, error) {
+	if res == nil {
+		return resp, err
+	}
+	if err == nil {
+		resp.RateLimit = model.OpenAIRateHint(res.Header, time.Now())
+	} else if pe, ok := errors.AsType[*model.ProviderError](err); ok && pe.RateLimit == nil {
+		pe.RateLimit = model.OpenAIRateHint(res.Header, time.Now())
+	}
+	return resp, err
 }
 
 // endpoint picks the base URL and key of a call (see the package doc).
@@ -337,6 +361,9 @@ func callError(ctx context.Context, name string, err error, resp *http.Response)
 			pe.Message = http.StatusText(pe.Status)
 		}
 		pe.RetryAfter = retryAfter(resp)
+		if resp != nil {
+			pe.RateLimit = model.OpenAIRateHint(resp.Header, time.Now())
+		}
 		return pe
 	}
 	pe.Class = transportClass(err)

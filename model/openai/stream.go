@@ -31,7 +31,7 @@ const DefaultStreamIdleTimeout = 5 * time.Minute
 // cut short or malformed with ClassTimeout or ClassServer, as the plain
 // call's failures are classified.
 func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key string, base *url.URL,
-	body sdk.ChatCompletionNewParams, out outputMode, s *settings, onDelta func(string)) (svc.ModelResponse, error) {
+	body sdk.ChatCompletionNewParams, out outputMode, s *settings, onDelta func(string)) (resp svc.ModelResponse, err error) {
 	body.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
 	idle := s.streamIdle
 	if idle <= 0 {
@@ -40,6 +40,7 @@ func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key strin
 	sctx, watch := model.WatchIdle(callCtx, idle)
 	defer watch.Stop()
 	var httpResp *http.Response
+	defer func() { resp, err = withHint(resp, err, httpResp) }()
 	opts := []option.RequestOption{option.WithBaseURL(base.String()), option.WithAPIKey(key), option.WithResponseInto(&httpResp)}
 	if s.maxRetries >= 0 {
 		opts = append(opts, option.WithMaxRetries(s.maxRetries))
