@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,6 +72,7 @@ func TestSharedLimitAcrossRuntimes(t *testing.T) {
 				tasks     = 30 // each: 120 calls, about 6 s at the limit
 			)
 			open := tc.store(t)
+			var takes atomic.Int64
 			url, times := startTimedSim(t, llmsim.Config{RPM: perMinute, Window: time.Second})
 			agent := svc.Agent{Name: "caller", Model: "openai:gpt-4o-mini", ModelSettings: map[string]any{
 				"base_url": url + "/v1", "max_retries": 0, "rate_limit": "fleet"}}
@@ -78,7 +80,7 @@ func TestSharedLimitAcrossRuntimes(t *testing.T) {
 			var rts []*supervisor.Runtime
 			for range runtimes {
 				rt, err := supervisor.New(supervisor.Config{Options: o, Models: providers.Default(),
-					SharedLimits: ratelimit.SharedOptions{Store: open(t), Prefix: t.Name() + ":"}})
+					SharedLimits: ratelimit.SharedOptions{Store: countTakes{open(t), &takes}, Prefix: t.Name() + ":"}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -132,7 +134,8 @@ func TestSharedLimitAcrossRuntimes(t *testing.T) {
 			}
 			span := ok[len(ok)-1].Sub(from).Seconds()
 			rate := float64(n-1) / span * 60
-			t.Logf("%s: %d calls, %d refused (429); %.0f a minute over the %.2f s after the first (limit %d)", tc.name, len(calls), refused, rate, span, perMinute)
+			t.Logf("%s: %d calls, %d refused (429); %.0f a minute over the %.2f s after the first (limit %d); %d takes from the store (%.2f a call)",
+				tc.name, len(calls), refused, rate, span, perMinute, takes.Load(), float64(takes.Load())/float64(len(calls)))
 			if float64(refused) >= 0.01*float64(len(calls)) {
 				t.Errorf("%d of %d calls refused with a 429: want fewer than 1 %%", refused, len(calls))
 			}
@@ -146,6 +149,17 @@ func TestSharedLimitAcrossRuntimes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countTakes counts the round trips to a store.
+type countTakes struct {
+	ratelimit.Shared
+	n *atomic.Int64
+}
+
+func (c countTakes) Take(ctx context.Context, key, node string, n, perMinute, burst float64) (ratelimit.Grant, error) {
+	c.n.Add(1)
+	return c.Shared.Take(ctx, key, node, n, perMinute, burst)
 }
 
 type simCall struct {
