@@ -452,6 +452,12 @@ type RateLimitStatus struct {
 	WaitP99Ms float64 `json:"wait_p99_ms"`
 	// PausedMs is how long the limit stays paused by a 429.
 	PausedMs float64 `json:"paused_ms,omitempty"`
+	// Shared names the store the fleet shares the limit through ("redis",
+	// "nats"); "" when the limit is this process's alone.
+	// SharedFallback: the store failed lately, and the limit runs on this
+	// process's share of it (the limit over the nodes last counted).
+	Shared         string `json:"shared,omitempty"`
+	SharedFallback bool   `json:"shared_fallback,omitempty"`
 }
 
 // RateLimitReporter is implemented by a backend whose model calls wait

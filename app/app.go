@@ -290,6 +290,11 @@ func (a *App) start() error {
 		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system,
 		Prefix: o.ActorPrefix, Events: live,
 		NoEventLog: true} // the chain logs the events, the dispatcher's and worker's too
+	if a.broker != nil && len(runtimeOpts.RateLimits) > 0 {
+		if rcfg.SharedLimits, err = sharedLimits(a.broker); err != nil {
+			return err
+		}
+	}
 	var cancelled atomic.Pointer[supervisor.Runtime]
 	keys := keysOf(o.BrokerKeys)
 	switch {

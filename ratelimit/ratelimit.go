@@ -107,6 +107,7 @@ type Limiter struct {
 	timerAt           time.Time
 	closed            bool
 	stats             counters
+	shared            *sharedDraw // nil: the limit is this process's alone
 }
 
 // Options of New.
@@ -116,6 +117,9 @@ type Options struct {
 	Learn bool
 	// Now is the clock (time.Now when nil): tests move it.
 	Now func() time.Time
+	// Shared, with a Store, makes a Set's named limits draw their
+	// per-minute budgets from it, shared with the fleet (shared.go).
+	Shared SharedOptions
 }
 
 // New returns a Limiter named name for lim (which lim.Validate accepts,
@@ -134,6 +138,9 @@ func New(name string, lim Limit, opts Options) *Limiter {
 	}
 	if l.learn {
 		l.window, l.threshold = startWindow, math.Inf(1)
+	}
+	if opts.Shared.Store != nil && !l.learn {
+		l.shared = newSharedDraw(name, lim, opts.Shared)
 	}
 	for i := range l.queues {
 		l.queues[i].runs = map[string]*list.List{}
@@ -229,6 +236,9 @@ func (l *Limiter) done(estimate, used int, throttled bool, retryAfter time.Durat
 	if l.tok != nil {
 		l.tok.give(float64(estimate-used), now)
 	}
+	if l.shared != nil {
+		l.shared.give(float64(estimate - used))
+	}
 	l.stats.tokens += uint64(used)
 	l.stats.add(now, 0, int64(used))
 	if throttled {
@@ -292,6 +302,17 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 				at = now.Add(d)
 			}
 		}
+		if at.IsZero() && l.shared != nil {
+			if ok, d := l.shared.ready(l, float64(w.tokens), now); !ok {
+				if w.reason == "" {
+					w.reason = "paced"
+				}
+				if d > 0 {
+					l.armLocked(now.Add(d))
+				}
+				return // else the draw from the store dispatches
+			}
+		}
 		if !at.IsZero() {
 			if w.reason == "" {
 				w.reason = "paced"
@@ -306,6 +327,9 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 		}
 		if l.tok != nil {
 			l.tok.take(float64(w.tokens), now)
+		}
+		if l.shared != nil {
+			l.shared.take(float64(w.tokens), now)
 		}
 		l.inFlight++
 		l.stats.calls++
@@ -352,10 +376,13 @@ func (l *Limiter) fire() {
 // contexts to end. Later Acquires fail.
 func (l *Limiter) Close() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.closed = true
 	if l.timer != nil {
 		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	if l.shared != nil {
+		l.shared.close() // a draw in flight takes mu
 	}
 }
 
@@ -377,6 +404,9 @@ func (l *Limiter) Stats() Stats {
 		s.PausedMs = float64(d.Milliseconds())
 	}
 	s.WaitP50Ms, s.WaitP99Ms = l.stats.quantiles()
+	if l.shared != nil {
+		s.Shared, s.SharedFallback = l.shared.status(now)
+	}
 	return s
 }
 
@@ -564,7 +594,7 @@ func NewSet(limits map[string]svc.RateLimit, opts Options) *Set {
 	s := &Set{named: make(map[string]*Limiter, len(limits)), other: map[string]*Limiter{}, options: opts}
 	for name, lim := range limits {
 		o := opts
-		o.Learn = false
+		o.Learn = false // only the named limits are shared (Shared)
 		s.named[name] = New(name, lim, o)
 	}
 	return s
@@ -639,12 +669,16 @@ func (s *Set) Close() {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
+	ls := make([]*Limiter, 0, len(s.named)+len(s.other))
 	for _, l := range s.named {
-		l.Close()
+		ls = append(ls, l)
 	}
 	for _, l := range s.other {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	for _, l := range ls {
 		l.Close()
 	}
 }

@@ -128,6 +128,12 @@ type Config struct {
 	// the runtime adds an SSE emitter of its own to the chain, in System;
 	// when nil without System, such a subscription is refused.
 	Events svc.EventSubscriber
+	// SharedLimits, with a Store, make the named rate limits
+	// (Options.RateLimits) draw on a store the fleet shares (a broker's:
+	// ratelimit/redislimit, ratelimit/natslimit), so that the fleet
+	// together stays within each; without one each limit is this
+	// process's.
+	SharedLimits ratelimit.SharedOptions
 }
 
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
@@ -243,7 +249,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 	if cfg.IdempotencyTTL < 0 {
 		return nil, svc.Errorf(svc.KindSpecValidation, "supervisor: negative IdempotencyTTL %v", cfg.IdempotencyTTL)
 	}
-	rt = &Runtime{opts: opts, limits: ratelimit.NewSet(opts.RateLimits, ratelimit.Options{}), models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
+	rt = &Runtime{opts: opts, limits: ratelimit.NewSet(opts.RateLimits, ratelimit.Options{Shared: cfg.SharedLimits}), models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
 	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {

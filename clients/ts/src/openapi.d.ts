@@ -828,6 +828,8 @@ export interface components {
                 name: string;
                 paused_ms?: number;
                 queued: number;
+                shared?: string;
+                shared_fallback?: boolean;
                 throttled: number;
                 tokens: number;
                 tokens_last_minute: number;
