@@ -3,6 +3,7 @@ package svc
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -375,4 +376,104 @@ type RunBackend interface {
 // while the run executes on this process. Deltas are never replayed.
 type RunDeltaStreamer interface {
 	RunEventsWithDeltas(ctx context.Context, runID string, after int64) (<-chan RunEvent, error)
+}
+
+// StepKind says what a RunStep records.
+type StepKind string
+
+// Step kinds; the values are what the stores keep.
+const (
+	// StepModelCall records a completed model call: its response, with
+	// usage and cost.
+	StepModelCall StepKind = "model_call"
+	// StepToolCall records a completed tool call: its result.
+	StepToolCall StepKind = "tool_call"
+	// StepGroupNode records a completed group node: its AgentResult.
+	StepGroupNode StepKind = "group_node"
+)
+
+// Valid reports whether k is one of the step kinds.
+func (k StepKind) Valid() bool {
+	return k == StepModelCall || k == StepToolCall || k == StepGroupNode
+}
+
+// RunStep is one entry of a run's step log: a completed step whose result
+// a resumed run replays instead of paying for it again. Seq numbers a run's
+// steps from 1 in the order the store took them (the store assigns it, as
+// it does an event's). Key identifies the step within the run independently
+// of timing (StepKey), so a replay that reaches the same point asks for the
+// same key; Data is the recorded result, kept byte-exact.
+type RunStep struct {
+	Seq       int64           `json:"seq"`
+	Kind      StepKind        `json:"kind"`
+	Key       string          `json:"key"`
+	Data      json.RawMessage `json:"data"`
+	Timestamp time.Time       `json:"timestamp"`
+}
+
+// StepKey is the Key of the index-th call (from 0) of its kind made by the
+// invocation at path (the invocation's span path, or a group node's name):
+// a deterministic run makes the same calls in the same order, so a replay
+// finds each recorded step under the key it computes again.
+func StepKey(path string, index int) string { return path + "#" + strconv.Itoa(index) }
+
+// Size is what the step counts against a run's step-log bound: its key and
+// its data, the parts a caller chooses.
+func (s RunStep) Size() int64 { return int64(len(s.Key) + len(s.Data)) }
+
+// CheckSteps refuses, as a SpecValidationError, a batch of steps a store
+// must not keep: none at all, an unknown kind, an empty key, or data that
+// is not one JSON value. Every StepLog calls it before writing anything, so
+// a refused batch changes nothing.
+func CheckSteps(steps []RunStep) error {
+	if len(steps) == 0 {
+		return Errorf(KindSpecValidation, "no steps to append")
+	}
+	for i, st := range steps {
+		switch {
+		case !st.Kind.Valid():
+			return Errorf(KindSpecValidation, "step %d: unknown kind %q", i, st.Kind)
+		case st.Key == "":
+			return Errorf(KindSpecValidation, "step %d: empty key", i)
+		case !json.Valid(st.Data):
+			return Errorf(KindSpecValidation, "step %d (%s): data is not a JSON value", i, st.Key)
+		}
+	}
+	return nil
+}
+
+// DefaultMaxStepBytes bounds a run's step log (the sum of its steps' Size)
+// when a store is given no bound: far above what a long agent run records
+// (a model response is a few KiB), low enough that a runaway loop cannot
+// fill the store.
+const DefaultMaxStepBytes int64 = 8 << 20
+
+// StepLogFull is the PayloadTooLargeError (413) of an append that would take
+// a run's step log past its bound: the whole batch is refused, so a replay
+// never sees half of it.
+func StepLogFull(runID string, have, adding, limit int64) error {
+	return Errorf(KindPayloadTooLarge, "run %q: step log full: %d bytes recorded, %d more would pass the bound of %d",
+		runID, have, adding, limit)
+}
+
+// StepLog is a run's step log, the record a resumed run replays. Every
+// store in stores/ implements it beside RunStore (storetest's Steps
+// subtests check it); it is its own interface, not part of RunStore, so
+// the RunStores that only wrap or fake a store (faultstore, tests) need not
+// grow it until replay uses it, and a caller asks for it where it needs it.
+// Steps are kept as long as their run is, and deleted with it.
+type StepLog interface {
+	// AppendSteps adds steps to a run that is not terminal, in order and in
+	// one atomic step (all of them or none, in the same group commit as
+	// the run's other writes where the store has one), and returns the Seq
+	// of the last. Seq is assigned by the store; a zero Timestamp becomes
+	// now. A batch CheckSteps refuses is a SpecValidationError, one that
+	// would pass the bound a StepLogFull error, a terminal run a
+	// RunStateError, an unknown run a RegistryError; none writes anything.
+	AppendSteps(ctx context.Context, runID string, steps ...RunStep) (int64, error)
+	// Steps returns a run's steps with Seq > after, in order (empty, not an
+	// error, for a run that has none).
+	Steps(ctx context.Context, runID string, after int64) ([]RunStep, error)
+	// MaxStepBytes is the bound of each run's step log.
+	MaxStepBytes() int64
 }

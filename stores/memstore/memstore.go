@@ -34,6 +34,8 @@ type Store struct {
 	streams sync.WaitGroup
 	// idem holds the Idempotency-Keys; see CreateIdempotent.
 	idem map[string]idemEntry
+	// maxStepBytes bounds each run's step log (svc.StepLog).
+	maxStepBytes int64
 }
 
 type idemEntry struct {
@@ -52,17 +54,36 @@ type run struct {
 	// watched says a stream holds changed; without one, a change need not
 	// replace it (appends with nobody streaming allocate nothing for it).
 	watched bool
+	// steps is the run's step log, steps[i] with Seq i+1; stepBytes is the
+	// sum of their Size, checked against the store's bound.
+	steps     []svc.RunStep
+	stepBytes int64
 }
 
 var (
 	_ svc.RunStore        = (*Store)(nil)
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
+	_ svc.StepLog         = (*Store)(nil)
 )
 
+// Options tune NewWith; the zero value is New's defaults.
+type Options struct {
+	// MaxStepBytes bounds each run's step log; 0 means
+	// svc.DefaultMaxStepBytes.
+	MaxStepBytes int64
+}
+
 // New returns an empty store.
-func New() *Store {
-	return &Store{runs: map[string]*run{}, done: make(chan struct{}), idem: map[string]idemEntry{}}
+func New() *Store { return NewWith(Options{}) }
+
+// NewWith returns an empty store tuned by opts.
+func NewWith(opts Options) *Store {
+	if opts.MaxStepBytes <= 0 {
+		opts.MaxStepBytes = svc.DefaultMaxStepBytes
+	}
+	return &Store{runs: map[string]*run{}, done: make(chan struct{}), idem: map[string]idemEntry{},
+		maxStepBytes: opts.MaxStepBytes}
 }
 
 // Create registers a new pending run; see svc.RunStore.
@@ -247,6 +268,63 @@ func (s *Store) Append(_ context.Context, runID string, ev svc.RunEvent) (int64,
 	r.broadcast()
 	return seq, nil
 }
+
+// AppendSteps adds steps to a run's step log under one lock; see
+// svc.StepLog.
+func (s *Store) AppendSteps(_ context.Context, runID string, steps ...svc.RunStep) (int64, error) {
+	if err := svc.CheckSteps(steps); err != nil {
+		return 0, err
+	}
+	var size int64
+	for _, st := range steps {
+		size += st.Size()
+	}
+	t := now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.live(runID, "steps")
+	if err != nil {
+		return 0, err
+	}
+	if r.stepBytes+size > s.maxStepBytes {
+		return 0, svc.StepLogFull(runID, r.stepBytes, size, s.maxStepBytes)
+	}
+	for _, st := range steps {
+		st.Seq = int64(len(r.steps)) + 1
+		st.Data = cloneBytes(st.Data)
+		if st.Timestamp.IsZero() {
+			st.Timestamp = t
+		} else {
+			st.Timestamp = normTime(st.Timestamp)
+		}
+		r.steps = append(r.steps, st)
+	}
+	r.stepBytes += size
+	return int64(len(r.steps)), nil
+}
+
+// Steps returns a copy of a run's steps with Seq > after; see svc.StepLog.
+func (s *Store) Steps(_ context.Context, runID string, after int64) ([]svc.RunStep, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	after = max(after, 0)
+	if after >= int64(len(r.steps)) {
+		return []svc.RunStep{}, nil
+	}
+	out := make([]svc.RunStep, 0, int64(len(r.steps))-after)
+	for _, st := range r.steps[after:] {
+		st.Data = cloneBytes(st.Data)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// MaxStepBytes is the bound of each run's step log; see svc.StepLog.
+func (s *Store) MaxStepBytes() int64 { return s.maxStepBytes }
 
 // Events returns a copy of a run's events with Seq > after.
 func (s *Store) Events(_ context.Context, runID string, after int64) ([]svc.RunEvent, error) {

@@ -55,6 +55,9 @@ import (
 const (
 	runPrefix = "run/"
 	evPrefix  = "ev/"
+	// stepPrefix holds a run's step log: step/<run id>/<seq>, laid out as
+	// its events are, so a run's steps are one range.
+	stepPrefix = "step/"
 	// idxPrefix starts every index key; idxCreated and idxState are the
 	// two indexes ListRuns reads.
 	idxPrefix  = "idx/"
@@ -103,6 +106,8 @@ type Store struct {
 	q *groupcommit.Queue[prepareFunc]
 	// syncs counts the fsyncs the writes waited for (Syncs).
 	syncs atomic.Int64
+
+	maxStepBytes int64 // Options.MaxStepBytes
 }
 
 // prepareFunc reads, checks and fills a batch under the write lock and
@@ -119,6 +124,9 @@ type Options struct {
 	// Queue bounds the writes waiting for the writer
 	// (groupcommit.DefaultQueue when 0).
 	Queue int
+	// MaxStepBytes bounds each run's step log (svc.DefaultMaxStepBytes
+	// when 0).
+	MaxStepBytes int64
 }
 
 // subscriber wakes one Stream goroutine; the buffer of one coalesces bursts
@@ -129,6 +137,7 @@ var (
 	_ svc.RunStore        = (*Store)(nil)
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
+	_ svc.StepLog         = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in directory dir. Only one Store
@@ -162,7 +171,10 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: open %q: count idempotency keys", dir))
 	}
 	s := &Store{db: db, fsCloser: fsCloser, dir: dir, done: make(chan struct{}),
-		subs: map[string]map[*subscriber]struct{}{}, idemKeys: keys}
+		subs: map[string]map[*subscriber]struct{}{}, idemKeys: keys, maxStepBytes: opts.MaxStepBytes}
+	if s.maxStepBytes <= 0 {
+		s.maxStepBytes = svc.DefaultMaxStepBytes
+	}
 	if opts.MaxBatch != 1 {
 		s.q = groupcommit.New(groupcommit.Options{MaxBatch: opts.MaxBatch, Queue: opts.Queue}, s.commit, errClosed)
 	}
@@ -498,6 +510,104 @@ func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int6
 		return 0, err
 	}
 	return seq, nil
+}
+
+// AppendSteps adds steps to runID's step log in one batch, through the
+// commit queue like every write of a run, so they share its fsync; see
+// svc.StepLog. The checks come before anything is added to the batch.
+func (s *Store) AppendSteps(ctx context.Context, runID string, steps ...svc.RunStep) (int64, error) {
+	if err := svc.CheckSteps(steps); err != nil {
+		return 0, err
+	}
+	var size int64
+	for _, st := range steps {
+		size += st.Size()
+	}
+	now := time.Now().UTC()
+	var last int64
+	err := s.update(ctx, runID, func(st *stored, b *pebble.Batch) error {
+		if err := refuseTerminal(st, "step"); err != nil {
+			return err
+		}
+		if st.StepBytes+size > s.maxStepBytes {
+			return svc.StepLogFull(runID, st.StepBytes, size, s.maxStepBytes)
+		}
+		for _, step := range steps {
+			st.StepSeq++
+			at := now
+			if !step.Timestamp.IsZero() {
+				at = step.Timestamp.UTC()
+			}
+			v, err := json.Marshal(stepJSON{Seq: st.StepSeq, Kind: step.Kind, Key: step.Key, Data: step.Data, Timestamp: at})
+			if err != nil {
+				return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: encode step of %q", runID))
+			}
+			if err := b.Set(seqKey(stepPrefix, runID, st.StepSeq), v, nil); err != nil {
+				return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write step of %q", runID))
+			}
+		}
+		st.StepBytes += size
+		last = st.StepSeq
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return last, nil
+}
+
+// Steps returns runID's steps with Seq > after, in order; see svc.StepLog.
+func (s *Store) Steps(ctx context.Context, runID string, after int64) ([]svc.RunStep, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed()
+	}
+	if _, err := s.load(runID); err != nil {
+		return nil, err
+	}
+	prefix := stepPrefix + runID + "/"
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: seqKey(stepPrefix, runID, max(after, 0)+1), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read steps of %q", runID))
+	}
+	out := []svc.RunStep{}
+	for ok := it.First(); ok; ok = it.Next() {
+		// The keys of run "a/b" fall in run "a"'s range, as with events.
+		if len(it.Key()) != len(prefix)+seqDigits {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err == nil {
+			var j stepJSON
+			if err = json.Unmarshal(v, &j); err == nil {
+				out = append(out, svc.RunStep{Seq: j.Seq, Kind: j.Kind, Key: j.Key, Data: j.Data, Timestamp: j.Timestamp.UTC()})
+				continue
+			}
+		}
+		_ = it.Close()
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read step %q", it.Key()))
+	}
+	if err := it.Close(); err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read steps of %q", runID))
+	}
+	return out, nil
+}
+
+// MaxStepBytes is the bound of each run's step log; see svc.StepLog.
+func (s *Store) MaxStepBytes() int64 { return s.maxStepBytes }
+
+// stepJSON is a stored step. Data is []byte (base64 in JSON), kept byte
+// for byte as a result is.
+type stepJSON struct {
+	Seq       int64        `json:"seq"`
+	Kind      svc.StepKind `json:"kind"`
+	Key       string       `json:"key"`
+	Data      []byte       `json:"data"`
+	Timestamp time.Time    `json:"ts"`
 }
 
 // Events returns runID's events with Seq > after, in order.
@@ -939,6 +1049,9 @@ func (s *Store) notify(runID string) {
 type stored struct {
 	svc.RunRecord
 	LastSeq int64
+	// StepSeq is the Seq of the run's last step, StepBytes the sum of its
+	// steps' Size (the bound's measure).
+	StepSeq, StepBytes int64
 }
 
 // recordJSON fixes the on-disk field names independently of RunRecord's
@@ -956,6 +1069,10 @@ type recordJSON struct {
 	CreatedAt time.Time        `json:"created_at"`
 	UpdatedAt time.Time        `json:"updated_at"`
 	LastSeq   int64            `json:"last_seq"`
+	// The step log's length and size; absent (0) in records of earlier
+	// versions, which had no steps.
+	StepSeq   int64 `json:"step_seq,omitempty"`
+	StepBytes int64 `json:"step_bytes,omitempty"`
 }
 
 // summaryJSON is recordJSON without the result, for listings.
@@ -975,6 +1092,7 @@ func encodeRecord(st *stored) ([]byte, error) {
 	return json.Marshal(recordJSON{
 		RunID: st.RunID, Target: st.Target, Kind: st.Kind, State: st.State, Progress: st.Progress,
 		Result: st.Result, Reason: st.Reason, TraceID: st.TraceID, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
+		StepSeq: st.StepSeq, StepBytes: st.StepBytes,
 	})
 }
 
@@ -985,10 +1103,10 @@ func decodeRecord(b []byte) (*stored, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, err
 	}
-	if j.RunID == "" || !j.State.Valid() || j.LastSeq < 0 {
+	if j.RunID == "" || !j.State.Valid() || j.LastSeq < 0 || j.StepSeq < 0 || j.StepBytes < 0 {
 		return nil, fmt.Errorf("corrupt record (run_id %q, state %q, last_seq %d)", j.RunID, j.State, j.LastSeq)
 	}
-	st := &stored{LastSeq: j.LastSeq, RunRecord: svc.RunRecord{
+	st := &stored{LastSeq: j.LastSeq, StepSeq: j.StepSeq, StepBytes: j.StepBytes, RunRecord: svc.RunRecord{
 		RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
 		Reason: j.Reason, TraceID: j.TraceID, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
 	}}
@@ -1134,9 +1252,13 @@ func refuseTerminal(st *stored, what string) error {
 
 func runKey(runID string) []byte { return []byte(runPrefix + runID) }
 
-func eventKey(runID string, seq int64) []byte {
-	k := make([]byte, 0, len(evPrefix)+len(runID)+1+seqDigits)
-	k = append(k, evPrefix...)
+func eventKey(runID string, seq int64) []byte { return seqKey(evPrefix, runID, seq) }
+
+// seqKey is <prefix><run id>/<seq, zero-padded>: a run's events or steps
+// sort by Seq.
+func seqKey(prefix, runID string, seq int64) []byte {
+	k := make([]byte, 0, len(prefix)+len(runID)+1+seqDigits)
+	k = append(k, prefix...)
 	k = append(k, runID...)
 	k = append(k, '/')
 	n := strconv.AppendInt(nil, seq, 10)

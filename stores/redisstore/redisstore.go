@@ -116,6 +116,9 @@ type Options struct {
 	// LeaseTTL is how long this node's lease outlives its last renewal;
 	// it is renewed every LeaseTTL/3. 0 means DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// MaxStepBytes bounds each run's step log (svc.DefaultMaxStepBytes
+	// when 0).
+	MaxStepBytes int64
 	// MaxBatch is the most writes of many callers sent in one pipeline
 	// (one round trip; groupcommit.DefaultMaxBatch when 0). 1 turns this
 	// off: each write is its own round trip, as before (the benchmarks'
@@ -136,7 +139,9 @@ type Store struct {
 	ttl    time.Duration
 	node   string        // the owner written into the runs created here
 	lease  time.Duration // the node lease's TTL
-	token  string        // tells this Store's lease from another's of the same node id
+	// maxStepBytes bounds each run's step log (Options.MaxStepBytes).
+	maxStepBytes int64
+	token        string // tells this Store's lease from another's of the same node id
 	// leaseCtx ends at Close, or when a test stops the renewals to play a
 	// killed node (export_test.go).
 	leaseCtx  context.Context
@@ -168,6 +173,7 @@ var (
 	_ svc.RunStore        = (*Store)(nil)
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
+	_ svc.StepLog         = (*Store)(nil)
 	_ svc.SharedRunStore  = (*Store)(nil)
 	_ svc.NodeLister      = (*Store)(nil)
 )
@@ -219,7 +225,11 @@ func Open(opts Options) (*Store, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Store{c: c, owned: owned, prefix: prefix, ttl: opts.TTL, node: opts.NodeID, lease: opts.LeaseTTL, token: randomHex(),
-		ctx: ctx, stop: stop, watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}
+		maxStepBytes: opts.MaxStepBytes,
+		ctx:          ctx, stop: stop, watching: map[string]*watched{}, hubKick: make(chan struct{}, 1)}
+	if s.maxStepBytes <= 0 {
+		s.maxStepBytes = svc.DefaultMaxStepBytes
+	}
 	err := s.ensureIndex(context.Background())
 	if err != nil {
 		err = svc.Wrap(svc.KindRuntime, err, "redisstore: index the runs under "+strconv.Quote(prefix))
@@ -562,6 +572,99 @@ func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int6
 		return err
 	})
 	return seq, err
+}
+
+// AppendSteps adds steps to runID's step log in one script, through the
+// commit queue like every write of a run, so it shares their pipeline;
+// see svc.StepLog.
+func (s *Store) AppendSteps(ctx context.Context, runID string, steps ...svc.RunStep) (int64, error) {
+	if err := svc.CheckSteps(steps); err != nil {
+		return 0, err
+	}
+	args := make([]any, 2, 2+len(steps))
+	var size int64
+	now := time.Now()
+	for _, st := range steps {
+		size += st.Size()
+		if st.Timestamp.IsZero() {
+			st.Timestamp = now
+		}
+		v, err := json.Marshal(stepJSON{Kind: st.Kind, Key: st.Key, Data: st.Data, Timestamp: st.Timestamp.UTC()})
+		if err != nil {
+			return 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: encode step of run %q", runID))
+		}
+		args = append(args, v)
+	}
+	args[0], args[1] = size, s.maxStepBytes
+	var last int64
+	err := s.do(ctx, runID, func(ctx context.Context) error {
+		res, err := s.eval(ctx, appendStepsScript, s.keys(runID), args...).Int64Slice()
+		if err != nil {
+			return s.fail(err, "append steps to", runID)
+		}
+		if len(res) != 2 {
+			return svc.Errorf(svc.KindRuntime, "redisstore: append steps to run %q: unexpected reply %v", runID, res)
+		}
+		switch res[0] {
+		case 0:
+			last = res[1]
+			return nil
+		case 1:
+			return notFound(runID)
+		case 2:
+			return refused(runID, reply{state: stateNames[res[1]]}, "step")
+		case 3:
+			return svc.StepLogFull(runID, res[1], size, s.maxStepBytes)
+		}
+		return svc.Errorf(svc.KindRuntime, "redisstore: append steps to run %q: unexpected reply %v", runID, res)
+	})
+	return last, err
+}
+
+// Steps returns runID's steps with Seq > after, in order; see svc.StepLog.
+// A step's Seq is its place in the list, which only grows.
+func (s *Store) Steps(ctx context.Context, runID string, after int64) ([]svc.RunStep, error) {
+	out := []svc.RunStep{}
+	err := s.do(ctx, runID, func(ctx context.Context) error {
+		after = max(after, 0)
+		var exists *redis.IntCmd
+		var rng *redis.StringSliceCmd
+		_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			exists = p.Exists(ctx, s.recKey(runID))
+			rng = p.LRange(ctx, s.stepsKey(runID), after, -1)
+			return nil
+		})
+		if err != nil {
+			return s.fail(err, "read steps of", runID)
+		}
+		if exists.Val() == 0 {
+			return notFound(runID)
+		}
+		for i, v := range rng.Val() {
+			var j stepJSON
+			if err := json.Unmarshal([]byte(v), &j); err != nil {
+				return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode step %d of run %q", after+int64(i)+1, runID))
+			}
+			out = append(out, svc.RunStep{Seq: after + int64(i) + 1, Kind: j.Kind, Key: j.Key, Data: j.Data, Timestamp: j.Timestamp.UTC()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// MaxStepBytes is the bound of each run's step log; see svc.StepLog.
+func (s *Store) MaxStepBytes() int64 { return s.maxStepBytes }
+
+// stepJSON is a stored step. Data is []byte (base64 in JSON), kept byte
+// for byte as a result is.
+type stepJSON struct {
+	Kind      svc.StepKind `json:"kind"`
+	Key       string       `json:"key"`
+	Data      []byte       `json:"data"`
+	Timestamp time.Time    `json:"ts"`
 }
 
 // Events returns runID's events with Seq > after, in order.
@@ -959,6 +1062,9 @@ func (s *Store) fail(err error, what, runID string) error {
 
 func (s *Store) recKey(runID string) string { return s.prefix + ":" + runID }
 func (s *Store) evKey(runID string) string  { return s.prefix + ":" + runID + ":events" }
+
+// stepsKey is the run's step log; the scripts name it from the record key.
+func (s *Store) stepsKey(runID string) string { return s.recKey(runID) + ":steps" }
 
 // keys are the KEYS of every run script: record, events, active set,
 // created index, expiring set.

@@ -260,7 +260,7 @@ func TestTTL(t *testing.T) {
 			prefix := uniquePrefix()
 			s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, TTL: tc.ttl})
 			const id = "r1"
-			rec, evs := prefix+":"+id, prefix+":"+id+":events"
+			rec, evs, steps := prefix+":"+id, prefix+":"+id+":events", prefix+":"+id+":steps"
 			if err := s.Create(ctx, svc.RunRecord{RunID: id, Target: "t", Kind: "agent"}); err != nil {
 				t.Fatal(err)
 			}
@@ -270,7 +270,10 @@ func TestTTL(t *testing.T) {
 			if _, err := s.Append(ctx, id, svc.RunEvent{Type: svc.RunAgentStarted}); err != nil {
 				t.Fatal(err)
 			}
-			for _, k := range []string{rec, evs} {
+			if _, err := s.AppendSteps(ctx, id, svc.RunStep{Kind: svc.StepToolCall, Key: "a#0", Data: []byte(`1`)}); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{rec, evs, steps} {
 				if d := ttlOf(t, k); d != -1 {
 					t.Errorf("PTTL %s of a running run = %v, want none (-1)", k, d)
 				}
@@ -278,7 +281,7 @@ func TestTTL(t *testing.T) {
 			if err := tc.end(s, id); err != nil {
 				t.Fatal(err)
 			}
-			for _, k := range []string{rec, evs} {
+			for _, k := range []string{rec, evs, steps} {
 				d := ttlOf(t, k)
 				if tc.ttl == 0 && d != -1 || tc.ttl > 0 && (d <= 0 || d > tc.ttl) {
 					t.Errorf("PTTL %s of an ended run = %v, want %v", k, d, tc.ttl)
@@ -287,9 +290,14 @@ func TestTTL(t *testing.T) {
 		})
 	}
 
-	// A short TTL really removes the run.
-	s := open(t, redisstore.Options{URL: url, KeyPrefix: uniquePrefix(), TTL: 50 * time.Millisecond})
+	// A short TTL really removes the run, its step log with it: the same
+	// id created again starts with no steps.
+	prefix := uniquePrefix()
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, TTL: 50 * time.Millisecond})
 	if err := s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendSteps(ctx, "r1", svc.RunStep{Kind: svc.StepModelCall, Key: "a#0", Data: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetState(ctx, "r1", svc.RunCancelled, "", nil); err != nil {
@@ -299,6 +307,15 @@ func TestTTL(t *testing.T) {
 		_, err := s.Get(ctx, "r1")
 		return errors.Is(err, svc.ErrRegistry)
 	})
+	if n, err := raw.Exists(ctx, prefix+":r1:steps").Result(); err != nil || n != 0 {
+		t.Errorf("the step log of an expired run: EXISTS = %d, %v; want 0", n, err)
+	}
+	if err := s.Create(ctx, svc.RunRecord{RunID: "r1", Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Steps(ctx, "r1", 0); err != nil || len(st) != 0 {
+		t.Errorf("Steps of a run created again under an expired id = %+v, %v; want none", st, err)
+	}
 }
 
 func TestCloseKeepsGivenClient(t *testing.T) {

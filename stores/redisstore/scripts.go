@@ -34,6 +34,7 @@ local function finish(seq, id, ttl)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PEXPIRE', KEYS[1] .. ':steps', ttl)
     redis.call('ZADD', KEYS[5], string.format('%d', nowms() + ttl), id)
   end
 end
@@ -65,7 +66,7 @@ const create = `
 local function create(base)
   trim(ARGV[base + 2], 16)
   if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[1] .. ':steps')
   redis.call('HSET', KEYS[1], unpack(ARGV, base + 3))
   redis.call('SADD', KEYS[3], ARGV[base])
   redis.call('ZADD', KEYS[4], ARGV[base + 1], ARGV[base])
@@ -179,6 +180,24 @@ if terminal(cur) then return {2, codes[cur]} end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV))
 return {0, seq}
+`)
+
+// appendStepsScript: ARGV = {size, bound, encoded step, ...}. The run's
+// step log is the list <record>:steps (named from the record key, as the
+// events stream is, and given the TTL with it by finish); its size is the
+// record's field step_bytes. Answers {0, the list's new length, which is
+// the last step's Seq}, or {3, step_bytes} when the batch would pass the
+// bound; all checks come before the one write, so a refusal writes
+// nothing.
+var appendStepsScript = redis.NewScript(prelude + `
+local cur = redis.call('HGET', KEYS[1], 'state')
+if not cur then return {1, 0} end
+if terminal(cur) then return {2, codes[cur]} end
+local have = tonumber(redis.call('HGET', KEYS[1], 'step_bytes') or '0')
+local size = tonumber(ARGV[1])
+if have + size > tonumber(ARGV[2]) then return {3, have} end
+redis.call('HINCRBY', KEYS[1], 'step_bytes', size)
+return {0, redis.call('RPUSH', KEYS[1] .. ':steps', unpack(ARGV, 3))}
 `)
 
 // setFieldScript: ARGV = {field, value, now}.

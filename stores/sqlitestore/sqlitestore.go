@@ -63,7 +63,10 @@ const PollInterval = 250 * time.Millisecond
 // them up to date for it too), so it may still open the file. Nor did the
 // trace_id column (see migrate): an older build names the columns it
 // writes and reads, so it still works with the file, leaving the runs it
-// creates without a trace id, as if it had created them before.
+// creates without a trace id, as if it had created them before. The step
+// log (run_steps, and the runs columns step_bytes and step_count) did not
+// either, for the same reasons: an older build never reads it, and its
+// writes of runs leave the columns alone.
 const schemaVersion = 1
 
 // pageSize is how many events a stream reads per query, bounding its memory
@@ -80,6 +83,11 @@ CREATE TABLE IF NOT EXISTS runs (
 	result     BLOB,             -- served verbatim, NULL until set
 	reason     TEXT NOT NULL DEFAULT '',
 	trace_id   TEXT NOT NULL DEFAULT '', -- see addedColumns
+	-- the step log's size (the sum of RunStep.Size) and length, kept with
+	-- the run so an append checks its bound and numbers its steps without
+	-- reading the log; see addedColumns
+	step_bytes INTEGER NOT NULL DEFAULT 0,
+	step_count INTEGER NOT NULL DEFAULT 0,
 	created_at INTEGER NOT NULL, -- Unix microseconds
 	updated_at INTEGER NOT NULL
 );
@@ -96,6 +104,16 @@ CREATE TABLE IF NOT EXISTS run_events (
 	task_id TEXT NOT NULL,
 	error   TEXT NOT NULL,
 	ts      INTEGER NOT NULL,    -- Unix microseconds
+	PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+-- A run's step log (svc.StepLog).
+CREATE TABLE IF NOT EXISTS run_steps (
+	run_id TEXT NOT NULL,
+	seq    INTEGER NOT NULL,
+	kind   TEXT NOT NULL,
+	key    TEXT NOT NULL,
+	data   BLOB NOT NULL,
+	ts     INTEGER NOT NULL,     -- Unix microseconds
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 -- Idempotency-Keys (CreateIdempotent). A new table needs no new schema
@@ -144,6 +162,20 @@ const (
 	// without events yields one row of NULL events; an unknown run, none.
 	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts
 		FROM runs r LEFT JOIN run_events e ON e.run_id = r.run_id AND e.seq > ?2
+		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
+	// sqlStepsReserve checks a step batch against the run's state and
+	// bound and counts it in one statement, before any step is written,
+	// so a refused batch writes nothing; it returns the new step count,
+	// from which the batch's Seqs follow.
+	sqlStepsReserve = `UPDATE runs SET step_bytes = step_bytes + ?2, step_count = step_count + ?3
+		WHERE run_id = ?1 AND state IN ('pending', 'running') AND step_bytes + ?2 <= ?4
+		RETURNING step_count`
+	sqlStepInsert = `INSERT INTO run_steps (run_id, seq, kind, key, data, ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
+	sqlStepBytes  = `SELECT state, step_bytes FROM runs WHERE run_id = ?1`
+	// sqlSteps reads the run's existence with a page of its steps, as
+	// sqlEvents does.
+	sqlSteps = `SELECT e.seq, e.kind, e.key, e.data, e.ts
+		FROM runs r LEFT JOIN run_steps e ON e.run_id = r.run_id AND e.seq > ?2
 		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
 	sqlIdemGet = `SELECT fingerprint, run_id FROM idempotency WHERE key = ?1 AND expires_at > ?2`
 	sqlIdemPut = `INSERT INTO idempotency (key, fingerprint, run_id, expires_at) VALUES (?1, ?2, ?3, ?4)
@@ -205,12 +237,15 @@ type Store struct {
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close, ends every stream
 	streams sync.WaitGroup
+
+	maxStepBytes int64 // Options.MaxStepBytes
 }
 
 var (
 	_ svc.RunStore        = (*Store)(nil)
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
+	_ svc.StepLog         = (*Store)(nil)
 )
 
 // Options tune OpenWith; the zero value is Open's defaults.
@@ -223,6 +258,9 @@ type Options struct {
 	// Queue bounds the writes waiting for the writer
 	// (groupcommit.DefaultQueue when 0).
 	Queue int
+	// MaxStepBytes bounds each run's step log (svc.DefaultMaxStepBytes
+	// when 0).
+	MaxStepBytes int64
 }
 
 // Open opens the store in the file at path, creating the file and its
@@ -248,6 +286,10 @@ func OpenWith(path string, opts Options) (*Store, error) {
 	s := &Store{
 		path: path, writer: writer, reader: reader, poll: PollInterval,
 		notify: notifier{chans: map[string]chan struct{}{}}, done: make(chan struct{}),
+		maxStepBytes: opts.MaxStepBytes,
+	}
+	if s.maxStepBytes <= 0 {
+		s.maxStepBytes = svc.DefaultMaxStepBytes
 	}
 	if err := s.stmt.prepare(writer, reader); err != nil {
 		_ = s.stmt.close()
@@ -266,7 +308,8 @@ func OpenWith(path string, opts Options) (*Store, error) {
 // connection of its pool that runs it.
 type statements struct {
 	create, setState, finish, setProgress, setResult, append, appendFinal, stateW *sql.Stmt // writer
-	get, state, events                                                            *sql.Stmt // reader
+	stepsReserve, stepInsert, stepBytes                                           *sql.Stmt // writer
+	get, state, events, steps                                                     *sql.Stmt // reader
 	// list[state filter][cursor] are the ListRuns queries (reader).
 	list [2][2]*sql.Stmt
 }
@@ -285,6 +328,10 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 		{writer, sqlAppend, &st.append},
 		{writer, sqlAppendFinal, &st.appendFinal},
 		{writer, sqlState, &st.stateW},
+		{writer, sqlStepsReserve, &st.stepsReserve},
+		{writer, sqlStepInsert, &st.stepInsert},
+		{writer, sqlStepBytes, &st.stepBytes},
+		{reader, sqlSteps, &st.steps},
 		{reader, sqlGet, &st.get},
 		{reader, sqlState, &st.state},
 		{reader, sqlEvents, &st.events},
@@ -305,7 +352,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 func (st *statements) close() error {
 	var errs []error
 	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.finish, st.setProgress, st.setResult, st.append, st.appendFinal, st.stateW,
-		st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
+		st.stepsReserve, st.stepInsert, st.stepBytes, st.steps, st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}
@@ -384,6 +431,8 @@ func initSchema(db *sql.DB) error {
 // default: trace_id ” (RunStatus.TraceID absent).
 var addedColumns = []string{
 	`trace_id TEXT NOT NULL DEFAULT ''`,
+	`step_bytes INTEGER NOT NULL DEFAULT 0`,
+	`step_count INTEGER NOT NULL DEFAULT 0`,
 }
 
 // addColumns adds the addedColumns the runs table lacks.
@@ -672,6 +721,113 @@ func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int6
 	}
 	return seq, nil
 }
+
+// AppendSteps adds steps to a run's step log in one write of the commit
+// queue, so they share a transaction with the other writes of the moment;
+// see svc.StepLog.
+func (s *Store) AppendSteps(ctx context.Context, runID string, steps ...svc.RunStep) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if err := svc.CheckSteps(steps); err != nil {
+		return 0, err
+	}
+	var size int64
+	for _, st := range steps {
+		size += st.Size()
+	}
+	t := micros(time.Now())
+	var last int64
+	err := s.do(ctx, op{id: runID, what: fmt.Sprintf("append steps to run %q", runID), atomic: true,
+		run: func(ctx context.Context, tx *batchTx) (error, error) {
+			err := tx.stmt(ctx, s.stmt.stepsReserve).QueryRowContext(ctx, runID, size, len(steps), s.maxStepBytes).Scan(&last)
+			if errors.Is(err, sql.ErrNoRows) {
+				return s.refuseSteps(ctx, tx, runID, size)
+			}
+			if err != nil {
+				return nil, err
+			}
+			ins := tx.stmt(ctx, s.stmt.stepInsert)
+			for i, st := range steps {
+				at := t
+				if !st.Timestamp.IsZero() {
+					at = micros(st.Timestamp)
+				}
+				seq := last - int64(len(steps)) + int64(i) + 1
+				if _, err := ins.ExecContext(ctx, runID, seq, string(st.Kind), st.Key, []byte(st.Data), at); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}})
+	if err != nil {
+		return 0, err
+	}
+	return last, nil
+}
+
+// refuseSteps explains why sqlStepsReserve matched no row: an unknown
+// run, a terminal one, or a full step log.
+func (s *Store) refuseSteps(ctx context.Context, tx *batchTx, runID string, size int64) (answer, fault error) {
+	var state string
+	var have int64
+	err := tx.stmt(ctx, s.stmt.stepBytes).QueryRowContext(ctx, runID).Scan(&state, &have)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return unknown(runID), nil
+	case err != nil:
+		return nil, err
+	case svc.RunState(state).Terminal():
+		return svc.Errorf(svc.KindRunState, "sqlitestore: run %q is %s and takes no more steps", runID, state), nil
+	}
+	return svc.StepLogFull(runID, have, size, s.maxStepBytes), nil
+}
+
+// Steps returns a run's steps with Seq > after, in order; see svc.StepLog.
+func (s *Store) Steps(ctx context.Context, runID string, after int64) ([]svc.RunStep, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := []svc.RunStep{}
+	for {
+		n := 0
+		found := false
+		rows, err := s.stmt.steps.QueryContext(ctx, runID, max(after, 0), pageSize)
+		if err != nil {
+			return nil, s.fail(ctx, err, "read steps of run %q", runID)
+		}
+		for rows.Next() {
+			found = true
+			var seq, at sql.NullInt64
+			var kind, key sql.NullString
+			var data []byte
+			if err := rows.Scan(&seq, &kind, &key, &data, &at); err != nil {
+				rows.Close()
+				return nil, s.fail(ctx, err, "read steps of run %q", runID)
+			}
+			if !seq.Valid { // the run, without steps after after
+				continue
+			}
+			out = append(out, svc.RunStep{Seq: seq.Int64, Kind: svc.StepKind(kind.String), Key: key.String,
+				Data: data, Timestamp: fromMicros(at.Int64)})
+			after = seq.Int64
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, s.fail(ctx, err, "read steps of run %q", runID)
+		}
+		if !found {
+			return nil, unknown(runID)
+		}
+		if n < pageSize {
+			return out, nil
+		}
+	}
+}
+
+// MaxStepBytes is the bound of each run's step log; see svc.StepLog.
+func (s *Store) MaxStepBytes() int64 { return s.maxStepBytes }
 
 // Events returns the events with Seq > after, in order.
 func (s *Store) Events(ctx context.Context, runID string, after int64) ([]svc.RunEvent, error) {

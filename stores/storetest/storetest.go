@@ -123,6 +123,11 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"IdempotentExpiry", testIdempotentExpiry},
 		{"IdempotentConcurrent", testIdempotentConcurrent},
 		{"IdempotentClosed", testIdempotentClosed},
+		{"StepsAppend", testStepsAppend},
+		{"StepsInterleaved", testStepsInterleaved},
+		{"StepsBound", testStepsBound},
+		{"StepsRefused", testStepsRefused},
+		{"StepsConcurrent", testStepsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,6 +169,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	drive(t, s, "c", svc.RunRunning)
 	appendN(t, s, "c", 2)
 	mustOK(t, "SetResult", s.SetResult(ctx, "c", json.RawMessage(`{"output": "é\u00e9" , "n":[1, 2]}`)))
+	checkReopenSteps := reopenSteps(t, s)
 	mustOK(t, "SetState", s.SetState(ctx, "c", svc.RunCompleted, "", &svc.RunEvent{Type: svc.RunGroupCompleted, Timestamp: ts(50)}))
 
 	drive(t, s, "f", svc.RunRunning)
@@ -198,6 +204,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	}
 	checkListing(t, "after reopen", s, svc.RunFilter{Limit: 2}, listed)
 	checkListing(t, "running after reopen", s, svc.RunFilter{State: svc.RunRunning, Limit: 1}, []string{"r"})
+	checkReopenSteps(t, s)
 	// The reopened store goes on where the first left off.
 	mustAppend(t, s, "r", svc.RunEvent{Type: svc.RunAgentStarted, Agent: "b", Timestamp: ts(60)}, 4)
 	mustKind(t, "Create duplicate after reopen", s.Create(ctx, svc.RunRecord{RunID: "c", Target: "t", Kind: "agent"}), svc.ErrRunState)
