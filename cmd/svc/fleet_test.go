@@ -33,10 +33,14 @@ const fleetWait = 60 * time.Second
 // moment), slow (until cancelled), nap (long enough to be caught by a
 // drain) and ghost, which the server knows and no worker serves.
 var fleetSpecs = map[string]string{
-	"agents/echo.yaml":  "version: 1\nname: echo\nmodel: test:echo\nmodel_settings: {latency_ms: 50}\n",
-	"agents/slow.yaml":  "version: 1\nname: slow\nmodel: test:echo\nmodel_settings: {latency_ms: 60000}\n",
-	"agents/nap.yaml":   "version: 1\nname: nap\nmodel: test:echo\nmodel_settings: {latency_ms: 2000}\n",
-	"agents/ghost.yaml": "version: 1\nname: ghost\nmodel: test:echo\n",
+	"agents/echo.yaml": "version: 1\nname: echo\nmodel: test:echo\nmodel_settings: {latency_ms: 50}\n",
+	"agents/slow.yaml": "version: 1\nname: slow\nmodel: test:echo\nmodel_settings: {latency_ms: 60000}\n",
+	"agents/nap.yaml":  "version: 1\nname: nap\nmodel: test:echo\nmodel_settings: {latency_ms: 2000}\n",
+	// steady is the load of a worker killed mid-way: its tasks last long
+	// enough that one seen holding tasks (by its log, read late on a busy
+	// machine) still holds them when the kill lands.
+	"agents/steady.yaml": "version: 1\nname: steady\nmodel: test:echo\nmodel_settings: {latency_ms: 400}\n",
+	"agents/ghost.yaml":  "version: 1\nname: ghost\nmodel: test:echo\n",
 }
 
 // fleetBroker is a fresh broker for one test: the flags that make serve its
@@ -89,7 +93,7 @@ func startFleetServe(t *testing.T, name, specs, dataDir string, b fleetBroker, e
 // logging every event as JSON on stderr, and waits for worker_started.
 func startFleetWorker(t *testing.T, name, specs string, b fleetBroker, extra ...string) *fleetProc {
 	t.Helper()
-	args := append([]string{"worker", "start", "--broker", b.workerURL, "--specs", specs, "--agents", "echo,slow,nap",
+	args := append([]string{"worker", "start", "--broker", b.workerURL, "--specs", specs, "--agents", "echo,slow,nap,steady",
 		"--ack-wait", "2s", "--heartbeat-seconds", "1", "--log-format", "json", "--runtime-id", name}, extra...)
 	p := startFleetProc(t, name, args...)
 	p.waitLog(t, regexp.MustCompile(`"msg":"worker_started"`))
@@ -439,7 +443,7 @@ func fleetLoadWithWorkerKilled(t *testing.T, specs string, b fleetBroker) {
 
 	ids := make([]string, runs)
 	firstErrors(t, "submit", parallel(runs, clients, func(i int) error {
-		id, err := c.submit("echo", fmt.Sprintf("load-%04d", i), input(i))
+		id, err := c.submit("steady", fmt.Sprintf("load-%04d", i), input(i))
 		ids[i] = id
 		return err
 	}))
