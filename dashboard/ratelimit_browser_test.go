@@ -26,7 +26,7 @@ func TestDashboardRateLimits(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sim.Close() })
 	a := startAppSpecs(t, map[string]string{
-		"runtime.yaml": "version: 1\nrate_limits:\n  shared:\n    requests_per_minute: 6000\n    max_concurrent: 1\n",
+		"runtime.yaml": "version: 1\nrate_limits:\n  shared:\n    requests_per_minute: 6000\n    tokens_per_minute: 90000\n    max_concurrent: 1\n",
 		// Each call holds the limit's one slot for two minutes, until its
 		// run is cancelled.
 		"agents/limited.yaml": "version: 1\nname: limited\nmodel: test:echo\ninstructions: Wait.\nmodel_settings:\n  latency_ms: 120000\n  rate_limit: shared\n",
@@ -41,7 +41,7 @@ func TestDashboardRateLimits(t *testing.T) {
 	}
 	is := func(limit, k, want string) string { return fmt.Sprintf(`%s === %q`, cell(limit, k), want) }
 	b.until("the declared limit, idle", `!document.querySelector('#limits-card').hidden && `+
-		is("shared", "queued", "0")+` && `+is("shared", "in_flight", "0 / 1")+` && `+is("shared", "calls", "0 / 6000 rpm"))
+		is("shared", "queued", "0")+` && `+is("shared", "in_flight", "0 / 1")+` && `+is("shared", "calls", "0 / 6000 rpm")+` && `+is("shared", "tokens", "0 / 90.0k tpm"))
 
 	// Three runs on one slot: the first in flight, two queued behind it.
 	ids := []string{submit(t, a, "limited", `"x"`)}
@@ -74,8 +74,9 @@ func TestDashboardRateLimits(t *testing.T) {
 		submit(t, a, "learner", `"hello"`)
 	}
 	learned := `[...document.querySelectorAll('#limits-table tr[data-limit^="openai:gpt-4o-mini"]')]`
-	b.until("the learned limit with the 429s it received and its window",
-		learned+`.some((tr) => Number(tr.querySelector('td[data-k="throttled"]').textContent) > 0 && tr.querySelector('td[data-k="throttled"]').classList.contains('bad') && /^window [\d.]+ at once/.test(tr.querySelector('td[data-k="learned"]').textContent))`)
+	b.until("the learned limit with the 429s it received, its window and the tokens of its answers",
+		learned+`.some((tr) => Number(tr.querySelector('td[data-k="throttled"]').textContent) > 0 && tr.querySelector('td[data-k="throttled"]').classList.contains('bad') && `+
+			`/^window [\d.]+ at once/.test(tr.querySelector('td[data-k="learned"]').textContent) && /^[1-9]\d* tpm$/.test(tr.querySelector('td[data-k="tokens"]').textContent))`)
 	if refused := sim.Throttled(); len(refused) == 0 {
 		t.Errorf("the simulator refused nothing: %v", refused)
 	}

@@ -679,7 +679,7 @@ function drawLimits(limits) {
     const learned = [];
     if (l.learned_concurrency) learned.push(`window ${l.learned_concurrency} at once`);
     if (l.paused_ms) learned.push(`paused ${ms(l.paused_ms)}`);
-    return h('tr', { 'data-limit': l.name, class: l.paused_ms ? 'bad-row' : '' },
+    return h('tr', { 'data-limit': l.name },
       h('td', {}, l.name),
       h('td', { class: 'num', 'data-k': 'queued' }, fmtNum(l.queued)),
       h('td', { class: 'num', 'data-k': 'in_flight' }, lim.max_concurrent ? `${l.in_flight} / ${lim.max_concurrent}` : String(l.in_flight)),
@@ -687,7 +687,7 @@ function drawLimits(limits) {
       h('td', { class: 'num', 'data-k': 'calls', title: `${l.calls} calls since the start` }, per(l.calls_last_minute, lim.requests_per_minute, 'rpm')),
       h('td', { class: 'num', 'data-k': 'tokens', title: `${l.tokens} tokens since the start` }, per(l.tokens_last_minute, lim.tokens_per_minute, 'tpm')),
       h('td', { class: 'num' + (l.throttled ? ' bad' : ''), 'data-k': 'throttled' }, fmtNum(l.throttled)),
-      h('td', { 'data-k': 'learned' }, learned.length ? learned.join(', ') : h('span', { class: 'muted' }, '–')));
+      h('td', { 'data-k': 'learned', class: l.paused_ms ? 'bad' : '' }, learned.length ? learned.join(', ') : h('span', { class: 'muted' }, '–')));
   }));
 }
 
