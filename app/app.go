@@ -182,6 +182,7 @@ func (a *App) start() error {
 		models = providers.Default()
 	}
 	a.env = SpecEnv(models, o.FilesRoot, o.Agents)
+	a.env.RuntimeOptions = o.RuntimeOptions
 	runtimeOpts := svc.DefaultOptions()
 	if o.SpecsDir != "" {
 		set, err := spec.Load(o.SpecsDir, a.env)

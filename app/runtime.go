@@ -52,7 +52,9 @@ func NewRuntime(cfg RuntimeConfig) (*supervisor.Runtime, error) {
 	if rcfg.Models == nil {
 		rcfg.Models = providers.Default()
 	}
-	set, err := spec.Load(cfg.SpecsDir, SpecEnv(rcfg.Models, cfg.FilesRoot, cfg.Agents))
+	env := SpecEnv(rcfg.Models, cfg.FilesRoot, cfg.Agents)
+	env.RuntimeOptions = cfg.RuntimeOptions
+	set, err := spec.Load(cfg.SpecsDir, env)
 	if err != nil {
 		return nil, &ConfigError{Option: "SpecsDir", Err: err}
 	}

@@ -528,6 +528,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
 	b.until("the health meters", `document.querySelectorAll('#health-meters .meter').length >= 6`)
 	b.until("the burn-rate chart", `!!document.querySelector('#burn-chart svg')`)
+	// No rate limit (the test model has no learned one): no card, no empty table.
+	if eval[bool](b, `!document.querySelector('#limits-card').hidden || document.querySelectorAll('#limits-table tbody tr').length > 0`) {
+		t.Error("the health view shows a rate-limit card without any limit")
+	}
 	b.shot("health")
 
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/#groups"))

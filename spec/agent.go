@@ -142,8 +142,32 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	} else if len(d.errs) > 0 {
 		d.checkSettings(a)
 	}
+	// After CheckAgent, which runs only on a file without faults: the
+	// file's other faults are reported in the same pass.
+	d.rateLimit(a.ModelSettings)
 
 	return out, d.finish()
+}
+
+// rateLimit checks that model_settings.rate_limit names a limit of the
+// runtime's rate_limits (when scan knows them). A value that is not a
+// name is left to CheckAgent, whose compile says what it wants.
+func (d *agentDecoder) rateLimit(ms map[string]any) {
+	name, ok := ms["rate_limit"].(string)
+	if !ok || name == "" || d.env.limits == nil || d.env.limits[name] {
+		return
+	}
+	f, _ := d.get("model_settings")
+	n := f.val
+	if at := settingNode(f.val, "rate_limit"); at != nil {
+		n = at
+	}
+	names := make([]string, 0, len(d.env.limits))
+	for l := range d.env.limits {
+		names = append(names, l)
+	}
+	d.fail(n, "model_settings.rate_limit", "no limit %q in the runtime's rate_limits (%s)", name,
+		known(names, RuntimeFile+" declares", RuntimeFile+" declares none"))
 }
 
 // get returns a key's field when the key is present and not null; null

@@ -39,6 +39,16 @@ type Env struct {
 	// other faults keep CheckAgent from running, so that its bad settings
 	// are reported in the same pass (app.SpecEnv gives the runtime's).
 	CheckSettings func(models []string, settings map[string]any) error
+	// RuntimeOptions, when set, is given runtime.yaml's options (the
+	// defaults without the file) and returns those the runtime will run
+	// with (app.Options.RuntimeOptions): the names agents give in
+	// model_settings.rate_limit are checked against its rate_limits.
+	RuntimeOptions func(fromSpecs svc.Options) svc.Options
+
+	// limits are the names of the runtime's rate_limits, set by scan once
+	// runtime.yaml has decoded; nil when it did not (its own errors say
+	// why), and then the names are not checked.
+	limits map[string]bool
 }
 
 // Set is the content of a specs directory.
@@ -156,6 +166,19 @@ func scan(dir string, env Env) (scanResult, error) {
 			sc.options = o
 		}
 		sc.results = append(sc.results, r)
+	}
+	if !sc.failed() {
+		// The limits the runtime will have, so that an agent naming one
+		// it will not have is told here, at its line, and not by the
+		// runtime's refusal at start.
+		o := sc.options
+		if env.RuntimeOptions != nil {
+			o = env.RuntimeOptions(o)
+		}
+		env.limits = make(map[string]bool, len(o.RateLimits))
+		for name := range o.RateLimits {
+			env.limits[name] = true
+		}
 	}
 
 	defined, nAgents := sc.scanAgents(filepath.Join(dir, AgentsDir), env)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -322,5 +323,28 @@ func TestErrorFormat(t *testing.T) {
 		if info := svc.ErrorInfoOf(err); info.Type != "SpecValidationError" || info.Message != c.want {
 			t.Errorf("ErrorInfoOf = %+v", info)
 		}
+	}
+}
+
+// The rate_limit names of agents are checked against the limits the
+// runtime will have: runtime.yaml's as Env.RuntimeOptions changes them
+// (an embedder that declares a limit in Go), not the file's alone.
+func TestRateLimitNamesAfterRuntimeOptions(t *testing.T) {
+	dir := writeTree(t, map[string]string{
+		"runtime.yaml":  "version: 1\nrate_limits:\n  shared: {max_concurrent: 2}\n",
+		"agents/a.yaml": "version: 1\nname: a\nmodel: test:echo\nmodel_settings: {rate_limit: shared}\n",
+		"agents/b.yaml": "version: 1\nname: b\nmodel: test:echo\nmodel_settings: {rate_limit: from-go}\n",
+	})
+	env := testEnv()
+	if _, err := Load(dir, env); err == nil || !strings.Contains(err.Error(), `b.yaml:4: model_settings.rate_limit: no limit "from-go"`) {
+		t.Errorf("Load: %v, want b's undeclared limit reported at its line", err)
+	}
+	env.RuntimeOptions = func(o svc.Options) svc.Options {
+		o.RateLimits = maps.Clone(o.RateLimits)
+		o.RateLimits["from-go"] = svc.RateLimit{RequestsPerMinute: 60}
+		return o
+	}
+	if _, err := Load(dir, env); err != nil {
+		t.Errorf("Load with the limit added by RuntimeOptions: %v", err)
 	}
 }

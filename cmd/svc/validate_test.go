@@ -43,6 +43,7 @@ func TestValidateAgreesWithServe(t *testing.T) {
 		{"fallback_provider", `agents/a.yaml:4: fallback_models[0]: model "zzz:q": unknown provider "zzz"`},
 		{"openai_settings", `agents/a.yaml:5: model_settings.max_tokens: want a positive integer, got 12.5 (float64) (openai model)`},
 		{"mcp_timeout", `agents/a.yaml:5: mcp_servers[0].timeout_seconds: 100000: want seconds above 0`},
+		{"rate_limit_name", `agents/a.yaml:5: model_settings.rate_limit: no limit "sharde" in the runtime's rate_limits (runtime.yaml declares: shared)`},
 		{"tool_arguments", `agents/a.yaml:8: model_settings.tool_arguments.spawn_agent: the agent has no tool "spawn_agent" (its tools: delegate, spawn_agents)`},
 		{"cel_syntax", `groups/g.yaml:7: edges[0].when: does not compile: 1:14: Syntax error`},
 		{"cel_type", `groups/g.yaml:7: edges[0].when: does not compile: 1:3: found no matching overload for '_+_'`},
@@ -181,5 +182,64 @@ func TestValidateModelSettings(t *testing.T) {
 	}
 	if p.code == 0 || !strings.Contains(p.stderr.String(), "oa.yaml:6: model_settings.temperature: want a number") {
 		t.Errorf("svc serve: exit %d, stderr:\n%s", p.code, tail(p.stderr.String(), 4000))
+	}
+}
+
+// An agent's model_settings.rate_limit is checked against the rate_limits
+// of runtime.yaml by validate, at the line of the name, in the pass that
+// reports the file's other faults and the other files' (issue 29: only
+// serve refused an undeclared name, at start); without runtime.yaml no
+// name is declared; a runtime.yaml that does not load is reported alone,
+// not as every agent's missing limit.
+func TestValidateRateLimitNames(t *testing.T) {
+	t.Parallel()
+	dir := writeSpecs(t, map[string]string{
+		"runtime.yaml":     "version: 1\nrate_limits:\n  openai-key:\n    requests_per_minute: 6000\n  slow:\n    max_concurrent: 2\n",
+		"agents/good.yaml": "version: 1\nname: good\nmodel: test:echo\nmodel_settings:\n  rate_limit: openai-key\n",
+		"agents/typo.yaml": "version: 1\nname: typo\nmodel: test:echo\nmodel_settings:\n  latency_ms: 1\n  rate_limit: openai_key\n",
+		// Another fault of the file does not hide the undeclared name.
+		"agents/both.yaml": "version: 1\nname: both\nmodel: test:echo\ntrust_level: bogus\nmodel_settings:\n  rate_limit: fast\n",
+		// Not a name: the runtime's own message, once.
+		"agents/num.yaml": "version: 1\nname: num\nmodel: test:echo\nmodel_settings:\n  rate_limit: 5\n",
+	})
+	r := mustExec(t, 1, nil, "validate", dir)
+	for _, want := range []string{
+		"[ok] " + filepath.Join(dir, "runtime.yaml"),
+		"[ok] " + filepath.Join(dir, "agents/good.yaml"),
+		"[error] " + filepath.Join(dir, "agents/typo.yaml") + `:6: model_settings.rate_limit: no limit "openai_key" in the runtime's rate_limits (runtime.yaml declares: openai-key, slow)`,
+		filepath.Join(dir, "agents/both.yaml") + ":4: trust_level",
+		filepath.Join(dir, "agents/both.yaml") + `:6: model_settings.rate_limit: no limit "fast"`,
+		"[error] " + filepath.Join(dir, "agents/num.yaml") + ":5: model_settings.rate_limit: want the name of a limit of rate_limits, got 5",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("validate printed\n%s\nwant %q", r.stdout, want)
+		}
+	}
+	if n := strings.Count(r.stdout, "rate_limit:"); n != 3 {
+		t.Errorf("validate printed\n%s\nwant 3 rate_limit errors, one per bad file, got %d", r.stdout, n)
+	}
+	if !strings.Contains(r.stderr, "3 of 5 files") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+
+	// Without runtime.yaml, no limit is declared.
+	none := writeSpecs(t, map[string]string{
+		"agents/a.yaml": "version: 1\nname: a\nmodel: test:echo\nmodel_settings:\n  rate_limit: shared\n",
+	})
+	r = mustExec(t, 1, nil, "validate", none)
+	if want := filepath.Join(none, "agents/a.yaml") + `:5: model_settings.rate_limit: no limit "shared" in the runtime's rate_limits (runtime.yaml declares none)`; !strings.Contains(r.stdout, want) {
+		t.Errorf("validate printed\n%s\nwant %q", r.stdout, want)
+	}
+
+	// A runtime.yaml with a fault: its limits are unknown, so the agents'
+	// names are not called undeclared.
+	broken := writeSpecs(t, map[string]string{
+		"runtime.yaml":  "version: 1\nrate_limits:\n  shared:\n    requests_per_minute: -1\n",
+		"agents/a.yaml": "version: 1\nname: a\nmodel: test:echo\nmodel_settings:\n  rate_limit: shared\n",
+	})
+	r = mustExec(t, 1, nil, "validate", broken)
+	if !strings.Contains(r.stdout, "[error] "+filepath.Join(broken, "runtime.yaml")+":4: rate_limits.shared.requests_per_minute") ||
+		!strings.Contains(r.stdout, "[ok] "+filepath.Join(broken, "agents/a.yaml")) {
+		t.Errorf("validate printed\n%s\nwant runtime.yaml's error and agents/a.yaml ok", r.stdout)
 	}
 }

@@ -646,6 +646,7 @@ function drawHealth() {
   $('#burn-chart').replaceChildren(line(state.burn, { unit: '/min' }));
   const rej = Object.entries(st.rejections || {}).map(([label, value]) => ({ label, value }));
   $('#rejections').replaceChildren(rej.length ? bars(rej) : h('p', { class: 'muted' }, 'No rejections.'));
+  drawLimits(st.rate_limits || []);
   fill($('#errors-table tbody'), (st.error_groups || []).map((g) => h('tr', {}, h('td', { class: 'bad' }, g.error), h('td', { class: 'num' }, String(g.count)),
     h('td', {}, ts(g.last_seen)), h('td', {}, (g.agents || []).join(', ')), h('td', { class: 'detail' }, g.sample))), 'No errors.', 5);
   fill($('#servers-table tbody'), (st.tool_servers || []).map((s) => h('tr', {}, h('td', {}, s.name), h('td', {}, s.agent), h('td', {}, s.transport),
@@ -662,6 +663,32 @@ function drawHealth() {
   const quiet = (st.workers || []).length && !hd.agents_spawned && !hd.agents_completed;
   $('#fleet-note').hidden = !quiet;
   tickHeartbeats();
+}
+
+// drawLimits shows each rate limit the model calls wait under, its use
+// in the last minute against what it allows ("412 / 6000 rpm"); the card
+// stays hidden while there is none (GET /runtime/stats lists a limit once
+// a call has drawn from it).
+function drawLimits(limits) {
+  $('#limits-card').hidden = !limits.length;
+  if (!limits.length) { $('#limits-table tbody').replaceChildren(); return; }
+  const per = (used, max, unit) => max ? `${fmtNum(used)} / ${fmtNum(max)} ${unit}` : `${fmtNum(used)} ${unit}`;
+  const ms = (v) => (v >= 1000 ? (v / 1000).toFixed(1) + ' s' : Math.round(v) + ' ms');
+  $('#limits-table tbody').replaceChildren(...limits.map((l) => {
+    const lim = l.limit || {};
+    const learned = [];
+    if (l.learned_concurrency) learned.push(`window ${l.learned_concurrency} at once`);
+    if (l.paused_ms) learned.push(`paused ${ms(l.paused_ms)}`);
+    return h('tr', { 'data-limit': l.name },
+      h('td', {}, l.name),
+      h('td', { class: 'num', 'data-k': 'queued' }, fmtNum(l.queued)),
+      h('td', { class: 'num', 'data-k': 'in_flight' }, lim.max_concurrent ? `${l.in_flight} / ${lim.max_concurrent}` : String(l.in_flight)),
+      h('td', { class: 'num', 'data-k': 'wait' }, `${ms(l.wait_p50_ms)} / ${ms(l.wait_p99_ms)}`),
+      h('td', { class: 'num', 'data-k': 'calls', title: `${l.calls} calls since the start` }, per(l.calls_last_minute, lim.requests_per_minute, 'rpm')),
+      h('td', { class: 'num', 'data-k': 'tokens', title: `${l.tokens} tokens since the start` }, per(l.tokens_last_minute, lim.tokens_per_minute, 'tpm')),
+      h('td', { class: 'num' + (l.throttled ? ' bad' : ''), 'data-k': 'throttled' }, fmtNum(l.throttled)),
+      h('td', { 'data-k': 'learned', class: l.paused_ms ? 'bad' : '' }, learned.length ? learned.join(', ') : h('span', { class: 'muted' }, '–')));
+  }));
 }
 
 // A worker is flagged "no heartbeat for N s" once its heartbeat period (30 s
