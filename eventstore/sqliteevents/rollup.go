@@ -60,7 +60,7 @@ func (s *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 				if groupBy == svc.GroupByModel {
 					key = rollup.UsageKey(groupBy, "", "", key)
 				}
-				u.Add(key, n, tokens, cost)
+				u.Add(key, n, tokens, 0, cost) // cached: schema version 5 (next commit)
 				return nil
 			})
 	})
