@@ -564,7 +564,7 @@ async function showUsage() {
     const [byAgent, byModel] = await Promise.all([call('usage?group_by=agent'), call('usage?group_by=model')]);
     const t = byAgent.total;
     $('#usage-total').replaceChildren(meter('Tokens', fmtNum(t.tokens_used)),
-      meter('Cached tokens', t.cached_tokens === undefined ? '–' : fmtNum(t.cached_tokens)),
+      meter('Cached tokens', fmtNum(t.cached_tokens)),
       h('div', { class: 'meter', 'data-usd': t.cost_usd ?? '' }, h('div', { class: 'meter-value' }, usd(t.cost_usd)), h('div', { class: 'meter-label' }, 'Cost (USD)')),
       meter('Invocations', fmtNum(t.invocations)));
     for (const [u, key] of [[byAgent, 'agent'], [byModel, 'model']]) {
