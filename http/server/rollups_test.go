@@ -141,7 +141,7 @@ func TestUsageRoute(t *testing.T) {
 	for what, got := range map[string]totals{"total": raw.Total, "echo": raw.Groups["echo"], "other": raw.Groups["other"]} {
 		want := map[string]string{"total": "4", "echo": "4", "other": "0"}[what]
 		if fmt.Sprint(got["cached_tokens"]) != want {
-			t.Errorf("/usage?group_by=agent %s: cached_tokens %s, want %s (all: %v)", what, got["cached_tokens"], want, got)
+			t.Errorf("/usage?group_by=agent %s: cached_tokens %v, want %s (all: %v)", what, got["cached_tokens"], want, got)
 		}
 	}
 }
