@@ -113,8 +113,8 @@ func TestEventsRoute(t *testing.T) {
 func TestUsageRoute(t *testing.T) {
 	srv, _ := newStandaloneWithEvents(t)
 	total := decode[svc.Usage](t, do(t, srv, "GET", "/usage", ""))
-	if total.Total.TokensUsed != 12 || total.Total.Invocations != 2 || len(total.Groups) != 0 {
-		t.Errorf("runtime-wide usage = %+v, want 12 tokens over 2 invocations and no groups", total)
+	if total.Total.TokensUsed != 12 || total.Total.CachedTokens != 4 || total.Total.Invocations != 2 || len(total.Groups) != 0 {
+		t.Errorf("runtime-wide usage = %+v, want 12 tokens (4 cached) over 2 invocations and no groups", total)
 	}
 	byAgent := decode[svc.Usage](t, do(t, srv, "GET", "/usage?group_by=agent", ""))
 	if byAgent.Groups["echo"].TokensUsed != 7 || byAgent.Groups["other"].TokensUsed != 5 || byAgent.GroupBy != "agent" {
