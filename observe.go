@@ -166,6 +166,10 @@ const (
 // UsageTotals sums agent_completed events.
 type UsageTotals struct {
 	TokensUsed int64 `json:"tokens_used"`
+	// CachedTokens sums the events' cached_tokens: the part of TokensUsed
+	// the model calls read from the providers' prompt caches. An event
+	// without it (no cache hit, or written before it existed) counts 0.
+	CachedTokens int64 `json:"cached_tokens"`
 	// CostUSD sums the events' cost_usd, in US dollars. Stores add the
 	// costs in whole nano-dollars (see CostNanos), so every grouping of the
 	// same events sums to the same total and every store agrees to the

@@ -467,8 +467,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	var usage struct {
 		Groups map[string]struct {
-			TokensUsed  int64 `json:"tokens_used"`
-			Invocations int64 `json:"invocations"`
+			TokensUsed   int64 `json:"tokens_used"`
+			CachedTokens int64 `json:"cached_tokens"`
+			Invocations  int64 `json:"invocations"`
 		} `json:"groups"`
 	}
 	testutil.Within(t, wait, "the clock runs to be stored", func() bool {
@@ -477,7 +478,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
 	for agent, u := range usage.Groups {
-		want := fmt.Sprintf("%s%d%d", agent, u.TokensUsed, u.Invocations)
+		want := fmt.Sprintf("%s%d%d%d", agent, u.TokensUsed, u.CachedTokens, u.Invocations)
 		b.until("usage row "+want, fmt.Sprintf(`[...document.querySelectorAll('#usage-agent tbody tr')].some(r => r.textContent === %q)`, want))
 	}
 	if n := eval[int](b, `document.querySelectorAll('#usage-agent-chart svg rect').length`); n != len(usage.Groups) {

@@ -25,10 +25,10 @@
 //     implements Pruner; the suite calls Prune before it checks.
 //   - Usage, ToolUsage, RuntimeStats and Tree follow the definitions of the
 //     eventstore package (percentiles by nearest rank, costs summed in
-//     nano-dollars, worker health by svc.WorkerHealth, trees linked by
-//     span ids), and give to the last bit what the memory store gives for
-//     the same events, with or without retention, whatever the batch
-//     sizes they were written in.
+//     nano-dollars, cached_tokens read as tokens_used is, worker health by
+//     svc.WorkerHealth, trees linked by span ids), and give to the last
+//     bit what the memory store gives for the same events, with or without
+//     retention, whatever the batch sizes they were written in.
 //   - A bad group_by is a SpecValidationError, an unknown or empty trace
 //     a RegistryError; a cancelled context is a CancelledError; after
 //     Close every call is a ShuttingDownError, and Close again is nil.
@@ -70,6 +70,7 @@ func Run(t *testing.T, open Open) {
 		{"ClosedAndCancelled", testClosedAndCancelled},
 		{"Rollups", testRollups},
 		{"RollupsEmpty", testRollupsEmpty},
+		{"UsageCachedTokens", testUsageCachedTokens},
 		{"RollupBadArguments", testRollupBadArguments},
 		{"Percentiles", testPercentiles},
 		{"WorkerHealth", testWorkerHealth},

@@ -410,6 +410,17 @@ func randomEvents(rng *rand.Rand, n int, end time.Time, span time.Duration) []sv
 		case 5:
 			p["cost_usd"] = json.Number(fmt.Sprintf("0.%06d", rng.IntN(1e6)))
 		}
+		switch rng.IntN(5) {
+		case 0: // absent: no cache hit, or written before cached_tokens
+		case 1:
+			p["cached_tokens"] = int64(rng.IntN(4000))
+		case 2:
+			p["cached_tokens"] = rng.Float64() * 50
+		case 3:
+			p["cached_tokens"] = -3
+		case 4:
+			p["cached_tokens"] = json.Number(fmt.Sprint(rng.IntN(100)))
+		}
 		p["model"] = pick("m1", "m2", "", svc.UnknownModel)
 		p["error"] = pick("ModelError: x", "TimeoutError: slow", "plain", "")
 		p["reason"] = pick("", "timeout", "budget_exceeded", "ModelError")

@@ -41,7 +41,7 @@ func (m *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 		for i := range evs {
 			e := &evs[i]
 			if e.ev.EventType == svc.EventAgentCompleted {
-				u.Add(rollup.UsageKey(groupBy, e.ev.AgentName, e.ev.TraceID, e.f.Model), 1, e.f.Tokens, e.f.CostNanos)
+				u.Add(rollup.UsageKey(groupBy, e.ev.AgentName, e.ev.TraceID, e.f.Model), 1, e.f.Tokens, e.f.Cached, e.f.CostNanos)
 			}
 		}
 	})

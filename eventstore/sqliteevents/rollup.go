@@ -48,19 +48,19 @@ func (s *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 	}
 	u := rollup.NewUsage(groupBy)
 	err = s.read(ctx, "usage", func(tx *sql.Tx) error {
-		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used, cost_nusd FROM usage_totals WHERE dim = ?`, []any{dim},
-			func(r *sql.Rows) error {
+		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used, cached_tokens, cost_nusd FROM usage_totals WHERE dim = ?`,
+			[]any{dim}, func(r *sql.Rows) error {
 				var (
-					key             string
-					n, tokens, cost int64
+					key                     string
+					n, tokens, cached, cost int64
 				)
-				if err := r.Scan(&key, &n, &tokens, &cost); err != nil {
+				if err := r.Scan(&key, &n, &tokens, &cached, &cost); err != nil {
 					return err
 				}
 				if groupBy == svc.GroupByModel {
 					key = rollup.UsageKey(groupBy, "", "", key)
 				}
-				u.Add(key, n, tokens, cost)
+				u.Add(key, n, tokens, cached, cost)
 				return nil
 			})
 	})

@@ -31,7 +31,13 @@ import (
 // migration adds both columns (0 for what is there) and fills them from
 // the payloads that have a cost_usd: events written before cost_usd existed
 // have none and cost 0, as they do in a memory store.
-const schemaVersion = 4
+//
+// Version 5 added agent_completed's cached input tokens: the events'
+// cached_tokens fact and usage_totals' sum of it. Its migration works as
+// version 4's: both columns are added (0 for what is there) and filled from
+// the payloads that have a cached_tokens (a version 4 build stored the key
+// but did not sum it); events without one count 0, as in a memory store.
+const schemaVersion = 5
 
 // The events table. Timestamps are Unix microseconds. The composite
 // indexes serve the filtered queries in timestamp order; (ts) alone serves
@@ -52,7 +58,8 @@ CREATE TABLE IF NOT EXISTS events (
 	payload         TEXT NOT NULL, -- JSON object
 ` + sqliteFactColumns + `,
 ` + sqliteSpanColumns + `,
-` + sqliteCostColumns + `
+` + sqliteCostColumns + `,
+` + sqliteCachedColumns + `
 );
 `
 
@@ -75,6 +82,10 @@ const sqliteSpanColumns = `
 const sqliteCostColumns = `
 	cost_nusd INTEGER NOT NULL DEFAULT 0`
 
+// sqliteCachedColumns are the events columns schema version 5 added.
+const sqliteCachedColumns = `
+	cached_tokens INTEGER NOT NULL DEFAULT 0`
+
 // The totals tables hold the sums and counts of Usage, ToolUsage and the
 // stats header, kept up to date by Write (one row of a multi-row upsert
 // per key a batch touches, in the batch's transaction: write.go)
@@ -90,6 +101,7 @@ CREATE TABLE IF NOT EXISTS usage_totals (
 	invocations INTEGER NOT NULL,
 	tokens_used INTEGER NOT NULL,
 	cost_nusd   INTEGER NOT NULL DEFAULT 0, -- nano-dollars; schema version 4
+	cached_tokens INTEGER NOT NULL DEFAULT 0, -- schema version 5
 	PRIMARY KEY (dim, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tool_totals (
@@ -177,9 +189,15 @@ func initSQLite(db *sql.DB) error {
 	if _, err := tx.Exec(sqliteEvents + sqliteTotals); err != nil {
 		return err
 	}
-	// The cost columns come first: the migrations below keep them too.
+	// The cost and cached columns come first: the migrations below keep
+	// them too.
 	if tables > 0 && version < 4 {
 		if err := addCostColumns(tx); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
+	if tables > 0 && version < 5 {
+		if err := addCachedColumns(tx); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
@@ -193,9 +211,15 @@ func initSQLite(db *sql.DB) error {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
-	// migrateV1 filled the costs of a version 1 file with its other facts.
+	// migrateV1 filled the costs and cached tokens of a version 1 file
+	// with its other facts.
 	if tables > 0 && version >= 2 && version < 4 {
-		if err := migrateV3(tx); err != nil {
+		if err := backfillUsage(tx, costFact); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
+	if tables > 0 && version >= 2 && version < 5 {
+		if err := backfillUsage(tx, cachedFact); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
@@ -249,17 +273,42 @@ func addCostColumns(tx *sql.Tx) error {
 	return addTableColumns(tx, "usage_totals", `cost_nusd INTEGER NOT NULL DEFAULT 0`)
 }
 
-// migrateV3 fills the cost fact of a version 2 or 3 file's agent_completed
-// events that have a cost_usd (an older build stores what a newer worker
-// relays as it is), and adds their costs to the usage totals.
-func migrateV3(tx *sql.Tx) error {
-	update, err := tx.Prepare(`UPDATE events SET cost_nusd = ? WHERE id = ?`)
+// addCachedColumns adds schema version 5's columns to a file of an earlier
+// version: the events' cached tokens fact and the usage totals' sum of it.
+func addCachedColumns(tx *sql.Tx) error {
+	if err := addColumns(tx, sqliteCachedColumns); err != nil {
+		return err
+	}
+	return addTableColumns(tx, "usage_totals", `cached_tokens INTEGER NOT NULL DEFAULT 0`)
+}
+
+// usageFact is an agent_completed fact a schema version added after the
+// fact columns (version 2): the payload key it is read from, its events
+// column (named as its usage_totals column), and where it sits in the
+// usage sums.
+type usageFact struct {
+	key, column string
+	slot        int // index in totals.usage's sums
+	get         func(*rollup.Facts) int64
+}
+
+var (
+	costFact   = usageFact{"cost_usd", "cost_nusd", usageCost, func(f *rollup.Facts) int64 { return f.CostNanos }}
+	cachedFact = usageFact{"cached_tokens", "cached_tokens", usageCached, func(f *rollup.Facts) int64 { return f.Cached }}
+)
+
+// backfillUsage fills fact in a version 2 to 4 file's agent_completed events
+// whose payload has its key (an older build stores what a newer worker
+// relays, or what it did not sum yet, as it is), and adds them to the usage
+// totals. The column was just added, so it holds 0 everywhere.
+func backfillUsage(tx *sql.Tx, fact usageFact) error {
+	update, err := tx.Prepare(`UPDATE events SET ` + fact.column + ` = ? WHERE id = ?`)
 	if err != nil {
 		return err
 	}
 	defer update.Close()
 	t := newTotals()
-	type row struct{ id, cost int64 }
+	type row struct{ id, v int64 }
 	const chunk = 1000
 	for last := int64(-1 << 63); ; {
 		var (
@@ -267,7 +316,7 @@ func migrateV3(tx *sql.Tx) error {
 			seen  int
 		)
 		err := eachRow(context.Background(), tx, `SELECT id, agent, trace_id, model, payload FROM events
-			WHERE id > ? AND event_type = 'agent_completed' AND instr(payload, '"cost_usd"') > 0 ORDER BY id LIMIT ?`,
+			WHERE id > ? AND event_type = 'agent_completed' AND instr(payload, '"`+fact.key+`"') > 0 ORDER BY id LIMIT ?`,
 			[]any{last, chunk}, func(r *sql.Rows) error {
 				var (
 					agent, trace, model string
@@ -282,9 +331,12 @@ func migrateV3(tx *sql.Tx) error {
 					return nil
 				}
 				ev := svc.RuntimeEvent{EventType: svc.EventAgentCompleted, Payload: p}
-				if f := rollup.FactsOf(&ev); f.CostNanos != 0 {
-					batch = append(batch, row{last, f.CostNanos})
-					t.add(svc.EventAgentCompleted, agent, trace, model, "", 0, 0, f.CostNanos, 0, 0)
+				f := rollup.FactsOf(&ev)
+				if v := fact.get(&f); v != 0 {
+					batch = append(batch, row{last, v})
+					var sums [usageSums]int64
+					sums[fact.slot] = v
+					t.addUsage(agent, trace, model, sums)
 				}
 				return nil
 			})
@@ -292,7 +344,7 @@ func migrateV3(tx *sql.Tx) error {
 			return err
 		}
 		for _, r := range batch {
-			if _, err := update.Exec(r.cost, r.id); err != nil {
+			if _, err := update.Exec(r.v, r.id); err != nil {
 				return err
 			}
 		}
@@ -368,7 +420,7 @@ func migrateV1(tx *sql.Tx) error {
 		return err
 	}
 	update, err := tx.Prepare(`UPDATE events SET tokens_used = ?, duration_us = ?, model = ?, tool_name = ?,
-		error_kind = ?, runtime_id = ?, cost_nusd = ? WHERE id = ?`)
+		error_kind = ?, runtime_id = ?, cost_nusd = ?, cached_tokens = ? WHERE id = ?`)
 	if err != nil {
 		return err
 	}
@@ -408,7 +460,7 @@ func migrateV1(tx *sql.Tx) error {
 			return err
 		}
 		for _, r := range batch {
-			if _, err := update.Exec(r.f.Tokens, durationArg(r.f), r.f.Model, r.f.Tool, r.f.ErrKind, r.f.Runtime, r.f.CostNanos, r.id); err != nil {
+			if _, err := update.Exec(r.f.Tokens, durationArg(r.f), r.f.Model, r.f.Tool, r.f.ErrKind, r.f.Runtime, r.f.CostNanos, r.f.Cached, r.id); err != nil {
 				return err
 			}
 		}
@@ -446,39 +498,41 @@ func eachRow(ctx context.Context, tx *sql.Tx, query string, args []any, f func(*
 	return rows.Err()
 }
 
+// The usage sums of one usage_totals key, in usageTable's column order.
+const (
+	usageInvocations = iota
+	usageTokens
+	usageCost // nano-dollars
+	usageCached
+	usageSums
+)
+
 // totals are changes to the totals tables.
 type totals struct {
-	usage  map[[2]string]*[3]int64 // (dim, key) → invocations, tokens, cost (nano-dollars)
-	tools  map[[2]string]*[4]int64 // (tool, agent) → calls, failures, durations, duration sum
+	usage  map[[2]string]*[usageSums]int64 // (dim, key) → the usage sums
+	tools  map[[2]string]*[4]int64         // (tool, agent) → calls, failures, durations, duration sum
 	types  map[string]int64
 	traces map[string]int64
 }
 
 func newTotals() *totals {
-	return &totals{usage: map[[2]string]*[3]int64{}, tools: map[[2]string]*[4]int64{},
+	return &totals{usage: map[[2]string]*[usageSums]int64{}, tools: map[[2]string]*[4]int64{},
 		types: map[string]int64{}, traces: map[string]int64{}}
 }
 
 // add counts n events of type t by agent in trace with these facts; tokens,
-// cost (nano-dollars), durations and durUS are their sums. n is negative
-// for deleted events.
-func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tokens, cost, durations, durUS int64) {
+// cached tokens, cost (nano-dollars), durations and durUS are their sums.
+// n is negative for deleted events.
+func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tokens, cached, cost, durations, durUS int64) {
 	t.types[string(typ)] += n
 	if trace != "" && !rollup.IsWorkerEvent(typ) {
 		t.traces[trace] += n
 	}
 	switch typ {
 	case svc.EventAgentCompleted:
-		for _, k := range [...][2]string{{svc.GroupByAgent, agent}, {svc.GroupByTrace, trace}, {svc.GroupByModel, model}} {
-			u := t.usage[k]
-			if u == nil {
-				u = new([3]int64)
-				t.usage[k] = u
-			}
-			u[0] += n
-			u[1] += tokens
-			u[2] += cost
-		}
+		var sums [usageSums]int64
+		sums[usageInvocations], sums[usageTokens], sums[usageCost], sums[usageCached] = n, tokens, cost, cached
+		t.addUsage(agent, trace, model, sums)
 	case svc.EventToolCallCompleted, svc.EventToolCallFailed:
 		k := [2]string{tool, agent}
 		r := t.tools[k]
@@ -495,29 +549,44 @@ func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tok
 	}
 }
 
+// addUsage adds sums to the usage keys of an agent_completed event by agent
+// in trace with this model fact.
+func (t *totals) addUsage(agent, trace, model string, sums [usageSums]int64) {
+	for _, k := range [...][2]string{{svc.GroupByAgent, agent}, {svc.GroupByTrace, trace}, {svc.GroupByModel, model}} {
+		u := t.usage[k]
+		if u == nil {
+			u = new([usageSums]int64)
+			t.usage[k] = u
+		}
+		for i, v := range sums {
+			u[i] += v
+		}
+	}
+}
+
 // addEvent counts one event about to be written.
 func (t *totals) addEvent(ev *svc.RuntimeEvent, f *rollup.Facts) {
 	var durations int64
 	if f.HasDur {
 		durations = 1
 	}
-	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.Model, f.Tool, 1, f.Tokens, f.CostNanos, durations, f.DurUS)
+	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.Model, f.Tool, 1, f.Tokens, f.Cached, f.CostNanos, durations, f.DurUS)
 }
 
 // totalsWhere returns the totals of the events matching cond, times sign.
 func totalsWhere(ctx context.Context, tx *sql.Tx, cond string, args []any, sign int64) (*totals, error) {
 	t := newTotals()
 	err := eachRow(ctx, tx, `SELECT event_type, agent, trace_id, model, tool_name,
-		COUNT(*), SUM(tokens_used), SUM(cost_nusd), COUNT(duration_us), COALESCE(SUM(duration_us), 0)
+		COUNT(*), SUM(tokens_used), SUM(cached_tokens), SUM(cost_nusd), COUNT(duration_us), COALESCE(SUM(duration_us), 0)
 		FROM events WHERE `+cond+` GROUP BY event_type, agent, trace_id, model, tool_name`, args, func(r *sql.Rows) error {
 		var (
-			typ, agent, trace, model, tool    string
-			n, tokens, cost, durations, durUS int64
+			typ, agent, trace, model, tool            string
+			n, tokens, cached, cost, durations, durUS int64
 		)
-		if err := r.Scan(&typ, &agent, &trace, &model, &tool, &n, &tokens, &cost, &durations, &durUS); err != nil {
+		if err := r.Scan(&typ, &agent, &trace, &model, &tool, &n, &tokens, &cached, &cost, &durations, &durUS); err != nil {
 			return err
 		}
-		t.add(svc.EventType(typ), agent, trace, model, tool, sign*n, sign*tokens, sign*cost, sign*durations, sign*durUS)
+		t.add(svc.EventType(typ), agent, trace, model, tool, sign*n, sign*tokens, sign*cached, sign*cost, sign*durations, sign*durUS)
 		return nil
 	})
 	return t, err

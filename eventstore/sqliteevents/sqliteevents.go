@@ -206,7 +206,7 @@ func (s *Store) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 			payload, payloads = evcodec.Append(payloads, ev.Payload)
 			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
 				ev.TaskID, ev.TraceID, ev.ParentTraceID, payload,
-				f.Tokens, durationArg(f), f.Model, f.Tool, f.ErrKind, f.Runtime, ev.SpanID, ev.ParentSpanID, f.CostNanos)
+				f.Tokens, durationArg(f), f.Model, f.Tool, f.ErrKind, f.Runtime, ev.SpanID, ev.ParentSpanID, f.CostNanos, f.Cached)
 			t.addEvent(ev, &f)
 		}
 		if err := stmts.writeEvents(args); err != nil {

@@ -18,8 +18,8 @@ import (
 // the batch's order.
 
 // chunkSizes are the row counts of the prepared multi-row statements,
-// largest first. 64 rows of the widest statement (the events' 16 columns)
-// are 1,024 parameters, far below SQLite's limit of 32,766.
+// largest first. 64 rows of the widest statement (the events' 17 columns)
+// are 1,088 parameters, far below SQLite's limit of 32,766.
 var chunkSizes = [...]int{64, 32, 16, 8, 4, 2, 1}
 
 const maxChunk = 64
@@ -44,9 +44,9 @@ func valuesList(rows, cols int) string {
 // insertCols are the events columns Write fills, in the order of its
 // arguments.
 const insertCols = `ts, event_type, agent, task_id, trace_id, parent_trace_id, payload,
-	tokens_used, duration_us, model, tool_name, error_kind, runtime_id, span_id, parent_span_id, cost_nusd`
+	tokens_used, duration_us, model, tool_name, error_kind, runtime_id, span_id, parent_span_id, cost_nusd, cached_tokens`
 
-const insertWidth = 16
+const insertWidth = 17
 
 // insertSQL is the INSERT of n events.
 func insertSQL(n int) string {
@@ -63,7 +63,7 @@ type totalsTable struct {
 
 // The totals tables, in the column order totals.apply gives their rows.
 var (
-	usageTable = totalsTable{"usage_totals", []string{"dim", "key"}, []string{"invocations", "tokens_used", "cost_nusd"}}
+	usageTable = totalsTable{"usage_totals", []string{"dim", "key"}, []string{"invocations", "tokens_used", "cost_nusd", "cached_tokens"}}
 	toolTable  = totalsTable{"tool_totals", []string{"tool_name", "agent"},
 		[]string{"calls", "failures", "durations", "duration_us"}}
 	typeTable  = totalsTable{"type_totals", []string{"event_type"}, []string{"events"}}
@@ -230,8 +230,8 @@ func (t *totals) apply(s *txStmts) error {
 		return nil
 	}
 	for k, u := range t.usage {
-		args = append(args, k[0], k[1], u[0], u[1], u[2])
-		if u[0] < 0 {
+		args = append(args, k[0], k[1], u[usageInvocations], u[usageTokens], u[usageCost], u[usageCached])
+		if u[usageInvocations] < 0 {
 			drops = append(drops, []any{k[0], k[1]})
 		}
 	}

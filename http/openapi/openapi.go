@@ -77,7 +77,7 @@ var Routes = []Route{
 		Query: map[string]string{"limit": "At most this many events.", "since": "From this time (RFC 3339 or Unix milliseconds).", "until": "Before this time.", "trace_id": "Only this trace.", "event_type": "Only this event type."}},
 	{Method: "GET", Path: "/events/stream", ID: "streamEvents", Summary: "Live events as server-sent events (data: RuntimeEvent).", Status: 200, Reply: "RuntimeEvent", ReplyType: "text/event-stream",
 		Query: map[string]string{"event_type": "Only these event types (repeatable, or comma-separated).", "agent": "Only this agent's events."}},
-	{Method: "GET", Path: "/usage", ID: "usage", Summary: "Tokens, cost and invocations in total and per agent, model or trace.", Status: 200, Reply: "Usage",
+	{Method: "GET", Path: "/usage", ID: "usage", Summary: "Tokens (and the cached input tokens among them), cost and invocations in total and per agent, model or trace.", Status: 200, Reply: "Usage",
 		Query: map[string]string{"group_by": "agent (default), model, trace or none."}},
 	{Method: "GET", Path: "/tools", ID: "tools", Summary: "The tools agents can call; with group_by, their calls, failures and latency percentiles.", Status: 200, Reply: "ToolDescriptor", ReplyArray: true, Alt: "ToolUsage",
 		Query: map[string]string{"group_by": "tool or agent_tool: answer with usage rows instead of the catalogue."}},

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -46,7 +47,7 @@ func sampleEvents() []svc.RuntimeEvent {
 		ev(1, svc.EventToolCallStarted, "echo", "t1", svc.Payload{"tool_name": "clock", "trust_level": "medium"}),
 		ev(2, svc.EventToolCallCompleted, "echo", "t1", svc.Payload{"tool_name": "clock", "duration_ms": 10.0, "tokens_used": 0}),
 		ev(3, svc.EventToolCallFailed, "echo", "t1", svc.Payload{"tool_name": "clock", "duration_ms": 30.0, "error": "boom"}),
-		ev(4, svc.EventAgentCompleted, "echo", "t1", svc.Payload{"duration_ms": 40.0, "tokens_used": 7, "backend": "local", "model": "test:echo"}),
+		ev(4, svc.EventAgentCompleted, "echo", "t1", svc.Payload{"duration_ms": 40.0, "tokens_used": 7, "cached_tokens": 4, "backend": "local", "model": "test:echo"}),
 		ev(5, svc.EventAgentSpawned, "other", "t2", svc.Payload{"backend": "local", "trust_level": "medium"}),
 		ev(6, svc.EventAgentCompleted, "other", "t2", svc.Payload{"duration_ms": 5.0, "tokens_used": 5, "backend": "local"}),
 	}
@@ -112,8 +113,8 @@ func TestEventsRoute(t *testing.T) {
 func TestUsageRoute(t *testing.T) {
 	srv, _ := newStandaloneWithEvents(t)
 	total := decode[svc.Usage](t, do(t, srv, "GET", "/usage", ""))
-	if total.Total.TokensUsed != 12 || total.Total.Invocations != 2 || len(total.Groups) != 0 {
-		t.Errorf("runtime-wide usage = %+v, want 12 tokens over 2 invocations and no groups", total)
+	if total.Total.TokensUsed != 12 || total.Total.CachedTokens != 4 || total.Total.Invocations != 2 || len(total.Groups) != 0 {
+		t.Errorf("runtime-wide usage = %+v, want 12 tokens (4 cached) over 2 invocations and no groups", total)
 	}
 	byAgent := decode[svc.Usage](t, do(t, srv, "GET", "/usage?group_by=agent", ""))
 	if byAgent.Groups["echo"].TokensUsed != 7 || byAgent.Groups["other"].TokensUsed != 5 || byAgent.GroupBy != "agent" {
@@ -128,6 +129,21 @@ func TestUsageRoute(t *testing.T) {
 		t.Errorf("by trace = %+v", byTrace)
 	}
 	problem(t, do(t, srv, "GET", "/usage?group_by=planet", ""), http.StatusBadRequest)
+
+	// cached_tokens on the wire, beside tokens_used: echo's completion
+	// read 4 from a prompt cache; other's has no cached_tokens (no cache
+	// hit, or an event from before the key) and counts 0, written out.
+	type totals map[string]any
+	raw := decode[struct {
+		Total  totals            `json:"total"`
+		Groups map[string]totals `json:"groups"`
+	}](t, do(t, srv, "GET", "/usage?group_by=agent", ""))
+	for what, got := range map[string]totals{"total": raw.Total, "echo": raw.Groups["echo"], "other": raw.Groups["other"]} {
+		want := map[string]string{"total": "4", "echo": "4", "other": "0"}[what]
+		if fmt.Sprint(got["cached_tokens"]) != want {
+			t.Errorf("/usage?group_by=agent %s: cached_tokens %v, want %s (all: %v)", what, got["cached_tokens"], want, got)
+		}
+	}
 }
 
 func TestToolsRoute(t *testing.T) {

@@ -441,7 +441,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Tokens, cost and invocations in total and per agent, model or trace. */
+        /** Tokens (and the cached input tokens among them), cost and invocations in total and per agent, model or trace. */
         get: operations["usage"];
         put?: never;
         post?: never;
@@ -968,12 +968,14 @@ export interface components {
             group_by: string;
             groups?: {
                 [key: string]: {
+                    cached_tokens: number;
                     cost_usd: number;
                     invocations: number;
                     tokens_used: number;
                 };
             };
             total: {
+                cached_tokens: number;
                 cost_usd: number;
                 invocations: number;
                 tokens_used: number;
@@ -2009,7 +2011,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Tokens, cost and invocations in total and per agent, model or trace. */
+            /** @description Tokens (and the cached input tokens among them), cost and invocations in total and per agent, model or trace. */
             200: {
                 headers: {
                     [name: string]: unknown;

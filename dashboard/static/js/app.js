@@ -556,18 +556,22 @@ function usd(c) {
 
 // showUsage charts tokens and cost by agent and by model, both from
 // GET /usage (the event store's sums of agent_completed): one row and one
-// bar per key; each cost cell keeps the API's figure in data-usd.
+// bar per key; each cost cell keeps the API's figure in data-usd. The
+// cached column is the part of the tokens read from a prompt cache ('–'
+// from a server whose /usage has no cached_tokens).
 async function showUsage() {
   try {
     const [byAgent, byModel] = await Promise.all([call('usage?group_by=agent'), call('usage?group_by=model')]);
     const t = byAgent.total;
     $('#usage-total').replaceChildren(meter('Tokens', fmtNum(t.tokens_used)),
+      meter('Cached tokens', fmtNum(t.cached_tokens)),
       h('div', { class: 'meter', 'data-usd': t.cost_usd ?? '' }, h('div', { class: 'meter-value' }, usd(t.cost_usd)), h('div', { class: 'meter-label' }, 'Cost (USD)')),
       meter('Invocations', fmtNum(t.invocations)));
     for (const [u, key] of [[byAgent, 'agent'], [byModel, 'model']]) {
-      const items = Object.entries(u.groups || {}).map(([k, v]) => ({ label: k, value: v.tokens_used, inv: v.invocations, cost: v.cost_usd }));
+      const items = Object.entries(u.groups || {}).map(([k, v]) => ({ label: k, value: v.tokens_used, cached: v.cached_tokens, inv: v.invocations, cost: v.cost_usd }));
       $(`#usage-${key}-chart`).replaceChildren(bars(items, { unit: '' }));
-      fill($(`#usage-${key} tbody`), [...items].sort((a, b) => b.value - a.value).map((i) => h('tr', {}, h('td', {}, i.label), h('td', { class: 'num' }, String(i.value)), h('td', { class: 'num' }, String(i.inv)))), 'No completed agents yet.', 3);
+      fill($(`#usage-${key} tbody`), [...items].sort((a, b) => b.value - a.value).map((i) => h('tr', { 'data-key': i.label }, h('td', {}, i.label), h('td', { class: 'num' }, String(i.value)),
+        h('td', { class: 'num cached' }, i.cached === undefined ? '–' : String(i.cached)), h('td', { class: 'num' }, String(i.inv)))), 'No completed agents yet.', 4);
       // A server from before /usage had cost_usd: say so rather than draw zeros.
       if (items.length && items.every((i) => i.cost === undefined)) {
         $(`#usage-cost-${key}-chart`).replaceChildren(h('p', { class: 'muted' }, 'This server\'s /usage has no cost_usd (an older svc).'));

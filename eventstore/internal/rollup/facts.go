@@ -16,6 +16,9 @@ import (
 type Facts struct {
 	// Tokens is agent_completed's tokens_used.
 	Tokens int64
+	// Cached is agent_completed's cached_tokens: 0 when absent (no cache
+	// hit, or written before it existed).
+	Cached int64
 	// CostNanos is agent_completed's cost_usd in nano-dollars
 	// (svc.CostNanos): 0 when absent (events written before it existed).
 	CostNanos int64
@@ -33,7 +36,7 @@ type Facts struct {
 	Runtime string
 }
 
-// maxFact bounds tokens_used and durations (in microseconds, about 12.7
+// maxFact bounds tokens_used, cached_tokens and durations (in microseconds, about 12.7
 // days): a larger value is a bug upstream, and refusing it keeps every sum
 // over a store far from int64 overflow.
 const maxFact = 1 << 40
@@ -47,6 +50,7 @@ func FactsOf(ev *svc.RuntimeEvent) Facts {
 	switch ev.EventType {
 	case svc.EventAgentCompleted:
 		f.Tokens = tokensOf(p["tokens_used"])
+		f.Cached = tokensOf(p["cached_tokens"])
 		f.CostNanos = costOf(p["cost_usd"])
 		f.Model = Str(p["model"])
 	case svc.EventToolCallStarted:

@@ -21,6 +21,7 @@ import (
 // Definitions:
 //   - Usage sums tokens_used of agent_completed events (a missing, negative
 //     or non-numeric value counts as 0; a fractional one is truncated), and
+//     their cached_tokens (read the same way as tokens_used), and
 //     their cost_usd, each rounded to whole nano-dollars first
 //     (svc.CostNanos; missing counts as 0), so the sums are exact whatever
 //     their order.
@@ -94,17 +95,19 @@ func NewUsage(groupBy string) *UsageAcc {
 	return a
 }
 
-// add counts n invocations with tokens and cost (in nano-dollars) under
-// key (ignored when ungrouped).
-func (a *UsageAcc) Add(key string, n, tokens, costNanos int64) {
+// Add counts n invocations with tokens, cached tokens and cost (in
+// nano-dollars) under key (ignored when ungrouped).
+func (a *UsageAcc) Add(key string, n, tokens, cached, costNanos int64) {
 	u := &a.u
 	u.Total.Invocations += n
 	u.Total.TokensUsed += tokens
+	u.Total.CachedTokens += cached
 	a.totalNanos += costNanos
 	if u.Groups != nil {
 		g := u.Groups[key]
 		g.Invocations += n
 		g.TokensUsed += tokens
+		g.CachedTokens += cached
 		u.Groups[key] = g
 		a.nanos[key] += costNanos
 	}
