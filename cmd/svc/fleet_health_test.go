@@ -119,7 +119,7 @@ func fleetHealth(t *testing.T, specs string, b fleetBroker) {
 		st := runtimeStats(t, c)
 		k, _ := workerIn(st, "w-kill")
 		s, _ := workerIn(st, "w-stop")
-		if k.Concurrency != 4 || s.Concurrency != 3 || !slices.Equal(k.Agents, []string{"echo", "nap", "slow"}) || k.Stopped {
+		if k.Concurrency != 4 || s.Concurrency != 3 || !slices.Equal(k.Agents, []string{"echo", "nap", "slow", "steady"}) || k.Stopped {
 			t.Errorf("%s: workers = %+v, %+v", c.base, k, s)
 		}
 	}
@@ -176,8 +176,8 @@ func fleetHealth(t *testing.T, specs string, b fleetBroker) {
 		t.Fatalf("svc status --workers: %d %s", r.code, r.stderr)
 	}
 	for _, want := range []string{
-		"worker runtime_id=w-kill status=down in_flight=0 concurrency_cap=4 agents=echo,nap,slow ",
-		"worker runtime_id=w-stop status=down in_flight=0 concurrency_cap=3 agents=echo,nap,slow ",
+		"worker runtime_id=w-kill status=down in_flight=0 concurrency_cap=4 agents=echo,nap,slow,steady ",
+		"worker runtime_id=w-stop status=down in_flight=0 concurrency_cap=3 agents=echo,nap,slow,steady ",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("svc status --workers printed:\n%s\nwant a line starting %q", r.stdout, want)
