@@ -569,30 +569,13 @@ func (s *Store) Steps(ctx context.Context, runID string, after int64) ([]svc.Run
 	if _, err := s.load(runID); err != nil {
 		return nil, err
 	}
-	prefix := stepPrefix + runID + "/"
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: seqKey(stepPrefix, runID, max(after, 0)+1), UpperBound: prefixEnd(prefix)})
+	stored, err := scanSeq[stepJSON](s.db, stepPrefix, runID, after, "step")
 	if err != nil {
-		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read steps of %q", runID))
+		return nil, err
 	}
-	out := []svc.RunStep{}
-	for ok := it.First(); ok; ok = it.Next() {
-		// The keys of run "a/b" fall in run "a"'s range, as with events.
-		if len(it.Key()) != len(prefix)+seqDigits {
-			continue
-		}
-		v, err := it.ValueAndErr()
-		if err == nil {
-			var j stepJSON
-			if err = json.Unmarshal(v, &j); err == nil {
-				out = append(out, svc.RunStep{Seq: j.Seq, Kind: j.Kind, Key: j.Key, Data: j.Data, Timestamp: j.Timestamp.UTC()})
-				continue
-			}
-		}
-		_ = it.Close()
-		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read step %q", it.Key()))
-	}
-	if err := it.Close(); err != nil {
-		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read steps of %q", runID))
+	out := make([]svc.RunStep, len(stored))
+	for i, j := range stored {
+		out[i] = svc.RunStep{Seq: j.Seq, Kind: j.Kind, Key: j.Key, Data: j.Data, Timestamp: j.Timestamp.UTC()}
 	}
 	return out, nil
 }
@@ -978,39 +961,44 @@ func (s *Store) load(runID string) (*stored, error) {
 
 // events reads runID's events after seq after; the caller holds mu.
 func (s *Store) events(runID string, after int64) ([]svc.RunEvent, error) {
-	if after < 0 {
-		after = 0
+	evs, err := scanSeq[svc.RunEvent](s.db, evPrefix, runID, after, "event")
+	if len(evs) == 0 {
+		evs = nil // as before: no events is a nil list
 	}
-	prefix := evPrefix + runID + "/"
-	it, err := s.db.NewIter(&pebble.IterOptions{
-		LowerBound: eventKey(runID, after+1),
-		UpperBound: prefixEnd(prefix),
-	})
+	return evs, err
+}
+
+// scanSeq decodes, in order, the JSON values of run runID's keys under
+// prefix (evPrefix, stepPrefix) whose sequence is past after; what names
+// them in errors.
+func scanSeq[T any](db *pebble.DB, prefix, runID string, after int64, what string) ([]T, error) {
+	runPrefix := prefix + runID + "/"
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: seqKey(prefix, runID, max(after, 0)+1), UpperBound: prefixEnd(runPrefix)})
 	if err != nil {
-		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read events of %q", runID))
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read %ss of %q", what, runID))
 	}
-	var evs []svc.RunEvent
+	out := []T{}
 	for ok := it.First(); ok; ok = it.Next() {
 		// Ids may contain "/", so run "a" sees the keys of run "a/b" in its
 		// range; those are longer than prefix+seq and are skipped.
-		if len(it.Key()) != len(prefix)+seqDigits {
+		if len(it.Key()) != len(runPrefix)+seqDigits {
 			continue
 		}
 		v, err := it.ValueAndErr()
 		if err == nil {
-			var ev svc.RunEvent
-			if err = json.Unmarshal(v, &ev); err == nil {
-				evs = append(evs, ev)
+			var x T
+			if err = json.Unmarshal(v, &x); err == nil {
+				out = append(out, x)
 				continue
 			}
 		}
 		_ = it.Close()
-		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read event %q", it.Key()))
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read %s %q", what, it.Key()))
 	}
 	if err := it.Close(); err != nil {
-		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read events of %q", runID))
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read %ss of %q", what, runID))
 	}
-	return evs, nil
+	return out, nil
 }
 
 func (s *Store) subscribe(runID string, sub *subscriber) {
