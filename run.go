@@ -66,6 +66,11 @@ const (
 	// the story (a run Interrupt found unfinished after its process died).
 	// Agent and TaskID are null; Error carries the reason.
 	RunRunFailed RunEventType = "run_failed"
+	// RunRunResumed is the event a resumed run's history goes on with: a
+	// new process took the run over from the one that died, and replays
+	// the steps it recorded (RunStatus.Resumed counts them). Agent and
+	// TaskID are null.
+	RunRunResumed RunEventType = "run_resumed"
 )
 
 // ReasonInterrupted is the Reason of a run that RunStore.Interrupt failed:
