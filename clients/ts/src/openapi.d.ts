@@ -615,8 +615,10 @@ export interface components {
         RunStatus: {
             progress: null | components["schemas"]["RunProgress"];
             reason?: string;
+            resumed?: number;
             run_id: string;
             state: string;
+            steps?: number;
             trace_id?: string;
         };
         /** @description One thing that happened in the runtime; payload keys depend on event_type. */
