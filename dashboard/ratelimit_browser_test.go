@@ -35,7 +35,7 @@ func TestDashboardRateLimits(t *testing.T) {
 	}, "")
 
 	b := newBrowser(t, 1280, 900)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	cell := func(limit, k string) string {
 		return fmt.Sprintf(`((document.querySelector('#limits-table tr[data-limit=%q] td[data-k=%q]') || {}).textContent || '')`, limit, k)
 	}
