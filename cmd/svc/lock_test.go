@@ -60,9 +60,11 @@ func TestServeDataDirLock(t *testing.T) {
 	// Once the first has stopped, the directory is free.
 	first.signal(t, syscall.SIGTERM)
 	first.wait(t, 20*time.Second)
-	again := startServe(t, nil, "--specs", dir, "--data-dir", dataDir)
+	// (It resumes the run the first one's shutdown cut; its own shutdown
+	// cuts it again, so it may exit 1 saying so.)
+	again := startServe(t, nil, "--specs", dir, "--data-dir", dataDir, "--shutdown-grace", "200ms")
 	again.signal(t, syscall.SIGTERM)
-	if code := again.wait(t, 20*time.Second); code != 0 {
+	if code := again.wait(t, 20*time.Second); code != 0 && code != 1 {
 		t.Errorf("serve after the first stopped: exit %d", code)
 	}
 }

@@ -65,9 +65,10 @@ func TestServeRunsSurviveRestart(t *testing.T) {
 	}
 }
 
-// A run the process died in the middle of is failed at the next start,
-// never stuck running.
-func TestServeInterruptedRunFails(t *testing.T) {
+// A run the process died in the middle of is resumed at the next start
+// (never stuck running, never paid for again), and failed (interrupted,
+// saying why) only when it cannot be: its agent is gone from the specs.
+func TestServeInterruptedRunResumes(t *testing.T) {
 	specs := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(specs, "agents"), 0o755); err != nil {
 		t.Fatal(err)
@@ -87,21 +88,47 @@ func TestServeInterruptedRunFails(t *testing.T) {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&sub)
 	resp.Body.Close()
-	status := func(base string) string {
-		r, err := http.Get(base + "/runs/" + sub.RunID + "/status")
+	type status struct {
+		State, Reason string
+		Resumed       int
+	}
+	get := func(base, path string) (status, string) {
+		r, err := http.Get(base + "/runs/" + sub.RunID + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Body.Close()
-		var st struct{ State string }
-		_ = json.NewDecoder(r.Body).Decode(&st)
-		return st.State
+		b, _ := io.ReadAll(r.Body)
+		var st status
+		_ = json.Unmarshal(b, &st)
+		return st, string(b)
 	}
-	testutil.Eventually(t, "the run to start", func() bool { return status(s.url) == "running" })
+	testutil.Eventually(t, "the run to start", func() bool { st, _ := get(s.url, "/status"); return st.State == "running" })
 	s.signal(t, syscall.SIGKILL)
 	s.wait(t, 10*time.Second)
+
+	// The restarted server resumes it (issue 30).
 	s2 := startServe(t, nil, "--specs", specs, "--data-dir", dir)
-	if st := status(s2.url); st != "failed" {
-		t.Fatalf("after a crash the run is %q, want failed", st)
+	if st, body := get(s2.url, "/status"); st.State != "running" || st.Resumed != 1 {
+		t.Fatalf("after a crash the run is %s, want running, resumed 1", body)
+	}
+	s2.signal(t, syscall.SIGKILL)
+	s2.wait(t, 10*time.Second)
+
+	// A server whose specs no longer have the agent cannot resume it: the
+	// run fails, interrupted, and its result names the agent.
+	if err := os.Rename(filepath.Join(specs, "agents", "slow.yaml"), filepath.Join(specs, "agents", "slow.yaml.off")); err != nil {
+		t.Fatal(err)
+	}
+	echo := "version: 1\nname: echo\nmodel: test:echo\n"
+	if err := os.WriteFile(filepath.Join(specs, "agents", "echo.yaml"), []byte(echo), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s3 := startServe(t, nil, "--specs", specs, "--data-dir", dir)
+	if st, body := get(s3.url, "/status"); st.State != "failed" || st.Reason != "interrupted" {
+		t.Fatalf("with the agent gone the run is %s, want failed, interrupted", body)
+	}
+	if _, body := get(s3.url, "/result"); !strings.Contains(body, `not resumed`) || !strings.Contains(body, `slow`) {
+		t.Errorf("result %s: want it to say the run was not resumed and name the agent", body)
 	}
 }
