@@ -54,18 +54,22 @@ build:
 TEST_FLAGS ?=
 # SVC_TEST_BUILD_DIR: the packages whose tests run the svc binary
 # (cmd/svc, dashboard, docs) share one build of it per run, race and plain
-# (internal/svcproc), instead of linking their own.
+# (internal/svcproc), instead of linking their own; make check gives its
+# own directory, for test-ts to run the plain build too.
 test:
-	@set -o pipefail; bins=$$(mktemp -d) && trap 'rm -rf "$$bins"' EXIT && \
+	@set -o pipefail; bins=$${SVC_TEST_BUILD_DIR:-}; \
+	  if [ -z "$$bins" ]; then bins=$$(mktemp -d) && trap 'rm -rf "$$bins"' EXIT; fi && \
 	  SVC_TEST_BUILD_DIR="$$bins" $(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) -json ./... | $(GO) run ./internal/testsummary
 
 ## test-ts: the TypeScript client's tests (clients/ts), node's own test
 ## runner against a real svc serve built from this tree (once, here: each
-## test file would build it otherwise)
+## test file would build it otherwise; under make check, the plain build
+## make test made)
 test-ts:
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	  $(GO) build -o "$$tmp/svc" ./cmd/svc && \
-	  cd clients/ts && SVC_BIN="$$tmp/svc" node --test
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && bin="$$tmp/svc" && \
+	  if [ -n "$${SVC_TEST_BUILD_DIR:-}" ] && [ -x "$$SVC_TEST_BUILD_DIR/svc" ]; then bin="$$SVC_TEST_BUILD_DIR/svc"; \
+	  else $(GO) build -o "$$bin" ./cmd/svc; fi && \
+	  cd clients/ts && SVC_BIN="$$bin" node --test
 
 ## ts-types: regenerates clients/ts/src/openapi.d.ts from docs/openapi.json
 ## with the pinned openapi-typescript (make deps installs it)
@@ -101,19 +105,21 @@ staticcheck:
 ## check: what the tests need (deps), gofmt, then the tests (import
 ## direction and the docs' commands included) with vet and staticcheck
 ## beside them (their output follows the tests'), then the TypeScript
-## client's tests; each stage's time is printed. vet and staticcheck use
+## client's tests (against the plain svc the tests built, in the
+## SVC_TEST_BUILD_DIR check makes); each stage's time is printed. vet and staticcheck use
 ## the CPU the tests leave idle while they wait on their servers: on two
 ## cores that saves about a minute and a half of make check's wall time.
 check: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
-	@lint=$$(mktemp -d) && trap 'rm -rf "$$lint"' EXIT && start=$$(date +%s) && \
-	  { ( $(MAKE) --no-print-directory vet staticcheck > "$$lint/out" 2>&1; echo $$? > "$$lint/rc" ) & } && \
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && start=$$(date +%s) && \
+	  export SVC_TEST_BUILD_DIR="$$tmp/bin" && mkdir "$$SVC_TEST_BUILD_DIR" && \
+	  { ( $(MAKE) --no-print-directory vet staticcheck > "$$tmp/out" 2>&1; echo $$? > "$$tmp/rc" ) & } && \
 	  $(MAKE) --no-print-directory test; rc=$$?; \
 	  echo "make test: $$(( $$(date +%s) - start )) s"; wait; \
-	  echo "== go vet, staticcheck (run beside the tests):"; cat "$$lint/out"; \
-	  if [ "$$(cat "$$lint/rc")" != 0 ]; then echo "vet or staticcheck failed"; exit 1; fi; \
-	  exit $$rc
-	@start=$$(date +%s); $(MAKE) --no-print-directory test-ts; rc=$$?; echo "make test-ts: $$(( $$(date +%s) - start )) s"; exit $$rc
+	  echo "== go vet, staticcheck (run beside the tests):"; cat "$$tmp/out"; \
+	  if [ "$$(cat "$$tmp/rc")" != 0 ]; then echo "vet or staticcheck failed"; exit 1; fi; \
+	  if [ $$rc != 0 ]; then exit $$rc; fi; \
+	  start=$$(date +%s); $(MAKE) --no-print-directory test-ts; rc=$$?; echo "make test-ts: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
