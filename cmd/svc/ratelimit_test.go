@@ -3,15 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/internal/svcproc"
+	"github.com/svc-dev/svc/llmsim"
 )
 
 // rate_limits in runtime.yaml and an agent's model_settings.rate_limit,
@@ -67,5 +72,99 @@ func TestServeRateLimits(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `no limit \"nope\"`) && !strings.Contains(string(out), `no limit "nope"`) || !strings.Contains(string(out), "echo") {
 		t.Errorf("serve with an undeclared limit: %v\n%s\nwant it refused, naming the agent and the limit", err, out)
+	}
+}
+
+// A serve node and two `svc worker start` processes with the same
+// runtime.yaml, one declared limit of 1,200 calls a minute that their
+// agent draws from, and llmsim enforcing that limit on the key over one
+// second, over the embedded NATS broker and over a real redis-server: the
+// workers draw from one bucket in the broker, so together they stay
+// within the limit. Two workers each spending the whole limit send twice
+// what llmsim allows until the 429s teach them better: with the workers'
+// limits their own, 12 and 15 of the 120 calls were refused (the tasks
+// failed: the agent has no SDK retries) in 4.8-5.0 s. The bound of 5 %
+// leaves room for a loaded machine bunching a few calls. Paced: the 120
+// calls take at least the 5.5 s the limit allows after its first half
+// second's worth.
+func TestFleetSharesRateLimit(t *testing.T) {
+	for _, fb := range fleetBrokers {
+		t.Run(fb.name, func(t *testing.T) {
+			t.Parallel()
+			const (
+				perMinute = 1200
+				tasks     = 120
+				key       = "sk-fleet/gpt-4o-mini"
+			)
+			sim := llmsim.New(llmsim.Config{RPM: perMinute, Window: time.Second})
+			if err := sim.Start("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sim.Close() })
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "agents"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rt := fmt.Sprintf("version: 1\nrate_limits:\n  fleet:\n    requests_per_minute: %d\n", perMinute)
+			agent := fmt.Sprintf("version: 1\nname: sim\nmodel: openai:gpt-4o-mini\nmodel_settings:\n"+
+				"  base_url: %s/v1\n  api_key: sk-fleet\n  max_retries: 0\n  rate_limit: fleet\n", sim.URL())
+			if err := os.WriteFile(filepath.Join(dir, "runtime.yaml"), []byte(rt), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "agents", "sim.yaml"), []byte(agent), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			b := fb.setup(t)
+			// The default ack wait (startFleetServe's 2 s is for the tests
+			// of redelivery): a task waits for its turn at the limit.
+			srv := startFleetServe(t, "serve", dir, t.TempDir(), b, "--ack-wait", "30s")
+			for i := range 2 {
+				w := startFleetProc(t, fmt.Sprintf("worker %d", i), "worker", "start", "--broker", b.workerURL, "--specs", dir,
+					"--log-format", "json")
+				w.waitLog(t, regexp.MustCompile(`"msg":"worker_started"`))
+			}
+
+			var body strings.Builder
+			body.WriteString(`{"max_concurrency":` + strconv.Itoa(tasks) + `,"tasks":[`)
+			for i := range tasks {
+				if i > 0 {
+					body.WriteByte(',')
+				}
+				fmt.Fprintf(&body, `{"input":"task %d"}`, i)
+			}
+			body.WriteString("]}")
+			c := newFleetClient(t, srv.url)
+			start := time.Now()
+			code, out := c.must(http.MethodPost, "/agents/sim/gather", body.String())
+			took := time.Since(start)
+			if code != http.StatusOK {
+				t.Fatalf("gather: %d %s", code, out)
+			}
+			var results []svc.AgentResult
+			if err := json.Unmarshal(out, &results); err != nil {
+				t.Fatal(err)
+			}
+			failed, first := 0, ""
+			for _, r := range results {
+				if !r.Success || r.Metadata.Backend != "broker:"+map[string]string{"embedded": "nats", "redis": "redis"}[fb.name] {
+					failed++
+					if first == "" {
+						first = fmt.Sprintf("%+v, backend %q", r.Error, r.Metadata.Backend)
+					}
+				}
+			}
+			calls, refused := sim.Stats()[key], sim.Throttled()[key]
+			t.Logf("%s: %d tasks in %v through 2 workers (%.0f a minute; limit %d): %d calls at llmsim, %d refused (429)",
+				fb.name, tasks, took.Round(10*time.Millisecond), float64(calls-refused)/took.Minutes(), perMinute, calls, refused)
+			if len(results) != tasks || failed > 0 {
+				t.Errorf("%d results, %d failed or not run by a worker (the first: %s): want %d, all run by the workers", len(results), failed, first, tasks)
+			}
+			if float64(refused) >= 0.05*float64(calls) {
+				t.Errorf("llmsim refused %d of %d calls with a 429: the workers do not share the limit (want under 5 %%)", refused, calls)
+			}
+			if least := time.Duration(float64(tasks-perMinute/60/2) / perMinute * float64(time.Minute)); took < least {
+				t.Errorf("%d calls in %v: faster than the limit allows (at least %v)", tasks, took, least)
+			}
+		})
 	}
 }
