@@ -44,7 +44,7 @@ func durableBinaries(b *testing.B) (off, on string) {
 	on = os.Getenv("SVC_BENCH_BIN")
 	if on == "" {
 		on = filepath.Join(dir, "svc-on")
-		if out, err := exec.Command("go", "build", "-o", on, "github.com/svc-dev/svc/cmd/svc").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-trimpath", "-o", on, "github.com/svc-dev/svc/cmd/svc").CombinedOutput(); err != nil {
 			b.Skipf("cannot build ./cmd/svc (set SVC_BENCH_BIN): %v\n%s", err, out)
 		}
 	}
@@ -64,7 +64,9 @@ func durableBinaries(b *testing.B) (off, on string) {
 			b.Skipf("cannot extract the base build %s (set SVC_BENCH_BASE_BIN to a svc binary built without step recording): %v\n%s", rev, err, out)
 		}
 		off = filepath.Join(dir, "svc-off")
-		build := exec.Command("go", "build", "-o", off, "./cmd/svc")
+		// -trimpath: without the extracted tree's path in them, its
+		// packages are the build cache's from the second build on.
+		build := exec.Command("go", "build", "-trimpath", "-o", off, "./cmd/svc")
 		build.Dir = src
 		if out, err := build.CombinedOutput(); err != nil {
 			b.Skipf("cannot build the base %s (set SVC_BENCH_BASE_BIN): %v\n%s", rev, err, out)
@@ -411,11 +413,10 @@ func runSubmitPass(b *testing.B, bin, specs, target string, round time.Duration,
 // is a new server on a new data dir; the build without step recording
 // ("off", see durableBinaries) and this one ("on") alternate, in the order
 // off-on, on-off, ..., SVC_BENCH_PASSES times each (default 3). It
-// reports, per build, runs submitted a second (wrk's count over its
-// duration), runs completed a second (over the time from wrk's start to
-// the last run's end), p50/p99 submit latency (median over the passes),
-// the server's CPU per run and its peak RSS (the largest pass's), and
-// on/off ratios; target: on at most 10 % slower. Every accepted run must
+// reports, per build, the median pass's runs submitted a second (wrk's
+// count over its duration), runs completed a second (over the time from
+// wrk's start to the last run's end), p50/p99 submit latency and the
+// server's CPU per run, the largest peak RSS, and on/off ratios; target: on at most 10 % slower. Every accepted run must
 // complete, with its steps recorded by the on build and none by the off.
 func BenchmarkDurableSubmit(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
@@ -471,33 +472,38 @@ func BenchmarkDurableSubmit(b *testing.B) {
 	}
 }
 
-// submitSummary is one build's passes together.
+// submitSummary is one build's passes together: the median pass's
+// figure of each (a pass that another process's burst slowed does not
+// move it), and the largest peak RSS.
 type submitSummary struct {
-	submitted, completed float64 // runs a second over all passes
-	p50, p99             float64 // ms, the median pass's
-	cpuPerRun            float64 // µs over all passes
-	rss                  float64 // MiB, the largest pass's
+	submitted, completed float64 // runs a second
+	p50, p99             float64 // ms
+	cpuPerRun            float64 // µs
+	rss                  float64 // MiB
 }
 
 func summarize(ps []submitPass) submitSummary {
-	var runs int
-	var round, done, cpu time.Duration
-	var p50s, p99s []time.Duration
-	var s submitSummary
+	median := func(f func(submitPass) float64) float64 {
+		v := make([]float64, len(ps))
+		for i, p := range ps {
+			v[i] = f(p)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 0 {
+			return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	s := submitSummary{
+		submitted: median(func(p submitPass) float64 { return float64(p.submitted) / p.round.Seconds() }),
+		completed: median(func(p submitPass) float64 { return float64(p.submitted) / p.allDone.Seconds() }),
+		p50:       median(func(p submitPass) float64 { return ms(p.p50) }),
+		p99:       median(func(p submitPass) float64 { return ms(p.p99) }),
+		cpuPerRun: median(func(p submitPass) float64 { return float64(p.cpu.Microseconds()) / float64(p.submitted) }),
+	}
 	for _, p := range ps {
-		runs += p.submitted
-		round += p.round
-		done += p.allDone
-		cpu += p.cpu
-		p50s, p99s = append(p50s, p.p50), append(p99s, p.p99)
 		s.rss = max(s.rss, p.rss/(1<<20))
 	}
-	s.submitted = float64(runs) / round.Seconds()
-	s.completed = float64(runs) / done.Seconds()
-	s.cpuPerRun = float64(cpu.Microseconds()) / float64(runs)
-	slices.Sort(p50s)
-	slices.Sort(p99s)
-	s.p50, s.p99 = ms(p50s[len(p50s)/2]), ms(p99s[len(p99s)/2])
 	return s
 }
 
