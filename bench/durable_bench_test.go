@@ -329,7 +329,7 @@ func runSubmitPass(b *testing.B, bin, specs, target string, round time.Duration,
 	pid := p.cmd.Process.Pid
 	cpu0 := procCPUTime(pid)
 	start := time.Now()
-	out, err := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), fmt.Sprintf("-d%ds", int(round.Seconds())),
+	out, err := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), fmt.Sprintf("-d%ds", max(1, int(round.Seconds()))),
 		"--timeout", "10s", "-s", script, p.url+"/submit", "--", dir, target).CombinedOutput()
 	if err != nil {
 		b.Fatalf("wrk: %v\n%s", err, out)
@@ -588,11 +588,11 @@ func countLines(b *testing.B, path, s string) int {
 	return n
 }
 
-// BenchmarkDurableResume is issue 30 part 6's resume at scale: SVC_BENCH_
-// RESUME_RUNS (default 1,000) runs of group resume2 (node first answers at
-// once, node second after SVC_BENCH_RESUME_SLOW, default 30 s) submitted
-// to `svc serve` with its default flags, all running with their first
-// node done, the server killed with SIGKILL and started again on the same
+// BenchmarkDurableResume is issue 30 part 6's resume at scale:
+// SVC_BENCH_RESUME_RUNS (default 1,000) runs of group resume2 (node first
+// answers at once, node second after SVC_BENCH_RESUME_SLOW, default 30 s)
+// submitted to `svc serve` with its default flags, all running with their
+// first node done, the server killed with SIGKILL and started again on the same
 // --data-dir and port. It measures the time from the restart's exec to
 // /readyz answering 200 and to every run's status showing "resumed": 1,
 // and the restarted server's peak RSS; then it waits for every run to end
