@@ -30,7 +30,7 @@ OPENAPI_TS := .cache/ts/node_modules/.bin/openapi-typescript
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts ts-types deps check vet staticcheck bench bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -130,6 +130,13 @@ bench:
 ## process, and 1,000 GET /events/stream subscribers under run load
 bench-http:
 	$(GO) test -run '^$$' -bench 'ServeDefaults|EventsStreamFanout' -benchtime $(BENCHTIME) -timeout 30m ./bench/
+
+## bench-durable: issue 30 part 6 (part of bench): svc serve with and
+## without step recording, alternated (wrk POST /submit; the base build is
+## made from git, or SVC_BENCH_BASE_BIN), and 1,000 runs in flight killed
+## with SIGKILL and resumed by a restart
+bench-durable:
+	$(GO) test -run '^$$' -bench 'Durable' -benchtime 1x -timeout 30m -v ./bench/
 
 ## bench-million: a million runs in flight beside bare goroutines (needs about 16 GiB; SVC_BENCH_INFLIGHT sets the count)
 bench-million:
