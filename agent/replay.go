@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"strconv"
 
 	"github.com/svc-dev/svc"
@@ -61,22 +60,9 @@ func (r *runner) replayModel(req *svc.ModelRequest, resp *svc.ModelResponse) (re
 	jr.nModel++
 	*resp = rec.Response()
 	i := rec.Model
-	m := &r.c.Models[i]
 	r.out.ModelCalls++
 	r.tried = max(r.tried, i)
-	r.answered = i
-	r.out.Model = m.ID
-	tokens := resp.Tokens()
-	r.out.TokensUsed += tokens
-	cost := resp.CostUSD
-	if cost == 0 {
-		var known bool
-		if cost, known = r.c.Prices.CostCached(m.ID, resp.InputTokens, resp.CachedInputTokens, resp.OutputTokens); !known {
-			r.out.CostUnknown = true
-		}
-	}
-	r.out.CostUSD += cost
-	r.out.CachedTokens = int32(min(int64(r.out.CachedTokens)+max(resp.CachedInputTokens, 0), math.MaxInt32))
+	tokens := r.answeredBy(i, resp)
 	// The tokens were spent: they count against the run's budget as they
 	// did the first time, so a resumed run stops where the first would.
 	if b := r.inv.Budget; b != nil {

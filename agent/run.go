@@ -519,6 +519,22 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 		}
 		return nil, err
 	}
+	tokens := r.answeredBy(i, resp)
+	if b != nil {
+		if err := b.Charge(tokens); err != nil {
+			return err, nil
+		}
+	}
+	return nil, nil
+}
+
+// answeredBy counts resp, model i's answer (made or replayed), in the
+// outcome: the model that answered, its tokens and cost. It returns the
+// tokens, for the budget.
+//
+//go:noinline
+func (r *runner) answeredBy(i int, resp *svc.ModelResponse) int64 {
+	m := &r.c.Models[i]
 	r.answered = i
 	r.out.Model = m.ID
 	tokens := resp.Tokens()
@@ -532,12 +548,7 @@ func (r *runner) call(ctx context.Context, i int, req *svc.ModelRequest, resp *s
 	}
 	r.out.CostUSD += cost
 	r.out.CachedTokens = int32(min(int64(r.out.CachedTokens)+max(resp.CachedInputTokens, 0), math.MaxInt32))
-	if b != nil {
-		if err := b.Charge(tokens); err != nil {
-			return err, nil
-		}
-	}
-	return nil, nil
+	return tokens
 }
 
 // generateSafely calls m into *resp, turning a panicking model into a
