@@ -33,6 +33,12 @@ var stores = map[string]func(t *testing.T, dataDir string) string{
 	"redis":  func(t *testing.T, _ string) string { return servertest.Redis(t) },
 }
 
+// storeFlags are the flags a store needs besides --store. A Redis run
+// store is shared by serve nodes: a restarted node is a new node (its id
+// is new each start) that claims the runs of nodes whose lease expired, so
+// the lease is short to keep the test short (15 s by default).
+var storeFlags = map[string][]string{"redis": {"--node-lease", "2s"}}
+
 // world is one test's llmsim, specs directory, data directory and run
 // store: each `svc serve` it starts serves the same specs on the same
 // store, as an operator restarting the server does.
@@ -42,6 +48,7 @@ type world struct {
 	specs   string
 	dataDir string
 	store   string
+	flags   []string // storeFlags
 	c       *http.Client
 }
 
@@ -61,7 +68,7 @@ func newWorld(t *testing.T, store string, sc *llmsim.Scenario, files map[string]
 	if !ok {
 		t.Fatalf("unknown store %q", store)
 	}
-	w.store = storeFor(t, w.dataDir)
+	w.store, w.flags = storeFor(t, w.dataDir), storeFlags[store]
 	files["runtime.yaml"] = "version: 1\ntimeout_seconds: 120\n"
 	for name, text := range files {
 		text = strings.ReplaceAll(strings.ReplaceAll(text, "SIM", sim.URL()), "KEY", simKey)
@@ -85,8 +92,8 @@ func agentSpec(name, model, extra string) string {
 // serve starts `svc serve` on the world's specs, data directory and store.
 func (w *world) serve() *svcproc.Server {
 	w.t.Helper()
-	return svcproc.Serve(w.t, svcBin, "--host", "127.0.0.1", "--port", "0", "--specs", w.specs,
-		"--data-dir", w.dataDir, "--store", w.store)
+	return svcproc.Serve(w.t, svcBin, append([]string{"--host", "127.0.0.1", "--port", "0", "--specs", w.specs,
+		"--data-dir", w.dataDir, "--store", w.store}, w.flags...)...)
 }
 
 // calls is llmsim's count of the agents' calls per model.

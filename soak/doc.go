@@ -1,7 +1,7 @@
 // Package soak holds the long reliability tests of svc, which run the real
 // `svc serve` binary: TestMixedLoad (minutes of mixed traffic while the
 // server's RSS, goroutines and open files are sampled and checked for
-// growth) and TestKillLoop (submit runs, kill -9 the server at a random
+// growth), TestKillLoop (submit runs, kill -9 the server at a random
 // moment, restart it on the same store, and check that every accepted run
 // ended consistently) and TestResumeLoop (the same with agents on llmsim
 // whose model calls take a second: every accepted run is resumed and ends

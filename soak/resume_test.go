@@ -194,7 +194,13 @@ func resumeLoop(t *testing.T, store string, rounds int, step time.Duration, data
 	)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	for round := 0; round <= rounds; round++ {
-		s := startServer(t, dataDir, specs, "--store", storeSpec)
+		flags := []string{"--store", storeSpec}
+		if store == "redis" {
+			// A restarted node is a new node of the shared store: it claims
+			// the runs of the killed one once that one's lease expires.
+			flags = append(flags, "--node-lease", "2s")
+		}
+		s := startServer(t, dataDir, specs, flags...)
 		checkResumed(t, c, s.url, pending, &st)
 		if round == rounds {
 			s.stop(t, 30*time.Second)
