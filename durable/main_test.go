@@ -11,7 +11,8 @@ import (
 )
 
 // svcBin is the svc binary under test, built once (with the race detector
-// when the tests run with it).
+// when the tests run with it); DURABLE_SVC_BIN names a binary to test
+// instead (another build, to compare).
 var svcBin string
 
 func TestMain(m *testing.M) {
@@ -20,7 +21,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if svcBin, err = svcproc.Build(dir); err != nil {
+	if svcBin = os.Getenv("DURABLE_SVC_BIN"); svcBin != "" {
+		fmt.Fprintln(os.Stderr, "durable: testing", svcBin)
+	} else if svcBin, err = svcproc.Build(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
