@@ -188,7 +188,7 @@ func resumeLoop(t *testing.T, store string, rounds int, step time.Duration, data
 	defer c.CloseIdleConnections()
 	st := resumeStats{}
 	var (
-		kills   []time.Time       // when each SIGKILL was sent
+		kills   []killSpan        // each SIGKILL, from sent to the process gone
 		pending map[string]string // run id → its input, accepted in the round just killed
 		targets = map[string]int{}
 	)
@@ -209,8 +209,10 @@ func resumeLoop(t *testing.T, store string, rounds int, step time.Duration, data
 		pending = map[string]string{}
 		resumeLoad(s.url, rng, store, round, &st, pending, targets, func() {
 			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
-			kills = append(kills, time.Now())
+			k := killSpan{sent: time.Now()}
 			s.kill()
+			k.gone = time.Now()
+			kills = append(kills, k)
 		})
 		st.kills++
 	}
@@ -229,8 +231,8 @@ func resumeLoop(t *testing.T, store string, rounds int, step time.Duration, data
 			case killedWithin(kills, c.end, repeatGrace):
 				st.withinGrace++
 			default:
-				st.bad("%s: called %d times; the call of %s answered at %s, %s before the next kill, was made again",
-					key, len(calls), c.start.Format("15:04:05.000"), c.end.Format("15:04:05.000"), nextKill(kills, c.end))
+				st.bad("%s: the call answered at %s was made again (calls %s; kills %s)",
+					key, c.end.Format("15:04:05.000"), describeCalls(calls), describeKills(kills))
 			}
 		}
 	}
@@ -250,23 +252,35 @@ func resumeLoop(t *testing.T, store string, rounds int, step time.Duration, data
 	}
 }
 
-// killedWithin reports whether a kill was sent in [at, at+d].
-func killedWithin(kills []time.Time, at time.Time, d time.Duration) bool {
+// killSpan is one SIGKILL: sent, and the process seen gone.
+type killSpan struct{ sent, gone time.Time }
+
+// killedWithin reports whether a call answered at end may have gone
+// unrecorded because of a kill: one sent at most d after end, while the
+// process was still alive at end (an answer to a dying process is lost).
+func killedWithin(kills []killSpan, end time.Time, d time.Duration) bool {
 	for _, k := range kills {
-		if !k.Before(at) && k.Sub(at) <= d {
+		if !end.After(k.gone) && k.sent.Sub(end) <= d {
 			return true
 		}
 	}
 	return false
 }
 
-func nextKill(kills []time.Time, at time.Time) string {
-	for _, k := range kills {
-		if !k.Before(at) {
-			return k.Sub(at).String()
-		}
+func describeCalls(calls []*simCall) string {
+	var b strings.Builder
+	for _, c := range calls {
+		fmt.Fprintf(&b, "[%s-%s aborted=%v]", c.start.Format("15:04:05.000"), c.end.Format("15:04:05.000"), c.aborted)
 	}
-	return "(no kill after it)"
+	return b.String()
+}
+
+func describeKills(kills []killSpan) string {
+	var b strings.Builder
+	for _, k := range kills {
+		fmt.Fprintf(&b, "[%s-%s]", k.sent.Format("15:04:05.000"), k.gone.Format("15:04:05.000"))
+	}
+	return b.String()
 }
 
 // writeResumeSpecs writes the loop's agents, all on llmsim at simURL.
@@ -397,6 +411,7 @@ func checkOneResumed(ctx context.Context, c *http.Client, url, id, input string,
 		return
 	}
 	st.completed++
+	statusBody := string(body)
 	switch status.Resumed {
 	case 0:
 	case 1:
@@ -428,7 +443,7 @@ func checkOneResumed(ctx context.Context, c *http.Client, url, id, input string,
 	var frames []string
 	resumes := 0
 	if err := readSSE(resp.Body, func(f frame) bool {
-		frames = append(frames, f.event)
+		frames = append(frames, f.id+":"+f.event)
 		var ev struct {
 			Agent string `json:"agent"`
 		}
@@ -455,9 +470,12 @@ func checkOneResumed(ctx context.Context, c *http.Client, url, id, input string,
 		}
 	}
 	if resumes != status.Resumed {
-		bad("%d run_resumed events, status says resumed %d: %v", resumes, status.Resumed, frames)
+		bad("%d run_resumed events, status says resumed %d: %v; status %s", resumes, status.Resumed, frames, statusBody)
 	}
-	if len(frames) == 0 || (frames[len(frames)-1] != "agent_completed" && frames[len(frames)-1] != "group_completed") {
+	last := ""
+	if len(frames) > 0 {
+		_, last, _ = strings.Cut(frames[len(frames)-1], ":")
+	}
+	if last != "agent_completed" && last != "group_completed" {
 		bad("stream %v does not end with the run's completion", frames)
-	}
-}
+	}}
