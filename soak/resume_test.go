@@ -478,4 +478,5 @@ func checkOneResumed(ctx context.Context, c *http.Client, url, id, input string,
 	}
 	if last != "agent_completed" && last != "group_completed" {
 		bad("stream %v does not end with the run's completion", frames)
-	}}
+	}
+}
