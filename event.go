@@ -9,7 +9,7 @@ import (
 // EventType is the type of a RuntimeEvent.
 type EventType string
 
-// The sixteen event types of the spec, and rate_limited.
+// The sixteen event types of the spec, rate_limited and run_resumed.
 const (
 	EventAgentSpawned       EventType = "agent_spawned"
 	EventAgentDispatched    EventType = "agent_dispatched"
@@ -30,6 +30,10 @@ const (
 	// EventRateLimited is a model call that waited longer than a second
 	// for a rate limit's turn (package ratelimit).
 	EventRateLimited EventType = "rate_limited"
+	// EventRunResumed is a submitted run a new process took over after the
+	// one running it died: it replays the steps recorded so far and goes
+	// on from there.
+	EventRunResumed EventType = "run_resumed"
 )
 
 // EventTypes lists all the event types (but agent_delta, which is never
@@ -40,7 +44,7 @@ var EventTypes = []EventType{
 	EventBudgetExceeded, EventDepthLimitExceeded,
 	EventBatchStarted, EventBatchCompleted, EventGroupStarted, EventGroupCompleted,
 	EventWorkerStarted, EventWorkerStopped, EventWorkerHeartbeat,
-	EventRateLimited,
+	EventRateLimited, EventRunResumed,
 }
 
 // PayloadKeys is the payload contract of each event type: exactly these keys,
@@ -78,6 +82,10 @@ var PayloadKeys = map[EventType][]string{
 	// "paused" (a 429 paused the limit), "paced" (the per-minute pace),
 	// "concurrency" (calls at once) or "queued" (behind other calls).
 	EventRateLimited: {"rate_limit", "wait_ms", "reason"},
+	// run_resumed: the run, how many recorded steps it replays, the node
+	// that resumed it (the run store's owner id; "" for a file store) and
+	// how many times it was resumed.
+	EventRunResumed: {"run_id", "steps_replayed", "node", "resumed"},
 }
 
 // OptionalPayloadKeys are the keys an event type may add to PayloadKeys.

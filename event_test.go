@@ -127,9 +127,9 @@ func TestRuntimeEventUnmarshal(t *testing.T) {
 }
 
 func TestEventTypesAndPayloadKeys(t *testing.T) {
-	// The spec's sixteen, and rate_limited (issue 29).
-	if len(svc.EventTypes) != 17 {
-		t.Errorf("%d event types, want the spec's 16 and rate_limited", len(svc.EventTypes))
+	// The spec's sixteen, rate_limited (issue 29) and run_resumed (issue 30).
+	if len(svc.EventTypes) != 18 {
+		t.Errorf("%d event types, want the spec's 16, rate_limited and run_resumed", len(svc.EventTypes))
 	}
 	failures := []svc.EventType{svc.EventAgentFailed, svc.EventToolCallFailed, svc.EventBudgetExceeded, svc.EventDepthLimitExceeded}
 	for _, et := range svc.EventTypes {

@@ -3,7 +3,9 @@ package svc
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -64,6 +66,11 @@ const (
 	// the story (a run Interrupt found unfinished after its process died).
 	// Agent and TaskID are null; Error carries the reason.
 	RunRunFailed RunEventType = "run_failed"
+	// RunRunResumed is the event a resumed run's history goes on with: a
+	// new process took the run over from the one that died, and replays
+	// the steps it recorded (RunStatus.Resumed counts them). Agent and
+	// TaskID are null.
+	RunRunResumed RunEventType = "run_resumed"
 )
 
 // ReasonInterrupted is the Reason of a run that RunStore.Interrupt failed:
@@ -188,6 +195,14 @@ type RunStatus struct {
 	// a run stored by an earlier version. Like Reason, an addition to the
 	// spec's RunStatus, omitted when empty.
 	TraceID string `json:"trace_id,omitempty"`
+	// Resumed is how many times the run was resumed after the process
+	// running it stopped (RunRecord.Resumed); absent for a run never
+	// resumed. An addition to the spec's RunStatus, like Reason.
+	Resumed int `json:"resumed,omitempty"`
+	// Steps is how many steps the run's step log holds (see StepLog): the
+	// completed model calls, tool calls and group nodes a resume would
+	// replay; absent while there are none. An addition, like Reason.
+	Steps int64 `json:"steps,omitempty"`
 }
 
 // RunRecord is everything a RunStore keeps about one run but its events.
@@ -205,14 +220,42 @@ type RunRecord struct {
 	Reason string
 	// TraceID is the run's trace id, set at Create and never changed
 	// (RunStatus.TraceID).
-	TraceID   string
+	TraceID string
+	// Task is the submitted TaskSpec as JSON, given at Create (or
+	// CreateIdempotent) and kept byte-exact, never changed: what a resumed
+	// run runs again. Nil for a run created without one (by an earlier
+	// build, or a caller that does not resume): such a run cannot be
+	// resumed. A Task that is not one JSON value is refused at Create.
+	Task json.RawMessage `json:"task,omitempty"`
+	// Resumed counts the times ResumableStore.Recover or
+	// SharedRunStore.ClaimExpired claimed the run for a new process; 0
+	// for a run still in the life that created it. Create ignores it.
+	Resumed int
+	// Steps is how many steps the run's step log holds, filled by Get;
+	// Create ignores it.
+	Steps     int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
 // Status is the record's RunStatus.
 func (r *RunRecord) Status() RunStatus {
-	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason, TraceID: r.TraceID}
+	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason, TraceID: r.TraceID,
+		Resumed: r.Resumed, Steps: r.Steps}
+}
+
+// Resumable reports whether a resumed process can run the record again:
+// it was stored with its Task.
+func (r *RunRecord) Resumable() bool { return len(r.Task) > 0 }
+
+// CheckTask refuses, as a SpecValidationError, a Task a store must not
+// keep: one that is given (not empty) but is not one JSON value. Every
+// store calls it at Create and CreateIdempotent before writing anything.
+func CheckTask(runID string, task json.RawMessage) error {
+	if len(task) > 0 && !json.Valid(task) {
+		return Errorf(KindSpecValidation, "run %q: task is not a JSON value", runID)
+	}
+	return nil
 }
 
 // RunStore persists submitted runs. Implementations are safe for concurrent
@@ -284,6 +327,53 @@ type SharedRunStore interface {
 	// lease expired, as Interrupt does, and returns how many it failed
 	// and, for the log, the nodes they belonged to.
 	Sweep(ctx context.Context) (n int, nodes []string, err error)
+	// ClaimExpired is Sweep's counterpart for a node that resumes: in one
+	// pass it claims for this node (the run's owner becomes NodeID, its
+	// Resumed goes up by one, its state stays) every unfinished run with a
+	// Task whose owner is another node whose lease expired, and returns
+	// their records, oldest first; the runs without a Task it fails as
+	// Sweep does, and returns how many. Each claim is atomic: of several
+	// nodes calling ClaimExpired (or Recover) at once, exactly one gets
+	// each run.
+	ClaimExpired(ctx context.Context) (claimed []RunRecord, interrupted int, err error)
+}
+
+// ResumableStore is a RunStore whose unfinished runs a new process can
+// resume rather than fail: it keeps each run's task and step log. Every
+// store in stores/ implements it; package stores/storetest checks it
+// (the Recover subtests, and RunReopen for the persistent stores).
+//
+// A call of Recover is a process's start: it claims every unfinished run
+// it may (as Interrupt would fail it), whatever an earlier call claimed,
+// so calling it twice in one process claims the runs twice (Resumed 2).
+// What keeps two processes from both claiming a run is the store's: a
+// file store (sqlitestore, pebblestore) has one serve process, which
+// holds its lock; a shared store (redisstore) claims only the runs no live
+// node owns, one atomic script per run.
+type ResumableStore interface {
+	RunStore
+	StepLog
+	// Recover is Interrupt for a runtime that resumes: in one pass it
+	// claims for this process every unfinished run (pending or running)
+	// that Interrupt would fail and that has a Task, increments their
+	// Resumed and returns their records, oldest first (state unchanged, so
+	// the caller decides); the runs without a Task it fails exactly as
+	// Interrupt does, and returns how many. Each claim is atomic: two
+	// processes calling Recover (or ClaimExpired) at once never both get a
+	// run.
+	Recover(ctx context.Context) (claimed []RunRecord, interrupted int, err error)
+}
+
+// SortClaimed orders the records Recover and ClaimExpired return: oldest
+// first (by CreatedAt, then RunID), so a resuming runtime starts the runs
+// in the order they were submitted.
+func SortClaimed(recs []RunRecord) {
+	slices.SortFunc(recs, func(a, b RunRecord) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.RunID, b.RunID)
+	})
 }
 
 // IdempotentStore is a RunStore that also keeps Idempotency-Keys, so a

@@ -51,6 +51,9 @@ type invState struct {
 	attempt  int32
 	finished bool
 	unpriced bool // some model call had no price
+	// replay says what a previous life of the invocation's submitted run
+	// recorded of it (replay.go): nothing, its start, or its outcome.
+	replay replayMark
 	// cached is the input tokens read from prompt caches, saturating: an
 	// int32 fits in the padding after the bools, keeping invState at 416
 	// bytes.
@@ -148,8 +151,12 @@ func (a *invocation) startAttempt(c actor.Context) {
 			capped = st.task.Budget
 		}
 		st.inv.Budget = Budgets(capped, st.run.env.Budget, &st.inv)
-		st.runEvent(svc.RunAgentStarted, "")
-		if !st.run.env.Silent && !st.run.env.remote(st, &st.inv) {
+		if st.run.Sink != nil {
+			st.replay = st.replayed()
+		}
+		if st.replay != replayNone {
+			// Its start is in the run's history already.
+		} else if st.runEvent(svc.RunAgentStarted, ""); !st.run.env.Silent && !st.run.env.remote(st, &st.inv) {
 			st.emit(svc.EventAgentSpawned, svc.Payload{
 				"backend": st.run.env.BackendName(), "trust_level": string(st.run.Agent.Def.Trust()),
 			})
@@ -198,7 +205,11 @@ func (st *invState) base() context.Context {
 func (st *invState) workNow() {
 	d := &st.done
 	*d = workDone{}
-	execute(st.run.env.Execute, st, &st.inv, d)
+	if st.replay == replayOutcome {
+		st.replayOutcome(d)
+	} else {
+		execute(st.run.env.Execute, st, &st.inv, d)
+	}
 	st.report(d)
 }
 
@@ -305,8 +316,12 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	if err == nil {
 		res.Success = true
 		res.Output = d.out.Output
-		st.runEvent(svc.RunAgentCompleted, "")
-		if !st.run.env.Silent && !d.out.Remote {
+		if st.replay == replayOutcome {
+			// Replayed: its events are in the history already.
+		} else if st.runEvent(svc.RunAgentCompleted, ""); st.run.Sink != nil {
+			st.recordOutcome(&d.out)
+		}
+		if st.replay != replayOutcome && !st.run.env.Silent && !d.out.Remote {
 			p := svc.Payload{
 				"duration_ms": res.Metadata.DurationMS, "tokens_used": st.tokens,
 				"backend": res.Metadata.Backend, "model": st.model,

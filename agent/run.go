@@ -224,6 +224,7 @@ func RunInto(ctx context.Context, inv *Invocation, out *Outcome) error {
 	if r.em == nil {
 		r.em = svc.NopEmitter{}
 	}
+	r.jr = journalOf(ctx, inv)
 	output, err := r.run(ctx)
 	if r.tried >= 0 && r.tried < len(r.c.modelIDs) { // a Compiled not made by Compile has none
 		out.ModelsTried = r.c.modelIDs[: r.tried+1 : r.tried+1]
@@ -263,6 +264,8 @@ type runner struct {
 	// deltas gathers the streamed fragments into deltas; nil when the
 	// invocation's model calls do not stream.
 	deltas *deltaBuf
+	// jr is the run's journal (replay.go); nil outside a submitted run.
+	jr *journaled
 }
 
 func (r *runner) run(ctx context.Context) (json.RawMessage, error) {
@@ -410,6 +413,11 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest, resp *svc.
 	if ctx.Err() != nil {
 		return r.interrupted(ctx)
 	}
+	if r.jr != nil {
+		if replayed, err := r.replayModel(req, resp); replayed {
+			return err
+		}
+	}
 	i := 0
 	if r.answered >= 0 {
 		i = r.answered
@@ -421,6 +429,9 @@ func (r *runner) generate(ctx context.Context, req *svc.ModelRequest, resp *svc.
 			return stop
 		}
 		if failed == nil {
+			if r.jr != nil {
+				r.recordModel(ctx, i, resp)
+			}
 			return nil
 		}
 		failures = append(failures, modelFailure{r.c.Models[i].ID, failed})
@@ -570,6 +581,11 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 		}
 		s.Conversation = r.conv.get
 		r.toolCtx = svc.WithScope(ctx, s)
+		if r.jr != nil {
+			// A run a tool starts is covered by the tool call's step: its
+			// own steps are not recorded (its ids are not stable).
+			r.toolCtx = svc.WithJournal(r.toolCtx, nil)
+		}
 	}
 	r.conv.set(conv)
 	toolCtx := r.toolCtx
@@ -577,7 +593,13 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 		if ctx.Err() != nil {
 			return msgs, r.interrupted(ctx)
 		}
-		content, failed := r.callTool(toolCtx, call)
+		var content json.RawMessage
+		var failed bool
+		if r.jr != nil {
+			content, failed = r.journaledTool(toolCtx, call)
+		} else {
+			content, failed = r.callTool(toolCtx, call)
+		}
 		msgs = append(msgs, svc.Message{Role: svc.RoleTool, ToolCallID: call.ID, Content: content, IsError: failed})
 	}
 	// A tool that gave up because ctx ended reported a failure; the run is

@@ -359,6 +359,10 @@ func (a *App) start() error {
 		return &ConfigError{Option: "Groups", Err: err}
 	}
 
+	// Runs a previous process left unfinished go on, now that their
+	// targets are known.
+	rt.ResumeRuns(context.Background())
+
 	// The worker takes tasks once the runtime can run them.
 	if o.Worker != nil {
 		w := o.Worker

@@ -34,6 +34,19 @@ func (a *App) startSweeper() {
 				return
 			case <-t.C:
 			}
+			if a.rt.Resumes() {
+				// The runs of a dead node are resumed here, if this
+				// node claims them first.
+				resumed, failed, err := a.rt.ClaimExpired(ctx)
+				switch {
+				case err != nil && ctx.Err() == nil:
+					a.log.Warn("run store sweep failed; trying again", zap.Error(err))
+				case resumed+failed > 0:
+					a.log.Warn("runs of serve nodes whose lease expired taken over",
+						zap.Int("resumed", resumed), zap.Int("failed_interrupted", failed))
+				}
+				continue
+			}
 			n, nodes, err := s.Sweep(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -79,5 +80,6 @@ func NewRuntime(cfg RuntimeConfig) (*supervisor.Runtime, error) {
 		_ = rt.Close()
 		return nil, &ConfigError{Option: "Groups", Err: err}
 	}
+	rt.ResumeRuns(context.Background())
 	return rt, nil
 }

@@ -139,6 +139,12 @@ type Config struct {
 // Runtime runs agents. It implements svc.Backend. Create it with New and stop
 // it with Shutdown.
 type Runtime struct {
+	// resumes is set when the store keeps submitted runs' tasks and steps
+	// for a later process to resume (resume.go); claimed are the runs
+	// New claimed for ResumeRuns to start.
+	resumes bool
+	claimed []svc.RunRecord
+
 	opts    svc.Options
 	limits  *ratelimit.Set // the limits of the model calls (opts.RateLimits and the learned ones)
 	models  *model.Registry
@@ -252,10 +258,8 @@ func New(cfg Config) (rt *Runtime, err error) {
 	rt = &Runtime{opts: opts, limits: ratelimit.NewSet(opts.RateLimits, ratelimit.Options{Shared: cfg.SharedLimits}), models: cfg.Models, prices: cfg.Prices, emitter: cfg.Emitter, eventLog: eventLog, log: cfg.Logger, store: cfg.Store}
 	if rt.store == nil {
 		rt.store, rt.ownStore = memstore.New(), true
-	} else if n, err := rt.store.Interrupt(context.Background()); err != nil {
-		return nil, fmt.Errorf("supervisor: recover runs: %w", err)
-	} else if n > 0 {
-		cfg.Logger.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
+	} else if err := rt.recoverRuns(cfg.Logger); err != nil {
+		return nil, err
 	}
 	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
 	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent,
@@ -490,6 +494,39 @@ func (rt *Runtime) newStuck() *actors.Stuck {
 				zap.String("task_id", c.TaskID), zap.Duration("after", after), zap.Int("stuck", n))
 		},
 	}
+}
+
+// recoverRuns deals with the runs a previous process left unfinished in
+// the store: a store that can resume them has them claimed (ResumeRuns
+// starts them), any other has them marked failed (interrupted).
+func (rt *Runtime) recoverRuns(log *zap.Logger) error {
+	_, inMem := rt.store.(interface{ InMemory() bool })
+	if rs, ok := rt.store.(svc.ResumableStore); ok && !inMem {
+		claimed, n, err := rs.Recover(context.Background())
+		if err != nil {
+			return fmt.Errorf("supervisor: recover runs: %w", err)
+		}
+		rt.resumes, rt.claimed = true, claimed
+		if n > 0 {
+			log.Warn("runs left unfinished by a previous process that cannot be resumed marked failed", zap.Int("runs", n))
+		}
+		return nil
+	}
+	n, err := rt.store.Interrupt(context.Background())
+	if err != nil {
+		return fmt.Errorf("supervisor: recover runs: %w", err)
+	}
+	if n > 0 {
+		log.Warn("runs left unfinished by a previous process marked failed", zap.Int("runs", n))
+	}
+	return nil
+}
+
+// closing reports whether Shutdown has begun.
+func (rt *Runtime) closing() bool {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	return rt.closed
 }
 
 // shard picks the next run shard, round robin.

@@ -18,13 +18,16 @@ import (
 // A submitted run the runtime's shutdown cuts short ends failed, and its
 // progress says so: the invocation it was waiting for counts failed, not
 // running.
+//
+// (A store that resumes runs keeps such a run running for the next
+// process instead: resume_test.go. This is the store that does not.)
 func TestSubmitShutdownSettlesProgress(t *testing.T) {
 	st, err := sqlitestore.Open(filepath.Join(t.TempDir(), "runs.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rt := storeRuntime(t, st, echo("slow", map[string]any{"latency_ms": 60000}))
+	rt := storeRuntime(t, interruptingStore{st}, echo("slow", map[string]any{"latency_ms": 60000}))
 	id := submitRunning(t, rt, "slow")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -65,7 +68,7 @@ func TestInterruptedRunNotResurrected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	rt2 := storeRuntime(t, st2)
+	rt2 := storeRuntime(t, interruptingStore{st2}) // one that interrupts rather than resumes
 	ctx := context.Background()
 	interrupted, err := st2.Get(ctx, id)
 	if err != nil {
@@ -103,6 +106,10 @@ func TestInterruptedRunNotResurrected(t *testing.T) {
 		t.Errorf("events of the interrupted run: %d, then %d after its runtime finished it: %+v", len(events), len(after), after)
 	}
 }
+
+// interruptingStore hides what a store has beyond svc.RunStore: a runtime on it
+// interrupts the runs a previous process left rather than resume them.
+type interruptingStore struct{ svc.RunStore }
 
 func storeRuntime(t *testing.T, st svc.RunStore, agents ...svc.Agent) *supervisor.Runtime {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"github.com/svc-dev/svc/supervisor/followers"
 	"github.com/svc-dev/svc/supervisor/registry"
 	"github.com/svc-dev/svc/supervisor/submitted"
+	"go.uber.org/zap"
 )
 
 // Submitted runs: Submit records a run in the RunStore and starts it under a
@@ -59,6 +60,13 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	}
 	id := newID()
 	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: task.RequestID, CreatedAt: time.Now().UTC()}
+	if rt.resumes {
+		// What a resumed run runs again (resume.go).
+		if rec.Task, err = json.Marshal(task); err != nil {
+			rt.leave()
+			return "", svc.Errorf(svc.KindSpecValidation, "submit: task: %v", err)
+		}
+	}
 	if req.IdempotencyKey == "" {
 		err := rt.records.Create(ctx, rec)
 		if err != nil {
@@ -75,13 +83,28 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 			return got, err
 		}
 	}
-	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	rt.startSubmitted(context.WithoutCancel(ctx), id, kind, req.Target, task, nil, false)
+	return id, nil
+}
+
+// startSubmitted starts a submitted run that was admitted: a new one, or one a
+// previous process left unfinished (resumed), with the steps it recorded.
+func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.TargetKind, target string, task svc.TaskSpec, steps []svc.RunStep, resumed bool) *submitted.Journal {
+	runCtx, cancel := context.WithCancelCause(base)
 	rt.submitted.Store(id, cancel)
 	w := rt.records.NewWriter(id, cancel)
 	runCtx = withRunSink(runCtx, id, w.Event, w.Progress)
 	runCtx = svc.WithDeltas(runCtx, rt.follow.Open(id))
-	go rt.execute(runCtx, cancel, w, id, kind, req.Target, task)
-	return id, nil
+	var j *submitted.Journal
+	if rt.resumes {
+		j = submitted.NewJournal(w, task.ID, steps)
+		runCtx = svc.WithJournal(runCtx, j)
+	}
+	if resumed {
+		w.Event(svc.RunEvent{Type: svc.RunRunResumed, Timestamp: time.Now().UTC()})
+	}
+	go rt.execute(runCtx, cancel, w, id, kind, target, task, resumed)
+	return j
 }
 
 // checkInput refuses a task the target's entry agents would refuse, before
@@ -108,12 +131,14 @@ func (rt *Runtime) checkInput(reg *registry.Snapshot, kind svc.TargetKind, targe
 
 // execute runs a submitted run to its end and records the outcome. It owns
 // the writer and is owned by the runtime (inflight), which waits for it.
-func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *submitted.Writer, id string, kind svc.TargetKind, target string, task svc.TaskSpec) {
+func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, w *submitted.Writer, id string, kind svc.TargetKind, target string, task svc.TaskSpec, running bool) {
 	defer rt.leave()
 	defer rt.follow.Close(id)
 	defer rt.settled(id)
 	defer cancel(nil)
-	if err := rt.records.SetState(id, svc.RunRunning, "", nil); err != nil {
+	if running {
+		// Resumed: the store has it running already.
+	} else if err := rt.records.SetState(id, svc.RunRunning, "", nil); err != nil {
 		w.Close()
 		if !errors.Is(err, svc.ErrRunState) { // a refusal: cancelled while pending
 			rt.records.Failed(id, "set state running", err)
@@ -136,6 +161,13 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		result, success = r, r.Success()
 	}
 	w.Close() // every run event is in the store before the terminal state
+	if rt.resumes && (!success || err != nil) && rt.closing() {
+		// Cut by a shutdown: the run stays running in the store, and the
+		// next process on it resumes it from its steps (a run that failed
+		// on its own meanwhile runs its failed step again then).
+		rt.log.Info("submitted run left to resume: the runtime is shutting down", zap.String("run_id", id))
+		return
+	}
 	if !rt.settleProgress(ctx, id) {
 		return
 	}

@@ -143,3 +143,14 @@ func Check(trust svc.TrustLevel, t svc.Tool) error {
 	return svc.Errorf(svc.KindTrustViolation, "tool %s needs %s access, which trust level %s does not allow (needs %s or higher)",
 		t.Name(), a, trust, a.MinTrust())
 }
+
+// NotIdempotent returns t declared not idempotent (svc.IdempotentTool): a
+// call of it that was in flight when a submitted run's process died is not
+// made again when the run resumes; the model is told its outcome is
+// unknown instead. Use it for tools whose second call would do harm (a
+// payment, an email).
+func NotIdempotent(t svc.Tool) svc.Tool { return notIdempotent{t} }
+
+type notIdempotent struct{ svc.Tool }
+
+func (notIdempotent) Idempotent() bool { return false }

@@ -78,8 +78,8 @@ func Run(t *testing.T, newEmitter func(t *testing.T) svc.Emitter) {
 	})
 
 	t.Run("EveryEventType", func(t *testing.T) {
-		if len(svc.EventTypes) != 17 {
-			t.Fatalf("svc.EventTypes has %d types, the contract covers 17", len(svc.EventTypes))
+		if len(svc.EventTypes) != 18 {
+			t.Fatalf("svc.EventTypes has %d types, the contract covers 18", len(svc.EventTypes))
 		}
 		e := newEmitter(t)
 		for _, typ := range svc.EventTypes {
@@ -283,6 +283,12 @@ func sampleValue(key string) any {
 		return "openai_main"
 	case "wait_ms":
 		return int64(1250)
+	case "run_id":
+		return "0193a3b4-0000-7000-8000-0000000000ff"
+	case "steps_replayed", "resumed":
+		return int64(3)
+	case "node":
+		return "api-1"
 	}
 	return "sample"
 }

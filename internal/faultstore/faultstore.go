@@ -28,6 +28,10 @@ const (
 	Stream           Method = "Stream"
 	Interrupt        Method = "Interrupt"
 	Finish           Method = "Finish"
+	// The methods of svc.StepLog and svc.ResumableStore (Resumable).
+	AppendSteps Method = "AppendSteps"
+	Steps       Method = "Steps"
+	Recover     Method = "Recover"
 )
 
 // ErrFault is the transient-looking error Fail injects when given nil: an
@@ -216,3 +220,46 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 
 // Close closes the inner store.
 func (s *Store) Close() error { return s.inner.Close() }
+
+// Resumable is a Store over a svc.ResumableStore that is one too, so a
+// runtime resumes through it; its StepLog and Recover calls fail on demand
+// like the others. (Store is not one: a runtime over it interrupts, as
+// over any store that does not resume.)
+type Resumable struct {
+	*Store
+	inner svc.ResumableStore
+}
+
+var _ svc.ResumableStore = (*Resumable)(nil)
+
+// NewResumable wraps inner.
+func NewResumable(inner svc.ResumableStore) *Resumable {
+	return &Resumable{Store: New(inner), inner: inner}
+}
+
+// AppendSteps implements svc.StepLog.
+func (s *Resumable) AppendSteps(ctx context.Context, runID string, steps ...svc.RunStep) (int64, error) {
+	if err := s.check(AppendSteps, ""); err != nil {
+		return 0, err
+	}
+	return s.inner.AppendSteps(ctx, runID, steps...)
+}
+
+// Steps implements svc.StepLog.
+func (s *Resumable) Steps(ctx context.Context, runID string, after int64) ([]svc.RunStep, error) {
+	if err := s.check(Steps, ""); err != nil {
+		return nil, err
+	}
+	return s.inner.Steps(ctx, runID, after)
+}
+
+// MaxStepBytes implements svc.StepLog; it never fails.
+func (s *Resumable) MaxStepBytes() int64 { return s.inner.MaxStepBytes() }
+
+// Recover implements svc.ResumableStore.
+func (s *Resumable) Recover(ctx context.Context) ([]svc.RunRecord, int, error) {
+	if err := s.check(Recover, ""); err != nil {
+		return nil, 0, err
+	}
+	return s.inner.Recover(ctx)
+}

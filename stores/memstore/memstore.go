@@ -65,6 +65,7 @@ var (
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
 	_ svc.StepLog         = (*Store)(nil)
+	_ svc.ResumableStore  = (*Store)(nil)
 )
 
 // Options tune NewWith; the zero value is New's defaults.
@@ -105,13 +106,19 @@ func (s *Store) Create(_ context.Context, rec svc.RunRecord) error {
 
 // create adds a pending run; s.mu is held.
 func (s *Store) create(rec svc.RunRecord, created time.Time) error {
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return err
+	}
+	if len(rec.Task) == 0 {
+		rec.Task = nil
+	}
 	if r, ok := s.runs[rec.RunID]; ok {
 		return svc.Errorf(svc.KindRunState, "memstore: run %q already exists (%s)", rec.RunID, r.rec.State)
 	}
 	s.runs[rec.RunID] = &run{
 		rec: svc.RunRecord{
 			RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
-			CreatedAt: created, UpdatedAt: created,
+			Task: cloneBytes(rec.Task), CreatedAt: created, UpdatedAt: created,
 		},
 		changed: make(chan struct{}),
 	}
@@ -180,13 +187,21 @@ func (s *Store) Get(_ context.Context, runID string) (svc.RunRecord, error) {
 	if err != nil {
 		return svc.RunRecord{}, err
 	}
+	return r.record(), nil
+}
+
+// record is a copy of the run's record that shares no memory with it,
+// with its step count; s.mu is held.
+func (r *run) record() svc.RunRecord {
 	rec := r.rec
 	if rec.Progress != nil {
 		p := *rec.Progress
 		rec.Progress = &p
 	}
 	rec.Result = cloneBytes(rec.Result)
-	return rec, nil
+	rec.Task = cloneBytes(rec.Task)
+	rec.Steps = int64(len(r.steps))
+	return rec
 }
 
 // SetState moves a run to next, appending final as its last event when not
@@ -385,14 +400,48 @@ func (s *Store) Interrupt(_ context.Context) (int, error) {
 		if r.rec.State.Terminal() {
 			continue
 		}
-		r.rec.State, r.rec.Reason, r.rec.UpdatedAt = svc.RunFailed, svc.ReasonInterrupted, t
-		r.rec.Result = svc.InterruptedResult(r.rec.Target)
-		r.rec.Progress = svc.InterruptedProgress(r.rec.Progress)
-		r.add(svc.InterruptedEvent(t))
-		r.broadcast()
+		r.interrupt(t)
 		n++
 	}
 	return n, nil
+}
+
+// interrupt fails an unfinished run as Interrupt does; s.mu is held.
+func (r *run) interrupt(t time.Time) {
+	r.rec.State, r.rec.Reason, r.rec.UpdatedAt = svc.RunFailed, svc.ReasonInterrupted, t
+	r.rec.Result = svc.InterruptedResult(r.rec.Target)
+	r.rec.Progress = svc.InterruptedProgress(r.rec.Progress)
+	r.add(svc.InterruptedEvent(t))
+	r.broadcast()
+}
+
+// Recover claims the unfinished runs that have a Task and fails the others
+// as Interrupt does, under one lock; see svc.ResumableStore. A memory store
+// keeps nothing across processes, so a fresh one recovers nothing: this
+// serves a store a process reuses for a new runtime.
+func (s *Store) Recover(_ context.Context) ([]svc.RunRecord, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, 0, errClosed()
+	}
+	var claimed []svc.RunRecord
+	n, t := 0, now()
+	for _, r := range s.runs {
+		switch {
+		case r.rec.State.Terminal():
+			continue
+		case r.rec.Resumable():
+			r.rec.Resumed++
+			r.rec.UpdatedAt = t
+			claimed = append(claimed, r.record())
+			continue
+		}
+		r.interrupt(t)
+		n++
+	}
+	svc.SortClaimed(claimed)
+	return claimed, n, nil
 }
 
 // ListRuns returns a page of runs, newest first; see svc.RunLister and

@@ -3,7 +3,8 @@
 //
 // Layout: "run/<id>" holds a run's record as JSON, "ev/<id>/<seq>" (seq
 // zero-padded to 20 digits, so keys sort by sequence number) holds each of its
-// events as JSON. Pebble has no transactions, so every change is a read, a
+// events as JSON, "step/<id>/<seq>" its step log, and "task/<id>" the bytes
+// of its Task (svc.RunRecord.Task), when it has one. Pebble has no transactions, so every change is a read, a
 // check against the state machine and one Batch applied with Sync, all under
 // the store's write lock: nothing interleaves between the check and the
 // write. A call returns once its batch is fsynced, so an acknowledged change
@@ -58,6 +59,11 @@ const (
 	// stepPrefix holds a run's step log: step/<run id>/<seq>, laid out as
 	// its events are, so a run's steps are one range.
 	stepPrefix = "step/"
+	// taskPrefix holds a run's Task: task/<run id>, written once at
+	// Create. It is not in the record, which every write of the run
+	// rewrites (an event's append included): the task would be rewritten
+	// with it each time.
+	taskPrefix = "task/"
 	// idxPrefix starts every index key; idxCreated and idxState are the
 	// two indexes ListRuns reads.
 	idxPrefix  = "idx/"
@@ -138,6 +144,7 @@ var (
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
 	_ svc.StepLog         = (*Store)(nil)
+	_ svc.ResumableStore  = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in directory dir. Only one Store
@@ -233,12 +240,15 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	if rec.RunID == "" {
 		return svc.Errorf(svc.KindSpecValidation, "pebblestore: run id is empty")
 	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return err
+	}
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = time.Now()
 	}
 	// A new run starts bare whatever the caller filled in.
 	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
-		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
+		Task: rec.Task, CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
 	return s.group(ctx, func(b *pebble.Batch) ([]string, error) {
 		switch _, err := s.load(rec.RunID); {
 		case err == nil:
@@ -246,10 +256,10 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		case !errors.Is(err, svc.ErrRegistry):
 			return nil, err
 		}
-		if err := putIndexes(b, &rec); err != nil {
+		if err := putNew(b, &rec); err != nil {
 			return nil, err
 		}
-		return []string{rec.RunID}, putRecord(b, &stored{RunRecord: rec})
+		return []string{rec.RunID}, nil
 	})
 }
 
@@ -271,6 +281,9 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	if rec.RunID == "" {
 		return "", false, svc.Errorf(svc.KindSpecValidation, "pebblestore: run id is empty")
 	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return "", false, err
+	}
 	if ttl <= 0 {
 		ttl = svc.DefaultIdempotencyTTL
 	}
@@ -279,7 +292,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 		rec.CreatedAt = now
 	}
 	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
-		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
+		Task: rec.Task, CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
 	var (
 		held  string
 		delta int
@@ -303,10 +316,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 		case !errors.Is(err, svc.ErrRegistry):
 			return nil, err
 		}
-		if err := putIndexes(b, &rec); err != nil {
-			return nil, err
-		}
-		if err := putRecord(b, &stored{RunRecord: rec}); err != nil {
+		if err := putNew(b, &rec); err != nil {
 			return nil, err
 		}
 		if old != nil {
@@ -419,7 +429,23 @@ func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 	if err != nil {
 		return svc.RunRecord{}, err
 	}
+	if st.Task, err = s.loadTask(runID); err != nil {
+		return svc.RunRecord{}, err
+	}
 	return st.RunRecord, nil
+}
+
+// loadTask reads runID's Task, nil when it has none; the caller holds mu.
+func (s *Store) loadTask(runID string) (json.RawMessage, error) {
+	v, closer, err := s.db.Get(taskKey(runID))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: read the task of run %q", runID))
+	}
+	defer closer.Close()
+	return slices.Clone(v), nil
 }
 
 // SetState moves runID to next, appending final in the same batch.
@@ -674,43 +700,79 @@ func (s *Store) snapshot(runID string, last int64) ([]svc.RunEvent, bool, error)
 // Interrupt fails every pending or running run with reason "interrupted",
 // its failed result, progress and run_failed event, in one batch.
 func (s *Store) Interrupt(ctx context.Context) (int, error) {
-	var ids []string
+	_, n, err := s.recover(ctx, false)
+	return n, err
+}
+
+// Recover claims every pending or running run that has a Task (its Resumed
+// goes up by one) and fails the others as Interrupt does, in one batch;
+// see svc.ResumableStore. The directory has one process (pebble locks
+// it), so every unfinished run is that process's to claim.
+func (s *Store) Recover(ctx context.Context) ([]svc.RunRecord, int, error) {
+	return s.recover(ctx, true)
+}
+
+// recover is Recover, or Interrupt when claim is false.
+func (s *Store) recover(ctx context.Context, claim bool) ([]svc.RunRecord, int, error) {
+	var (
+		ids     []string
+		claimed []svc.RunRecord
+	)
+	n := 0
 	err := s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+		ids, claimed, n = nil, nil, 0
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(runPrefix), UpperBound: prefixEnd(runPrefix)})
 		if err != nil {
 			return nil, svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs")
+		}
+		fail := func(err error) ([]string, error) {
+			_ = it.Close()
+			return nil, err
 		}
 		now := time.Now().UTC()
 		for ok := it.First(); ok; ok = it.Next() {
 			v, err := it.ValueAndErr()
 			if err != nil {
-				_ = it.Close()
-				return nil, svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs")
+				return fail(svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs"))
 			}
 			st, err := decodeRecord(v)
 			if err != nil {
-				_ = it.Close()
-				return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode %q", it.Key()))
+				return fail(svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode %q", it.Key())))
 			}
 			if st.State.Terminal() {
 				continue
 			}
+			var task json.RawMessage
+			if claim {
+				if task, err = s.loadTask(st.RunID); err != nil {
+					return fail(err)
+				}
+			}
+			if len(task) > 0 {
+				st.Resumed++
+				st.UpdatedAt = now
+				if err := putRecord(b, st); err != nil {
+					return fail(err)
+				}
+				st.Task = task
+				claimed = append(claimed, st.RunRecord)
+				ids = append(ids, st.RunID)
+				continue
+			}
 			if err := moveStateIndex(b, &st.RunRecord, svc.RunFailed); err != nil {
-				_ = it.Close()
-				return nil, err
+				return fail(err)
 			}
 			st.State, st.Reason, st.UpdatedAt = svc.RunFailed, svc.ReasonInterrupted, now
 			st.Result = svc.InterruptedResult(st.Target)
 			st.Progress = svc.InterruptedProgress(st.Progress)
 			if _, err := appendEvent(b, st, svc.InterruptedEvent(now)); err != nil {
-				_ = it.Close()
-				return nil, err
+				return fail(err)
 			}
 			if err := putRecord(b, st); err != nil {
-				_ = it.Close()
-				return nil, err
+				return fail(err)
 			}
 			ids = append(ids, st.RunID)
+			n++
 		}
 		if err := it.Close(); err != nil {
 			return nil, svc.Wrap(svc.KindRuntime, err, "pebblestore: scan runs")
@@ -718,9 +780,10 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		return ids, nil
 	})
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	return len(ids), nil
+	svc.SortClaimed(claimed)
+	return claimed, n, nil
 }
 
 // ListRuns returns a page of runs, newest first; see svc.RunLister and
@@ -1061,6 +1124,9 @@ type recordJSON struct {
 	// versions, which had no steps.
 	StepSeq   int64 `json:"step_seq,omitempty"`
 	StepBytes int64 `json:"step_bytes,omitempty"`
+	// Resumed is RunRecord.Resumed; absent (0) in records of earlier
+	// versions, and in those of runs never resumed.
+	Resumed int `json:"resumed,omitempty"`
 }
 
 // summaryJSON is recordJSON without the result, for listings.
@@ -1080,7 +1146,7 @@ func encodeRecord(st *stored) ([]byte, error) {
 	return json.Marshal(recordJSON{
 		RunID: st.RunID, Target: st.Target, Kind: st.Kind, State: st.State, Progress: st.Progress,
 		Result: st.Result, Reason: st.Reason, TraceID: st.TraceID, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
-		StepSeq: st.StepSeq, StepBytes: st.StepBytes,
+		StepSeq: st.StepSeq, StepBytes: st.StepBytes, Resumed: st.Resumed,
 	})
 }
 
@@ -1091,17 +1157,31 @@ func decodeRecord(b []byte) (*stored, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, err
 	}
-	if j.RunID == "" || !j.State.Valid() || j.LastSeq < 0 || j.StepSeq < 0 || j.StepBytes < 0 {
+	if j.RunID == "" || !j.State.Valid() || j.LastSeq < 0 || j.StepSeq < 0 || j.StepBytes < 0 || j.Resumed < 0 {
 		return nil, fmt.Errorf("corrupt record (run_id %q, state %q, last_seq %d)", j.RunID, j.State, j.LastSeq)
 	}
 	st := &stored{LastSeq: j.LastSeq, StepSeq: j.StepSeq, StepBytes: j.StepBytes, RunRecord: svc.RunRecord{
 		RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
-		Reason: j.Reason, TraceID: j.TraceID, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
+		Reason: j.Reason, TraceID: j.TraceID, Resumed: j.Resumed, Steps: j.StepSeq,
+		CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
 	}}
 	if j.Result != nil {
 		st.Result = json.RawMessage(j.Result)
 	}
 	return st, nil
+}
+
+// putNew adds a new run to b: its record, its indexes and its Task.
+func putNew(b *pebble.Batch, rec *svc.RunRecord) error {
+	if err := putIndexes(b, rec); err != nil {
+		return err
+	}
+	if len(rec.Task) > 0 {
+		if err := b.Set(taskKey(rec.RunID), rec.Task, nil); err != nil {
+			return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: write the task of run %q", rec.RunID))
+		}
+	}
+	return putRecord(b, &stored{RunRecord: *rec})
 }
 
 func putRecord(b *pebble.Batch, st *stored) error {
@@ -1239,6 +1319,8 @@ func refuseTerminal(st *stored, what string) error {
 }
 
 func runKey(runID string) []byte { return []byte(runPrefix + runID) }
+
+func taskKey(runID string) []byte { return []byte(taskPrefix + runID) }
 
 func eventKey(runID string, seq int64) []byte { return seqKey(evPrefix, runID, seq) }
 

@@ -7,7 +7,11 @@
 //	                       trace_id (absent in records of earlier versions),
 //	                       created_at, updated_at (RFC 3339, UTC), seq (the
 //	                       last sequence number), progress (JSON) and result
-//	                       (the bytes given), the last two once set
+//	                       (the bytes given), the last two once set; owner
+//	                       (see below), task (the bytes of RunRecord.Task,
+//	                       absent without one), resumed (absent until the
+//	                       run is first claimed), step_bytes
+//	P:<id>:steps   list    the step log, one JSON step per entry
 //	P:<id>:events  stream  the events; event n has the entry id "n-0" and the
 //	                       fields type, agent, task_id, error, ts. The
 //	                       transition to a terminal state adds the entry
@@ -31,11 +35,14 @@
 //	                       with a TTL of LeaseTTL, deleted at Close
 //
 // Run ownership (svc.SharedRunStore): a record's "owner" field is the node
-// id of the Store that created it. Interrupt and Sweep fail a run only when
-// its owner is gone (no lease), is this node (an earlier life of a stable
-// NodeID; Interrupt only), or is unset (a run an older build created;
-// Interrupt only), so
-// one node's start never fails the runs another live node is running.
+// id of the Store that created it, or last claimed it. Interrupt and Sweep
+// fail a run only when its owner is gone (no lease), is this node (an
+// earlier life of a stable NodeID; Interrupt only), or is unset (a run an
+// older build created; Interrupt only), so one node's start never fails the
+// runs another live node is running. Recover and ClaimExpired take the same
+// runs as Interrupt and Sweep, but claim those with a task instead of
+// failing them: the owner becomes this node, in the script that checked
+// the old owner's lease, so of nodes racing exactly one gets each run.
 //
 // Every change is one Lua script that checks the state machine and writes, so
 // the rules hold across processes: no change after a terminal state, and a
@@ -176,6 +183,7 @@ var (
 	_ svc.StepLog         = (*Store)(nil)
 	_ svc.SharedRunStore  = (*Store)(nil)
 	_ svc.NodeLister      = (*Store)(nil)
+	_ svc.ResumableStore  = (*Store)(nil)
 )
 
 // Open connects to Redis (checking it answers PING) and returns the store.
@@ -400,19 +408,31 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// fields are the record hash of a new run rec, created at created.
+func (s *Store) fields(rec svc.RunRecord, created string) []any {
+	f := []any{"run_id", rec.RunID, "target", rec.Target, "kind", string(rec.Kind), "state", string(svc.RunPending),
+		"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node}
+	if len(rec.Task) > 0 {
+		f = append(f, "task", []byte(rec.Task))
+	}
+	return f
+}
+
 // Create registers rec as a new pending run.
 func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	if rec.RunID == "" || strings.Contains(rec.RunID, ":") {
 		return svc.Errorf(svc.KindSpecValidation, "redisstore: bad run id %q (empty or containing ':')", rec.RunID)
+	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return err
 	}
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = time.Now()
 	}
 	created := formatTime(rec.CreatedAt)
 	return s.do(ctx, rec.RunID, func(ctx context.Context) error {
-		n, err := s.eval(ctx, createScript, s.keys(rec.RunID), rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
-			"run_id", rec.RunID, "target", rec.Target, "kind", string(rec.Kind), "state", string(svc.RunPending),
-			"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Int()
+		args := append([]any{rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix}, s.fields(rec, created)...)
+		n, err := s.eval(ctx, createScript, s.keys(rec.RunID), args...).Int()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
 		}
@@ -430,6 +450,9 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	if rec.RunID == "" || strings.Contains(rec.RunID, ":") {
 		return "", false, svc.Errorf(svc.KindSpecValidation, "redisstore: bad run id %q (empty or containing ':')", rec.RunID)
 	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return "", false, err
+	}
 	if ttl <= 0 {
 		ttl = svc.DefaultIdempotencyTTL
 	}
@@ -443,10 +466,9 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	)
 	err := s.do(ctx, rec.RunID, func(ctx context.Context) error {
 		keys := append(s.keys(rec.RunID), s.prefix+"::idem:"+key, s.prefix+"::idemkeys")
-		res, err := createIdemScript.Run(ctx, s.c, keys, fingerprint, max(ttl.Milliseconds(), 1), svc.MaxIdempotencyKeys, key,
-			rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix,
-			"run_id", rec.RunID, "target", rec.Target, "kind", string(rec.Kind), "state", string(svc.RunPending),
-			"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node).Slice()
+		args := append([]any{fingerprint, max(ttl.Milliseconds(), 1), svc.MaxIdempotencyKeys, key,
+			rec.RunID, rec.CreatedAt.UnixMicro(), s.prefix}, s.fields(rec, created)...)
+		res, err := createIdemScript.Run(ctx, s.c, keys, args...).Slice()
 		if err != nil {
 			return s.fail(err, "create", rec.RunID)
 		}
@@ -478,19 +500,34 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 	var rec svc.RunRecord
 	err := s.do(ctx, runID, func(ctx context.Context) error {
-		h, err := s.c.HGetAll(ctx, s.recKey(runID)).Result()
-		if err != nil {
-			return s.fail(err, "read", runID)
-		}
-		if len(h) == 0 {
-			return notFound(runID)
-		}
-		if rec, err = decodeRecord(h); err != nil {
-			return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode run %q", runID))
-		}
-		return nil
+		var err error
+		rec, err = s.get(ctx, runID)
+		return err
 	})
 	return rec, err
+}
+
+// get reads runID's record and counts its steps, at one moment (MULTI).
+func (s *Store) get(ctx context.Context, runID string) (svc.RunRecord, error) {
+	var h *redis.MapStringStringCmd
+	var steps *redis.IntCmd
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.HGetAll(ctx, s.recKey(runID))
+		steps = p.LLen(ctx, s.stepsKey(runID))
+		return nil
+	})
+	if err != nil {
+		return svc.RunRecord{}, s.fail(err, "read", runID)
+	}
+	if len(h.Val()) == 0 {
+		return svc.RunRecord{}, notFound(runID)
+	}
+	rec, err := decodeRecord(h.Val())
+	if err != nil {
+		return svc.RunRecord{}, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode run %q", runID))
+	}
+	rec.Steps = steps.Val()
+	return rec, nil
 }
 
 // SetState moves runID to next, appending final in the same script.
@@ -709,15 +746,30 @@ func (s *Store) Events(ctx context.Context, runID string, after int64) ([]svc.Ru
 // NodeID), those of nodes whose lease expired, and those without an owner.
 // The runs of the other live nodes sharing the prefix are left alone.
 func (s *Store) Interrupt(ctx context.Context) (int, error) {
-	n, _, err := s.interruptAll(ctx, true)
+	n, _, _, err := s.interruptAll(ctx, true, false)
 	return n, err
+}
+
+// Recover takes the runs Interrupt would fail: it claims those with a
+// task for this node and fails the others; see svc.ResumableStore.
+func (s *Store) Recover(ctx context.Context) ([]svc.RunRecord, int, error) {
+	n, _, claimed, err := s.interruptAll(ctx, true, true)
+	return claimed, n, err
+}
+
+// ClaimExpired takes the runs Sweep would fail: it claims those with a
+// task for this node and fails the others; see svc.SharedRunStore.
+func (s *Store) ClaimExpired(ctx context.Context) ([]svc.RunRecord, int, error) {
+	n, _, claimed, err := s.interruptAll(ctx, false, true)
+	return claimed, n, err
 }
 
 // Sweep fails the unfinished runs of the other nodes whose lease expired,
 // as Interrupt does; see svc.SharedRunStore. Runs without an owner (an
 // older build's, perhaps still running them) are left to Interrupt.
 func (s *Store) Sweep(ctx context.Context) (int, []string, error) {
-	return s.interruptAll(ctx, false)
+	n, nodes, _, err := s.interruptAll(ctx, false, false)
+	return n, nodes, err
 }
 
 // NodeID is the owner written into the runs this Store creates.
@@ -726,9 +778,14 @@ func (s *Store) NodeID() string { return s.node }
 // LeaseTTL is how long this node's lease outlives its last renewal.
 func (s *Store) LeaseTTL() time.Duration { return s.lease }
 
-func (s *Store) interruptAll(ctx context.Context, own bool) (int, []string, error) {
+// interruptAll fails the unfinished runs no live node owns (this node's
+// too when own), or, when claim, claims those of them with a task: it
+// returns how many it failed, their owners, and the records it claimed,
+// oldest first.
+func (s *Store) interruptAll(ctx context.Context, own, claim bool) (int, []string, []svc.RunRecord, error) {
 	n := 0
 	var nodes []string
+	var claimed []svc.RunRecord
 	err := s.do(ctx, "", func(ctx context.Context) error {
 		active := s.prefix + "::active"
 		t := time.Now()
@@ -738,9 +795,13 @@ func (s *Store) interruptAll(ctx context.Context, own bool) (int, []string, erro
 		it := s.c.SScan(ctx, active, 0, "", readBatch).Iterator()
 		for it.Next(ctx) {
 			id := it.Val()
-			owner, done, err := s.interrupt(ctx, id, now, t, own)
+			owner, done, rec, err := s.interrupt(ctx, id, now, t, own, claim)
 			if err != nil {
 				return err
+			}
+			if rec != nil {
+				claimed = append(claimed, *rec)
+				continue
 			}
 			n += done
 			if done == 1 && owner != "" && !slices.Contains(nodes, owner) {
@@ -752,22 +813,30 @@ func (s *Store) interruptAll(ctx context.Context, own bool) (int, []string, erro
 		}
 		return nil
 	})
-	return n, nodes, err
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	svc.SortClaimed(claimed)
+	return n, nodes, claimed, nil
 }
 
 // interrupt fails one run as Interrupt does and answers 1, or 0 when it
-// was terminal, gone, or owned by a live node (this one too unless own).
-// The result names the target and the owner, read first; the script checks
-// they are still the run's.
-func (s *Store) interrupt(ctx context.Context, id, now string, t time.Time, own bool) (string, int, error) {
-	mode := "others"
+// was terminal, gone, or owned by a live node (this one too unless own);
+// or, when claim is set and the run has a task, claims it instead and
+// returns its record as the claim left it. The result names the target
+// and the owner, read first; the script checks they are still the run's.
+func (s *Store) interrupt(ctx context.Context, id, now string, t time.Time, own, claim bool) (string, int, *svc.RunRecord, error) {
+	mode, claimArg := "others", "0"
 	if own {
 		mode = "all"
+	}
+	if claim {
+		claimArg = "1"
 	}
 	for {
 		vals, err := s.c.HMGet(ctx, s.recKey(id), "target", "owner").Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return "", 0, s.fail(err, "interrupt", id)
+			return "", 0, nil, s.fail(err, "interrupt", id)
 		}
 		target, owner := "", ""
 		if len(vals) == 2 {
@@ -778,20 +847,50 @@ func (s *Store) interrupt(ctx context.Context, id, now string, t time.Time, own 
 		if owner != "" && owner != s.node {
 			result = svc.NodeLostResult(target, owner)
 		}
-		args := append([]any{id, now, s.ttl.Milliseconds(), target, []byte(result), owner, s.node, mode, s.prefix + "::node:"},
+		args := append([]any{id, now, s.ttl.Milliseconds(), target, []byte(result), owner, s.node, mode, s.prefix + "::node:", claimArg},
 			eventFields(svc.InterruptedEvent(t))...)
-		done, err := interruptScript.Run(ctx, s.c, s.keys(id), args...).Int()
+		res, err := interruptScript.Run(ctx, s.c, s.keys(id), args...).Result()
 		if err != nil {
-			return "", 0, s.fail(err, "interrupt", id)
+			return "", 0, nil, s.fail(err, "interrupt", id)
 		}
+		if claimed, ok := res.([]any); ok {
+			rec, err := decodeClaim(claimed)
+			if err != nil {
+				return "", 0, nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: claim run %q", id))
+			}
+			return owner, 0, rec, nil
+		}
+		done, _ := res.(int64)
 		switch done {
 		case 2:
 			continue
 		case 3:
-			return owner, 0, nil
+			return owner, 0, nil, nil
 		}
-		return owner, done, nil
+		return owner, int(done), nil, nil
 	}
+}
+
+// decodeClaim parses interruptScript's answer for a claimed run: {4, the
+// record's fields and values, the step log's length}.
+func decodeClaim(res []any) (*svc.RunRecord, error) {
+	code, _ := res[0].(int64)
+	if len(res) != 3 || code != 4 {
+		return nil, fmt.Errorf("unexpected reply %v", res)
+	}
+	flat, _ := res[1].([]any)
+	h := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		h[k] = v
+	}
+	rec, err := decodeRecord(h)
+	if err != nil {
+		return nil, err
+	}
+	rec.Steps, _ = res[2].(int64)
+	return &rec, nil
 }
 
 // keepLease renews the node's lease every third of its TTL until Close. A
@@ -1158,6 +1257,16 @@ func decodeRecord(h map[string]string) (svc.RunRecord, error) {
 	}
 	if r, ok := h["result"]; ok {
 		rec.Result = json.RawMessage(r)
+	}
+	if task := h["task"]; task != "" { // absent in runs created without one, and by earlier versions
+		rec.Task = json.RawMessage(task)
+	}
+	if r, ok := h["resumed"]; ok { // absent until the first claim
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 0 {
+			return svc.RunRecord{}, fmt.Errorf("resumed %q: not a count", r)
+		}
+		rec.Resumed = n
 	}
 	return rec, nil
 }

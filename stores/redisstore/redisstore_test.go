@@ -109,6 +109,87 @@ func rawClient(t testing.TB, url string) *redis.Client {
 	return c
 }
 
+// TestReopen runs the persistent stores' reopen suite on Redis: a
+// reopened store is a new Store of the same node id on the same prefix
+// (the dir names the prefix), as a restarted node is.
+func TestReopen(t *testing.T) {
+	url := startRedis(t)
+	prefixOf := map[string]string{}
+	storetest.RunReopen(t, func(t *testing.T, dir string) svc.RunStore {
+		if prefixOf[dir] == "" {
+			prefixOf[dir] = uniquePrefix()
+		}
+		return open(t, redisstore.Options{URL: url, KeyPrefix: prefixOf[dir], NodeID: "node-" + prefixOf[dir]})
+	})
+}
+
+// A run without an owner (an older build's) is claimed by a node's start
+// (Recover) when it has a task, as Interrupt would fail it, and left alone
+// by ClaimExpired, as by Sweep; the claim makes it the node's.
+func TestOwnerlessRunRecovered(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix, NodeID: "node-a", LeaseTTL: time.Second})
+	ctx := t.Context()
+	for _, id := range []string{"old-task", "old-none"} {
+		rec := svc.RunRecord{RunID: id, Target: "echo", Kind: svc.TargetAgent}
+		if id == "old-task" {
+			rec.Task = []byte(`{"input":"x"}`)
+		}
+		if err := s.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := rawClient(t, url)
+	for _, id := range []string{"old-task", "old-none"} {
+		if err := c.HDel(ctx, prefix+":"+id, "owner").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if claimed, n, err := s.ClaimExpired(ctx); err != nil || len(claimed) != 0 || n != 0 {
+		t.Fatalf("ClaimExpired of ownerless runs = %v, %d, %v; want nothing", claimed, n, err)
+	}
+	claimed, n, err := s.Recover(ctx)
+	if err != nil || len(claimed) != 1 || claimed[0].RunID != "old-task" || claimed[0].Resumed != 1 || n != 1 {
+		t.Fatalf("Recover of ownerless runs = %+v, %d, %v; want old-task claimed, old-none failed", claimed, n, err)
+	}
+	if owner := c.HGet(ctx, prefix+":old-task", "owner").Val(); owner != "node-a" {
+		t.Errorf("claimed ownerless run's owner = %q, want node-a", owner)
+	}
+	if rec, err := s.Get(ctx, "old-none"); err != nil || rec.State != svc.RunFailed || rec.Reason != svc.ReasonInterrupted {
+		t.Errorf("ownerless run without a task after Recover: %+v %v", rec, err)
+	}
+}
+
+// A record written before runs kept their task (no task, no resumed
+// field) reads as a run that cannot be resumed, never resumed.
+func TestRecordWithoutTask(t *testing.T) {
+	url := startRedis(t)
+	prefix := uniquePrefix()
+	s := open(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+	ctx := t.Context()
+	c := rawClient(t, url)
+	if err := c.HSet(ctx, prefix+":old", "run_id", "old", "target", "echo", "kind", "agent", "state", "running",
+		"reason", "", "created_at", "2025-03-14T15:09:26Z", "updated_at", "2025-03-14T15:09:26Z", "seq", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.SAdd(ctx, prefix+"::active", "old")
+	rec, err := s.Get(ctx, "old")
+	if err != nil || rec.Task != nil || rec.Resumed != 0 || rec.Steps != 0 || rec.State != svc.RunRunning {
+		t.Fatalf("old record = %+v, %v; want running, no task, resumed 0, no steps", rec, err)
+	}
+	if claimed, n, err := s.Recover(ctx); err != nil || len(claimed) != 0 || n != 1 {
+		t.Errorf("Recover of an old record = %v, %d, %v; want it failed", claimed, n, err)
+	}
+	if err := c.HSet(ctx, prefix+":bad", "run_id", "bad", "state", "running", "created_at", "2025-03-14T15:09:26Z",
+		"updated_at", "2025-03-14T15:09:26Z", "resumed", "many").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "bad"); err == nil {
+		t.Error("Get of a record with a bad resumed count succeeded")
+	}
+}
+
 func TestContract(t *testing.T) {
 	url := startRedis(t)
 	storetest.Run(t, func(t *testing.T) svc.RunStore {

@@ -229,16 +229,22 @@ return {0, seq}
 `)
 
 // interruptScript: ARGV = {id, now, ttl ms, target, result, owner, this
-// node, mode ("all" or "others"), lease key prefix, final event
-// fields...}; answers 1 when it failed the run, 0 when the run was already
-// terminal or is gone (it then only leaves the active set), 2 when the
-// run's target or owner is not the one result was made for (the caller
-// reads them again), 3 when a live node owns the run: another node whose
-// lease key exists, or, in mode "others", this node or no owner (a run an
-// older build made: only a node's start fails those). In one script: state
-// failed, reason, the failed result, the progress with nothing running
-// (what ran failed with the run), and the run_failed event before the end
-// marker.
+// node, mode ("all" or "others"), lease key prefix, claim ("1" or "0"),
+// final event fields...}; answers 1 when it failed the run, 0 when the run
+// was already terminal or is gone (it then only leaves the active set), 2
+// when the run's target or owner is not the one result was made for (the
+// caller reads them again), 3 when a live node owns the run: another node
+// whose lease key exists, or, in mode "others", this node or no owner (a
+// run an older build made: only a node's start fails those), and 4 when,
+// with claim "1", the run has a task and it claimed it instead of failing
+// it: the owner becomes this node, resumed goes up by one, the state stays
+// (the answer is then {4, the record's fields and values, the step log's
+// length}, the record as the claim left it).
+// Failing is one script too: state failed, reason, the failed result, the
+// progress with nothing running (what ran failed with the run), and the
+// run_failed event before the end marker. Checking the owner's lease and
+// taking the run in one script is what makes a claim atomic: of two nodes
+// racing, the second finds the first, live, as the owner.
 var interruptScript = redis.NewScript(prelude + `
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur or terminal(cur) then
@@ -252,6 +258,14 @@ if owner == ARGV[7] or owner == '' then
 elseif redis.call('EXISTS', ARGV[9] .. owner) == 1 then
   return 3
 end
+if ARGV[10] == '1' then
+  local task = redis.call('HGET', KEYS[1], 'task')
+  if task and #task > 0 then
+    redis.call('HSET', KEYS[1], 'owner', ARGV[7], 'updated_at', ARGV[2])
+    redis.call('HINCRBY', KEYS[1], 'resumed', 1)
+    return {4, redis.call('HGETALL', KEYS[1]), redis.call('LLEN', KEYS[1] .. ':steps')}
+  end
+end
 redis.call('HSET', KEYS[1], 'state', 'failed', 'reason', 'interrupted', 'updated_at', ARGV[2], 'result', ARGV[5])
 local p = redis.call('HGET', KEYS[1], 'progress')
 if p then
@@ -263,7 +277,7 @@ if p then
   end
 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 10))
+redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 11))
 finish(seq, ARGV[1], tonumber(ARGV[3]))
 return 1
 `)

@@ -66,7 +66,9 @@ const PollInterval = 250 * time.Millisecond
 // creates without a trace id, as if it had created them before. The step
 // log (run_steps, and the runs columns step_bytes and step_count) did not
 // either, for the same reasons: an older build never reads it, and its
-// writes of runs leave the columns alone.
+// writes of runs leave the columns alone. Nor did the task and resumed
+// columns of resumable runs: the runs an older build creates have no task,
+// so a later Recover fails them as Interrupt would.
 const schemaVersion = 1
 
 // pageSize is how many events a stream reads per query, bounding its memory
@@ -88,6 +90,10 @@ CREATE TABLE IF NOT EXISTS runs (
 	-- reading the log; see addedColumns
 	step_bytes INTEGER NOT NULL DEFAULT 0,
 	step_count INTEGER NOT NULL DEFAULT 0,
+	-- the submitted task (RunRecord.Task), NULL for a run created without
+	-- one, and how many times the run was resumed; see addedColumns
+	task       BLOB,
+	resumed    INTEGER NOT NULL DEFAULT 0,
 	created_at INTEGER NOT NULL, -- Unix microseconds
 	updated_at INTEGER NOT NULL
 );
@@ -130,9 +136,9 @@ CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 // SQL statements. ?1 is always the run id. A state list of two is enough:
 // no state is reachable from more than two others.
 const (
-	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id)
-		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5) ON CONFLICT (run_id) DO NOTHING`
-	sqlGet = `SELECT target, kind, state, progress, result, reason, trace_id, created_at, updated_at
+	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id, task)
+		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5, ?6) ON CONFLICT (run_id) DO NOTHING`
+	sqlGet = `SELECT target, kind, state, progress, result, reason, trace_id, task, resumed, step_count, created_at, updated_at
 		FROM runs WHERE run_id = ?1`
 	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
 	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
@@ -188,8 +194,11 @@ const (
 		(SELECT key FROM idempotency WHERE expires_at <= ?1 ORDER BY expires_at LIMIT 64)`
 	sqlIdemTrim = `DELETE FROM idempotency WHERE key IN (SELECT key FROM idempotency ORDER BY expires_at
 		LIMIT max(0, (SELECT count(*) FROM idempotency) - ?1))`
-	sqlInterruptList = `SELECT run_id, target, progress FROM runs WHERE state IN ('pending', 'running')`
-	sqlInterrupt     = `UPDATE runs SET state = 'failed', reason = ?2, result = ?3, progress = ?4, updated_at = ?5
+	sqlInterruptList = `SELECT run_id, target, progress, task IS NOT NULL AND length(task) > 0
+		FROM runs WHERE state IN ('pending', 'running')`
+	sqlClaim = `UPDATE runs SET resumed = resumed + 1, updated_at = ?2
+		WHERE run_id = ?1 AND state IN ('pending', 'running')`
+	sqlInterrupt = `UPDATE runs SET state = 'failed', reason = ?2, result = ?3, progress = ?4, updated_at = ?5
 		WHERE run_id = ?1 AND state IN ('pending', 'running')`
 )
 
@@ -246,6 +255,7 @@ var (
 	_ svc.RunLister       = (*Store)(nil)
 	_ svc.IdempotentStore = (*Store)(nil)
 	_ svc.StepLog         = (*Store)(nil)
+	_ svc.ResumableStore  = (*Store)(nil)
 )
 
 // Options tune OpenWith; the zero value is Open's defaults.
@@ -307,9 +317,9 @@ func OpenWith(path string, opts Options) (*Store, error) {
 // small statements. database/sql prepares each again, lazily, on every
 // connection of its pool that runs it.
 type statements struct {
-	create, setState, finish, setProgress, setResult, append, appendFinal, stateW *sql.Stmt // writer
-	stepsReserve, stepInsert, stepBytes                                           *sql.Stmt // writer
-	get, state, events, steps                                                     *sql.Stmt // reader
+	create, setState, finish, setProgress, setResult, append, appendFinal, stateW, getW *sql.Stmt // writer
+	stepsReserve, stepInsert, stepBytes                                                 *sql.Stmt // writer
+	get, state, events, steps                                                           *sql.Stmt // reader
 	// list[state filter][cursor] are the ListRuns queries (reader).
 	list [2][2]*sql.Stmt
 }
@@ -328,6 +338,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 		{writer, sqlAppend, &st.append},
 		{writer, sqlAppendFinal, &st.appendFinal},
 		{writer, sqlState, &st.stateW},
+		{writer, sqlGet, &st.getW},
 		{writer, sqlStepsReserve, &st.stepsReserve},
 		{writer, sqlStepInsert, &st.stepInsert},
 		{writer, sqlStepBytes, &st.stepBytes},
@@ -351,7 +362,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 
 func (st *statements) close() error {
 	var errs []error
-	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.finish, st.setProgress, st.setResult, st.append, st.appendFinal, st.stateW,
+	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.finish, st.setProgress, st.setResult, st.append, st.appendFinal, st.stateW, st.getW,
 		st.stepsReserve, st.stepInsert, st.stepBytes, st.steps, st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
@@ -428,11 +439,14 @@ func initSchema(db *sql.DB) error {
 // them, once, in initSchema's transaction (the writer's transactions are
 // IMMEDIATE: two processes opening one old file add them one after the
 // other, the second finding them there). Rows written before have the
-// default: trace_id ” (RunStatus.TraceID absent).
+// default: trace_id ” (RunStatus.TraceID absent), no steps, task NULL
+// (a run that cannot be resumed) and resumed 0.
 var addedColumns = []string{
 	`trace_id TEXT NOT NULL DEFAULT ''`,
 	`step_bytes INTEGER NOT NULL DEFAULT 0`,
 	`step_count INTEGER NOT NULL DEFAULT 0`,
+	`task BLOB`,
+	`resumed INTEGER NOT NULL DEFAULT 0`,
 }
 
 // addColumns adds the addedColumns the runs table lacks.
@@ -479,13 +493,16 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	if rec.RunID == "" {
 		return svc.Errorf(svc.KindSpecValidation, "sqlitestore: empty run id")
 	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return err
+	}
 	created := time.Now()
 	if !rec.CreatedAt.IsZero() {
 		created = rec.CreatedAt
 	}
 	return s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q", rec.RunID),
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID)
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID, task(rec))
 			if err != nil {
 				return nil, err
 			}
@@ -511,6 +528,9 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	if rec.RunID == "" {
 		return "", false, svc.Errorf(svc.KindSpecValidation, "sqlitestore: empty run id")
 	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return "", false, err
+	}
 	if ttl <= 0 {
 		ttl = svc.DefaultIdempotencyTTL
 	}
@@ -534,7 +554,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 			case !errors.Is(err, sql.ErrNoRows):
 				return nil, err
 			}
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID)
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID, task(rec))
 			if err != nil {
 				return nil, err
 			}
@@ -566,27 +586,48 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	return rec.RunID, true, nil
 }
 
+// task is the value of rec's task column: NULL without a Task.
+func task(rec svc.RunRecord) any {
+	if len(rec.Task) == 0 {
+		return nil
+	}
+	return []byte(rec.Task)
+}
+
 // Get returns a run's record.
 func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 	if err := s.check(); err != nil {
 		return svc.RunRecord{}, err
 	}
+	rec, err := s.get(ctx, s.stmt.get, runID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return svc.RunRecord{}, unknown(runID)
+	}
+	return rec, err
+}
+
+// get reads a run's record with stmt: sqlGet on the reader, or in a
+// transaction of the writer. An unknown run is sql.ErrNoRows.
+func (s *Store) get(ctx context.Context, stmt *sql.Stmt, runID string) (svc.RunRecord, error) {
 	rec := svc.RunRecord{RunID: runID}
 	var (
 		state            string
 		progress         sql.NullString
-		result           []byte // NULL scans as nil: no result yet
+		result, task     []byte // NULL scans as nil: no result yet, no task
 		created, updated int64
 	)
-	err := s.stmt.get.QueryRowContext(ctx, runID).Scan(
-		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &created, &updated)
+	err := stmt.QueryRowContext(ctx, runID).Scan(
+		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &task, &rec.Resumed, &rec.Steps, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
-		return svc.RunRecord{}, unknown(runID)
+		return svc.RunRecord{}, err
 	}
 	if err != nil {
 		return svc.RunRecord{}, s.fail(ctx, err, "get run %q", runID)
 	}
-	rec.State, rec.Result = svc.RunState(state), result
+	if len(task) == 0 {
+		task = nil
+	}
+	rec.State, rec.Result, rec.Task = svc.RunState(state), result, task
 	rec.CreatedAt, rec.UpdatedAt = fromMicros(created), fromMicros(updated)
 	if progress.Valid {
 		var p svc.RunProgress
@@ -927,10 +968,29 @@ func (s *Store) follow(ctx context.Context, runID string, after int64, out chan<
 // its failed result, progress and run_failed event, all in one
 // transaction; see svc.RunStore.
 func (s *Store) Interrupt(ctx context.Context) (int, error) {
+	_, n, err := s.recover(ctx, false)
+	return n, err
+}
+
+// Recover claims every pending or running run that has a Task (resumed
+// goes up by one) and fails the others as Interrupt does, all in one
+// transaction; see svc.ResumableStore. The writer's transactions are
+// IMMEDIATE, so two processes sharing the file recover one after the
+// other; a serve process holds the file's lock, so only one does.
+func (s *Store) Recover(ctx context.Context) ([]svc.RunRecord, int, error) {
+	return s.recover(ctx, true)
+}
+
+// recover is Recover, or Interrupt when claim is false.
+func (s *Store) recover(ctx context.Context, claim bool) ([]svc.RunRecord, int, error) {
 	if err := s.check(); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	fail := func(err error) (int, error) { return 0, s.fail(ctx, err, "interrupt runs") }
+	what := "interrupt runs"
+	if claim {
+		what = "recover runs"
+	}
+	fail := func(err error) ([]svc.RunRecord, int, error) { return nil, 0, s.fail(ctx, err, "%s", what) }
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fail(err)
@@ -939,6 +999,7 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	type open struct {
 		id, target string
 		progress   sql.NullString
+		task       bool
 	}
 	var runs []open
 	rows, err := tx.QueryContext(ctx, sqlInterruptList)
@@ -947,7 +1008,7 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	}
 	for rows.Next() {
 		var r open
-		if err := rows.Scan(&r.id, &r.target, &r.progress); err != nil {
+		if err := rows.Scan(&r.id, &r.target, &r.progress, &r.task); err != nil {
 			rows.Close()
 			return fail(err)
 		}
@@ -957,12 +1018,25 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		return fail(err)
 	}
 	t := time.Now()
+	var claimed []svc.RunRecord
+	n := 0
 	for _, r := range runs {
+		if claim && r.task {
+			if _, err := tx.ExecContext(ctx, sqlClaim, r.id, micros(t)); err != nil {
+				return fail(err)
+			}
+			rec, err := s.get(ctx, tx.StmtContext(ctx, s.stmt.getW), r.id)
+			if err != nil {
+				return nil, 0, err
+			}
+			claimed = append(claimed, rec)
+			continue
+		}
 		var progress any // NULL stays NULL
 		if r.progress.Valid {
 			var p svc.RunProgress
 			if err := json.Unmarshal([]byte(r.progress.String), &p); err != nil {
-				return 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: run %q: corrupt progress", r.id))
+				return nil, 0, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: run %q: corrupt progress", r.id))
 			}
 			b, _ := json.Marshal(svc.InterruptedProgress(&p))
 			progress = string(b)
@@ -974,6 +1048,7 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 		if _, err := tx.StmtContext(ctx, s.stmt.appendFinal).ExecContext(ctx, eventArgs(r.id, svc.InterruptedEvent(t))...); err != nil {
 			return fail(err)
 		}
+		n++
 	}
 	if err := tx.Commit(); err != nil {
 		return fail(err)
@@ -981,7 +1056,8 @@ func (s *Store) Interrupt(ctx context.Context) (int, error) {
 	for _, r := range runs {
 		s.notify.signal(r.id)
 	}
-	return len(runs), nil
+	svc.SortClaimed(claimed)
+	return claimed, n, nil
 }
 
 // ListRuns returns a page of runs, newest first; see svc.RunLister and

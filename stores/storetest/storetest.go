@@ -39,7 +39,7 @@
 //     exactly the ones the state machine refuses, and only those.
 //
 // Every store is also a svc.IdempotentStore (idempotent.go states its
-// rules) and a svc.RunLister; list.go states the rules of its
+// rules), a svc.ResumableStore (resume.go) and a svc.RunLister; list.go states the rules of its
 // listings (order, pages, cursors, errors) that the List subtests check.
 package storetest
 
@@ -128,6 +128,9 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"StepsBound", testStepsBound},
 		{"StepsRefused", testStepsRefused},
 		{"StepsConcurrent", testStepsConcurrent},
+		{"Task", testTask},
+		{"Recover", testRecover},
+		{"RecoverConcurrent", testRecoverConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -248,6 +251,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	}
 	checkListing(t, "failed after two reopens", s, svc.RunFilter{State: svc.RunFailed, Limit: 3}, []string{"r", "p", "n", "f"})
 	checkListing(t, "pending after two reopens", s, svc.RunFilter{State: svc.RunPending}, nil)
+	resumeReopen(t, open)
 }
 
 func testCreate(t *testing.T, s svc.RunStore) {
@@ -1297,6 +1301,15 @@ func checkRecord(t *testing.T, what string, got, want svc.RunRecord) {
 	}
 	if !bytes.Equal(got.Result, want.Result) {
 		diff("Result", string(got.Result), string(want.Result))
+	}
+	if !bytes.Equal(got.Task, want.Task) || (got.Task == nil) != (want.Task == nil) {
+		diff("Task", string(got.Task), string(want.Task))
+	}
+	if got.Resumed != want.Resumed {
+		diff("Resumed", got.Resumed, want.Resumed)
+	}
+	if got.Steps != want.Steps {
+		diff("Steps", got.Steps, want.Steps)
 	}
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		diff("CreatedAt", got.CreatedAt, want.CreatedAt)

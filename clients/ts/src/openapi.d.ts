@@ -615,15 +615,17 @@ export interface components {
         RunStatus: {
             progress: null | components["schemas"]["RunProgress"];
             reason?: string;
+            resumed?: number;
             run_id: string;
             state: string;
+            steps?: number;
             trace_id?: string;
         };
         /** @description One thing that happened in the runtime; payload keys depend on event_type. */
         RuntimeEvent: {
             agent_name: string;
             /** @enum {string} */
-            event_type: "agent_spawned" | "agent_dispatched" | "agent_completed" | "agent_failed" | "tool_call_started" | "tool_call_completed" | "tool_call_failed" | "budget_exceeded" | "depth_limit_exceeded" | "batch_started" | "batch_completed" | "group_started" | "group_completed" | "worker_started" | "worker_stopped" | "worker_heartbeat" | "rate_limited";
+            event_type: "agent_spawned" | "agent_dispatched" | "agent_completed" | "agent_failed" | "tool_call_started" | "tool_call_completed" | "tool_call_failed" | "budget_exceeded" | "depth_limit_exceeded" | "batch_started" | "batch_completed" | "group_started" | "group_completed" | "worker_started" | "worker_stopped" | "worker_heartbeat" | "rate_limited" | "run_resumed";
             parent_span_id?: string;
             parent_trace_id: null | string;
             payload: Record<string, unknown>;
@@ -778,6 +780,15 @@ export interface components {
                 rate_limit: string;
                 reason: string;
                 wait_ms: number;
+            };
+        } | {
+            /** @constant */
+            event_type: "run_resumed";
+            payload: {
+                node: string;
+                resumed: number;
+                run_id: string;
+                steps_replayed: number;
             };
         });
         RuntimeStats: {
