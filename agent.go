@@ -131,6 +131,11 @@ type MCPServer struct {
 	// TimeoutSeconds bounds one tool call, including any wait for the
 	// server to (re)start; 0 means the runtime's default (30 s).
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" yaml:"timeout_seconds,omitempty"`
+	// Idempotent false declares the server's tools not idempotent: a call
+	// in flight when a submitted run's process died is not made again
+	// when the run resumes (the model is told its outcome is unknown).
+	// Nil (the default) and true: calls are made again.
+	Idempotent *bool `json:"idempotent,omitempty" yaml:"idempotent,omitempty"`
 }
 
 // Hook transforms an agent's input (PreProcess) or output (PostProcess).
@@ -179,6 +184,10 @@ func (a Agent) Clone() Agent {
 	for i, s := range a.MCPServers {
 		s.Args = slices.Clone(s.Args)
 		s.Env = maps.Clone(s.Env)
+		if s.Idempotent != nil {
+			v := *s.Idempotent
+			s.Idempotent = &v
+		}
 		c.MCPServers[i] = s
 	}
 	if a.MCPServers == nil {

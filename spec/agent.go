@@ -21,7 +21,7 @@ var agentKeys = []string{
 	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level", "context_passer",
 }
 
-var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds"}
+var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds", "idempotent"}
 
 // MCP transports (svc.MCPStdio and friends, by their older names here).
 const (
@@ -677,6 +677,11 @@ func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 		}
 		if v, ok := get("env"); ok {
 			s.Env = d.envMap(v, path+".env")
+		}
+		if v, ok := get("idempotent"); ok {
+			if b, ok := d.boolean(v, path+".idempotent"); ok {
+				s.Idempotent = &b
+			}
 		}
 		out = append(out, s)
 	}

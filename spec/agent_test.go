@@ -143,6 +143,14 @@ func TestAgentValues(t *testing.T) {
 				t.Errorf("server = %#v", s)
 			}
 		}},
+		{"mcp idempotent false", "mcp_servers: [{name: s, transport: http, url: 'http://127.0.0.1:1/mcp', idempotent: false}, {name: t, transport: http, url: 'http://127.0.0.1:1/mcp'}]", func(t *testing.T, a svc.Agent) {
+			if s := a.MCPServers[0]; s.Idempotent == nil || *s.Idempotent {
+				t.Errorf("server = %#v, want idempotent false", s)
+			}
+			if s := a.MCPServers[1]; s.Idempotent != nil {
+				t.Errorf("server = %#v, want idempotent unset (the default, true)", s)
+			}
+		}},
 		{"args and env as written", "mcp_servers: [{name: s, transport: stdio, command: srv, args: [--port, 8080, true], env: {DEBUG: 1, NAME: x}}]", func(t *testing.T, a svc.Agent) {
 			s := a.MCPServers[0]
 			if !slices.Equal(s.Args, []string{"--port", "8080", "true"}) || s.Env["DEBUG"] != "1" || s.Env["NAME"] != "x" {
@@ -265,6 +273,7 @@ func TestBadAgents(t *testing.T) {
 		// mcp_servers
 		{name: "mcp not a list", yaml: "version: 1\nmodel: test:echo\nmcp_servers: {name: fs}\n", line: 3, key: "mcp_servers", msg: "want a list of servers, got a mapping"},
 		{name: "mcp timeout not positive", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: s\n    transport: http\n    url: http://x/mcp\n    timeout_seconds: 0\n", line: 7, key: "mcp_servers[0].timeout_seconds", msg: "want seconds above 0"},
+		{name: "mcp idempotent not a bool", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: s\n    transport: http\n    url: http://x/mcp\n    idempotent: maybe\n", line: 7, key: "mcp_servers[0].idempotent", msg: "want true or false"},
 		{name: "mcp timeout not a number", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: s\n    transport: http\n    url: http://x/mcp\n    timeout_seconds: soon\n", line: 7, key: "mcp_servers[0].timeout_seconds", msg: "want a number"},
 		{name: "mcp entry not a mapping", yaml: "version: 1\nmodel: test:echo\nmcp_servers: [fs]\n", line: 3, key: "mcp_servers[0]", msg: "want a mapping with name and transport"},
 		{name: "mcp unknown key", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: fs\n    transport: stdio\n    command: srv\n    cmd: x\n", line: 7, key: "mcp_servers[0].cmd", msg: "unknown key"},

@@ -99,6 +99,10 @@ func (rt *Runtime) resume(ctx context.Context, rec svc.RunRecord) error {
 			return fmt.Errorf("read its steps: %w", err)
 		}
 	}
+	history, err := rt.store.Events(ctx, rec.RunID, 0)
+	if err != nil {
+		return fmt.Errorf("read its events: %w", err)
+	}
 	if err := rt.admit(); err != nil {
 		return err
 	}
@@ -110,7 +114,7 @@ func (rt *Runtime) resume(ctx context.Context, rec svc.RunRecord) error {
 		TaskID: task.ID, TraceID: task.RequestID,
 		Payload: svc.Payload{"run_id": rec.RunID, "steps_replayed": int64(len(steps)), "node": node, "resumed": int64(rec.Resumed)}})
 	rt.startSubmitted(svc.WithRequestID(context.Background(), task.RequestID), rec.RunID, kind, rec.Target, task, steps,
-		rec.State == svc.RunRunning)
+		history, rec.State == svc.RunRunning)
 	return nil
 }
 

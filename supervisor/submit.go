@@ -83,13 +83,13 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 			return got, err
 		}
 	}
-	rt.startSubmitted(context.WithoutCancel(ctx), id, kind, req.Target, task, nil, false)
+	rt.startSubmitted(context.WithoutCancel(ctx), id, kind, req.Target, task, nil, nil, false)
 	return id, nil
 }
 
 // startSubmitted starts a submitted run that was admitted: a new one, or one a
 // previous process left unfinished (resumed), with the steps it recorded.
-func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.TargetKind, target string, task svc.TaskSpec, steps []svc.RunStep, resumed bool) *submitted.Journal {
+func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.TargetKind, target string, task svc.TaskSpec, steps []svc.RunStep, history []svc.RunEvent, resumed bool) *submitted.Journal {
 	runCtx, cancel := context.WithCancelCause(base)
 	rt.submitted.Store(id, cancel)
 	w := rt.records.NewWriter(id, cancel)
@@ -97,7 +97,7 @@ func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.Targ
 	runCtx = svc.WithDeltas(runCtx, rt.follow.Open(id))
 	var j *submitted.Journal
 	if rt.resumes {
-		j = submitted.NewJournal(w, task.ID, steps)
+		j = submitted.NewJournal(w, task.ID, steps, history)
 		runCtx = svc.WithJournal(runCtx, j)
 	}
 	if resumed {

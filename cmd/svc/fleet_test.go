@@ -192,6 +192,17 @@ func (p *fleetProc) hasEvent(msg, task, reason string) bool {
 	return false
 }
 
+// countEvent counts the log lines msg of task.
+func (p *fleetProc) countEvent(msg, task string) int {
+	n := 0
+	for _, ev := range p.events() {
+		if ev.Msg == msg && ev.TaskID == task {
+			n++
+		}
+	}
+	return n
+}
+
 // fleetClient keeps connections alive across the many requests of a load;
 // its idle connections are closed when the test ends (goleak).
 type fleetClient struct {

@@ -30,14 +30,22 @@ type stepID struct {
 // step log when it is resumed; nil for a new run). Of two steps with one
 // key (an attempt retried in one life made its calls again) the later
 // wins.
-func NewJournal(w *Writer, taskID string, steps []svc.RunStep) *Journal {
+//
+// history, the run's events so far, tells which invocations started
+// before (their agent_started is in it) though they completed no step.
+func NewJournal(w *Writer, taskID string, steps []svc.RunStep, history []svc.RunEvent) *Journal {
 	j := &Journal{w: w, root: taskID, n: len(steps)}
-	if len(steps) > 0 {
+	if len(steps) > 0 || len(history) > 0 {
 		j.steps = make(map[stepID]json.RawMessage, len(steps))
 		j.started = make(map[string]struct{})
 		for _, st := range steps {
 			j.steps[stepID{st.Kind, st.Key}] = st.Data
 			j.started[invocationOf(st.Kind, st.Key)] = struct{}{}
+		}
+		for _, ev := range history {
+			if ev.Type == svc.RunAgentStarted {
+				j.started[svc.InvocationPath(ev.TaskID, ev.Agent)] = struct{}{}
+			}
 		}
 	}
 	return j

@@ -378,3 +378,24 @@ func TestConcurrentFirstUse(t *testing.T) {
 		t.Errorf("one start expected: %+v", s)
 	}
 }
+
+// A server declared idempotent: false has tools a resumed run does not call
+// again (svc.ToolIdempotent); by default they are idempotent.
+func TestIdempotentSetting(t *testing.T) {
+	url := serveHTTP(t, false)
+	m := newManager(t, mcp.Config{})
+	no := false
+	for _, tc := range []struct {
+		agent string
+		cfg   svc.MCPServer
+		want  bool
+	}{
+		{"plain", svc.MCPServer{Name: "go", Transport: "http", URL: url}, true},
+		{"risky", svc.MCPServer{Name: "go", Transport: "http", URL: url, Idempotent: &no}, false},
+	} {
+		all := tools(t, m.Source(tc.agent, tc.cfg))
+		if got := svc.ToolIdempotent(all["echo"]); got != tc.want {
+			t.Errorf("%s: echo idempotent = %v, want %v", tc.agent, got, tc.want)
+		}
+	}
+}

@@ -249,7 +249,8 @@ func (m *Manager) stopped(srv *server) {
 
 func sameConfig(a, b svc.MCPServer) bool {
 	return a.Name == b.Name && a.Transport == b.Transport && a.Command == b.Command &&
-		slices.Equal(a.Args, b.Args) && maps.Equal(a.Env, b.Env) && a.URL == b.URL && a.Prefix == b.Prefix
+		slices.Equal(a.Args, b.Args) && maps.Equal(a.Env, b.Env) && a.URL == b.URL && a.Prefix == b.Prefix &&
+		(a.Idempotent == nil) == (b.Idempotent == nil) && (a.Idempotent == nil || *a.Idempotent == *b.Idempotent)
 }
 
 // StartAll starts every current server that is not running yet and waits

@@ -28,6 +28,9 @@ func (t *tool) Description() string          { return t.description }
 func (t *tool) InputSchema() json.RawMessage { return t.schema }
 func (t *tool) Access() svc.Access           { return t.access }
 
+// Idempotent is the server's idempotent setting (svc.IdempotentTool).
+func (t *tool) Idempotent() bool { return t.srv.cfg.Idempotent == nil || *t.srv.cfg.Idempotent }
+
 // Call runs the tool on the server. A result the server marks isError is a
 // ToolExecutionError carrying the server's text, which the model sees.
 func (t *tool) Call(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {

@@ -352,6 +352,21 @@ async function openRun(id) {
         $('#drawer-live-box').hidden = false;
         return;
       }
+      if (data.type === 'run_resumed') {
+        // A new process took the run over: what came before was done by
+        // the previous one, and the new one replayed those steps from
+        // the run's step log rather than run them again.
+        for (const li of tl.children) {
+          if (!li.classList.contains('replayed') && !li.classList.contains('ev-run_resumed')) {
+            li.classList.add('replayed');
+            li.append(' ', h('span', { class: 'tag', title: 'done before the resume; replayed from the step log, not run again' }, 'replayed'));
+          }
+        }
+        tl.append(h('li', { class: 'ev-run_resumed' }, h('time', {}, ts(data.timestamp)), ' ', h('b', {}, 'run_resumed'),
+          h('div', { class: 'muted' }, 'resumed by a new process: the steps above were replayed, the rest runs now')));
+        refreshDrawerSoon();
+        return;
+      }
       tl.append(h('li', { class: 'ev-' + data.type },
         h('time', {}, ts(data.timestamp)), ' ', h('b', {}, data.type),
         data.agent ? ' ' + data.agent : '', data.error ? h('div', { class: 'bad' }, data.error) : ''));
@@ -381,6 +396,9 @@ async function refreshDrawer() {
     $('#drawer-status').replaceChildren(h('dl', { class: 'kv' },
       h('dt', {}, 'State'), h('dd', {}, stateBadge(st.state), st.reason ? ' ' + st.reason : ''),
       h('dt', {}, 'Progress'), h('dd', {}, progressBar(st.progress)),
+      st.resumed ? [h('dt', {}, 'Resumed'), h('dd', { id: 'drawer-resumed' }, st.resumed + (st.resumed === 1 ? ' time' : ' times') +
+        ' (the process running it died); ' + (st.steps || 0) + ' steps recorded')] :
+        st.steps ? [h('dt', {}, 'Steps'), h('dd', {}, st.steps + ' recorded (a resume would replay them)')] : [],
       run ? [h('dt', {}, 'Target'), h('dd', {}, run.target + ' (' + run.kind + ')'), h('dt', {}, 'Created'), h('dd', {}, new Date(run.created_at).toLocaleString())] : [],
       h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id),
       st.trace_id ? [h('dt', {}, 'Trace id'), h('dd', { class: 'mono' }, h('a', { href: '#tree/' + encodeURIComponent(st.trace_id), id: 'drawer-trace' }, st.trace_id))] : []));
