@@ -52,8 +52,12 @@ build:
 # on this machine it gained little (552 s against 497-579 s) and the
 # browser tests' timeouts tripped under the load, so the default stays.
 TEST_FLAGS ?=
+# SVC_TEST_BUILD_DIR: the packages whose tests run the svc binary
+# (cmd/svc, dashboard, docs) share one build of it per run, race and plain
+# (internal/svcproc), instead of linking their own.
 test:
-	@set -o pipefail; $(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) -json ./... | $(GO) run ./internal/testsummary
+	@set -o pipefail; bins=$$(mktemp -d) && trap 'rm -rf "$$bins"' EXIT && \
+	  SVC_TEST_BUILD_DIR="$$bins" $(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) -json ./... | $(GO) run ./internal/testsummary
 
 ## test-ts: the TypeScript client's tests (clients/ts), node's own test
 ## runner against a real svc serve built from this tree (once, here: each

@@ -34,6 +34,11 @@ type Journal interface {
 	// under path: the invocation at path started before, so its start
 	// events were emitted already and are not emitted again.
 	Started(path string) bool
+	// Ended reports whether the run's history has the completion of the
+	// invocation at path: it ended well in a previous life, whose death
+	// came before its outcome was recorded, so the completion is not
+	// reported a second time.
+	Ended(path string) bool
 }
 
 type journalKey struct{}

@@ -316,6 +316,12 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 	if err == nil {
 		res.Success = true
 		res.Output = d.out.Output
+		if st.replay == replayStarted && st.endedBefore() {
+			// Its completion is in the history: the previous life died
+			// after reporting it and before recording its outcome.
+			st.replay = replayOutcome
+			st.recordOutcome(&d.out)
+		}
 		if st.replay == replayOutcome {
 			// Replayed: its events are in the history already.
 		} else if st.runEvent(svc.RunAgentCompleted, ""); st.run.Sink != nil {

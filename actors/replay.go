@@ -44,6 +44,14 @@ func (st *invState) replayed() replayMark {
 	return replayNone
 }
 
+// endedBefore reports whether the run's history has st's completion.
+//
+//go:noinline
+func (st *invState) endedBefore() bool {
+	j := svc.JournalFrom(st.base())
+	return j != nil && j.Ended(svc.InvocationPath(st.task.ID, st.run.Agent.Def.Name))
+}
+
 // replayOutcome is the attempt of an invocation whose outcome is recorded:
 // it takes the outcome. A record that does not decode runs the invocation
 // after all.

@@ -54,7 +54,7 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.do(chromedp.Navigate(a.page("")))
 	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
 
 	echo := submit(t, a, "echo", `{"text":"one"}`)
@@ -140,7 +140,7 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 		api(t, a, "", http.MethodGet, "/tools?group_by=tool", "", &raw)
 		return len(raw.Rows) >= 2
 	})
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#tools"))
+	b.do(chromedp.Navigate(a.page("#tools")))
 	for _, r := range raw.Rows {
 		b.until("tool row "+fmt.Sprint(r["tool"]), fmt.Sprintf(`[...document.querySelectorAll('#tools-table tbody tr')].some(tr => tr.cells[0].textContent === %q && tr.cells[2].textContent === %q && tr.cells[4].textContent === %q && tr.cells[5].textContent === %q && tr.cells[6].textContent === %q)`,
 			r["tool"], fmt.Sprint(r["calls"]), fmt.Sprintf("%.1f", r["p50_ms"]), fmt.Sprintf("%.1f", r["p95_ms"]), fmt.Sprintf("%.1f", r["p99_ms"])))
@@ -188,7 +188,7 @@ func TestDashboardLiveFiltersTreeHealth(t *testing.T) {
 		api(t, a, "", http.MethodGet, "/runtime/stats", "", &stats)
 		return len(stats.ErrorGroups) > 0 && len(stats.Rejections) > 0
 	})
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	// The header meters are the API's header (the page polls every 5 s;
 	// nothing changes now but the slow run, which spends nothing yet). In
 	// flight is the runtime's live count: the slow run, the one run not
@@ -239,7 +239,7 @@ func TestDashboardBoundedWindow(t *testing.T) {
 	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.do(chromedp.Navigate(a.page("")))
 	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
 	// Gathers of 250 tasks (agent_spawned and agent_completed each, and
 	// the batch's two), one after the other until the page has seen more
@@ -319,7 +319,7 @@ func TestDashboardFleet(t *testing.T) {
 		return ""
 	}
 	b := newBrowser(t, 1200, 900)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	badge := `(document.querySelector('#workers-table tbody tr td .badge') || {}).textContent`
 	for i, want := range []string{"healthy", "stale", "down"} {
 		if i == 1 {

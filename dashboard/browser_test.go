@@ -120,6 +120,12 @@ type server struct {
 // URL is the server's base address, http://127.0.0.1:PORT.
 func (s *server) URL() string { return s.proc.URL }
 
+// page is the dashboard's address with view (a fragment such as "#health",
+// or "" for the default view), polling the stats and runs every second
+// (`?poll=1`) rather than every 5 s: a test waits for the page to show
+// each change, and at 5 s a test of several steps waited half a minute.
+func (s *server) page(view string) string { return s.URL() + "/dashboard/?poll=1" + view }
+
 // startApp starts `svc serve` on a free port, with --auth-token when token
 // is not empty and the extra flags; it is stopped (SIGTERM by its PID)
 // when t ends.
@@ -406,7 +412,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.do(chromedp.Navigate(a.page("")))
 	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
 
 	// Runs submitted after the page loaded appear without a reload, and
@@ -476,7 +482,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		api(t, a, "", http.MethodGet, "/usage?group_by=agent", "", &usage)
 		return usage.Groups["clock"].Invocations >= 3
 	})
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	b.do(chromedp.Navigate(a.page("#usage")))
 	for agent, u := range usage.Groups {
 		want := fmt.Sprintf("%s%d%d%d", agent, u.TokensUsed, u.CachedTokens, u.Invocations)
 		b.until("usage row "+want, fmt.Sprintf(`[...document.querySelectorAll('#usage-agent tbody tr')].some(r => r.textContent === %q)`, want))
@@ -499,7 +505,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		api(t, a, "", http.MethodGet, "/tools?group_by=tool", "", &tools)
 		return len(tools.Rows) > 0 && tools.Rows[0].Calls >= 3
 	})
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#tools"))
+	b.do(chromedp.Navigate(a.page("#tools")))
 	for _, r := range tools.Rows {
 		b.until("tool row "+r.Tool, fmt.Sprintf(`[...document.querySelectorAll('#tools-table tbody tr')].some(tr => tr.cells[0].textContent === %q && tr.cells[2].textContent === %q && tr.cells[3].textContent === %q && Math.abs(parseFloat(tr.cells[5].textContent) - %f) < 0.051)`,
 			r.Tool, fmt.Sprint(r.Calls), fmt.Sprint(r.Failures), r.P95))
@@ -513,7 +519,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	for i := range 30 {
 		submit(t, a, "echo", fmt.Sprintf(`{"n":%d}`, i))
 	}
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#history"))
+	b.do(chromedp.Navigate(a.page("#history")))
 	b.until("history's first page", `document.querySelectorAll('#hist-table tbody tr.clickable').length === 25`)
 	first := b.text("#hist-table tbody")
 	b.do(chromedp.Click(chromedp.CSS("#hist-next")))
@@ -526,7 +532,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.until("history filtered by state", `[...document.querySelectorAll('#hist-table tbody .badge')].every(e => e.textContent === 'cancelled') && document.querySelectorAll('#hist-table tbody .badge').length === 1`)
 	b.shot("history")
 
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	b.until("the health meters", `document.querySelectorAll('#health-meters .meter').length >= 6`)
 	b.until("the burn-rate chart", `!!document.querySelector('#burn-chart svg')`)
 	// No rate limit (the test model has no learned one): no card, no empty table.
@@ -535,7 +541,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.shot("health")
 
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#groups"))
+	b.do(chromedp.Navigate(a.page("#groups")))
 	b.until("the fan group's graph", `document.querySelectorAll('[data-group="fan"] svg g.node').length === 2 && document.querySelectorAll('[data-group="fan"] svg g.edge').length === 1`)
 	// The counts under each drawing are the drawing's (a team's said 0
 	// nodes, 0 edges under three nodes).
@@ -545,7 +551,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.shot("groups")
 
 	// The dark theme.
-	b.do(chromedp.Navigate(a.URL()+"/dashboard/#live"), chromedp.Click(chromedp.CSS("#theme-btn")))
+	b.do(chromedp.Navigate(a.page("#live")), chromedp.Click(chromedp.CSS("#theme-btn")))
 	b.until("the dark theme", `document.documentElement.dataset.theme === 'dark'`)
 	b.shot("live-dark")
 
@@ -561,7 +567,7 @@ func TestDashboardToken(t *testing.T) {
 	t.Parallel() // each has its own server and browser
 	a := startApp(t, "right-token")
 	b := newBrowser(t, 1000, 700)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.do(chromedp.Navigate(a.page("")))
 	b.until("the token dialog", `document.querySelector('#token-dialog').open`)
 	b.do(chromedp.SendKeys(chromedp.CSS("#token-input"), "wrong-token"), chromedp.Click(chromedp.CSS("#token-ok")))
 	b.until("the wrong token to be refused", `document.querySelector('#banner').textContent.includes('token was refused') && !document.querySelector('#banner').hidden`)
@@ -581,7 +587,7 @@ func TestDashboardToken(t *testing.T) {
 	id := submit2(t, a, "right-token")
 	b.until("a run to appear with the token", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
 	// Asked once: another view and a reload of the tab use the kept token.
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	b.do(chromedp.Navigate(a.page("#usage")))
 	b.do(chromedp.Reload())
 	b.until("the reloaded tab to connect without asking", `document.querySelector('#conn').dataset.state === 'connected'`)
 	b.until("the usage view's rows with the kept token", `document.querySelectorAll('#usage-agent tbody tr').length >= 1`)
@@ -603,6 +609,30 @@ func submit2(t testing.TB, a *server, token string) string {
 	return r.RunID
 }
 
+// TestDashboardPollParameter: `?poll=SECONDS` sets how often the page
+// fetches the stats and the runs (docs/dashboard.md), from 0.5 to 60 s;
+// without it, or with anything else, the page polls every 5 s.
+func TestDashboardPollParameter(t *testing.T) {
+	t.Parallel() // its own server and browser
+	a := startApp(t, "")
+	// Without the back-forward cache: a page kept in it holds its event
+	// stream open, and Chromium opens at most six connections to a host.
+	b := newBrowser(t, 1200, 800, chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,BackForwardCache"))
+	for query, want := range map[string]int{
+		"": 5000, "?poll=1": 1000, "?poll=0.5": 500, "?poll=60": 60000, "?poll=2.5": 2500,
+		"?poll=0.1": 5000, "?poll=61": 5000, "?poll=abc": 5000, "?poll=": 5000, "?poll=-1": 5000,
+	} {
+		b.do(chromedp.Navigate(a.URL() + "/dashboard/" + query + "#health"))
+		b.until("the page to start", `!!window.__svcPerf`)
+		if got := eval[int](b, `window.__svcPerf.pollMs`); got != want {
+			t.Errorf("/dashboard/%s polls every %d ms, want %d", query, got, want)
+		}
+	}
+	if errs := b.errors(); len(errs) > 0 {
+		t.Errorf("console errors: %q", errs)
+	}
+}
+
 // TestDashboardPhone: at a phone's width the page fits without sideways
 // scrolling, and a run's drawer covers the screen; the feed opens with the
 // events stored before the page was.
@@ -618,7 +648,7 @@ func TestDashboardPhone(t *testing.T) {
 		api(t, a, "", http.MethodGet, "/events?event_type=group_completed", "", &stored)
 		return len(stored) == 1
 	})
-	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(a.URL()+"/dashboard/"))
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(a.page("")))
 	b.until("the run to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))
 	b.until("the stored events in the feed", `[...document.querySelectorAll('#feed-table tbody tr')].some(r => r.cells[1] && r.cells[1].textContent === 'group_completed')`)
 	if w := eval[int](b, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
@@ -665,7 +695,7 @@ func TestDashboardReconnecting(t *testing.T) {
 	t.Parallel() // each has its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1000, 700)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.do(chromedp.Navigate(a.page("")))
 	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
 	before := submit(t, a, "echo", `{"text":"before the crash"}`)
 	b.until("the run from before to appear", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(before)))
@@ -698,7 +728,7 @@ func TestDashboardDrawerLiveText(t *testing.T) {
 	t.Parallel() // its own server and browser
 	a := startApp(t, "")
 	b := newBrowser(t, 1200, 800)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/"))
+	b.do(chromedp.Navigate(a.page("")))
 	b.until("the event stream to connect", `document.querySelector('#conn').dataset.state === 'connected'`)
 	id := submit(t, a, "talk", `"hi"`)
 	b.until("the run to appear live", fmt.Sprintf(`!!document.querySelector(%q)`, runRow(id)))

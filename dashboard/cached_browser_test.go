@@ -87,7 +87,7 @@ func TestDashboardCachedTokens(t *testing.T) {
 	}
 
 	b := newBrowser(t, 1200, 900)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	b.do(chromedp.Navigate(a.page("#usage")))
 	b.until("the Cached tokens meter", fmt.Sprintf(
 		`[...document.querySelectorAll('#usage-total .meter')].some(m => m.querySelector('.meter-label')?.textContent === 'Cached tokens' && m.querySelector('.meter-value')?.textContent.replace(/\D/g, '') === %q)`,
 		fmt.Sprint(cached)))

@@ -77,7 +77,7 @@ func TestDashboardCostAndTrace(t *testing.T) {
 	}
 
 	b := newBrowser(t, 1200, 900)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#usage"))
+	b.do(chromedp.Navigate(a.page("#usage")))
 	b.until("the total cost", fmt.Sprintf(`Number(document.querySelector('#usage-total [data-usd]')?.dataset.usd) === %s`, jsNum(byAgent.Total.CostUSD)))
 	for _, view := range []struct {
 		key string
@@ -110,7 +110,7 @@ func TestDashboardCostAndTrace(t *testing.T) {
 	if st := api(t, a, "", http.MethodPost, "/submit", `{"target":"echo","task":{"input":{"x":1},"request_id":"dash-trace-1"}}`, &given); st != http.StatusAccepted {
 		t.Fatalf("submit: %d", st)
 	}
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#live"))
+	b.do(chromedp.Navigate(a.page("#live")))
 	for _, id := range []string{given.RunID, ids[3]} {
 		var st struct {
 			State   string `json:"state"`

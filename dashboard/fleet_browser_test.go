@@ -47,7 +47,7 @@ func TestDashboardFleetLive(t *testing.T) {
 	})
 
 	b := newBrowser(t, 1280, 900)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	row := `#workers-table tr[data-worker="w-dash"]`
 	inFlight := func(n int) string {
 		return fmt.Sprintf(`((document.querySelector('%s td.num') || {}).textContent || '').startsWith('%d /')`, row, n)
@@ -66,7 +66,7 @@ func TestDashboardFleetLive(t *testing.T) {
 
 	// The feed: the run's events, and the heartbeats (one a second) only
 	// when asked for.
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#live"))
+	b.do(chromedp.Navigate(a.page("#live")))
 	beats := `[...document.querySelectorAll('#feed-table td')].some((td) => td.textContent === 'worker_heartbeat')`
 	b.until("the run's events in the feed", `[...document.querySelectorAll('#feed-table td')].some((td) => td.textContent === 'agent_dispatched')`)
 	if eval[bool](b, beats) {
@@ -78,7 +78,7 @@ func TestDashboardFleetLive(t *testing.T) {
 	b.until("the heartbeats hidden again", "!"+beats)
 
 	// Killed without a word: the page says so within seconds, live.
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	b.until("the worker listed again", age+`.endsWith(' s ago)')`)
 	if err := w.Process.Kill(); err != nil {
 		t.Fatal(err)

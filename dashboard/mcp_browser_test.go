@@ -64,7 +64,7 @@ func TestDashboardToolServers(t *testing.T) {
 	t.Logf("tool servers: %+v", servers)
 
 	b := newBrowser(t, 1200, 900)
-	b.do(chromedp.Navigate(a.URL() + "/dashboard/#health"))
+	b.do(chromedp.Navigate(a.page("#health")))
 	row := func(name string) string {
 		return fmt.Sprintf(`[...document.querySelectorAll('#servers-table tbody tr')].find(r => r.cells[0].textContent === %q)`, name)
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/svcproc"
 )
 
 var update = flag.Bool("update", false, "rewrite the answers of ```console blocks that differ from what the commands print")
@@ -116,12 +118,13 @@ func TestDocCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the doc commands build and start svc")
 	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "svc"), "./cmd/svc")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/svc: %v\n%s", err, out)
+	// Without the race detector, as users build it (svcproc shares the
+	// build with the other packages' tests under make test).
+	svc, err := svcproc.BuildPlain(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
+	bin := filepath.Dir(svc)
 	for _, f := range docFiles(t) {
 		text := readFile(t, f)
 		var cmds []command

@@ -114,7 +114,7 @@ func (rt *Runtime) resume(ctx context.Context, rec svc.RunRecord) error {
 		TaskID: task.ID, TraceID: task.RequestID,
 		Payload: svc.Payload{"run_id": rec.RunID, "steps_replayed": int64(len(steps)), "node": node, "resumed": int64(rec.Resumed)}})
 	rt.startSubmitted(svc.WithRequestID(context.Background(), task.RequestID), rec.RunID, kind, rec.Target, task, steps,
-		history, rec.State == svc.RunRunning)
+		history, max(rec.Resumed, 1), rec.State == svc.RunRunning)
 	return nil
 }
 

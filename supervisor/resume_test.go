@@ -327,3 +327,60 @@ func readState(path, id string) (svc.RunState, error) {
 	rec, err := st.Get(context.Background(), id)
 	return rec.State, err
 }
+
+// A run whose previous lives died at the worst moments: one after its
+// agent's completion was stored but before its result (the agent's
+// completion must not be reported twice), and one right after claiming
+// the run, before writing its run_resumed (the history still gets one
+// run_resumed per resume).
+func TestResumeAfterCompletionStored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.db")
+	st, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	task, _ := json.Marshal(svc.TaskSpec{ID: "t1", Input: json.RawMessage(`"x"`), RequestID: "r1"})
+	now := time.Now().UTC()
+	if err := st.Create(ctx, svc.RunRecord{RunID: "run1", Target: "a", Kind: svc.TargetAgent, TraceID: "r1", CreatedAt: now, Task: task}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetState(ctx, "run1", svc.RunRunning, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []svc.RunEventType{svc.RunAgentStarted, svc.RunAgentCompleted} {
+		if _, err := st.Append(ctx, "run1", svc.RunEvent{Type: typ, Agent: "a", TaskID: "t1", Timestamp: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A life that claimed the run and died before writing anything.
+	if claimed, _, err := st.Recover(ctx); err != nil || len(claimed) != 1 {
+		t.Fatalf("recover: %v %v", claimed, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := newCalls()
+	l := startLife(t, path, c, nil, countAgent("a"))
+	defer l.end(t)
+	rec, evs := waitEnd(t, l.rt, l.store, "run1")
+	if rec.State != svc.RunCompleted || rec.Resumed != 2 {
+		t.Fatalf("run %s, resumed %d: want completed, 2", rec.State, rec.Resumed)
+	}
+	var completed, resumed int
+	for _, ev := range evs {
+		switch ev.Type {
+		case svc.RunAgentCompleted:
+			completed++
+		case svc.RunRunResumed:
+			resumed++
+		}
+	}
+	if completed != 1 || resumed != 2 {
+		t.Fatalf("history has agent_completed %d, run_resumed %d; want 1 and 2: %+v", completed, resumed, evs)
+	}
+	if n := len(l.rec.OfType(svc.EventAgentCompleted)); n != 0 {
+		t.Errorf("agent_completed emitted %d times; the history had it", n)
+	}
+}

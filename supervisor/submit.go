@@ -83,13 +83,17 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 			return got, err
 		}
 	}
-	rt.startSubmitted(context.WithoutCancel(ctx), id, kind, req.Target, task, nil, nil, false)
+	rt.startSubmitted(context.WithoutCancel(ctx), id, kind, req.Target, task, nil, nil, 0, false)
 	return id, nil
 }
 
 // startSubmitted starts a submitted run that was admitted: a new one, or one a
 // previous process left unfinished (resumed), with the steps it recorded.
-func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.TargetKind, target string, task svc.TaskSpec, steps []svc.RunStep, history []svc.RunEvent, resumed bool) *submitted.Journal {
+//
+// A resumed run was resumed resumes times in all (RunStatus.Resumed);
+// running says the store has it running already.
+func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.TargetKind, target string, task svc.TaskSpec, steps []svc.RunStep, history []svc.RunEvent, resumes int, running bool) *submitted.Journal {
+	resumed := resumes > 0
 	runCtx, cancel := context.WithCancelCause(base)
 	rt.submitted.Store(id, cancel)
 	w := rt.records.NewWriter(id, cancel)
@@ -101,9 +105,20 @@ func (rt *Runtime) startSubmitted(base context.Context, id string, kind svc.Targ
 		runCtx = svc.WithJournal(runCtx, j)
 	}
 	if resumed {
-		w.Event(svc.RunEvent{Type: svc.RunRunResumed, Timestamp: time.Now().UTC()})
+		// One run_resumed per resume (RunStatus.Resumed): those of lives
+		// that died before writing theirs too.
+		n := 0
+		for _, ev := range history {
+			if ev.Type == svc.RunRunResumed {
+				n++
+			}
+		}
+		now := time.Now().UTC()
+		for range max(resumes-n, 1) {
+			w.Event(svc.RunEvent{Type: svc.RunRunResumed, Timestamp: now})
+		}
 	}
-	go rt.execute(runCtx, cancel, w, id, kind, target, task, resumed)
+	go rt.execute(runCtx, cancel, w, id, kind, target, task, running)
 	return j
 }
 

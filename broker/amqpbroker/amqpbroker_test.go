@@ -2,11 +2,15 @@ package amqpbroker_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	neturl "net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +28,30 @@ import (
 	"github.com/svc-dev/svc/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// rabbit is the RabbitMQ node the tests share, each on subjects of its own
+// (a node takes seconds of CPU to boot); TestMain stops it.
+var rabbit servertest.RabbitMQNode
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	rabbit.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// subject is a task subject named for what a test does, made unique: the
+// node outlives a test (and -count runs each test again on it), and the
+// queues of a subject outlive its subscribers.
+func subject(name string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fleetwire.TaskSubject(name + "-" + hex.EncodeToString(b[:]))
+}
 
 func connect(t *testing.T, url string) *amqpbroker.Broker {
 	t.Helper()
@@ -38,8 +65,8 @@ func connect(t *testing.T, url string) *amqpbroker.Broker {
 }
 
 func TestContract(t *testing.T) {
-	t.Parallel() // a RabbitMQ node of its own
-	url := servertest.RabbitMQ(t)
+	t.Parallel() // subjects of its own on the shared node
+	url := rabbit.URL(t)
 	brokertest.Run(t, func(t *testing.T) svc.Broker { return connect(t, url) })
 }
 
@@ -106,8 +133,8 @@ func (p *proxy) cut() {
 // its work and broadcast subscriptions receive what is sent afterwards; the
 // task a handler held when the connection went is delivered again.
 func TestReconnect(t *testing.T) {
-	t.Parallel() // a RabbitMQ node of its own
-	url := servertest.RabbitMQ(t)
+	t.Parallel() // subjects of its own on the shared node
+	url := rabbit.URL(t)
 	u, _ := neturl.Parse(url)
 	px := newProxy(t, u.Host)
 	u.Host = px.l.Addr().String()
@@ -118,7 +145,7 @@ func TestReconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	subj := fleetwire.TaskSubject("reconnect")
+	subj := subject("reconnect")
 	var mu sync.Mutex
 	var got []string
 	var attempts []int
@@ -199,13 +226,13 @@ func TestReconnect(t *testing.T) {
 // record with the delivery count and reason, and OnDeadLetter is called
 // once.
 func TestPoisonDeadLetteredByServer(t *testing.T) {
-	t.Parallel() // a RabbitMQ node of its own
-	url := servertest.RabbitMQ(t)
+	t.Parallel() // subjects of its own on the shared node
+	url := rabbit.URL(t)
 	b := connect(t, url)
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	subj := fleetwire.TaskSubject("poison")
+	subj := subject("poison")
 	hook := make(chan svc.DeadLetter, 4)
 	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{MaxDeliver: 2, OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},
 		func(ctx context.Context, d *svc.Delivery) { _ = d.Nack(ctx, 0) }); err != nil {
@@ -262,13 +289,13 @@ func TestPoisonDeadLetteredByServer(t *testing.T) {
 // own (here, rejected by a plain AMQP consumer) reaches the handlers of the
 // dead-letter subject as a DeadLetter record.
 func TestServerDeadLetterBecomesRecord(t *testing.T) {
-	t.Parallel() // a RabbitMQ node of its own
-	url := servertest.RabbitMQ(t)
+	t.Parallel() // subjects of its own on the shared node
+	url := rabbit.URL(t)
 	b := connect(t, url)
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	subj := fleetwire.TaskSubject("foreign")
+	subj := subject("foreign")
 	got := make(chan *svc.Delivery, 2)
 	if _, err := b.Subscribe(ctx, fleetwire.DeadLetterSubject(subj), svc.SubscribeOptions{}, func(ctx context.Context, d *svc.Delivery) {
 		got <- d
@@ -313,8 +340,8 @@ func TestServerDeadLetterBecomesRecord(t *testing.T) {
 // the dead-letter arguments makes Publish and Subscribe fail with an error
 // that says what to do, and the client keeps publishing to other subjects.
 func TestQueueWithOldArguments(t *testing.T) {
-	t.Parallel() // a RabbitMQ node of its own
-	url := servertest.RabbitMQ(t)
+	t.Parallel() // subjects of its own on the shared node
+	url := rabbit.URL(t)
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +351,7 @@ func TestQueueWithOldArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := fleetwire.TaskSubject("legacy")
+	subj := subject("legacy")
 	if _, err := ch.QueueDeclare("svc.q."+subj, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +366,7 @@ func TestQueueWithOldArguments(t *testing.T) {
 			t.Errorf("%s to a queue with old arguments = %v; want an error saying to delete it", name, err)
 		}
 	}
-	if err := b.Publish(ctx, fleetwire.TaskSubject("fresh"), []byte("x")); err != nil {
+	if err := b.Publish(ctx, subject("fresh"), []byte("x")); err != nil {
 		t.Errorf("Publish to another subject after the refusal: %v", err)
 	}
 }
@@ -350,13 +377,13 @@ func TestQueueWithOldArguments(t *testing.T) {
 // dead-letter queue, and OnDeadLetter (which would answer the task's
 // untrusted reply subject) is not called.
 func TestHandlerDeadLetters(t *testing.T) {
-	t.Parallel() // a RabbitMQ node of its own
-	url := servertest.RabbitMQ(t)
+	t.Parallel() // subjects of its own on the shared node
+	url := rabbit.URL(t)
 	b := connect(t, url)
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	subj := fleetwire.TaskSubject("refused")
+	subj := subject("refused")
 	hook := make(chan svc.DeadLetter, 4)
 	errs := make(chan error, 4)
 	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},

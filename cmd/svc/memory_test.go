@@ -39,11 +39,7 @@ func plainSvc(t *testing.T) string {
 			plainBin = svcBin
 			return
 		}
-		plainBin = filepath.Join(filepath.Dir(svcBin), "svc-norace")
-		out, err := exec.Command("go", "build", "-o", plainBin, "github.com/svc-dev/svc/cmd/svc").CombinedOutput()
-		if err != nil {
-			plainBinErr = fmt.Errorf("go build ./cmd/svc: %w\n%s", err, out)
-		}
+		plainBin, plainBinErr = svcproc.BuildPlain(filepath.Dir(svcBin))
 	})
 	if plainBinErr != nil {
 		t.Fatal(plainBinErr)

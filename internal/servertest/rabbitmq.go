@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,90 @@ import (
 // A node takes some seconds to boot: start one per test, not per subtest.
 func RabbitMQ(tb testing.TB) string {
 	tb.Helper()
+	bin, epmd := rabbitBins(tb)
+	url, err := startRabbit(tb, bin, epmd)
+	if err != nil {
+		tb.Fatalf("starting rabbitmq-server: %v", err)
+	}
+	return url
+}
+
+// RabbitMQNode is one throwaway rabbitmq-server for all the tests of a
+// package, as RabbitMQ starts for one: the first test that asks for its
+// URL starts it, the package's TestMain stops it (Stop) after m.Run. A
+// node takes seconds of CPU to boot; tests that keep to subjects of their
+// own share one, as the subtests of brokertest's suite do.
+type RabbitMQNode struct {
+	once sync.Once
+	url  string
+	err  error
+	res  resources
+}
+
+// URL starts the node the first time and returns its amqp:// URL; it skips
+// or fails tb as RabbitMQ does when rabbitmq-server is not installed.
+func (n *RabbitMQNode) URL(tb testing.TB) string {
+	tb.Helper()
+	bin, epmd := rabbitBins(tb)
+	n.once.Do(func() { n.url, n.err = startRabbit(&n.res, bin, epmd) })
+	if n.err != nil {
+		tb.Fatalf("starting rabbitmq-server: %v", n.err)
+	}
+	return n.url
+}
+
+// Stop kills the node, if one was started, and removes its files.
+func (n *RabbitMQNode) Stop() { n.res.close() }
+
+// owner is what a server's start needs of its owner: a directory, and a
+// place for what stops it. testing.TB is one; resources, a package's.
+type owner interface {
+	TempDir() string
+	Cleanup(func())
+}
+
+// resources is an owner outside a test: the servers a package's tests
+// share, released by close (cleanups last first, then the directories).
+type resources struct {
+	mu       sync.Mutex
+	cleanups []func()
+	dirs     []string
+}
+
+func (r *resources) TempDir() string {
+	d, err := os.MkdirTemp("", "svc-servertest-")
+	if err != nil {
+		panic(err) // as testing.TB's TempDir fails its test
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dirs = append(r.dirs, d)
+	return d
+}
+
+func (r *resources) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+func (r *resources) close() {
+	r.mu.Lock()
+	cleanups, dirs := r.cleanups, r.dirs
+	r.cleanups, r.dirs = nil, nil
+	r.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	for _, d := range dirs {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// rabbitBins finds rabbitmq-server and epmd, or skips tb (fails it under
+// SVC_REQUIRE_RABBITMQ=1).
+func rabbitBins(tb testing.TB) (bin, epmd string) {
+	tb.Helper()
 	bin, err := findRabbit()
 	if err != nil {
 		if os.Getenv("SVC_REQUIRE_RABBITMQ") == "1" {
@@ -27,20 +112,23 @@ func RabbitMQ(tb testing.TB) string {
 		}
 		tb.Skipf("SKIPPING: rabbitmq-server not found (%v): install rabbitmq-server (apt-get install rabbitmq-server) to run the AMQP broker tests", err)
 	}
-	epmd, err := exec.LookPath("epmd")
+	epmd, err = exec.LookPath("epmd")
 	if err != nil {
 		tb.Fatalf("rabbitmq-server is installed but epmd is not on PATH: %v", err)
 	}
+	return bin, epmd
+}
+
+func startRabbit(o owner, bin, epmd string) (string, error) {
 	var lastErr error
 	for range 2 { // a free port may be taken before the node binds it
-		url, err := tryRabbit(tb, bin, epmd)
+		url, err := tryRabbit(o, bin, epmd)
 		if err == nil {
-			return url
+			return url, nil
 		}
 		lastErr = err
 	}
-	tb.Fatalf("starting rabbitmq-server: %v", lastErr)
-	return ""
+	return "", lastErr
 }
 
 // findRabbit prefers the server script itself over /usr/sbin's wrapper,
@@ -65,7 +153,7 @@ func freePort() (int, error) {
 
 // startKillable starts cmd in its own process group and kills the group
 // (the script and the Erlang VM it runs) when tb ends.
-func startKillable(tb testing.TB, cmd *exec.Cmd) (exited chan error, err error) {
+func startKillable(tb owner, cmd *exec.Cmd) (exited chan error, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -81,7 +169,7 @@ func startKillable(tb testing.TB, cmd *exec.Cmd) (exited chan error, err error) 
 	return exited, nil
 }
 
-func tryRabbit(tb testing.TB, bin, epmdBin string) (string, error) {
+func tryRabbit(tb owner, bin, epmdBin string) (string, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()

@@ -19,20 +19,72 @@ import (
 	"time"
 )
 
+// SharedDirEnv names the environment variable of a directory that `make
+// test` creates for one run of the tests (and removes after): Build and
+// BuildPlain then build svc there once for all the test binaries of the
+// run, the first under a lock while the others wait for it, rather than
+// once per package (a race build takes 10-30 s of CPU, mostly linking).
+// Without it each call builds into the dir it is given.
+const SharedDirEnv = "SVC_TEST_BUILD_DIR"
+
 // Build builds github.com/svc-dev/svc/cmd/svc into dir and returns the
 // binary's path; with Race, with the race detector. Call it once per test
 // binary (from TestMain): a build takes seconds even from the cache.
-func Build(dir string) (string, error) {
-	bin := filepath.Join(dir, "svc")
+func Build(dir string) (string, error) { return build(dir, Race) }
+
+// BuildPlain is Build without the race detector, whatever the caller's
+// build: for tests that measure the server's memory, or run it as a user
+// does.
+func BuildPlain(dir string) (string, error) { return build(dir, false) }
+
+func build(dir string, race bool) (string, error) {
+	name := "svc"
+	if race {
+		name = "svc-race"
+	}
+	if shared := os.Getenv(SharedDirEnv); shared != "" {
+		return buildShared(shared, name, race)
+	}
+	bin := filepath.Join(dir, name)
+	return bin, goBuild(bin, race)
+}
+
+// buildShared builds name into the shared directory unless a test binary
+// of the same run already did, holding an flock on name.lock meanwhile so
+// that the test binaries that want it at once wait for one build.
+func buildShared(dir, name string, race bool) (string, error) {
+	bin := filepath.Join(dir, name)
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", SharedDirEnv, err)
+	}
+	defer lock.Close() // closing releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("%s: locking %s: %w", SharedDirEnv, lock.Name(), err)
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	// Built aside and renamed: a build cut short leaves no binary that
+	// the next test binary would take for a whole one.
+	tmp := bin + ".tmp"
+	if err := goBuild(tmp, race); err != nil {
+		return "", err
+	}
+	return bin, os.Rename(tmp, bin)
+}
+
+// goBuild runs go build; a variable for the test of buildShared.
+var goBuild = func(bin string, race bool) error {
 	args := []string{"build", "-o", bin}
-	if Race {
+	if race {
 		args = append(args, "-race")
 	}
 	out, err := exec.Command("go", append(args, "github.com/svc-dev/svc/cmd/svc")...).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/svc: %w\n%s", err, out)
+		return fmt.Errorf("go build ./cmd/svc: %w\n%s", err, out)
 	}
-	return bin, nil
+	return nil
 }
 
 // Env is the test's environment without the variables svc reads (a

@@ -1,8 +1,13 @@
 package svcproc
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestLogBufKeepsHeadAndTail: a busy server's stderr is bounded to its
@@ -32,5 +37,64 @@ func TestLogBufKeepsHeadAndTail(t *testing.T) {
 	}
 	if n := b.races(); n != 1 {
 		t.Errorf("races = %d, want 1", n)
+	}
+}
+
+// TestSharedBuild: with SVC_TEST_BUILD_DIR set, the test binaries of one
+// `make test` that want svc at once get one build between them, the race
+// and the plain build apart; a build that fails leaves nothing behind,
+// and the next caller builds again.
+func TestSharedBuild(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(SharedDirEnv, dir)
+	var mu sync.Mutex
+	builds := map[bool]int{}
+	fail := false
+	real := goBuild
+	t.Cleanup(func() { goBuild = real })
+	goBuild = func(bin string, race bool) error {
+		mu.Lock()
+		builds[race]++
+		f := fail
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // the others arrive meanwhile
+		if err := os.WriteFile(bin, []byte("partial"), 0o700); err != nil {
+			return err
+		}
+		if f {
+			return errors.New("build failed")
+		}
+		return nil
+	}
+
+	fail = true
+	if _, err := build(t.TempDir(), true); err == nil {
+		t.Fatal("a failed build returned no error")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "svc-race")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed build left a binary behind: %v", err)
+	}
+	fail = false
+	builds = map[bool]int{}
+
+	var wg sync.WaitGroup
+	paths := make([]string, 8)
+	for i := range paths {
+		wg.Go(func() {
+			var err error
+			if paths[i], err = build(t.TempDir(), i%2 == 0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if builds[true] != 1 || builds[false] != 1 {
+		t.Errorf("builds (race: count): %v, want one of each", builds)
+	}
+	for i, p := range paths {
+		want := filepath.Join(dir, map[bool]string{true: "svc-race", false: "svc"}[i%2 == 0])
+		if p != want {
+			t.Errorf("caller %d got %s, want %s", i, p, want)
+		}
 	}
 }

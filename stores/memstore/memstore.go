@@ -92,6 +92,9 @@ func (s *Store) Create(_ context.Context, rec svc.RunRecord) error {
 	if rec.RunID == "" {
 		return svc.Errorf(svc.KindSpecValidation, "memstore: empty run id")
 	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return err
+	}
 	created := now()
 	if !rec.CreatedAt.IsZero() {
 		created = normTime(rec.CreatedAt)
@@ -106,9 +109,6 @@ func (s *Store) Create(_ context.Context, rec svc.RunRecord) error {
 
 // create adds a pending run; s.mu is held.
 func (s *Store) create(rec svc.RunRecord, created time.Time) error {
-	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
-		return err
-	}
 	if len(rec.Task) == 0 {
 		rec.Task = nil
 	}
@@ -131,6 +131,9 @@ func (s *Store) create(rec svc.RunRecord, created time.Time) error {
 func (s *Store) CreateIdempotent(_ context.Context, key, fingerprint string, rec svc.RunRecord, ttl time.Duration) (string, bool, error) {
 	if rec.RunID == "" {
 		return "", false, svc.Errorf(svc.KindSpecValidation, "memstore: empty run id")
+	}
+	if err := svc.CheckTask(rec.RunID, rec.Task); err != nil {
+		return "", false, err
 	}
 	if ttl <= 0 {
 		ttl = svc.DefaultIdempotencyTTL

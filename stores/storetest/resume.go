@@ -129,7 +129,9 @@ func testTask(t *testing.T, s svc.RunStore) {
 	mustKind(t, "Create with a bad Task", s.Create(ctx, svc.RunRecord{RunID: "bad", Target: "echo", Kind: "agent", Task: bad}), svc.ErrSpecValidation)
 	_, _, err = idem(t, s).CreateIdempotent(ctx, "badkey", "fp", svc.RunRecord{RunID: "bad2", Target: "echo", Kind: "agent", Task: bad}, time.Hour)
 	mustKind(t, "CreateIdempotent with a bad Task", err, svc.ErrSpecValidation)
-	for _, id := range []string{"bad", "bad2"} {
+	_, _, err = idem(t, s).CreateIdempotent(ctx, "key", "fp", svc.RunRecord{RunID: "bad3", Target: "echo", Kind: "agent", Task: bad}, time.Hour)
+	mustKind(t, "CreateIdempotent with a bad Task under a live key", err, svc.ErrSpecValidation)
+	for _, id := range []string{"bad", "bad2", "bad3"} {
 		_, err := s.Get(ctx, id)
 		mustKind(t, "Get of a run refused for its Task", err, svc.ErrRegistry)
 	}

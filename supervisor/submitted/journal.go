@@ -18,6 +18,7 @@ type Journal struct {
 	root    string
 	steps   map[stepID]json.RawMessage
 	started map[string]struct{}
+	ended   map[string]struct{}
 	n       int
 }
 
@@ -42,9 +43,13 @@ func NewJournal(w *Writer, taskID string, steps []svc.RunStep, history []svc.Run
 			j.steps[stepID{st.Kind, st.Key}] = st.Data
 			j.started[invocationOf(st.Kind, st.Key)] = struct{}{}
 		}
+		j.ended = make(map[string]struct{})
 		for _, ev := range history {
-			if ev.Type == svc.RunAgentStarted {
+			switch ev.Type {
+			case svc.RunAgentStarted:
 				j.started[svc.InvocationPath(ev.TaskID, ev.Agent)] = struct{}{}
+			case svc.RunAgentCompleted:
+				j.ended[svc.InvocationPath(ev.TaskID, ev.Agent)] = struct{}{}
 			}
 		}
 	}
@@ -79,6 +84,12 @@ func (j *Journal) Replay(kind svc.StepKind, key string) (json.RawMessage, bool) 
 // Started implements svc.Journal.
 func (j *Journal) Started(path string) bool {
 	_, ok := j.started[path]
+	return ok
+}
+
+// Ended implements svc.Journal.
+func (j *Journal) Ended(path string) bool {
+	_, ok := j.ended[path]
 	return ok
 }
 

@@ -12,6 +12,16 @@ const FEED_ROWS = 100;     // events drawn in the feed
 const LIVE_ROWS = 100;     // runs listed live (newest first)
 const MAX_BURN = 120;      // burn-rate samples (10 minutes at 5 s)
 
+// POLL_MS is how often the page fetches /runtime/stats and /runs besides
+// the live stream: 5 s, or `?poll=SECONDS` in the page's address (0.5 to
+// 60), for a server watched closely (the browser tests use 1 s rather than
+// wait up to 5 s for each change). Anything else keeps 5 s.
+const POLL_MS = (() => {
+  const v = new URLSearchParams(location.search).get('poll');
+  const s = v === null || v.trim() === '' ? NaN : Number(v);
+  return Number.isFinite(s) && s >= 0.5 && s <= 60 ? Math.round(s * 1000) : 5000;
+})();
+
 const $ = (s) => document.querySelector(s);
 const state = {
   events: [],            // ring of RuntimeEvents, oldest first
@@ -29,6 +39,7 @@ const state = {
 // test reads window.__svcPerf.
 const perf = {
   renders: [], lags: [],
+  pollMs: POLL_MS,
   // kept reports what the page holds, for the test of the bounded window.
   kept: () => ({ events: state.events.length, traces: state.traces.size, tasks: state.taskTrace.size, results: state.results.size, seen: state.eventCount }),
 };
@@ -796,7 +807,7 @@ function restart() {
   pollStats();
   route();
 }
-statsTimer = setInterval(pollStats, 5000);
-runsInterval = setInterval(refreshRuns, 5000);
+statsTimer = setInterval(pollStats, POLL_MS);
+runsInterval = setInterval(refreshRuns, POLL_MS);
 void statsTimer; void runsInterval;
 restart();
