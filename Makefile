@@ -176,8 +176,10 @@ fuzz-long:
 	if [ -n "$$failed" ]; then echo "fuzz targets that failed:$$failed"; exit 1; fi
 
 ## soak: SOAK_DURATION (10m) of mixed load against svc serve, sampling RSS,
-## goroutines and open files, then the kill -9 loop (SOAK_KILL_ROUNDS kills)
-## on SQLite, Pebble and Redis; see RELIABILITY.md. Not part of check.
+## goroutines and open files, then the kill -9 loops (SOAK_KILL_ROUNDS kills
+## each: runs that must end consistently, and runs on llmsim that must be
+## resumed without paying twice) on SQLite, Pebble and Redis; see
+## RELIABILITY.md. Not part of check.
 soak:
 	SOAK_DURATION=$(SOAK_DURATION) SOAK_KILL_ROUNDS=$(SOAK_KILL_ROUNDS) SVC_REQUIRE_REDIS=1 \
 	  nice -n 19 $(GO) test -tags soak -count=1 -v -timeout 90m ./soak/

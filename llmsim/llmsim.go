@@ -199,6 +199,7 @@ type request struct {
 	Last         string   // last user message text
 	Prompt       []string // every text of the prompt, in order
 	CachePrefix  []string // Anthropic: the texts up to the last cache_control
+	Messages     []string // the system prompt and every message's text, tool calls included
 	key          string
 }
 
@@ -245,8 +246,9 @@ func parse(body []byte, f flavor) (*request, error) {
 		System   json.RawMessage   `json:"system"`
 		Tools    []json.RawMessage `json:"tools"`
 		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls json.RawMessage `json:"tool_calls"`
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
@@ -274,10 +276,14 @@ func parse(body []byte, f flavor) (*request, error) {
 	}
 	if len(in.System) > 0 {
 		add(textOf(in.System), hasCacheControl(in.System))
+		q.Messages = append(q.Messages, textOf(in.System))
 	}
 	for _, m := range in.Messages {
 		t := textOf(m.Content)
 		add(m.Role+":"+t, false)
+		// The raw content too: an Anthropic tool_use block's input is not
+		// text, and OpenAI's tool calls sit beside the content.
+		q.Messages = append(q.Messages, t, string(m.Content), string(m.ToolCalls))
 		if m.Role == "user" {
 			q.Last = t
 		}
@@ -528,7 +534,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 		}
 	}
 	ans.cacheCreate, ans.cacheRead = s.cache(q, f)
-	if !s.sleep(r.Context(), s.delay()) {
+	d := time.Duration(rule.DelayMs) * time.Millisecond
+	if rule.DelayMs == 0 {
+		d = s.delay()
+	}
+	if !s.sleep(r.Context(), d) {
 		return
 	}
 	if f == openAI {
@@ -574,7 +584,7 @@ func reset(w http.ResponseWriter) {
 func (s *Server) rule(q *request) Rule {
 	if s.cfg.Scenario != nil {
 		for _, r := range s.cfg.Scenario.Rules {
-			if r.Match.matches(q.Last, q.Model, q.key) {
+			if r.Match.matches(q) {
 				return r
 			}
 		}

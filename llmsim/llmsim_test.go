@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -447,5 +449,111 @@ func TestStatusFaultsMessageRetryAfterAndHang(t *testing.T) {
 	loaded, err := llmsim.LoadScenario(p)
 	if err != nil || loaded.Rules[0].RetryAfterMs != 5 || loaded.Rules[0].Message != "m" || !loaded.Rules[1].Hang {
 		t.Fatalf("%v %+v", err, loaded)
+	}
+}
+
+// post sends a raw request body to path and returns the answer's body;
+// the context ends the request early.
+func post(ctx context.Context, s *llmsim.Server, path, body string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+path, strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return string(b), err
+}
+
+// A rule's delay_ms holds that rule's answers (one slow model among fast
+// ones) until the delay has passed or the client gives up, whatever
+// --latency says.
+func TestRuleDelay(t *testing.T) {
+	sc := &llmsim.Scenario{Rules: []llmsim.Rule{
+		{Match: llmsim.Match{Model: "slow"}, DelayMs: 60_000},
+		{Match: llmsim.Match{Model: "mid"}, DelayMs: 200},
+	}}
+	s := start(t, llmsim.Config{Scenario: sc})
+	ctx, cancel := context.WithCancel(context.Background())
+	slow := make(chan error, 1)
+	go func() {
+		_, err := post(ctx, s, "/v1/chat/completions", `{"model":"slow","messages":[{"role":"user","content":"x"}]}`)
+		slow <- err
+	}()
+	for s.Stats()["-/slow"] == 0 { // the slow call has arrived
+		time.Sleep(5 * time.Millisecond)
+	}
+	begin := time.Now()
+	if out, err := post(context.Background(), s, "/v1/chat/completions", `{"model":"mid","messages":[{"role":"user","content":"y"}]}`); err != nil || !strings.Contains(out, `"content":"y"`) {
+		t.Fatalf("mid: %v %s", err, out)
+	}
+	if d := time.Since(begin); d < 200*time.Millisecond {
+		t.Errorf("a rule of delay_ms 200 answered after %v", d)
+	}
+	if _, err := oai(s, "").Chat.Completions.New(context.Background(), oaiParams("z")); err != nil {
+		t.Fatalf("a model without a delay: %v", err)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the model of delay_ms 60000 answered (%v) before the others", err)
+	default:
+	}
+	cancel()
+	if err := <-slow; !errors.Is(err, context.Canceled) {
+		t.Errorf("slow: %v, want the client's cancellation", err)
+	}
+}
+
+// A rule's match.prompt finds text anywhere in the conversation, tool
+// results included, so a scenario answers the turn after a tool call
+// differently from the turn that asked for it, in both wire formats.
+func TestRuleMatchesPrompt(t *testing.T) {
+	sc := &llmsim.Scenario{Rules: []llmsim.Rule{
+		{Match: llmsim.Match{Prompt: "RESULT-7"}, Reply: llmsim.Reply{Text: "after the tool"}},
+		{Match: llmsim.Match{Prompt: "be brief"}, Reply: llmsim.Reply{Text: "brief"}},
+	}}
+	s := start(t, llmsim.Config{Scenario: sc})
+	ctx := context.Background()
+	for _, c := range []struct{ name, path, body, want string }{
+		{"openai tool result", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"time?"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"now","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"RESULT-7"}]}`, `"content":"after the tool"`},
+		{"anthropic tool result", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"time?"},` +
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"now","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"RESULT-7"}]}]}]}`, `"text":"after the tool"`},
+		{"openai system prompt", "/v1/chat/completions", `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, `"content":"brief"`},
+		{"anthropic system prompt", "/v1/messages", `{"model":"m","max_tokens":10,"system":"be brief","messages":[{"role":"user","content":"hi"}]}`, `"text":"brief"`},
+		{"no match echoes", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"RESULT-8"}]}`, `"content":"RESULT-8"`},
+	} {
+		out, err := post(ctx, s, c.path, c.body)
+		if err != nil || !strings.Contains(out, c.want) {
+			t.Errorf("%s: %v %s, want %s", c.name, err, out, c.want)
+		}
+	}
+}
+
+// delay_ms and match.prompt load from a scenario file; a negative delay
+// is refused naming the rule.
+func TestScenarioDelayAndPrompt(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(p, []byte("rules:\n  - match: {model: m1, prompt: done}\n    delay_ms: 2000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := llmsim.LoadScenario(p)
+	if err != nil || sc.Rules[0].DelayMs != 2000 || sc.Rules[0].Match.Prompt != "done" || sc.Rules[0].Match.Model != "m1" {
+		t.Fatalf("%v %+v", err, sc)
+	}
+	if err := os.WriteFile(p, []byte("rules:\n  - match: {model: m1}\n  - delay_ms: -5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := llmsim.LoadScenario(p); err == nil || !strings.Contains(err.Error(), "rules[1].delay_ms") {
+		t.Fatalf("a negative delay: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -36,13 +37,22 @@ type Rule struct {
 	// many tokens, holding the connection open until the client gives up.
 	StallAfterTokens int    `yaml:"stall_after_tokens"`
 	Usage            *Usage `yaml:"usage"`
+	// DelayMs, when set, is the latency to the first token of this rule's
+	// answers in milliseconds, in place of a draw from Config.FirstToken:
+	// so that one model of a test answers slowly and the others at once.
+	DelayMs int `yaml:"delay_ms"`
 }
 
 // Match selects requests; empty fields match anything.
 type Match struct {
 	Contains string `yaml:"contains"` // substring of the last user message
-	Model    string `yaml:"model"`
-	Key      string `yaml:"key"`
+	// Prompt is a substring of any message of the conversation: the
+	// system prompt, user and assistant turns, tool calls and tool
+	// results (not the tool definitions). A tool result is not a user
+	// message, so this is how a rule answers the turn after a tool call.
+	Prompt string `yaml:"prompt"`
+	Model  string `yaml:"model"`
+	Key    string `yaml:"key"`
 }
 
 // Reply is a scripted answer.
@@ -63,10 +73,11 @@ type Usage struct {
 	OutputTokens int `yaml:"output_tokens"`
 }
 
-func (m Match) matches(last, model, key string) bool {
-	return (m.Contains == "" || strings.Contains(last, m.Contains)) &&
-		(m.Model == "" || m.Model == model) &&
-		(m.Key == "" || m.Key == key)
+func (m Match) matches(q *request) bool {
+	return (m.Contains == "" || strings.Contains(q.Last, m.Contains)) &&
+		(m.Prompt == "" || slices.ContainsFunc(q.Messages, func(t string) bool { return strings.Contains(t, m.Prompt) })) &&
+		(m.Model == "" || m.Model == q.Model) &&
+		(m.Key == "" || m.Key == q.key)
 }
 
 // LoadScenario reads a YAML scenario. Unknown fields are errors, and
@@ -87,6 +98,9 @@ func LoadScenario(path string) (*Scenario, error) {
 		return nil, fmt.Errorf("llmsim: scenario %s: %w", path, err)
 	}
 	for i, r := range sc.Rules {
+		if r.DelayMs < 0 {
+			return nil, fmt.Errorf("llmsim: scenario %s: rules[%d].delay_ms: %d is negative", path, i, r.DelayMs)
+		}
 		switch r.Fault {
 		case "", "reset", "malformed":
 		default:

@@ -69,7 +69,14 @@ func killLoop(t *testing.T, store string, rounds int, dataDir, storeSpec string)
 	var pending map[string]string // run id → target, accepted in the round just killed
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	for round := 0; round <= rounds; round++ {
-		s := startServer(t, dataDir, specs, "--store", storeSpec)
+		flags := []string{"--store", storeSpec}
+		if store == "redis" {
+			// A restarted node is a new node of the shared store: the runs
+			// the killed one left are claimed once its lease expires (15 s
+			// by default, longer than the check below waits).
+			flags = append(flags, "--node-lease", "2s")
+		}
+		s := startServer(t, dataDir, specs, flags...)
 		for id, target := range pending {
 			st.checked++
 			if got, ok := checkRun(t, c, s.url, id, target, &st); ok {

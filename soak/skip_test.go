@@ -9,3 +9,5 @@ const skipMsg = "soak tests are built only with -tags soak: run `make soak` (SOA
 func TestMixedLoad(t *testing.T) { t.Skip(skipMsg) }
 
 func TestKillLoop(t *testing.T) { t.Skip(skipMsg) }
+
+func TestResumeLoop(t *testing.T) { t.Skip(skipMsg) }

@@ -81,7 +81,7 @@ Tokens are counted as one per 4 bytes of text, rounded up.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "127.0.0.1:8700", "address to listen on, e.g. 127.0.0.1:0 for a free port")
-	f.StringVar(&scenario, "scenario", "", "YAML file of rules: match {contains, model, key} -> reply {text, tool_calls}, fault, stall_after_tokens, usage")
+	f.StringVar(&scenario, "scenario", "", "YAML file of rules: match {contains, prompt, model, key} -> reply {text, tool_calls}, delay_ms (this rule's latency, in place of --latency), fault, stall_after_tokens, usage")
 	f.StringVar(&dist, "latency", "fixed", "distribution of the latency to the first token: fixed, normal or lognormal")
 	f.DurationVar(&mean, "latency-mean", 0, "mean latency to the first token, e.g. 300ms")
 	f.DurationVar(&stddev, "latency-stddev", 0, "standard deviation of that latency (normal, lognormal), e.g. 100ms")

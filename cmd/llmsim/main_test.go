@@ -15,7 +15,7 @@ func TestHelpExplainsFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--scenario", "--rpm", "--tpm", "--latency", "--fault-rate", "--context-window", "--seed", "--window", "/stats/throttled", "/v1/chat/completions", "/v1/messages", "Examples:"} {
+	for _, want := range []string{"--scenario", "delay_ms", "--rpm", "--tpm", "--latency", "--fault-rate", "--context-window", "--seed", "--window", "/stats/throttled", "/v1/chat/completions", "/v1/messages", "Examples:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
