@@ -50,10 +50,12 @@ var specs = map[string]string{
 		"  call_tools: [spawn_agents]\n  tool_arguments:\n    spawn_agents: {agents: [{name: helper, instructions: help, input: {from: parent}}]}\n",
 	"groups/fan.yaml": "version: 1\nname: fan\nnodes:\n  split: {agent: echo}\n  work: {agent: item}\n" +
 		"edges:\n  - {from: split, to: work, fan_out: output.items, max_concurrency: 2}\n",
-	// talk streams its answer a word every 200 ms (the test model's
-	// streaming), for the drawer's live text.
+	// talk streams its answer a word every 500 ms (the test model's
+	// streaming), for the drawer's live text: 8 s during which the drawer
+	// must show part of it (200 ms, 3.2 s, was too short for a loaded
+	// machine: the page had not caught up before the run ended).
 	"agents/talk.yaml": "version: 1\nname: talk\nmodel: test:echo\ninstructions: Talk.\nmodel_settings:\n" +
-		"  output: \"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen\"\n  stream_interval_ms: 200\n",
+		"  output: \"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen\"\n  stream_interval_ms: 500\n",
 	"groups/crew.yaml": "version: 1\nname: crew\nkind: team\ncoordinator: echo\ndelegates: [item, clock]\nmax_rounds: 3\n",
 }
 

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,7 @@ func TestPublishEvents(t *testing.T) {
 	withRec.mu.Lock()
 	var types []svc.EventType
 	var dispatchedSpan string
+	var relayed []svc.RuntimeEvent
 	for _, ev := range withRec.evs {
 		if ev.TaskID == "" && (ev.EventType == svc.EventWorkerHeartbeat || ev.EventType == svc.EventWorkerStarted) {
 			continue // the fleet's lifecycle (answers to the publishers' pings)
@@ -113,19 +115,24 @@ func TestPublishEvents(t *testing.T) {
 		types = append(types, ev.EventType)
 		if ev.EventType == svc.EventAgentDispatched {
 			dispatchedSpan = ev.SpanID
-		} else if ev.ParentSpanID != dispatchedSpan {
-			t.Errorf("relayed %s has parent span %q, want the dispatch's %q", ev.EventType, ev.ParentSpanID, dispatchedSpan)
+		} else {
+			relayed = append(relayed, ev)
 		}
 	}
 	withRec.mu.Unlock()
-	want := []svc.EventType{svc.EventAgentDispatched, svc.EventAgentSpawned, svc.EventAgentCompleted}
-	if len(types) != len(want) {
-		t.Fatalf("publisher with events saw %v, want %v", types, want)
-	}
-	for i := range want {
-		if types[i] != want[i] {
-			t.Fatalf("publisher with events saw %v, want %v", types, want)
+	// agent_dispatched is emitted once the broker took the task, and the
+	// worker's relayed events come on their own path: on a loaded machine
+	// they may arrive first. What holds is the set, the worker's order, and
+	// the span: each relayed event names the dispatch as its parent.
+	for _, ev := range relayed {
+		if ev.ParentSpanID != dispatchedSpan {
+			t.Errorf("relayed %s has parent span %q, want the dispatch's %q", ev.EventType, ev.ParentSpanID, dispatchedSpan)
 		}
+	}
+	want := []svc.EventType{svc.EventAgentDispatched, svc.EventAgentSpawned, svc.EventAgentCompleted}
+	got := slices.DeleteFunc(slices.Clone(types), func(t svc.EventType) bool { return t == svc.EventAgentDispatched })
+	if len(types) != len(want) || len(got) != 2 || got[0] != svc.EventAgentSpawned || got[1] != svc.EventAgentCompleted {
+		t.Fatalf("publisher with events saw %v, want %v (agent_dispatched anywhere, the relayed events in the worker's order)", types, want)
 	}
 	if pWith.Relayed() != 2 {
 		t.Errorf("Relayed = %d, want 2", pWith.Relayed())
