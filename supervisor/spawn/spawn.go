@@ -140,9 +140,17 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	for i := range args.Agents {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+		// A cancelled parent is checked first: when a slot is free too,
+		// select would pick either at random.
+		started := false
+		if ctx.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+				started = true
+			case <-ctx.Done():
+			}
+		}
+		if !started {
 			// The parent was cancelled: the children not yet started never
 			// start, and say so.
 			results[i] = failedChild(args.Agents[i].Name, &svc.Error{Kind: svc.KindOf(ctx.Err()), Reason: "cancelled",
