@@ -248,7 +248,6 @@ func TestManyServeNodes(t *testing.T) {
 		testutil.Within(t, fleetWait, "the worker to run the resumed run's task again", func() bool {
 			return worker.countEvent("agent_spawned", "slow-survivor") >= 2
 		})
-		_ = node
 		for _, n := range runtimeStats(t, cb).Nodes {
 			if n.NodeID == node {
 				t.Errorf("the killed node %s is still listed in /runtime/stats", node)
