@@ -285,7 +285,10 @@ func (b *browser) until(what, expr string) {
 	deadline := time.Now().Add(wait)
 	for !eval[bool](b, expr) {
 		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out after %v waiting for %s (console errors: %q)", wait, what, b.errors())
+			// What the page showed says which part never came: the
+			// open drawer, the view in front and the console.
+			page := eval[string](b, `[...document.querySelectorAll('#drawer:not([hidden]), section:not([hidden])')].map((e) => '#' + e.id + ': ' + e.innerText.replace(/\s+/g, ' ').slice(0, 1500)).join('\n')`)
+			b.t.Fatalf("timed out after %v waiting for %s (console errors: %q)\npage:\n%s", wait, what, b.errors(), page)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -67,8 +67,34 @@ function dur(ms) {
   if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
   return Math.floor(ms / 60000) + 'm ' + Math.round((ms % 60000) / 1000) + 's';
 }
+// fill puts rows in tbody. A row with a key (data-run, data-key) that is
+// already there is kept, and only the cells that changed get the new
+// content: the live tables refresh every second, and a row replaced
+// between the press and the release of the mouse button would lose the
+// click (the browser fires none when they land on different elements).
 function fill(tbody, rows, empty, cols) {
-  tbody.replaceChildren(...(rows.length ? rows : [h('tr', {}, h('td', { colspan: cols, class: 'muted' }, empty))]));
+  if (!rows.length) rows = [h('tr', {}, h('td', { colspan: cols, class: 'muted' }, empty))];
+  const keyOf = (tr) => tr.dataset.run || tr.dataset.key || '';
+  const old = new Map();
+  for (const tr of tbody.children) if (keyOf(tr)) old.set(keyOf(tr), tr);
+  const out = rows.map((tr) => {
+    const have = keyOf(tr) && old.get(keyOf(tr));
+    if (!have || have.cells.length !== tr.cells.length) return tr;
+    old.delete(keyOf(tr)); // a key twice in rows: the second is new
+    have.className = tr.className;
+    const cells = [...tr.cells];
+    cells.forEach((td, i) => {
+      const was = have.cells[i];
+      if (was.outerHTML === td.outerHTML) return;
+      for (const a of [...was.attributes]) if (!td.hasAttribute(a.name)) was.removeAttribute(a.name);
+      for (const a of td.attributes) was.setAttribute(a.name, a.value);
+      was.replaceChildren(...td.childNodes);
+    });
+    return have;
+  });
+  // In order, moving only what is out of place; what is left is dropped.
+  out.forEach((tr, i) => { if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null); });
+  while (tbody.children.length > out.length) tbody.lastElementChild.remove();
 }
 function progressBar(p) {
   if (!p || !p.total) return h('span', { class: 'muted' }, '–');
