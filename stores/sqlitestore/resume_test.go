@@ -12,8 +12,8 @@ import (
 // TestResumeMigratesOldFile opens a file made before runs kept their task
 // and resume count: Open adds both columns; the old runs read with no task
 // and are failed by Recover (they cannot be resumed) while a new run with
-// a task is claimed, and both survive a reopen; the INSERT an older build
-// makes still works on the migrated file.
+// a task is claimed, takes a step, and both survive a reopen; the INSERT
+// an older build makes still works on the migrated file.
 func TestResumeMigratesOldFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "runs.db")
 	db, err := sql.Open("sqlite", path)
@@ -65,9 +65,16 @@ PRAGMA user_version = 1;`)
 		if old.State != svc.RunRunning && (old.State != svc.RunFailed || old.Reason != svc.ReasonInterrupted) {
 			t.Errorf("old run after Recover: %s (%s), want failed (interrupted)", old.State, old.Reason)
 		}
+		// The step log of the migrated file takes steps, numbered after
+		// the ones there (the old run's one step, the new run's none).
+		if round == 0 {
+			if seq, err := s.AppendSteps(ctx, "new", svc.RunStep{Kind: svc.StepModelCall, Key: "a#0", Data: []byte(`"x"`)}); err != nil || seq != 1 {
+				t.Errorf("AppendSteps to the new run of a migrated file = %d, %v; want 1", seq, err)
+			}
+		}
 		rec, err := s.Get(ctx, "new")
-		if err != nil || !bytes.Equal(rec.Task, task) || rec.Resumed != 1 || rec.State != svc.RunPending {
-			t.Errorf("new run after Open #%d = %+v, %v; want pending, its task, resumed 1", round+1, rec, err)
+		if err != nil || !bytes.Equal(rec.Task, task) || rec.Resumed != 1 || rec.State != svc.RunPending || rec.Steps != 1 {
+			t.Errorf("new run after Open #%d = %+v, %v; want pending, its task, resumed 1, 1 step", round+1, rec, err)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)

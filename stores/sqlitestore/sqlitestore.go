@@ -64,9 +64,8 @@ const PollInterval = 250 * time.Millisecond
 // trace_id column (see migrate): an older build names the columns it
 // writes and reads, so it still works with the file, leaving the runs it
 // creates without a trace id, as if it had created them before. The step
-// log (run_steps, and the runs columns step_bytes and step_count) did not
-// either, for the same reasons: an older build never reads it, and its
-// writes of runs leave the columns alone. Nor did the task and resumed
+// log (run_steps) did not either, for the same reasons: an older build
+// never reads it. Nor did the task and resumed
 // columns of resumable runs: the runs an older build creates have no task,
 // so a later Recover fails them as Interrupt would.
 const schemaVersion = 1
@@ -85,11 +84,6 @@ CREATE TABLE IF NOT EXISTS runs (
 	result     BLOB,             -- served verbatim, NULL until set
 	reason     TEXT NOT NULL DEFAULT '',
 	trace_id   TEXT NOT NULL DEFAULT '', -- see addedColumns
-	-- the step log's size (the sum of RunStep.Size) and length, kept with
-	-- the run so an append checks its bound and numbers its steps without
-	-- reading the log; see addedColumns
-	step_bytes INTEGER NOT NULL DEFAULT 0,
-	step_count INTEGER NOT NULL DEFAULT 0,
 	-- the submitted task (RunRecord.Task), NULL for a run created without
 	-- one, and how many times the run was resumed; see addedColumns
 	task       BLOB,
@@ -112,7 +106,11 @@ CREATE TABLE IF NOT EXISTS run_events (
 	ts      INTEGER NOT NULL,    -- Unix microseconds
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
--- A run's step log (svc.StepLog).
+-- A run's step log (svc.StepLog). total is the log's size (the sum of
+-- RunStep.Size) up to and with this step: an append reads the run's last
+-- step, not the whole log, for its bound and its Seq, and writes nothing
+-- but its steps (a counter in the runs row cost an UPDATE of the row per
+-- step, most of what recording a step cost).
 CREATE TABLE IF NOT EXISTS run_steps (
 	run_id TEXT NOT NULL,
 	seq    INTEGER NOT NULL,
@@ -120,6 +118,7 @@ CREATE TABLE IF NOT EXISTS run_steps (
 	key    TEXT NOT NULL,
 	data   BLOB NOT NULL,
 	ts     INTEGER NOT NULL,     -- Unix microseconds
+	total  INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 -- Idempotency-Keys (CreateIdempotent). A new table needs no new schema
@@ -138,7 +137,8 @@ CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 const (
 	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id, task)
 		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5, ?6) ON CONFLICT (run_id) DO NOTHING`
-	sqlGet = `SELECT target, kind, state, progress, result, reason, trace_id, task, resumed, step_count, created_at, updated_at
+	sqlGet = `SELECT target, kind, state, progress, result, reason, trace_id, task, resumed,
+		COALESCE((SELECT MAX(seq) FROM run_steps WHERE run_id = ?1), 0), created_at, updated_at
 		FROM runs WHERE run_id = ?1`
 	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
 	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
@@ -169,15 +169,24 @@ const (
 	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts
 		FROM runs r LEFT JOIN run_events e ON e.run_id = r.run_id AND e.seq > ?2
 		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
-	// sqlStepsReserve checks a step batch against the run's state and
-	// bound and counts it in one statement, before any step is written,
-	// so a refused batch writes nothing; it returns the new step count,
-	// from which the batch's Seqs follow.
-	sqlStepsReserve = `UPDATE runs SET step_bytes = step_bytes + ?2, step_count = step_count + ?3
-		WHERE run_id = ?1 AND state IN ('pending', 'running') AND step_bytes + ?2 <= ?4
-		RETURNING step_count`
-	sqlStepInsert = `INSERT INTO run_steps (run_id, seq, kind, key, data, ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
-	sqlStepBytes  = `SELECT state, step_bytes FROM runs WHERE run_id = ?1`
+	// sqlStepsLast reads what a step batch is checked against before any
+	// of it is written, so a refused batch writes nothing: the run's state,
+	// and the Seq and log size of its last step (0, 0 without steps); no
+	// row for an unknown run. It runs in the writer's transaction, which
+	// no other write can enter before the batch's inserts.
+	sqlStepsLast = `SELECT r.state, COALESCE(s.seq, 0), COALESCE(s.total, 0) FROM runs r
+		LEFT JOIN (SELECT seq, total FROM run_steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1) s ON 1
+		WHERE r.run_id = ?1`
+	sqlStepInsert = `INSERT INTO run_steps (run_id, seq, kind, key, data, ts, total) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`
+	// sqlStepAppend is sqlStepsLast and sqlStepInsert in one statement,
+	// for the common batch of one step (?6: its size, ?7: the bound): no
+	// row is inserted, and none returned, when the run is unknown or
+	// terminal or the step would pass the bound.
+	sqlStepAppend = `INSERT INTO run_steps (run_id, seq, kind, key, data, ts, total)
+		SELECT ?1, COALESCE(s.seq, 0) + 1, ?2, ?3, ?4, ?5, COALESCE(s.total, 0) + ?6 FROM runs r
+		LEFT JOIN (SELECT seq, total FROM run_steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1) s ON 1
+		WHERE r.run_id = ?1 AND r.state IN ('pending', 'running') AND COALESCE(s.total, 0) + ?6 <= ?7
+		RETURNING seq`
 	// sqlSteps reads the run's existence with a page of its steps, as
 	// sqlEvents does.
 	sqlSteps = `SELECT e.seq, e.kind, e.key, e.data, e.ts
@@ -318,7 +327,7 @@ func OpenWith(path string, opts Options) (*Store, error) {
 // connection of its pool that runs it.
 type statements struct {
 	create, setState, finish, setProgress, setResult, append, appendFinal, stateW, getW *sql.Stmt // writer
-	stepsReserve, stepInsert, stepBytes                                                 *sql.Stmt // writer
+	stepsLast, stepInsert, stepAppend                                                   *sql.Stmt // writer
 	get, state, events, steps                                                           *sql.Stmt // reader
 	// list[state filter][cursor] are the ListRuns queries (reader).
 	list [2][2]*sql.Stmt
@@ -339,9 +348,9 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 		{writer, sqlAppendFinal, &st.appendFinal},
 		{writer, sqlState, &st.stateW},
 		{writer, sqlGet, &st.getW},
-		{writer, sqlStepsReserve, &st.stepsReserve},
+		{writer, sqlStepsLast, &st.stepsLast},
 		{writer, sqlStepInsert, &st.stepInsert},
-		{writer, sqlStepBytes, &st.stepBytes},
+		{writer, sqlStepAppend, &st.stepAppend},
 		{reader, sqlSteps, &st.steps},
 		{reader, sqlGet, &st.get},
 		{reader, sqlState, &st.state},
@@ -363,7 +372,7 @@ func (st *statements) prepare(writer, reader *sql.DB) error {
 func (st *statements) close() error {
 	var errs []error
 	for _, stmt := range []*sql.Stmt{st.create, st.setState, st.finish, st.setProgress, st.setResult, st.append, st.appendFinal, st.stateW, st.getW,
-		st.stepsReserve, st.stepInsert, st.stepBytes, st.steps, st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
+		st.stepsLast, st.stepInsert, st.stepAppend, st.steps, st.get, st.state, st.events, st.list[0][0], st.list[0][1], st.list[1][0], st.list[1][1]} {
 		if stmt != nil {
 			errs = append(errs, stmt.Close())
 		}
@@ -433,44 +442,48 @@ func initSchema(db *sql.DB) error {
 	return tx.Commit()
 }
 
-// addedColumns are the columns of the runs table that files made by
-// earlier versions lack, in the form ALTER TABLE ADD COLUMN takes: CREATE
+// addedColumns are the columns of the runs and run_steps tables that files
+// made by earlier versions lack, in the form ALTER TABLE ADD COLUMN takes: CREATE
 // TABLE IF NOT EXISTS leaves such a table as it is, so addColumns adds
 // them, once, in initSchema's transaction (the writer's transactions are
 // IMMEDIATE: two processes opening one old file add them one after the
 // other, the second finding them there). Rows written before have the
-// default: trace_id ” (RunStatus.TraceID absent), no steps, task NULL
-// (a run that cannot be resumed) and resumed 0.
-var addedColumns = []string{
-	`trace_id TEXT NOT NULL DEFAULT ''`,
-	`step_bytes INTEGER NOT NULL DEFAULT 0`,
-	`step_count INTEGER NOT NULL DEFAULT 0`,
-	`task BLOB`,
-	`resumed INTEGER NOT NULL DEFAULT 0`,
+// default: trace_id ” (RunStatus.TraceID absent), task NULL (a run that
+// cannot be resumed), resumed 0, and a step log size of 0 (the steps
+// written before count nothing against the bound). Files of the build
+// that kept the step log's size in the runs row keep its columns
+// (step_bytes, step_count), which nothing reads or writes any more.
+var addedColumns = []struct{ table, column string }{
+	{"runs", `trace_id TEXT NOT NULL DEFAULT ''`},
+	{"runs", `task BLOB`},
+	{"runs", `resumed INTEGER NOT NULL DEFAULT 0`},
+	{"run_steps", `total INTEGER NOT NULL DEFAULT 0`},
 }
 
-// addColumns adds the addedColumns the runs table lacks.
+// addColumns adds the addedColumns the tables lack.
 func addColumns(tx *sql.Tx) error {
-	rows, err := tx.Query(`SELECT name FROM pragma_table_info('runs')`)
-	if err != nil {
-		return err
-	}
-	have := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
+	have := map[string]bool{} // table.column
+	for _, table := range []string{"runs", "run_steps"} {
+		rows, err := tx.Query(`SELECT name FROM pragma_table_info(?)`, table)
+		if err != nil {
 			return err
 		}
-		have[name] = true
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return err
+			}
+			have[table+"."+name] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, col := range addedColumns {
-		if name, _, _ := strings.Cut(col, " "); !have[name] {
-			if _, err := tx.Exec(`ALTER TABLE runs ADD COLUMN ` + col); err != nil {
+	for _, c := range addedColumns {
+		if name, _, _ := strings.Cut(c.column, " "); !have[c.table+"."+name] {
+			if _, err := tx.Exec(`ALTER TABLE ` + c.table + ` ADD COLUMN ` + c.column); err != nil {
 				return err
 			}
 		}
@@ -765,7 +778,8 @@ func (s *Store) Append(ctx context.Context, runID string, ev svc.RunEvent) (int6
 
 // AppendSteps adds steps to a run's step log in one write of the commit
 // queue, so they share a transaction with the other writes of the moment;
-// see svc.StepLog.
+// see svc.StepLog. It reads the run's state and last step, then inserts:
+// the runs row is not written.
 func (s *Store) AppendSteps(ctx context.Context, runID string, steps ...svc.RunStep) (int64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
@@ -781,21 +795,44 @@ func (s *Store) AppendSteps(ctx context.Context, runID string, steps ...svc.RunS
 	var last int64
 	err := s.do(ctx, op{id: runID, what: fmt.Sprintf("append steps to run %q", runID), atomic: true,
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
-			err := tx.stmt(ctx, s.stmt.stepsReserve).QueryRowContext(ctx, runID, size, len(steps), s.maxStepBytes).Scan(&last)
-			if errors.Is(err, sql.ErrNoRows) {
-				return s.refuseSteps(ctx, tx, runID, size)
-			}
-			if err != nil {
-				return nil, err
-			}
-			ins := tx.stmt(ctx, s.stmt.stepInsert)
-			for i, st := range steps {
+			if len(steps) == 1 {
+				st := steps[0]
 				at := t
 				if !st.Timestamp.IsZero() {
 					at = micros(st.Timestamp)
 				}
-				seq := last - int64(len(steps)) + int64(i) + 1
-				if _, err := ins.ExecContext(ctx, runID, seq, string(st.Kind), st.Key, []byte(st.Data), at); err != nil {
+				err := tx.stmt(ctx, s.stmt.stepAppend).QueryRowContext(ctx, runID, string(st.Kind), st.Key, []byte(st.Data), at, size, s.maxStepBytes).Scan(&last)
+				if !errors.Is(err, sql.ErrNoRows) {
+					return nil, err
+				}
+				// Refused: the two-statement path below says why.
+			}
+			var state string
+			var total int64
+			err := tx.stmt(ctx, s.stmt.stepsLast).QueryRowContext(ctx, runID).Scan(&state, &last, &total)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return unknown(runID), nil
+			case err != nil:
+				return nil, err
+			case svc.RunState(state).Terminal():
+				return svc.Errorf(svc.KindRunState, "sqlitestore: run %q is %s and takes no more steps", runID, state), nil
+			case total+size > s.maxStepBytes:
+				return svc.StepLogFull(runID, total, size, s.maxStepBytes), nil
+			case len(steps) == 1:
+				// sqlStepAppend refused what this check lets through: a
+				// bug, not a reason to write.
+				return nil, fmt.Errorf("step refused with state %s and log size %d of %d", state, total, s.maxStepBytes)
+			}
+			ins := tx.stmt(ctx, s.stmt.stepInsert)
+			for _, st := range steps {
+				at := t
+				if !st.Timestamp.IsZero() {
+					at = micros(st.Timestamp)
+				}
+				last++
+				total += st.Size()
+				if _, err := ins.ExecContext(ctx, runID, last, string(st.Kind), st.Key, []byte(st.Data), at, total); err != nil {
 					return nil, err
 				}
 			}
@@ -805,23 +842,6 @@ func (s *Store) AppendSteps(ctx context.Context, runID string, steps ...svc.RunS
 		return 0, err
 	}
 	return last, nil
-}
-
-// refuseSteps explains why sqlStepsReserve matched no row: an unknown
-// run, a terminal one, or a full step log.
-func (s *Store) refuseSteps(ctx context.Context, tx *batchTx, runID string, size int64) (answer, fault error) {
-	var state string
-	var have int64
-	err := tx.stmt(ctx, s.stmt.stepBytes).QueryRowContext(ctx, runID).Scan(&state, &have)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return unknown(runID), nil
-	case err != nil:
-		return nil, err
-	case svc.RunState(state).Terminal():
-		return svc.Errorf(svc.KindRunState, "sqlitestore: run %q is %s and takes no more steps", runID, state), nil
-	}
-	return svc.StepLogFull(runID, have, size, s.maxStepBytes), nil
 }
 
 // Steps returns a run's steps with Seq > after, in order; see svc.StepLog.

@@ -392,3 +392,36 @@ func BenchmarkAppendParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 }
+
+// BenchmarkAppendStepsParallel measures step appends from many goroutines,
+// each to its own runs (a new one every 64 steps, as a run records a few),
+// with a model response's worth of data, beside BenchmarkAppendParallel's
+// events: recording a run's steps is paid per model call, tool call and
+// group node.
+func BenchmarkAppendStepsParallel(b *testing.B) {
+	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "runs.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var next atomic.Int64
+	data := []byte(`{"response":{"text":"` + strings.Repeat("word ", 80) + `"},"usage":{"input_tokens":120,"output_tokens":80}}`)
+	b.RunParallel(func(pb *testing.PB) {
+		var id string
+		for i := 0; pb.Next(); i++ {
+			if i%64 == 0 {
+				id = fmt.Sprint("r", next.Add(1))
+				if err := s.Create(ctx, svc.RunRecord{RunID: id, Target: "t", Kind: "agent"}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			if _, err := s.AppendSteps(ctx, id, svc.RunStep{Kind: svc.StepModelCall, Key: fmt.Sprint("a#", i%64), Data: data}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+}
