@@ -46,6 +46,10 @@ PRAGMA user_version = 1;`)
 		if err != nil {
 			t.Fatalf("Open #%d: %v", round+1, err)
 		}
+		// The step log's rows were carried into the new table.
+		if steps, err := s.Steps(ctx, "old", 0); err != nil || len(steps) != 1 || steps[0].Key != "a#0" || string(steps[0].Data) != "1" {
+			t.Errorf("old run's steps after Open #%d = %+v, %v; want its one step", round+1, steps, err)
+		}
 		old, err := s.Get(ctx, "old")
 		if err != nil || old.Task != nil || old.Resumed != 0 || old.Steps != 1 {
 			t.Errorf("old run after Open #%d = %+v, %v; want no task, resumed 0, 1 step", round+1, old, err)

@@ -109,8 +109,13 @@ CREATE TABLE IF NOT EXISTS run_events (
 -- A run's step log (svc.StepLog). total is the log's size (the sum of
 -- RunStep.Size) up to and with this step: an append reads the run's last
 -- step, not the whole log, for its bound and its Seq, and writes nothing
--- but its steps (a counter in the runs row cost an UPDATE of the row per
--- step, most of what recording a step cost).
+-- but its step (a counter in the runs row cost an UPDATE of the row per
+-- step). A rowid table, unlike run_events: a step's data (a model's
+-- answer, a node's result) is large, and rows appended at the table's end
+-- with a small index beside them cost about half of keeping them in a
+-- (run_id, seq) B-tree, which splits its pages at every run's position
+-- (BenchmarkAppendStepsParallel). migrateSteps rewrites the WITHOUT ROWID
+-- table of the build before.
 CREATE TABLE IF NOT EXISTS run_steps (
 	run_id TEXT NOT NULL,
 	seq    INTEGER NOT NULL,
@@ -118,9 +123,9 @@ CREATE TABLE IF NOT EXISTS run_steps (
 	key    TEXT NOT NULL,
 	data   BLOB NOT NULL,
 	ts     INTEGER NOT NULL,     -- Unix microseconds
-	total  INTEGER NOT NULL DEFAULT 0,
-	PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+	total  INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS run_steps_seq ON run_steps (run_id, seq);
 -- Idempotency-Keys (CreateIdempotent). A new table needs no new schema
 -- version either: an older build never reads it.
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -430,6 +435,9 @@ func initSchema(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
+	if err := migrateSteps(tx); err != nil {
+		return fmt.Errorf("migrating the step log: %w", err)
+	}
 	if _, err := tx.Exec(schema); err != nil {
 		return err
 	}
@@ -449,21 +457,43 @@ func initSchema(db *sql.DB) error {
 // IMMEDIATE: two processes opening one old file add them one after the
 // other, the second finding them there). Rows written before have the
 // default: trace_id ” (RunStatus.TraceID absent), task NULL (a run that
-// cannot be resumed), resumed 0, and a step log size of 0 (the steps
-// written before count nothing against the bound). Files of the build
-// that kept the step log's size in the runs row keep its columns
-// (step_bytes, step_count), which nothing reads or writes any more.
+// cannot be resumed) and resumed 0. Files of the build that kept the step
+// log's size in the runs row keep its columns (step_bytes, step_count),
+// which nothing reads or writes any more.
 var addedColumns = []struct{ table, column string }{
 	{"runs", `trace_id TEXT NOT NULL DEFAULT ''`},
 	{"runs", `task BLOB`},
 	{"runs", `resumed INTEGER NOT NULL DEFAULT 0`},
-	{"run_steps", `total INTEGER NOT NULL DEFAULT 0`},
+}
+
+// migrateSteps rewrites the run_steps table of the build before (WITHOUT
+// ROWID, keyed by (run_id, seq), without total) into the rowid table of
+// schema, keeping every step and computing each one's total; the schema's
+// CREATE statements then find it there.
+func migrateSteps(tx *sql.Tx) error {
+	var ddl string
+	err := tx.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'run_steps'`).Scan(&ddl)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !strings.Contains(strings.ToUpper(ddl), "WITHOUT ROWID")) {
+		return nil // none yet, or already the rowid table
+	}
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(`ALTER TABLE run_steps RENAME TO run_steps_old;
+CREATE TABLE run_steps (run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
+	data BLOB NOT NULL, ts INTEGER NOT NULL, total INTEGER NOT NULL);
+INSERT INTO run_steps (run_id, seq, kind, key, data, ts, total)
+	SELECT run_id, seq, kind, key, data, ts,
+		SUM(length(CAST(key AS BLOB)) + length(data)) OVER (PARTITION BY run_id ORDER BY seq)
+	FROM run_steps_old ORDER BY run_id, seq;
+DROP TABLE run_steps_old;`)
+	return err
 }
 
 // addColumns adds the addedColumns the tables lack.
 func addColumns(tx *sql.Tx) error {
 	have := map[string]bool{} // table.column
-	for _, table := range []string{"runs", "run_steps"} {
+	for _, table := range []string{"runs"} {
 		rows, err := tx.Query(`SELECT name FROM pragma_table_info(?)`, table)
 		if err != nil {
 			return err
