@@ -203,6 +203,21 @@ type RunStatus struct {
 	// completed model calls, tool calls and group nodes a resume would
 	// replay; absent while there are none. An addition, like Reason.
 	Steps int64 `json:"steps,omitempty"`
+	// CurrentStep is where the run has got to: the last step of its step
+	// log (its Seq is Steps), absent while there is none. A resume replays
+	// up to it and makes the next one. An addition, like Reason.
+	CurrentStep *StepRef `json:"current_step,omitempty"`
+}
+
+// StepRef names one step of a run's step log, without its data.
+type StepRef struct {
+	Seq  int64    `json:"seq"`
+	Kind StepKind `json:"kind"`
+	// Key is the step's RunStep.Key: the invocation's path (task id and
+	// agent) and the call's index, or the group node's path.
+	Key string `json:"key"`
+	// At is when the step was recorded.
+	At time.Time `json:"at"`
 }
 
 // RunRecord is everything a RunStore keeps about one run but its events.
@@ -231,17 +246,18 @@ type RunRecord struct {
 	// SharedRunStore.ClaimExpired claimed the run for a new process; 0
 	// for a run still in the life that created it. Create ignores it.
 	Resumed int
-	// Steps is how many steps the run's step log holds, filled by Get;
-	// Create ignores it.
-	Steps     int64
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// Steps is how many steps the run's step log holds, and CurrentStep
+	// its last (nil without steps), filled by Get; Create ignores both.
+	Steps       int64
+	CurrentStep *StepRef
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // Status is the record's RunStatus.
 func (r *RunRecord) Status() RunStatus {
 	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason, TraceID: r.TraceID,
-		Resumed: r.Resumed, Steps: r.Steps}
+		Resumed: r.Resumed, Steps: r.Steps, CurrentStep: r.CurrentStep}
 }
 
 // Resumable reports whether a resumed process can run the record again:
@@ -357,7 +373,8 @@ type ResumableStore interface {
 	// claims for this process every unfinished run (pending or running)
 	// that Interrupt would fail and that has a Task, increments their
 	// Resumed and returns their records, oldest first (state unchanged, so
-	// the caller decides); the runs without a Task it fails exactly as
+	// the caller decides; CurrentStep may be nil: the resume reads the
+	// whole step log); the runs without a Task it fails exactly as
 	// Interrupt does, and returns how many. Each claim is atomic: two
 	// processes calling Recover (or ClaimExpired) at once never both get a
 	// run.

@@ -43,6 +43,10 @@ func TestDashboardDrawerResumed(t *testing.T) {
 	if got := b.text("#drawer-resumed"); !strings.Contains(got, "steps recorded") || strings.Contains(got, " 0 steps") {
 		t.Errorf("resumed row %q: want the steps the run recorded", got)
 	}
+	// The current step: the last the run recorded, the second node's.
+	if got := b.text("#drawer-step"); !strings.Contains(got, "group_node") || !strings.Contains(got, "second") {
+		t.Errorf("current step %q: want the second node's outcome", got)
+	}
 	b.until("the timeline to have the run_resumed frame", `!!document.querySelector('#drawer-timeline li.ev-run_resumed')`)
 	// Before the frame: the first node's start and end, marked replayed;
 	// after it: the second node's end (its start came before the kill),

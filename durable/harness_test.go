@@ -167,7 +167,13 @@ type runStatus struct {
 	Reason  string `json:"reason"`
 	Resumed *int   `json:"resumed"`
 	Steps   *int   `json:"steps"`
-	raw     string
+	// CurrentStep is the step log's last step.
+	CurrentStep *struct {
+		Seq  int    `json:"seq"`
+		Kind string `json:"kind"`
+		Key  string `json:"key"`
+	} `json:"current_step"`
+	raw string
 }
 
 func (w *world) status(url, id string) runStatus {

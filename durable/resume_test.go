@@ -103,6 +103,9 @@ func checkResume(t *testing.T, w *world, c resumeCase) {
 		t.Errorf("status without steps: killed %s, reference %s", st.raw, refSt.raw)
 	case *st.Steps != *refSt.Steps || *st.Steps == 0:
 		t.Errorf("steps %d, the reference run's %d: a resumed run records each step once", *st.Steps, *refSt.Steps)
+	case st.CurrentStep == nil || st.CurrentStep.Seq != *st.Steps || refSt.CurrentStep == nil ||
+		st.CurrentStep.Kind != refSt.CurrentStep.Kind:
+		t.Errorf("current step: killed %s, reference %s; want the last step, of the same kind", st.raw, refSt.raw)
 	}
 
 	got := w.result(s2.URL, id)

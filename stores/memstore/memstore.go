@@ -204,6 +204,10 @@ func (r *run) record() svc.RunRecord {
 	rec.Result = cloneBytes(rec.Result)
 	rec.Task = cloneBytes(rec.Task)
 	rec.Steps = int64(len(r.steps))
+	if n := len(r.steps); n > 0 {
+		last := r.steps[n-1]
+		rec.CurrentStep = &svc.StepRef{Seq: last.Seq, Kind: last.Kind, Key: last.Key, At: last.Timestamp}
+	}
 	return rec
 }
 

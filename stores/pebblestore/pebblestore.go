@@ -432,6 +432,16 @@ func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 	if st.Task, err = s.loadTask(runID); err != nil {
 		return svc.RunRecord{}, err
 	}
+	if st.StepSeq > 0 {
+		last, err := scanSeq[stepJSON](s.db, stepPrefix, runID, st.StepSeq-1, "step")
+		if err != nil {
+			return svc.RunRecord{}, err
+		}
+		if len(last) > 0 {
+			j := last[0]
+			st.CurrentStep = &svc.StepRef{Seq: j.Seq, Kind: j.Kind, Key: j.Key, At: j.Timestamp.UTC()}
+		}
+	}
 	return st.RunRecord, nil
 }
 

@@ -511,12 +511,14 @@ func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 func (s *Store) get(ctx context.Context, runID string) (svc.RunRecord, error) {
 	var h *redis.MapStringStringCmd
 	var steps *redis.IntCmd
+	var last *redis.StringCmd
 	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		h = p.HGetAll(ctx, s.recKey(runID))
 		steps = p.LLen(ctx, s.stepsKey(runID))
+		last = p.LIndex(ctx, s.stepsKey(runID), -1)
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) { // Nil: no steps (LINDEX)
 		return svc.RunRecord{}, s.fail(err, "read", runID)
 	}
 	if len(h.Val()) == 0 {
@@ -527,6 +529,13 @@ func (s *Store) get(ctx context.Context, runID string) (svc.RunRecord, error) {
 		return svc.RunRecord{}, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode run %q", runID))
 	}
 	rec.Steps = steps.Val()
+	if v := last.Val(); v != "" {
+		var j stepJSON
+		if err := json.Unmarshal([]byte(v), &j); err != nil {
+			return svc.RunRecord{}, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("redisstore: decode the last step of run %q", runID))
+		}
+		rec.CurrentStep = &svc.StepRef{Seq: rec.Steps, Kind: j.Kind, Key: j.Key, At: j.Timestamp.UTC()}
+	}
 	return rec, nil
 }
 

@@ -142,9 +142,11 @@ CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 const (
 	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id, task)
 		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5, ?6) ON CONFLICT (run_id) DO NOTHING`
-	sqlGet = `SELECT target, kind, state, progress, result, reason, trace_id, task, resumed,
-		COALESCE((SELECT MAX(seq) FROM run_steps WHERE run_id = ?1), 0), created_at, updated_at
-		FROM runs WHERE run_id = ?1`
+	// sqlGet reads the run with its last step (NULLs without steps).
+	sqlGet = `SELECT r.target, r.kind, r.state, r.progress, r.result, r.reason, r.trace_id, r.task, r.resumed,
+		s.seq, s.kind, s.key, s.ts, r.created_at, r.updated_at
+		FROM runs r LEFT JOIN (SELECT seq, kind, key, ts FROM run_steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1) s ON 1
+		WHERE r.run_id = ?1`
 	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
 	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
 		WHERE run_id = ?1 AND state IN (?5, ?6)`
@@ -654,13 +656,16 @@ func (s *Store) Get(ctx context.Context, runID string) (svc.RunRecord, error) {
 func (s *Store) get(ctx context.Context, stmt *sql.Stmt, runID string) (svc.RunRecord, error) {
 	rec := svc.RunRecord{RunID: runID}
 	var (
-		state            string
-		progress         sql.NullString
-		result, task     []byte // NULL scans as nil: no result yet, no task
-		created, updated int64
+		state             string
+		progress          sql.NullString
+		result, task      []byte // NULL scans as nil: no result yet, no task
+		created, updated  int64
+		stepSeq, stepTS   sql.NullInt64 // the last step's, NULL without steps
+		stepKind, stepKey sql.NullString
 	)
 	err := stmt.QueryRowContext(ctx, runID).Scan(
-		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &task, &rec.Resumed, &rec.Steps, &created, &updated)
+		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &task, &rec.Resumed,
+		&stepSeq, &stepKind, &stepKey, &stepTS, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return svc.RunRecord{}, err
 	}
@@ -672,6 +677,10 @@ func (s *Store) get(ctx context.Context, stmt *sql.Stmt, runID string) (svc.RunR
 	}
 	rec.State, rec.Result, rec.Task = svc.RunState(state), result, task
 	rec.CreatedAt, rec.UpdatedAt = fromMicros(created), fromMicros(updated)
+	if stepSeq.Valid {
+		rec.Steps = stepSeq.Int64
+		rec.CurrentStep = &svc.StepRef{Seq: stepSeq.Int64, Kind: svc.StepKind(stepKind.String), Key: stepKey.String, At: fromMicros(stepTS.Int64)}
+	}
 	if progress.Valid {
 		var p svc.RunProgress
 		if err := json.Unmarshal([]byte(progress.String), &p); err != nil {

@@ -92,7 +92,11 @@ func checkClaimed(t *testing.T, s svc.RunStore, what string, got, before svc.Run
 	}
 	want := before
 	want.Resumed, want.UpdatedAt = resumed, got.UpdatedAt
+	// A claimed record need not carry the current step (what resumes
+	// the run reads the whole log); Get does, unchanged by the claim.
+	want.CurrentStep = got.CurrentStep
 	checkRecord(t, what, got, want)
+	got.CurrentStep = before.CurrentStep
 	checkRecord(t, what+" (Get after the claim)", get(t, s, got.RunID), got)
 }
 
@@ -147,14 +151,23 @@ func testTask(t *testing.T, s svc.RunStore) {
 	if rec.Steps != 3 || rec.Resumed != 0 {
 		t.Errorf("Get after 3 steps: Steps %d, Resumed %d; want 3, 0", rec.Steps, rec.Resumed)
 	}
+	// The current step is the last one, as Steps reads it back.
+	all, err := stepLog(t, s).Steps(ctx, "a", 0)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("Steps = %d steps, %v; want 3", len(all), err)
+	}
+	wantCur := svc.StepRef{Seq: 3, Kind: svc.StepModelCall, Key: all[2].Key, At: all[2].Timestamp}
+	if cur := rec.CurrentStep; cur == nil || cur.Seq != wantCur.Seq || cur.Kind != wantCur.Kind || cur.Key != wantCur.Key || !cur.At.Equal(wantCur.At) {
+		t.Errorf("Get after 3 steps: CurrentStep %+v, want %+v", cur, wantCur)
+	}
 	rec.Resumed = 2
-	if st := rec.Status(); st.Steps != 3 || st.Resumed != 2 {
-		t.Errorf("Status() = %+v, want steps 3, resumed 2", st)
+	if st := rec.Status(); st.Steps != 3 || st.Resumed != 2 || st.CurrentStep != rec.CurrentStep {
+		t.Errorf("Status() = %+v, want steps 3, resumed 2, the current step", st)
 	}
 	none := get(t, s, "none")
 	b, _ := json.Marshal(none.Status())
-	if bytes.Contains(b, []byte("resumed")) || bytes.Contains(b, []byte("steps")) {
-		t.Errorf("status of a run never resumed, without steps: %s; want neither resumed nor steps", b)
+	if bytes.Contains(b, []byte("resumed")) || bytes.Contains(b, []byte("steps")) || none.CurrentStep != nil {
+		t.Errorf("status of a run never resumed, without steps: %s; want neither resumed nor steps nor current_step", b)
 	}
 }
 
@@ -221,6 +234,7 @@ func testRecover(t *testing.T, s svc.RunStore) {
 	}
 	for i, rec := range again {
 		claimed[i].Task = taskOf(rec.RunID)
+		claimed[i].CurrentStep = before[rec.RunID].CurrentStep
 		checkClaimed(t, s, "claimed twice "+rec.RunID, rec, claimed[i], 2)
 	}
 
@@ -324,6 +338,7 @@ func resumeReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore
 	}
 	for _, rec := range claimed {
 		checkClaimed(t, s, rec.RunID+" claimed after reopen", rec, records[rec.RunID], 2)
+		rec.CurrentStep = records[rec.RunID].CurrentStep // Get's, as checkClaimed checked
 		records[rec.RunID] = rec
 	}
 	mustOK(t, "Close", s.Close())

@@ -1311,6 +1311,11 @@ func checkRecord(t *testing.T, what string, got, want svc.RunRecord) {
 	if got.Steps != want.Steps {
 		diff("Steps", got.Steps, want.Steps)
 	}
+	if (got.CurrentStep == nil) != (want.CurrentStep == nil) || got.CurrentStep != nil &&
+		(got.CurrentStep.Seq != want.CurrentStep.Seq || got.CurrentStep.Kind != want.CurrentStep.Kind ||
+			got.CurrentStep.Key != want.CurrentStep.Key || !got.CurrentStep.At.Equal(want.CurrentStep.At)) {
+		diff("CurrentStep", got.CurrentStep, want.CurrentStep)
+	}
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		diff("CreatedAt", got.CreatedAt, want.CreatedAt)
 	}

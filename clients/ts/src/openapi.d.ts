@@ -613,6 +613,13 @@ export interface components {
         /** @description A group run's answer: an AgentResult when one terminal node fired, a GroupResult (with "group": true) when several did. */
         RunResult: components["schemas"]["AgentResult"] | components["schemas"]["GroupResult"];
         RunStatus: {
+            current_step?: null | {
+                /** Format: date-time */
+                at: string;
+                key: string;
+                kind: string;
+                seq: number;
+            };
             progress: null | components["schemas"]["RunProgress"];
             reason?: string;
             resumed?: number;

@@ -436,6 +436,8 @@ async function refreshDrawer() {
       st.resumed ? [h('dt', {}, 'Resumed'), h('dd', { id: 'drawer-resumed' }, st.resumed + (st.resumed === 1 ? ' time' : ' times') +
         ' (the process running it died); ' + (st.steps || 0) + ' steps recorded')] :
         st.steps ? [h('dt', {}, 'Steps'), h('dd', {}, st.steps + ' recorded (a resume would replay them)')] : [],
+      st.current_step ? [h('dt', {}, 'Current step'), h('dd', { id: 'drawer-step', class: 'mono', title: 'the last step the run recorded, at ' + ts(st.current_step.at) },
+        '#' + st.current_step.seq + ' ' + st.current_step.kind + ' ' + st.current_step.key)] : [],
       run ? [h('dt', {}, 'Target'), h('dd', {}, run.target + ' (' + run.kind + ')'), h('dt', {}, 'Created'), h('dd', {}, new Date(run.created_at).toLocaleString())] : [],
       h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id),
       st.trace_id ? [h('dt', {}, 'Trace id'), h('dd', { class: 'mono' }, h('a', { href: '#tree/' + encodeURIComponent(st.trace_id), id: 'drawer-trace' }, st.trace_id))] : []));
