@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/svc-dev/svc/llmsim"
 )
@@ -70,11 +71,18 @@ func TestDashboardRateLimits(t *testing.T) {
 
 	// The learned limit of the simulator's key: it starts at 4 calls at
 	// once, the simulator lets one a second through, the rest are 429s.
-	// Twelve, so that some reach the simulator within a second of each
-	// other even when a busy machine spreads the submissions out.
-	var learners []string
-	for range 12 {
-		learners = append(learners, submit(t, a, "learner", `"hello"`))
+	// Twelve, submitted at once, so that some reach the simulator within
+	// a second of each other even on a busy machine.
+	learners := make([]string, 12)
+	var g errgroup.Group
+	for i := range learners {
+		g.Go(func() (err error) {
+			learners[i], err = a.submit(t.Context(), "learner", `"hello"`)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("submitting the learners: %v", err)
 	}
 	learned := `[...document.querySelectorAll('#limits-table tr[data-limit^="openai:gpt-4o-mini"]')]`
 	b.until("the learned limit with the 429s it received, its window and the tokens of its answers",
