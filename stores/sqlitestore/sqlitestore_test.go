@@ -346,14 +346,20 @@ func TestTwoStoresOneFile(t *testing.T) {
 	}
 }
 
-// BenchmarkAppend measures sequential appends to one run.
-func BenchmarkAppend(b *testing.B) {
+// benchStore opens a store in a new file for a benchmark, closed when it
+// ends.
+func benchStore(b *testing.B) (*sqlitestore.Store, context.Context) {
 	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "runs.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	ctx := context.Background()
+	b.Cleanup(func() { s.Close() })
+	return s, context.Background()
+}
+
+// BenchmarkAppend measures sequential appends to one run.
+func BenchmarkAppend(b *testing.B) {
+	s, ctx := benchStore(b)
 	if err := s.Create(ctx, svc.RunRecord{RunID: "r", Target: "t", Kind: "agent"}); err != nil {
 		b.Fatal(err)
 	}
@@ -369,12 +375,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendParallel measures appends from many goroutines, each to
 // its own run, as concurrent runs do.
 func BenchmarkAppendParallel(b *testing.B) {
-	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "runs.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
+	s, ctx := benchStore(b)
 	var next atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		id := fmt.Sprint("r", next.Add(1))
@@ -399,12 +400,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 // events: recording a run's steps is paid per model call, tool call and
 // group node.
 func BenchmarkAppendStepsParallel(b *testing.B) {
-	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "runs.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
+	s, ctx := benchStore(b)
 	var next atomic.Int64
 	data := []byte(`{"response":{"text":"` + strings.Repeat("word ", 80) + `"},"usage":{"input_tokens":120,"output_tokens":80}}`)
 	b.RunParallel(func(pb *testing.PB) {
