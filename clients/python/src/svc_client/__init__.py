@@ -8,6 +8,7 @@ answer is raised as the class of its kind (``RegistryError``,
 """
 
 from ._base import UNSET
+from ._duplex import GatherStream
 from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -26,6 +27,7 @@ __all__ = [
     "AsyncClient",
     "AsyncRunHandle",
     "GatherItem",
+    "GatherStream",
     "InvalidTask",
     "DEFAULT_TIMEOUT",
     "DEFAULT_GATHER_CONCURRENCY",

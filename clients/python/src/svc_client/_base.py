@@ -13,6 +13,7 @@ from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
     DEFAULT_TIMEOUT,
     NDJSON,
+    ahead_of,
     base_url,
     check_concurrency,
     run_request_id,
@@ -84,12 +85,12 @@ class _Base:
             raise E.SpecValidationError("gather: no tasks", kind="SpecValidationError")
         return f"/agents/{seg(agent)}/gather", {"tasks": ts, "max_concurrency": max_concurrency}
 
-    def _stream_req(self, agent: str, max_concurrency: int, request_id: str | None) -> tuple[str, dict[str, str]]:
+    def _stream_req(self, agent: str, max_concurrency: int, request_id: str | None) -> tuple[str, dict[str, str], int]:
         check_concurrency(max_concurrency)
         headers = self._headers({"Content-Type": NDJSON}, accept=f"{NDJSON}, application/problem+json")
         if request_id:
             headers["X-Request-Id"] = request_id
-        return f"/agents/{seg(agent)}/gather?max_concurrency={max_concurrency}", headers
+        return f"/agents/{seg(agent)}/gather?max_concurrency={max_concurrency}", headers, ahead_of(max_concurrency)
 
     @staticmethod
     def _submit_req(target: str, task: Mapping[str, Any], kind: str | None, idempotency_key: str | None, request_id: str | None) -> tuple[dict[str, Any], dict[str, str], str]:

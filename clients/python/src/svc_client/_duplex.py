@@ -16,7 +16,7 @@ import queue
 import socket
 import ssl
 import threading
-from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any, AsyncIterable, AsyncIterator, Generator, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from . import errors as E
@@ -53,31 +53,90 @@ def _chunk(data: bytes) -> bytes:
 _END = object()
 
 
-def gather_stream_sync(
+class GatherStream(Iterator[GatherItem]):
+    """The results of Client.gather_stream, as they finish. Leaving the
+    loop (or close()) ends the batch; cancel(), from any thread, ends it
+    too, and the loop blocked on the next result raises CancelledError."""
+
+    def __init__(self, base: str, path: str, headers: Mapping[str, str], tasks: Iterable[Any],
+                 connect_timeout: float | None, ahead: int) -> None:
+        # The generator holds the state, not self: no cycle, so a stream
+        # the loop left is closed as soon as it is dropped.
+        self._st = _State()
+        self._gen = _gather_sync(self._st, base, path, headers, tasks, connect_timeout, ahead)
+
+    def __iter__(self) -> GatherStream:
+        return self
+
+    def __enter__(self) -> GatherStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __next__(self) -> GatherItem:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """Ends the batch: the connection closes, and the server cancels
+        the tasks still running."""
+        self._gen.close()
+
+    def cancel(self) -> None:
+        """close() from another thread: the consumer's loop ends with
+        CancelledError."""
+        self._st.cancelled.set()
+        with self._st.lock:
+            if self._st.sock is not None:
+                _shutdown(self._st.sock)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.lock = threading.Lock()
+        self.sock: socket.socket | None = None
+
+
+def _gather_sync(
+    owner: _State,
     base: str,
     path: str,
     headers: Mapping[str, str],
     tasks: Iterable[Any],
     connect_timeout: float | None,
-    verify: ssl.SSLContext | None = None,
-) -> Iterator[GatherItem]:
+    ahead: int,
+) -> Generator[GatherItem, None, None]:
     host, port, tls, hosthdr, target = _target(base, path)
+    if owner.cancelled.is_set():
+        raise E.CancelledError("client: the streamed gather was cancelled")
     try:
         sock = socket.create_connection((host, port), timeout=connect_timeout)
     except OSError as e:
         raise _transport(e) from e
     if tls:
-        sock = (verify or ssl.create_default_context()).wrap_socket(sock, server_hostname=host)
+        sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
     sock.settimeout(None)  # the stream lasts as long as its batch
+    with owner.lock:
+        owner.sock = sock
+    if owner.cancelled.is_set():
+        _shutdown(sock)
     lines = GatherLines()
     stop = threading.Event()
     q: queue.Queue[Any] = queue.Queue(_QUEUE)
     fault: list[BaseException] = []
+    # Tasks sent ahead of the results read are bounded (a few times the
+    # server's window): the source is read no faster than the batch goes.
+    taken = [0]
+    progress = threading.Condition()
 
     def produce() -> None:
         # Runs the caller's iterable: it may be slow or endless.
         try:
             for i, task in enumerate(tasks):
+                with progress:
+                    while i - taken[0] >= ahead and not stop.is_set():
+                        progress.wait(0.1)
                 line, bad = encode_task(i, task)
                 if bad is not None:
                     lines.invalid[i] = bad
@@ -141,6 +200,8 @@ def gather_stream_sync(
         try:
             resp.begin()
         except (OSError, http.client.HTTPException) as e:
+            if owner.cancelled.is_set():
+                raise E.CancelledError("client: the streamed gather was cancelled") from None
             if fault:
                 raise fault[0]
             raise _transport(e) from e
@@ -151,10 +212,14 @@ def gather_stream_sync(
             try:
                 line = resp.readline(1 << 24)
             except (OSError, http.client.HTTPException) as e:
+                if owner.cancelled.is_set():
+                    raise E.CancelledError("client: the streamed gather was cancelled") from None
                 if fault:
                     raise fault[0]
                 raise _transport(e) from e
             if not line:
+                if owner.cancelled.is_set():
+                    raise E.CancelledError("client: the streamed gather was cancelled")
                 if fault:
                     raise fault[0]
                 if lines.summary is None:
@@ -162,6 +227,9 @@ def gather_stream_sync(
                 return
             item = lines.decode(line)
             if item is not None:
+                with progress:
+                    taken[0] += 1
+                    progress.notify()
                 yield item
             elif lines.summary is not None:
                 return
@@ -175,11 +243,15 @@ def gather_stream_sync(
         producer.join(timeout=5)
 
 
-def _close(sock: socket.socket) -> None:
+def _shutdown(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+def _close(sock: socket.socket) -> None:
+    _shutdown(sock)
     sock.close()
 
 
@@ -195,12 +267,12 @@ async def gather_stream_async(
     headers: Mapping[str, str],
     tasks: Iterable[Any] | AsyncIterable[Any],
     connect_timeout: float | None,
-    verify: ssl.SSLContext | None = None,
+    ahead: int,
 ) -> AsyncIterator[GatherItem]:
     host, port, tls, hosthdr, target = _target(base, path)
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=(verify or ssl.create_default_context()) if tls else None,
+            asyncio.open_connection(host, port, ssl=ssl.create_default_context() if tls else None,
                                     limit=1 << 24),
             connect_timeout,
         )
@@ -208,6 +280,8 @@ async def gather_stream_async(
         raise _transport(e) from e
     lines = GatherLines()
     fault: list[BaseException] = []
+    taken = 0
+    progress = asyncio.Event()
 
     async def send() -> None:
         try:
@@ -217,6 +291,13 @@ async def gather_stream_async(
 
             async def put(task: Any) -> None:
                 nonlocal i, buf
+                while i - taken >= ahead:
+                    # Far enough ahead: send what is held, wait for results.
+                    if buf:
+                        writer.write(_chunk(bytes(buf)))
+                        buf = bytearray()
+                    progress.clear()
+                    await progress.wait()
                 line, bad = encode_task(i, task)
                 if bad is not None:
                     lines.invalid[i] = bad
@@ -226,6 +307,9 @@ async def gather_stream_async(
                     writer.write(_chunk(bytes(buf)))
                     buf = bytearray()
                     await writer.drain()
+                    # drain() returns at once while the kernel takes the
+                    # bytes: give the reader its turn all the same.
+                    await asyncio.sleep(0)
 
             if isinstance(tasks, AsyncIterable):
                 async for task in tasks:
@@ -269,6 +353,8 @@ async def gather_stream_async(
             async for line in body_lines:
                 item = lines.decode(line)
                 if item is not None:
+                    taken += 1
+                    progress.set()
                     yield item
                 elif lines.summary is not None:
                     return

@@ -107,6 +107,14 @@ def check_concurrency(n: int) -> None:
         )
 
 
+def ahead_of(max_concurrency: int) -> int:
+    """How many tasks a streamed gather sends ahead of the results it has
+    read: a few times the server's window (max_concurrency plus
+    max(max_concurrency, 16)), so the server never waits for tasks, and
+    the source is not read much faster than the batch goes."""
+    return max(1024, 4 * (max_concurrency + max(max_concurrency, 16)))
+
+
 def encode_task(i: int, task: Any) -> tuple[bytes, InvalidTask | None]:
     """One NDJSON line of a streamed gather's body; a task that cannot be
     sent goes as a line the server refuses ("null"), and its result will
@@ -167,6 +175,8 @@ class SSEParser:
         self.last_id: str | None = None
 
     def feed(self, line: str) -> tuple[str, str, str | None] | None:
+        # httpx before 0.24 keeps each line's end; later ones strip it.
+        line = line.rstrip("\r\n")
         if line == "":
             if not self.data:
                 self.event = ""

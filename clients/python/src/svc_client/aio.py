@@ -132,8 +132,8 @@ class AsyncClient(_Base):
                       max_concurrency: int = DEFAULT_GATHER_CONCURRENCY,
                       request_id: str | None = None) -> AsyncIterator[GatherItem]:
         """See Client.gather_stream; tasks may be an async iterable too."""
-        path, headers = self._stream_req(agent, max_concurrency, request_id)
-        return gather_stream_async(self._base, path, headers, tasks, self._timeout)
+        path, headers, ahead = self._stream_req(agent, max_concurrency, request_id)
+        return gather_stream_async(self._base, path, headers, tasks, self._timeout, ahead)
 
     async def run_group(self, group: str, task: Mapping[str, Any], *, request_id: str | None = None,
                         timeout: Timeout = UNSET) -> dict[str, Any]:

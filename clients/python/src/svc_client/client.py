@@ -9,7 +9,7 @@ import httpx
 
 from . import errors as E
 from ._base import UNSET, Timeout, _Base, transport_error
-from ._duplex import gather_stream_sync
+from ._duplex import GatherStream
 from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -18,7 +18,6 @@ from ._wire import (
     STREAM_RETRIES,
     STREAM_RETRY_DELAY,
     TERMINAL_STATES,
-    GatherItem,
     SSEParser,
     decode_event,
     seg,
@@ -147,16 +146,18 @@ class Client(_Base):
 
     def gather_stream(self, agent: str, tasks: Iterable[Mapping[str, Any] | Any], *,
                       max_concurrency: int = DEFAULT_GATHER_CONCURRENCY,
-                      request_id: str | None = None) -> Iterator[GatherItem]:
+                      request_id: str | None = None) -> GatherStream:
         """The streamed gather: tasks are read from any iterable as the
         server takes them (a generator of a million is fine: neither end
         holds the batch) and the results come as they finish, each a
         GatherItem(index, result). An InvalidTask item, or one that cannot
         be encoded, fails as its own result. Leaving the loop cancels the
-        rest. A rejection of the whole batch raises before any result; a
-        stream cut before its summary raises AgentRuntimeError."""
-        path, headers = self._stream_req(agent, max_concurrency, request_id)
-        return gather_stream_sync(self._base, path, headers, tasks, self._timeout)
+        rest, and so does the stream's cancel() from another thread (the
+        loop then raises CancelledError). A rejection of the whole batch
+        raises before any result; a stream cut before its summary raises
+        AgentRuntimeError."""
+        path, headers, ahead = self._stream_req(agent, max_concurrency, request_id)
+        return GatherStream(self._base, path, headers, tasks, self._timeout, ahead)
 
     def run_group(self, group: str, task: Mapping[str, Any], *, request_id: str | None = None,
                   timeout: Timeout = UNSET) -> dict[str, Any]:
