@@ -51,6 +51,8 @@ class SyncOverAsync:
         def call(*a: Any, **kw: Any) -> Any:
             if name in ("gather_stream", "run_events", "stream_events"):
                 return self._iter(fn(*a, **kw))
+            if name == "run_handle":
+                return HandleOverAsync(self, fn(*a, **kw))
             out = self._wait(fn(*a, **kw))
             if isinstance(out, svc_client.AsyncRunHandle):
                 return HandleOverAsync(self, out)
