@@ -222,6 +222,9 @@ class AsyncClient(_Base):
                 if isinstance(e, httpx.TimeoutException) or failures > STREAM_RETRIES:
                     raise transport_error(e) from e
                 await asyncio.sleep(STREAM_RETRY_DELAY * failures)
+                continue
+            # The server ended the stream (a restart, a proxy): reopen it.
+            await asyncio.sleep(STREAM_RETRY_DELAY)
 
     async def usage(self, group_by: str | None = None, *, timeout: Timeout = UNSET) -> dict[str, Any]:
         out: dict[str, Any] = await self._call("GET", "/usage" + self._query({"group_by": group_by}), timeout=timeout)

@@ -267,7 +267,9 @@ class Client(_Base):
                 if isinstance(e, httpx.TimeoutException) or failures > STREAM_RETRIES:
                     raise transport_error(e) from e
                 time.sleep(STREAM_RETRY_DELAY * failures)
-            # the server ended the stream (a restart, a proxy): reopen it
+                continue
+            # The server ended the stream (a restart, a proxy): reopen it.
+            time.sleep(STREAM_RETRY_DELAY)
 
     def usage(self, group_by: str | None = None, *, timeout: Timeout = UNSET) -> dict[str, Any]:
         """GET /usage: tokens and cost in total and by "agent", "model",
