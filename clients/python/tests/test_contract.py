@@ -228,11 +228,11 @@ def test_gather_stream_stop(c: Any) -> None:
     assert read == seen, "the task source was read after the stream was closed"
 
 
-def test_gather_stream_cancelled(c: Any) -> None:
+def test_gather_stream_cancelled(server: Server) -> None:
     # The Go case ends the context at 200 ms: here the stream's cancel(),
-    # from another thread (AsyncClient's is a task's cancel: test_async.py).
-    if not isinstance(c, S.Client):
-        pytest.skip("AsyncClient is cancelled as a task: test_async.py")
+    # from another thread (AsyncClient's is its task's cancel:
+    # test_client.py's test_async_gather_stream_cancelled).
+    c = S.Client(server.url)
     stream = c.gather_stream("slow", inputs(3), max_concurrency=3)
     timer = threading.Timer(0.2, stream.cancel)
     timer.start()
@@ -242,6 +242,7 @@ def test_gather_stream_cancelled(c: Any) -> None:
     assert time.monotonic() - start < EARLY
     assert not any(r["success"] for r in got.values())
     assert len(errs) == 1 and isinstance(errs[0], S.CancelledError)
+    c.close()
 
 
 # --- groups --------------------------------------------------------------
