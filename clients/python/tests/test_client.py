@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import socket
+import socket
 import threading
 import time
 from pathlib import Path
@@ -291,3 +294,23 @@ def test_stream_events_skips_malformed_frames_and_reconnects(server: Server, pro
         th.join()
     assert len(evs) == 3 and all(e["event_type"] for e in evs)
     assert proxy.event_streams >= 2, "the stream was reopened after the cut"
+
+
+# --- TCP_NODELAY ------------------------------------------------------------
+
+
+def nodelay_of(resp: httpx.Response) -> int:
+    sock = resp.extensions["network_stream"].get_extra_info("socket")
+    return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+
+def test_connections_set_tcp_nodelay(server: Server) -> None:
+    # Without it a POST's body waits for the server's delayed ACK of its
+    # headers: 40 ms a run on loopback.
+    with S.Client(server.url) as c:
+        assert nodelay_of(c._http.get(server.url + "/healthz")) == 1
+
+
+async def test_async_connections_set_tcp_nodelay(server: Server) -> None:
+    async with S.AsyncClient(server.url) as c:
+        assert nodelay_of(await c._http.get(server.url + "/healthz")) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any, Mapping, NoReturn
 from urllib.parse import urlencode
 
@@ -144,3 +145,75 @@ def transport_error(e: BaseException) -> E.SvcError:
 
 
 __all__ = ["UNSET", "Timeout", "transport_error", "DEFAULT_GATHER_CONCURRENCY"]
+
+
+# Nagle's algorithm: httpx writes a request's headers and its body in two
+# sends, and the second waits for the server to acknowledge the first,
+# which a server holds back up to 40 ms (delayed ACK): every POST took
+# 40 ms on loopback. The client's connections set TCP_NODELAY, as Go's do.
+_NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
+class _NoDelaySync:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, *a: Any, **kw: Any) -> Any:
+        stream = self._inner.connect_tcp(*a, **kw)
+        _nodelay(stream)
+        return stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _NoDelayAsync:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def connect_tcp(self, *a: Any, **kw: Any) -> Any:
+        stream = await self._inner.connect_tcp(*a, **kw)
+        _nodelay(stream)
+        return stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _nodelay(stream: Any) -> None:
+    sock = stream.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not TCP
+
+
+def nodelay_transport(limits: httpx.Limits | None = None) -> httpx.HTTPTransport:
+    """httpx's transport with TCP_NODELAY on its connections."""
+    kw: dict[str, Any] = {"limits": limits} if limits else {}
+    try:
+        make: Any = httpx.HTTPTransport  # socket_options: httpx 0.24 and later
+        t0: httpx.HTTPTransport = make(**kw, socket_options=_NODELAY)
+        return t0
+    except TypeError:
+        t = httpx.HTTPTransport(**kw)
+        pool = getattr(t, "_pool", None)
+        if pool is not None and hasattr(pool, "_network_backend"):
+            pool._network_backend = _NoDelaySync(pool._network_backend)
+        return t
+
+
+def nodelay_async_transport(limits: httpx.Limits | None = None) -> httpx.AsyncHTTPTransport:
+    """httpx's async transport with TCP_NODELAY on its connections."""
+    kw: dict[str, Any] = {"limits": limits} if limits else {}
+    try:
+        make: Any = httpx.AsyncHTTPTransport
+        t0: httpx.AsyncHTTPTransport = make(**kw, socket_options=_NODELAY)
+        return t0
+    except TypeError:
+        t = httpx.AsyncHTTPTransport(**kw)
+        pool = getattr(t, "_pool", None)
+        if pool is not None and hasattr(pool, "_network_backend"):
+            pool._network_backend = _NoDelayAsync(pool._network_backend)
+        return t

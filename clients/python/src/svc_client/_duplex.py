@@ -117,6 +117,7 @@ def _gather_sync(
     if tls:
         sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
     sock.settimeout(None)  # the stream lasts as long as its batch
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # chunks go as they are cut
     with owner.lock:
         owner.sock = sock
     if owner.cancelled.is_set():

@@ -11,7 +11,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable, Mapping, Sequenc
 import httpx
 
 from . import errors as E
-from ._base import UNSET, Timeout, _Base, transport_error
+from ._base import UNSET, Timeout, _Base, nodelay_async_transport, transport_error
 from ._duplex import gather_stream_async
 from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
@@ -42,8 +42,8 @@ class AsyncClient(_Base):
         limits: httpx.Limits | None = None,
     ) -> None:
         super().__init__(url, token=token, timeout=timeout)
-        self._http = httpx.AsyncClient(transport=transport, timeout=self._timeout, trust_env=False,
-                                       limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=100))
+        self._http = httpx.AsyncClient(transport=transport or nodelay_async_transport(limits), timeout=self._timeout,
+                                       trust_env=False)
 
     async def aclose(self) -> None:
         """Closes the client's connections; nothing stops on the server."""

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import httpx
 
 from . import errors as E
-from ._base import UNSET, Timeout, _Base, transport_error
+from ._base import UNSET, Timeout, _Base, nodelay_transport, transport_error
 from ._duplex import GatherStream
 from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
@@ -44,7 +44,7 @@ class Client(_Base):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         super().__init__(url, token=token, timeout=timeout)
-        self._http = httpx.Client(transport=transport, timeout=self._timeout, trust_env=False)
+        self._http = httpx.Client(transport=transport or nodelay_transport(), timeout=self._timeout, trust_env=False)
 
     def close(self) -> None:
         """Closes the client's connections; nothing stops on the server."""
