@@ -49,10 +49,6 @@ func TestMain(m *testing.M) {
 		holdIdle(spec)
 		return
 	}
-	if mode := os.Getenv(goClientEnv); mode != "" {
-		goClientBench(mode)
-		return
-	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)

@@ -2,7 +2,8 @@
 printed as one JSON line: the streamed gather of N test:echo tasks
 (Client.gather_stream, tasks made as they are read) or sync runs with
 AsyncClient at C requests in flight. rss_mb is this process's peak
-resident set (ru_maxrss). bench/pyclient_bench_test.go runs it beside
+resident set (VmHWM: ru_maxrss would count the parent's when a Go
+program started it, which forks by vfork). bench/pyclient_bench_test.go runs it beside
 the Go client; by hand:
 
     python3 clients/python/bench/bench_client.py --url http://127.0.0.1:8420 --mode stream --tasks 100000
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -63,6 +63,13 @@ async def runs(url: str, n: int, conc: int) -> dict[str, Any]:
     return {"per_s": n / took, "seconds": took}
 
 
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
@@ -74,7 +81,7 @@ def main() -> None:
         out = stream(a.url, a.tasks, a.concurrency)
     else:
         out = asyncio.run(runs(a.url, a.tasks, a.concurrency))
-    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["rss_mb"] = peak_rss_mb()
     out["python"] = sys.version.split()[0]
     print(json.dumps(out))
 
