@@ -37,7 +37,7 @@ PYTHON ?= $(shell for p in python3 /usr/bin/python3; do \
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-python bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -172,6 +172,12 @@ bench-million:
 bench-stream:
 	$(GO) test -run '^$$' -bench BenchmarkGatherStream -benchtime 1x ./bench/
 	SVC_STREAM_TASKS=1000000 $(GO) test -count=1 -run TestGatherStreamBoundedMemory -v ./supervisor/
+
+## bench-python: issue 35 part 5 alone (part of bench): the Python
+## client's streamed gather of 100,000 tasks and AsyncClient's runs at 64
+## in flight, each beside the Go client, against one svc serve
+bench-python:
+	SVC_PYTHON=$(PYTHON) $(GO) test -run '^$$' -bench PythonClient -benchtime 1x -v ./bench/
 
 ## bench-groupcommit: issue 15.2, group commit for submitted runs: in
 ## process per store (with and without group commit) and over HTTP
