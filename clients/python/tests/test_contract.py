@@ -466,3 +466,23 @@ def test_events_with_deltas_live(c: Any) -> None:
         if e["type"] == "delta":
             assert e["seq"] == 0 and e["run_id"] == run.run_id and e["text"]
     assert evs and evs[-1]["type"] == "run_cancelled"
+
+
+# --- token streaming (the Go client's RunStream) ----------------------------
+
+
+def test_run_stream(c: Any) -> None:
+    evs = list(c.run_stream("writer", {"input": "draft", "request_id": "req-stream"}))
+    deltas, last = evs[:-1], evs[-1]
+    assert last["type"] == "result" and last["result"]["success"]
+    assert last["result"]["metadata"]["trace_id"] == "req-stream"
+    assert len(deltas) >= 2 and all(d["type"] == "delta" and d["agent"] == "writer" for d in deltas)
+    assert [d["index"] for d in deltas] == list(range(len(deltas)))
+    assert "".join(d["text"] for d in deltas) == last["result"]["output"] == "one two three four five six"
+
+
+def test_run_stream_errors(c: Any) -> None:
+    with pytest.raises(S.RegistryError):
+        list(c.run_stream("nope", {"input": 1}))
+    with pytest.raises(S.BudgetExceededError):
+        list(c.run_stream("echo", {"input": 1, "token_budget": 1}))

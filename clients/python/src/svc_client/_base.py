@@ -129,6 +129,29 @@ class _Base:
             raise E.AgentRuntimeError(f"client: {method} {path}: the server answered {mt!r}, not an event stream", status=resp.status_code, kind="AgentRuntimeError")
 
     @staticmethod
+    def _stream_frame(event: str, data: str) -> dict[str, Any] | None:
+        """A run stream's frame as run_stream yields it; an error frame is
+        raised; other frames (and a malformed delta) are None."""
+        if event == "delta":
+            try:
+                d = json.loads(data)
+            except ValueError:
+                return None  # not ours to fail the run for
+            return {"type": "delta", **d} if isinstance(d, dict) else None
+        if event == "result":
+            try:
+                return {"type": "result", "result": json.loads(data)}
+            except ValueError as e:
+                raise E.AgentRuntimeError(f"client: decoding a run's result: {e}") from None
+        if event == "error":
+            try:
+                st = json.loads(data).get("status")
+            except (ValueError, AttributeError):
+                st = None
+            raise E.error_from_problem(st if isinstance(st, int) else 500, "application/problem+json", data.encode())
+        return None
+
+    @staticmethod
     def _group_result(res: Any, name: str) -> Any:
         if not isinstance(res, dict) or not ("agent_name" in res or res.get("group") is True):
             raise E.AgentRuntimeError(f"client: the result of group {name!r} is neither an agent nor a group result", kind="AgentRuntimeError")

@@ -131,6 +131,35 @@ class Client(_Base):
         out: dict[str, Any] = self._call("POST", path, json_body=body, headers={"X-Request-Id": rid}, timeout=timeout)
         return out
 
+    def run_stream(self, agent: str, task: Mapping[str, Any], *, request_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """A run answered as it is written (token streaming): yields
+        ``{"type": "delta", "agent", "task_id", "span_id", "index", "text"}``
+        for each fragment of the answer, then ``{"type": "result",
+        "result": AgentResult}``. A run that fails before it has a result
+        raises what run() raises. Leaving the loop early closes the
+        connection, which cancels the run. A delta with index 0 after
+        others starts the answer again (a retry, the fallback model)."""
+        path, body, rid = self._run_req("agents", agent, task, request_id)
+        headers = self._headers({"X-Request-Id": rid}, body=True, accept="text/event-stream, application/problem+json")
+        try:
+            with self._http.stream("POST", self._base + path, json=body, headers=headers,
+                                   timeout=httpx.Timeout(self._timeout, read=None)) as resp:
+                if not 200 <= resp.status_code <= 299:
+                    self._raise_for(resp, resp.read())
+                self._check_stream(resp, "POST", path)
+                p = SSEParser()
+                for line in resp.iter_lines():
+                    frame = p.feed(line)
+                    if frame is not None:
+                        out = self._stream_frame(frame[0], frame[1])
+                        if out is not None:
+                            yield out
+                            if out["type"] == "result":
+                                return
+        except httpx.HTTPError as e:
+            raise transport_error(e) from e
+        raise E.AgentRuntimeError(f"client: POST {path}: the event stream ended without a result")
+
     def gather(self, agent: str, tasks: Iterable[Mapping[str, Any]], *,
                max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, request_id: str | None = None,
                timeout: Timeout = UNSET) -> list[dict[str, Any]]:
