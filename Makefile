@@ -27,10 +27,17 @@ TSC := .cache/ts/node_modules/.bin/tsc
 # regenerates the file, and clients/ts's tests fail when it is stale.
 OPENAPI_TYPESCRIPT_VERSION ?= 7.13.0
 OPENAPI_TS := .cache/ts/node_modules/.bin/openapi-typescript
+# The interpreter of the Python client's tests (clients/python): the first
+# of python3 on PATH and Debian's /usr/bin/python3 that has httpx, pytest,
+# pytest-asyncio and mypy (Debian's python3-httpx, python3-pytest,
+# python3-pytest-asyncio and mypy install them for /usr/bin/python3, which
+# a pyenv or venv python3 earlier on PATH does not see).
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do \
+  $$p -c 'import httpx, pytest, pytest_asyncio, mypy' 2>/dev/null && { command -v $$p; break; }; done)
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-python bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -71,6 +78,18 @@ test-ts:
 	  else $(GO) build -o "$$bin" ./cmd/svc; fi && \
 	  cd clients/ts && SVC_BIN="$$bin" node --test
 
+## test-python: the Python client's tests (clients/python): pytest
+## against a real svc serve built from this tree (once, as test-ts; under
+## make check, the plain build make test made), then mypy --strict on the
+## package
+test-python:
+	@if [ -z "$(PYTHON)" ]; then echo "make test-python: no python3 with httpx, pytest, pytest-asyncio and mypy: apt-get install python3-httpx python3-pytest python3-pytest-asyncio mypy"; exit 1; fi
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && bin="$$tmp/svc" && \
+	  if [ -n "$${SVC_TEST_BUILD_DIR:-}" ] && [ -x "$$SVC_TEST_BUILD_DIR/svc" ]; then bin="$$SVC_TEST_BUILD_DIR/svc"; \
+	  else $(GO) build -o "$$bin" ./cmd/svc; fi && \
+	  cd clients/python && echo "$(PYTHON): $$($(PYTHON) --version)" && \
+	  SVC_BIN="$$bin" $(PYTHON) -m pytest -q && $(PYTHON) -m mypy --strict src
+
 ## ts-types: regenerates clients/ts/src/openapi.d.ts from docs/openapi.json
 ## with the pinned openapi-typescript (make deps installs it)
 ts-types:
@@ -89,6 +108,8 @@ deps:
 	elif command -v npm >/dev/null; then \
 	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION) openapi-typescript@$(OPENAPI_TYPESCRIPT_VERSION); \
 	else echo "make deps: npm not found: clients/ts's type check and its check of openapi.d.ts will skip"; fi
+	@[ -n "$(PYTHON)" ] || \
+	  echo "make deps: no python3 with httpx, pytest, pytest-asyncio and mypy: make test-python (part of check) will fail; apt-get install python3-httpx python3-pytest python3-pytest-asyncio mypy"
 	@command -v redis-server >/dev/null || \
 	  echo "make deps: redis-server not found: the Redis tests will skip; install redis-server (SVC_REQUIRE_REDIS=1 makes them fail instead)"
 
@@ -105,7 +126,7 @@ staticcheck:
 ## check: what the tests need (deps), gofmt, then the tests (import
 ## direction and the docs' commands included) with vet and staticcheck
 ## beside them (their output follows the tests'), then the TypeScript
-## client's tests (against the plain svc the tests built, in the
+## and the Python clients' tests (against the plain svc the tests built, in the
 ## SVC_TEST_BUILD_DIR check makes); each stage's time is printed. vet and staticcheck use
 ## the CPU the tests leave idle while they wait on their servers: on two
 ## cores that saves about a minute and a half of make check's wall time.
@@ -119,7 +140,9 @@ check: deps
 	  echo "== go vet, staticcheck (run beside the tests):"; cat "$$tmp/out"; \
 	  if [ "$$(cat "$$tmp/rc")" != 0 ]; then echo "vet or staticcheck failed"; exit 1; fi; \
 	  if [ $$rc != 0 ]; then exit $$rc; fi; \
-	  start=$$(date +%s); $(MAKE) --no-print-directory test-ts; rc=$$?; echo "make test-ts: $$(( $$(date +%s) - start )) s"; exit $$rc
+	  start=$$(date +%s); $(MAKE) --no-print-directory test-ts; rc=$$?; echo "make test-ts: $$(( $$(date +%s) - start )) s"; \
+	  if [ $$rc != 0 ]; then exit $$rc; fi; \
+	  start=$$(date +%s); $(MAKE) --no-print-directory test-python; rc=$$?; echo "make test-python: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
@@ -149,6 +172,12 @@ bench-million:
 bench-stream:
 	$(GO) test -run '^$$' -bench BenchmarkGatherStream -benchtime 1x ./bench/
 	SVC_STREAM_TASKS=1000000 $(GO) test -count=1 -run TestGatherStreamBoundedMemory -v ./supervisor/
+
+## bench-python: issue 35 part 5 alone (part of bench): the Python
+## client's streamed gather of 100,000 tasks and AsyncClient's runs at 64
+## in flight, each beside the Go client, against one svc serve
+bench-python:
+	SVC_PYTHON=$(PYTHON) $(GO) test -run '^$$' -bench PythonClient -benchtime 1x -v ./bench/
 
 ## bench-groupcommit: issue 15.2, group commit for submitted runs: in
 ## process per store (with and without group commit) and over HTTP
