@@ -27,6 +27,11 @@ TSC := .cache/ts/node_modules/.bin/tsc
 # regenerates the file, and clients/ts's tests fail when it is stale.
 OPENAPI_TYPESCRIPT_VERSION ?= 7.13.0
 OPENAPI_TS := .cache/ts/node_modules/.bin/openapi-typescript
+# The runtime half of the generated client clients/ts's tests build from
+# the server's /openapi.json (test/generated.test.js: openapi-typescript's
+# types, called through openapi-fetch), pinned and installed beside them.
+OPENAPI_FETCH_VERSION ?= 0.17.0
+OPENAPI_FETCH := .cache/ts/node_modules/openapi-fetch/package.json
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
@@ -85,10 +90,11 @@ deps:
 	  npm install --no-audit --no-fund --prefix .cache/mcp @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION); \
 	else echo "make deps: npm not found: the MCP tests (tools/mcp) will skip; install nodejs and npm"; fi
 	@if [ -x $(TSC) ] && $(TSC) --version | grep -qxF 'Version $(TYPESCRIPT_VERSION)' && \
-	  [ -x $(OPENAPI_TS) ] && $(OPENAPI_TS) --version | grep -qF '$(OPENAPI_TYPESCRIPT_VERSION)'; then :; \
+	  [ -x $(OPENAPI_TS) ] && $(OPENAPI_TS) --version | grep -qF '$(OPENAPI_TYPESCRIPT_VERSION)' && \
+	  [ -f $(OPENAPI_FETCH) ] && grep -qF '"version": "$(OPENAPI_FETCH_VERSION)"' $(OPENAPI_FETCH); then :; \
 	elif command -v npm >/dev/null; then \
-	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION) openapi-typescript@$(OPENAPI_TYPESCRIPT_VERSION); \
-	else echo "make deps: npm not found: clients/ts's type check and its check of openapi.d.ts will skip"; fi
+	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION) openapi-typescript@$(OPENAPI_TYPESCRIPT_VERSION) openapi-fetch@$(OPENAPI_FETCH_VERSION); \
+	else echo "make deps: npm not found: clients/ts's type check, its check of openapi.d.ts and its generated client will skip"; fi
 	@command -v redis-server >/dev/null || \
 	  echo "make deps: redis-server not found: the Redis tests will skip; install redis-server (SVC_REQUIRE_REDIS=1 makes them fail instead)"
 

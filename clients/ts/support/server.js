@@ -48,6 +48,10 @@ export async function startServer({ args = [] } = {}) {
   // An agent whose model call takes 5 s: for cancel, timeout and abort.
   writeFileSync(join(specs, 'agents', 'slow.yaml'),
     'version: 1\nname: slow\nmodel: test:echo\ninstructions: Wait, then repeat the input.\nmodel_settings: {latency_ms: 5000}\n');
+  // An agent whose model call takes 20 ms: for a streamed gather that is
+  // still running when the client leaves.
+  writeFileSync(join(specs, 'agents', 'tick.yaml'),
+    'version: 1\nname: tick\nmodel: test:echo\ninstructions: Repeat the input.\nmodel_settings: {latency_ms: 20}\n');
   // An agent that streams a fixed answer word by word, 30 ms apart, after
   // 300 ms (time to follow its run): for runStream and deltas.
   writeFileSync(join(specs, 'agents', 'writer.yaml'),
