@@ -37,10 +37,11 @@ function freePort() {
 }
 
 /**
- * @param {{args?: string[]}} [opts]
- * @returns {Promise<{url: string, stop: () => Promise<void>, log: () => string}>}
+ * @param {{args?: string[], port?: number}} [opts] port: listen there
+ *   (another server's, after it stopped), instead of on a free one
+ * @returns {Promise<{url: string, port: number, stop: () => Promise<void>, log: () => string}>}
  */
-export async function startServer({ args = [] } = {}) {
+export async function startServer({ args = [], port: wantPort } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'svc-ts-'));
   const bin = svcBinary();
   const specs = join(dir, 'specs');
@@ -56,7 +57,7 @@ export async function startServer({ args = [] } = {}) {
   // 300 ms (time to follow its run): for runStream and deltas.
   writeFileSync(join(specs, 'agents', 'writer.yaml'),
     'version: 1\nname: writer\nmodel: test:echo\nmodel_settings: {output: "one two three four five six", latency_ms: 300, stream_interval_ms: 30}\n');
-  const port = await freePort();
+  const port = wantPort ?? await freePort();
   const proc = spawn(bin, ['serve', '--specs', specs, '--host', '127.0.0.1', '--port', String(port),
     '--data-dir', join(dir, 'data'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   // Should the test process exit without stop() (process.exit, an
@@ -97,5 +98,5 @@ export async function startServer({ args = [] } = {}) {
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { url, stop, log: () => log };
+  return { url, port, stop, log: () => log };
 }
