@@ -39,7 +39,7 @@ function freePort() {
 /**
  * @param {{args?: string[], port?: number}} [opts] port: listen there
  *   (another server's, after it stopped), instead of on a free one
- * @returns {Promise<{url: string, port: number, stop: () => Promise<void>, log: () => string}>}
+ * @returns {Promise<{url: string, port: number, pid: number, stop: () => Promise<void>, log: () => string}>}
  */
 export async function startServer({ args = [], port: wantPort } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'svc-ts-'));
@@ -65,9 +65,16 @@ export async function startServer({ args = [], port: wantPort } = {}) {
   // itself: it is in the terminal's process group.)
   const killOnExit = () => proc.kill('SIGKILL');
   process.on('exit', killOnExit);
+  // The server's output, for the message of a failed start: its last
+  // 64 KiB only, since it logs every event (a streamed gather of a
+  // million tasks writes gigabytes).
   let log = '';
-  proc.stdout.on('data', (b) => { log += b; });
-  proc.stderr.on('data', (b) => { log += b; });
+  const keep = (b) => {
+    log += b;
+    if (log.length > 128 << 10) log = log.slice(-(64 << 10));
+  };
+  proc.stdout.on('data', keep);
+  proc.stderr.on('data', keep);
   const exited = new Promise((res) => proc.on('exit', res));
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
@@ -98,5 +105,5 @@ export async function startServer({ args = [], port: wantPort } = {}) {
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { url, port, stop, log: () => log };
+  return { url, port, pid: proc.pid, stop, log: () => log };
 }
