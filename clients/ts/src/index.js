@@ -429,11 +429,22 @@ export class Client {
     } finally {
       if (timer !== null) clearTimeout(timer);
     }
+    // The idle timer checks when the last bytes came rather than being
+    // reset by each chunk: cheaper, and timers have no refresh() outside
+    // node.
     let idle = null;
-    const onBytes = idleTimeoutMs > 0 ? () => idle.refresh() : undefined;
+    let last = Date.now();
+    const onBytes = idleTimeoutMs > 0 ? () => { last = Date.now(); } : undefined;
     if (idleTimeoutMs > 0) {
-      idle = setTimeout(() => ac.abort(idleError(idleTimeoutMs)), idleTimeoutMs);
-      idle.unref?.(); // the connection keeps the process alive, not this
+      const arm = (ms) => {
+        idle = setTimeout(() => {
+          const quiet = Date.now() - last;
+          if (quiet >= idleTimeoutMs) ac.abort(idleError(idleTimeoutMs));
+          else arm(idleTimeoutMs - quiet);
+        }, ms);
+        idle.unref?.(); // the connection keeps the process alive, not this
+      };
+      arm(idleTimeoutMs);
       ac.signal.addEventListener('abort', () => clearTimeout(idle), { once: true });
     }
     return (async function* frames() {
