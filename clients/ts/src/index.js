@@ -418,6 +418,11 @@ export class Client {
       if (rawBody !== undefined) {
         init.body = rawBody;
         init.duplex = 'half'; // what fetch calls a streamed body; node's sends and reads at once
+        // Any other redirect mode makes fetch work on a clone of the
+        // request (the spec's HTTP-network-or-cache fetch), whose body is a
+        // tee of this one: the branch left unread keeps every chunk sent,
+        // the whole batch. A streamed body cannot follow a redirect anyway.
+        init.redirect = 'error';
       } else if (body !== undefined) {
         init.body = JSON.stringify(body);
       }
