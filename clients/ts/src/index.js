@@ -275,7 +275,7 @@ export class Client {
    * 100 ms doubling to 5 s, and goes on with the events from then on
    * (those of the gap are not sent again: the server keeps no history for
    * this stream; GET /events has them). It gives up after 10 failed
-   * attempts in a row, throwing the last error; an error the server
+   * attempts to connect in a row, throwing the last error; an error the server
    * answers (a bad filter, a wrong token) is thrown at once. onReconnect
    * ({attempt, error}) is called before each wait; reconnect: false ends
    * the iteration when the server ends the stream and throws when it
@@ -292,6 +292,7 @@ export class Client {
         const frames = await this.#openStream('/events/stream', {
           signal, query, timeoutMs, idleTimeoutMs: reconnect ? idleTimeoutMs : 0, headers: { Accept: 'text/event-stream' },
         });
+        failures = 0; // connected: the next drop starts the waits over, as svc status does
         for await (const f of frames) {
           let ev;
           try {
@@ -300,7 +301,6 @@ export class Client {
             continue;
           }
           if (typeof ev?.event_type !== 'string' || ev.event_type === '') continue;
-          failures = 0;
           yield ev;
         }
         if (!reconnect) return;

@@ -120,7 +120,7 @@ describe('through a proxy that breaks streams', () => {
     plans.push('silent');
     const before = streams;
     const c = viaProxy();
-    const f = follow(c, { eventTypes: 'agent_completed', idleTimeoutMs: 1_500 });
+    const f = follow(c, { eventTypes: 'agent_completed', idleTimeoutMs: 2_500 });
     await runUntil(c, () => f.got.length >= 1, 'an event after the silent connection');
     assert.equal(f.reconnects.length, 1);
     assert.equal(f.reconnects[0].error.name, 'StreamIdleError');
@@ -149,7 +149,7 @@ describe('across a restart of the server', () => {
   test('the stream follows the new server on the same port', async () => {
     srv = await startServer({ args: ARGS });
     const c = new Client(srv.url);
-    const f = follow(c, { eventTypes: 'agent_completed', agent: 'echo', idleTimeoutMs: 2_000 });
+    const f = follow(c, { eventTypes: 'agent_completed', agent: 'echo' });
     await runUntil(c, () => f.got.length >= 1, 'an event before the restart');
     const port = srv.port;
     await srv.stop();
