@@ -34,6 +34,11 @@ OPENAPI_TS := .cache/ts/node_modules/.bin/openapi-typescript
 # a pyenv or venv python3 earlier on PATH does not see).
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do \
   $$p -c 'import httpx, pytest, pytest_asyncio, mypy' 2>/dev/null && { command -v $$p; break; }; done)
+# The runtime half of the generated client clients/ts's tests build from
+# the server's /openapi.json (test/generated.test.js: openapi-typescript's
+# types, called through openapi-fetch), pinned and installed beside them.
+OPENAPI_FETCH_VERSION ?= 0.17.0
+OPENAPI_FETCH := .cache/ts/node_modules/openapi-fetch/package.json
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
@@ -104,10 +109,11 @@ deps:
 	  npm install --no-audit --no-fund --prefix .cache/mcp @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION); \
 	else echo "make deps: npm not found: the MCP tests (tools/mcp) will skip; install nodejs and npm"; fi
 	@if [ -x $(TSC) ] && $(TSC) --version | grep -qxF 'Version $(TYPESCRIPT_VERSION)' && \
-	  [ -x $(OPENAPI_TS) ] && $(OPENAPI_TS) --version | grep -qF '$(OPENAPI_TYPESCRIPT_VERSION)'; then :; \
+	  [ -x $(OPENAPI_TS) ] && $(OPENAPI_TS) --version | grep -qF '$(OPENAPI_TYPESCRIPT_VERSION)' && \
+	  [ -f $(OPENAPI_FETCH) ] && grep -qF '"version": "$(OPENAPI_FETCH_VERSION)"' $(OPENAPI_FETCH); then :; \
 	elif command -v npm >/dev/null; then \
-	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION) openapi-typescript@$(OPENAPI_TYPESCRIPT_VERSION); \
-	else echo "make deps: npm not found: clients/ts's type check and its check of openapi.d.ts will skip"; fi
+	  npm install --no-audit --no-fund --prefix .cache/ts typescript@$(TYPESCRIPT_VERSION) openapi-typescript@$(OPENAPI_TYPESCRIPT_VERSION) openapi-fetch@$(OPENAPI_FETCH_VERSION); \
+	else echo "make deps: npm not found: clients/ts's type check, its check of openapi.d.ts and its generated client will skip"; fi
 	@[ -n "$(PYTHON)" ] || \
 	  echo "make deps: no python3 with httpx, pytest, pytest-asyncio and mypy: make test-python (part of check) will fail; apt-get install python3-httpx python3-pytest python3-pytest-asyncio mypy"
 	@command -v redis-server >/dev/null || \

@@ -26,6 +26,14 @@ export type RunResult = Schemas['RunResult'];
 /** StreamLine: one line of a streamed gather (a result, or the summary at the end). */
 export type StreamLine = Schemas['StreamLine'];
 export type GatherSummary = Schemas['GatherSummary'];
+/** One result of Client.gatherStream: the task's place in the tasks given, and its result. */
+export type GatherItem = { index: number; result: AgentResult };
+/** AgentSchema: GET /agents/{name}/schema; `{}` is any value. */
+export type AgentSchema = Schemas['AgentSchema'];
+/** Topology: GET /groups/{name}/topology. */
+export type Topology = Schemas['Topology'];
+/** Health: GET /healthz. */
+export type Health = Schemas['Health'];
 
 /** The states a submitted run goes through (RunStatus.state). */
 export type RunState = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
@@ -84,14 +92,36 @@ export interface ClientOptions {
 }
 
 export const DEFAULT_TIMEOUT_MS: 30000;
+/** How long GET /events/stream may stay silent before streamEvents reconnects. */
+export const DEFAULT_IDLE_TIMEOUT_MS: 60000;
+
+/** Options of Client.streamEvents. */
+export type StreamEventsOptions = {
+  eventTypes?: RuntimeEventType | RuntimeEventType[];
+  agent?: string;
+  signal?: AbortSignal;
+  /** Bound on the wait for each connection's answer, in ms. */
+  timeoutMs?: number;
+  /** Reconnect when the connection drops (default true); false: the iteration ends with the stream. */
+  reconnect?: boolean;
+  /** Reconnect after this long without a byte, pings included (default 60000; 0: never). */
+  idleTimeoutMs?: number;
+  /** Called before each wait to reconnect; events in the gap are not sent again. */
+  onReconnect?: (info: { attempt: number; error: unknown }) => void;
+};
 
 export class Client {
   constructor(baseURL: string, options?: ClientOptions);
   run(agent: string, task: TaskSpec, options?: CallOptions): Promise<AgentResult>;
   gather(agent: string, tasks: TaskSpec[], options?: CallOptions & { maxConcurrency?: number }): Promise<AgentResult[]>;
+  /** The streamed gather: tasks read as the server takes them, results as they finish; returns the batch's summary. */
+  gatherStream(agent: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: CallOptions & { maxConcurrency?: number }): AsyncGenerator<GatherItem, GatherSummary, undefined>;
   runGroup(group: string, task: TaskSpec, options?: CallOptions): Promise<RunResult>;
   listAgents(options?: CallOptions): Promise<string[]>;
   listGroups(options?: CallOptions): Promise<string[]>;
+  agentSchema(agent: string, options?: CallOptions): Promise<AgentSchema>;
+  groupTopology(group: string, options?: CallOptions): Promise<Topology>;
+  health(options?: CallOptions): Promise<Health>;
   submit(target: string, task: TaskSpec, options?: CallOptions & { kind?: 'agent' | 'group'; idempotencyKey?: string }): Promise<RunHandle>;
   runHandle(runId: string): RunHandle;
   runStatus(runId: string, options?: CallOptions): Promise<RunStatus>;
@@ -100,7 +130,8 @@ export class Client {
   /** Runs one agent answering as an event stream: its deltas, then its result; a failed run throws as run() does. */
   runStream(agent: string, task: TaskSpec, options?: { signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<RunStreamEvent, void, undefined>;
   runEvents(runId: string, options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
-  streamEvents(options?: { eventTypes?: RuntimeEventType | RuntimeEventType[]; agent?: string; signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<RuntimeEvent, void, undefined>;
+  /** GET /events/stream, reconnecting when the connection drops. */
+  streamEvents(options?: StreamEventsOptions): AsyncGenerator<RuntimeEvent, void, undefined>;
   usage(groupBy?: 'agent' | 'model' | 'trace' | 'none', options?: CallOptions): Promise<Usage>;
   runtimeStats(options?: CallOptions): Promise<RuntimeStats>;
   listTools(options?: CallOptions): Promise<ToolDescriptor[]>;

@@ -2,7 +2,8 @@
 // ES modules with no dependency beyond the platform's fetch, typed by
 // index.d.ts (written from the OpenAPI schemas).
 
-import { AgentRuntimeError, errorFromResponse } from './errors.js';
+import { AgentRuntimeError, errorFromResponse, errorKinds } from './errors.js';
+import { readLines } from './ndjson.js';
 import { readSSE } from './sse.js';
 
 export * from './errors.js';
@@ -18,6 +19,20 @@ const POLL_MAX_MS = 500;
 // How often events() reconnects after the stream broke before its end.
 const STREAM_RETRIES = 5;
 const STREAM_RETRY_DELAY_MS = 100;
+
+// streamEvents' reconnects: failed attempts in a row before it gives up,
+// and the wait before each, doubling from the first to the last (about
+// 25 s in all: a server's restart fits in it).
+const EVENTS_RETRIES = 10;
+const EVENTS_RETRY_FIRST_MS = 100;
+const EVENTS_RETRY_MAX_MS = 5_000;
+/** How long GET /events/stream may stay silent before streamEvents reconnects (the server pings every 15 s). */
+export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
+
+// The streamed gather's request body goes out in chunks of about this
+// many bytes; tasks an async source has not produced yet wait for no
+// company (see taskBody).
+const GATHER_CHUNK_BYTES = 32 << 10;
 
 const TERMINAL_STATES = new Set(['completed', 'failed', 'cancelled']);
 
@@ -53,6 +68,75 @@ export class Client {
     return this.#json('POST', `/agents/${enc(agent)}/gather`, { ...opts, body });
   }
 
+  /**
+   * The streamed gather: runs one task per element of tasks (any iterable
+   * or async iterable of TaskSpec, read only as the server takes them) and
+   * yields {index, result} for each as it finishes, index being the task's
+   * place in tasks. The tasks go up as an NDJSON body while the results
+   * come down on the same request, so neither side holds the batch: a
+   * million tasks take no more memory than a hundred. A task that is not
+   * JSON (a BigInt, a cycle) fails alone, with a SpecValidationError in its
+   * result. The generator's return value is the batch's summary; a stream
+   * that ends without one, or with one reporting an error, throws.
+   * Breaking the loop, or the signal, ends the request, which cancels the
+   * tasks still running; an error thrown by tasks ends it too, and is
+   * rethrown. timeoutMs bounds the wait for the answer's headers only.
+   */
+  async *gatherStream(agent, tasks, { maxConcurrency, signal, timeoutMs, requestId } = {}) {
+    const path = `/agents/${enc(agent)}/gather`;
+    const source = iteratorOf(tasks);
+    const query = maxConcurrency === undefined ? undefined : { max_concurrency: String(maxConcurrency) };
+    const invalid = new Map(); // index -> why the task was sent as null
+    let sourceError = null;
+    const ac = new AbortController();
+    const body = taskBody(source, invalid, (err) => {
+      sourceError = err;
+      ac.abort(err);
+    });
+    const headers = { 'Content-Type': 'application/x-ndjson', Accept: 'application/x-ndjson, application/problem+json' };
+    if (requestId !== undefined) headers['X-Request-Id'] = requestId;
+    const lines = await this.#openStream(path, { signal, query, timeoutMs, method: 'POST', headers, rawBody: body.stream, read: readLines, ac })
+      .catch(async (err) => {
+        body.stop();
+        if (sourceError) throw sourceError;
+        // The server may refuse the batch (an unknown agent, a spent
+        // budget) without reading the body and close the connection; node's
+        // fetch, still writing tasks, then fails with the reset and drops
+        // the answer. Asking again with no tasks gets the refusal itself.
+        if (err instanceof TypeError && !ac.signal.aborted) throw (await this.#refusal(path, query, headers, signal, timeoutMs)) ?? err;
+        throw err;
+      });
+    try {
+      for await (const line of lines) {
+        let l;
+        try {
+          l = JSON.parse(line);
+        } catch (err) {
+          throw runtimeError(`a line of the gather stream is not JSON (${err.message}): ${line.slice(0, 80)}`);
+        }
+        if (l?.summary) {
+          if (l.summary.error) throw errorFromInfo(l.summary.error);
+          return l.summary;
+        }
+        if (!Number.isInteger(l?.index) || !l.result) {
+          throw runtimeError(`a line of the gather stream is neither a result nor the summary: ${line.slice(0, 80)}`);
+        }
+        const why = invalid.get(l.index);
+        if (why !== undefined) {
+          invalid.delete(l.index);
+          l.result.error = { type: 'SpecValidationError', message: why };
+        }
+        yield { index: l.index, result: l.result };
+      }
+      throw runtimeError('the gather stream ended before its summary');
+    } catch (err) {
+      throw sourceError ?? err;
+    } finally {
+      await lines.return(); // ends the request when the loop stopped early
+      body.stop();
+    }
+  }
+
   /** Runs a group: an AgentResult (one terminal fired) or a GroupResult (several). */
   runGroup(group, task, opts = {}) {
     return this.#json('POST', `/groups/${enc(group)}/run`, { ...opts, body: task });
@@ -66,6 +150,21 @@ export class Client {
   /** The registered groups' names, sorted. */
   listGroups(opts = {}) {
     return this.#json('GET', '/groups', opts);
+  }
+
+  /** GET /agents/{name}/schema: the JSON Schemas of an agent's input and output ({} is any value). */
+  agentSchema(agent, opts = {}) {
+    return this.#json('GET', `/agents/${enc(agent)}/schema`, opts);
+  }
+
+  /** GET /groups/{name}/topology: a group's nodes, edges (conditions as written), entry and terminal nodes, and a Mermaid flowchart. */
+  groupTopology(group, opts = {}) {
+    return this.#json('GET', `/groups/${enc(group)}/topology`, opts);
+  }
+
+  /** GET /healthz: {status: 'ok'} while the server's process lives (no token needed). */
+  health(opts = {}) {
+    return this.#json('GET', '/healthz', opts);
   }
 
   /**
@@ -170,16 +269,49 @@ export class Client {
 
   /**
    * The runtime's events as they happen (GET /events/stream), until signal
-   * aborts or the loop breaks.
+   * aborts or the loop breaks. The stream is live only: when the
+   * connection drops (the server restarts, a proxy cuts it, or nothing,
+   * not even its 15 s ping, came for idleTimeoutMs), it reconnects, waiting
+   * 100 ms doubling to 5 s, and goes on with the events from then on
+   * (those of the gap are not sent again: the server keeps no history for
+   * this stream; GET /events has them). It gives up after 10 failed
+   * attempts to connect in a row, throwing the last error; an error the server
+   * answers (a bad filter, a wrong token) is thrown at once. onReconnect
+   * ({attempt, error}) is called before each wait; reconnect: false ends
+   * the iteration when the server ends the stream and throws when it
+   * breaks. A frame that is not a RuntimeEvent is skipped.
    */
-  async *streamEvents({ eventTypes, agent, signal, timeoutMs } = {}) {
+  async *streamEvents({ eventTypes, agent, signal, timeoutMs, reconnect = true, idleTimeoutMs = DEFAULT_IDLE_TIMEOUT_MS, onReconnect } = {}) {
     const query = {};
     if (eventTypes !== undefined) query.event_type = [].concat(eventTypes).join(',');
     if (agent !== undefined) query.agent = agent;
-    const frames = await this.#openStream('/events/stream', { signal, query, timeoutMs, headers: { Accept: 'text/event-stream' } });
-    for await (const f of frames) {
-      if (f.data === '') continue;
-      yield JSON.parse(f.data);
+    let failures = 0;
+    for (;;) {
+      let why;
+      try {
+        const frames = await this.#openStream('/events/stream', {
+          signal, query, timeoutMs, idleTimeoutMs: reconnect ? idleTimeoutMs : 0, headers: { Accept: 'text/event-stream' },
+        });
+        failures = 0; // connected: the next drop starts the waits over, as svc status does
+        for await (const f of frames) {
+          let ev;
+          try {
+            ev = JSON.parse(f.data);
+          } catch {
+            continue;
+          }
+          if (typeof ev?.event_type !== 'string' || ev.event_type === '') continue;
+          yield ev;
+        }
+        if (!reconnect) return;
+        why = runtimeError('the server ended the event stream');
+      } catch (err) {
+        if (!reconnect || !retriable(err, signal)) throw err;
+        why = err;
+      }
+      if (++failures > EVENTS_RETRIES) throw why;
+      onReconnect?.({ attempt: failures, error: why });
+      await sleep(Math.min(EVENTS_RETRY_FIRST_MS * 2 ** (failures - 1), EVENTS_RETRY_MAX_MS), signal);
     }
   }
 
@@ -250,12 +382,31 @@ export class Client {
     return res.json();
   }
 
-  // Opens an event stream. The timeout bounds the wait for the answer's
-  // headers only: a stream may rightly stay open far longer. The caller's
-  // signal ends it whenever it aborts.
-  async #openStream(path, { signal, query, headers, timeoutMs, method = 'GET', body }) {
+  // The error a server answers a streamed gather with when it has no
+  // tasks: its refusal of the request, or null when it takes it (its empty
+  // batch runs nothing) or cannot be reached.
+  async #refusal(path, query, headers, signal, timeoutMs) {
+    try {
+      const res = await this.#fetch(this.#url(path, query), {
+        method: 'POST', headers: this.#headers(headers, false), body: '', signal: this.#signal(signal, timeoutMs),
+      });
+      if (!res.ok) return await errorFromResponse(res);
+      await res.body?.cancel();
+    } catch {
+      // unreachable now: the first error stands
+    }
+    return null;
+  }
+
+  // Opens a stream (server-sent events, or NDJSON with read: readLines).
+  // The timeout bounds the wait for the answer's headers only: a stream
+  // may rightly stay open far longer. The caller's signal ends it whenever
+  // it aborts; so does idleTimeoutMs without a byte, with an error
+  // retriable() takes. rawBody is sent as it is (a ReadableStream, both
+  // ways at once); ac is the controller of the request, when the caller
+  // must abort it too.
+  async #openStream(path, { signal, query, headers, timeoutMs, idleTimeoutMs = 0, method = 'GET', body, rawBody, read = readSSE, ac = new AbortController() }) {
     signal?.throwIfAborted();
-    const ac = new AbortController();
     const onAbort = () => ac.abort(signal.reason);
     signal?.addEventListener('abort', onAbort, { once: true });
     const t = timeoutMs ?? this.#timeoutMs;
@@ -263,10 +414,19 @@ export class Client {
     const done = () => signal?.removeEventListener('abort', onAbort);
     let res;
     try {
-      const hasBody = body !== undefined;
-      res = await this.#fetch(this.#url(path, query), {
-        method, headers: this.#headers(headers, hasBody), body: hasBody ? JSON.stringify(body) : undefined, signal: ac.signal,
-      });
+      const init = { method, headers: this.#headers(headers, body !== undefined), signal: ac.signal };
+      if (rawBody !== undefined) {
+        init.body = rawBody;
+        init.duplex = 'half'; // what fetch calls a streamed body; node's sends and reads at once
+        // Any other redirect mode makes fetch work on a clone of the
+        // request (the spec's HTTP-network-or-cache fetch), whose body is a
+        // tee of this one: the branch left unread keeps every chunk sent,
+        // the whole batch. A streamed body cannot follow a redirect anyway.
+        init.redirect = 'error';
+      } else if (body !== undefined) {
+        init.body = JSON.stringify(body);
+      }
+      res = await this.#fetch(this.#url(path, query), init);
       if (!res.ok) throw await errorFromResponse(res);
     } catch (err) {
       done();
@@ -274,12 +434,31 @@ export class Client {
     } finally {
       if (timer !== null) clearTimeout(timer);
     }
+    // The idle timer checks when the last bytes came rather than being
+    // reset by each chunk: cheaper, and timers have no refresh() outside
+    // node.
+    let idle = null;
+    let last = Date.now();
+    const onBytes = idleTimeoutMs > 0 ? () => { last = Date.now(); } : undefined;
+    if (idleTimeoutMs > 0) {
+      const arm = (ms) => {
+        idle = setTimeout(() => {
+          const quiet = Date.now() - last;
+          if (quiet >= idleTimeoutMs) ac.abort(idleError(idleTimeoutMs));
+          else arm(idleTimeoutMs - quiet);
+        }, ms);
+        idle.unref?.(); // the connection keeps the process alive, not this
+      };
+      arm(idleTimeoutMs);
+      ac.signal.addEventListener('abort', () => clearTimeout(idle), { once: true });
+    }
     return (async function* frames() {
       try {
-        yield* readSSE(res.body, ac.signal);
+        yield* read(res.body, ac.signal, onBytes);
       } catch (err) {
         throw ac.signal.aborted ? ac.signal.reason : err;
       } finally {
+        if (idle !== null) clearTimeout(idle);
         done();
         ac.abort(); // ends the connection when the loop stops early
       }
@@ -343,6 +522,118 @@ function anySignal(signals) {
   return ac.signal;
 }
 
+// The iterator of a gatherStream's tasks: async when tasks can be awaited.
+function iteratorOf(tasks) {
+  if (tasks != null && typeof tasks[Symbol.asyncIterator] === 'function') return { it: tasks[Symbol.asyncIterator](), sync: false };
+  if (tasks != null && typeof tasks[Symbol.iterator] === 'function' && typeof tasks !== 'string') return { it: tasks[Symbol.iterator](), sync: true };
+  throw new TypeError('gatherStream: tasks must be an iterable or an async iterable of TaskSpec');
+}
+
+const WAIT = Symbol('wait');
+const nextTurn = typeof setImmediate === 'function' ? (f) => setImmediate(f) : (f) => setTimeout(f, 0);
+
+// The body of a streamed gather: one task a line, pulled from the source
+// only when the connection takes more (highWaterMark 0), so a slow server
+// slows the source instead of filling memory. Tasks that are ready go out
+// together, up to GATHER_CHUNK_BYTES; a task an async source has not
+// produced by the next turn of the event loop does not hold back those
+// before it (it is awaited in the next pull). A task JSON cannot encode is
+// sent as null, which the server fails as that task's result; invalid
+// keeps why, for the client to say it instead. onError gets what the
+// source threw. stop() ends the source (once), whoever holds the stream.
+function taskBody({ it, sync }, invalid, onError) {
+  const encoder = new TextEncoder();
+  let index = 0;
+  let pending = null; // an async next() a pull stopped waiting for
+  let finished = false;
+  const line = (task) => {
+    let text;
+    try {
+      text = JSON.stringify(task);
+    } catch (err) {
+      invalid.set(index, `task ${index}: ${err.message}`);
+    }
+    if (text === undefined) {
+      if (!invalid.has(index)) invalid.set(index, `task ${index}: ${typeof task} is not a JSON value`);
+      text = 'null';
+    }
+    index++;
+    return text + '\n';
+  };
+  const stop = () => {
+    if (finished) return;
+    finished = true;
+    // Not awaited: an async source may be waiting on something that
+    // never comes now; its return() runs when that next() settles.
+    Promise.resolve().then(() => it.return?.()).catch(() => {});
+  };
+  const stream = new ReadableStream({
+    async pull(ctrl) {
+      if (finished) {
+        ctrl.close(); // stopped while the request still reads: end the body
+        return;
+      }
+      try {
+        let chunk = '';
+        let turn = null;
+        for (;;) {
+          let r;
+          if (sync) {
+            r = it.next();
+          } else {
+            const p = pending ?? it.next();
+            pending = null;
+            if (chunk === '') {
+              r = await p;
+            } else {
+              turn ??= new Promise((resolve) => nextTurn(() => resolve(WAIT)));
+              r = await Promise.race([p, turn]);
+              if (r === WAIT) {
+                pending = p;
+                break;
+              }
+            }
+          }
+          if (r.done) {
+            finished = true;
+            if (chunk !== '') ctrl.enqueue(encoder.encode(chunk));
+            ctrl.close();
+            return;
+          }
+          chunk += line(r.value);
+          if (chunk.length >= GATHER_CHUNK_BYTES) break;
+        }
+        ctrl.enqueue(encoder.encode(chunk));
+      } catch (err) {
+        finished = true;
+        onError(err);
+        ctrl.error(err);
+      }
+    },
+    cancel: stop,
+  }, { highWaterMark: 0 });
+  return { stream, stop };
+}
+
+function runtimeError(detail) {
+  return new AgentRuntimeError(`AgentRuntimeError: ${detail}`, { status: 0, kind: 'AgentRuntimeError', detail });
+}
+
+// The error an ErrorInfo ({type, message}) names, as in a gather's summary.
+function errorFromInfo(info) {
+  const kind = typeof info?.type === 'string' && info.type ? info.type : 'AgentRuntimeError';
+  const Cls = Object.hasOwn(errorKinds, kind) ? errorKinds[kind] : AgentRuntimeError;
+  const detail = info?.message ?? '';
+  return new Cls(`${kind}: ${detail}`, { status: 0, kind, detail });
+}
+
+function idleError(ms) {
+  const err = new Error(`the event stream was silent for ${ms} ms`);
+  err.name = 'StreamIdleError';
+  err.code = 'SVC_STREAM_IDLE';
+  return err;
+}
+
 function enc(s) {
   if (typeof s !== 'string' || s === '') throw new TypeError(`name ${JSON.stringify(s)}: want a non-empty string`);
   return encodeURIComponent(s);
@@ -352,6 +643,7 @@ function enc(s) {
 // the server answered with is not.
 function retriable(err, signal) {
   if (signal?.aborted) return false;
+  if (err?.code === 'SVC_STREAM_IDLE') return true;
   if (err?.name === 'AbortError' || err?.name === 'TimeoutError') return false;
   if (err && typeof err.status === 'number' && err.status > 0) return false; // an SvcError
   return err instanceof TypeError || err?.code === 'ECONNRESET' || err?.cause !== undefined;

@@ -7,8 +7,9 @@
  * when the frame has none.
  * @param {ReadableStream<Uint8Array>} body
  * @param {AbortSignal} [signal]
+ * @param {() => void} [onBytes] called on every chunk read (heartbeats too)
  */
-export async function* readSSE(body, signal) {
+export async function* readSSE(body, signal, onBytes) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buf = '';
@@ -18,6 +19,7 @@ export async function* readSSE(body, signal) {
       signal?.throwIfAborted();
       const { value, done } = await reader.read();
       if (done) break;
+      onBytes?.();
       buf += decoder.decode(value, { stream: true });
       let nl;
       while ((nl = buf.indexOf('\n')) >= 0) {

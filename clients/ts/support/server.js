@@ -37,10 +37,11 @@ function freePort() {
 }
 
 /**
- * @param {{args?: string[]}} [opts]
- * @returns {Promise<{url: string, stop: () => Promise<void>, log: () => string}>}
+ * @param {{args?: string[], port?: number}} [opts] port: listen there
+ *   (another server's, after it stopped), instead of on a free one
+ * @returns {Promise<{url: string, port: number, pid: number, stop: () => Promise<void>, log: () => string}>}
  */
-export async function startServer({ args = [] } = {}) {
+export async function startServer({ args = [], port: wantPort } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'svc-ts-'));
   const bin = svcBinary();
   const specs = join(dir, 'specs');
@@ -48,11 +49,15 @@ export async function startServer({ args = [] } = {}) {
   // An agent whose model call takes 5 s: for cancel, timeout and abort.
   writeFileSync(join(specs, 'agents', 'slow.yaml'),
     'version: 1\nname: slow\nmodel: test:echo\ninstructions: Wait, then repeat the input.\nmodel_settings: {latency_ms: 5000}\n');
+  // An agent whose model call takes 20 ms: for a streamed gather that is
+  // still running when the client leaves.
+  writeFileSync(join(specs, 'agents', 'tick.yaml'),
+    'version: 1\nname: tick\nmodel: test:echo\ninstructions: Repeat the input.\nmodel_settings: {latency_ms: 20}\n');
   // An agent that streams a fixed answer word by word, 30 ms apart, after
   // 300 ms (time to follow its run): for runStream and deltas.
   writeFileSync(join(specs, 'agents', 'writer.yaml'),
     'version: 1\nname: writer\nmodel: test:echo\nmodel_settings: {output: "one two three four five six", latency_ms: 300, stream_interval_ms: 30}\n');
-  const port = await freePort();
+  const port = wantPort ?? await freePort();
   const proc = spawn(bin, ['serve', '--specs', specs, '--host', '127.0.0.1', '--port', String(port),
     '--data-dir', join(dir, 'data'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   // Should the test process exit without stop() (process.exit, an
@@ -60,9 +65,16 @@ export async function startServer({ args = [] } = {}) {
   // itself: it is in the terminal's process group.)
   const killOnExit = () => proc.kill('SIGKILL');
   process.on('exit', killOnExit);
+  // The server's output, for the message of a failed start: its last
+  // 64 KiB only, since it logs every event (a streamed gather of a
+  // million tasks writes gigabytes).
   let log = '';
-  proc.stdout.on('data', (b) => { log += b; });
-  proc.stderr.on('data', (b) => { log += b; });
+  const keep = (b) => {
+    log += b;
+    if (log.length > 128 << 10) log = log.slice(-(64 << 10));
+  };
+  proc.stdout.on('data', keep);
+  proc.stderr.on('data', keep);
   const exited = new Promise((res) => proc.on('exit', res));
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
@@ -93,5 +105,5 @@ export async function startServer({ args = [] } = {}) {
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { url, stop, log: () => log };
+  return { url, port, pid: proc.pid, stop, log: () => log };
 }

@@ -69,6 +69,37 @@ describe('runs', () => {
   });
 });
 
+describe('schemas, topology, health', () => {
+  test("agentSchema returns the agent's input and output JSON Schemas", async () => {
+    const s = await c.agentSchema('triage');
+    assert.equal(s.name, 'triage');
+    assert.deepEqual(s.input.required, ['text']);
+    assert.deepEqual(s.output.properties.category.enum, ['billing', 'tech', 'other']);
+    // An agent without input_type or output_type takes and gives any value.
+    assert.deepEqual(await c.agentSchema('echo'), { name: 'echo', input: {}, output: {} });
+    await assert.rejects(c.agentSchema('nope'), (err) => err instanceof RegistryError && /unknown agent "nope"/.test(err.detail));
+  });
+
+  test('groupTopology returns the nodes, the edges with their conditions, entry, terminal and a flowchart', async () => {
+    const t = await c.groupTopology('support');
+    assert.equal(t.name, 'support');
+    assert.equal(t.kind, 'graph');
+    assert.deepEqual(t.nodes.map((n) => [n.name, n.agent]), [['triage', 'triage'], ['billing', 'billing_expert'], ['tech', 'tech_expert']]);
+    assert.deepEqual(t.edges.map((e) => [e.from, e.to, e.when]), [
+      ['triage', 'billing', 'output.category == "billing"'],
+      ['triage', 'tech', 'output.category == "tech"'],
+    ]);
+    assert.deepEqual(t.entry, ['triage']);
+    assert.deepEqual(t.terminal, ['billing', 'tech']);
+    assert.match(t.mermaid, /^flowchart TD\n/);
+    await assert.rejects(c.groupTopology('nope'), (err) => err instanceof RegistryError && /unknown group "nope"/.test(err.detail));
+  });
+
+  test('health answers {status: "ok"}', async () => {
+    assert.deepEqual(await c.health(), { status: 'ok' });
+  });
+});
+
 describe('errors', () => {
   test('an unknown agent is a RegistryError (404) with the request id', async () => {
     await assert.rejects(c.run('nope', { input: 1 }, { requestId: 'ts-req-404' }), (err) => {
@@ -283,6 +314,12 @@ describe('bearer token', () => {
   test('with the token: calls and streams pass', async () => {
     const ok = new Client(authed.url, { token: 'sekret-ts' });
     assert.ok((await ok.listAgents()).includes('echo'));
+    const streamed = [];
+    for await (const { result } of ok.gatherStream('echo', [{ input: 'a' }, { input: 'b' }])) streamed.push(result.output);
+    assert.deepEqual(streamed.sort(), ['a', 'b']);
+    await assert.rejects(async () => {
+      for await (const _ of new Client(authed.url).gatherStream('echo', [{ input: 'a' }])); // eslint-disable-line no-unused-vars
+    }, UnauthorizedError);
     const h = await ok.submit('echo', { input: 1 });
     const types = [];
     for await (const ev of h.events()) types.push(ev.type);

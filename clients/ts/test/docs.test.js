@@ -58,4 +58,8 @@ test("docs/clients.md's TypeScript example runs", async () => {
   assert.match(out, /group_completed$/m);
   assert.match(out, /^completed true$/m);
   assert.match(out, /^404 unknown agent "nope"/m);
+  assert.match(out, /^1000 1000$/m);
+  assert.match(out, /^ok$/m);
+  assert.match(out, /^\[ 'text' \]$/m);
+  assert.match(out, /^\[ 'billing', 'tech' \]$/m);
 });

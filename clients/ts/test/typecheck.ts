@@ -1,6 +1,6 @@
 // Compiled (not run) by types.test.js with tsc --strict: the declarations
 // of index.d.ts, used as the docs use them, must type-check.
-import { Client, RegistryError, SvcError, type AgentResult, type Problem, type RunEvent, type RunResult, type RuntimeEvent, type TaskSpec } from '../src/index.js';
+import { Client, RegistryError, SvcError, type AgentResult, type AgentSchema, type GatherItem, type GatherSummary, type Problem, type RunEvent, type RunResult, type RuntimeEvent, type TaskSpec, type Topology } from '../src/index.js';
 const svc = new Client('http://127.0.0.1:8420', { token: 'x', timeoutMs: 1000 });
 async function main() {
   const r: AgentResult = await svc.run('echo', { input: { text: 'hi' } }, { signal: AbortSignal.timeout(10) });
@@ -21,5 +21,18 @@ async function main() {
   if ('outputs' in gr) { console.log(gr.metadata.group_name, gr.outputs['a']?.metadata.tokens_used); } else { console.log(gr.agent_name, gr.error?.message); }
   for await (const ev of svc.streamEvents()) { if (ev.event_type === 'agent_completed') { const t: number = ev.payload.tokens_used; console.log(t); } break; }
   const p: Problem | null = null as Problem | null; const kind: string | undefined = p?.error; console.log(kind, p?.status, p?.request_id);
+  // The streamed gather from a generator, its summary as the return value;
+  // the schema, topology and health calls; reconnect options.
+  async function* tasks(): AsyncGenerator<TaskSpec> { yield { input: 1 }; }
+  const it = svc.gatherStream('echo', tasks(), { maxConcurrency: 10, signal: AbortSignal.timeout(1000) });
+  for (let n = await it.next(); ; n = await it.next()) {
+    if (n.done) { const sum: GatherSummary = n.value; console.log(sum.task_count, sum.error?.type); break; }
+    const item: GatherItem = n.value; console.log(item.index, item.result.success);
+  }
+  for await (const { index, result } of svc.gatherStream('echo', [{ input: 'a' }])) console.log(index, result.output);
+  const sch: AgentSchema = await svc.agentSchema('echo'); console.log(sch.name, sch.input);
+  const top: Topology = await svc.groupTopology('panel'); console.log(top.mermaid, top.edges?.[0]?.when);
+  console.log((await svc.health()).status);
+  for await (const ev of svc.streamEvents({ reconnect: true, idleTimeoutMs: 30_000, onReconnect: ({ attempt, error }) => console.log(attempt, error) })) { console.log(ev.event_type); break; }
 }
 void main;
