@@ -26,9 +26,10 @@ type Options struct {
 	// TokenBudget is one token budget for the whole runtime, shared by
 	// every run, as in the spec: each model call reserves an estimate
 	// against it first (the pre-check) and charges what it used after (the
-	// post-charge). Once it is spent, every run is refused with a
-	// BudgetExceededError (429) until the process restarts or an operator
-	// resets it. 0 means no budget.
+	// post-charge). The call whose post-charge spends it keeps its answer
+	// (its budget_exceeded event has the overshoot); from then on, every
+	// run is refused with a BudgetExceededError (429) until the process
+	// restarts or an operator resets it. 0 means no budget.
 	TokenBudget int64 `json:"token_budget" yaml:"token_budget"`
 	// MaxTokensPerRun caps the tokens of one run (all its invocations and
 	// the runs nested in it) when its TaskSpec has no TokenBudget of its
