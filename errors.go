@@ -76,6 +76,12 @@ const (
 	// the conversation it grew into, is too long. Retrying the same
 	// request cannot help.
 	KindContext Kind = "ContextError"
+	// KindSpawnCap is a spawn_agents call asking for more children than
+	// the runtime's max_spawn_children: the operator's bound on one call's
+	// fan-out. It ends the run that made the call (the run is refused,
+	// like one past the depth limit), since a model that asks for
+	// hundreds of agents at once is a runaway, not a mistake to retry.
+	KindSpawnCap Kind = "SpawnCapError"
 )
 
 // Kinds lists every kind the runtime produces, base first.
@@ -88,6 +94,7 @@ var Kinds = []Kind{
 	KindUnsupportedMediaType, KindForbiddenOrigin, KindNotFound,
 	KindMethodNotAllowed, KindCondition, KindBadRequest, KindHeaderTooLarge,
 	KindRequestTimeout, KindMisdirectedRequest, KindOverloaded, KindContext,
+	KindSpawnCap,
 }
 
 // Parent is the kind this kind specialises: TopologyError,
@@ -138,6 +145,7 @@ var (
 	ErrMisdirectedRequest   = &Error{Kind: KindMisdirectedRequest}
 	ErrOverloaded           = &Error{Kind: KindOverloaded}
 	ErrContext              = &Error{Kind: KindContext}
+	ErrSpawnCap             = &Error{Kind: KindSpawnCap}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

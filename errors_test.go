@@ -43,6 +43,7 @@ var sentinels = map[svc.Kind]error{
 	svc.KindMisdirectedRequest:   svc.ErrMisdirectedRequest,
 	svc.KindOverloaded:           svc.ErrOverloaded,
 	svc.KindContext:              svc.ErrContext,
+	svc.KindSpawnCap:             svc.ErrSpawnCap,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a

@@ -102,6 +102,12 @@ var PayloadKeys = map[EventType][]string{
 // when the calls read some input from a provider's prompt cache.
 var OptionalPayloadKeys = map[EventType][]string{
 	EventAgentCompleted: {"cached_tokens"},
+	// budget_exceeded has "overshoot" when a post-charge took the budget
+	// past its limit: the tokens used past it (used − limit). A pre-check
+	// that refused a call, or a run refused up front, has none. With scope
+	// "runtime" the call that overshot kept its result (the budget is
+	// spent and refuses what comes next); with scope "run" its run failed.
+	EventBudgetExceeded: {"overshoot"},
 	EventAgentFailed:    {"reason", "model"},
 	EventToolCallFailed: {"reason"},
 	// A streamed gather's batch_started has "streamed": true and

@@ -26,15 +26,21 @@ type Options struct {
 	// TokenBudget is one token budget for the whole runtime, shared by
 	// every run, as in the spec: each model call reserves an estimate
 	// against it first (the pre-check) and charges what it used after (the
-	// post-charge). Once it is spent, every run is refused with a
-	// BudgetExceededError (429) until the process restarts or an operator
-	// resets it. 0 means no budget.
+	// post-charge). The call whose post-charge spends it keeps its answer
+	// (its budget_exceeded event has the overshoot); from then on, every
+	// run is refused with a BudgetExceededError (429) until the process
+	// restarts or an operator resets it. 0 means no budget.
 	TokenBudget int64 `json:"token_budget" yaml:"token_budget"`
 	// MaxTokensPerRun caps the tokens of one run (all its invocations and
 	// the runs nested in it) when its TaskSpec has no TokenBudget of its
 	// own; in a gather each task is a run. 0 means no per-run cap. This
 	// limit is separate from TokenBudget, and both apply.
 	MaxTokensPerRun int64 `json:"max_tokens_per_run" yaml:"max_tokens_per_run"`
+	// MaxSpawnChildren is the most children one spawn_agents call may ask
+	// for; 32 by default. A call asking for more ends its run with a
+	// SpawnCapError: the bound on one call's fan-out, beside
+	// MaxSpawnDepth's bound on nesting.
+	MaxSpawnChildren int `json:"max_spawn_children" yaml:"max_spawn_children"`
 	// MCPEagerStart starts MCP tool servers with the runtime instead of on
 	// first use.
 	MCPEagerStart bool `json:"mcp_eager_start" yaml:"mcp_eager_start"`
@@ -90,6 +96,7 @@ func DefaultOptions() Options {
 	return Options{
 		TimeoutSeconds:     300,
 		MaxSpawnDepth:      4,
+		MaxSpawnChildren:   32,
 		RetryMaxAttempts:   1,
 		RetryBackoffFactor: 1.5,
 		DeltaIntervalMS:    50,
@@ -121,6 +128,8 @@ func (o Options) Validate() error {
 		return Errorf(KindSpecValidation, "timeout_seconds %v: must be a positive number", o.TimeoutSeconds)
 	case o.MaxSpawnDepth < 0:
 		return Errorf(KindSpecValidation, "max_spawn_depth %d: must be 0 or more", o.MaxSpawnDepth)
+	case o.MaxSpawnChildren < 1:
+		return Errorf(KindSpecValidation, "max_spawn_children %d: must be 1 or more", o.MaxSpawnChildren)
 	case o.RetryMaxAttempts < 1:
 		return Errorf(KindSpecValidation, "retry_max_attempts %d: must be 1 or more", o.RetryMaxAttempts)
 	case o.RetryBackoffFactor < 1 || math.IsInf(o.RetryBackoffFactor, 0) || math.IsNaN(o.RetryBackoffFactor):
@@ -147,8 +156,8 @@ func (o Options) Validate() error {
 
 // String is a compact description for logs.
 func (o Options) String() string {
-	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d max_tokens_per_run=%d mcp_eager_start=%v delta_interval_ms=%d delta_bytes=%d",
-		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MaxTokensPerRun, o.MCPEagerStart, o.DeltaIntervalMS, o.DeltaBytes)
+	return fmt.Sprintf("timeout_seconds=%v max_spawn_depth=%d retry_max_attempts=%d retry_backoff_factor=%v token_budget=%d max_tokens_per_run=%d mcp_eager_start=%v delta_interval_ms=%d delta_bytes=%d max_spawn_children=%d",
+		o.TimeoutSeconds, o.MaxSpawnDepth, o.RetryMaxAttempts, o.RetryBackoffFactor, o.TokenBudget, o.MaxTokensPerRun, o.MCPEagerStart, o.DeltaIntervalMS, o.DeltaBytes, o.MaxSpawnChildren)
 }
 
 // Version is the version of svc. Nothing has been released yet.

@@ -14,7 +14,7 @@ import (
 
 func TestDefaultOptions(t *testing.T) {
 	o := svc.DefaultOptions()
-	want := svc.Options{TimeoutSeconds: 300, MaxSpawnDepth: 4, RetryMaxAttempts: 1, RetryBackoffFactor: 1.5, TokenBudget: 0, MCPEagerStart: false,
+	want := svc.Options{TimeoutSeconds: 300, MaxSpawnDepth: 4, MaxSpawnChildren: 32, RetryMaxAttempts: 1, RetryBackoffFactor: 1.5, TokenBudget: 0, MCPEagerStart: false,
 		DeltaIntervalMS: 50, DeltaBytes: 256}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("DefaultOptions() = %+v, want %+v", o, want)
@@ -26,7 +26,7 @@ func TestDefaultOptions(t *testing.T) {
 		t.Errorf("Timeout() = %v", o.Timeout())
 	}
 	s := o.String()
-	for _, part := range []string{"timeout_seconds=300", "max_spawn_depth=4", "retry_max_attempts=1", "retry_backoff_factor=1.5", "token_budget=0", "max_tokens_per_run=0", "mcp_eager_start=false"} {
+	for _, part := range []string{"timeout_seconds=300", "max_spawn_depth=4", "retry_max_attempts=1", "retry_backoff_factor=1.5", "token_budget=0", "max_tokens_per_run=0", "mcp_eager_start=false", "max_spawn_children=32"} {
 		if !strings.Contains(s, part) {
 			t.Errorf("String() = %q lacks %q", s, part)
 		}
@@ -54,6 +54,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"NaN timeout", with(func(o *svc.Options) { o.TimeoutSeconds = math.NaN() }), "timeout_seconds"},
 		{"infinite timeout", with(func(o *svc.Options) { o.TimeoutSeconds = math.Inf(1) }), "timeout_seconds"},
 		{"negative depth", with(func(o *svc.Options) { o.MaxSpawnDepth = -1 }), "max_spawn_depth"},
+		{"one child", with(func(o *svc.Options) { o.MaxSpawnChildren = 1 }), ""},
+		{"zero children", with(func(o *svc.Options) { o.MaxSpawnChildren = 0 }), "max_spawn_children"},
+		{"negative children", with(func(o *svc.Options) { o.MaxSpawnChildren = -3 }), "max_spawn_children"},
 		{"zero attempts", with(func(o *svc.Options) { o.RetryMaxAttempts = 0 }), "retry_max_attempts"},
 		{"factor below one", with(func(o *svc.Options) { o.RetryBackoffFactor = 0.5 }), "retry_backoff_factor"},
 		{"zero factor", with(func(o *svc.Options) { o.RetryBackoffFactor = 0 }), "retry_backoff_factor"},

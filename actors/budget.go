@@ -111,14 +111,22 @@ func (b *Budget) settle(reserved, tokens int64) int64 {
 
 // exceeded emits budget_exceeded for inv and returns the error.
 func (b *Budget) exceeded(inv *agent.Invocation, used int64) error {
-	name := inv.Agent.Def.Name
+	b.emit(inv, svc.Payload{"limit": b.limit, "used": used, "scope": b.scope})
+	return b.err(inv.Agent.Def.Name, inv.TaskID, used)
+}
+
+// overshot emits the budget_exceeded of a post-charge that took the
+// tokens used past the limit: overshoot is how far past.
+func (b *Budget) overshot(inv *agent.Invocation, used int64) {
+	b.emit(inv, svc.Payload{"limit": b.limit, "used": used, "scope": b.scope, "overshoot": used - b.limit})
+}
+
+func (b *Budget) emit(inv *agent.Invocation, p svc.Payload) {
 	b.emitter.Emit(svc.RuntimeEvent{
-		EventType: svc.EventBudgetExceeded, Timestamp: time.Now().UTC(), AgentName: name,
+		EventType: svc.EventBudgetExceeded, Timestamp: time.Now().UTC(), AgentName: inv.Agent.Def.Name,
 		TaskID: inv.TaskID, TraceID: inv.TraceID, ParentTraceID: inv.ParentTraceID,
-		SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID,
-		Payload: svc.Payload{"limit": b.limit, "used": used, "scope": b.scope},
+		SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID, Payload: p,
 	})
-	return b.err(name, inv.TaskID, used)
 }
 
 // err is the BudgetExceededError of this budget.
@@ -200,20 +208,29 @@ func (ib *InvocationBudget) Reserve(est int64) error {
 }
 
 // Charge is the post-charge: it releases the reservation of the call and
-// charges tokens to both budgets, and fails when they took one past its
-// limit (the run's cap is reported first). Charge(0), for a call that
-// failed, only releases.
+// charges tokens to both budgets. Charge(0), for a call that failed, only
+// releases.
+//
+// A charge that takes a budget past its limit emits budget_exceeded with
+// the overshoot, and then the two budgets part ways. Past the run's cap
+// the call fails: the cap is the caller's own limit on that run, and
+// stopping the run is its purpose. Past the runtime's budget it does not:
+// the call's tokens are spent and paid for whatever happens, and failing
+// its run would throw away what they bought; the budget is spent instead,
+// so the runtime refuses every later run and model call up front (their
+// pre-check and refuseSpent) until a reset.
 func (ib *InvocationBudget) Charge(tokens int64) error {
 	var err error
 	if ib.run != nil {
 		if used := ib.run.settle(ib.heldRun, tokens); used > ib.run.limit && tokens > 0 {
-			err = ib.run.exceeded(ib.inv, used)
+			ib.run.overshot(ib.inv, used)
+			err = ib.run.err(ib.inv.Agent.Def.Name, ib.inv.TaskID, used)
 		}
 		ib.heldRun = 0
 	}
 	if ib.runtime != nil {
-		if used := ib.runtime.settle(ib.heldRuntime, tokens); used > ib.runtime.limit && tokens > 0 && err == nil {
-			err = ib.runtime.exceeded(ib.inv, used)
+		if used := ib.runtime.settle(ib.heldRuntime, tokens); used > ib.runtime.limit && tokens > 0 {
+			ib.runtime.overshot(ib.inv, used)
 		}
 		ib.heldRuntime = 0
 	}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"maps"
 	"runtime"
 	"strings"
 	"sync"
@@ -37,17 +38,43 @@ func TestBudgetPreCheckAndPostCharge(t *testing.T) {
 		evs[0].Payload["limit"] != int64(10) || evs[0].Payload["scope"] != "run" || evs[0].SpanID != "s1" {
 		t.Fatalf("events = %+v", evs)
 	}
-	// The post-charge catches a call that overshot.
-	b2 := NewBudget(5, ScopeRuntime, svc.NopEmitter{})
+	// The post-charge catches a call that overshot: past a run's cap the
+	// call fails; past the runtime's budget it keeps its result, and the
+	// budget is spent. Both events say by how much.
+	evs = nil
+	b2 := NewBudget(5, ScopeRuntime, svc.EmitterFunc(func(ev svc.RuntimeEvent) { mu.Lock(); evs = append(evs, ev); mu.Unlock() }))
 	ib2 := Budgets(nil, b2, inv)
 	if err := ib2.Reserve(1); err != nil {
 		t.Fatal(err)
 	}
-	if err := ib2.Charge(7); !errors.Is(err, svc.ErrBudgetExceeded) || b2.Used() != 7 {
-		t.Fatalf("overshoot: %v, used %d", err, b2.Used())
+	if err := ib2.Charge(7); err != nil || b2.Used() != 7 || !b2.Spent() {
+		t.Fatalf("overshooting the runtime's budget: %v, used %d, spent %v", err, b2.Used(), b2.Spent())
 	}
 	if st := b2.Status(); st != (svc.BudgetStatus{Limit: 5, Used: 7, Reserved: 0, Remaining: 0}) {
 		t.Fatalf("status = %+v", st)
+	}
+	if err := ib2.Reserve(1); !errors.Is(err, svc.ErrBudgetExceeded) {
+		t.Fatalf("reserve after the runtime's budget was overshot: %v", err)
+	}
+	b3 := NewBudget(5, ScopeRun, svc.EmitterFunc(func(ev svc.RuntimeEvent) { mu.Lock(); evs = append(evs, ev); mu.Unlock() }))
+	ib3 := Budgets(b3, nil, inv)
+	if err := ib3.Reserve(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ib3.Charge(8); !errors.Is(err, svc.ErrBudgetExceeded) {
+		t.Fatalf("overshooting a run's cap: %v", err)
+	}
+	if len(evs) != 3 {
+		t.Fatalf("events = %+v", evs)
+	}
+	for i, want := range []svc.Payload{
+		{"limit": int64(5), "used": int64(7), "scope": "runtime", "overshoot": int64(2)}, // the post-charge
+		{"limit": int64(5), "used": int64(7), "scope": "runtime"},                        // the next pre-check
+		{"limit": int64(5), "used": int64(8), "scope": "run", "overshoot": int64(3)},
+	} {
+		if !maps.Equal(evs[i].Payload, want) {
+			t.Errorf("event %d payload = %v, want %v", i, evs[i].Payload, want)
+		}
 	}
 }
 

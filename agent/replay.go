@@ -101,7 +101,7 @@ const errOutcomeUnknown = "the outcome of this call is unknown: the run was inte
 // other call is made and recorded.
 //
 //go:noinline
-func (r *runner) journaledTool(ctx context.Context, call svc.ToolCall) (json.RawMessage, bool) {
+func (r *runner) journaledTool(ctx context.Context, call svc.ToolCall) (json.RawMessage, bool, error) {
 	jr := r.jr
 	key := svc.StepKey(jr.tools, jr.nTool)
 	jr.nTool++
@@ -111,7 +111,7 @@ func (r *runner) journaledTool(ctx context.Context, call svc.ToolCall) (json.Raw
 			if len(rec.Content) == 0 {
 				rec.Content = jsonNull
 			}
-			return rec.Content, rec.Failed
+			return rec.Content, rec.Failed, nil
 		}
 	}
 	tool, known := r.tools[call.Name]
@@ -123,17 +123,19 @@ func (r *runner) journaledTool(ctx context.Context, call svc.ToolCall) (json.Raw
 				"reason": string(svc.KindToolExecution)})
 			content := jsonString(msg)
 			r.recordTool(ctx, key, content, true)
-			return content, true
+			return content, true, nil
 		}
 		// Say the call started before making it, so a crash during it
 		// is known on resume.
 		jr.j.Record(ctx, svc.StepToolCall, key+"/started", json.RawMessage(`{"started":true}`))
 	}
-	content, failed := r.callTool(ctx, call)
-	if ctx.Err() == nil { // a call cut short by the run's end is not a result
+	content, failed, stop := r.callTool(ctx, call)
+	// A call cut short by the run's end is not a result, nor is one that
+	// ended the run (its run fails for good: nothing resumes it).
+	if ctx.Err() == nil && stop == nil {
 		r.recordTool(ctx, key, content, failed)
 	}
-	return content, failed
+	return content, failed, stop
 }
 
 func (r *runner) recordTool(ctx context.Context, key string, content json.RawMessage, failed bool) {

@@ -47,7 +47,8 @@ type Budget interface {
 	// Charge is the post-charge, made after every Reserve that succeeded
 	// (with 0 when the call failed): it releases the reservation, records
 	// the tokens the call used and fails with a BudgetExceededError when
-	// they overdraw the budget.
+	// they overdraw a budget whose overdraft ends the run (the
+	// supervisor's: a run's cap does, the runtime's budget does not).
 	Charge(tokens int64) error
 }
 
@@ -193,7 +194,9 @@ var (
 // agent's tool sources, if any, are asked for their tools before the
 // first turn.
 // A tool failure, an unknown tool or a trust violation becomes a failed
-// tool result the model sees, not a failure of the run. An output that
+// tool result the model sees, not a failure of the run; a SpawnCapError
+// (spawn_agents asking for more than max_spawn_children) ends the run
+// with that error. An output that
 // does not match the schema gets exactly one corrective call.
 //
 // Errors are *svc.Error: ModelError ("model_error") when the models
@@ -606,10 +609,14 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 		}
 		var content json.RawMessage
 		var failed bool
+		var stop error
 		if r.jr != nil {
-			content, failed = r.journaledTool(toolCtx, call)
+			content, failed, stop = r.journaledTool(toolCtx, call)
 		} else {
-			content, failed = r.callTool(toolCtx, call)
+			content, failed, stop = r.callTool(toolCtx, call)
+		}
+		if stop != nil {
+			return msgs, stop
 		}
 		msgs = append(msgs, svc.Message{Role: svc.RoleTool, ToolCallID: call.ID, Content: content, IsError: failed})
 	}
@@ -622,8 +629,9 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 }
 
 // callTool runs one tool call with its events and returns the content of
-// the tool message, and whether it reports a failure.
-func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (json.RawMessage, bool) {
+// the tool message, and whether it reports a failure. A failure that ends
+// the run (endsRun) is returned as stop instead, with no content.
+func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (content json.RawMessage, failed bool, stop error) {
 	trust := r.c.Def.Trust()
 	r.emit(svc.EventToolCallStarted, svc.Payload{"tool_name": call.Name, "trust_level": string(trust)})
 	start := time.Now()
@@ -631,14 +639,24 @@ func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (json.RawMessa
 	ms := float64(time.Since(start)) / float64(time.Millisecond)
 	if err != nil {
 		msg := err.Error()
+		kind := toolKind(err)
 		r.emit(svc.EventToolCallFailed, svc.Payload{"tool_name": call.Name, "error": msg, "duration_ms": ms,
-			"reason": string(toolKind(err))})
-		return jsonString(msg), true
+			"reason": string(kind)})
+		if endsRun(kind) {
+			return nil, true, err
+		}
+		return jsonString(msg), true, nil
 	}
 	// tokens_used stays 0: a tool's own model usage is not attributed yet.
 	r.emit(svc.EventToolCallCompleted, svc.Payload{"tool_name": call.Name, "duration_ms": ms, "tokens_used": int64(0)})
-	return out, false
+	return out, false, nil
 }
+
+// endsRun reports whether a tool call failing with this kind ends the
+// run instead of going back to the model: a SpawnCapError, the runtime's
+// refusal of a fan-out wider than max_spawn_children, which an operator
+// set to stop a runaway model, not to let it ask again.
+func endsRun(k svc.Kind) bool { return k == svc.KindSpawnCap }
 
 // toolKind is the kind of a failed tool call: the kind of the *svc.Error
 // in err's chain, the context's for a call cut short, else

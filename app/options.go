@@ -50,9 +50,9 @@ type Options struct {
 	// runtime.yaml (svc.DefaultOptions() without one) at Start and at each
 	// reload, and returns the options to run with: command-line flags win
 	// over the file this way. nil runs with the file's options.
-	// [--timeout-seconds, --max-spawn-depth, --retry-max-attempts,
-	// --retry-backoff-factor, --token-budget, --max-tokens-per-run,
-	// --mcp-eager-start]
+	// [--timeout-seconds, --max-spawn-depth, --max-spawn-children,
+	// --retry-max-attempts, --retry-backoff-factor, --token-budget,
+	// --max-tokens-per-run, --mcp-eager-start]
 	RuntimeOptions func(fromSpecs svc.Options) svc.Options
 	// Models resolves provider:name model ids; nil: every provider linked
 	// into svc (model/providers.Default: test, openai, anthropic).

@@ -16,7 +16,7 @@ const SpecVersion = 1
 var optionKeys = []string{
 	"version", "timeout_seconds", "max_spawn_depth", "retry_max_attempts",
 	"retry_backoff_factor", "token_budget", "max_tokens_per_run", "mcp_eager_start",
-	"delta_interval_ms", "delta_bytes", "rate_limits",
+	"delta_interval_ms", "delta_bytes", "rate_limits", "max_spawn_children",
 }
 
 // rateLimitKeys are the keys of one limit under rate_limits.
@@ -61,6 +61,11 @@ func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
 	set("max_spawn_depth", func(f field) {
 		if v, ok := d.intValue(f.val, "max_spawn_depth"); ok {
 			o.MaxSpawnDepth = v
+		}
+	})
+	set("max_spawn_children", func(f field) {
+		if v, ok := d.intValue(f.val, "max_spawn_children"); ok {
+			o.MaxSpawnChildren = v
 		}
 	})
 	set("retry_max_attempts", func(f field) {

@@ -12,14 +12,14 @@ import (
 )
 
 func TestLoadOptions(t *testing.T) {
-	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MaxTokensPerRun: 4000, MCPEagerStart: true, DeltaIntervalMS: 20, DeltaBytes: 0}
+	full := svc.Options{TimeoutSeconds: 12.5, MaxSpawnDepth: 0, RetryMaxAttempts: 3, RetryBackoffFactor: 2, TokenBudget: 50000, MaxTokensPerRun: 4000, MCPEagerStart: true, DeltaIntervalMS: 20, DeltaBytes: 0, MaxSpawnChildren: 8}
 	cases := []struct {
 		name string
 		yaml string
 		want svc.Options
 	}{
 		{"defaults", "version: 1\n", svc.DefaultOptions()},
-		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmax_tokens_per_run: 4000\nmcp_eager_start: true\ndelta_interval_ms: 20\ndelta_bytes: 0\n", full},
+		{"all", "version: 1\ntimeout_seconds: 12.5\nmax_spawn_depth: 0\nretry_max_attempts: 3\nretry_backoff_factor: 2\ntoken_budget: 50_000\nmax_tokens_per_run: 4000\nmcp_eager_start: true\ndelta_interval_ms: 20\ndelta_bytes: 0\nmax_spawn_children: 8\n", full},
 		{"nulls keep defaults", "version: 1\ntimeout_seconds: ~\ntoken_budget: null\n", svc.DefaultOptions()},
 		{"integer timeout", "version: 1\ntimeout_seconds: 60\n", func() svc.Options { o := svc.DefaultOptions(); o.TimeoutSeconds = 60; return o }()},
 	}
@@ -53,6 +53,8 @@ func TestBadOptions(t *testing.T) {
 		{"infinite timeout", "version: 1\ntimeout_seconds: .inf\n", 2, "timeout_seconds", "must be a positive number"},
 		{"negative depth", "version: 1\nmax_spawn_depth: -1\n", 2, "max_spawn_depth", "must be 0 or more"},
 		{"no attempts", "version: 1\nretry_max_attempts: 0\n", 2, "retry_max_attempts", "must be 1 or more"},
+		{"no children", "version: 1\ntimeout_seconds: 9\nmax_spawn_children: 0\n", 3, "max_spawn_children", "0: must be 1 or more"},
+		{"children as text", "version: 1\nmax_spawn_children: many\n", 2, "max_spawn_children", `want an integer, got the string "many"`},
 		{"shrinking backoff", "version: 1\nretry_backoff_factor: 0.5\n", 2, "retry_backoff_factor", "must be 1 or more"},
 		{"negative budget", "version: 1\ntoken_budget: -5\n", 2, "token_budget", "must be 0 (none) or more"},
 		{"negative per-run cap", "version: 1\ntoken_budget: 5\n\nmax_tokens_per_run: -1\n", 4, "max_tokens_per_run", "must be 0 (none) or more"},

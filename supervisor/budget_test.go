@@ -51,9 +51,9 @@ func (b *budgetEvents) scopes() []string {
 }
 
 // The runtime's token_budget is one budget shared by every run: runs spend
-// it together, the run that overdraws it fails with scope "runtime", every
-// later run (and submission) is refused up front, and a reset admits runs
-// again.
+// it together; the run that overdraws it keeps its result (its tokens are
+// spent either way) and its budget_exceeded says by how much; every later
+// run (and submission) is refused up front; a reset admits runs again.
 func TestRuntimeBudgetSharedByRuns(t *testing.T) {
 	rec := &budgetEvents{}
 	rt := newRuntime(t, opts(func(o *svc.Options) { o.TokenBudget = 25 }), rec, nil, echo("spender", map[string]any{"tokens": 10}))
@@ -71,9 +71,10 @@ func TestRuntimeBudgetSharedByRuns(t *testing.T) {
 		t.Fatalf("budget after two runs = %+v, %v", st, err)
 	}
 	// The third run fits at its pre-check (5 left) and overdraws at its
-	// post-charge.
-	if err := run("r3"); !errors.Is(err, svc.ErrBudgetExceeded) {
-		t.Fatalf("run overdrawing the runtime budget: %v", err)
+	// post-charge: it succeeds with its answer.
+	res, err := rt.Run(ctx, "spender", svc.TaskSpec{ID: "r3", Input: json.RawMessage(`3`)})
+	if err != nil || !res.Success || string(res.Output) != "3" || res.Metadata.TokensUsed != 10 {
+		t.Fatalf("run overdrawing the runtime budget: %+v, %v", res, err)
 	}
 	// Spent: new runs, gathers and submissions are refused before they
 	// start, each after its budget_exceeded.
@@ -91,11 +92,17 @@ func TestRuntimeBudgetSharedByRuns(t *testing.T) {
 		t.Fatalf("budget_exceeded scopes = %q", got)
 	}
 	evs := rec.OfType(svc.EventBudgetExceeded)
-	if evs[0].TaskID != "r3" || evs[0].Payload["used"] != int64(30) || evs[0].Payload["limit"] != int64(25) {
+	if evs[0].TaskID != "r3" || evs[0].Payload["used"] != int64(30) || evs[0].Payload["limit"] != int64(25) ||
+		evs[0].Payload["overshoot"] != int64(5) {
 		t.Fatalf("post-charge event = %+v", evs[0])
 	}
 	if evs[1].TaskID != "r4" || evs[1].AgentName != "spender" || evs[1].Payload["used"] != int64(30) {
 		t.Fatalf("refusal event = %+v", evs[1])
+	}
+	for _, ev := range evs[1:] {
+		if _, ok := ev.Payload["overshoot"]; ok {
+			t.Fatalf("a refusal up front has an overshoot: %+v", ev)
+		}
 	}
 	for _, ev := range evs {
 		emittertest.CheckPayload(t, ev)
@@ -126,6 +133,14 @@ func TestBudgetEventBeforeError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &budgetEvents{}
 			rt := newRuntime(t, opts(tc.o), rec, nil, echo("hungry", map[string]any{"tokens": 10}))
+			if tc.scope == "runtime" {
+				// The run that overdraws the runtime's budget keeps its
+				// result; the next is refused.
+				if _, err := rt.Run(context.Background(), "hungry", svc.TaskSpec{Input: json.RawMessage(`1`)}); err != nil {
+					t.Fatalf("the run overdrawing the budget: %v", err)
+				}
+				rec.Reset()
+			}
 			_, err := rt.Run(context.Background(), "hungry", svc.TaskSpec{Input: json.RawMessage(`1`)})
 			rec.returned.Store(true)
 			if !errors.Is(err, svc.ErrBudgetExceeded) {
@@ -264,15 +279,18 @@ func TestRuntimeBudgetOverHTTP(t *testing.T) {
 	if code, _, body := run(); code != http.StatusOK {
 		t.Fatalf("first run: %d %s", code, body)
 	}
-	for i := range 2 { // the one that overdraws, then one refused up front
-		code, hdr, body := run()
-		var p server.Problem
-		if err := json.Unmarshal(body, &p); err != nil || code != http.StatusTooManyRequests ||
-			hdr.Get("Content-Type") != "application/problem+json" || p.Error != string(svc.KindBudgetExceeded) {
-			t.Fatalf("run %d over the budget: %d %s", i+2, code, body)
-		}
+	// The one that overdraws keeps its result, then one is refused up
+	// front.
+	if code, _, body := run(); code != http.StatusOK || !strings.Contains(string(body), `"success":true`) {
+		t.Fatalf("run 2, overdrawing the budget: %d %s", code, body)
 	}
-	code, _, body := call(http.MethodGet, "/runtime/stats", "", "s3cret")
+	code, hdr, body := run()
+	var p server.Problem
+	if err := json.Unmarshal(body, &p); err != nil || code != http.StatusTooManyRequests ||
+		hdr.Get("Content-Type") != "application/problem+json" || p.Error != string(svc.KindBudgetExceeded) {
+		t.Fatalf("run 3 over the budget: %d %s", code, body)
+	}
+	code, _, body = call(http.MethodGet, "/runtime/stats", "", "s3cret")
 	var st svc.RuntimeStats
 	if err := json.Unmarshal(body, &st); err != nil || code != http.StatusOK {
 		t.Fatalf("stats: %d %s", code, body)

@@ -169,7 +169,9 @@ func TestErrorKindsReachTheMetrics(t *testing.T) {
 		},
 		{
 			name: "budget", kind: svc.KindBudgetExceeded,
-			setup: setup{opts: opts(func(o *svc.Options) { o.TokenBudget = 5 }),
+			// A run's cap: the run past it fails (the runtime's budget
+			// lets the run that crosses it keep its result).
+			setup: setup{opts: opts(func(o *svc.Options) { o.MaxTokensPerRun = 5 }),
 				agents: []svc.Agent{echo("hungry", map[string]any{"tokens": 10})}},
 			run:     runAgent("hungry", `1`),
 			callErr: svc.KindBudgetExceeded,

@@ -17,13 +17,14 @@ import (
 // nestedRuns is what the tools of package spawn get of the runtime.
 func (rt *Runtime) nestedRuns() *spawn.Runs {
 	return &spawn.Runs{
-		Lookup:  rt.lookup,
-		Compile: rt.compileAgentFor,
-		Run:     rt.runNested,
-		Path:    func(ctx context.Context) []string { return runOf(ctx).path },
-		Rounds:  func(ctx context.Context) *atomic.Int64 { return runOf(ctx).rounds },
-		Emitter: rt.emitter,
-		Backend: rt.env.BackendName(),
+		Lookup:      rt.lookup,
+		Compile:     rt.compileAgentFor,
+		Run:         rt.runNested,
+		Path:        func(ctx context.Context) []string { return runOf(ctx).path },
+		Rounds:      func(ctx context.Context) *atomic.Int64 { return runOf(ctx).rounds },
+		MaxChildren: rt.opts.MaxSpawnChildren,
+		Emitter:     rt.emitter,
+		Backend:     rt.env.BackendName(),
 	}
 }
 

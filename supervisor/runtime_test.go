@@ -211,28 +211,40 @@ func TestCancelReachesModelCall(t *testing.T) {
 	}
 }
 
+// The run whose charge overdraws the runtime's budget keeps its result,
+// and its budget_exceeded says by how much; the next run is refused, its
+// budget_exceeded emitted before the error is returned.
 func TestBudget(t *testing.T) {
 	o := opts(func(o *svc.Options) { o.TokenBudget = 5 })
 	rec := &emittertest.Recorder{}
-	var seen atomic.Bool
+	var seen atomic.Int32
 	em := svc.EmitterFunc(func(ev svc.RuntimeEvent) {
 		rec.Emit(ev)
 		if ev.EventType == svc.EventBudgetExceeded {
-			seen.Store(true)
+			seen.Add(1)
 		}
 	})
 	rt := newRuntime(t, o, em, nil, echo("spender", map[string]any{"tokens": 10}))
-	_, err := rt.Run(context.Background(), "spender", svc.TaskSpec{Input: json.RawMessage(`1`), RequestID: "b1"})
+	res, err := rt.Run(context.Background(), "spender", svc.TaskSpec{Input: json.RawMessage(`1`), RequestID: "b1"})
+	if err != nil || !res.Success || string(res.Output) != "1" {
+		t.Fatalf("the run overdrawing the budget: %+v, %v", res, err)
+	}
+	_, err = rt.Run(context.Background(), "spender", svc.TaskSpec{Input: json.RawMessage(`1`), RequestID: "b2"})
 	if !errors.Is(err, svc.ErrBudgetExceeded) {
 		t.Fatalf("err = %v", err)
 	}
-	if !seen.Load() {
-		t.Fatal("budget_exceeded was not emitted before the error was returned")
+	if seen.Load() != 2 {
+		t.Fatalf("%d budget_exceeded emitted before the error was returned, want 2", seen.Load())
 	}
-	ev := rec.OfType(svc.EventBudgetExceeded)[0]
-	emittertest.CheckPayload(t, ev)
-	if ev.Payload["limit"] != int64(5) || ev.Payload["used"] != int64(10) || ev.TraceID != "b1" {
+	evs := rec.OfType(svc.EventBudgetExceeded)
+	for _, ev := range evs {
+		emittertest.CheckPayload(t, ev)
+	}
+	if ev := evs[0]; ev.Payload["limit"] != int64(5) || ev.Payload["used"] != int64(10) || ev.Payload["overshoot"] != int64(5) || ev.TraceID != "b1" {
 		t.Fatalf("budget event = %+v", ev)
+	}
+	if ev := evs[1]; ev.Payload["used"] != int64(10) || ev.Payload["overshoot"] != nil || ev.TraceID != "b2" {
+		t.Fatalf("refusal event = %+v", ev)
 	}
 }
 

@@ -307,6 +307,55 @@ func TestSpawnDepthLimit(t *testing.T) {
 	}
 }
 
+// A spawn_agents call asking for more children than max_spawn_children
+// ends its run with SpawnCapError, a rejection (the call's error, not a
+// failed result), before any child starts and without another model
+// turn; the events say so. A child whose own call asks for too many fails
+// alone: its parent gets its failed result, as with the depth limit.
+func TestSpawnCap(t *testing.T) {
+	three := `{"agents":[{"name":"xa","instructions":"xa"},{"name":"xb","instructions":"xb"},{"name":"xc","instructions":"xc"}]}`
+	s := &script{fn: spawner(map[string]string{
+		"boss": three,
+		"mid":  `{"agents":[{"name":"kid","instructions":"kid"}]}`,
+		"kid":  three,
+	})}
+	rec := &emittertest.Recorder{}
+	mid := svc.Agent{Name: "mid", Model: "script:m", Instructions: "mid", BuiltinTools: []string{"spawn_agents"}}
+	rt := newRuntime(t, opts(func(o *svc.Options) { o.MaxSpawnChildren = 2 }), rec, s.registry(), boss(nil), mid)
+	_, err := rt.Run(context.Background(), "boss", svc.TaskSpec{Input: json.RawMessage(`1`), RequestID: "t-boss"})
+	var e *svc.Error
+	if !errors.As(err, &e) || e.Kind != svc.KindSpawnCap || e.Agent != "boss" || !strings.Contains(e.Error(), "max_spawn_children is 2") {
+		t.Fatalf("Run = %v, want boss's SpawnCapError", err)
+	}
+	if n := len(s.requestsOf("boss")); n != 1 {
+		t.Errorf("boss's model was called %d times, want once: the refusal is not handed back to it", n)
+	}
+	for _, kid := range []string{"xa", "xb", "xc"} {
+		if len(eventsOf(rec, kid)) != 0 || len(s.requestsOf(kid)) != 0 {
+			t.Errorf("child %s started", kid)
+		}
+	}
+	tf := rec.OfType(svc.EventToolCallFailed)
+	af := rec.OfType(svc.EventAgentFailed)
+	if len(tf) != 1 || tf[0].Payload["reason"] != string(svc.KindSpawnCap) || len(af) != 1 || af[0].Payload["reason"] != string(svc.KindSpawnCap) {
+		t.Errorf("tool_call_failed %+v, agent_failed %+v: want one each, reason SpawnCapError", tf, af)
+	}
+
+	// In a gather, that task's failed result.
+	out, err := rt.Gather(context.Background(), "boss", []svc.TaskSpec{{Input: json.RawMessage(`1`)}}, 1)
+	if err != nil || len(out) != 1 || out[0].Success || out[0].Error == nil || out[0].Error.Type != string(svc.KindSpawnCap) {
+		t.Errorf("gather = %+v, %v", out, err)
+	}
+	// One level down, the child that asked fails; its parent goes on.
+	res, err := rt.Run(context.Background(), "mid", svc.TaskSpec{Input: json.RawMessage(`1`)})
+	if err != nil || !res.Success {
+		t.Fatalf("mid = %+v, %v", res, err)
+	}
+	if kid := childResults(t, res.Output); len(kid) != 1 || kid[0].Success || kid[0].Error == nil || kid[0].Error.Type != string(svc.KindSpawnCap) {
+		t.Errorf("kid = %+v, want its SpawnCapError", kid)
+	}
+}
+
 // A child named after an agent already on its spawn path is refused with
 // SpawnCycleError.
 func TestSpawnCycle(t *testing.T) {

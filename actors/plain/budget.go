@@ -61,7 +61,7 @@ func (ib *invBudget) Reserve(est int64) error {
 	if left <= 0 || (est > left && b.committed != b.used) {
 		used := b.used
 		b.mu.Unlock()
-		return ib.exceeded(used)
+		return ib.exceeded(used, false)
 	}
 	take = min(take, left)
 	b.committed += take
@@ -81,19 +81,23 @@ func (ib *invBudget) Charge(tokens int64) error {
 	b.mu.Unlock()
 	ib.held = 0
 	if used > b.limit && tokens > 0 {
-		return ib.exceeded(used)
+		return ib.exceeded(used, true)
 	}
 	return nil
 }
 
-// exceeded emits budget_exceeded and returns the error.
-func (ib *invBudget) exceeded(used int64) error {
+// exceeded emits budget_exceeded and returns the error; a post-charge's
+// event says by how much the call overshot the cap.
+func (ib *invBudget) exceeded(used int64, charged bool) error {
 	inv := ib.inv
 	if ib.em != nil {
+		p := svc.Payload{"limit": ib.b.limit, "used": used, "scope": "run"}
+		if charged {
+			p["overshoot"] = used - ib.b.limit
+		}
 		ib.em.Emit(svc.RuntimeEvent{EventType: svc.EventBudgetExceeded, Timestamp: time.Now().UTC(),
 			AgentName: inv.Agent.Def.Name, TaskID: inv.TaskID, TraceID: inv.TraceID, ParentTraceID: inv.ParentTraceID,
-			SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID,
-			Payload: svc.Payload{"limit": ib.b.limit, "used": used, "scope": "run"}})
+			SpanID: inv.SpanID, ParentSpanID: inv.ParentSpanID, Payload: p})
 	}
 	return &svc.Error{Kind: svc.KindBudgetExceeded, Agent: inv.Agent.Def.Name, TaskID: inv.TaskID, Reason: "budget_exceeded",
 		Message: "token budget of the run exceeded: used " + strconv.FormatInt(used, 10) + " of " + strconv.FormatInt(ib.b.limit, 10)}

@@ -39,6 +39,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
 	fs.StringVar(&f.filesRoot, "files-root", "", "directory the read_file and write_file tools are confined to (default: none, those tools fail)")
 	fs.Float64Var(&f.opts.TimeoutSeconds, "timeout-seconds", d.TimeoutSeconds, "seconds one run may take (overrides runtime.yaml)")
 	fs.IntVar(&f.opts.MaxSpawnDepth, "max-spawn-depth", d.MaxSpawnDepth, "deepest nesting of agent invocations (overrides runtime.yaml)")
+	fs.IntVar(&f.opts.MaxSpawnChildren, "max-spawn-children", d.MaxSpawnChildren, "most agents one spawn_agents call may ask for; a call asking for more ends its run with SpawnCapError (overrides runtime.yaml)")
 	fs.IntVar(&f.opts.RetryMaxAttempts, "retry-max-attempts", d.RetryMaxAttempts, "attempts per invocation, 1 = no retry (overrides runtime.yaml)")
 	fs.Float64Var(&f.opts.RetryBackoffFactor, "retry-backoff-factor", d.RetryBackoffFactor, "growth of the pause between attempts, from 100ms (overrides runtime.yaml)")
 	fs.Int64Var(&f.opts.TokenBudget, "token-budget", d.TokenBudget, "tokens all runs together may use until restart or POST /runtime/budget/reset, 0 = no budget (overrides runtime.yaml)"+zeroDefault(d.TokenBudget == 0, "0"))
@@ -68,6 +69,9 @@ func (f *runtimeFlags) options(fs *pflag.FlagSet) func(svc.Options) svc.Options 
 		}
 		if fs.Changed("max-spawn-depth") {
 			o.MaxSpawnDepth = f.opts.MaxSpawnDepth
+		}
+		if fs.Changed("max-spawn-children") {
+			o.MaxSpawnChildren = f.opts.MaxSpawnChildren
 		}
 		if fs.Changed("retry-max-attempts") {
 			o.RetryMaxAttempts = f.opts.RetryMaxAttempts

@@ -407,6 +407,7 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindMisdirectedRequest: svc.ErrMisdirectedRequest,
 		svc.KindOverloaded:         svc.ErrOverloaded,
 		svc.KindContext:            svc.ErrContext,
+		svc.KindSpawnCap:           svc.ErrSpawnCap,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))

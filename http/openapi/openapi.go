@@ -96,7 +96,7 @@ var Routes = []Route{
 
 // errorStatuses are the problem answers every operation may give (see
 // docs/api.md's error table): which ones a route gives depends on the kind.
-var errorStatuses = []string{"400", "401", "403", "404", "405", "409", "413", "415", "429", "500", "502", "503", "504"}
+var errorStatuses = []string{"400", "401", "403", "404", "405", "409", "413", "415", "422", "429", "500", "502", "503", "504"}
 
 // Build returns the OpenAPI document as indented JSON. statusOf is the
 // server's table of error kinds to HTTP statuses (package http/server

@@ -68,7 +68,7 @@ var payloadTypes = map[string]func() *jsonschema.Schema{
 	"reason": str, "tool_name": str, "scope": str, "group_name": str,
 	"runtime_id": str, "broker_scheme": str, "consumer_id": str, "rate_limit": str, "run_id": str, "node": str,
 	"duration_ms": num, "heartbeat_seconds": num, "cost_usd": num,
-	"tokens_used": intg, "limit": intg, "used": intg, "depth": intg,
+	"tokens_used": intg, "limit": intg, "used": intg, "overshoot": intg, "depth": intg,
 	"task_count": intg, "max_concurrency": intg, "success_count": intg,
 	"failure_count": intg, "node_count": intg, "concurrency": intg,
 	"prefetch": intg, "in_flight": intg, "concurrency_cap": intg, "rejected": intg, "skipped_cancelled": intg, "handler_panics": intg, "cached_tokens": intg, "wait_ms": intg, "steps_replayed": intg, "resumed": intg,

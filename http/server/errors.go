@@ -46,6 +46,12 @@ var statusByKind = map[svc.Kind]int{
 	svc.KindMisdirectedRequest:   http.StatusMisdirectedRequest,
 	svc.KindOverloaded:           http.StatusServiceUnavailable,
 	svc.KindContext:              http.StatusBadRequest,
+	// The request was well formed and the runtime understood it; the run
+	// it started asked for a fan-out the runtime's configuration refuses.
+	// Not 429 like the depth limit and the budget: nothing frees up with
+	// time, so waiting and sending it again cannot help; not 400: the
+	// request's own content was fine.
+	svc.KindSpawnCap: http.StatusUnprocessableEntity,
 	// The expression compiled when the group was registered; failing on
 	// a run's data is the run's failure, not the request's.
 	svc.KindCondition: http.StatusInternalServerError,

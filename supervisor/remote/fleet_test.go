@@ -159,7 +159,8 @@ func TestRemoteFailureIsAResult(t *testing.T) {
 }
 
 // The budget is the publisher's: a pre-check before dispatch and a charge
-// from the tokens the worker reports.
+// from the tokens the worker reports. The task whose charge crosses it
+// keeps its result; the next is refused before dispatch.
 func TestRemoteBudget(t *testing.T) {
 	o := opts(func(o *svc.Options) { o.TokenBudget = 5 })
 	f := newFleet(t, o, 1, echo("big", map[string]any{"tokens": 4}))
@@ -169,16 +170,16 @@ func TestRemoteBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out[0].Success || out[1].Success || out[2].Success {
-		t.Fatalf("results: %v %v %v", out[0].Success, out[1].Success, out[2].Success)
+	if !out[0].Success || !out[1].Success || out[2].Success || string(out[1].Output) != "2" {
+		t.Fatalf("results: %+v %+v %+v", out[0], out[1], out[2])
 	}
-	for _, r := range out[1:] {
-		if r.Error.Type != string(svc.KindBudgetExceeded) {
-			t.Fatalf("over budget: %+v", r.Error)
-		}
+	if out[2].Error.Type != string(svc.KindBudgetExceeded) {
+		t.Fatalf("over budget: %+v", out[2].Error)
 	}
-	if len(f.rec.OfType(svc.EventBudgetExceeded)) == 0 {
-		t.Fatal("no budget_exceeded on the publisher")
+	// The second task's charge (8 of 5) crossed it, on the publisher.
+	evs := f.rec.OfType(svc.EventBudgetExceeded)
+	if len(evs) == 0 || evs[0].Payload["overshoot"] != int64(3) || evs[0].Payload["used"] != int64(8) {
+		t.Fatalf("budget_exceeded on the publisher: %+v", evs)
 	}
 	// The third was refused before dispatch: two tasks went out.
 	if n := len(f.rec.OfType(svc.EventAgentDispatched)); n != 2 {

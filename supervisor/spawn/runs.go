@@ -44,6 +44,9 @@ type Runs struct {
 	// Rounds returns the counter of a team run's delegate calls, nil
 	// outside a team run.
 	Rounds func(ctx context.Context) *atomic.Int64
+	// MaxChildren is the most children one spawn_agents call may ask for
+	// (svc.Options.MaxSpawnChildren); 0 means the default.
+	MaxChildren int
 	// Emitter receives the agent_failed of a child refused as a spawn
 	// cycle.
 	Emitter svc.Emitter

@@ -25,8 +25,6 @@ const (
 	DefaultConcurrency = 4
 	// MaxConcurrency caps max_concurrency.
 	MaxConcurrency = 16
-	// MaxAgents caps the children of one call.
-	MaxAgents = 32
 )
 
 // spawnTool is spawn_agents for one agent, the parent: each child it is
@@ -46,24 +44,45 @@ const (
 type spawnTool struct {
 	runs   *Runs
 	parent svc.Agent
+	// maxChildren is the runtime's max_spawn_children.
+	maxChildren int
 }
 
 // NewAgentsTool returns spawn_agents for the agent parent, starting its
 // children through runs (an agent.Builtin, with runs bound). A tool only
 // compiled, never called (a spec check), may have nil runs.
 func NewAgentsTool(runs *Runs, parent svc.Agent) svc.Tool {
-	return &spawnTool{runs: runs, parent: parent}
+	limit := svc.DefaultOptions().MaxSpawnChildren
+	if runs != nil && runs.MaxChildren > 0 {
+		limit = runs.MaxChildren
+	}
+	return &spawnTool{runs: runs, parent: parent, maxChildren: limit}
 }
 
-var spawnSchema = json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{`+
-	`"agents":{"type":"array","minItems":1,"maxItems":%d,"description":"the agents to run, each on its own input",`+
-	`"items":{"type":"object","properties":{`+
-	`"name":{"type":"string","minLength":1,"maxLength":128,"pattern":"^[A-Za-z0-9][A-Za-z0-9_.-]*$","description":"a registered agent to run, or the name of a new agent"},`+
-	`"instructions":{"type":"string","description":"instructions for a new agent; leave out to run the registered agent of that name"},`+
-	`"input":{"description":"the agent's input, any JSON value"}},`+
-	`"required":["name"],"additionalProperties":false}},`+
-	`"max_concurrency":{"type":"integer","minimum":1,"maximum":%d,"description":"how many agents run at once (default %d)"}},`+
-	`"required":["agents"],"additionalProperties":false}`, MaxAgents, MaxConcurrency, DefaultConcurrency))
+// spawnSchemas are the tool's input schemas by max_spawn_children: a
+// runtime has one value, and every agent it compiles (each spawned child
+// too) shares its schema rather than formatting its own.
+var spawnSchemas sync.Map // int → json.RawMessage
+
+// schemaFor is the input schema of a tool that allows limit children per
+// call: maxItems tells the model the limit, so a model that follows its
+// schema never meets the SpawnCapError.
+func schemaFor(limit int) json.RawMessage {
+	if s, ok := spawnSchemas.Load(limit); ok {
+		return s.(json.RawMessage)
+	}
+	s := json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{`+
+		`"agents":{"type":"array","minItems":1,"maxItems":%d,"description":"the agents to run, each on its own input (at most %d)",`+
+		`"items":{"type":"object","properties":{`+
+		`"name":{"type":"string","minLength":1,"maxLength":128,"pattern":"^[A-Za-z0-9][A-Za-z0-9_.-]*$","description":"a registered agent to run, or the name of a new agent"},`+
+		`"instructions":{"type":"string","description":"instructions for a new agent; leave out to run the registered agent of that name"},`+
+		`"input":{"description":"the agent's input, any JSON value"}},`+
+		`"required":["name"],"additionalProperties":false}},`+
+		`"max_concurrency":{"type":"integer","minimum":1,"maximum":%d,"description":"how many agents run at once (default %d)"}},`+
+		`"required":["agents"],"additionalProperties":false}`, limit, limit, MaxConcurrency, DefaultConcurrency))
+	actual, _ := spawnSchemas.LoadOrStore(limit, s)
+	return actual.(json.RawMessage)
+}
 
 func (t *spawnTool) Name() string { return AgentsTool }
 func (t *spawnTool) Description() string {
@@ -71,7 +90,7 @@ func (t *spawnTool) Description() string {
 		"Name a registered agent to run it as it is, or give a new name with instructions for a new agent like you. " +
 		"A failed agent is a result with success false, not a failure of this call."
 }
-func (t *spawnTool) InputSchema() json.RawMessage { return spawnSchema }
+func (t *spawnTool) InputSchema() json.RawMessage { return schemaFor(t.maxChildren) }
 
 // Access: spawning reads nothing and writes nothing itself; what the
 // children may do is bounded by their own trust level, never above the
@@ -107,8 +126,12 @@ func (t *spawnTool) Call(ctx context.Context, raw json.RawMessage) (json.RawMess
 	switch n := len(args.Agents); {
 	case n == 0:
 		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: agents: give at least one agent")
-	case n > MaxAgents:
-		return nil, svc.Errorf(svc.KindToolExecution, "spawn_agents: agents: %d agents, at most %d per call", n, MaxAgents)
+	case n > t.maxChildren:
+		// Before any child starts: the run ends with this error (package
+		// agent ends a run on a SpawnCapError from a tool), and nothing
+		// of the fan-out it refused has run.
+		return nil, &svc.Error{Kind: svc.KindSpawnCap, Agent: t.parent.Name, Reason: "spawn_cap",
+			Message: fmt.Sprintf("spawn_agents: agent %s asked for %d agents in one call; max_spawn_children is %d", t.parent.Name, n, t.maxChildren)}
 	}
 	for i, c := range args.Agents {
 		if !svc.ValidName(c.Name) {

@@ -228,7 +228,6 @@ func TestBadArguments(t *testing.T) {
 		{`{"agents":[{"name":"a b","instructions":"x"}]}`, `agents[0].name`},
 		{`{"agents":[{"name":"a","instructions":"x"}],"max_concurrency":99}`, "max_concurrency 99"},
 		{`{"agents":[{"name":"a","instructions":"x","extra":1}]}`, "bad arguments"},
-		{`{"agents":[` + strings.Repeat(`{"name":"a","instructions":"x"},`, spawn.MaxAgents) + `{"name":"a","instructions":"x"}]}`, "at most"},
 	} {
 		f := &fakeRuns{}
 		_, err := spawn.NewAgentsTool(f.runs(), parent).Call(context.Background(), json.RawMessage(tc.args))
@@ -237,6 +236,44 @@ func TestBadArguments(t *testing.T) {
 		}
 		if len(f.calls) != 0 {
 			t.Errorf("%s: %d children ran", tc.args, len(f.calls))
+		}
+	}
+}
+
+// A call asking for more children than max_spawn_children (Runs.
+// MaxChildren, 32 when 0) is a SpawnCapError, and starts none of them; up
+// to the limit, all run. The schema tells the model the limit.
+func TestSpawnCap(t *testing.T) {
+	ask := func(n int) string {
+		return `{"agents":[` + strings.TrimSuffix(strings.Repeat(`{"name":"a","instructions":"x"},`, n), ",") + `]}`
+	}
+	for _, tc := range []struct{ configured, limit int }{{0, 32}, {3, 3}, {50, 50}} {
+		f := &fakeRuns{}
+		runs := f.runs()
+		runs.MaxChildren = tc.configured
+		tool := spawn.NewAgentsTool(runs, parent)
+		var schema struct {
+			Properties struct {
+				Agents struct {
+					MaxItems int `json:"maxItems"`
+				} `json:"agents"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(tool.InputSchema(), &schema); err != nil || schema.Properties.Agents.MaxItems != tc.limit {
+			t.Errorf("limit %d: schema maxItems %d (%v), want the limit", tc.limit, schema.Properties.Agents.MaxItems, err)
+		}
+		_, err := tool.Call(context.Background(), json.RawMessage(ask(tc.limit+1)))
+		var e *svc.Error
+		if !errors.As(err, &e) || e.Kind != svc.KindSpawnCap || e.Agent != parent.Name ||
+			!strings.Contains(err.Error(), fmt.Sprintf("asked for %d agents", tc.limit+1)) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("max_spawn_children is %d", tc.limit)) {
+			t.Errorf("limit %d, %d asked: %v, want a SpawnCapError of %s naming both", tc.limit, tc.limit+1, err, parent.Name)
+		}
+		if len(f.calls) != 0 {
+			t.Errorf("limit %d: %d children ran after the refusal", tc.limit, len(f.calls))
+		}
+		if _, err := tool.Call(context.Background(), json.RawMessage(ask(tc.limit))); err != nil || len(f.calls) != tc.limit {
+			t.Errorf("limit %d, as many asked: %v, %d children ran", tc.limit, err, len(f.calls))
 		}
 	}
 }

@@ -56,6 +56,8 @@ export class RequestTimeoutError extends AgentRuntimeError {}
 export class MisdirectedRequestError extends AgentRuntimeError {}
 export class OverloadedError extends AgentRuntimeError {}
 export class ContextError extends AgentRuntimeError {}
+/** The server's 422: a spawn_agents call of the run asked for more agents than max_spawn_children. */
+export class SpawnCapError extends AgentRuntimeError {}
 export class ModelError extends AgentRuntimeError {}
 export class ShuttingDownError extends AgentRuntimeError {}
 /** The server's TimeoutError (504): the run exceeded its timeout_seconds. */
@@ -90,6 +92,7 @@ export const errorKinds = Object.freeze({
   MisdirectedRequestError,
   OverloadedError,
   ContextError,
+  SpawnCapError,
   ModelError,
   ShuttingDownError,
   TimeoutError,
