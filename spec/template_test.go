@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -183,5 +185,24 @@ func TestMCPExposure(t *testing.T) {
 		if !strings.Contains(all, w) {
 			t.Errorf("errors:\n%s\nwant one containing %q", all, w)
 		}
+	}
+}
+
+// A change to a template reloads the agents that use it.
+func TestWatchReloadsTemplateChange(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"specs/templates/base.yaml": "version: 1\nmodel: test:echo\npre_instruction: one\n",
+		"specs/agents/a.yaml":       "version: 1\ntemplate: base\n",
+	})
+	_, ch := watchTree(t, root, WatchConfig{Env: testEnv()})
+	if err := os.WriteFile(filepath.Join(root, "specs/templates/base.yaml"), []byte("version: 1\nmodel: test:echo\npre_instruction: two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := next(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got := r.set.Agents[0].Instructions; got != "two" {
+		t.Errorf("instructions after the template changed = %q, want two", got)
 	}
 }
