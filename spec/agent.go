@@ -215,8 +215,10 @@ func decodeSpec(file string, data []byte, env Env, readFile func(string) ([]byte
 	// checks itself is the file's shape and the names the environment
 	// knows (tools, builtins, models, schema files).
 	err := a.Validate()
-	if template && a.Model == "" {
-		err = dropField(err, "model") // a template need not name one
+	if _, own := d.get("model"); !own && (template || d.failed("template")) {
+		// A template need not name one; an agent whose template is at
+		// fault is told so at its template key.
+		err = dropField(err, "model")
 	}
 	d.report(err)
 	d.checkModels(a)
