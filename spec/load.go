@@ -155,7 +155,7 @@ type scanned struct {
 	group *svc.Group // set for a good group file
 	// template is set for a good template file.
 	template *svc.AgentTemplate
-	errs  []*Error
+	errs     []*Error
 }
 
 type scanResult struct {
