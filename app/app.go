@@ -426,7 +426,7 @@ func (a *App) start() error {
 		cfg.Metrics = a.tel.metrics
 	}
 	if o.MCP {
-		cfg.MCP = mcpserver.Handler(rt, mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp")})
+		cfg.MCP = mcpserver.Handler(rt, mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp"), Definitions: rt})
 	}
 	h, err := server.NewStandalone(rt, cfg)
 	if err != nil {
