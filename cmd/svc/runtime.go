@@ -174,6 +174,7 @@ var flagOf = map[string]string{
 	"Metrics": "--metrics", "Reload": "--reload", "ReloadInclude": "--reload-include", "PricesFile": "--prices",
 	"FilesRoot": "--files-root", "Broker": "--broker", "NATSListen": "--nats-listen", "Worker": "--agents",
 	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver", "NodeID": "--node-id",
+	"DashboardDir": "--dashboard-dir", "ServeAgents": "--agents",
 }
 
 // defaultSpecsHint refuses to start on the default --specs directory when
