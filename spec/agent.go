@@ -69,6 +69,8 @@ type agentDecoder struct {
 type decodedAgent struct {
 	agent    svc.Agent
 	nameLine int
+	// mcpLine is the line of the mcp block, 0 without one.
+	mcpLine int
 }
 
 // decodeAgent decodes the agent spec data, read from file. The agent is
@@ -204,6 +206,7 @@ func decodeSpec(file string, data []byte, env Env, readFile func(string) ([]byte
 
 	if f, ok := d.get("mcp"); ok {
 		d.mark("mcp", f.val)
+		out.mcpLine = f.key.Line
 		a.MCP = d.exposure(f.val)
 	}
 	own := a.ModelSettings

@@ -155,6 +155,8 @@ type scanned struct {
 	group *svc.Group // set for a good group file
 	// template is set for a good template file.
 	template *svc.AgentTemplate
+	// mcpLine is the line of an agent's or group's mcp block, 0 without.
+	mcpLine int
 	errs     []*Error
 }
 
@@ -210,6 +212,7 @@ func scan(dir string, env Env) (scanResult, error) {
 		_, ok := defined[name]
 		return ok
 	})
+	sc.checkToolNames(env.Agents)
 	if nAgents == 0 && nGroups == 0 && len(env.Agents) == 0 && !sc.failed() {
 		// Most often the wrong directory (the repository root, say, or a
 		// typo): serving nothing is never what was meant.
@@ -218,6 +221,43 @@ func scan(dir string, env Env) (scanResult, error) {
 			filepath.Join(dir, AgentsDir, "*.yaml"), filepath.Join(dir, GroupsDir, "*.yaml")), cause: ErrNoSpecs}}})
 	}
 	return sc, nil
+}
+
+// checkToolNames refuses two agents or groups that `svc mcp` would list
+// under one tool name (an mcp.name, or a default such as an agent named
+// group_x beside a group x), at the second one's mcp block. goAgents,
+// registered from Go, keep their default names.
+func (sc *scanResult) checkToolNames(goAgents []string) {
+	owner := map[string]string{} // tool name → "agent NAME (FILE)"
+	for _, n := range goAgents {
+		owner[n] = "agent " + n + " (registered from Go)"
+	}
+	for i := range sc.results {
+		r := &sc.results[i]
+		var x svc.MCPExposure
+		var what, tool string
+		switch {
+		case r.agent != nil:
+			x, what, tool = r.agent.MCP, "agent "+r.agent.Name, r.agent.Name
+		case r.group != nil:
+			x, what, tool = r.group.MCP, "group "+r.group.Name, "group_"+r.group.Name
+		default:
+			continue
+		}
+		if !x.Exposed() {
+			continue
+		}
+		if x.Name != "" {
+			tool = x.Name
+		}
+		if other, dup := owner[tool]; dup {
+			r.errs = append(r.errs, &Error{File: r.file, Line: r.mcpLine, Key: "mcp.name",
+				Msg: fmt.Sprintf("MCP tool name %q is already that of %s: give one of them another mcp.name (or expose: false)", tool, other)})
+			r.agent, r.group = nil, nil
+			continue
+		}
+		owner[tool] = what + " (" + r.file + ")"
+	}
 }
 
 // failed reports whether any file had an error.
@@ -290,6 +330,7 @@ func (sc *scanResult) scanAgents(sub string, env Env) (map[string]string, int) {
 		if len(r.errs) == 0 {
 			a := dec.agent
 			r.agent = &a
+			r.mcpLine = dec.mcpLine
 		}
 		sc.results = append(sc.results, r)
 	}
@@ -358,6 +399,9 @@ func (sc *scanResult) scanGroups(sub string, hasAgent func(string) bool) int {
 			if len(r.errs) == 0 {
 				g := dec.group
 				r.group = &g
+				if n, ok := dec.at["mcp"]; ok {
+					r.mcpLine = n.Line
+				}
 			}
 		}
 		sc.results = append(sc.results, r)

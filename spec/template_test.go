@@ -206,3 +206,37 @@ func TestWatchReloadsTemplateChange(t *testing.T) {
 		t.Errorf("instructions after the template changed = %q, want two", got)
 	}
 }
+
+// Two agents or groups that MCP would list under one tool name are
+// refused at the second one's mcp block.
+func TestMCPToolNameClash(t *testing.T) {
+	writeTree(t, map[string]string{
+		"specs/agents/a.yaml":       "version: 1\nmodel: test:echo\nmcp: {name: ask}\n",
+		"specs/agents/b.yaml":       "version: 1\nmodel: test:echo\n\nmcp: {name: ask}\n",
+		"specs/agents/c.yaml":       "version: 1\nmodel: test:echo\nmcp: {name: ask, expose: false}\n",
+		"specs/agents/group_g.yaml": "version: 1\nmodel: test:echo\n",
+		"specs/groups/g.yaml":       "version: 1\nnodes: {x: {agent: a}}\n",
+	})
+	res, err := Validate("specs", testEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range res {
+		if r.Err != nil {
+			got[r.File] = r.Err.Error()
+		}
+	}
+	want := map[string]string{
+		"specs/agents/b.yaml": `specs/agents/b.yaml:4: mcp.name: MCP tool name "ask" is already that of agent a (specs/agents/a.yaml)`,
+		"specs/groups/g.yaml": `specs/groups/g.yaml: mcp.name: MCP tool name "group_g" is already that of agent group_g (specs/agents/group_g.yaml)`,
+	}
+	if len(got) != len(want) {
+		t.Errorf("errors %q, want in %d files", got, len(want))
+	}
+	for f, w := range want {
+		if !strings.HasPrefix(got[f], w) {
+			t.Errorf("%s: %q, want it to start %q", f, got[f], w)
+		}
+	}
+}
