@@ -157,7 +157,7 @@ type scanned struct {
 	template *svc.AgentTemplate
 	// mcpLine is the line of an agent's or group's mcp block, 0 without.
 	mcpLine int
-	errs     []*Error
+	errs    []*Error
 }
 
 type scanResult struct {
