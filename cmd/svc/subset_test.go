@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/testutil"
@@ -52,7 +53,7 @@ func TestServeAgentsSubset(t *testing.T) {
 		if resp, body := do(t, t.Context(), http.MethodPost, s.url+"/agents/b/run", `{"input":1}`, nil); strings.Contains(strings.Join(tc.args, " "), "--agents") && !strings.Contains(tc.agents, `"b"`) && resp.StatusCode != http.StatusNotFound {
 			t.Errorf("%v: run of b, not served: %d %s, want 404", tc.args, resp.StatusCode, body)
 		}
-		s.signal(t, 2)
+		s.signal(t, syscall.SIGINT)
 		s.wait(t, fleetWait)
 	}
 	for _, tc := range []struct {
