@@ -138,6 +138,50 @@ type MCPServer struct {
 	Idempotent *bool `json:"idempotent,omitempty" yaml:"idempotent,omitempty"`
 }
 
+// MCPExposure decides whether and how the MCP server side (`svc mcp`,
+// `svc serve --mcp`) lists an agent or a group as a tool. The zero value
+// lists it under its default name (the agent's name, group_NAME for a
+// group) with the default description.
+type MCPExposure struct {
+	// Expose false leaves it out; nil and true list it.
+	Expose *bool `json:"expose,omitempty" yaml:"expose,omitempty"`
+	// Name, when set, is the tool name instead of the default: 1 to 128
+	// of A-Z a-z 0-9 _ - . (MCP's rule for tool names).
+	Name string `json:"name,omitempty" yaml:"name,omitempty"`
+	// Description, when set, is the tool's description instead of the
+	// generated one.
+	Description string `json:"description,omitempty" yaml:"description,omitempty"`
+}
+
+// Exposed reports whether the MCP server side lists it.
+func (m MCPExposure) Exposed() bool { return m.Expose == nil || *m.Expose }
+
+// clone copies the Expose pointer, so a registered definition shares
+// nothing with its caller.
+func (m MCPExposure) clone() MCPExposure {
+	if m.Expose != nil {
+		v := *m.Expose
+		m.Expose = &v
+	}
+	return m
+}
+
+// ValidMCPToolName reports whether s is a valid MCP tool name: 1 to 128
+// of A-Z a-z 0-9 _ - . (SEP-986).
+func ValidMCPToolName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Hook transforms an agent's input (PreProcess) or output (PostProcess).
 // An error from a hook fails the invocation.
 type Hook func(ctx context.Context, value json.RawMessage) (json.RawMessage, error)
@@ -150,10 +194,11 @@ const (
 	ContextFull = "full"
 )
 
-// Agent is the definition of an agent: the fourteen fields of the spec. A
-// runtime copies an Agent when it is registered (Clone), so the registered
-// definition cannot be changed through the value the caller still holds;
-// the runtime hands out copies too.
+// Agent is the definition of an agent: the fourteen fields of the spec,
+// and how the MCP server side lists it. A runtime copies an Agent when it
+// is registered (Clone), so the registered definition cannot be changed
+// through the value the caller still holds; the runtime hands out copies
+// too.
 type Agent struct {
 	Name         string
 	Model        string // provider:name, e.g. "test:echo" or "openai:gpt-4o-mini"
@@ -171,6 +216,8 @@ type Agent struct {
 	ContextPasser  string     // ContextNone or ContextFull
 	PreProcess     Hook
 	PostProcess    Hook
+	// MCP decides how `svc mcp` and `svc serve --mcp` list the agent.
+	MCP MCPExposure
 }
 
 // Clone returns a deep copy of a, sharing only the immutable parts (tools
@@ -195,6 +242,7 @@ func (a Agent) Clone() Agent {
 	}
 	c.BuiltinTools = slices.Clone(a.BuiltinTools)
 	c.FallbackModels = slices.Clone(a.FallbackModels)
+	c.MCP = a.MCP.clone()
 	c.ModelSettings = cloneAny(a.ModelSettings).(map[string]any)
 	return c
 }
@@ -340,6 +388,9 @@ func (a *Agent) Validate() error {
 		} else if !dup {
 			servers[s.Name] = i
 		}
+	}
+	if a.MCP.Name != "" && !ValidMCPToolName(a.MCP.Name) {
+		f.add("mcp.name", "%q: an MCP tool name is 1 to 128 of A-Z a-z 0-9 _ - .", a.MCP.Name)
 	}
 	for _, x := range []struct {
 		field  string

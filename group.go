@@ -32,6 +32,9 @@ type Group struct {
 	Coordinator string   `json:"coordinator,omitempty"` // agent name
 	Delegates   []string `json:"delegates,omitempty"`   // agent names
 	MaxRounds   int      `json:"max_rounds,omitempty"`  // delegate calls allowed; 0 means DefaultMaxRounds
+
+	// MCP decides how `svc mcp` and `svc serve --mcp` list the group.
+	MCP MCPExposure `json:"mcp,omitzero"`
 }
 
 // DefaultMaxRounds bounds a team's delegate calls when MaxRounds is 0.
@@ -69,6 +72,7 @@ func (g Group) Clone() Group {
 	c.Nodes = slices.Clone(g.Nodes)
 	c.Edges = slices.Clone(g.Edges)
 	c.Delegates = slices.Clone(g.Delegates)
+	c.MCP = g.MCP.clone()
 	return c
 }
 

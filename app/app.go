@@ -22,7 +22,9 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,8 +191,22 @@ func (a *App) start() error {
 		if err != nil {
 			return &ConfigError{Option: "SpecsDir", Err: err}
 		}
+		if _, _, err := a.definitions(set); err != nil {
+			return &ConfigError{Option: "ServeAgents", Err: err}
+		}
 		a.set = set
 		runtimeOpts = set.Options
+	}
+	var dash http.Handler
+	if o.Dashboard {
+		dash = dashboard.Handler()
+		if o.DashboardDir != "" {
+			h, err := dashboard.Dir(o.DashboardDir)
+			if err != nil {
+				return &ConfigError{Option: "DashboardDir", Err: err}
+			}
+			dash = h
+		}
 	}
 	if o.RuntimeOptions != nil {
 		runtimeOpts = o.RuntimeOptions(runtimeOpts)
@@ -351,7 +367,7 @@ func (a *App) start() error {
 	a.rt = rt
 	cancelled.Store(rt)
 	a.startSweeper()
-	agents, groups := a.definitions(a.set)
+	agents, groups, _ := a.definitions(a.set) // checked with the specs
 	if err := rt.Register(agents...); err != nil {
 		return &ConfigError{Option: "Agents", Err: err}
 	}
@@ -393,7 +409,7 @@ func (a *App) start() error {
 		ropts = append(ropts, server.WithMaxBodyBytes(o.MaxBodyBytes))
 	}
 	if o.Dashboard {
-		ropts = append(ropts, server.WithDashboard(dashboard.Handler()))
+		ropts = append(ropts, server.WithDashboard(dash))
 	}
 	if a.mp != nil {
 		// svc.http.run_stream.slow_disconnects, beside the emitter's
@@ -426,7 +442,7 @@ func (a *App) start() error {
 		cfg.Metrics = a.tel.metrics
 	}
 	if o.MCP {
-		cfg.MCP = mcpserver.Handler(rt, mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp")})
+		cfg.MCP = mcpserver.Handler(rt, mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp"), Definitions: rt})
 	}
 	h, err := server.NewStandalone(rt, cfg)
 	if err != nil {
@@ -517,15 +533,99 @@ func isLoopbackAddr(addr net.Addr) bool {
 }
 
 // definitions are the agents and groups to register: those of Options,
-// then those of the specs.
-func (a *App) definitions(set *spec.Set) ([]svc.Agent, []svc.Group) {
+// then those of the specs that ServeAgents and ServeGroups keep. Its error
+// is for a name they give that the specs do not define, or a group kept
+// that needs an agent left out.
+func (a *App) definitions(set *spec.Set) ([]svc.Agent, []svc.Group, error) {
 	agents := append([]svc.Agent(nil), a.opts.Agents...)
 	groups := append([]svc.Group(nil), a.opts.Groups...)
-	if set != nil {
-		agents = append(agents, set.Agents...)
-		groups = append(groups, set.Groups...)
+	if set == nil {
+		return agents, groups, nil
 	}
-	return agents, groups
+	served := map[string]bool{}
+	for _, ag := range a.opts.Agents {
+		served[ag.Name] = true
+	}
+	var errs []error
+	keep := func(what, flag string, names []string, defined []string) map[string]bool {
+		if names == nil {
+			return nil
+		}
+		m := map[string]bool{}
+		for _, n := range names {
+			if !slices.Contains(defined, n) {
+				errs = append(errs, fmt.Errorf("%s: no %s %q in %s (%s: %s)", flag, what, n, set.Dir, what+"s", strings.Join(defined, ", ")))
+			}
+			m[n] = true
+		}
+		return m
+	}
+	var agentNames, groupNames []string
+	for _, ag := range set.Agents {
+		agentNames = append(agentNames, ag.Name)
+	}
+	for _, g := range set.Groups {
+		groupNames = append(groupNames, g.Name)
+	}
+	onlyAgents := keep("agent", "--agents", a.opts.ServeAgents, agentNames)
+	onlyGroups := keep("group", "--groups", a.opts.ServeGroups, groupNames)
+	for _, ag := range set.Agents {
+		if onlyAgents == nil || onlyAgents[ag.Name] {
+			agents = append(agents, ag)
+			served[ag.Name] = true
+		}
+	}
+	for _, g := range set.Groups {
+		if onlyGroups != nil && !onlyGroups[g.Name] {
+			continue
+		}
+		if onlyAgents != nil {
+			var missing []string
+			for _, n := range groupAgents(g) {
+				if !served[n] && !slices.Contains(missing, n) {
+					missing = append(missing, n)
+				}
+			}
+			if len(missing) > 0 {
+				errs = append(errs, fmt.Errorf("group %s needs agent %s, which --agents leaves out: add it to --agents, or leave the group out with --groups", g.Name, strings.Join(missing, ", ")))
+				continue
+			}
+		}
+		groups = append(groups, g)
+	}
+	return agents, groups, errors.Join(errs...)
+}
+
+// groupAgents are the agents a group runs: its nodes', or its coordinator
+// and delegates.
+func groupAgents(g svc.Group) []string {
+	var out []string
+	for _, n := range g.Nodes {
+		out = append(out, n.Agent)
+	}
+	if g.Coordinator != "" {
+		out = append(out, g.Coordinator)
+	}
+	return append(out, g.Delegates...)
+}
+
+// keepsWorkerAgents refuses a reload that drops an agent a worker takes
+// the tasks of: its subscription would stay and every task fail.
+func (a *App) keepsWorkerAgents(agents []svc.Agent) error {
+	if a.worker == nil {
+		return nil
+	}
+	var gone []string
+	for name := range a.worker.Subjects() {
+		if !slices.ContainsFunc(agents, func(ag svc.Agent) bool { return ag.Name == name }) {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	slices.Sort(gone)
+	return fmt.Errorf("the worker takes the tasks of %s, which the specs no longer define: restart the worker to stop serving an agent", strings.Join(gone, ", "))
 }
 
 // watch starts the spec watcher. Each change that loads swaps the
@@ -541,10 +641,26 @@ func (a *App) watch(started svc.Options) error {
 			a.log.Error("specs reload failed; still serving the previous definitions", zap.String("specs", o.SpecsDir), zap.Error(err))
 			return
 		}
-		agents, groups := a.definitions(set)
+		agents, groups, err := a.definitions(set)
+		if err == nil {
+			err = a.keepsWorkerAgents(agents)
+		}
+		if err != nil {
+			a.log.Error("specs reload refused; still serving the previous definitions", zap.String("specs", o.SpecsDir), zap.Error(err))
+			return
+		}
 		if err := a.rt.Replace(agents, groups); err != nil {
 			a.log.Error("specs reload refused by the runtime; still serving the previous definitions", zap.String("specs", o.SpecsDir), zap.Error(err))
 			return
+		}
+		if a.worker != nil {
+			// Its subscriptions are those of its start.
+			subs := a.worker.Subjects()
+			for _, ag := range agents {
+				if _, ok := subs[ag.Name]; !ok && (len(o.Worker.Agents) == 0 || slices.Contains(o.Worker.Agents, ag.Name)) {
+					a.log.Warn("agent added by the reload: this worker takes its tasks once restarted", zap.String("agent", ag.Name))
+				}
+			}
 		}
 		opts := set.Options
 		if o.RuntimeOptions != nil {

@@ -130,6 +130,19 @@ type Options struct {
 	// /dashboard/. Its files need no token; the page asks for AuthToken and
 	// sends it on its API calls. [--dashboard, default true]
 	Dashboard bool
+	// DashboardDir, with Dashboard, serves the dashboard's files from
+	// this directory (a customised copy of dashboard/static) instead of
+	// the embedded ones; it must hold index.html. [--dashboard-dir]
+	DashboardDir string
+	// ServeAgents, when not nil, are the agents of SpecsDir to serve;
+	// the others are not registered (agents of Agents, from Go, always
+	// are). A name SpecsDir does not define is refused at start.
+	// [svc serve --agents]
+	ServeAgents []string
+	// ServeGroups, when not nil, are the groups of SpecsDir to serve.
+	// A served group that needs an agent ServeAgents leaves out is
+	// refused at start (and on reload), naming both. [svc serve --groups]
+	ServeGroups []string
 	// MCP serves the agents and groups as Model Context Protocol tools
 	// over streamable HTTP at /mcp (package http/mcpserver), behind
 	// AuthToken like the other routes. [--mcp]
@@ -399,6 +412,12 @@ func (o *Options) check() error {
 	}
 	if o.MeterProvider != nil && (o.Metrics || o.OTLPFromEnv) {
 		return bad("MeterProvider", "given with Metrics or OTLPFromEnv, which build the app's own provider")
+	}
+	if o.DashboardDir != "" && !o.Dashboard {
+		return bad("DashboardDir", "needs Dashboard")
+	}
+	if (o.ServeAgents != nil || o.ServeGroups != nil) && o.SpecsDir == "" {
+		return bad("ServeAgents", "needs SpecsDir")
 	}
 	if o.Reload {
 		if o.SpecsDir == "" {

@@ -16,8 +16,11 @@ package dashboard
 
 import (
 	"embed"
+	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 )
 
@@ -38,7 +41,35 @@ func Handler() http.Handler {
 		// The embedded tree is fixed at build time: this cannot fail.
 		panic("dashboard: " + err.Error())
 	}
-	fileServer := http.FileServerFS(sub)
+	return handlerFS(sub)
+}
+
+// Dir serves a customised copy of the dashboard from dir on disk instead
+// of the embedded files (`svc serve --dashboard-dir`), with the same
+// headers. Files are read at each request, so edits show on reload of the
+// page. A dir that is missing, not a directory, or without index.html is
+// an error: a page that cannot load is better refused at start.
+func Dir(dir string) (http.Handler, error) {
+	info, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("dashboard directory %s: %w", dir, err)
+	case !info.IsDir():
+		return nil, fmt.Errorf("dashboard directory %s: not a directory", dir)
+	}
+	fsys := os.DirFS(dir)
+	if st, err := fs.Stat(fsys, "index.html"); err != nil || st.IsDir() {
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			err = errors.New("no index.html (copy dashboard/static of the svc sources and edit it)")
+		}
+		return nil, fmt.Errorf("dashboard directory %s: %w", dir, err)
+	}
+	return handlerFS(fsys), nil
+}
+
+// handlerFS serves the dashboard's files from fsys.
+func handlerFS(fsys fs.FS) http.Handler {
+	fileServer := http.FileServerFS(fsys)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

@@ -168,3 +168,45 @@ func firstArg(src []byte) string {
 	}
 	return string(src)
 }
+
+// TestDir: a customised copy on disk is served with the page's headers,
+// read at each request; a directory that is missing, a file, or without
+// index.html is refused.
+func TestDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []struct{ dir, want string }{
+		{filepath.Join(dir, "missing"), "no such file"},
+		{dir, "no index.html"},
+	} {
+		if _, err := dashboard.Dir(bad.dir); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Dir(%s): %v, want an error saying %q", bad.dir, err, bad.want)
+		}
+	}
+	index := filepath.Join(dir, "index.html")
+	if err := os.WriteFile(index, []byte("<p>custom</p>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dashboard.Dir(index); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("Dir(a file): %v", err)
+	}
+	h, err := dashboard.Dir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(want string) {
+		t.Helper()
+		resp := get(t, h, http.MethodGet, "/")
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || string(body) != want || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+			t.Errorf("GET /: %d %q CSP %q, want %q with the dashboard's CSP", resp.StatusCode, body, resp.Header.Get("Content-Security-Policy"), want)
+		}
+	}
+	check("<p>custom</p>")
+	if err := os.WriteFile(index, []byte("<p>edited</p>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("<p>edited</p>")
+	if resp := get(t, h, http.MethodPost, "/"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: %d, want 405", resp.StatusCode)
+	}
+}

@@ -17,9 +17,20 @@ import (
 )
 
 var agentKeys = []string{
-	"version", "name", "model", "fallback_models", "instructions", "input_type", "output_type",
-	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level", "context_passer",
+	"version", "name", "template", "model", "fallback_models", "instructions", "input_type", "output_type",
+	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level", "context_passer", "mcp",
 }
+
+// templateKeys are the keys of a template file: what agents share, and
+// pre_instruction in place of instructions. No template key: templates
+// do not name templates.
+var templateKeys = []string{
+	"version", "name", "model", "fallback_models", "pre_instruction",
+	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level",
+}
+
+// exposureKeys are the keys of the mcp block of an agent or group.
+var exposureKeys = []string{"expose", "name", "description"}
 
 var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds", "idempotent"}
 
@@ -40,6 +51,12 @@ type agentDecoder struct {
 	fs       map[string]field
 	// lists holds the decoded string lists by key.
 	lists map[string][]item
+	// template is set when the file is a template's, not an agent's.
+	template bool
+	// tmpl is the template the agent names, when it names one that
+	// loaded; tmplAt is where it named it.
+	tmpl   *svc.AgentTemplate
+	tmplAt *yaml.Node
 	// at maps the field paths of svc.Agent.Validate ("tools[1]",
 	// "mcp_servers[0].url") to where they were written, so its errors
 	// are reported at their line under the key as written (a tool left
@@ -52,14 +69,46 @@ type agentDecoder struct {
 type decodedAgent struct {
 	agent    svc.Agent
 	nameLine int
+	// mcpLine is the line of the mcp block, 0 without one.
+	mcpLine int
 }
 
 // decodeAgent decodes the agent spec data, read from file. The agent is
 // usable only when there are no errors.
 func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byte, error)) (decodedAgent, []*Error) {
-	root, perr := parseMapping(file, data, "an agent spec: a mapping starting with version: 1")
+	out, _, errs := decodeSpec(file, data, env, readFile, false)
+	return out, errs
+}
+
+// decodedTemplate is a template and where its name came from.
+type decodedTemplate struct {
+	tmpl     svc.AgentTemplate
+	nameLine int
+}
+
+// decodeTemplate decodes a template file (templates/NAME.yaml): the keys
+// of an agent that agents share, with the same checks, but no model
+// required and pre_instruction in place of instructions.
+func decodeTemplate(file string, data []byte, env Env, readFile func(string) ([]byte, error)) (decodedTemplate, []*Error) {
+	out, pre, errs := decodeSpec(file, data, env, readFile, true)
+	a := out.agent
+	return decodedTemplate{nameLine: out.nameLine, tmpl: svc.AgentTemplate{
+		Name: a.Name, Model: a.Model, FallbackModels: a.FallbackModels, ModelSettings: a.ModelSettings,
+		Tools: a.Tools, MCPServers: a.MCPServers, BuiltinTools: a.BuiltinTools, TrustLevel: a.TrustLevel,
+		PreInstruction: pre,
+	}}, errs
+}
+
+// decodeSpec decodes an agent file, or a template file when template is
+// set (then it returns the pre_instruction too).
+func decodeSpec(file string, data []byte, env Env, readFile func(string) ([]byte, error), template bool) (decodedAgent, string, []*Error) {
+	what := "an agent spec: a mapping starting with version: 1"
+	if template {
+		what = "a template spec: a mapping starting with version: 1"
+	}
+	root, perr := parseMapping(file, data, what)
 	if perr != nil {
-		return decodedAgent{}, []*Error{perr}
+		return decodedAgent{}, "", []*Error{perr}
 	}
 	d := &agentDecoder{
 		decoder:  newDecoder(file, len(data)),
@@ -68,8 +117,13 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		root:     root,
 		lists:    map[string][]item{},
 		at:       map[string]item{},
+		template: template,
 	}
-	d.fs = d.fields(root, "", agentKeys)
+	keys := agentKeys
+	if template {
+		keys = templateKeys
+	}
+	d.fs = d.fields(root, "", keys)
 	d.version(root, d.fs)
 
 	out := decodedAgent{nameLine: root.Line}
@@ -82,15 +136,26 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		if name, ok := d.str(f.val, "name"); ok {
 			a.Name = name
 			if name != stem {
-				d.fail(f.val, "name", "%q does not match the file name %s: an agent's file is named after it", name, filepath.Base(file))
+				what := "an agent's"
+				if template {
+					what = "a template's"
+				}
+				d.fail(f.val, "name", "%q does not match the file name %s: %s file is named after it", name, filepath.Base(file), what)
 			}
 		}
+	}
+	if f, ok := d.get("template"); ok {
+		d.useTemplate(f.val)
 	}
 	if f, ok := d.get("model"); ok {
 		d.mark("model", f.val)
 		a.Model, _ = d.str(f.val, "model")
-	} else {
-		d.fail(root, "model", "missing: name the model as provider:name, e.g. `model: test:echo`")
+	} else if !template && !d.failed("template") && (d.tmpl == nil || d.tmpl.Model == "") {
+		msg := "missing: name the model as provider:name, e.g. `model: test:echo`"
+		if d.tmpl != nil {
+			msg += " (template " + d.tmpl.Name + " names none)"
+		}
+		d.fail(root, "model", "%s", msg)
 	}
 	if f, ok := d.get("fallback_models"); ok {
 		d.lists["fallback_models"] = d.strList(f.val, "fallback_models")
@@ -102,11 +167,18 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 	if f, ok := d.get("instructions"); ok {
 		a.Instructions, _ = d.str(f.val, "instructions")
 	}
+	var pre string
+	if f, ok := d.get("pre_instruction"); ok {
+		pre, _ = d.str(f.val, "pre_instruction")
+	}
 	if f, ok := d.get("trust_level"); ok {
 		d.mark("trust_level", f.val)
 		if s, ok := d.str(f.val, "trust_level"); ok {
 			a.TrustLevel = svc.TrustLevel(s)
 		}
+	} else if d.tmpl != nil {
+		// The tools are checked against the level the agent will have.
+		a.TrustLevel = d.tmpl.TrustLevel
 	}
 	if f, ok := d.get("context_passer"); ok {
 		d.mark("context_passer", f.val)
@@ -132,21 +204,153 @@ func decodeAgent(file string, data []byte, env Env, readFile func(string) ([]byt
 		}
 	}
 
+	if f, ok := d.get("mcp"); ok {
+		d.mark("mcp", f.val)
+		out.mcpLine = f.key.Line
+		a.MCP = d.exposure(f.val)
+	}
+	own := a.ModelSettings
+	if d.tmpl != nil {
+		d.applyTemplate(a)
+	}
+
 	// The rules of an agent are svc.Agent.Validate's; what this decoder
 	// checks itself is the file's shape and the names the environment
 	// knows (tools, builtins, models, schema files).
-	d.report(a.Validate())
+	err := a.Validate()
+	if _, own := d.get("model"); !own && (template || d.failed("template")) {
+		// A template need not name one; an agent whose template is at
+		// fault is told so at its template key.
+		err = dropField(err, "model")
+	}
+	d.report(err)
 	d.checkModels(a)
-	if len(d.errs) == 0 && d.env.CheckAgent != nil {
+	switch {
+	case template:
+		// Not an agent: the runtime's compile is for the agents that use it.
+		d.checkSettings(a)
+	case len(d.errs) == 0 && d.env.CheckAgent != nil:
 		d.checkAgent(*a)
-	} else if len(d.errs) > 0 {
+	case len(d.errs) > 0:
 		d.checkSettings(a)
 	}
 	// After CheckAgent, which runs only on a file without faults: the
-	// file's other faults are reported in the same pass.
-	d.rateLimit(a.ModelSettings)
+	// file's other faults are reported in the same pass. The template's
+	// own settings were checked in its file.
+	d.rateLimit(own)
 
-	return out, d.finish()
+	return out, pre, d.finish()
+}
+
+// useTemplate looks up the template an agent names. An unknown template,
+// or one whose file has errors, is reported at the agent's template key.
+func (d *agentDecoder) useTemplate(n *yaml.Node) {
+	d.mark("template", n)
+	name, ok := d.str(n, "template")
+	if !ok {
+		return
+	}
+	t, ok := d.env.templates[name]
+	switch {
+	case !ok:
+		names := make([]string, 0, len(d.env.templates))
+		for n := range d.env.templates {
+			names = append(names, n)
+		}
+		d.fail(n, "template", "unknown template %q (%s)", name, known(names, "known templates", "there is no "+TemplatesDir+"/*.yaml"))
+	case t.tmpl == nil:
+		d.fail(n, "template", "template %s has errors (see %s)", name, t.file)
+	default:
+		d.tmpl, d.tmplAt = t.tmpl, n
+	}
+}
+
+// applyTemplate puts the template under the agent (svc.AgentTemplate.Apply:
+// the agent's fields win; a list the file gives, even empty, replaces the
+// template's). The fields that came from the template are located at the
+// agent's template key, and the template's tools are checked against the
+// agent's trust level.
+func (d *agentDecoder) applyTemplate(a *svc.Agent) {
+	if _, ok := d.get("fallback_models"); ok && a.FallbackModels == nil {
+		a.FallbackModels = []string{}
+	}
+	if _, ok := d.get("tools"); ok && a.Tools == nil {
+		a.Tools = []svc.Tool{}
+	}
+	if _, ok := d.get("mcp_servers"); ok && a.MCPServers == nil {
+		a.MCPServers = []svc.MCPServer{}
+	}
+	if _, ok := d.get("builtin_tools"); ok && a.BuiltinTools == nil {
+		a.BuiltinTools = []string{}
+	}
+	for _, k := range []string{"model", "fallback_models", "tools", "mcp_servers", "builtin_tools", "trust_level"} {
+		if _, ok := d.get(k); !ok {
+			d.at[k] = item{Node: d.tmplAt, Key: "template"}
+		}
+	}
+	if _, ok := d.get("tools"); !ok {
+		trust := a.Trust()
+		for _, t := range d.tmpl.Tools {
+			if trust.Valid() && !trust.Allows(t.Access()) {
+				at, key := d.tmplAt, "template"
+				if f, ok := d.get("trust_level"); ok {
+					at, key = f.val, "trust_level"
+				}
+				d.fail(at, key, "tool %s of template %s needs %s access; %s", t.Name(), d.tmpl.Name, t.Access(), trustAdvice(a, t.Access()))
+			}
+		}
+	}
+	*a = d.tmpl.Apply(*a)
+}
+
+// dropField removes the *svc.FieldError of field from an error of
+// svc.Agent.Validate.
+func dropField(err error, field string) error {
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var keep []error
+	for _, e := range errs {
+		var fe *svc.FieldError
+		if errors.As(e, &fe) && fe.Field == field {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	return errors.Join(keep...)
+}
+
+// exposure decodes the mcp block of an agent or group:
+// {expose: bool, name: tool name, description: text}.
+func (d *decoder) exposure(n *yaml.Node) svc.MCPExposure {
+	var out svc.MCPExposure
+	if resolve(n).Kind != yaml.MappingNode {
+		d.fail(n, "mcp", "want a mapping {expose: true|false, name: TOOL, description: TEXT}, got %s", describe(n))
+		return out
+	}
+	fs := d.fields(resolve(n), "mcp", exposureKeys)
+	if f, ok := fs["expose"]; ok && !isNull(f.val) {
+		if b, ok := d.boolean(f.val, "mcp.expose"); ok {
+			out.Expose = &b
+		}
+	}
+	if f, ok := fs["name"]; ok && !isNull(f.val) {
+		if s, ok := d.str(f.val, "mcp.name"); ok {
+			if !svc.ValidMCPToolName(s) {
+				d.fail(f.val, "mcp.name", "%q: an MCP tool name is 1 to 128 of A-Z a-z 0-9 _ - .", s)
+			} else {
+				out.Name = s
+			}
+		}
+	}
+	if f, ok := fs["description"]; ok && !isNull(f.val) {
+		out.Description, _ = d.str(f.val, "mcp.description")
+	}
+	return out
 }
 
 // rateLimit checks that model_settings.rate_limit names a limit of the
@@ -195,6 +399,9 @@ func (d *agentDecoder) tools(a *svc.Agent) []svc.Tool {
 	items := d.strList(f.val, "tools")
 	d.lists["tools"] = items
 	trust := a.Trust()
+	// A template without a trust level leaves it to its agents: its
+	// tools are checked against each agent's level (applyTemplate).
+	checkTrust := !d.template || a.TrustLevel != ""
 	var out []svc.Tool
 	for _, it := range items {
 		t := d.env.Tools[it.Value]
@@ -204,7 +411,7 @@ func (d *agentDecoder) tools(a *svc.Agent) []svc.Tool {
 		}
 		// Not a rule of svc.Agent (a Go agent may list such a tool, and
 		// calling it fails with TrustViolationError): a spec is told at once.
-		if trust.Valid() && !trust.Allows(t.Access()) {
+		if checkTrust && trust.Valid() && !trust.Allows(t.Access()) {
 			d.fail(it.Node, it.Key, "tool %s needs %s access; %s", it.Value, t.Access(), trustAdvice(a, t.Access()))
 			continue
 		}
@@ -346,6 +553,9 @@ func (d *agentDecoder) report(err error) {
 func (d *agentDecoder) locate(field string) (*yaml.Node, string) {
 	for k := field; k != ""; k = parentKey(k) {
 		if it, ok := d.at[k]; ok {
+			if it.Key == "template" {
+				return it.Node, it.Key // the field came from the template
+			}
 			return it.Node, it.Key + field[len(k):]
 		}
 	}

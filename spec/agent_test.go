@@ -210,7 +210,7 @@ func TestBadAgents(t *testing.T) {
 		{name: "version 2", yaml: "model: test:echo\nversion: 2\n", line: 2, key: "version", msg: "want 1, got the integer 2"},
 		{name: "version as string", yaml: "version: '1'\nmodel: test:echo\n", line: 1, key: "version", msg: `want 1, got the string "1"`},
 		{name: "unknown key near miss", yaml: "version: 1\nmodel: test:echo\nmodle: x\n", line: 3, key: "modle", msg: `unknown key; did you mean "model"?`},
-		{name: "unknown key", yaml: "version: 1\nmodel: test:echo\n\nbananas: 3\n", line: 4, key: "bananas", msg: "unknown key (known keys: version, name, model,"},
+		{name: "unknown key", yaml: "version: 1\nmodel: test:echo\n\nbananas: 3\n", line: 4, key: "bananas", msg: "unknown key (known keys: version, name, template, model,"},
 		{name: "repeated key", yaml: "version: 1\nmodel: test:echo\nmodel: test:fail\n", line: 3, key: "model", msg: "repeated (first at line 2)"},
 		{name: "merge key", yaml: "version: 1\nmodel: test:echo\n<<: {instructions: x}\n", line: 3, key: "<<", msg: "merge keys (<<) are not supported"},
 		{name: "syntax error", yaml: "version: 1\nmodel: [test:echo\n", line: 2, key: "", msg: "invalid YAML: did not find expected ',' or ']'"},

@@ -14,7 +14,7 @@ import (
 )
 
 var groupKeys = []string{
-	"version", "name", "kind", "nodes", "edges", "coordinator", "delegates", "max_rounds",
+	"version", "name", "kind", "nodes", "edges", "coordinator", "delegates", "max_rounds", "mcp",
 }
 
 var (
@@ -114,6 +114,9 @@ func decodeGroup(file string, data []byte) (*decodedGroup, []*Error) {
 	// not use is a mistake group.Compile reports.
 	d.graph(g)
 	d.team(g)
+	if f, ok := d.get("mcp"); ok {
+		g.MCP = d.exposure(f.val)
+	}
 	return d.out, d.finish()
 }
 

@@ -1,5 +1,6 @@
 // Package spec loads and validates the YAML specs of a specs directory:
-// agents (DIR/agents/*.yaml), groups of agents (DIR/groups/*.yaml) and
+// agents (DIR/agents/*.yaml), the templates they share
+// (DIR/templates/*.yaml), groups of agents (DIR/groups/*.yaml) and
 // runtime options (DIR/runtime.yaml). Every problem is reported with its
 // file, line and key. Watch reloads a directory when its files change.
 package spec
@@ -45,10 +46,21 @@ type Env struct {
 	// model_settings.rate_limit are checked against its rate_limits.
 	RuntimeOptions func(fromSpecs svc.Options) svc.Options
 
+	// templates are the templates of the directory by name, set by scan
+	// before the agents are decoded.
+	templates map[string]templateEntry
+
 	// limits are the names of the runtime's rate_limits, set by scan once
 	// runtime.yaml has decoded; nil when it did not (its own errors say
 	// why), and then the names are not checked.
 	limits map[string]bool
+}
+
+// templateEntry is a template file's outcome: the template, nil when the
+// file has errors.
+type templateEntry struct {
+	tmpl *svc.AgentTemplate
+	file string
 }
 
 // Set is the content of a specs directory.
@@ -64,6 +76,9 @@ type Set struct {
 	Groups []svc.Group
 	// GroupFiles maps each group's name to its file.
 	GroupFiles map[string]string
+	// Templates are sorted by file name, which is their name. The agents
+	// above have their template applied already.
+	Templates []svc.AgentTemplate
 	// Options are the runtime options of runtime.yaml, or the defaults
 	// when there is none (HasOptions false).
 	Options    svc.Options
@@ -78,9 +93,10 @@ type FileResult struct {
 
 // Layout of a specs directory.
 const (
-	AgentsDir   = "agents"
-	GroupsDir   = "groups"
-	RuntimeFile = "runtime.yaml"
+	AgentsDir    = "agents"
+	GroupsDir    = "groups"
+	TemplatesDir = "templates"
+	RuntimeFile  = "runtime.yaml"
 )
 
 // Load reads every spec under dir. It is all or nothing: when any file has
@@ -110,14 +126,16 @@ func Load(dir string, env Env) (*Set, error) {
 		case r.group != nil:
 			set.Groups = append(set.Groups, *r.group)
 			set.GroupFiles[r.group.Name] = r.file
+		case r.template != nil:
+			set.Templates = append(set.Templates, *r.template)
 		}
 	}
 	return set, nil
 }
 
 // Validate checks every spec under dir and reports on each file:
-// runtime.yaml first when there is one, then the agents by file name, then
-// the groups by file name. Its error is only for a dir that cannot be read
+// runtime.yaml first when there is one, then the templates, the agents and
+// the groups, each by file name. Its error is only for a dir that cannot be read
 // (IsRootError holds).
 func Validate(dir string, env Env) ([]FileResult, error) {
 	sc, err := scan(dir, env)
@@ -135,7 +153,11 @@ type scanned struct {
 	file  string
 	agent *svc.Agent // set for a good agent file
 	group *svc.Group // set for a good group file
-	errs  []*Error
+	// template is set for a good template file.
+	template *svc.AgentTemplate
+	// mcpLine is the line of an agent's or group's mcp block, 0 without.
+	mcpLine int
+	errs    []*Error
 }
 
 type scanResult struct {
@@ -181,6 +203,7 @@ func scan(dir string, env Env) (scanResult, error) {
 		}
 	}
 
+	env.templates = sc.scanTemplates(filepath.Join(dir, TemplatesDir), env)
 	defined, nAgents := sc.scanAgents(filepath.Join(dir, AgentsDir), env)
 	for _, name := range env.Agents {
 		defined[name] = ""
@@ -189,6 +212,7 @@ func scan(dir string, env Env) (scanResult, error) {
 		_, ok := defined[name]
 		return ok
 	})
+	sc.checkToolNames(env.Agents)
 	if nAgents == 0 && nGroups == 0 && len(env.Agents) == 0 && !sc.failed() {
 		// Most often the wrong directory (the repository root, say, or a
 		// typo): serving nothing is never what was meant.
@@ -197,6 +221,43 @@ func scan(dir string, env Env) (scanResult, error) {
 			filepath.Join(dir, AgentsDir, "*.yaml"), filepath.Join(dir, GroupsDir, "*.yaml")), cause: ErrNoSpecs}}})
 	}
 	return sc, nil
+}
+
+// checkToolNames refuses two agents or groups that `svc mcp` would list
+// under one tool name (an mcp.name, or a default such as an agent named
+// group_x beside a group x), at the second one's mcp block. goAgents,
+// registered from Go, keep their default names.
+func (sc *scanResult) checkToolNames(goAgents []string) {
+	owner := map[string]string{} // tool name → "agent NAME (FILE)"
+	for _, n := range goAgents {
+		owner[n] = "agent " + n + " (registered from Go)"
+	}
+	for i := range sc.results {
+		r := &sc.results[i]
+		var x svc.MCPExposure
+		var what, tool string
+		switch {
+		case r.agent != nil:
+			x, what, tool = r.agent.MCP, "agent "+r.agent.Name, r.agent.Name
+		case r.group != nil:
+			x, what, tool = r.group.MCP, "group "+r.group.Name, "group_"+r.group.Name
+		default:
+			continue
+		}
+		if !x.Exposed() {
+			continue
+		}
+		if x.Name != "" {
+			tool = x.Name
+		}
+		if other, dup := owner[tool]; dup {
+			r.errs = append(r.errs, &Error{File: r.file, Line: r.mcpLine, Key: "mcp.name",
+				Msg: fmt.Sprintf("MCP tool name %q is already that of %s: give one of them another mcp.name (or expose: false)", tool, other)})
+			r.agent, r.group = nil, nil
+			continue
+		}
+		owner[tool] = what + " (" + r.file + ")"
+	}
 }
 
 // failed reports whether any file had an error.
@@ -269,10 +330,40 @@ func (sc *scanResult) scanAgents(sub string, env Env) (map[string]string, int) {
 		if len(r.errs) == 0 {
 			a := dec.agent
 			r.agent = &a
+			r.mcpLine = dec.mcpLine
 		}
 		sc.results = append(sc.results, r)
 	}
 	return defined, len(files)
+}
+
+// scanTemplates decodes the template files of sub and returns them by
+// name, those with errors too (nil), so that an agent naming one is told
+// it has errors rather than that it does not exist.
+func (sc *scanResult) scanTemplates(sub string, env Env) map[string]templateEntry {
+	defined := map[string]templateEntry{}
+	for _, file := range sc.specFiles(sub) {
+		r := scanned{file: file}
+		data, err := readSpecFile(file)
+		if err != nil {
+			r.errs = append(r.errs, asSpecError(file, err))
+			sc.results = append(sc.results, r)
+			defined[stemOf(file)] = templateEntry{file: file}
+			continue
+		}
+		dec, errs := decodeTemplate(file, data, env, readSpecFile)
+		r.errs = errs
+		n := dec.tmpl.Name
+		if len(r.errs) == 0 {
+			t := dec.tmpl
+			r.template = &t
+		}
+		if _, dup := defined[n]; n != "" && !dup {
+			defined[n] = templateEntry{tmpl: r.template, file: file}
+		}
+		sc.results = append(sc.results, r)
+	}
+	return defined
 }
 
 // scanGroups decodes the group files of sub and compiles each group
@@ -308,6 +399,9 @@ func (sc *scanResult) scanGroups(sub string, hasAgent func(string) bool) int {
 			if len(r.errs) == 0 {
 				g := dec.group
 				r.group = &g
+				if n, ok := dec.at["mcp"]; ok {
+					r.mcpLine = n.Line
+				}
 			}
 		}
 		sc.results = append(sc.results, r)

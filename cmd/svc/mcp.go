@@ -31,7 +31,8 @@ tools on standard input and output, for an MCP client that starts svc as a
 subprocess (an editor, a desktop assistant, another agent framework).
 
 One tool per agent, named as the agent, and one per group, named
-group_NAME. A tool's input schema is the agent's input_type when it is an
+group_NAME; an agent's or group's mcp block changes that: expose: false
+leaves it out, name and description replace the defaults. A tool's input schema is the agent's input_type when it is an
 object schema; any other input goes in the argument "input". A group
 takes the schema of its entry agent. The result is the AgentResult (or
 GroupResult) as structured content and as JSON text; a failed run or a
@@ -83,7 +84,7 @@ func (m *mcpCmd) run(cmd *cobra.Command) error {
 	}()
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := mcpserver.New(ctx, a.Backend(), mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp")})
+	srv, err := mcpserver.New(ctx, a.Backend(), mcpserver.Options{Version: svc.Version, Logger: log.Named("mcp"), Definitions: a.Runtime()})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}

@@ -182,3 +182,87 @@ func TestMCPStdioTypeScriptClient(t *testing.T) {
 		t.Errorf("broken: %+v", b)
 	}
 }
+
+// exposureSpecs hide one agent, rename another and a group.
+var exposureSpecs = map[string]string{
+	"agents/greet.yaml": "version: 1\nmodel: test:echo\n" +
+		"input_type: {type: object, properties: {text: {type: string}}, required: [text]}\n" +
+		"mcp: {name: say_hello, description: Say hello back.}\n",
+	"agents/secret.yaml": "version: 1\nmodel: test:echo\nmcp: {expose: false}\n",
+	"agents/plain.yaml":  "version: 1\nmodel: test:echo\n",
+	"groups/chain.yaml":  "version: 1\nnodes: {a: {agent: greet}, b: {agent: secret}}\nedges: [{from: a, to: b}]\nmcp: {name: pipeline}\n",
+	"groups/hidden.yaml": "version: 1\nnodes: {a: {agent: plain}}\nmcp: {expose: false}\n",
+}
+
+// checkExposure: the tools listed follow the mcp blocks, and the renamed
+// tools run their agent and group.
+func checkExposure(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := map[string]string{}
+	for _, tool := range lt.Tools {
+		desc[tool.Name] = tool.Description
+	}
+	if len(desc) != 3 || desc["say_hello"] != "Say hello back." || desc["plain"] == "" || desc["pipeline"] == "" {
+		t.Errorf("tools %q, want say_hello (Say hello back.), plain and pipeline", desc)
+	}
+	for _, tc := range []struct {
+		tool  string
+		agent string
+	}{{"say_hello", "greet"}, {"pipeline", "secret"}} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: map[string]any{"text": "hi"}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tool, err)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		var r svc.AgentResult
+		if err := json.Unmarshal(b, &r); err != nil || res.IsError || r.AgentName != tc.agent || string(r.Output) != `{"text":"hi"}` {
+			t.Errorf("%s: IsError %v, result %s; want agent %s's output", tc.tool, res.IsError, b, tc.agent)
+		}
+	}
+	// The hidden agent is not callable under its name either.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "secret", Arguments: map[string]any{"input": 1}})
+	if err == nil && !res.IsError {
+		t.Errorf("calling the hidden agent's tool succeeded")
+	}
+}
+
+// TestMCPExposure runs the mcp blocks through `svc mcp` (stdio) and
+// `svc serve --mcp` (HTTP).
+func TestMCPExposure(t *testing.T) {
+	t.Parallel()
+	specs := writeSpecs(t, exposureSpecs)
+	t.Run("stdio", func(t *testing.T) {
+		t.Parallel()
+		cmd := exec.Command(svcBin, "mcp", "--specs", specs)
+		cmd.Env = svcproc.Env()
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "svc-test"}, nil).Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("connect: %v; stderr:\n%s", err, stderr.String())
+		}
+		checkExposure(t, cs)
+		if err := cs.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	t.Run("http", func(t *testing.T) {
+		t.Parallel()
+		s := startServe(t, nil, "--specs", specs, "--mcp")
+		tr := &http.Transport{DisableKeepAlives: true}
+		defer tr.CloseIdleConnections()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "svc-test"}, nil).Connect(context.Background(),
+			&mcp.StreamableClientTransport{Endpoint: s.url + "/mcp", HTTPClient: &http.Client{Transport: tr}}, nil)
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		defer cs.Close()
+		checkExposure(t, cs)
+	})
+}

@@ -178,6 +178,7 @@ var flagOf = map[string]string{
 	"Metrics": "--metrics", "Reload": "--reload", "ReloadInclude": "--reload-include", "PricesFile": "--prices",
 	"FilesRoot": "--files-root", "Broker": "--broker", "NATSListen": "--nats-listen", "Worker": "--agents",
 	"AckWait": "--ack-wait", "MaxDeliver": "--max-deliver", "NodeID": "--node-id",
+	"DashboardDir": "--dashboard-dir",
 }
 
 // defaultSpecsHint refuses to start on the default --specs directory when
@@ -207,6 +208,9 @@ func appError(specs string, err error) error {
 	switch ce.Option {
 	case "SpecsDir":
 		return specError(specs, ce.Err)
+	case "ServeAgents":
+		// Its messages name --agents and --groups themselves.
+		return &exitError{code: 2, err: ce.Err}
 	case "RuntimeOptions":
 		// runtime.yaml was validated by the loader, so a bad value here
 		// came from a flag.

@@ -43,7 +43,11 @@ type serveCmd struct {
 	dataDir      string
 	metrics      bool
 	dashboard    bool
+	dashboardDir string
 	mcp          bool
+	// serveAgents and serveGroups are --agents and --groups.
+	serveAgents []string
+	serveGroups []string
 
 	sseHeartbeat time.Duration
 	sseQueue     int
@@ -141,8 +145,8 @@ func newServe() *cobra.Command {
 		Short: "Start the HTTP server on a directory of specs",
 		Long: `Start the standalone HTTP server.
 
-The server loads DIR/agents/*.yaml, DIR/groups/*.yaml and DIR/runtime.yaml
-(--specs), serves the routes of docs/api.md, and stops gracefully on SIGINT or
+The server loads DIR/agents/*.yaml (with their DIR/templates/*.yaml),
+DIR/groups/*.yaml and DIR/runtime.yaml (--specs), serves the routes of docs/api.md, and stops gracefully on SIGINT or
 SIGTERM: it stops accepting connections, lets requests in flight finish within
 --shutdown-grace, then cancels what is left and shuts the runtime down. While
 it waits it logs every second how many requests and runs are in flight and how
@@ -166,6 +170,11 @@ origin than the server's own is refused unless --allowed-origins lists it.
 
 The web dashboard is at http://HOST:PORT/dashboard/ (--dashboard=false turns
 it off): live runs, run trees, history, usage, tool latency, health, groups.
+--dashboard-dir DIR serves a customised copy of its files from DIR instead.
+
+--agents a,b serves only those agents of --specs, and --groups g only those
+groups: a served group that needs an agent --agents leaves out is refused
+at start (and on reload), naming both.
 With --mcp, http://HOST:PORT/mcp serves the agents and groups as MCP tools
 (streamable HTTP), for MCP clients.
 
@@ -213,6 +222,9 @@ for workers such as the one of the last example.`,
 	fs.DurationVar(&s.sseHeartbeat, "sse-heartbeat", sse.DefaultHeartbeatInterval, "how long GET /events/stream may stay idle before a heartbeat comment")
 	fs.IntVar(&s.sseQueue, "sse-queue-size", sse.DefaultQueueSize, "events waiting per /events/stream subscriber before new ones are dropped (and counted)")
 	fs.BoolVar(&s.dashboard, "dashboard", true, "serve the web dashboard at /dashboard/ (its files need no token; the page asks for --auth-token); --dashboard=false turns it off")
+	fs.StringVar(&s.dashboardDir, "dashboard-dir", "", "serve the dashboard from this directory, a customised copy of the svc sources' dashboard/static, instead of the built-in page; it must hold index.html, and files are read at each request (default: the built-in page)")
+	fs.StringSliceVar(&s.serveAgents, "agents", nil, "serve only these agents of --specs, comma-separated or repeated; a group that needs an agent left out is refused at start unless --groups leaves it out too (default: all)")
+	fs.StringSliceVar(&s.serveGroups, "groups", nil, "serve only these groups of --specs, comma-separated or repeated; --groups '' serves none (default: all)")
 	fs.BoolVar(&s.mcp, "mcp", false, "serve the agents and groups as MCP tools over streamable HTTP at /mcp (behind --auth-token like other routes); svc mcp serves them over stdio (default false)")
 	fs.BoolVar(&s.metrics, "metrics", false, "serve GET /metrics in the Prometheus format (behind --auth-token like other routes) (default false)")
 	fs.BoolVar(&s.reload, "reload", false, "watch the spec files and swap in changed agents and groups without a restart (default false)")
@@ -290,6 +302,18 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 	o.AllowedOrigins, o.AllowedHosts = s.origins, s.allowedHosts
 	o.IdleTimeout, o.ReadTimeout, o.MaxConnections = s.idleTimeout, s.readTimeout, s.maxConns
 	o.Dashboard = s.dashboard
+	if s.dashboardDir != "" {
+		if !s.dashboard {
+			return &exitError{code: 2, err: errors.New("--dashboard-dir needs the dashboard: drop --dashboard=false")}
+		}
+		o.DashboardDir = s.dashboardDir
+	}
+	if fs.Changed("agents") {
+		o.ServeAgents = append([]string{}, s.serveAgents...)
+	}
+	if fs.Changed("groups") {
+		o.ServeGroups = append([]string{}, s.serveGroups...)
+	}
 	o.MCP = s.mcp
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
 	if (fs.Changed("node-lease") || fs.Changed("node-id")) && !strings.HasPrefix(s.storeSpec, "redis") {

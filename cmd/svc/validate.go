@@ -16,15 +16,18 @@ func newValidate() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate DIR",
 		Short: "Check the spec files of a directory",
-		Long: `Check DIR/runtime.yaml, DIR/agents/*.yaml and DIR/groups/*.yaml without
-running anything. Groups are checked against the agents of DIR: the agents
+		Long: `Check DIR/runtime.yaml, DIR/templates/*.yaml, DIR/agents/*.yaml and
+DIR/groups/*.yaml without running anything. An agent that names a template
+is checked with the template applied; an unknown template, or one whose
+file has errors, is reported at the agent's template key. Groups are checked against the agents of DIR: the agents
 their nodes name, their edges, cycles, entry and terminal nodes, and their
 CEL expressions. Agents are compiled the way serve registers them (their
 models, JSON Schemas, tools and MCP server settings): validate and serve load
 specs through the same function, so a directory validate accepts serve
 starts with, and one serve refuses validate reports with file and line.
 
-Prints one line per file (runtime.yaml, then the agents, then the groups):
+Prints one line per file (runtime.yaml, then the templates, the agents and
+the groups):
 "[ok] FILE" or "[error] FILE:LINE: message".
 Exit status: 0 when every file is valid, 1 when any is not or when DIR has
 no agents or groups ("no agents or groups found in DIR"), 2 when DIR is

@@ -46,6 +46,7 @@ type workerCmd struct {
 	runtimeID   string
 	grace       time.Duration
 	nested      bool
+	reload      bool
 }
 
 func newWorkerStart() *cobra.Command {
@@ -67,6 +68,14 @@ children, team delegates) go back on the broker and may run on any worker.
 It announces itself with worker_started, a worker_heartbeat
 every --heartbeat-seconds and worker_stopped, seen by every serve node.
 
+With --reload it watches the specs directory and swaps in changed agent
+definitions without a restart, as svc serve --reload does: tasks in flight
+finish on the definitions they started with, and a change that does not
+validate is logged with its file and line while the previous definitions
+stay. The agents it takes tasks for are those of its start: an agent added
+later is logged and served after a restart, and a change that removes one
+it serves is refused (logged).
+
 SIGINT or SIGTERM drains it: it stops taking tasks, lets the ones in flight
 finish within --shutdown-grace, and gives the rest back to the broker, so
 another worker runs them. A second signal exits at once.`,
@@ -86,6 +95,7 @@ another worker runs them. A second signal exits at once.`,
 	fs.StringVar(&w.consumerID, "consumer-id", "", "this worker's name in each agent's consumer group; keep it stable across restarts to take back pending tasks on Redis (default: the runtime id)")
 	fs.StringVar(&w.runtimeID, "runtime-id", "", "the worker's id in its events (default: a new UUIDv7)")
 	fs.BoolVar(&w.nested, "dispatch-nested", false, "send the runs nested in this worker's tasks (spawn_agents children, team delegates) back on the broker to run on any worker, with depth, token cap, cancellation and trace carried along (default: run them in this worker)")
+	fs.BoolVar(&w.reload, "reload", false, "watch the spec files and swap in changed agent definitions without a restart, like svc serve --reload (default false)")
 	fs.DurationVar(&w.grace, "shutdown-grace", 30*time.Second, "how long tasks in flight may take to finish on shutdown before they are given back to the broker")
 	return cmd
 }
@@ -117,6 +127,7 @@ func (w *workerCmd) run(cmd *cobra.Command) error {
 	}
 	o := w.appOptions(fs, log)
 	o.Broker, o.AckWait, o.MaxDeliver = w.broker, w.ackWait, w.maxDeliver
+	o.Reload = w.reload
 	keys, err := w.keyring()
 	if err != nil {
 		return &exitError{code: 2, err: err}

@@ -4,7 +4,9 @@
 // streamable HTTP (`svc serve --mcp`, at /mcp).
 //
 // One tool per agent, named as the agent, and one per group, named
-// "group_" + the group's name. The prefix keeps groups apart from agents
+// "group_" + the group's name, unless the definition's MCP block says
+// otherwise (Options.Definitions): expose false leaves it out, a name and
+// a description replace the defaults. The prefix keeps groups apart from agents
 // (a name may be both), and uses "_" rather than "." because the model
 // APIs MCP clients hand tools to (OpenAI, Anthropic) accept only
 // [a-zA-Z0-9_-] in a function name. An agent or group whose tool name is
@@ -55,6 +57,18 @@ type Options struct {
 	Name, Version string
 	// Logger receives what is left out and why; nop when nil.
 	Logger *zap.Logger
+	// Definitions, when set, gives the definitions of the backend's
+	// agents and groups, whose MCP field (svc.MCPExposure) decides
+	// whether each is listed, under which tool name and description.
+	// *supervisor.Runtime is one. Nil: every one is listed under its
+	// default name.
+	Definitions Definitions
+}
+
+// Definitions looks up registered agent and group definitions.
+type Definitions interface {
+	Agent(name string) (svc.Agent, bool)
+	Group(name string) (svc.Group, bool)
 }
 
 // toolName is the MCP tool name rule (SEP-986): 1 to 128 of these.
@@ -89,8 +103,21 @@ func New(ctx context.Context, b svc.Backend, o Options) (*mcp.Server, error) {
 		&mcp.ServerOptions{Instructions: "Each tool runs one svc agent (named as the agent) or group (group_NAME) on its input and returns the run's result."})
 	taken := map[string]bool{}
 	for _, name := range agents {
-		if !toolName.MatchString(name) {
-			log.Warn("mcp: agent left out: not a valid MCP tool name", zap.String("agent", name))
+		var x svc.MCPExposure
+		if o.Definitions != nil {
+			if a, ok := o.Definitions.Agent(name); ok {
+				x = a.MCP
+			}
+		}
+		if !x.Exposed() {
+			continue
+		}
+		tool := name
+		if x.Name != "" {
+			tool = x.Name
+		}
+		if !toolName.MatchString(tool) || taken[tool] {
+			log.Warn("mcp: agent left out: its tool name is not a valid MCP tool name or another agent has it", zap.String("agent", name), zap.String("tool", tool))
 			continue
 		}
 		sch, err := b.AgentSchema(ctx, name)
@@ -101,23 +128,42 @@ func New(ctx context.Context, b svc.Backend, o Options) (*mcp.Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mcpserver: agent %q: %w", name, err)
 		}
-		taken[name] = true
-		s.AddTool(&mcp.Tool{Name: name, InputSchema: in,
-			Description: fmt.Sprintf("Run the svc agent %q on one task and return its AgentResult (agent_name, task_id, success, output, error, metadata).%s", name, wrapNote(wrapped))},
+		taken[tool] = true
+		desc := fmt.Sprintf("Run the svc agent %q on one task and return its AgentResult (agent_name, task_id, success, output, error, metadata).", name)
+		if x.Description != "" {
+			desc = x.Description
+		}
+		s.AddTool(&mcp.Tool{Name: tool, InputSchema: in, Description: desc + wrapNote(wrapped)},
 			agentHandler(b, name, wrapped))
 	}
 	for _, name := range groups {
+		var x svc.MCPExposure
+		if o.Definitions != nil {
+			if g, ok := o.Definitions.Group(name); ok {
+				x = g.MCP
+			}
+		}
+		if !x.Exposed() {
+			continue
+		}
 		tool := GroupPrefix + name
+		if x.Name != "" {
+			tool = x.Name
+		}
 		if !toolName.MatchString(tool) || taken[tool] {
-			log.Warn("mcp: group left out: its tool name is not valid or an agent has it", zap.String("group", name), zap.String("tool", tool))
+			log.Warn("mcp: group left out: its tool name is not valid or an agent or group has it", zap.String("group", name), zap.String("tool", tool))
 			continue
 		}
 		in, wrapped, err := groupSchema(ctx, b, name)
 		if err != nil {
 			return nil, err
 		}
-		s.AddTool(&mcp.Tool{Name: tool, InputSchema: in,
-			Description: fmt.Sprintf("Run the svc group %q on one task: an AgentResult when one terminal node fired, a GroupResult (group, outputs by terminal node, success, metadata) when several did.%s", name, wrapNote(wrapped))},
+		taken[tool] = true
+		desc := fmt.Sprintf("Run the svc group %q on one task: an AgentResult when one terminal node fired, a GroupResult (group, outputs by terminal node, success, metadata) when several did.", name)
+		if x.Description != "" {
+			desc = x.Description
+		}
+		s.AddTool(&mcp.Tool{Name: tool, InputSchema: in, Description: desc + wrapNote(wrapped)},
 			groupHandler(b, name, wrapped))
 	}
 	return s, nil
