@@ -180,3 +180,24 @@ def test_list_runs(fx: Any) -> None:
     rest = fx.list_runs(limit=2, cursor=page["next_cursor"])
     assert [r["run_id"] for r in rest["runs"]] == ids[:1]
     assert {r["run_id"] for r in fx.list_runs(state="completed")["runs"]} == set(ids)
+
+
+def test_events_and_tree(fx: Any) -> None:
+    """GET /events filtered by trace and type, and the trace's tree, as the
+    Go client's Events and Tree read them."""
+    a = run_echo(fx, "one", trace="trace-py-a")
+    run_echo(fx, "two", trace="trace-py-b")
+    settled(fx, 2)
+    evs = fx.events(trace_id="trace-py-a")
+    assert evs and all(e["trace_id"] == "trace-py-a" for e in evs), evs
+    assert {e["event_type"] for e in evs} >= {"agent_spawned", "agent_completed"}, evs
+    done = fx.events(event_type="agent_completed", limit=1)
+    assert len(done) == 1 and done[0]["trace_id"] == "trace-py-b", "newest first, limited"
+    assert fx.events(since="2999-01-01T00:00:00Z") == []
+    tree = fx.tree("trace-py-a")
+    assert tree["trace_id"] == "trace-py-a", tree
+    assert "echo" in str(tree) and a["metadata"]["trace_id"] == "trace-py-a"
+    with pytest.raises(S.RegistryError):
+        fx.tree("no-such-trace")
+    with pytest.raises(S.SpecValidationError):
+        fx.events(event_type="no_such_type")

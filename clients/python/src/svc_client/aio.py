@@ -266,6 +266,18 @@ class AsyncClient(_Base):
         out: dict[str, Any] = await self._call("GET", "/runtime/stats", timeout=timeout)
         return out
 
+    async def events(self, *, event_type: str | None = None, trace_id: str | None = None, since: str | None = None,
+                     until: str | None = None, limit: int | None = None, timeout: Timeout = UNSET) -> list[dict[str, Any]]:
+        """GET /events; see Client.events."""
+        out: list[dict[str, Any]] = await self._call("GET", "/events" + self._query(
+            {"event_type": event_type, "trace_id": trace_id, "since": since, "until": until, "limit": limit}), timeout=timeout)
+        return out
+
+    async def tree(self, trace_id: str, *, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /runs/{trace_id}/tree; see Client.tree."""
+        out: dict[str, Any] = await self._call("GET", f"/runs/{seg(trace_id)}/tree", timeout=timeout)
+        return out
+
     async def list_runs(self, *, state: str | None = None, limit: int | None = None, cursor: str | None = None,
                         timeout: Timeout = UNSET) -> dict[str, Any]:
         out: dict[str, Any] = await self._call("GET", "/runs" + self._query({"state": state, "limit": limit, "cursor": cursor}), timeout=timeout)

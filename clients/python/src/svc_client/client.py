@@ -322,6 +322,19 @@ class Client(_Base):
         out: dict[str, Any] = self._call("GET", "/runtime/stats", timeout=timeout)
         return out
 
+    def events(self, *, event_type: str | None = None, trace_id: str | None = None, since: str | None = None,
+               until: str | None = None, limit: int | None = None, timeout: Timeout = UNSET) -> list[dict[str, Any]]:
+        """GET /events: stored runtime events, newest first, filtered by
+        type, trace, and time (since inclusive, until exclusive: RFC 3339)."""
+        out: list[dict[str, Any]] = self._call("GET", "/events" + self._query(
+            {"event_type": event_type, "trace_id": trace_id, "since": since, "until": until, "limit": limit}), timeout=timeout)
+        return out
+
+    def tree(self, trace_id: str, *, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /runs/{trace_id}/tree: the trace's invocations as a tree."""
+        out: dict[str, Any] = self._call("GET", f"/runs/{seg(trace_id)}/tree", timeout=timeout)
+        return out
+
     def list_runs(self, *, state: str | None = None, limit: int | None = None, cursor: str | None = None,
                   timeout: Timeout = UNSET) -> dict[str, Any]:
         """GET /runs: submitted runs, newest first, a page at a time (pass
