@@ -21,7 +21,10 @@ import (
 // call a second) shows the 429s it received and its learned window.
 func TestDashboardRateLimits(t *testing.T) {
 	t.Parallel() // its own server, simulator and browser
-	sim := llmsim.New(llmsim.Config{RPM: 60, Window: time.Second})
+	// Each answer takes 2 s: the simulator's rate-limit headers (which
+	// the learned limit paces by from the first answer on) come back only
+	// after the first calls went out together, some of them refused.
+	sim := llmsim.New(llmsim.Config{RPM: 60, Window: time.Second, FirstToken: llmsim.Latency{Mean: 2 * time.Second}})
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +73,11 @@ func TestDashboardRateLimits(t *testing.T) {
 	}
 
 	// The learned limit of the simulator's key: it starts at 4 calls at
-	// once, the simulator lets one a second through, the rest are 429s.
-	// Twelve, submitted at once, so that some reach the simulator within
-	// a second of each other even on a busy machine.
+	// once, the simulator lets one a second through, the rest are 429s
+	// until the first answer's headers say the limit. Twelve, submitted
+	// at once, so that some reach the simulator within a second of each
+	// other even on a busy machine (in one fresh make check all twelve
+	// came one at a time, answered at once, and none was refused).
 	learners := make([]string, 12)
 	var g errgroup.Group
 	for i := range learners {
