@@ -97,7 +97,10 @@ describe('against svc serve', () => {
     }
     assert.equal(got, n);
     const grew = (during - before) / 2 ** 20;
-    assert.ok(grew < 5, `array buffers grew by ${grew.toFixed(1)} MiB over ${n - 500} tasks of 2 KiB`);
+    // Kept, they would be the whole 19 MiB sent by then (19.9 measured);
+    // what is in flight between the client and the server's window took
+    // up to 5.3 MiB in a fresh make check.
+    assert.ok(grew < 10, `array buffers grew by ${grew.toFixed(1)} MiB over ${n - 500} tasks of 2 KiB`);
   });
 
   test('tasks with arrays, a Set and an async generator with slow tasks', async () => {
