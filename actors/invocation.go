@@ -399,7 +399,7 @@ func retryable(err error) bool {
 		return false
 	}
 	switch svc.KindOf(err) {
-	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindTrustViolation,
+	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindApprovalRequired, svc.KindTrustViolation,
 		svc.KindSpecValidation, svc.KindTopology, svc.KindRegistry, svc.KindTimeout, svc.KindCancelled:
 		return false
 	}
