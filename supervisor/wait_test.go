@@ -10,6 +10,7 @@ import (
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/emitters/emittertest"
+	"github.com/svc-dev/svc/group"
 	"github.com/svc-dev/svc/stores/sqlitestore"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/tools"
@@ -113,6 +114,12 @@ func TestWaitApprovalAcrossRestart(t *testing.T) {
 	if c.count("act") != 0 {
 		t.Fatal("the tool was called before its approval")
 	}
+	if got := l1.rec.OfType(svc.EventAgentFailed); len(got) != 0 {
+		t.Errorf("a pause emitted agent_failed: %+v", got)
+	}
+	if st.Progress == nil || st.Progress.Failed != 0 {
+		t.Errorf("progress %+v of a waiting run: nothing failed", st.Progress)
+	}
 	if n, m := l1.rt.RunsInFlight(), l1.rt.InFlight(); n != 0 || m != 0 {
 		t.Errorf("a waiting run holds %d runs and %d calls in flight, want none", n, m)
 	}
@@ -152,6 +159,8 @@ func TestWaitApprovalAcrossRestart(t *testing.T) {
 			}
 		case svc.RunRunResumed:
 			resumed++
+		case svc.RunAgentFailed:
+			t.Errorf("the history has %+v: a pause is not a failure", ev)
 		}
 	}
 	if waiting != 1 || resumed != 1 {
@@ -279,5 +288,53 @@ func TestWaitDeadline(t *testing.T) {
 				t.Fatal("the tool was called")
 			}
 		})
+	}
+}
+
+// A group run pauses at a node's approval and goes on from that node once
+// approved: the nodes before it are not run again.
+func TestWaitInGroup(t *testing.T) {
+	c := newCalls()
+	g := mustGroup(t, group.New("flow").Node("a", "a").Node("t", "tooly").Node("c", "c").Edge("a", "t").Edge("t", "c"))
+	path := filepath.Join(t.TempDir(), "runs.db")
+	st, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := supervisor.New(supervisor.Config{Store: st, Models: countModels(c), Options: opts(func(o *svc.Options) { o.TimeoutSeconds = 60 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &life{rt: rt, store: st}
+	defer l.end(t)
+	if err := rt.Register(countAgent("a"), approvalAgent(c), countAgent("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RegisterGroups(g); err != nil {
+		t.Fatal(err)
+	}
+	rt.ResumeRuns(context.Background())
+	id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: "flow", Task: svc.TaskSpec{Input: json.RawMessage(`"in"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := waitState(t, rt, id, svc.RunWaiting)
+	if len(status.Waiting) != 1 || status.Waiting[0].Agent != "tooly" {
+		t.Fatalf("waiting %+v, want node t's approval", status.Waiting)
+	}
+	if _, err := rt.ResumeRun(context.Background(), id, svc.Decision{RequestID: status.Waiting[0].ID, Approve: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := waitEnd(t, rt, st, id)
+	if rec.State != svc.RunCompleted {
+		t.Fatalf("group run ended %s: %s", rec.State, rec.Result)
+	}
+	if a, act, cc := c.count("a"), c.count("act"), c.count("c"); a != 1 || act != 1 || cc != 1 {
+		t.Fatalf("calls a=%d act=%d c=%d, want 1 each", a, act, cc)
+	}
+	var res svc.AgentResult
+	_ = json.Unmarshal(rec.Result, &res)
+	if string(res.Output) != `"done+c"` {
+		t.Errorf("output %s, want \"done+c\"", res.Output)
 	}
 }
