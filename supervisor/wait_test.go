@@ -20,7 +20,6 @@ import (
 // needs a person, holds nothing while it waits, survives its process, and
 // goes on by replay once answered.
 
-
 // startOpts configure startWaiting: the calls counter and the options.
 type startOpts struct {
 	c   *calls
