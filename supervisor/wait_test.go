@@ -224,6 +224,28 @@ func TestWaitQuestion(t *testing.T) {
 	}
 }
 
+// A tool may declare that it needs approval itself (tools.NeedsApproval):
+// the agent waits for it without listing it.
+func TestWaitToolDeclared(t *testing.T) {
+	c := newCalls()
+	a := approvalAgent(c)
+	a.Approval = nil
+	a.Tools[0] = tools.NeedsApproval(tools.NotIdempotent(a.Tools[0]))
+	if svc.ToolIdempotent(a.Tools[0]) {
+		t.Fatal("NeedsApproval hid NotIdempotent")
+	}
+	l := startWaiting(t, filepath.Join(t.TempDir(), "runs.db"), &startOpts{c: c}, a)
+	defer l.end(t)
+	id, err := l.rt.Submit(context.Background(), svc.SubmitRequest{Target: "tooly", Task: svc.TaskSpec{Input: json.RawMessage(`"go"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, l.rt, id, svc.RunWaiting)
+	if len(st.Waiting) != 1 || st.Waiting[0].Tool != "act" {
+		t.Fatalf("waiting %+v", st.Waiting)
+	}
+}
+
 // A synchronous run cannot wait: ApprovalRequiredError, the tool not
 // called.
 func TestWaitSyncRunRefused(t *testing.T) {
