@@ -55,7 +55,8 @@ export type WaitRequest = Schemas['WaitRequest'];
 /** ResumeRequest: the body of POST /runs/{id}/resume, as the server takes it. */
 export type ResumeRequest = Schemas['ResumeRequest'];
 /**
- * The answer to one request of a waiting run (Client.resumeRun): approve
+ * The answer to one request of a waiting run (Client.resumeRun; requestId
+ * is the WaitRequest's id, not a trace id): approve
  * or deny an approval (reason, optional, goes to the model with a denial),
  * or answer a question with any JSON value.
  */
@@ -141,7 +142,7 @@ export class Client {
   runResult(runId: string, options?: CallOptions): Promise<RunResult>;
   cancelRun(runId: string, options?: CallOptions): Promise<void>;
   /** POST /runs/{id}/resume: answers one request of a waiting run and resumes it (202, the run's status); RunStateError (409) when the run is not waiting or the request is unknown or answered, SpecValidationError (400) for a decision that does not fit. */
-  resumeRun(runId: string, decision: ResumeDecision & CallOptions): Promise<RunStatus>;
+  resumeRun(runId: string, decision: ResumeDecision & Omit<CallOptions, 'requestId'>): Promise<RunStatus>;
   /** Runs one agent answering as an event stream: its deltas, then its result; a failed run throws as run() does. */
   runStream(agent: string, task: TaskSpec, options?: { signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<RunStreamEvent, void, undefined>;
   runEvents(runId: string, options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
@@ -161,7 +162,7 @@ export class RunHandle {
   /** Waits for the end (a waiting run: until it is resumed and ends); RunStateError for a cancelled run. */
   result(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<RunResult>;
   /** Answers one of the run's open requests and resumes it; see Client.resumeRun. */
-  resume(decision: ResumeDecision & CallOptions): Promise<RunStatus>;
+  resume(decision: ResumeDecision & Omit<CallOptions, 'requestId'>): Promise<RunStatus>;
   cancel(options?: CallOptions): Promise<void>;
   events(options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
 }

@@ -210,14 +210,20 @@ export class Client {
    * any JSON value (null included). A run that is not waiting, or a request
    * that is unknown or already answered, is a RunStateError (409); a
    * decision that does not fit its request a SpecValidationError (400).
+   * requestId here names the waiting request: this call sends no
+   * X-Request-Id of its own.
    */
   resumeRun(runId, { requestId, approve, reason, answer, ...opts } = {}) {
+    const path = `/runs/${enc(runId)}/resume`;
+    if (typeof requestId !== 'string' || requestId === '') {
+      throw new TypeError(`resumeRun: requestId ${JSON.stringify(requestId)}: want the id of one of the run's waiting requests (its status lists them under waiting)`);
+    }
     const body = { request_id: requestId };
     if (approve !== undefined) body.approve = approve;
     if (reason !== undefined) body.reason = reason;
     // null is an answer: only a missing one is left out.
     if (answer !== undefined) body.answer = answer;
-    return this.#json('POST', `/runs/${enc(runId)}/resume`, { ...opts, body });
+    return this.#json('POST', path, { ...opts, body });
   }
 
   /**

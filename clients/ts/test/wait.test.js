@@ -127,6 +127,13 @@ describe('approvals', () => {
     await h.cancel();
   });
 
+  test('resumeRun without a request id is a TypeError, before any request', async () => {
+    const h = c.runHandle('01a20fc7-bb21-798e-b57a-41ea6f94134a');
+    assert.throws(() => h.resume({ approve: true }), TypeError);
+    assert.throws(() => c.resumeRun(h.runId, { requestId: '', approve: true }), /requestId "": want the id/);
+    assert.throws(() => c.resumeRun('', { requestId: 'req_1', approve: true }), TypeError);
+  });
+
   test('a cancelled waiting run ends at once and cannot be resumed', async () => {
     const h = await c.submit('gated', { input: 'cancel me' });
     const { waiting: [w] } = await untilWaiting(h);
