@@ -185,12 +185,14 @@ describe('questions', () => {
     assert.deepEqual(r.output.tools.ask_human, { color: 'blue', shades: [1, 2] });
   });
 
-  test('null is an answer, not a missing one', async () => {
-    const h = await c.submit('asker', { input: 'ask null' });
-    const { waiting: [w] } = await untilWaiting(h);
-    await h.resume({ requestId: w.id, answer: null });
-    const r = await h.result({ signal: AbortSignal.timeout(10_000) });
-    assert.equal(r.success, true);
-    assert.equal(r.output.tools.ask_human, null);
-  });
+  for (const answer of [null, 0, '', false]) {
+    test(`${JSON.stringify(answer)} is an answer, not a missing one`, async () => {
+      const h = await c.submit('asker', { input: 'ask' });
+      const { waiting: [w] } = await untilWaiting(h);
+      await h.resume({ requestId: w.id, answer });
+      const r = await h.result({ signal: AbortSignal.timeout(10_000) });
+      assert.equal(r.success, true);
+      assert.equal(r.output.tools.ask_human, answer);
+    });
+  }
 });
