@@ -88,12 +88,12 @@ type groupActor struct {
 	// paused is the result of a node that waits for a person (a
 	// svc.PauseError): the run parks once the nodes still running end,
 	// each recording its outcome, and starts no other node meanwhile.
-	paused *svc.AgentResult
-	dur       float64
-	success   bool // the group run succeeded, for group_completed
-	tokens    int64
-	cost      float64
-	invs      int
+	paused  *svc.AgentResult
+	dur     float64
+	success bool // the group run succeeded, for group_completed
+	tokens  int64
+	cost    float64
+	invs    int
 }
 
 func (g *groupActor) Receive(c actor.Context) {

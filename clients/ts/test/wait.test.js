@@ -142,10 +142,7 @@ describe('approvals', () => {
     await assert.rejects(h.resume({ requestId: w.id, approve: true }), RunStateError);
   });
 
-  // GET /runs?state=waiting is refused by the server (http/server's
-  // rollups.go knows only the five states of the spec): reported to the
-  // lead; drop the todo once the server takes it.
-  test('listRuns filters the waiting runs', { todo: 'the server refuses state=waiting' }, async () => {
+  test('listRuns filters the waiting runs', async () => {
     const h = await c.submit('gated', { input: 'listed' });
     await untilWaiting(h);
     const page = await c.listRuns({ state: 'waiting', limit: 100 });
