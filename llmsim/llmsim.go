@@ -167,9 +167,18 @@ func (s *Server) Throttled() map[string]int {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/chat/completions"):
-		s.serve(w, r, openAI)
+		s.serve(w, r, openAI, "")
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		s.serve(w, r, anthropic)
+		s.serve(w, r, anthropic, "")
+	case r.Method == http.MethodPost && azurePath(r.URL.Path) != "":
+		// Azure OpenAI: the deployment in the path is the model, the
+		// api-version query parameter is required (Azure answers 404
+		// without one), the key comes in the api-key header.
+		if r.URL.Query().Get("api-version") == "" {
+			fail(w, openAI, http.StatusNotFound, "", "404", "Resource not found")
+			return
+		}
+		s.serve(w, r, openAI, azurePath(r.URL.Path))
 	case r.Method == http.MethodGet && r.URL.Path == "/stats":
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Stats())
@@ -421,14 +430,33 @@ func fail(w http.ResponseWriter, f flavor, status int, typ, code, msg string) {
 	_ = enc.Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
 }
 
+// azurePath is the deployment of an Azure OpenAI chat completions path,
+// /openai/deployments/{deployment}/chat/completions, or "".
+func azurePath(path string) string {
+	rest, ok := strings.CutPrefix(path, "/openai/deployments/")
+	if !ok {
+		return ""
+	}
+	d, ok := strings.CutSuffix(rest, "/chat/completions")
+	if !ok || d == "" || strings.Contains(d, "/") {
+		return ""
+	}
+	return d
+}
+
 func apiKey(r *http.Request, f flavor) string {
 	if f == anthropic {
 		return r.Header.Get("x-api-key")
 	}
+	if k := r.Header.Get("api-key"); k != "" {
+		return k // Azure OpenAI
+	}
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
+// serve answers a request in flavor f's wire format; deployment, when
+// set, is the model (Azure OpenAI names it in the path).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor, deployment string) {
 	key := apiKey(r, f)
 	if len(s.cfg.Keys) > 0 && !contains(s.cfg.Keys, key) {
 		if f == openAI {
@@ -450,6 +478,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 		return
 	}
 	q.key = key
+	if deployment != "" {
+		q.Model = deployment
+	}
 	statKey := key
 	if statKey == "" {
 		statKey = "-"
