@@ -9,6 +9,7 @@ package providers
 import (
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/anthropic"
+	"github.com/svc-dev/svc/model/google"
 	"github.com/svc-dev/svc/model/openai"
 )
 
@@ -21,6 +22,8 @@ func Register(r *model.Registry) {
 	for _, p := range openai.Presets {
 		r.Register(p.Name, p.New)
 	}
+	r.Register(google.Provider, google.New)
+	r.Register(google.Alias, google.NewGemini)
 }
 
 // Default returns model.Default() (the test provider) with the hosted
