@@ -68,6 +68,7 @@
 package bedrock
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -146,7 +147,44 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 	case retries < 0:
 		retries = 0
 	}
-	return &bedrockModel{name: name, cfg: cfg, retries: retries}, nil
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = sharedHTTPClient()
+	}
+	return &bedrockModel{name: name, cfg: cfg, retries: retries,
+		http: &http.Client{Transport: ownBody{transportOf(hc)}, CheckRedirect: hc.CheckRedirect, Jar: hc.Jar}}, nil
+}
+
+func transportOf(c *http.Client) http.RoundTripper {
+	if c.Transport != nil {
+		return c.Transport
+	}
+	return http.DefaultTransport
+}
+
+// ownBody sends a copy of the request body. The SDK handles its request
+// body again once the response's headers are in (while net/http's write
+// loop may still hold it), and net/http then closes the connection under
+// a ConverseStream being read: "decode event: use of closed network
+// connection" after the first event, in about a third of slow streams
+// (seen against llmsim; TestStreamSurvivesPauses). A Converse body is a
+// few kilobytes of JSON, so the copy costs little.
+type ownBody struct{ base http.RoundTripper }
+
+func (t ownBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return t.base.RoundTrip(r)
+	}
+	b, err := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	r.ContentLength = int64(len(b))
+	return t.base.RoundTrip(r)
 }
 
 var sharedHTTPClient = sync.OnceValue(func() *http.Client {
@@ -162,6 +200,7 @@ type bedrockModel struct {
 	name    string
 	cfg     Config
 	retries int
+	http    *http.Client
 
 	once   sync.Once
 	aws    aws.Config
@@ -193,13 +232,12 @@ func (m *bedrockModel) client(ctx context.Context, s *settings) (*bedrockruntime
 	if s.maxRetries >= 0 {
 		attempts = s.maxRetries + 1
 	}
-	hc := cmp.Or(m.cfg.HTTPClient, sharedHTTPClient())
 	return bedrockruntime.NewFromConfig(ac, func(o *bedrockruntime.Options) {
 		o.Region = region
 		if base != "" {
 			o.BaseEndpoint = aws.String(base)
 		}
-		o.HTTPClient = hc
+		o.HTTPClient = m.http
 		o.Retryer = retry.NewStandard(func(r *retry.StandardOptions) {
 			r.MaxAttempts = attempts
 			if m.cfg.MaxBackoff > 0 {

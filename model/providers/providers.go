@@ -9,6 +9,7 @@ package providers
 import (
 	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/anthropic"
+	"github.com/svc-dev/svc/model/bedrock"
 	"github.com/svc-dev/svc/model/google"
 	"github.com/svc-dev/svc/model/openai"
 )
@@ -24,6 +25,7 @@ func Register(r *model.Registry) {
 	}
 	r.Register(google.Provider, google.New)
 	r.Register(google.Alias, google.NewGemini)
+	r.Register(bedrock.Provider, bedrock.New)
 }
 
 // Default returns model.Default() (the test provider) with the hosted
