@@ -82,7 +82,7 @@ func parseBedrock(body []byte) (*request, error) {
 		return nil, fmt.Errorf("body is not valid JSON: %v", err)
 	}
 	if len(in.Messages) == 0 {
-		return nil, errors.New("A conversation must start with a user message.")
+		return nil, errors.New("messages: a conversation must start with a user message")
 	}
 	q := &request{}
 	if in.ToolConfig != nil {
