@@ -257,3 +257,20 @@ func TestStreamSurvivesPauses(t *testing.T) {
 		}
 	}
 }
+
+// What svc validate asks before any call: each bad key of the provider's
+// is reported, other providers' keys pass.
+func TestCheckSettings(t *testing.T) {
+	m, _ := bedrock.NewWithConfig("amazon.nova-lite-v1:0", bedrock.Config{AWS: awsConfig()})
+	sc := m.(interface {
+		CheckSettings(map[string]any, []string, bool) error
+	})
+	err := sc.CheckSettings(map[string]any{"region": 3, "max_tokens": 0, "seed": 4, "top_k": 40}, nil, false)
+	if err == nil || !strings.Contains(err.Error(), "model_settings.region") || !strings.Contains(err.Error(), "model_settings.max_tokens") ||
+		strings.Contains(err.Error(), "seed") {
+		t.Errorf("CheckSettings: %v", err)
+	}
+	if err := sc.CheckSettings(map[string]any{"region": "eu-central-1", "max_tokens": 100}, nil, false); err != nil {
+		t.Errorf("good settings: %v", err)
+	}
+}

@@ -231,3 +231,21 @@ func TestErrorsThroughSDK(t *testing.T) {
 		t.Errorf("no key: %v", err)
 	}
 }
+
+// What svc validate asks before any call: each bad key of the provider's
+// is reported (with its reason), other providers' keys pass.
+func TestCheckSettings(t *testing.T) {
+	m, _ := google.NewWithConfig("gemini-2.5-flash", google.Config{APIKey: "k"})
+	sc := m.(interface {
+		CheckSettings(map[string]any, []string, bool) error
+	})
+	err := sc.CheckSettings(map[string]any{"temperature": "hot", "max_tokens": 1.5, "reasoning_effort": "low", "top_k": 40}, nil, false)
+	if err == nil || !strings.Contains(err.Error(), "model_settings.temperature: want a number") ||
+		!strings.Contains(err.Error(), "model_settings.max_tokens: want a positive integer") || strings.Contains(err.Error(), "top_k") ||
+		strings.Contains(err.Error(), "reasoning_effort") {
+		t.Errorf("CheckSettings: %v", err)
+	}
+	if err := sc.CheckSettings(map[string]any{"temperature": 0.3, "thinking_budget": -1}, nil, false); err != nil {
+		t.Errorf("good settings: %v", err)
+	}
+}
