@@ -119,3 +119,25 @@ func TestLLMSimAzureNeedsAPIVersion(t *testing.T) {
 		t.Errorf("no api-version: %v; want a 404", err)
 	}
 }
+
+func azureSim(t *testing.T, cfg llmsim.Config) svc.Model {
+	sim := llmsim.New(cfg)
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	t.Setenv("AZURE_OPENAI_ENDPOINT", sim.URL())
+	t.Setenv("AZURE_OPENAI_API_KEY", "az-key")
+	m, err := openai.NewAzure("gpt-4o-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// Azure's context-length 400 is a context-length error, and its answers'
+// x-ratelimit headers are read, as OpenAI's (modeltest).
+func TestAzureContextWindowAndRateLimitHeaders(t *testing.T) {
+	modeltest.ContextWindowErrorThroughSDK(t, azureSim, "gpt-4o-mini")
+	modeltest.RateLimitHeadersThroughSDK(t, azureSim, "gpt-4o-mini")
+}
