@@ -205,6 +205,14 @@ type bedrockModel struct {
 	once   sync.Once
 	aws    aws.Config
 	awsErr error
+
+	// clients are the SDK clients by the settings that shape one.
+	clients sync.Map // clientKey -> *bedrockruntime.Client
+}
+
+type clientKey struct {
+	region, base string
+	attempts     int
 }
 
 // awsConfig loads the AWS configuration once, at the first call.
@@ -220,7 +228,8 @@ func (m *bedrockModel) awsConfig(ctx context.Context) (aws.Config, error) {
 }
 
 // client is the SDK client of one call: the model's configuration with
-// the call's region, endpoint and retries.
+// the call's region, endpoint and retries (made once for each such
+// combination).
 func (m *bedrockModel) client(ctx context.Context, s *settings) (*bedrockruntime.Client, error) {
 	ac, err := m.awsConfig(ctx)
 	if err != nil {
@@ -232,7 +241,11 @@ func (m *bedrockModel) client(ctx context.Context, s *settings) (*bedrockruntime
 	if s.maxRetries >= 0 {
 		attempts = s.maxRetries + 1
 	}
-	return bedrockruntime.NewFromConfig(ac, func(o *bedrockruntime.Options) {
+	k := clientKey{region: region, base: base, attempts: attempts}
+	if c, ok := m.clients.Load(k); ok {
+		return c.(*bedrockruntime.Client), nil
+	}
+	c := bedrockruntime.NewFromConfig(ac, func(o *bedrockruntime.Options) {
 		o.Region = region
 		if base != "" {
 			o.BaseEndpoint = aws.String(base)
@@ -249,7 +262,9 @@ func (m *bedrockModel) client(ctx context.Context, s *settings) (*bedrockruntime
 			// the runtime's rate limits pace the calls instead.
 			r.RateLimiter = ratelimit.None
 		})
-	}), nil
+	})
+	actual, _ := m.clients.LoadOrStore(k, c)
+	return actual.(*bedrockruntime.Client), nil
 }
 
 // Generate makes one Converse call (ConverseStream with OnDelta).
