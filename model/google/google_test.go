@@ -3,6 +3,7 @@ package google_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -247,5 +248,59 @@ func TestCheckSettings(t *testing.T) {
 	}
 	if err := sc.CheckSettings(map[string]any{"temperature": 0.3, "thinking_budget": -1}, nil, false); err != nil {
 		t.Errorf("good settings: %v", err)
+	}
+}
+
+// builtin_tools web_search, web_fetch and code_execution reach the Gemini
+// API as grounding with Google Search, URL context and code execution;
+// the searches (grounding metadata), the pages read and the code run come
+// back beside the answer, which is the model's text without the code.
+func TestServerToolsOnTheWire(t *testing.T) {
+	f := newFake(t, `{"candidates":[{"content":{"role":"model","parts":[
+			{"executableCode":{"language":"PYTHON","code":"print(6*7)"}},
+			{"codeExecutionResult":{"outcome":"OUTCOME_OK","output":"42\n"}},
+			{"text":"It is 42, says example.com."}]},
+		  "finishReason":"STOP",
+		  "groundingMetadata":{"webSearchQueries":["answer to everything"],"groundingChunks":[{"web":{"uri":"https://example.com","title":"example.com"}}]},
+		  "urlContextMetadata":{"urlMetadata":[{"retrievedUrl":"https://example.com/a","urlRetrievalStatus":"URL_RETRIEVAL_STATUS_SUCCESS"}]}}],
+		 "usageMetadata":{"promptTokenCount":30,"candidatesTokenCount":10,"toolUsePromptTokenCount":100,"totalTokenCount":140}}`)
+	m, _ := google.NewWithConfig("gemini-2.5-flash", google.Config{BaseURL: f.srv.URL, APIKey: "g-key"})
+	if got := m.(model.ServerToolModel).ServerTools(); strings.Join(got, ",") != "web_search,web_fetch,code_execution" {
+		t.Errorf("ServerTools() = %v", got)
+	}
+	resp, err := m.Generate(t.Context(), svc.ModelRequest{Messages: []svc.Message{{Role: svc.RoleUser, Content: json.RawMessage(`"what is the answer?"`)}},
+		OutputSchema: json.RawMessage(`{"type":"string"}`),
+		ServerTools:  []string{"web_search", "web_fetch", "code_execution"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := fmt.Sprint(get(f.bodies[0], "tools"))
+	for _, want := range []string{"googleSearch", "urlContext", "codeExecution"} {
+		if !strings.Contains(tools, want) {
+			t.Errorf("tools sent %s; want %s", tools, want)
+		}
+	}
+	if get(f.bodies[0], "generationConfig", "responseMimeType") != nil {
+		t.Error("a JSON answer was asked for beside server tools, which Gemini refuses")
+	}
+	if string(resp.Output) != `"It is 42, says example.com."` {
+		t.Errorf("output %s", resp.Output)
+	}
+	var names []string
+	for _, u := range resp.ServerToolUses {
+		names = append(names, u.Name)
+	}
+	if strings.Join(names, ",") != "web_search,web_fetch,code_execution" {
+		t.Fatalf("server tool uses %v", names)
+	}
+	search, code := resp.ServerToolUses[0], resp.ServerToolUses[2]
+	if string(search.Input) != `{"queries":["answer to everything"]}` || !strings.Contains(string(search.Result), "https://example.com") {
+		t.Errorf("search %s -> %s", search.Input, search.Result)
+	}
+	if !strings.Contains(string(code.Input), "print(6*7)") || !strings.Contains(string(code.Result), `"output":"42\n"`) {
+		t.Errorf("code %s -> %s", code.Input, code.Result)
+	}
+	if !strings.Contains(string(resp.ServerToolUses[1].Result), "https://example.com/a") {
+		t.Errorf("url context %s", resp.ServerToolUses[1].Result)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genai"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/model"
 )
 
 // madeUp prefixes the ids the provider makes up for calls the server
@@ -45,8 +46,15 @@ func buildRequest(req *svc.ModelRequest, s *settings) ([]*genai.Content, *genai.
 		}
 		cfg.Tools = []*genai.Tool{{FunctionDeclarations: decls}}
 	}
+	for _, name := range req.ServerTools {
+		t, ok := serverTool(name)
+		if !ok {
+			return nil, nil, false, fmt.Errorf("server tool %s: the Gemini API has none", name)
+		}
+		cfg.Tools = append(cfg.Tools, t)
+	}
 	structured := !isEmpty(req.OutputSchema)
-	if structured && len(req.Tools) == 0 {
+	if structured && len(req.Tools) == 0 && len(req.ServerTools) == 0 {
 		cfg.ResponseMIMEType = "application/json"
 		cfg.ResponseJsonSchema = req.OutputSchema
 	}
@@ -101,6 +109,25 @@ func buildRequest(req *svc.ModelRequest, s *settings) ([]*genai.Content, *genai.
 	}
 	return contents, cfg, structured, nil
 }
+
+// serverTool is the Gemini API's tool for a builtin_tools name: grounding
+// with Google Search, URL context, code execution.
+func serverTool(name string) (*genai.Tool, bool) {
+	switch name {
+	case "web_search":
+		return &genai.Tool{GoogleSearch: &genai.GoogleSearch{}}, true
+	case "web_fetch":
+		return &genai.Tool{URLContext: &genai.URLContext{}}, true
+	case "code_execution":
+		return &genai.Tool{CodeExecution: &genai.ToolCodeExecution{}}, true
+	}
+	return nil, false
+}
+
+// ServerTools are the server tools the provider offers: builtin_tools
+// web_search (grounding with Google Search), web_fetch (URL context) and
+// code_execution.
+func (m *geminiModel) ServerTools() []string { return model.ServerTools }
 
 // splitID is the server's id of a call (empty for a made-up one) and its
 // thought signature.
@@ -159,6 +186,12 @@ type assembled struct {
 	// finished: a candidate said why it stopped (a stream cut short
 	// never does).
 	finished bool
+	// code are the code executions, in order; grounding and urls the
+	// last grounding and URL context metadata (a stream's last chunk
+	// has them whole).
+	code      []svc.ServerToolUse
+	grounding *genai.GroundingMetadata
+	urls      *genai.URLContextMetadata
 }
 
 // add reads a response (or a stream's chunk): its text, its calls and
@@ -181,6 +214,12 @@ func (a *assembled) add(r *genai.GenerateContentResponse) error {
 	if c.FinishReason != "" {
 		a.finished = true
 	}
+	if c.GroundingMetadata != nil {
+		a.grounding = c.GroundingMetadata
+	}
+	if c.URLContextMetadata != nil {
+		a.urls = c.URLContextMetadata
+	}
 	if c.Content == nil {
 		return nil
 	}
@@ -197,6 +236,14 @@ func (a *assembled) add(r *genai.GenerateContentResponse) error {
 			}
 			a.calls = append(a.calls, svc.ToolCall{ID: callID(p.FunctionCall.ID, len(a.calls), p.ThoughtSignature),
 				Name: p.FunctionCall.Name, Arguments: args})
+		case p.ExecutableCode != nil:
+			a.code = append(a.code, svc.ServerToolUse{ID: p.ExecutableCode.ID, Name: "code_execution", Input: marshal(p.ExecutableCode)})
+		case p.CodeExecutionResult != nil:
+			if n := len(a.code); n > 0 && a.code[n-1].Result == nil {
+				a.code[n-1].Result = marshal(p.CodeExecutionResult)
+			} else {
+				a.code = append(a.code, svc.ServerToolUse{ID: p.CodeExecutionResult.ID, Name: "code_execution", Result: marshal(p.CodeExecutionResult)})
+			}
 		case p.Thought:
 			// A thought summary is not the answer.
 		default:
@@ -218,6 +265,14 @@ func (a *assembled) response(structured bool) (svc.ModelResponse, error) {
 		r.CachedInputTokens = min(int64(u.CachedContentTokenCount), r.InputTokens)
 		r.TokensUsed = int64(u.TotalTokenCount)
 	}
+	if g := a.grounding; g != nil && (len(g.WebSearchQueries) > 0 || len(g.GroundingChunks) > 0) {
+		r.ServerToolUses = append(r.ServerToolUses, svc.ServerToolUse{Name: "web_search",
+			Input: marshal(map[string]any{"queries": g.WebSearchQueries}), Result: marshal(g)})
+	}
+	if a.urls != nil {
+		r.ServerToolUses = append(r.ServerToolUses, svc.ServerToolUse{Name: "web_fetch", Result: marshal(a.urls)})
+	}
+	r.ServerToolUses = append(r.ServerToolUses, a.code...)
 	txt := a.text.String()
 	if len(a.calls) > 0 {
 		r.ToolCalls = a.calls
@@ -236,6 +291,14 @@ func (a *assembled) response(structured bool) (svc.ModelResponse, error) {
 	}
 	r.Output = jsonString(txt)
 	return r, nil
+}
+
+func marshal(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 func jsonString(s string) json.RawMessage {

@@ -108,6 +108,10 @@ func TestAgentWithServerTool(t *testing.T) {
 		t.Errorf("tools sent %s; want web_search_20250305", sent)
 	}
 
+	a.FallbackModels = []string{"gemini:gemini-2.5-flash"}
+	if _, err := agent.Compile(a, providers.Default()); err != nil {
+		t.Errorf("a gemini fallback, which has web_search too: %v", err)
+	}
 	a.FallbackModels = []string{"openai:gpt-4o-mini"}
 	_, err = agent.Compile(a, providers.Default())
 	var se *svc.Error
