@@ -342,6 +342,13 @@ func callError(ctx context.Context, name string, err error) error {
 		case code == "ThrottlingException":
 			pe.Class = model.ClassRateLimit
 		}
+	case ae != nil && exceptionClass[ae.ErrorCode()] != "":
+		// An exception event inside a ConverseStream, which has no
+		// status of its own.
+		pe.Class = exceptionClass[ae.ErrorCode()]
+		if pe.Class == model.ClassInvalid && contextLength(pe.Message) {
+			pe.Class = model.ClassContext
+		}
 	case strings.Contains(err.Error(), "deserialization failed"):
 		pe.Class = model.ClassServer
 		pe.Message = "malformed response: " + clip(err.Error())
@@ -352,6 +359,17 @@ func callError(ctx context.Context, name string, err error) error {
 		pe.RateLimit = &svc.RateHint{RetryAfter: pe.RetryAfter}
 	}
 	return pe
+}
+
+// exceptionClass classes the exceptions a ConverseStream may end with.
+var exceptionClass = map[string]model.Class{
+	"ThrottlingException":         model.ClassRateLimit,
+	"ServiceUnavailableException": model.ClassOverloaded,
+	"InternalServerException":     model.ClassServer,
+	"ModelStreamErrorException":   model.ClassServer,
+	"ModelTimeoutException":       model.ClassTimeout,
+	"ValidationException":         model.ClassInvalid,
+	"AccessDeniedException":       model.ClassAuth,
 }
 
 // isCredentialsError reports a call that could not be signed: no
