@@ -190,7 +190,7 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 				if i > 0 {
 					field = fmt.Sprintf("fallback_models[%d]", i-1)
 				}
-				return nil, bad(nil, "agent %s: builtin_tools: %s runs on the model's provider, and %s (%s) has no %s; anthropic and google (gemini) models do",
+				return nil, bad(nil, "agent %s: builtin_tools: %s runs on the model's provider, and %s (%s) has no %s (the anthropic, google, openai and azure providers have them)",
 					a.Name, b, m.ID, field, b)
 			}
 		}

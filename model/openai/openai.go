@@ -102,6 +102,7 @@ import (
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
@@ -214,7 +215,8 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 		// Built without openai.NewClient, which would read OPENAI_* itself
 		// (organisation, project, admin key, custom headers) and send them
 		// to whatever base URL a call uses.
-		chat: sdk.NewChatCompletionService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+		chat:      sdk.NewChatCompletionService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+		responses: responses.NewResponseService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
 	}, nil
 }
 
@@ -244,6 +246,8 @@ type chatModel struct {
 	apiKey  string
 	baseURL *url.URL
 	chat    sdk.ChatCompletionService
+	// responses makes the calls with server tools (responses.go).
+	responses responses.ResponseService
 }
 
 // Generate makes one Chat Completions call. See the package doc for the
@@ -289,6 +293,9 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 		var cancel context.CancelFunc
 		callCtx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
+	}
+	if len(req.ServerTools) > 0 {
+		return m.generateResponses(ctx, callCtx, name, key, base, &req, &s, out.structured)
 	}
 	if req.OnDelta != nil {
 		return m.generateStream(ctx, callCtx, name, key, base, body, out, &s, req.OnDelta)

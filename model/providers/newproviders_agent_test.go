@@ -68,8 +68,9 @@ func TestAgentOnEveryNewProvider(t *testing.T) {
 
 // builtin_tools: [web_search] on an agent of an anthropic model sends
 // Anthropic's web search server tool with every call and the answer is
-// the model's text; an agent whose chain has a model without it does not
-// compile, naming the model.
+// the model's text; gemini and openai fallbacks have it too, and an agent
+// whose chain has a model without it (a preset) does not compile, naming
+// the model.
 func TestAgentWithServerTool(t *testing.T) {
 	var mu sync.Mutex
 	var tools []any
@@ -112,10 +113,11 @@ func TestAgentWithServerTool(t *testing.T) {
 	if _, err := agent.Compile(a, providers.Default()); err != nil {
 		t.Errorf("a gemini fallback, which has web_search too: %v", err)
 	}
-	a.FallbackModels = []string{"openai:gpt-4o-mini"}
+	a.FallbackModels = []string{"openai:gpt-4o-mini", "groq:llama-3.3-70b-versatile"}
 	_, err = agent.Compile(a, providers.Default())
 	var se *svc.Error
-	if !errors.As(err, &se) || se.Kind != svc.KindSpecValidation || !strings.Contains(err.Error(), "openai:gpt-4o-mini") || !strings.Contains(err.Error(), "web_search") {
+	if !errors.As(err, &se) || se.Kind != svc.KindSpecValidation || !strings.Contains(err.Error(), "groq:llama-3.3-70b-versatile") ||
+		!strings.Contains(err.Error(), "fallback_models[1]") || !strings.Contains(err.Error(), "web_search") {
 		t.Errorf("a fallback without web_search: %v; want a SpecValidationError naming it", err)
 	}
 }
