@@ -1,6 +1,10 @@
 // Package openai is the "openai" model provider: models behind the OpenAI
 // Chat Completions API or any server that speaks it (Ollama, vLLM, LM
-// Studio, llama.cpp, LiteLLM, Azure-style proxies). It uses the official
+// Studio, llama.cpp, LiteLLM, Azure-style proxies); "azure", Azure OpenAI
+// through openai-go's azure package (NewAzure); and the presets of
+// OpenAI-compatible services (Presets: groq, mistral, together,
+// openrouter, ollama, vllm). A call with server tools (builtin_tools
+// web_search, code_execution) goes to the Responses API (responses.go). It uses the official
 // SDK, github.com/openai/openai-go/v3, for transport, authentication and
 // retries, and decodes the answer itself so that a malformed body from a
 // compatible server is a ProviderError rather than a half-filled struct.
