@@ -24,11 +24,15 @@ import (
 
 // ServerTools are the server tools the provider offers through the
 // Responses API: builtin_tools web_search (web_search) and code_execution
-// (code_interpreter, in an automatic container). The presets offer none:
+// (code_interpreter, in an automatic container). Azure OpenAI's Responses
+// API has code_interpreter and no web search; the presets offer none:
 // their services have no Responses API with these tools.
 func (m *chatModel) ServerTools() []string {
-	if m.provider == Provider || m.provider == AzureProvider {
+	switch m.provider {
+	case Provider:
 		return []string{"web_search", "code_execution"}
+	case AzureProvider:
+		return []string{"code_execution"}
 	}
 	return nil
 }
