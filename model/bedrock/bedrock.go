@@ -63,8 +63,9 @@
 // 503 ClassOverloaded, AccessDeniedException and
 // UnrecognizedClientException 403 ClassAuth, ModelErrorException 424
 // ClassServer), but for a ValidationException saying the input is too
-// long, which is ClassContext. A cancelled ctx yields an error wrapping
-// ctx.Err(), never a ProviderError.
+// long, which is ClassContext. A ConverseStream that ends with an
+// exception event is classed by the exception's name. A cancelled ctx
+// yields an error wrapping ctx.Err(), never a ProviderError.
 package bedrock
 
 import (

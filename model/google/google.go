@@ -45,6 +45,14 @@
 // schema is asked for by the instructions alone and the agent's
 // validation and corrective call do the rest.
 //
+// # Server tools
+//
+// The request's ServerTools (builtin_tools web_search, web_fetch,
+// code_execution) are sent as grounding with Google Search, URL context
+// and code execution; the grounding metadata, the URL context metadata
+// and each code run come back as ServerToolUses. A request with them
+// never asks for a JSON answer, which Gemini refuses beside them.
+//
 // # Usage and cost
 //
 // InputTokens are promptTokenCount (cachedContentTokenCount of them are
