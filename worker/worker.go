@@ -146,6 +146,12 @@ type Worker struct {
 	started   bool
 	stopped   bool
 
+	// results are the queues of results waiting to go out, by reply
+	// subject, each drained by a flusher goroutine counted in flushers.
+	rmu      sync.Mutex
+	results  map[string]*resultQueue
+	flushers sync.WaitGroup
+
 	hbStop chan struct{}
 	// hbWake asks the heartbeat loop for a heartbeat soon: in_flight
 	// changed. Buffered, sent to without blocking.
@@ -217,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, agents: agents, log: cfg.Logger, em: cfg.Emitter,
 		slots: make(chan struct{}, cfg.Concurrency), running: map[string]*task{}, cancelled: map[string]time.Time{},
-		hbWake: make(chan struct{}, 1)}
+		hbWake: make(chan struct{}, 1), results: map[string]*resultQueue{}}
 	if w.log == nil {
 		w.log = zap.NewNop()
 	}
@@ -292,7 +298,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle(svc.EventWorkerStarted, svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
 		"concurrency": w.cfg.Concurrency, "prefetch": w.cfg.Prefetch, "consumer_id": w.cfg.ConsumerID,
-		"heartbeat_seconds": max(w.cfg.Heartbeat, 0).Seconds(),
+		"heartbeat_seconds": max(w.cfg.Heartbeat, 0).Seconds(), fleetwire.BatchesPayloadKey: true,
 	})
 	if w.cfg.Heartbeat > 0 {
 		w.hbStop, w.hbDone = make(chan struct{}), make(chan struct{})
@@ -331,6 +337,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			break // the same ctx error for every subscription
 		}
 	}
+	w.flushers.Wait() // the drained handlers waited for their results
 	if w.hbStop != nil {
 		close(w.hbStop)
 		<-w.hbDone
@@ -355,6 +362,10 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 	stopKeepAlive := fleetwire.KeepAlive(ctx, d, 0)
 	defer stopKeepAlive()
+	if fleetwire.IsBatch(d.Data) {
+		w.handleBatch(ctx, d)
+		return
+	}
 	env, err := fleetwire.Decode(d.Data)
 	if err == nil && env.Kind != fleetwire.MsgTask {
 		err = fmt.Errorf("envelope: kind %q on a task subject", env.Kind)
@@ -373,7 +384,7 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 		return
 	}
 	defer func() { <-w.slots }()
-	res, deltas, handedBack := w.run(ctx, env)
+	res, deltas, handedBack := w.run(ctx, env, true)
 	if handedBack {
 		w.settle(ctx, d, false)
 		return
@@ -440,8 +451,10 @@ func (w *Worker) Rejected() int64 { return w.rejected.Load() }
 
 // run runs the task and returns its result and the number of deltas it
 // relayed, or handedBack when the worker is shutting down and the task
-// must go to another worker.
-func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.AgentResult, deltas int, handedBack bool) {
+// must go to another worker. lookUp checks the task's run against the
+// cancels recorded on the broker first (the tasks of a batch were checked
+// together, one look-up per run).
+func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope, lookUp bool) (res svc.AgentResult, deltas int, handedBack bool) {
 	now := time.Now()
 	if env.Expired(now) {
 		return w.failed(env, &svc.Error{Kind: svc.KindTimeout, Agent: env.Agent, TaskID: env.TaskID, Reason: "timeout",
@@ -454,7 +467,7 @@ func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.Agen
 		runCtx, stop = context.WithDeadline(runCtx, env.DeadlineTime())
 		defer stop()
 	}
-	if w.cancelledOnBroker(ctx, env) || !w.track(env, cancel) {
+	if (lookUp && w.cancelledOnBroker(ctx, env)) || !w.track(env, cancel) {
 		w.skipped.Add(1)
 		return w.failed(env, &svc.Error{Kind: svc.KindCancelled, Agent: env.Agent, TaskID: env.TaskID, Reason: "cancelled",
 			Message: fmt.Sprintf("agent %s: cancelled", env.Agent)}), 0, false
@@ -535,21 +548,7 @@ func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult, delivery, d
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), resultPublishTimeout)
-	defer cancel()
-	backoff := 50 * time.Millisecond
-	for {
-		err = w.cfg.Broker.Publish(ctx, env.ReplyTo, data)
-		if err == nil || svc.IsPermanentBrokerError(err) {
-			return err // a closed broker, too large a result: no retry mends it
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
-			backoff = min(2*backoff, time.Second)
-		}
-	}
+	return w.publishReply(env.ReplyTo, data)
 }
 
 // settle acks (done) or nacks the delivery; after the handler's context
@@ -677,6 +676,10 @@ func (w *Worker) remember(runID string, now time.Time) {
 // result, so its run fails with the reason instead of waiting for its
 // timeout.
 func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
+	if fleetwire.IsBatch(dl.Data) {
+		w.deadBatch(dl)
+		return
+	}
 	env, err := fleetwire.Decode(dl.Data)
 	if err != nil || env.Kind != fleetwire.MsgTask {
 		return
@@ -684,11 +687,16 @@ func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
 	if len(w.cfg.Keys) > 0 && env.Verify(w.cfg.Keys) != nil {
 		return
 	}
-	res := w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
-		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
+	res := w.deadLettered(env, dl)
 	if err := w.reply(env, res, dl.Deliveries, 0); err != nil {
 		w.log.Error("dead-letter result not published", zap.String("task_id", env.TaskID), zap.Error(err))
 	}
+}
+
+// deadLettered is the failed result of a task given up by the broker.
+func (w *Worker) deadLettered(env *fleetwire.Envelope, dl svc.DeadLetter) svc.AgentResult {
+	return w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
+		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
 }
 
 // inFlightBeat is the least time between two heartbeats sent because
@@ -746,7 +754,7 @@ func (w *Worker) heartbeat() {
 func (w *Worker) beat() {
 	p := svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
-		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
+		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(), fleetwire.BatchesPayloadKey: true,
 	}
 	if n := w.Rejected(); n > 0 {
 		p["rejected"] = n

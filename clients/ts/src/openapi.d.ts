@@ -754,6 +754,7 @@ export interface components {
             event_type: "worker_started";
             payload: {
                 agents: string[];
+                batches?: boolean;
                 broker_scheme: string;
                 concurrency: number;
                 consumer_id: string;
@@ -774,6 +775,7 @@ export interface components {
             event_type: "worker_heartbeat";
             payload: {
                 agent_subscriptions: string[];
+                batches?: boolean;
                 broker_scheme: string;
                 concurrency_cap: number;
                 handler_panics?: number;
