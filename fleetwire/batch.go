@@ -183,7 +183,7 @@ func IsBatch(data []byte) bool {
 // signature and Envelopes decodes its items.
 func DecodeBatch(data []byte) (*Batch, error) {
 	var b Batch
-	if err := json.Unmarshal(data, &b); err != nil {
+	if err := readBatch(data, &b); err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
 	}
 	if b.V != BatchVersion {
@@ -244,6 +244,46 @@ func (b *Batch) Envelopes() ([]Envelope, error) {
 		}
 	}
 	return items, nil
+}
+
+// readBatch reads a batch's fields; Items is the array's bytes within
+// data, not copied (nor parsed: Envelopes does that).
+func readBatch(data []byte, b *Batch) error {
+	r := &reader{data: data}
+	err := r.each(func(k []byte) error {
+		var err error
+		switch string(k) {
+		case "v":
+			b.V, err = r.int()
+		case "kind":
+			var s string
+			s, err = r.optString()
+			b.Kind = MsgKind(s)
+		case "agent":
+			b.Agent, err = r.optString()
+		case "reply_to":
+			b.ReplyTo, err = r.optString()
+		case "runtime_id":
+			b.RuntimeID, err = r.optString()
+		case "key_id":
+			b.KeyID, err = r.optString()
+		case "sig":
+			b.Sig, err = r.optString()
+		case "items":
+			r.ws()
+			start := r.i
+			if err = r.skip(); err == nil {
+				b.Items = data[start:r.i:r.i]
+			}
+		default:
+			err = r.skip()
+		}
+		return err
+	})
+	if err == nil && r.peek() != 0 {
+		err = r.fail("data after the object")
+	}
+	return err
 }
 
 // encodeItem is the item codec's encoder (codec.go).
