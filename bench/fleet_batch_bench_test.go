@@ -6,7 +6,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -94,10 +93,10 @@ func BenchmarkFleetThroughput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, name := range modes {
 			runtime.GC()
-			start, cpu0, wcpu0 := time.Now(), cpuTime(), procCPU(workerPID)
+			start, cpu0, wcpu0 := time.Now(), cpuTime(), procCPUTime(workerPID)
 			res, err := pubs[name].Gather(ctx, "echo", ts, conc)
 			dur[name] += time.Since(start)
-			cpu[name] += cpuTime() - cpu0 + procCPU(workerPID) - wcpu0
+			cpu[name] += cpuTime() - cpu0 + procCPUTime(workerPID) - wcpu0
 			allSucceeded(b, res, err)
 		}
 	}
@@ -106,26 +105,4 @@ func BenchmarkFleetThroughput(b *testing.B) {
 		b.ReportMetric(float64(n*b.N)/dur[name].Seconds(), name+"_tasks/s")
 		b.ReportMetric(float64(cpu[name].Microseconds())/float64(n*b.N), name+"_cpu_us/task")
 	}
-}
-
-// procCPU is the CPU time (user and system) process pid has used; 0 for
-// pid 0 or where /proc is not readable.
-func procCPU(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command (which may hold spaces) start past
-	// its closing parenthesis; utime and stime are the 14th and 15th.
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }

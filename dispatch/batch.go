@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,10 @@ import (
 // batchPublishTimeout bounds the publication of one batch, retries
 // included; the tasks' own callers may give up sooner.
 const batchPublishTimeout = 30 * time.Second
+
+// errWithdrawn says a task left its queue before its batch was published:
+// no worker has it.
+var errWithdrawn = errors.New("dispatch: task withdrawn before its batch was published")
 
 // queued is one task waiting in a batcher.
 type queued struct {
@@ -120,7 +126,7 @@ func (p *Publisher) enqueue(ctx context.Context, subject, agent string, q *queue
 		return err
 	case <-ctx.Done():
 		if q.state.CompareAndSwap(queuedWaiting, queuedWithdrawn) {
-			return ctx.Err() // never published
+			return fmt.Errorf("%w: %w", errWithdrawn, ctx.Err())
 		}
 		// On its way: its outcome no longer matters to the caller, who
 		// cancels the task in case it was published.

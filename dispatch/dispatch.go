@@ -398,8 +398,11 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		if ctx.Err() != nil {
 			// The broker may have delivered the task before the call
 			// ended (RabbitMQ delivers before it confirms): a worker
-			// may be running it.
-			p.Cancel(req.RunID, req.TaskID)
+			// may be running it. A task withdrawn from its batch before
+			// the batch went out reached no one.
+			if !errors.Is(err, errWithdrawn) {
+				p.cancelDispatch(req.RunID, req.TaskID, span, n)
+			}
 			return svc.AgentResult{}, ctx.Err()
 		}
 		return svc.AgentResult{}, &svc.Error{Kind: svc.KindRuntime, Agent: req.Agent, TaskID: req.TaskID, Reason: "broker",
@@ -416,7 +419,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		return r.res, nil
 	case <-ctx.Done():
 		p.forget(key)
-		p.Cancel(req.RunID, req.TaskID)
+		p.cancelDispatch(req.RunID, req.TaskID, span, n)
 		err := context.Cause(ctx)
 		if errors.Is(err, context.DeadlineExceeded) && !p.served(req.Agent) {
 			return svc.AgentResult{}, &svc.Error{Kind: svc.KindTimeout, Agent: req.Agent, TaskID: req.TaskID, Reason: "timeout", Err: err,
@@ -615,11 +618,20 @@ func (p *Publisher) noteRedelivery(env *fleetwire.Envelope) {
 // also recorded on the broker (when it is a svc.Retainer) for
 // CancelRetention, first, so a worker that starts or reconnects later still
 // refuses the run's tasks left in the queue. It does not wait.
-func (p *Publisher) Cancel(runID, taskID string) {
+func (p *Publisher) Cancel(runID, taskID string) { p.cancelDispatch(runID, taskID, "", 0) }
+
+// cancelDispatch is Cancel naming, for a task cancel, the dispatch (span
+// and attempt) too: a worker that holds that dispatch without running it
+// yet (in a batch, waiting for a slot) answers it cancelled instead of
+// running it; a worker of an earlier release ignores the two fields.
+func (p *Publisher) cancelDispatch(runID, taskID, span string, attempt int) {
 	if runID == "" {
 		return
 	}
 	env := fleetwire.Envelope{Kind: fleetwire.MsgCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
+	if taskID != "" {
+		env.SpanID, env.Attempt = span, attempt
+	}
 	data, err := p.encode(&env)
 	if err != nil {
 		return

@@ -140,11 +140,16 @@ type Worker struct {
 	running  map[string]*task // by task id
 	// cancelled remembers run ids cancelled by broadcast, with when.
 	cancelled map[string]time.Time
-	subs      []svc.Subscription
-	cancelSub svc.Subscription
-	pingSub   svc.Subscription
-	started   bool
-	stopped   bool
+	// cancelledDispatches remembers the dispatches (fleetwire.DispatchKey)
+	// a task cancel named while they were not running: a task of a batch
+	// waiting for a slot, or held in the prefetch, is then answered
+	// cancelled instead of run.
+	cancelledDispatches map[string]time.Time
+	subs                []svc.Subscription
+	cancelSub           svc.Subscription
+	pingSub             svc.Subscription
+	started             bool
+	stopped             bool
 
 	// results are the queues of results waiting to go out, by reply
 	// subject, each drained by a flusher goroutine counted in flushers.
@@ -223,7 +228,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, agents: agents, log: cfg.Logger, em: cfg.Emitter,
 		slots: make(chan struct{}, cfg.Concurrency), running: map[string]*task{}, cancelled: map[string]time.Time{},
-		hbWake: make(chan struct{}, 1), results: map[string]*resultQueue{}}
+		cancelledDispatches: map[string]time.Time{},
+		hbWake:              make(chan struct{}, 1), results: map[string]*resultQueue{}}
 	if w.log == nil {
 		w.log = zap.NewNop()
 	}
@@ -578,6 +584,13 @@ func (w *Worker) track(env *fleetwire.Envelope, cancel context.CancelCauseFunc) 
 	if _, ok := w.cancelled[env.RunID]; ok && env.RunID != "" {
 		return false
 	}
+	if len(w.cancelledDispatches) > 0 {
+		key := fleetwire.DispatchKey(env.SpanID, env.Attempt)
+		if _, ok := w.cancelledDispatches[key]; ok {
+			delete(w.cancelledDispatches, key)
+			return false
+		}
+	}
 	w.running[env.TaskID] = &task{runID: env.RunID, cancel: cancel}
 	return true
 }
@@ -649,6 +662,10 @@ func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
 	if env.TaskID != "" {
 		if t, ok := w.running[env.TaskID]; ok {
 			t.cancel(errCancelledByRequest)
+		} else if env.SpanID != "" {
+			// Not running here (yet): if it waits here for a slot, it is
+			// answered cancelled when it gets one.
+			remember(w.cancelledDispatches, fleetwire.DispatchKey(env.SpanID, env.Attempt), time.Now())
 		}
 		return
 	}
@@ -661,15 +678,19 @@ func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
 }
 
 // remember records a cancelled run, within maxCancelled; w.mu is held.
-func (w *Worker) remember(runID string, now time.Time) {
-	if len(w.cancelled) >= maxCancelled {
-		for id, at := range w.cancelled {
-			if now.Sub(at) > cancelledMemory || len(w.cancelled) >= maxCancelled {
-				delete(w.cancelled, id)
+func (w *Worker) remember(runID string, now time.Time) { remember(w.cancelled, runID, now) }
+
+// remember records id in m at now, forgetting what is older than
+// cancelledMemory (and, past maxCancelled, whatever it must) first.
+func remember(m map[string]time.Time, id string, now time.Time) {
+	if len(m) >= maxCancelled {
+		for k, at := range m {
+			if now.Sub(at) > cancelledMemory || len(m) >= maxCancelled {
+				delete(m, k)
 			}
 		}
 	}
-	w.cancelled[runID] = now
+	m[id] = now
 }
 
 // onDeadLetter answers a task that was delivered too often with a failed
