@@ -84,7 +84,37 @@ func (p *Publisher) batchLimitLocked(agent string) int {
 	if !served {
 		return 1
 	}
-	return limit
+	// A batch's tasks wait on a busy worker until as many of its slots
+	// free up; slots free at concurrency / duration a second, so k tasks
+	// wait about k * duration / concurrency. Keep that under batchWait:
+	// echo-fast tasks go hundreds to a message, 200 ms tasks one by one
+	// (which costs them nothing: the broker's share of a slow task is
+	// small), and no worker sits on a batch while others idle. Until a
+	// result says how long the agent's tasks take, tasks go one by one.
+	d, ok := p.durations[agent]
+	if !ok {
+		return 1
+	}
+	k := int(float64(batchWait) / float64(time.Millisecond) * float64(limit) / max(d, 1e-3))
+	return max(1, min(k, limit))
+}
+
+// batchWait bounds how long the tasks of a batch should wait for slots on
+// a busy worker (see batchLimitLocked).
+const batchWait = 5 * time.Millisecond
+
+// noteDuration folds the run time of a task of agent (its result's
+// duration_ms, on the worker) into the agent's moving average; p.mu is
+// held.
+func (p *Publisher) noteDuration(agent string, ms float64) {
+	if agent == "" || ms < 0 {
+		return
+	}
+	if d, ok := p.durations[agent]; ok {
+		p.durations[agent] = d + (ms-d)/16
+		return
+	}
+	p.durations[agent] = ms
 }
 
 func contains(list []string, s string) bool {

@@ -94,6 +94,22 @@ func workerWith(t *testing.T, b svc.Broker, cfg worker.Config, wrap func(worker.
 	return w
 }
 
+// warmUp runs a task of agent on a worker that then stops: the publisher
+// batches an agent's tasks only once a result said how long they take.
+func warmUp(t *testing.T, b svc.Broker, rt *supervisor.Runtime, p *dispatch.Publisher, agent svc.Agent) {
+	t.Helper()
+	w := workerWith(t, b, worker.Config{RuntimeID: "warm", Concurrency: 1}, nil, agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := rt.Run(ctx, agent.Name, svc.TaskSpec{Input: json.RawMessage(`"warm"`)}); err != nil || !res.Success {
+		t.Fatalf("warm-up task: %+v %v", res, err)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the warm-up worker stopped", func() bool { s, _ := workerOf(t, p, "warm"); return s.Stopped })
+}
+
 func echoTasks(n int) []svc.TaskSpec {
 	ts := make([]svc.TaskSpec, n)
 	for i := range ts {
@@ -113,6 +129,12 @@ func TestGatherGoesOutInBatches(t *testing.T) {
 	rt, p := publisherRuntime(t, dispatch.Config{Broker: spy}, echo)
 	w := workerWith(t, mb, worker.Config{RuntimeID: "w1", Concurrency: 40}, nil, echo)
 	testutil.Eventually(t, "the worker known", func() bool { _, ok := workerOf(t, p, w.RuntimeID()); return ok })
+	if _, err := rt.Run(context.Background(), "echo", svc.TaskSpec{Input: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	spy.mu.Lock()
+	spy.messages, spy.tasks = 0, nil
+	spy.mu.Unlock()
 
 	const n = 300
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -234,6 +256,7 @@ func TestPartlyAnsweredBatchRedelivered(t *testing.T) {
 	t.Cleanup(func() { _ = mb.Close() })
 	echo := svc.Agent{Name: "echo", Model: "test:echo"}
 	rt, p := publisherRuntime(t, dispatch.Config{Broker: &taskSpy{Broker: mb, delay: 50 * time.Millisecond}, AckWait: ackWait}, echo)
+	warmUp(t, mb, rt, p, echo)
 	announce(t, mb, p, "doomed", "echo", 100, true)
 	dm := startDoomed(t, mb, "echo", ackWait, true)
 
@@ -287,6 +310,7 @@ func TestDeadLetteredBatchFailsEveryTask(t *testing.T) {
 	t.Cleanup(func() { _ = mb.Close() })
 	echo := svc.Agent{Name: "echo", Model: "test:echo"}
 	rt, p := publisherRuntime(t, dispatch.Config{Broker: &taskSpy{Broker: mb, delay: 50 * time.Millisecond}, AckWait: ackWait}, echo)
+	warmUp(t, mb, rt, p, echo)
 	announce(t, mb, p, "doomed", "echo", 100, true)
 	dm := startDoomed(t, mb, "echo", ackWait, false)
 	var res []svc.AgentResult
@@ -316,32 +340,60 @@ func TestDeadLetteredBatchFailsEveryTask(t *testing.T) {
 	}
 }
 
+// blockingRunner runs a task whose input is "block" until its context
+// ends, and any other at once.
+type blockingRunner struct {
+	worker.Runner
+	runs atomic.Int64 // "block" tasks started
+}
+
+func (r *blockingRunner) Run(ctx context.Context, agent string, task svc.TaskSpec) (svc.AgentResult, error) {
+	if string(task.Input) != `"block"` {
+		return r.Runner.Run(ctx, agent, task)
+	}
+	r.runs.Add(1)
+	<-ctx.Done()
+	return svc.AgentResult{AgentName: agent, TaskID: task.ID}, context.Cause(ctx)
+}
+
 // TestCancelReachesTasksWaitingInABatch: a gather cancelled while a
 // worker holds batches of its tasks, some running and some waiting for a
-// slot, and more batches still on the broker: the running ones stop, and
-// none of the others runs after the cancel: they are answered cancelled
-// when they get a slot (the cancel named their dispatch), so the worker is
-// idle at once rather than working through tasks nobody waits for.
+// slot, and more still on the broker: the running ones stop, and none of
+// the others runs after the cancel: they are answered cancelled when they
+// get a slot (the cancel named their dispatch), so the worker is idle at
+// once rather than working through tasks nobody waits for.
 func TestCancelReachesTasksWaitingInABatch(t *testing.T) {
 	mb := membroker.New()
 	t.Cleanup(func() { _ = mb.Close() })
-	slow := svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 20_000}}
-	rt, p := publisherRuntime(t, dispatch.Config{Broker: &taskSpy{Broker: mb, delay: 20 * time.Millisecond}}, slow)
-	counting := &countingRunner{}
-	w := workerWith(t, mb, worker.Config{RuntimeID: "w", Concurrency: 2}, func(r worker.Runner) worker.Runner {
-		counting.Runner = r
-		return counting
-	}, slow)
-	runs := &counting.runs
+	echo := svc.Agent{Name: "echo", Model: "test:echo"}
+	spy := &taskSpy{Broker: mb, delay: 20 * time.Millisecond}
+	rt, p := publisherRuntime(t, dispatch.Config{Broker: spy}, echo)
+	blocking := &blockingRunner{}
+	w := workerWith(t, mb, worker.Config{RuntimeID: "w", Concurrency: 4}, func(r worker.Runner) worker.Runner {
+		blocking.Runner = r
+		return blocking
+	}, echo)
 	testutil.Eventually(t, "the worker known", func() bool { _, ok := workerOf(t, p, "w"); return ok })
-
+	// Fast tasks first: the publisher learns they take no time, so the
+	// next ones go in batches of the worker's concurrency.
+	if _, err := rt.Gather(context.Background(), "echo", echoTasks(8), 8); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make([]svc.TaskSpec, 16)
+	for i := range blocked {
+		blocked[i] = svc.TaskSpec{ID: fmt.Sprint(i), Input: json.RawMessage(`"block"`)}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := rt.Gather(ctx, "slow", echoTasks(12), 12)
+		_, err := rt.Gather(ctx, "echo", blocked, len(blocked))
 		done <- err
 	}()
-	testutil.Eventually(t, "two tasks running", func() bool { return w.InFlight() == 2 })
+	testutil.Eventually(t, "four tasks running", func() bool { return w.InFlight() == 4 })
+	time.Sleep(100 * time.Millisecond) // the next batches reach the worker
+	if _, largest := spy.largest(); largest < 2 {
+		t.Fatalf("the largest message held %d tasks: want batches", largest)
+	}
 	cancel()
 	select {
 	case <-done:
@@ -349,18 +401,16 @@ func TestCancelReachesTasksWaitingInABatch(t *testing.T) {
 		t.Fatal("the cancelled gather did not return")
 	}
 	testutil.Eventually(t, "the worker idle", func() bool { return w.InFlight() == 0 })
-	// Every task the worker still held or will be handed is answered
-	// without running: nothing starts again.
-	started := runs.Load()
+	started := blocking.runs.Load()
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		if w.InFlight() != 0 {
-			t.Fatalf("a task of the cancelled gather runs after the cancel (%d in flight, %d runs started, %d before)", w.InFlight(), runs.Load(), started)
+			t.Fatalf("a task of the cancelled gather runs after the cancel (%d in flight, %d started, %d before)", w.InFlight(), blocking.runs.Load(), started)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if w.Skipped() == 0 {
-		t.Errorf("no task answered cancelled unrun; %d runs started", runs.Load())
+		t.Errorf("no task answered cancelled unrun; %d started", blocking.runs.Load())
 	}
 }
 
@@ -420,5 +470,33 @@ func TestMixedFleetGetsSingleTasks(t *testing.T) {
 	}
 	if refused.Load() != 0 || answered.Load() == 0 {
 		t.Errorf("the old worker refused %d messages and answered %d", refused.Load(), answered.Load())
+	}
+}
+
+// TestSlowTasksGoOneByOne: tasks that take long go out one to a message
+// even when many wait to be published: a batch of them would wait for
+// slots on one worker while others idle, and the broker's share of a
+// slow task is small anyway.
+func TestSlowTasksGoOneByOne(t *testing.T) {
+	mb := membroker.New()
+	t.Cleanup(func() { _ = mb.Close() })
+	slow := svc.Agent{Name: "slow", Model: "test:echo", ModelSettings: map[string]any{"latency_ms": 100}}
+	spy := &taskSpy{Broker: mb, delay: 20 * time.Millisecond}
+	rt, p := publisherRuntime(t, dispatch.Config{Broker: spy}, slow)
+	workerWith(t, mb, worker.Config{RuntimeID: "w", Concurrency: 8}, nil, slow)
+	testutil.Eventually(t, "the worker known", func() bool { _, ok := workerOf(t, p, "w"); return ok })
+	for range 2 { // the first gather teaches the publisher how long the tasks take
+		res, err := rt.Gather(context.Background(), "slow", echoTasks(16), 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if !r.Success {
+				t.Fatalf("task %d: %+v", i, r)
+			}
+		}
+	}
+	if messages, largest := spy.largest(); largest != 1 || messages != 32 {
+		t.Errorf("%d messages, the largest of %d tasks: want one task a message", messages, largest)
 	}
 }

@@ -114,6 +114,9 @@ type Publisher struct {
 	listening map[string]*waiter
 	workers   map[string]workerInfo
 	batchers  map[string]*batcher // by task subject
+	// durations are the moving averages of the agents' task run times
+	// (ms), which bound their batches.
+	durations map[string]float64
 	subs      []svc.Subscription
 	closed    bool
 
@@ -212,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: fleetwire.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
 		em: cfg.Emitter, pending: map[string]*waiter{}, listening: map[string]*waiter{}, workers: map[string]workerInfo{},
-		batchers: map[string]*batcher{}}
+		batchers: map[string]*batcher{}, durations: map[string]float64{}}
 	if p.log == nil {
 		p.log = zap.NewNop()
 	}
@@ -548,6 +551,7 @@ func (p *Publisher) deliver(env *fleetwire.Envelope) {
 	p.mu.Lock()
 	w, ok := p.pending[key]
 	delete(p.pending, key)
+	p.noteDuration(env.Agent, env.Result.Metadata.DurationMS)
 	p.mu.Unlock()
 	if !ok {
 		p.dups.Add(1)
