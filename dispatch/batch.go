@@ -55,8 +55,9 @@ type batcher struct {
 
 // batchLimit is how many tasks of agent one message may carry now: 1 (no
 // batches) unless batches are on and some live worker serves agent and
-// every live worker serving it announced that it takes batches; then
-// MaxBatch, or the smallest such worker's concurrency if it is smaller.
+// every live worker serving it announced that it takes batches; then as
+// many as would wait about batchWait for slots on the smallest such
+// worker, at most MaxBatch.
 func (p *Publisher) batchLimit(agent string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -67,7 +68,7 @@ func (p *Publisher) batchLimitLocked(agent string) int {
 	if p.cfg.MaxBatch <= 1 {
 		return 1
 	}
-	limit, served := p.cfg.MaxBatch, false
+	conc, served := int64(0), false
 	now := p.cfg.Now()
 	for _, w := range p.workers {
 		if p.cfg.Health.Status(w.seen, w.stopped, now) == svc.WorkerDown || !contains(w.agents, agent) {
@@ -76,27 +77,28 @@ func (p *Publisher) batchLimitLocked(agent string) int {
 		if !w.batches {
 			return 1 // a worker of an earlier release would refuse a batch
 		}
-		served = true
-		if w.concurrency > 0 && int(w.concurrency) < limit {
-			limit = int(w.concurrency)
+		if !served || w.concurrency < conc {
+			conc = w.concurrency
 		}
+		served = true
 	}
 	if !served {
 		return 1
 	}
 	// A batch's tasks wait on a busy worker until as many of its slots
 	// free up; slots free at concurrency / duration a second, so k tasks
-	// wait about k * duration / concurrency. Keep that under batchWait:
-	// echo-fast tasks go hundreds to a message, 200 ms tasks one by one
-	// (which costs them nothing: the broker's share of a slow task is
-	// small), and no worker sits on a batch while others idle. Until a
-	// result says how long the agent's tasks take, tasks go one by one.
+	// wait about k * duration / concurrency. Keep that under batchWait,
+	// for the smallest worker: echo-fast tasks go hundreds to a message,
+	// 200 ms tasks one by one (which costs them nothing: the broker's
+	// share of a slow task is small), and no worker sits on a batch while
+	// others idle. Until a result says how long the agent's tasks take,
+	// they go one by one.
 	d, ok := p.durations[agent]
 	if !ok {
 		return 1
 	}
-	k := int(float64(batchWait) / float64(time.Millisecond) * float64(limit) / max(d, 1e-3))
-	return max(1, min(k, limit))
+	k := float64(batchWait) / float64(time.Millisecond) * float64(max(conc, 1)) / max(d, 1e-3)
+	return int(max(1, min(k, float64(p.cfg.MaxBatch))))
 }
 
 // batchWait bounds how long the tasks of a batch should wait for slots on

@@ -119,8 +119,7 @@ func echoTasks(n int) []svc.TaskSpec {
 }
 
 // TestGatherGoesOutInBatches: a gather's tasks go to a worker that takes
-// batches many to a message, never more to a message than the worker
-// runs at once, and every task gets its own result.
+// batches many to a message, and every task gets its own result.
 func TestGatherGoesOutInBatches(t *testing.T) {
 	mb := membroker.New()
 	t.Cleanup(func() { _ = mb.Close() })
@@ -151,9 +150,6 @@ func TestGatherGoesOutInBatches(t *testing.T) {
 	messages, largest := spy.largest()
 	if messages >= n/4 || largest < 2 {
 		t.Errorf("%d tasks went out in %d messages, the largest of %d tasks: want batches", n, messages, largest)
-	}
-	if largest > 40 {
-		t.Errorf("a batch of %d tasks for a worker that runs 40 at once", largest)
 	}
 	if d := p.Duplicates(); d != 0 {
 		t.Errorf("%d duplicates", d)

@@ -77,8 +77,9 @@ type Config struct {
 	// an agent wait to be published together: DefaultMaxBatch when 0, no
 	// batches when negative. Batches go only to an agent whose live
 	// workers all announced they take them, and hold no more tasks than
-	// the smallest of those workers runs at once (its concurrency), so
-	// that one worker does not take a gather's tasks while others idle.
+	// would wait about 5 ms for slots on the smallest of those workers,
+	// by the agent's average run time, so that one worker does not sit on
+	// a gather's tasks while others idle.
 	MaxBatch int
 }
 
