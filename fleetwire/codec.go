@@ -249,6 +249,43 @@ func appendString(b []byte, s string) []byte {
 type reader struct {
 	data []byte
 	i    int
+	// shared holds the strings read by sharedStr: the items of a batch
+	// repeat their run, trace, agent, model and backend, which are then
+	// allocated once a batch instead of once an item.
+	shared map[string]string
+}
+
+// maxShared bounds reader.shared.
+const maxShared = 64
+
+// sharedStr reads a string (or null) that the items of a batch are likely
+// to repeat.
+func (r *reader) sharedStr() (string, error) {
+	if r.peek() == '"' {
+		for j := r.i + 1; j < len(r.data) && j-r.i <= 128; j++ {
+			c := r.data[j]
+			if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+				break // the general path
+			}
+			if c == '"' {
+				raw := r.data[r.i+1 : j]
+				if s, ok := r.shared[string(raw)]; ok {
+					r.i = j + 1
+					return s, nil
+				}
+				s := string(raw)
+				if r.shared == nil {
+					r.shared = make(map[string]string, 8)
+				}
+				if len(r.shared) < maxShared {
+					r.shared[s] = s
+				}
+				r.i = j + 1
+				return s, nil
+			}
+		}
+	}
+	return r.optString()
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -636,15 +673,15 @@ func readEnvelope(r *reader, e *Envelope) error {
 		case "task_id":
 			e.TaskID, err = r.optString()
 		case "run_id":
-			e.RunID, err = r.optString()
+			e.RunID, err = r.sharedStr()
 		case "trace_id":
-			e.TraceID, err = r.optString()
+			e.TraceID, err = r.sharedStr()
 		case "parent_trace_id":
-			e.ParentTraceID, err = r.optString()
+			e.ParentTraceID, err = r.sharedStr()
 		case "span_id":
 			e.SpanID, err = r.optString()
 		case "agent":
-			e.Agent, err = r.optString()
+			e.Agent, err = r.sharedStr()
 		case "input":
 			e.Input, err = r.raw()
 		case "metadata":
@@ -654,7 +691,7 @@ func readEnvelope(r *reader, e *Envelope) error {
 		case "deadline":
 			e.Deadline, err = r.int64()
 		case "reply_to":
-			e.ReplyTo, err = r.optString()
+			e.ReplyTo, err = r.sharedStr()
 		case "publish_events":
 			e.PublishEvents, err = r.bool()
 		case "token_budget":
@@ -675,7 +712,7 @@ func readEnvelope(r *reader, e *Envelope) error {
 			e.Result = &svc.AgentResult{}
 			err = readResult(r, e.Result)
 		case "runtime_id":
-			e.RuntimeID, err = r.optString()
+			e.RuntimeID, err = r.sharedStr()
 		case "delivery":
 			e.Delivery, err = r.int()
 		case "key_id":
@@ -707,7 +744,7 @@ func readResult(r *reader, res *svc.AgentResult) error {
 		var err error
 		switch string(k) {
 		case "agent_name":
-			res.AgentName, err = r.optString()
+			res.AgentName, err = r.sharedStr()
 		case "task_id":
 			res.TaskID, err = r.optString()
 		case "success":
@@ -752,7 +789,7 @@ func readMetadata(r *reader, m *svc.ResultMetadata) error {
 		var err error
 		switch string(k) {
 		case "trace_id":
-			m.TraceID, err = r.optString()
+			m.TraceID, err = r.sharedStr()
 		case "duration_ms":
 			m.DurationMS, err = r.float()
 		case "tokens_used":
@@ -760,11 +797,11 @@ func readMetadata(r *reader, m *svc.ResultMetadata) error {
 		case "cost_usd":
 			m.CostUSD, err = r.float()
 		case "model":
-			m.Model, err = r.optString()
+			m.Model, err = r.sharedStr()
 		case "attempts":
 			m.Attempts, err = r.int()
 		case "backend":
-			m.Backend, err = r.optString()
+			m.Backend, err = r.sharedStr()
 		case "models_tried":
 			m.ModelsTried = nil
 			err = r.elems(func() error {
