@@ -1,6 +1,7 @@
 // Package dispatch is the publisher side of the distributed mode: it sends an
 // agent invocation to the fleet as a task message on the agent's task
-// subject, waits for the one result that comes back on this process's
+// subject (under load, many tasks to a message: batch.go), waits for the
+// one result that comes back on this process's
 // inbox, and drops any duplicate (a task redelivered after a worker died
 // may run twice; its run sees one result). It also follows the fleet's
 // worker events and relays cancels as broadcasts.

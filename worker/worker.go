@@ -1,7 +1,8 @@
 // Package worker is the worker process of the distributed mode: it joins the
 // task subjects of its agents on a broker as a competing consumer, runs each
-// task in its own runtime, publishes the AgentResult to the task's reply
-// subject, acknowledges the task only after that, and announces itself with
+// task in its own runtime (the tasks of a batch each as its own, batch.go),
+// publishes the AgentResult to the task's reply subject, acknowledges the
+// task only after that, and announces itself with
 // worker_started, worker_heartbeat and worker_stopped.
 //
 // The worker owns none of what it is given: the runner (a local runtime),
