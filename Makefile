@@ -42,7 +42,7 @@ OPENAPI_FETCH := .cache/ts/node_modules/openapi-fetch/package.json
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-python bench-http bench-million bench-stream bench-waiting fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-outside bench-groupcommit bench-python bench-http bench-million bench-stream bench-waiting fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -152,7 +152,7 @@ check: deps
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
-	$(GO) test -run '^$$' -bench . -skip MillionInFlight -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/...
+	$(GO) test -run '^$$' -bench . -skip 'MillionInFlight|Outside' -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/...
 
 ## bench-http: issue 15's benchmarks of the svc serve binary with its
 ## default flags (part of bench): POST /agents/echo/run against a bare chi
@@ -190,6 +190,12 @@ bench-python:
 ## per waiting run beside the warmed server's; 1,000 of them approved
 bench-waiting:
 	$(GO) test -run '^$$' -bench WaitingRuns -benchtime 1x -timeout 60m -v ./bench/
+
+## bench-outside: issue 36 part 5: svc serve and svc worker start with their
+## default flags driven from outside (wrk where installed), each figure
+## beside its baseline from the same run; SHORT=1 for a smoke run (CI)
+bench-outside:
+	$(if $(SHORT),SVC_BENCH_OUTSIDE_SHORT=1) $(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 30m ./bench/
 
 ## bench-groupcommit: issue 15.2, group commit for submitted runs: in
 ## process per store (with and without group commit) and over HTTP

@@ -126,7 +126,11 @@ var OptionalPayloadKeys = map[EventType][]string{
 	// they were taken, answered cancelled unrun, and the panics of
 	// handlers its broker client recovered (svc.PanicCounter): each once
 	// it is not 0.
-	EventWorkerHeartbeat: {"rejected", "skipped_cancelled", "handler_panics"},
+	// A worker that takes batches of tasks says so ("batches": true) on
+	// worker_started and every worker_heartbeat; one of an earlier
+	// release leaves it out.
+	EventWorkerHeartbeat: {"rejected", "skipped_cancelled", "handler_panics", "batches"},
+	EventWorkerStarted:   {"batches"},
 	// group_completed says whether the group run as a whole succeeded
 	// (its result's success): a group whose fan-out lost a branch may
 	// still have, and its run then completed, not failed.

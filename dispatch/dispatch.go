@@ -1,6 +1,7 @@
 // Package dispatch is the publisher side of the distributed mode: it sends an
 // agent invocation to the fleet as a task message on the agent's task
-// subject, waits for the one result that comes back on this process's
+// subject (under load, many tasks to a message: batch.go), waits for the
+// one result that comes back on this process's
 // inbox, and drops any duplicate (a task redelivered after a worker died
 // may run twice; its run sees one result). It also follows the fleet's
 // worker events and relays cancels as broadcasts.
@@ -73,7 +74,18 @@ type Config struct {
 	// should outlast the longest task deadline (timeout_seconds).
 	// DefaultCancelRetention when 0.
 	CancelRetention time.Duration
+	// MaxBatch is the most tasks sent in one broker message when tasks of
+	// an agent wait to be published together: DefaultMaxBatch when 0, no
+	// batches when negative. Batches go only to an agent whose live
+	// workers all announced they take them, and hold no more tasks than
+	// would wait about 5 ms for slots on the smallest of those workers,
+	// by the agent's average run time, so that one worker does not sit on
+	// a gather's tasks while others idle.
+	MaxBatch int
 }
+
+// DefaultMaxBatch is Config.MaxBatch's default.
+const DefaultMaxBatch = 256
 
 // DefaultCancelRetention is Config.CancelRetention's default: a day, far
 // past any task deadline of a default runtime (300 s).
@@ -103,6 +115,10 @@ type Publisher struct {
 	// deltas may still be on their way).
 	listening map[string]*waiter
 	workers   map[string]workerInfo
+	batchers  map[string]*batcher // by task subject
+	// durations are the moving averages of the agents' task run times
+	// (ms), which bound their batches.
+	durations map[string]float64
 	subs      []svc.Subscription
 	closed    bool
 
@@ -143,6 +159,7 @@ type workerInfo struct {
 	concurrency int64
 	period      float64 // heartbeat_seconds of worker_started
 	scheme      string
+	batches     bool // it takes batches of tasks
 }
 
 // Request is one invocation to dispatch.
@@ -199,7 +216,8 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		cfg.RuntimeID = id.String()
 	}
 	p := &Publisher{cfg: cfg, scheme: cfg.Broker.Scheme(), inbox: fleetwire.ResultSubject(cfg.RuntimeID), log: cfg.Logger,
-		em: cfg.Emitter, pending: map[string]*waiter{}, listening: map[string]*waiter{}, workers: map[string]workerInfo{}}
+		em: cfg.Emitter, pending: map[string]*waiter{}, listening: map[string]*waiter{}, workers: map[string]workerInfo{},
+		batchers: map[string]*batcher{}, durations: map[string]float64{}}
 	if p.log == nil {
 		p.log = zap.NewNop()
 	}
@@ -214,6 +232,9 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	if p.cfg.CancelRetention <= 0 {
 		p.cfg.CancelRetention = DefaultCancelRetention
+	}
+	if p.cfg.MaxBatch == 0 {
+		p.cfg.MaxBatch = DefaultMaxBatch
 	}
 	p.cfg.Health = p.cfg.Health.WithDefaults()
 	p.closeCtx, p.stopBg = context.WithCancel(context.Background())
@@ -335,7 +356,20 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		env.PublishEvents, env.RelayTo = true, req.EventsTo
 	}
 	env.SetDeadline(req.Deadline)
-	data, err := p.encode(&env)
+	subject := fleetwire.TaskSubject(req.Agent)
+	// Tasks go out together when the agent's workers take batches; the
+	// single envelope otherwise, encoded (and checked) here either way.
+	var (
+		data []byte
+		err  error
+		q    *queued
+	)
+	if p.batchLimit(req.Agent) > 1 {
+		q = &queued{env: &env, done: make(chan error, 1)}
+		q.item, err = fleetwire.EncodeItem(fleetwire.MsgTasks, &env)
+	} else {
+		data, err = p.encode(&env)
+	}
 	if err != nil {
 		return svc.AgentResult{}, &svc.Error{Kind: svc.KindSpecValidation, Agent: req.Agent, TaskID: req.TaskID,
 			Message: "dispatch: " + err.Error(), Err: err}
@@ -359,13 +393,21 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		}()
 	}
 	p.mu.Unlock()
-	if err := p.publish(ctx, fleetwire.TaskSubject(req.Agent), data); err != nil {
+	if q != nil {
+		err = p.enqueue(ctx, subject, req.Agent, q)
+	} else {
+		err = p.publish(ctx, subject, data)
+	}
+	if err != nil {
 		p.forget(key)
 		if ctx.Err() != nil {
 			// The broker may have delivered the task before the call
 			// ended (RabbitMQ delivers before it confirms): a worker
-			// may be running it.
-			p.Cancel(req.RunID, req.TaskID)
+			// may be running it. A task withdrawn from its batch before
+			// the batch went out reached no one.
+			if !errors.Is(err, errWithdrawn) {
+				p.cancelDispatch(req.RunID, req.TaskID, span, n)
+			}
 			return svc.AgentResult{}, ctx.Err()
 		}
 		return svc.AgentResult{}, &svc.Error{Kind: svc.KindRuntime, Agent: req.Agent, TaskID: req.TaskID, Reason: "broker",
@@ -382,7 +424,7 @@ func (p *Publisher) Dispatch(ctx context.Context, req Request) (svc.AgentResult,
 		return r.res, nil
 	case <-ctx.Done():
 		p.forget(key)
-		p.Cancel(req.RunID, req.TaskID)
+		p.cancelDispatch(req.RunID, req.TaskID, span, n)
 		err := context.Cause(ctx)
 		if errors.Is(err, context.DeadlineExceeded) && !p.served(req.Agent) {
 			return svc.AgentResult{}, &svc.Error{Kind: svc.KindTimeout, Agent: req.Agent, TaskID: req.TaskID, Reason: "timeout", Err: err,
@@ -463,6 +505,10 @@ func (p *Publisher) forget(key string) {
 // is acked: redelivering it would not find a waiter either.
 func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 	defer func() { _ = d.Ack(context.WithoutCancel(ctx)) }()
+	if fleetwire.IsBatch(d.Data) {
+		p.onResults(d)
+		return
+	}
 	env, err := fleetwire.Decode(d.Data)
 	if err == nil && env.Kind != fleetwire.MsgResult {
 		err = fmt.Errorf("envelope: kind %q in the inbox", env.Kind)
@@ -474,10 +520,40 @@ func (p *Publisher) onResult(ctx context.Context, d *svc.Delivery) {
 		p.log.Warn("result refused", zap.String("message_id", d.ID), zap.Error(err))
 		return
 	}
+	p.deliver(env)
+}
+
+// onResults hands each result of a batch to its waiter, as onResult does
+// one; a batch whose signature fails is refused whole.
+func (p *Publisher) onResults(d *svc.Delivery) {
+	b, err := fleetwire.DecodeBatch(d.Data)
+	if err == nil && b.Kind != fleetwire.MsgResults {
+		err = fmt.Errorf("batch: kind %q in the inbox", b.Kind)
+	}
+	if err == nil && len(p.cfg.Keys) > 0 {
+		err = b.Verify(p.cfg.Keys)
+	}
+	var envs []fleetwire.Envelope
+	if err == nil {
+		envs, err = b.Envelopes()
+	}
+	if err != nil {
+		p.log.Warn("results refused", zap.String("message_id", d.ID), zap.Error(err))
+		return
+	}
+	for i := range envs {
+		p.deliver(&envs[i])
+	}
+}
+
+// deliver hands a verified result to its waiter, or counts it as a
+// duplicate.
+func (p *Publisher) deliver(env *fleetwire.Envelope) {
 	key := dispatchKey(env.SpanID, env.Attempt)
 	p.mu.Lock()
 	w, ok := p.pending[key]
 	delete(p.pending, key)
+	p.noteDuration(env.Agent, env.Result.Metadata.DurationMS)
 	p.mu.Unlock()
 	if !ok {
 		p.dups.Add(1)
@@ -548,11 +624,20 @@ func (p *Publisher) noteRedelivery(env *fleetwire.Envelope) {
 // also recorded on the broker (when it is a svc.Retainer) for
 // CancelRetention, first, so a worker that starts or reconnects later still
 // refuses the run's tasks left in the queue. It does not wait.
-func (p *Publisher) Cancel(runID, taskID string) {
+func (p *Publisher) Cancel(runID, taskID string) { p.cancelDispatch(runID, taskID, "", 0) }
+
+// cancelDispatch is Cancel naming, for a task cancel, the dispatch (span
+// and attempt) too: a worker that holds that dispatch without running it
+// yet (in a batch, waiting for a slot) answers it cancelled instead of
+// running it; a worker of an earlier release ignores the two fields.
+func (p *Publisher) cancelDispatch(runID, taskID, span string, attempt int) {
 	if runID == "" {
 		return
 	}
 	env := fleetwire.Envelope{Kind: fleetwire.MsgCancel, RunID: runID, TaskID: taskID, RuntimeID: p.cfg.RuntimeID}
+	if taskID != "" {
+		env.SpanID, env.Attempt = span, attempt
+	}
 	data, err := p.encode(&env)
 	if err != nil {
 		return
@@ -675,6 +760,9 @@ func (p *Publisher) onWorker(_ context.Context, _ string, data []byte) {
 	}
 	if n, ok := ev.Payload["heartbeat_seconds"].(float64); ok {
 		w.period = n
+	}
+	if b, ok := ev.Payload[fleetwire.BatchesPayloadKey].(bool); ok {
+		w.batches = b
 	}
 	if w.stopped {
 		w.inFlight = 0

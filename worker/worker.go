@@ -1,7 +1,8 @@
 // Package worker is the worker process of the distributed mode: it joins the
 // task subjects of its agents on a broker as a competing consumer, runs each
-// task in its own runtime, publishes the AgentResult to the task's reply
-// subject, acknowledges the task only after that, and announces itself with
+// task in its own runtime (the tasks of a batch each as its own, batch.go),
+// publishes the AgentResult to the task's reply subject, acknowledges the
+// task only after that, and announces itself with
 // worker_started, worker_heartbeat and worker_stopped.
 //
 // The worker owns none of what it is given: the runner (a local runtime),
@@ -140,11 +141,22 @@ type Worker struct {
 	running  map[string]*task // by task id
 	// cancelled remembers run ids cancelled by broadcast, with when.
 	cancelled map[string]time.Time
-	subs      []svc.Subscription
-	cancelSub svc.Subscription
-	pingSub   svc.Subscription
-	started   bool
-	stopped   bool
+	// cancelledDispatches remembers the dispatches (fleetwire.DispatchKey)
+	// a task cancel named while they were not running: a task of a batch
+	// waiting for a slot, or held in the prefetch, is then answered
+	// cancelled instead of run.
+	cancelledDispatches map[string]time.Time
+	subs                []svc.Subscription
+	cancelSub           svc.Subscription
+	pingSub             svc.Subscription
+	started             bool
+	stopped             bool
+
+	// results are the queues of results waiting to go out, by reply
+	// subject, each drained by a flusher goroutine counted in flushers.
+	rmu      sync.Mutex
+	results  map[string]*resultQueue
+	flushers sync.WaitGroup
 
 	hbStop chan struct{}
 	// hbWake asks the heartbeat loop for a heartbeat soon: in_flight
@@ -217,7 +229,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, agents: agents, log: cfg.Logger, em: cfg.Emitter,
 		slots: make(chan struct{}, cfg.Concurrency), running: map[string]*task{}, cancelled: map[string]time.Time{},
-		hbWake: make(chan struct{}, 1)}
+		cancelledDispatches: map[string]time.Time{},
+		hbWake:              make(chan struct{}, 1), results: map[string]*resultQueue{}}
 	if w.log == nil {
 		w.log = zap.NewNop()
 	}
@@ -292,7 +305,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle(svc.EventWorkerStarted, svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agents": w.agents, "broker_scheme": w.cfg.Broker.Scheme(),
 		"concurrency": w.cfg.Concurrency, "prefetch": w.cfg.Prefetch, "consumer_id": w.cfg.ConsumerID,
-		"heartbeat_seconds": max(w.cfg.Heartbeat, 0).Seconds(),
+		"heartbeat_seconds": max(w.cfg.Heartbeat, 0).Seconds(), fleetwire.BatchesPayloadKey: true,
 	})
 	if w.cfg.Heartbeat > 0 {
 		w.hbStop, w.hbDone = make(chan struct{}), make(chan struct{})
@@ -331,6 +344,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			break // the same ctx error for every subscription
 		}
 	}
+	w.flushers.Wait() // the drained handlers waited for their results
 	if w.hbStop != nil {
 		close(w.hbStop)
 		<-w.hbDone
@@ -355,6 +369,10 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 	stopKeepAlive := fleetwire.KeepAlive(ctx, d, 0)
 	defer stopKeepAlive()
+	if fleetwire.IsBatch(d.Data) {
+		w.handleBatch(ctx, d)
+		return
+	}
 	env, err := fleetwire.Decode(d.Data)
 	if err == nil && env.Kind != fleetwire.MsgTask {
 		err = fmt.Errorf("envelope: kind %q on a task subject", env.Kind)
@@ -373,7 +391,7 @@ func (w *Worker) handle(ctx context.Context, d *svc.Delivery) {
 		return
 	}
 	defer func() { <-w.slots }()
-	res, deltas, handedBack := w.run(ctx, env)
+	res, deltas, handedBack := w.run(ctx, env, true)
 	if handedBack {
 		w.settle(ctx, d, false)
 		return
@@ -440,8 +458,10 @@ func (w *Worker) Rejected() int64 { return w.rejected.Load() }
 
 // run runs the task and returns its result and the number of deltas it
 // relayed, or handedBack when the worker is shutting down and the task
-// must go to another worker.
-func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.AgentResult, deltas int, handedBack bool) {
+// must go to another worker. lookUp checks the task's run against the
+// cancels recorded on the broker first (the tasks of a batch were checked
+// together, one look-up per run).
+func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope, lookUp bool) (res svc.AgentResult, deltas int, handedBack bool) {
 	now := time.Now()
 	if env.Expired(now) {
 		return w.failed(env, &svc.Error{Kind: svc.KindTimeout, Agent: env.Agent, TaskID: env.TaskID, Reason: "timeout",
@@ -454,7 +474,7 @@ func (w *Worker) run(ctx context.Context, env *fleetwire.Envelope) (res svc.Agen
 		runCtx, stop = context.WithDeadline(runCtx, env.DeadlineTime())
 		defer stop()
 	}
-	if w.cancelledOnBroker(ctx, env) || !w.track(env, cancel) {
+	if (lookUp && w.cancelledOnBroker(ctx, env)) || !w.track(env, cancel) {
 		w.skipped.Add(1)
 		return w.failed(env, &svc.Error{Kind: svc.KindCancelled, Agent: env.Agent, TaskID: env.TaskID, Reason: "cancelled",
 			Message: fmt.Sprintf("agent %s: cancelled", env.Agent)}), 0, false
@@ -535,21 +555,7 @@ func (w *Worker) reply(env *fleetwire.Envelope, res svc.AgentResult, delivery, d
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), resultPublishTimeout)
-	defer cancel()
-	backoff := 50 * time.Millisecond
-	for {
-		err = w.cfg.Broker.Publish(ctx, env.ReplyTo, data)
-		if err == nil || svc.IsPermanentBrokerError(err) {
-			return err // a closed broker, too large a result: no retry mends it
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
-			backoff = min(2*backoff, time.Second)
-		}
-	}
+	return w.publishReply(env.ReplyTo, data)
 }
 
 // settle acks (done) or nacks the delivery; after the handler's context
@@ -578,6 +584,13 @@ func (w *Worker) track(env *fleetwire.Envelope, cancel context.CancelCauseFunc) 
 	defer w.mu.Unlock()
 	if _, ok := w.cancelled[env.RunID]; ok && env.RunID != "" {
 		return false
+	}
+	if len(w.cancelledDispatches) > 0 {
+		key := fleetwire.DispatchKey(env.SpanID, env.Attempt)
+		if _, ok := w.cancelledDispatches[key]; ok {
+			delete(w.cancelledDispatches, key)
+			return false
+		}
 	}
 	w.running[env.TaskID] = &task{runID: env.RunID, cancel: cancel}
 	return true
@@ -650,6 +663,10 @@ func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
 	if env.TaskID != "" {
 		if t, ok := w.running[env.TaskID]; ok {
 			t.cancel(errCancelledByRequest)
+		} else if env.SpanID != "" {
+			// Not running here (yet): if it waits here for a slot, it is
+			// answered cancelled when it gets one.
+			remember(w.cancelledDispatches, fleetwire.DispatchKey(env.SpanID, env.Attempt), time.Now())
 		}
 		return
 	}
@@ -662,21 +679,29 @@ func (w *Worker) onCancel(_ context.Context, _ string, data []byte) {
 }
 
 // remember records a cancelled run, within maxCancelled; w.mu is held.
-func (w *Worker) remember(runID string, now time.Time) {
-	if len(w.cancelled) >= maxCancelled {
-		for id, at := range w.cancelled {
-			if now.Sub(at) > cancelledMemory || len(w.cancelled) >= maxCancelled {
-				delete(w.cancelled, id)
+func (w *Worker) remember(runID string, now time.Time) { remember(w.cancelled, runID, now) }
+
+// remember records id in m at now, forgetting what is older than
+// cancelledMemory (and, past maxCancelled, whatever it must) first.
+func remember(m map[string]time.Time, id string, now time.Time) {
+	if len(m) >= maxCancelled {
+		for k, at := range m {
+			if now.Sub(at) > cancelledMemory || len(m) >= maxCancelled {
+				delete(m, k)
 			}
 		}
 	}
-	w.cancelled[runID] = now
+	m[id] = now
 }
 
 // onDeadLetter answers a task that was delivered too often with a failed
 // result, so its run fails with the reason instead of waiting for its
 // timeout.
 func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
+	if fleetwire.IsBatch(dl.Data) {
+		w.deadBatch(dl)
+		return
+	}
 	env, err := fleetwire.Decode(dl.Data)
 	if err != nil || env.Kind != fleetwire.MsgTask {
 		return
@@ -684,11 +709,16 @@ func (w *Worker) onDeadLetter(_ context.Context, dl svc.DeadLetter) {
 	if len(w.cfg.Keys) > 0 && env.Verify(w.cfg.Keys) != nil {
 		return
 	}
-	res := w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
-		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
+	res := w.deadLettered(env, dl)
 	if err := w.reply(env, res, dl.Deliveries, 0); err != nil {
 		w.log.Error("dead-letter result not published", zap.String("task_id", env.TaskID), zap.Error(err))
 	}
+}
+
+// deadLettered is the failed result of a task given up by the broker.
+func (w *Worker) deadLettered(env *fleetwire.Envelope, dl svc.DeadLetter) svc.AgentResult {
+	return w.failed(env, &svc.Error{Kind: svc.KindRuntime, Agent: env.Agent, TaskID: env.TaskID, Reason: "dead_letter",
+		Message: fmt.Sprintf("agent %s: task given up after %d deliveries: %s", env.Agent, dl.Deliveries, dl.Reason)})
 }
 
 // inFlightBeat is the least time between two heartbeats sent because
@@ -746,7 +776,7 @@ func (w *Worker) heartbeat() {
 func (w *Worker) beat() {
 	p := svc.Payload{
 		"runtime_id": w.cfg.RuntimeID, "agent_subscriptions": w.agents, "in_flight": w.InFlight(),
-		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(),
+		"concurrency_cap": w.cfg.Concurrency, "broker_scheme": w.cfg.Broker.Scheme(), fleetwire.BatchesPayloadKey: true,
 	}
 	if n := w.Rejected(); n > 0 {
 		p["rejected"] = n

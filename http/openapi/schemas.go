@@ -81,7 +81,7 @@ var payloadTypes = map[string]func() *jsonschema.Schema{
 	"failure_count": intg, "node_count": intg, "concurrency": intg,
 	"prefetch": intg, "in_flight": intg, "concurrency_cap": intg, "rejected": intg, "skipped_cancelled": intg, "handler_panics": intg, "cached_tokens": intg, "wait_ms": intg, "steps_replayed": intg, "resumed": intg,
 	"agents": strArray, "agent_subscriptions": strArray,
-	"streamed": boolean, "success": boolean,
+	"streamed": boolean, "success": boolean, "batches": boolean,
 }
 
 // payloadSchema is the payload of one event type: exactly its keys, the

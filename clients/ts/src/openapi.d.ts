@@ -781,6 +781,7 @@ export interface components {
             event_type: "worker_started";
             payload: {
                 agents: string[];
+                batches?: boolean;
                 broker_scheme: string;
                 concurrency: number;
                 consumer_id: string;
@@ -801,6 +802,7 @@ export interface components {
             event_type: "worker_heartbeat";
             payload: {
                 agent_subscriptions: string[];
+                batches?: boolean;
                 broker_scheme: string;
                 concurrency_cap: number;
                 handler_panics?: number;
