@@ -263,3 +263,26 @@ func BatchPageLimit(limit int) (int, error) {
 	}
 	return limit, nil
 }
+
+// EncodeBatchChunk writes tasks as one JSON array, each task byte-exact
+// (json.Marshal would compact them), for the stores that keep a chunk as
+// one value; json.Unmarshal into []json.RawMessage reads it back. A task
+// that is not one JSON value is a SpecValidationError.
+func EncodeBatchChunk(tasks []json.RawMessage) ([]byte, error) {
+	n := 2
+	for i, t := range tasks {
+		if !json.Valid(t) {
+			return nil, Errorf(KindSpecValidation, "batch chunk: task %d is not a JSON value", i)
+		}
+		n += len(t) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, t := range tasks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, t...)
+	}
+	return append(b, ']'), nil
+}
