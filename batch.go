@@ -110,6 +110,10 @@ type BatchResult struct {
 	Success bool    `json:"-"`
 	Tokens  int64   `json:"-"`
 	Cost    float64 `json:"-"`
+	// More is a hint of BatchBackend.BatchResults, never stored nor on
+	// the wire: another result follows at once, so a writer may hold this
+	// one back and send both together.
+	More bool `json:"-"`
 }
 
 // BatchOrder is the order GET /batches/{id}/results serves.

@@ -340,11 +340,18 @@ func (m *Manager) BatchResults(ctx context.Context, batchID string, order svc.Ba
 				yield(svc.BatchResult{}, err)
 				return
 			}
-			sent := 0
-			for _, r := range page {
-				if follow && !ended && order == svc.BatchByIndex && r.Index != after+1 {
-					break // a gap: wait for the result before it
+			// Without a gap, the page goes out whole.
+			if follow && !ended && order == svc.BatchByIndex {
+				for i, r := range page {
+					if r.Index != after+1+int64(i) {
+						page = page[:i]
+						break
+					}
 				}
+			}
+			sent := 0
+			for i, r := range page {
+				r.More = i+1 < len(page)
 				if !yield(r, nil) {
 					return
 				}
@@ -355,14 +362,11 @@ func (m *Manager) BatchResults(ctx context.Context, batchID string, order svc.Ba
 					after = r.Seq
 				}
 			}
-			if sent == len(page) && len(page) == resultPage {
+			if sent == resultPage {
 				continue // more to read now
 			}
 			if ended {
-				if sent == len(page) {
-					return
-				}
-				continue
+				return
 			}
 			if sent > 0 {
 				continue
