@@ -375,6 +375,9 @@ func (m *Manager) BatchResults(ctx context.Context, batchID string, order svc.Ba
 			case <-ctx.Done():
 				yield(svc.BatchResult{}, svc.Wrap(svc.KindCancelled, ctx.Err(), "batch "+batchID+": following results"))
 				return
+			case <-m.ctx.Done():
+				yield(svc.BatchResult{}, svc.Errorf(svc.KindShuttingDown, "batch %s: following results: the server is shutting down; follow again with after=%d", batchID, after))
+				return
 			case <-time.After(m.cfg.Poll):
 			}
 			rec, err := st.GetBatch(ctx, batchID)

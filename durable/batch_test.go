@@ -1,0 +1,149 @@
+package durable
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/llmsim"
+	"github.com/svc-dev/svc/stores/sqlitestore"
+)
+
+// batchStatus is GET /batches/{id}.
+type batchStatus struct {
+	State  string `json:"state"`
+	Counts struct {
+		Total, Succeeded, Failed, Running int64
+	} `json:"counts"`
+	TokensUsed int64 `json:"tokens_used"`
+	Resumed    int   `json:"resumed"`
+	raw        string
+}
+
+func (w *world) batchStatus(url, id string) batchStatus {
+	w.t.Helper()
+	code, b := w.do(http.MethodGet, url+"/batches/"+id, nil)
+	var st batchStatus
+	if code != http.StatusOK || json.Unmarshal(b, &st) != nil {
+		w.t.Fatalf("status of batch %s: %d %s", id, code, b)
+	}
+	st.raw = string(b)
+	return st
+}
+
+// submitBatch posts n tasks as NDJSON, task i with id t-i.
+func (w *world) submitBatch(url, target string, n, conc int) string {
+	w.t.Helper()
+	var body bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&body, `{"id": "t-%d", "input": "task %d"}`+"\n", i, i)
+	}
+	resp, err := w.c.Post(fmt.Sprintf("%s/batches?target=%s&max_concurrency=%d", url, target, conc), svc.MediaNDJSON, &body)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var acc svc.BatchAccepted
+	if err := json.NewDecoder(resp.Body).Decode(&acc); err != nil || resp.StatusCode != http.StatusAccepted || acc.Total != int64(n) {
+		w.t.Fatalf("POST /batches: %d %+v %v", resp.StatusCode, acc, err)
+	}
+	return acc.BatchID
+}
+
+// A batch of 1,200 tasks on an llmsim model (30 ms a call), `svc serve`
+// killed by SIGKILL once half of its results are stored, and started
+// again on the same SQLite store: the batch goes on by itself and ends
+// with every task's result once, having called the model exactly once for
+// each task whose result was not stored at the kill (none of the stored
+// ones again).
+func TestBatchResumedAfterKill(t *testing.T) {
+	t.Parallel()
+	sc := &llmsim.Scenario{Rules: []llmsim.Rule{{Match: llmsim.Match{Model: "m-batch"}, Reply: llmsim.Reply{Text: "done"}, DelayMs: 30}}}
+	w := newWorld(t, "sqlite", sc, map[string]string{"agents/worker.yaml": agentSpec("worker", "m-batch", "")})
+	const n = 1200
+	s1 := w.serve()
+	id := w.submitBatch(s1.URL, "worker", n, 8)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st := w.batchStatus(s1.URL, id)
+		if st.Counts.Succeeded >= n/2 {
+			break
+		}
+		if time.Now().After(deadline) || st.State != "running" {
+			t.Fatalf("batch did not reach half-way: %s", st.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s1.Kill(t)
+	calls1 := w.calls()["m-batch"]
+
+	// What the killed process left stored.
+	st, err := sqlitestore.Open(filepath.Join(w.dataDir, "runs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.GetBatch(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := rec.Counts.Succeeded + rec.Counts.Failed
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != svc.BatchRunning || stored < n/2 || stored >= n || calls1 < int(stored) {
+		t.Fatalf("at the kill: %+v; llmsim calls %d", rec, calls1)
+	}
+	t.Logf("killed with %d of %d results stored, %d calls made", stored, n, calls1)
+
+	s2 := w.serve()
+	deadline = time.Now().Add(90 * time.Second)
+	var end batchStatus
+	for {
+		end = w.batchStatus(s2.URL, id)
+		if end.State != "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("resumed batch did not end: %s", end.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if end.State != "completed" || end.Counts.Succeeded != n || end.Counts.Failed != 0 || end.Resumed != 1 {
+		t.Fatalf("resumed batch ended %s", end.raw)
+	}
+	if calls2 := w.calls()["m-batch"] - calls1; calls2 != n-int(stored) {
+		t.Fatalf("the resumed process called the model %d times; want %d, once for each task without a stored result", calls2, n-int(stored))
+	}
+
+	// Every result once, in index order, each its own task's.
+	resp, err := w.c.Get(s2.URL + "/batches/" + id + "/results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc2 := bufio.NewScanner(resp.Body)
+	sc2.Buffer(nil, 1<<20)
+	i := 0
+	for sc2.Scan() {
+		var line struct {
+			Index  int             `json:"index"`
+			Result svc.AgentResult `json:"result"`
+		}
+		if err := json.Unmarshal(sc2.Bytes(), &line); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, sc2.Bytes())
+		}
+		if line.Index != i || line.Result.TaskID != fmt.Sprintf("t-%d", i) || !line.Result.Success {
+			t.Fatalf("line %d: %s", i, sc2.Bytes())
+		}
+		i++
+	}
+	if i != n {
+		t.Fatalf("%d results; want %d", i, n)
+	}
+}
