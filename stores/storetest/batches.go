@@ -6,6 +6,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/testutil"
 
 	"github.com/svc-dev/svc"
 )
@@ -317,5 +320,56 @@ func batchReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore)
 	claimed, err := b.ClaimBatches(ctx, "node-new/1")
 	if err != nil || len(claimed) != 1 || claimed[0].Resumed != 1 {
 		t.Fatalf("claim after reopen: %+v, %v", claimed, err)
+	}
+}
+
+// testSharedBatchClaim: of nodes sharing a store, none claims a batch
+// whose owner's node is alive; once that node is killed (its lease lapses)
+// exactly one of two nodes claiming at once gets it; a node restarted with
+// its id (another token) claims its own batch of the life before.
+func testSharedBatchClaim(t *testing.T, open Opener) {
+	a, kill := open(t, "node-a", SharedLease)
+	ba := batchStore(t, a)
+	mustOK(t, "PutBatchChunk", ba.PutBatchChunk(t.Context(), batchID(1), 0, []json.RawMessage{json.RawMessage(`{}`)}))
+	mustOK(t, "CreateBatch", ba.CreateBatch(t.Context(), svc.BatchRecord{BatchStatus: svc.BatchStatus{BatchID: batchID(1), Target: "echo",
+		State: svc.BatchRunning, MaxConcurrency: 1, Counts: svc.BatchCounts{Total: 1}}, Owner: "node-a/life-1"}))
+	b, _ := open(t, "node-b", SharedLease)
+	c, _ := open(t, "node-c", SharedLease)
+	bb, bc := batchStore(t, b), batchStore(t, c)
+	if got, err := bb.ClaimBatches(t.Context(), "node-b/1"); err != nil || len(got) != 0 {
+		t.Fatalf("claim of a live node's batch: %d, %v; want none", len(got), err)
+	}
+	// Node A in a new life (same id, another token) takes it back.
+	if got, err := ba.ClaimBatches(t.Context(), "node-a/life-2"); err != nil || len(got) != 1 || got[0].Owner != "node-a/life-2" {
+		t.Fatalf("claim by the node's next life: %+v, %v", got, err)
+	}
+	kill()
+	var mu sync.Mutex
+	claimed := map[string]int{}
+	testutil.Within(t, 20*time.Second, "a claim of node A's batch after its lease lapsed", func() bool {
+		var wg sync.WaitGroup
+		for _, x := range []struct {
+			s     svc.BatchStore
+			owner string
+		}{{bb, "node-b/1"}, {bc, "node-c/1"}} {
+			wg.Go(func() {
+				got, err := x.s.ClaimBatches(t.Context(), x.owner)
+				if err != nil {
+					t.Errorf("ClaimBatches: %v", err)
+				}
+				mu.Lock()
+				claimed[x.owner] += len(got)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return claimed["node-b/1"]+claimed["node-c/1"] > 0
+	})
+	if claimed["node-b/1"]+claimed["node-c/1"] != 1 {
+		t.Fatalf("claims %v; want exactly one", claimed)
+	}
+	rec, _ := bb.GetBatch(t.Context(), batchID(1))
+	if rec.Resumed != 2 || (rec.Owner != "node-b/1" && rec.Owner != "node-c/1") {
+		t.Fatalf("after the claims: owner %q resumed %d", rec.Owner, rec.Resumed)
 	}
 }
