@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svc-dev/svc/internal/testutil"
-
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
 )
 
 // The Batches subtests check svc.BatchStore: chunks kept byte-exact,
