@@ -45,8 +45,8 @@ server: --url (default $SVC_URL, else ` + defaultURL + `).
 
 Exit status: 0 on success, 1 when the server refused the call (an unknown
 batch or agent, say), 2 for bad usage.`,
-		Example: `  svc batch submit tasks.ndjson --target echo     # prints the batch id
-  svc batch results "$BATCH" --follow              # its results as they come`,
+		Example: `  seq 1 100 | sed 's/.*/{"input": &}/' | svc batch submit - --target echo   # prints the batch id
+  svc batch --limit 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > svc.MaxBatchPage {
@@ -102,8 +102,7 @@ fails as its own result, not the batch.
 
 Exit status: 0 when the batch was stored, 1 when the server refused it (an
 unknown agent, say) or the upload failed, 2 for bad usage.`,
-		Example: `  seq 1 1000 | sed 's/.*/{"input": &}/' > tasks.ndjson
-  svc batch submit tasks.ndjson --target echo --max-concurrency 50`,
+		Example: `  seq 1 1000 | sed 's/.*/{"input": &}/' | svc batch submit - --target echo --max-concurrency 50`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if target == "" {
@@ -175,7 +174,7 @@ tokens_used and cost_usd so far.
 
 Exit status: 0 when printed, 1 for an unknown batch or a refused call, 2
 for bad usage.`,
-		Example: `  svc batch status "$BATCH"`,
+		Example: `  svc batch status "$(seq 1 10 | sed 's/.*/{"input": &}/' | svc batch submit - --target echo)"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.open(cmd.ErrOrStderr())
@@ -208,7 +207,7 @@ the batch ends; by index it prints each one after those before it.
 
 Exit status: 0 when printed, 1 for an unknown batch or a refused call, 2
 for bad usage.`,
-		Example: `  svc batch results "$BATCH" --follow | jq -c .result.output`,
+		Example: `  svc batch results "$(seq 1 10 | sed 's/.*/{"input": &}/' | svc batch submit - --target echo)" --follow`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := svc.BatchOrder(order)
@@ -264,7 +263,7 @@ already ended does nothing.
 
 Exit status: 0 when the server took the cancel, 1 for an unknown batch or
 a refused call, 2 for bad usage.`,
-		Example: `  svc batch cancel "$BATCH"`,
+		Example: `  svc batch cancel "$(seq 1 10 | sed 's/.*/{"input": &}/' | svc batch submit - --target echo)"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.open(cmd.ErrOrStderr())
