@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/llmsim"
+	"github.com/svc-dev/svc/stores/pebblestore"
+	"github.com/svc-dev/svc/stores/redisstore"
 	"github.com/svc-dev/svc/stores/sqlitestore"
 )
 
@@ -56,16 +58,50 @@ func (w *world) submitBatch(url, target string, n, conc int) string {
 	return acc.BatchID
 }
 
+// openBatchStore opens the world's run store beside (or after) its
+// servers, to read what they left.
+func (w *world) openBatchStore() (svc.BatchStore, func()) {
+	w.t.Helper()
+	var s svc.RunStore
+	var err error
+	switch {
+	case strings.HasPrefix(w.store, "sqlite:"):
+		s, err = sqlitestore.Open(strings.TrimPrefix(w.store, "sqlite:"))
+	case strings.HasPrefix(w.store, "pebble:"):
+		s, err = pebblestore.Open(strings.TrimPrefix(w.store, "pebble:"))
+	default:
+		s, err = redisstore.Open(redisstore.Options{URL: w.store, NodeID: "durable-test-reader"})
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return s.(svc.BatchStore), func() {
+		if err := s.Close(); err != nil {
+			w.t.Error(err)
+		}
+	}
+}
+
 // A batch of 1,200 tasks on an llmsim model (30 ms a call), `svc serve`
 // killed by SIGKILL once half of its results are stored, and started
-// again on the same SQLite store: the batch goes on by itself and ends
-// with every task's result once, having called the model exactly once for
-// each task whose result was not stored at the kill (none of the stored
-// ones again).
+// again on the same store (on Redis, as a new node that takes the batch
+// over once the dead node's lease expires): the batch goes on by itself
+// and ends with every task's result once, having called the model exactly
+// once for each task whose result was not stored at the kill (none of the
+// stored ones again).
 func TestBatchResumedAfterKill(t *testing.T) {
 	t.Parallel()
+	for _, store := range []string{"sqlite", "pebble", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			checkBatchResumed(t, store)
+		})
+	}
+}
+
+func checkBatchResumed(t *testing.T, store string) {
 	sc := &llmsim.Scenario{Rules: []llmsim.Rule{{Match: llmsim.Match{Model: "m-batch"}, Reply: llmsim.Reply{Text: "done"}, DelayMs: 30}}}
-	w := newWorld(t, "sqlite", sc, map[string]string{"agents/worker.yaml": agentSpec("worker", "m-batch", "")})
+	w := newWorld(t, store, sc, map[string]string{"agents/worker.yaml": agentSpec("worker", "m-batch", "")})
 	const n = 1200
 	s1 := w.serve()
 	id := w.submitBatch(s1.URL, "worker", n, 8)
@@ -84,18 +120,13 @@ func TestBatchResumedAfterKill(t *testing.T) {
 	calls1 := w.calls()["m-batch"]
 
 	// What the killed process left stored.
-	st, err := sqlitestore.Open(filepath.Join(w.dataDir, "runs.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, closeStore := w.openBatchStore()
 	rec, err := st.GetBatch(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored := rec.Counts.Succeeded + rec.Counts.Failed
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeStore()
 	if rec.State != svc.BatchRunning || stored < n/2 || stored >= n || calls1 < int(stored) {
 		t.Fatalf("at the kill: %+v; llmsim calls %d", rec, calls1)
 	}
