@@ -178,3 +178,44 @@ func checkBatchResumed(t *testing.T, store string) {
 		t.Fatalf("%d results; want %d", i, n)
 	}
 }
+
+// Two live serve nodes on one Redis store: the batch stays with the node
+// that took it (the other does not claim it while the owner's lease is
+// renewed), either node answers its status, and a cancel made on the
+// other node stops it on its owner.
+func TestBatchOwnedByOneNode(t *testing.T) {
+	t.Parallel()
+	sc := &llmsim.Scenario{Rules: []llmsim.Rule{{Match: llmsim.Match{Model: "m-own"}, Reply: llmsim.Reply{Text: "done"}, DelayMs: 50}}}
+	w := newWorld(t, "redis", sc, map[string]string{"agents/worker.yaml": agentSpec("worker", "m-own", "")})
+	a := w.serve()
+	w.dataDir = t.TempDir() // a node's own, as each host has
+	b := w.serve()
+	id := w.submitBatch(a.URL, "worker", 100_000, 4)
+	// Past two leases (2 s each): B would have claimed a batch whose
+	// owner's lease lapsed.
+	time.Sleep(5 * time.Second)
+	st := w.batchStatus(b.URL, id)
+	if st.State != "running" || st.Resumed != 0 || st.Counts.Succeeded == 0 {
+		t.Fatalf("batch seen from node B while node A runs it: %s", st.raw)
+	}
+	if code, body := w.do(http.MethodPost, b.URL+"/batches/"+id+"/cancel", nil); code != http.StatusNoContent {
+		t.Fatalf("cancel on node B: %d %s", code, body)
+	}
+	// Node A sees the cancel in the store and stops calling the model.
+	var before int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		time.Sleep(2 * time.Second)
+		now := w.calls()["m-own"]
+		if now == before {
+			break
+		}
+		before = now
+		if time.Now().After(deadline) {
+			t.Fatalf("node A still calls the model 30 s after the cancel (%d calls)", now)
+		}
+	}
+	if st := w.batchStatus(a.URL, id); st.State != "cancelled" || st.Counts.Succeeded >= 100_000 || st.Counts.Running != 0 {
+		t.Fatalf("after the cancel, node A says %s", st.raw)
+	}
+}
