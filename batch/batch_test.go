@@ -125,7 +125,7 @@ func TestBatchRunsEveryTask(t *testing.T) {
 			}
 			continue
 		}
-		if !res.Success || string(res.Output) != strconv.FormatInt(r.Index, 10) {
+		if !res.Success || string(res.Output) != strconv.FormatInt(r.Index, 10) || res.Metadata.TraceID != acc.BatchID {
 			t.Fatalf("result %d = %s", r.Index, r.Result)
 		}
 	}

@@ -50,6 +50,9 @@ func (r *runner) run(ctx context.Context) {
 			return
 		}
 	}
+	// The batch id is the trace id of its tasks' events, in every life,
+	// so /usage?group_by=trace and /runs/{id}/tree find the batch by it.
+	ctx = svc.WithRequestID(ctx, id)
 	// A cancel made on another node reaches this one through the store.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
