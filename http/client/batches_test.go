@@ -21,7 +21,7 @@ import (
 
 // batchServer serves a real runtime and batch manager (memstore) on a
 // loopback socket.
-func batchServer(t *testing.T, settings map[string]any) string {
+func batchServer(t *testing.T, settings map[string]any, opts ...server.Option) string {
 	t.Helper()
 	rt, err := supervisor.New(supervisor.Config{})
 	if err != nil {
@@ -40,7 +40,7 @@ func batchServer(t *testing.T, settings map[string]any) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	h, err := server.NewRouter(rt, server.WithBatches(m))
+	h, err := server.NewRouter(rt, append([]server.Option{server.WithBatches(m)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +200,46 @@ func TestBatchCancelOverHTTP(t *testing.T) {
 	}
 	if st, _ := c.BatchStatus(ctx, acc.BatchID); st.State != svc.BatchCancelled {
 		t.Fatalf("state %s", st.State)
+	}
+}
+
+// A follow that waits sends an empty line every heartbeat, which the
+// client skips.
+func TestBatchFollowHeartbeat(t *testing.T) {
+	url := batchServer(t, map[string]any{"latency_ms": 400}, server.WithHeartbeat(50*time.Millisecond))
+	c := newClient(t, url)
+	acc, err := c.SubmitBatch(t.Context(), "echo", inputs(2, -1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(url + "/batches/" + acc.BatchID + "/results?follow=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blank, results := 0, 0
+	for _, l := range strings.Split(string(body), "\n") {
+		if l == "" {
+			blank++
+		} else {
+			results++
+		}
+	}
+	if results != 2 || blank < 3 {
+		t.Fatalf("%d results, %d blank lines; want 2 and keep-alives while waiting:\n%s", results, blank, body)
+	}
+	n := 0
+	for _, err := range c.BatchResults(t.Context(), acc.BatchID, svc.BatchByIndex, -1, true) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("the client read %d results", n)
 	}
 }

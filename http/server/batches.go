@@ -44,6 +44,9 @@ type batchHandlers struct {
 	bb           svc.BatchBackend
 	maxBody      int64
 	writeTimeout time.Duration
+	// heartbeat is how long a followed results stream stays silent
+	// before an empty line (WithHeartbeat).
+	heartbeat time.Duration
 }
 
 func mountBatches(r chi.Router, h *batchHandlers) {
@@ -263,8 +266,53 @@ func (h *batchHandlers) results(w http.ResponseWriter, r *http.Request) error {
 	if !flush() {
 		return nil
 	}
+	// The results are read on a goroutine of their own, so that a follow
+	// that waits for results sends an empty line every heartbeat (proxies
+	// drop idle connections; clients skip blank lines).
+	type next struct {
+		res svc.BatchResult
+		err error
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	items := make(chan next)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(items)
+		for res, err := range h.bb.BatchResults(ctx, id, order, after, follow) {
+			select {
+			case items <- next{res, err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	heartbeat := h.heartbeat
+	if heartbeat <= 0 {
+		heartbeat = DefaultHeartbeat
+	}
+	idle := time.NewTimer(heartbeat)
+	defer idle.Stop()
 	var line []byte
-	for res, err := range h.bb.BatchResults(r.Context(), id, order, after, follow) {
+	for {
+		var it next
+		var ok bool
+		select {
+		case it, ok = <-items:
+		case <-idle.C:
+			_ = bw.WriteByte('\n')
+			if !flush() {
+				return nil
+			}
+			idle.Reset(heartbeat)
+			continue
+		}
+		if !ok {
+			break
+		}
+		idle.Reset(heartbeat)
+		res, err := it.res, it.err
 		if err != nil {
 			if r.Context().Err() != nil {
 				return nil
