@@ -306,10 +306,8 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 	f := svc.RunFilter{Cursor: q.Get("cursor")}
 	if v := q.Get("state"); v != "" {
 		s := svc.RunState(v)
-		switch s {
-		case svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled:
-		default:
-			return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, completed, failed or cancelled", v)
+		if !s.Valid() {
+			return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, waiting, completed, failed or cancelled", v)
 		}
 		f.State = s
 	}
