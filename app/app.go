@@ -35,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/batch"
 	"github.com/svc-dev/svc/broker"
 	"github.com/svc-dev/svc/broker/natsbroker"
 	"github.com/svc-dev/svc/dashboard"
@@ -100,6 +101,7 @@ type App struct {
 	logEm       *emitters.Async
 	live        *sse.Emitter
 	rt          *supervisor.Runtime
+	batches     *batch.Manager       // batches.go
 	nats        *natsbroker.Embedded // Broker "embedded"
 	broker      svc.Broker
 	pub         *dispatch.Publisher // a publisher's, with a broker and no Worker
@@ -400,6 +402,12 @@ func (a *App) start() error {
 
 	// The HTTP handler: the router and the routes of the standalone server.
 	ropts := []server.Option{server.WithSSEEmitter(live)}
+	if err := a.startBatches(log); err != nil {
+		return err
+	}
+	if a.batches != nil {
+		ropts = append(ropts, server.WithBatches(a.batches))
+	}
 	if a.broker != nil {
 		// /readyz: 503 while the broker is away (the client reconnects
 		// by itself), 200 again once it is back.
@@ -766,6 +774,11 @@ func (a *App) stop(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 		}
+	}
+	// 0. The batches stop where they are, in the store, for the next
+	// process to resume; their followers end.
+	if a.batches != nil {
+		fail("batches", a.batches.Close())
 	}
 	// 1. HTTP: stop accepting, end the streams (RegisterOnShutdown), let
 	// requests in flight finish until ctx ends.

@@ -73,6 +73,15 @@ var Routes = []Route{
 	{Method: "POST", Path: "/runs/{id}/resume", ID: "resumeRun", Summary: "Answer one request of a waiting run (approve, deny or answer) and resume it; 409 when the run is not waiting or the request is unknown or answered.", Body: "ResumeRequest", Status: 202, Reply: "RunStatus"},
 	{Method: "GET", Path: "/runs/{id}/stream", ID: "runStream", Summary: "A run's events as server-sent events (data: RunEvent), resumable with Last-Event-ID.", Status: 200, Reply: "RunEvent", ReplyType: "text/event-stream",
 		Query: map[string]string{"after": "Resume after this event id (as Last-Event-ID)."}},
+	{Method: "POST", Path: "/batches", ID: "submitBatch", Summary: "Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target and max_concurrency in the query; a bad line fails only its task.", Body: "BatchRequest", BodyTypes: []string{"application/json", "application/x-ndjson"}, Status: 202, Reply: "BatchAccepted",
+		Query:   map[string]string{"target": "The agent, for an application/x-ndjson body.", "max_concurrency": "Tasks in flight for an application/x-ndjson body (1..10000; default 100)."},
+		Headers: map[string]string{"Location": "The batch's status: batches/{id}."}},
+	{Method: "GET", Path: "/batches", ID: "listBatches", Summary: "Batches, newest first, a page at a time.", Status: 200, Reply: "BatchPage",
+		Query: map[string]string{"limit": "Batches per page (default 50, at most 1000).", "cursor": "The next_cursor of the previous page."}},
+	{Method: "GET", Path: "/batches/{id}", ID: "batchStatus", Summary: "A batch's state, counts, tokens and cost so far.", Status: 200, Reply: "BatchStatus"},
+	{Method: "GET", Path: "/batches/{id}/results", ID: "batchResults", Summary: "A batch's stored results, one BatchResultLine a line (application/x-ndjson), by index or finish order; a line {\"error\": ErrorInfo} ends a stream that broke.", Status: 200, Reply: "BatchResultLine", ReplyType: "application/x-ndjson",
+		Query: map[string]string{"order": "index (default) or finish.", "after": "Resume after this index (by finish: this seq).", "follow": "true: wait for the results to come until the batch ends (by index, each after those before it)."}},
+	{Method: "POST", Path: "/batches/{id}/cancel", ID: "cancelBatch", Summary: "Cancel a batch; its stored results stay.", Status: 204},
 	{Method: "GET", Path: "/runs/{trace_id}/tree", ID: "runTree", Summary: "A trace's invocations as a tree: run, agents, tools, children.", Status: 200, Reply: "EventTree"},
 	{Method: "GET", Path: "/events", ID: "listEvents", Summary: "Stored events, oldest first.", Status: 200, Reply: "RuntimeEvent", ReplyArray: true,
 		Query: map[string]string{"limit": "At most this many events.", "since": "From this time (RFC 3339 or Unix milliseconds).", "until": "Before this time.", "trace_id": "Only this trace.", "event_type": "Only this event type."}},
@@ -242,6 +251,9 @@ func operation(r Route) map[string]any {
 		}
 		if mt == "text/event-stream" || mt == "text/plain" {
 			schema = map[string]any{"type": "string", "description": describeStream(r)}
+		}
+		if mt == "application/x-ndjson" {
+			schema = map[string]any{"type": "string", "description": "One " + r.Reply + " (components/schemas/" + r.Reply + ") per line."}
 		}
 		content := map[string]any{mt: map[string]any{"schema": schema}}
 		if r.Streams != "" {

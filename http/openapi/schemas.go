@@ -206,6 +206,12 @@ func components() ([]component, error) {
 		{name: "TreeNode", typ: reflect.TypeFor[svc.TreeNode]()},
 		{name: "AgentSchema", typ: reflect.TypeFor[svc.AgentSchema]()},
 		{name: "Topology", typ: reflect.TypeFor[svc.Topology]()},
+		{name: "BatchRequest", typ: reflect.TypeFor[svc.BatchRequest]()},
+		{name: "BatchAccepted", typ: reflect.TypeFor[svc.BatchAccepted]()},
+		{name: "BatchStatus", typ: reflect.TypeFor[svc.BatchStatus]()},
+		{name: "BatchCounts", typ: reflect.TypeFor[svc.BatchCounts]()},
+		{name: "BatchPage", typ: reflect.TypeFor[svc.BatchPage]()},
+		{name: "BatchResultLine", typ: reflect.TypeFor[svc.BatchResultLine]()},
 		{name: "Health", typ: reflect.TypeFor[health]()},
 		{name: "Problem", typ: reflect.TypeFor[svc.Problem]()},
 	}, nil

@@ -17,7 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 
 	svc "github.com/svc-dev/svc"
 )
@@ -35,6 +38,17 @@ import (
 // A streamed body has no size limit, each line has the router's body
 // limit. A bad line fails its task (an AgentResult with a
 // SpecValidationError naming the task and the line) and the batch goes on.
+//
+// A half-duplex client (one that sends its whole body before it reads the
+// answer: Python's requests, httpx's sync client, http.client) cannot
+// take a streamed body longer than the window plus what the sockets
+// buffer: the answer fills them, the server stops reading to wait for it,
+// and both sides wait. The server tells it: when a write of the answer has
+// waited half the write timeout while the body is still being read, it
+// logs a warning, stops the batch, reads (and drops) the rest of the body
+// so that the client can finish sending, and then sends what it had with
+// a summary whose error (BadRequestError, reason half_duplex) says to read
+// while sending or to use POST /batches. No result is buffered to disk.
 
 // streamFlushEvery bounds how long a written result may wait in the
 // buffer while more results keep coming (they are flushed together).
@@ -86,6 +100,22 @@ func queryConcurrency(q url.Values) (int, error) {
 	return svc.CheckGatherConcurrency(n)
 }
 
+// ReasonHalfDuplex is the reason of a streamed gather's summary error when
+// the client did not read the answer while it sent the tasks.
+const ReasonHalfDuplex = "half_duplex"
+
+// halfDuplexError is that error.
+func halfDuplexError(read int) error {
+	return &svc.Error{Kind: svc.KindBadRequest, Reason: ReasonHalfDuplex, Message: fmt.Sprintf("the client did not read the answer "+
+		"while it sent the tasks (a half-duplex client): the batch stopped after %d tasks read, and the rest of the body was "+
+		"dropped; read the answer while sending (a full-duplex HTTP client), or submit the tasks with POST /batches and fetch "+
+		"the results from GET /batches/{id}/results", read)}
+}
+
+// halfDuplexDrainMax bounds what the server reads and drops of a
+// half-duplex client's body once it stopped the batch.
+const halfDuplexDrainMax = 4 << 30
+
 // gatherStreamed serves a gather whose body or answer is streamed.
 func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.Values, name, accept string) error {
 	id := headerRequestID(r)
@@ -126,10 +156,16 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.
 	rc := http.NewResponseController(w)
 	ctx, cancel := context.WithCancel(svc.WithRequestID(r.Context(), id))
 	defer cancel()
+	var halfDuplex atomic.Bool
 	if src != nil {
+		src.drain = &halfDuplex
 		// The tasks are read on the runtime's feeder: once the gather is
-		// over, a read still waiting for the client must end too.
+		// over, a read still waiting for the client must end too (but
+		// for a half-duplex client's, which reads the rest and drops it).
 		stop := context.AfterFunc(ctx, func() {
+			if halfDuplex.Load() {
+				return
+			}
 			_ = rc.SetReadDeadline(time.Unix(1, 0))
 			if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && r.ProtoMajor == 1 {
 				_ = c.SetReadDeadline(time.Unix(1, 0))
@@ -140,6 +176,41 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.
 	}
 
 	sw := newStreamWriter(w, r, rc, accept, h.writeTimeout)
+	if src != nil {
+		// Once the half-duplex client has sent everything, it reads: the
+		// answer's writes get their timeout back.
+		src.drained = func() { sw.setDeadline(time.Now().Add(sw.timeout)) }
+		wdStop, wdDone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(wdDone)
+			t := time.NewTicker(sw.timeout / 8)
+			defer t.Stop()
+			for {
+				select {
+				case <-wdStop:
+					return
+				case <-t.C:
+				}
+				since := sw.blocked()
+				if since < sw.timeout/2 || src.finished.Load() {
+					continue
+				}
+				halfDuplex.Store(true)
+				sw.patient.Store(true)
+				// The write waits for the client to read, which it does
+				// once it has sent all: no deadline until then.
+				sw.setDeadline(time.Time{})
+				loggerFrom(r.Context()).Warn("streamed gather: the client does not read the answer while it sends the tasks "+
+					"(a half-duplex client); the batch stops, the rest of its body is read and dropped, and the answer "+
+					"ends with an error telling it to read while sending or to use POST /batches",
+					zap.String("agent", name), zap.Int64("tasks_read", src.read.Load()), zap.Duration("write_waited", since),
+					zap.String("request_id", id))
+				cancel()
+				return
+			}
+		}()
+		defer func() { close(wdStop); <-wdDone }()
+	}
 	// While no result comes, a keep-alive (a blank line, an SSE comment)
 	// every heartbeat keeps proxies from dropping the connection, and is
 	// how a client that went away is noticed: a server does not read a
@@ -182,6 +253,9 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.
 			runErr = err
 			continue
 		}
+		if halfDuplex.Load() {
+			break // the results that come now are the stop's
+		}
 		sum.Add(&item.Result)
 		if !sw.result(item) {
 			cancel() // the client is gone or does not read: stop the batch
@@ -189,6 +263,9 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.
 		}
 	}
 	stopHeartbeat()
+	if halfDuplex.Load() {
+		runErr = halfDuplexError(int(src.read.Load()))
+	}
 	if runErr == nil && src != nil && src.err != nil {
 		if e, ok := errors.AsType[*svc.Error](src.err); ok {
 			runErr = e // BodyDeadline's RequestTimeoutError: no task within --read-timeout
@@ -230,10 +307,20 @@ type lineSource struct {
 	body  io.Reader
 	limit int64
 	err   error
+	// read counts the tasks yielded; finished is set once the body was
+	// read to its end (or failed).
+	read     atomic.Int64
+	finished atomic.Bool
+	// drain, when set when the reader stops taking tasks, has the rest of
+	// the body read and dropped (a half-duplex client), then drained
+	// called.
+	drain   *atomic.Bool
+	drained func()
 }
 
 func (s *lineSource) tasks(yield func(svc.TaskSpec) bool) {
 	br := bufio.NewReaderSize(s.body, 64<<10)
+	defer s.finished.Store(true)
 	var long []byte
 	index := 0
 	for lineNo := 1; ; lineNo++ {
@@ -250,7 +337,9 @@ func (s *lineSource) tasks(yield func(svc.TaskSpec) bool) {
 			} else {
 				task = decodeTaskLine(t, index, lineNo)
 			}
+			s.read.Add(1)
 			if !yield(task) {
+				s.drainRest(br)
 				return
 			}
 			index++
@@ -261,6 +350,25 @@ func (s *lineSource) tasks(yield func(svc.TaskSpec) bool) {
 			}
 			return
 		}
+	}
+}
+
+// drainRest reads the rest of the body and drops it, when drain says so.
+func (s *lineSource) drainRest(br *bufio.Reader) {
+	if s.drain == nil || !s.drain.Load() {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for n := int64(0); n < halfDuplexDrainMax; {
+		renewBodyDeadline(s.body)
+		k, err := br.Read(buf)
+		n += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	if s.drained != nil {
+		s.drained()
 	}
 }
 
@@ -350,6 +458,13 @@ type streamWriter struct {
 	media   string
 	timeout time.Duration
 
+	// writing is when the write to the client in progress began (Unix
+	// nanoseconds), 0 when none is: how long the client has not read.
+	writing atomic.Int64
+	// patient is set once the client is known to read only after it has
+	// sent everything: a write may then wait longer than timeout.
+	patient atomic.Bool
+
 	mu      sync.Mutex
 	started bool      // the header is out (read by the handler once the heartbeat stopped)
 	last    time.Time // of the last flush
@@ -362,8 +477,19 @@ type streamWriter struct {
 type deadlineWriter struct{ s *streamWriter }
 
 func (d deadlineWriter) Write(p []byte) (int, error) {
-	d.s.setDeadline(time.Now().Add(d.s.timeout))
+	now := time.Now()
+	d.s.setDeadline(now.Add(d.s.timeout))
+	d.s.writing.Store(now.UnixNano())
+	defer d.s.writing.Store(0)
 	return d.s.w.Write(p)
+}
+
+// blocked is how long the write in progress has waited, 0 without one.
+func (s *streamWriter) blocked() time.Duration {
+	if t := s.writing.Load(); t != 0 {
+		return time.Since(time.Unix(0, t))
+	}
+	return 0
 }
 
 func (s *streamWriter) setDeadline(t time.Time) {
@@ -494,11 +620,13 @@ func (s *streamWriter) flush() bool {
 	err := s.bw.Flush()
 	if err == nil {
 		s.setDeadline(start.Add(s.timeout))
+		s.writing.Store(time.Now().UnixNano())
 		err = s.rc.Flush()
+		s.writing.Store(0)
 	}
 	// A wrapper's Flush that swallows the deadline's error: the time the
 	// write took tells as well.
-	if err != nil || time.Since(start) >= s.timeout {
+	if err != nil || time.Since(start) >= s.timeout && !s.patient.Load() {
 		s.failed = true
 		return false
 	}

@@ -20,6 +20,7 @@ type everything struct {
 	svc.RunLister
 	svc.BudgetKeeper
 	svc.ToolCatalog
+	svc.BatchBackend
 }
 
 // TestOpenAPICoversEveryRoute: the OpenAPI document lists exactly the

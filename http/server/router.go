@@ -92,6 +92,8 @@ type config struct {
 	mp metric.MeterProvider
 	// dashboard serves /dashboard/ (WithDashboard).
 	dashboard http.Handler
+	// batches serves /batches (WithBatches).
+	batches svc.BatchBackend
 }
 
 // readyCheck is one dependency /readyz asks about.
@@ -203,6 +205,10 @@ func mountDashboard(r chi.Router, h http.Handler) {
 //	GET  /readyz                 200 {"status":"ready"}, or 503 when b.Ready or a WithReadyCheck fails (HEAD too)
 //	GET  /dashboard/             the web page, with WithDashboard
 //
+// When b is a svc.BatchBackend, or WithBatches gives one, the batches are
+// served too (batches.go): POST /batches, GET /batches, GET
+// /batches/{id}, GET /batches/{id}/results, POST /batches/{id}/cancel.
+//
 // When b also implements svc.RunBackend, the asynchronous runs are served
 // too (without it, these routes answer 404):
 //
@@ -309,6 +315,12 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 			rh.slowCounter = c
 		}
 		mountRuns(r, rh)
+	}
+	if bb, ok := b.(svc.BatchBackend); ok && cfg.batches == nil {
+		cfg.batches = bb
+	}
+	if cfg.batches != nil {
+		mountBatches(r, &batchHandlers{bb: cfg.batches, maxBody: cfg.maxBody, writeTimeout: cfg.writeTimeout, heartbeat: cfg.heartbeat})
 	}
 	if own, ok := b.(svc.EventSubscriber); ok {
 		if cfg.sse != nil {

@@ -36,6 +36,8 @@ type Store struct {
 	idem map[string]idemEntry
 	// maxStepBytes bounds each run's step log (svc.StepLog).
 	maxStepBytes int64
+	// batches are the svc.BatchStore half (batches.go).
+	batches batches
 }
 
 type idemEntry struct {

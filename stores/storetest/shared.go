@@ -40,6 +40,7 @@ func Shared(t *testing.T, backend func(t *testing.T) Opener) {
 		{"ClaimExpired", testSharedClaimExpired},
 		{"RestartedNodeRecoversItsOwn", testSharedRestartedNodeRecovers},
 		{"ClaimRace", testSharedClaimRace},
+		{"BatchClaim", testSharedBatchClaim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -132,6 +132,11 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"Recover", testRecover},
 		{"RecoverConcurrent", testRecoverConcurrent},
 		{"Waiting", testWaiting},
+		{"Batches", testBatches},
+		{"BatchStates", testBatchStates},
+		{"BatchList", testBatchList},
+		{"BatchClaim", testBatchClaim},
+		{"BatchConcurrent", testBatchConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,6 +258,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	checkListing(t, "failed after two reopens", s, svc.RunFilter{State: svc.RunFailed, Limit: 3}, []string{"r", "p", "n", "f"})
 	checkListing(t, "pending after two reopens", s, svc.RunFilter{State: svc.RunPending}, nil)
 	resumeReopen(t, open)
+	batchReopen(t, open)
 }
 
 func testCreate(t *testing.T, s svc.RunStore) {

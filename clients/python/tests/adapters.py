@@ -49,7 +49,7 @@ class SyncOverAsync:
         fn = getattr(self._c, name)
 
         def call(*a: Any, **kw: Any) -> Any:
-            if name in ("gather_stream", "run_events", "stream_events", "run_stream"):
+            if name in ("gather_stream", "run_events", "stream_events", "run_stream", "batch_results"):
                 return self._iter(fn(*a, **kw))
             if name == "run_handle":
                 return HandleOverAsync(self, fn(*a, **kw))

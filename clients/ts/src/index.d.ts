@@ -44,6 +44,17 @@ export type RunStatus = Schemas['RunStatus'];
 /** RunPage: GET /runs. */
 export type RunPage = Schemas['RunPage'];
 
+/** The states of a batch (BatchStatus.state). */
+export type BatchState = 'queued' | 'running' | 'completed' | 'cancelled' | 'failed';
+/** BatchAccepted: POST /batches's 202. */
+export type BatchAccepted = Schemas['BatchAccepted'];
+/** BatchStatus: GET /batches/{id}. */
+export type BatchStatus = Schemas['BatchStatus'];
+/** BatchPage: GET /batches. */
+export type BatchPage = Schemas['BatchPage'];
+/** One line of GET /batches/{id}/results. */
+export type BatchResultLine = { index: number; seq: number; result: AgentResult };
+
 export type RunEventType =
   | 'agent_started' | 'agent_completed' | 'agent_failed'
   | 'group_completed' | 'run_cancelled' | 'run_failed'
@@ -152,6 +163,13 @@ export class Client {
   runtimeStats(options?: CallOptions): Promise<RuntimeStats>;
   listTools(options?: CallOptions): Promise<ToolDescriptor[]>;
   listRuns(options?: CallOptions & { state?: RunState; limit?: number; cursor?: string }): Promise<RunPage>;
+  /** POST /batches: stores the tasks (sent as NDJSON) and returns once every one is stored. */
+  submitBatch(target: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: { maxConcurrency?: number; signal?: AbortSignal; timeoutMs?: number }): Promise<BatchAccepted>;
+  batchStatus(batchId: string, options?: CallOptions): Promise<BatchStatus>;
+  cancelBatch(batchId: string, options?: CallOptions): Promise<void>;
+  listBatches(options?: CallOptions & { limit?: number; cursor?: string }): Promise<BatchPage>;
+  /** GET /batches/{id}/results: by index (after: the last index read) or finish order (after: the last seq read); follow waits until the batch ends. */
+  batchResults(batchId: string, options?: { order?: 'index' | 'finish'; after?: number; follow?: boolean; signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<BatchResultLine, void, undefined>;
 }
 
 /** A submitted run. */

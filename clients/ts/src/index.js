@@ -364,6 +364,98 @@ export class Client {
     return this.#json('GET', '/runs', { ...opts, query });
   }
 
+  /**
+   * POST /batches: stores a batch of tasks (an iterable or async iterable
+   * of TaskSpec, sent one a line as application/x-ndjson, any count) for
+   * the agent target and returns {batch_id, total} once the server has
+   * stored every task; the server runs it in the background, and it
+   * survives a restart of a server with a persistent store. A task JSON
+   * cannot encode fails as its own result. The upload is not bounded by
+   * the client's timeout, only by timeoutMs when given.
+   * @returns {Promise<BatchAccepted>}
+   */
+  async submitBatch(target, tasks, { maxConcurrency, signal, timeoutMs } = {}) {
+    const source = iteratorOf(tasks);
+    const query = { target };
+    if (maxConcurrency !== undefined) query.max_concurrency = String(maxConcurrency);
+    const headers = { 'Content-Type': 'application/x-ndjson' };
+    let sourceError = null;
+    const ac = new AbortController();
+    const body = taskBody(source, new Map(), (err) => {
+      sourceError = err;
+      ac.abort(err);
+    });
+    const onAbort = () => ac.abort(signal.reason);
+    signal?.throwIfAborted();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    const timer = timeoutMs > 0 ? setTimeout(() => ac.abort(new DOMException(`no answer within ${timeoutMs} ms`, 'TimeoutError')), timeoutMs) : null;
+    try {
+      const res = await this.#fetch(this.#url('/batches', query), {
+        method: 'POST', headers: this.#headers(headers, false), body: body.stream, duplex: 'half', redirect: 'error', signal: ac.signal,
+      });
+      if (!res.ok) throw await errorFromResponse(res);
+      return await res.json();
+    } catch (err) {
+      if (sourceError) throw sourceError;
+      if (ac.signal.aborted) throw ac.signal.reason;
+      // A refusal (an unknown agent) comes before the body is read and
+      // the connection closes under the upload: ask again without tasks
+      // for the refusal itself.
+      if (err instanceof TypeError) throw (await this.#refusal('/batches', query, headers, signal, timeoutMs)) ?? err;
+      throw err;
+    } finally {
+      if (timer !== null) clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      body.stop();
+    }
+  }
+
+  /** GET /batches/{id}: state, counts, tokens and cost so far. */
+  batchStatus(batchId, opts = {}) {
+    return this.#json('GET', `/batches/${enc(batchId)}`, opts);
+  }
+
+  /** POST /batches/{id}/cancel: idempotent; its stored results stay. */
+  async cancelBatch(batchId, opts = {}) {
+    const res = await this.#request('POST', `/batches/${enc(batchId)}/cancel`, opts);
+    await res.body?.cancel();
+  }
+
+  /** GET /batches: batches, newest first, paged by next_cursor. */
+  listBatches({ limit, cursor, ...opts } = {}) {
+    const query = {};
+    if (limit !== undefined) query.limit = String(limit);
+    if (cursor !== undefined) query.cursor = cursor;
+    return this.#json('GET', '/batches', { ...opts, query });
+  }
+
+  /**
+   * GET /batches/{id}/results: yields {index, seq, result} for each stored
+   * result, by index (order 'index', the default; after is the last index
+   * read) or in finish order (order 'finish'; after is the last seq read).
+   * With follow: true it waits for the results to come until the batch
+   * ends. timeoutMs bounds the wait for the answer's headers only.
+   */
+  async *batchResults(batchId, { order, after, follow, signal, timeoutMs } = {}) {
+    const query = {};
+    if (order !== undefined) query.order = order;
+    if (after !== undefined && after !== null) query.after = String(after);
+    if (follow) query.follow = 'true';
+    const lines = await this.#openStream(`/batches/${enc(batchId)}/results`, {
+      signal, query, timeoutMs, headers: { Accept: 'application/x-ndjson, application/problem+json' }, read: readLines,
+    });
+    for await (const line of lines) {
+      let l;
+      try {
+        l = JSON.parse(line);
+      } catch (err) {
+        throw runtimeError(`a line of the batch results is not JSON (${err.message}): ${line.slice(0, 80)}`);
+      }
+      if (l?.error) throw errorFromInfo(l.error);
+      yield { index: l.index, seq: l.seq, result: l.result };
+    }
+  }
+
   // --- plumbing ---
 
   #url(path, query) {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Any, Mapping, NoReturn
+from typing import Any, Iterator, Mapping, NoReturn
 from urllib.parse import urlencode
 
 import httpx
@@ -17,6 +17,7 @@ from ._wire import (
     ahead_of,
     base_url,
     check_concurrency,
+    encode_task,
     run_request_id,
     seg,
     task_dict,
@@ -103,6 +104,43 @@ class _Base:
         if request_id:
             headers["X-Request-Id"] = request_id
         return f"/agents/{seg(agent)}/gather?max_concurrency={max_concurrency}", headers, ahead_of(max_concurrency)
+
+    def _batch_req(self, target: str, max_concurrency: int) -> tuple[str, dict[str, str]]:
+        if not isinstance(target, str) or not target:
+            raise TypeError(f"target {target!r}: want a non-empty string")
+        check_concurrency(max_concurrency)
+        headers = self._headers({"Content-Type": NDJSON})
+        return "/batches" + self._query({"target": target, "max_concurrency": max_concurrency}), headers
+
+    @staticmethod
+    def _results_req(batch_id: str, order: str | None, after: int | None, follow: bool) -> str:
+        return f"/batches/{seg(batch_id)}/results" + _Base._query(
+            {"order": order, "after": after, "follow": "true" if follow else None})
+
+    @staticmethod
+    def _result_line(line: str) -> dict[str, Any] | None:
+        """One line of GET /batches/{id}/results: {index, seq, result};
+        a line {"error": ErrorInfo} (the stream broke) raises it."""
+        if not line.strip():
+            return None
+        try:
+            v = json.loads(line)
+        except ValueError as e:
+            raise E.AgentRuntimeError(f"client: a line of batch results is not JSON ({e}): {line[:80]}", kind="AgentRuntimeError") from None
+        if isinstance(v, dict) and isinstance(v.get("error"), dict):
+            raise E.error_from_info(v["error"])
+        if not isinstance(v, dict) or "index" not in v or "result" not in v:
+            raise E.AgentRuntimeError(f"client: a line of batch results is not a result: {line[:80]}", kind="AgentRuntimeError")
+        return {"index": v["index"], "seq": v.get("seq"), "result": v["result"]}
+
+    @staticmethod
+    def _batch_lines(tasks: Any) -> Iterator[bytes]:
+        """A batch's body: one task a line, as a streamed gather's; a task
+        that cannot be encoded goes as a line the server fails as that
+        task's result."""
+        for i, t in enumerate(tasks):
+            line, _ = encode_task(i, t)
+            yield line
 
     @staticmethod
     def _submit_req(target: str, task: Mapping[str, Any], kind: str | None, idempotency_key: str | None, request_id: str | None) -> tuple[dict[str, Any], dict[str, str], str]:

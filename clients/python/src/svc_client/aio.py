@@ -24,6 +24,7 @@ from ._wire import (
     GatherItem,
     SSEParser,
     decode_event,
+    encode_task,
     seg,
 )
 
@@ -289,6 +290,71 @@ class AsyncClient(_Base):
                         timeout: Timeout = UNSET) -> dict[str, Any]:
         out: dict[str, Any] = await self._call("GET", "/runs" + self._query({"state": state, "limit": limit, "cursor": cursor}), timeout=timeout)
         return out
+
+    # --- batches ----------------------------------------------------------
+
+    async def submit_batch(self, target: str, tasks: Iterable[Any] | AsyncIterable[Any], *,
+                           max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, timeout: Timeout = None) -> dict[str, Any]:
+        """POST /batches; see Client.submit_batch. tasks may be async."""
+        path, headers = self._batch_req(target, max_concurrency)
+
+        async def lines() -> AsyncIterator[bytes]:
+            i = 0
+            if isinstance(tasks, AsyncIterable):
+                async for t in tasks:
+                    yield encode_task(i, t)[0]
+                    i += 1
+            else:
+                for t in tasks:
+                    yield encode_task(i, t)[0]
+                    i += 1
+
+        try:
+            resp = await self._http.post(self._base + path, content=lines(), headers=headers, timeout=self._to(timeout))
+        except httpx.HTTPError as e:
+            try:
+                again = await self._http.post(self._base + path, content=b"", headers=headers, timeout=self._to(UNSET))
+            except httpx.HTTPError:
+                raise transport_error(e) from e
+            if not 200 <= again.status_code <= 299:
+                self._raise_for(again, again.content)
+            raise transport_error(e) from e
+        if not 200 <= resp.status_code <= 299:
+            self._raise_for(resp, resp.content)
+        out: dict[str, Any] = self._decode(resp, "POST", "/batches")
+        return out
+
+    async def batch_status(self, batch_id: str, *, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /batches/{id}."""
+        out: dict[str, Any] = await self._call("GET", f"/batches/{seg(batch_id)}", timeout=timeout)
+        return out
+
+    async def cancel_batch(self, batch_id: str, *, timeout: Timeout = UNSET) -> None:
+        """POST /batches/{id}/cancel."""
+        await self._call("POST", f"/batches/{seg(batch_id)}/cancel", timeout=timeout)
+
+    async def list_batches(self, *, limit: int | None = None, cursor: str | None = None,
+                           timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /batches."""
+        out: dict[str, Any] = await self._call("GET", "/batches" + self._query({"limit": limit, "cursor": cursor}), timeout=timeout)
+        return out
+
+    async def batch_results(self, batch_id: str, *, order: str | None = None, after: int | None = None,
+                            follow: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """GET /batches/{id}/results; see Client.batch_results."""
+        path = self._results_req(batch_id, order, after, follow)
+        to = httpx.Timeout(self._timeout, read=None)
+        try:
+            async with self._http.stream("GET", self._base + path, timeout=to,
+                                         headers=self._headers(accept="application/x-ndjson, application/problem+json")) as resp:
+                if not 200 <= resp.status_code <= 299:
+                    self._raise_for(resp, await resp.aread())
+                async for line in resp.aiter_lines():
+                    item = self._result_line(line)
+                    if item is not None:
+                        yield item
+        except httpx.HTTPError as e:
+            raise transport_error(e) from e
 
 
 class AsyncRunHandle:

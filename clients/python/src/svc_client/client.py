@@ -358,6 +358,74 @@ class Client(_Base):
         out: dict[str, Any] = self._call("GET", "/runs" + self._query({"state": state, "limit": limit, "cursor": cursor}), timeout=timeout)
         return out
 
+    # --- batches ----------------------------------------------------------
+
+    def submit_batch(self, target: str, tasks: Iterable[Mapping[str, Any] | Any], *,
+                     max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, timeout: Timeout = None) -> dict[str, Any]:
+        """POST /batches: sends the tasks (any iterable, one line each as
+        application/x-ndjson) and returns ``{"batch_id", "total"}`` once the
+        server has stored every one; it runs them in the background, and a
+        server with a persistent store goes on with them after a restart.
+        This is what a client that sends its whole body before it reads
+        (this one) should use for batches of any size, rather than
+        gather_stream. An InvalidTask, or a task that cannot be encoded,
+        fails as its own result. The upload is unbounded unless timeout
+        says otherwise."""
+        path, headers = self._batch_req(target, max_concurrency)
+        try:
+            resp = self._http.post(self._base + path, content=self._batch_lines(tasks), headers=headers, timeout=self._to(timeout))
+        except httpx.HTTPError as e:
+            # A refusal (an unknown agent) comes before the body is read
+            # and the connection closes under the upload: ask again
+            # without tasks for the refusal itself.
+            try:
+                again = self._http.post(self._base + path, content=b"", headers=headers, timeout=self._to(UNSET))
+            except httpx.HTTPError:
+                raise transport_error(e) from e
+            if not 200 <= again.status_code <= 299:
+                self._raise_for(again, again.content)
+            raise transport_error(e) from e
+        if not 200 <= resp.status_code <= 299:
+            self._raise_for(resp, resp.content)
+        out: dict[str, Any] = self._decode(resp, "POST", "/batches")
+        return out
+
+    def batch_status(self, batch_id: str, *, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /batches/{id}: state, counts, tokens and cost so far."""
+        out: dict[str, Any] = self._call("GET", f"/batches/{seg(batch_id)}", timeout=timeout)
+        return out
+
+    def cancel_batch(self, batch_id: str, *, timeout: Timeout = UNSET) -> None:
+        """POST /batches/{id}/cancel (idempotent; its stored results stay)."""
+        self._call("POST", f"/batches/{seg(batch_id)}/cancel", timeout=timeout)
+
+    def list_batches(self, *, limit: int | None = None, cursor: str | None = None,
+                     timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /batches: batches, newest first, a page at a time."""
+        out: dict[str, Any] = self._call("GET", "/batches" + self._query({"limit": limit, "cursor": cursor}), timeout=timeout)
+        return out
+
+    def batch_results(self, batch_id: str, *, order: str | None = None, after: int | None = None,
+                      follow: bool = False) -> Iterator[dict[str, Any]]:
+        """GET /batches/{id}/results: yields ``{"index", "seq", "result"}``
+        for each stored result, by index (order "index", the default; after
+        is the last index read) or in finish order (order "finish"; after is
+        the last seq read). With follow, waits for the results to come
+        until the batch ends."""
+        path = self._results_req(batch_id, order, after, follow)
+        to = httpx.Timeout(self._timeout, read=None)
+        try:
+            with self._http.stream("GET", self._base + path, timeout=to,
+                                   headers=self._headers(accept="application/x-ndjson, application/problem+json")) as resp:
+                if not 200 <= resp.status_code <= 299:
+                    self._raise_for(resp, resp.read())
+                for line in resp.iter_lines():
+                    item = self._result_line(line)
+                    if item is not None:
+                        yield item
+        except httpx.HTTPError as e:
+            raise transport_error(e) from e
+
 
 class RunHandle:
     """A submitted run: its id, and the calls that come back for it."""
