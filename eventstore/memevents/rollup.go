@@ -193,3 +193,42 @@ func (s *memTreeSource) Events(_ context.Context, traces []string) (map[string][
 	}
 	return out, nil
 }
+
+var _ svc.RunHistoryReader = (*Store)(nil)
+
+// RunHistory lists the top-level runs; see svc.RunHistoryReader and the
+// rollup package's history definitions. It sums every trace held.
+func (m *Store) RunHistory(ctx context.Context, q svc.RunHistoryQuery) (svc.HistoryPage, error) {
+	q, err := rollup.CheckHistory(q)
+	if err != nil {
+		return svc.HistoryPage{}, err
+	}
+	var rows []*rollup.RunRow
+	err = m.locked(ctx, "run history", func(evs []memEvent) {
+		rows = runRows(evs)
+	})
+	if err != nil {
+		return svc.HistoryPage{}, err
+	}
+	return rollup.HistoryPage(rows, q), nil
+}
+
+// runRows sums evs by trace, leaving out worker lifecycle events.
+func runRows(evs []memEvent) []*rollup.RunRow {
+	byTrace := map[string]*rollup.RunRow{}
+	var rows []*rollup.RunRow
+	for i := range evs {
+		e := &evs[i]
+		if e.ev.TraceID == "" || rollup.IsWorkerEvent(e.ev.EventType) {
+			continue
+		}
+		r := byTrace[e.ev.TraceID]
+		if r == nil {
+			r = &rollup.RunRow{TraceID: e.ev.TraceID}
+			byTrace[e.ev.TraceID] = r
+			rows = append(rows, r)
+		}
+		r.Add(&e.ev, e.us, &e.f)
+	}
+	return rows
+}

@@ -101,8 +101,8 @@ func TestSQLiteMigratesV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	var version int
-	if err := rawDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 5 {
-		t.Errorf("user_version = %d, %v; want 5", version, err)
+	if err := rawDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Errorf("user_version = %d, %v; want %d", version, err, schemaVersion)
 	}
 
 	// Reopened with a retention of one row: the two oldest go, with their
