@@ -133,28 +133,25 @@ func (s *Store) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, e
 // RuntimeStats computes the dashboard as of now; see svc.EventReader and
 // rollup.Stats.
 func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
+	return s.stats(ctx, now, nil)
+}
+
+// stats computes RuntimeStats, over the window b when it is not nil
+// (window.go).
+func (s *Store) stats(ctx context.Context, now time.Time, b *rollup.Bounds) (svc.RuntimeStats, error) {
 	acc := rollup.NewStats(now)
+	// inWindow bounds the failure queries: nothing without a window.
+	inWindow, windowArgs := "", []any(nil)
+	if b != nil {
+		inWindow, windowArgs = ` AND ts >= ? AND ts < ?`, []any{b.Since, b.Until}
+	}
 	err := s.read(ctx, "runtime stats", func(tx *sql.Tx) error {
-		err := eachRow(ctx, tx, `SELECT event_type, events FROM type_totals`, nil, func(r *sql.Rows) error {
-			var (
-				t string
-				n int64
-			)
-			if err := r.Scan(&t, &n); err != nil {
-				return err
-			}
-			acc.Count(svc.EventType(t), n)
-			return nil
-		})
-		if err != nil {
-			return err
+		var err error
+		if b != nil {
+			err = windowStats(ctx, tx, acc, *b)
+		} else {
+			err = totalStats(ctx, tx, acc)
 		}
-		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.Header.Traces)
-		if err != nil {
-			return err
-		}
-		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM usage_totals WHERE dim = ?`,
-			svc.GroupByAgent).Scan(&acc.Header.TokensUsed)
 		if err != nil {
 			return err
 		}
@@ -165,8 +162,8 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 			return err
 		}
 
-		err = eachRow(ctx, tx, `SELECT error_kind, event_type, COUNT(*) FROM events WHERE `+whereFailure+`
-			GROUP BY error_kind, event_type`, nil, func(r *sql.Rows) error {
+		err = eachRow(ctx, tx, `SELECT error_kind, event_type, COUNT(*) FROM events WHERE `+whereFailure+inWindow+`
+			GROUP BY error_kind, event_type`, windowArgs, func(r *sql.Rows) error {
 			var (
 				kind, t string
 				n       int64
@@ -180,7 +177,7 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 		if err != nil {
 			return err
 		}
-		err = eachRow(ctx, tx, `SELECT DISTINCT error_kind, agent FROM events WHERE `+whereFailure, nil, func(r *sql.Rows) error {
+		err = eachRow(ctx, tx, `SELECT DISTINCT error_kind, agent FROM events WHERE `+whereFailure+inWindow, windowArgs, func(r *sql.Rows) error {
 			var kind, agent string
 			if err := r.Scan(&kind, &agent); err != nil {
 				return err
@@ -196,8 +193,8 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 				at      rollup.Pos
 				payload []byte
 			)
-			err := tx.QueryRowContext(ctx, `SELECT id, ts, payload FROM events WHERE `+whereFailure+`
-				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, kind).Scan(&at.Seq, &at.US, &payload)
+			err := tx.QueryRowContext(ctx, `SELECT id, ts, payload FROM events WHERE `+whereFailure+inWindow+`
+				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, append(windowArgs[:len(windowArgs):len(windowArgs)], kind)...).Scan(&at.Seq, &at.US, &payload)
 			if err != nil {
 				return err
 			}
@@ -231,6 +228,31 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 		return svc.RuntimeStats{}, err
 	}
 	return acc.Result(), nil
+}
+
+// totalStats reads the stats header's counts of every event held from
+// the totals.
+func totalStats(ctx context.Context, tx *sql.Tx, acc *rollup.Stats) error {
+	err := eachRow(ctx, tx, `SELECT event_type, events FROM type_totals`, nil, func(r *sql.Rows) error {
+		var (
+			t string
+			n int64
+		)
+		if err := r.Scan(&t, &n); err != nil {
+			return err
+		}
+		acc.Count(svc.EventType(t), n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.Header.Traces)
+	if err != nil {
+		return err
+	}
+	return tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM usage_totals WHERE dim = ?`,
+		svc.GroupByAgent).Scan(&acc.Header.TokensUsed)
 }
 
 // Tree returns the event tree of one run; see rollup.BuildTree.
