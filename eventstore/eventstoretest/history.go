@@ -204,3 +204,68 @@ func testRunHistory(t *testing.T, open Open) {
 		}
 	}
 }
+
+// testWindows holds the windowed rollups to their edges: since is
+// inclusive and until exclusive to the microsecond, inside a minute and
+// across minutes, and the traces of the stats header are those active in
+// the window.
+func testWindows(t *testing.T, open Open) {
+	s := open(t, eventstore.Retention{})
+	w, ok := s.(svc.WindowedEventReader)
+	if !ok {
+		t.Skip("the store has no time windows")
+	}
+	ctx := context.Background()
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	write(t, s,
+		mk(svc.EventAgentSpawned, 0, "a", "k1", "t1", svc.Payload{}),
+		mk(svc.EventAgentCompleted, 1_000, "a", "k1", "t1", svc.Payload{"tokens_used": 1}),
+		mk(svc.EventAgentCompleted, 90_000, "b", "k2", "t2", svc.Payload{"tokens_used": 10}),
+		mk(svc.EventToolCallCompleted, 95_000, "b", "k2", "t2", svc.Payload{"tool_name": "x", "duration_ms": 4}),
+		mk(svc.EventAgentCompleted, 200_000, "a", "k3", "t3", svc.Payload{"tokens_used": 100}),
+		mk(svc.EventAgentFailed, 400_000, "a", "k1", "t1", svc.Payload{"error": "TimeoutError: slow"}),
+	)
+	for _, c := range []struct {
+		win    svc.Window
+		tokens int64
+		traces int64
+		calls  int64
+	}{
+		{svc.Window{Since: at(1_000), Until: at(200_000)}, 11, 2, 1}, // t3 starts at until
+		{svc.Window{Since: at(1_001), Until: at(200_001)}, 110, 3, 1},
+		{svc.Window{Since: at(30_000), Until: at(180_000)}, 10, 2, 1}, // t1 spans it
+		{svc.Window{Since: at(96_000), Until: at(199_999)}, 0, 1, 0},
+		{svc.Window{Since: at(60_000), Until: at(120_000)}, 10, 2, 1}, // one whole minute
+		{svc.Window{Until: at(1_000)}, 0, 1, 0},
+		{svc.Window{Since: at(200_000)}, 100, 2, 0},
+		{svc.Window{Since: at(400_001)}, 0, 0, 0},
+	} {
+		u, err := w.UsageIn(ctx, svc.GroupByNone, c.win)
+		if err != nil || u.Total.TokensUsed != c.tokens {
+			t.Errorf("UsageIn(%v .. %v) = %+v, %v; want %d tokens", c.win.Since, c.win.Until, u.Total, err, c.tokens)
+		}
+		st, err := w.RuntimeStatsIn(ctx, at(500_000), c.win)
+		if err != nil || st.Header.TokensUsed != c.tokens || st.Header.Traces != c.traces {
+			t.Errorf("RuntimeStatsIn(%v .. %v) header = %+v, %v; want %d tokens, %d traces", c.win.Since, c.win.Until, st.Header, err, c.tokens, c.traces)
+		}
+		tu, err := w.ToolUsageIn(ctx, svc.GroupByTool, c.win)
+		var calls int64
+		for _, r := range tu.Rows {
+			calls += r.Calls
+		}
+		if err != nil || calls != c.calls {
+			t.Errorf("ToolUsageIn(%v .. %v) = %+v, %v; want %d calls", c.win.Since, c.win.Until, tu, err, c.calls)
+		}
+	}
+	st, err := w.RuntimeStatsIn(ctx, at(500_000), svc.Window{Since: at(300_000)})
+	if err != nil || len(st.ErrorGroups) != 1 || st.Rejections["AgentRuntimeError"] != 1 || st.Header.AgentsFailed != 1 {
+		t.Errorf("stats of the failure's window = %+v, %v", st, err)
+	}
+	st, err = w.RuntimeStatsIn(ctx, at(500_000), svc.Window{Until: at(300_000)})
+	if err != nil || len(st.ErrorGroups) != 0 || len(st.Rejections) != 0 || st.Header.AgentsCompleted != 3 {
+		t.Errorf("stats before the failure = %+v, %v", st, err)
+	}
+	if _, err := w.UsageIn(ctx, "", svc.Window{Since: at(2), Until: at(1)}); !errors.Is(err, svc.ErrSpecValidation) {
+		t.Errorf("UsageIn with until before since = %v, want a SpecValidationError", err)
+	}
+}
