@@ -206,7 +206,9 @@ const (
 // by time for the burn rate and for the events of that type, tool
 // durations in order per tool (and per agent and tool) for the
 // rollup.Percentiles, failures by kind for the error groups, and child runs by
-// parent trace for the tree.
+// parent trace for the tree; and, for the time windows, tool calls by
+// time with what ToolUsage reads of them (a window's percentiles need its
+// durations).
 const sqliteIndexes = `
 CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
 CREATE INDEX IF NOT EXISTS events_trace_id ON events (trace_id, ts);
@@ -216,6 +218,7 @@ CREATE INDEX IF NOT EXISTS events_tools ON events (tool_name, duration_us) WHERE
 CREATE INDEX IF NOT EXISTS events_agent_tools ON events (tool_name, agent, duration_us) WHERE ` + whereToolEnd + `;
 CREATE INDEX IF NOT EXISTS events_errors ON events (error_kind, ts, event_type, agent) WHERE ` + whereFailure + `;
 CREATE INDEX IF NOT EXISTS events_children ON events (parent_trace_id, trace_id) WHERE ` + whereChild + `;
+CREATE INDEX IF NOT EXISTS events_tool_ts ON events (ts, event_type, tool_name, agent, duration_us) WHERE ` + whereToolEnd + `;
 CREATE INDEX IF NOT EXISTS run_history ON run_totals (first_us, trace_id) WHERE ` + whereTopLevel + `;
 CREATE INDEX IF NOT EXISTS run_history_status ON run_totals (status, first_us, trace_id) WHERE ` + whereTopLevel + `;
 CREATE INDEX IF NOT EXISTS run_history_target ON run_totals (target, first_us, trace_id) WHERE ` + whereTopLevel + `;
