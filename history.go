@@ -46,6 +46,8 @@ type RunHistoryQuery struct {
 	Status string
 	// Target is the agent or group name the run was made against.
 	Target string
+	// Type is RunTypeRun, RunTypeGather or RunTypeGroup.
+	Type string
 	// Before reads the rows older than this position (the last row of the
 	// previous page): rows are ordered by (StartedAt, TraceID), newest
 	// first.

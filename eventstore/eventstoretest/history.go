@@ -36,6 +36,7 @@ func readHistory(t *testing.T, s eventstore.Store, out map[string]any) {
 	for _, target := range []string{"a", "b", "c", "pipeline", "nope"} {
 		out["history target "+target] = read(svc.RunHistoryQuery{Target: target, Limit: svc.MaxRunPage})
 		out["history running "+target] = read(svc.RunHistoryQuery{Target: target, Status: svc.RunStatusRunning, Limit: svc.MaxRunPage})
+		out["history gathers "+target] = read(svc.RunHistoryQuery{Target: target, Type: svc.RunTypeGather, Limit: svc.MaxRunPage})
 	}
 	var pages []svc.HistoryPage
 	q := svc.RunHistoryQuery{Limit: 3}
@@ -188,6 +189,9 @@ func testRunHistory(t *testing.T, open Open) {
 	check(svc.RunHistoryQuery{Status: "running"}, all[7:8], 1)
 	check(svc.RunHistoryQuery{Status: "cancelled"}, nil, 0)
 	check(svc.RunHistoryQuery{Target: "b"}, all[5:7], 2)
+	check(svc.RunHistoryQuery{Type: "gather"}, all[4:5], 1)
+	check(svc.RunHistoryQuery{Type: "group", Status: "failed"}, all[3:4], 1)
+	check(svc.RunHistoryQuery{Type: "run", Target: "c", Limit: 2}, all[0:2], 3)
 	check(svc.RunHistoryQuery{Target: "a", Status: "completed"}, all[4:5], 1)
 	check(svc.RunHistoryQuery{Exclude: []string{"over", "grp"}}, append(all[1:3:3], all[4:]...), 7)
 	check(svc.RunHistoryQuery{Limit: 4}, all[:4], 9)
@@ -198,7 +202,7 @@ func testRunHistory(t *testing.T, open Open) {
 	check(svc.RunHistoryQuery{Limit: 2, Before: &svc.HistoryPos{At: all[0].StartedAt, TraceID: all[0].TraceID}},
 		[]svc.HistoryRun{row("deeper", "run", "z", "spawned", 13, 13, 1, 0), all[1]}, 10)
 
-	for _, q := range []svc.RunHistoryQuery{{Status: "done"}, {Limit: -1}, {Limit: svc.MaxRunPage + 1}} {
+	for _, q := range []svc.RunHistoryQuery{{Status: "done"}, {Type: "submitted"}, {Limit: -1}, {Limit: svc.MaxRunPage + 1}} {
 		if _, err := h.RunHistory(ctx, q); !errors.Is(err, svc.ErrSpecValidation) {
 			t.Errorf("RunHistory(%+v) = %v, want a SpecValidationError", q, err)
 		}

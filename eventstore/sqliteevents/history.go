@@ -33,6 +33,9 @@ func (s *Store) RunHistory(ctx context.Context, q svc.RunHistoryQuery) (svc.Hist
 	case q.Target != "":
 		where, args, index = append(where, "target = ?"), append(args, q.Target), "run_history_target"
 	}
+	if q.Type != "" {
+		where, args = append(where, "type = ?"), append(args, q.Type)
+	}
 	if len(q.Exclude) > 0 {
 		list, err := json.Marshal(q.Exclude)
 		if err != nil {

@@ -23,8 +23,9 @@ import (
 // takes every submitted run's trace id: the route reads the run store's
 // summaries, up to maxSubmittedScan of the newest.
 //
-// state= keeps the route's first form: the submitted runs only, filtered
-// by their state and paged by the run store's cursor. Without it, rows
+// state= (and type=submitted without status or target) keeps the route's
+// first form: the submitted runs only, filtered by their state and paged
+// by the run store's cursor. Otherwise rows
 // are ordered by (created_at, key) where the key is the run id of a
 // submitted run and the trace id of another, and the cursor is the last
 // row's place in that order; total counts every matching row.
@@ -33,7 +34,7 @@ import (
 const maxSubmittedScan = 10 * svc.MaxRunPage
 
 func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryOf(r, "state", "status", "target", "limit", "cursor")
+	q, err := queryOf(r, "state", "status", "target", "type", "limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -45,20 +46,25 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	status, target := q.Get("status"), q.Get("target")
+	status, target, typ, state := q.Get("status"), q.Get("target"), q.Get("type"), q.Get("state")
 	if status != "" && !slices.Contains(svc.RunStatuses, status) {
 		return svc.Errorf(svc.KindSpecValidation, "query parameter status=%q: want %s", status, strings.Join(svc.RunStatuses, ", "))
 	}
+	switch typ {
+	case "", svc.RunTypeRun, svc.RunTypeGather, svc.RunTypeGroup, svc.RunTypeSubmitted:
+	default:
+		return svc.Errorf(svc.KindSpecValidation, "query parameter type=%q: want run, gather, group or submitted", typ)
+	}
 	lister, _ := o.b.(svc.RunLister)
 	hist, _ := o.events.(svc.RunHistoryReader)
-	if v := q.Get("state"); v != "" || hist == nil {
-		if status != "" || target != "" {
-			if v != "" {
-				return svc.Errorf(svc.KindSpecValidation, "query parameter state filters the submitted runs alone: give status (and target) or state, not both")
-			}
-			return svc.Errorf(svc.KindSpecValidation, "query parameters status and target need an event store with a run history; this server has none")
-		}
-		return o.submittedRuns(w, r, lister, svc.RunState(v), limit, q.Get("cursor"))
+	filtered := status != "" || target != "" || (typ != "" && typ != svc.RunTypeSubmitted)
+	switch {
+	case state != "" && filtered:
+		return svc.Errorf(svc.KindSpecValidation, "query parameter state filters the submitted runs alone: give status (with target and type) or state, not both")
+	case hist == nil && filtered:
+		return svc.Errorf(svc.KindSpecValidation, "query parameters status, target and type need an event store with a run history; this server has none")
+	case state != "" || hist == nil || (typ == svc.RunTypeSubmitted && !filtered):
+		return o.submittedRuns(w, r, lister, svc.RunState(state), limit, q.Get("cursor"))
 	}
 	var before *svc.HistoryPos
 	if c := q.Get("cursor"); c != "" {
@@ -73,7 +79,7 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 		subs    []svc.RunSummary
 		exclude []string
 	)
-	if lister != nil {
+	if lister != nil && (typ == "" || typ == svc.RunTypeSubmitted || hist != nil) {
 		all, err := allSubmitted(r, lister)
 		if err != nil {
 			return err
@@ -83,16 +89,19 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 				exclude = append(exclude, s.TraceID)
 			}
 			s.Type, s.Status = svc.RunTypeSubmitted, submittedStatus(s.State)
-			if (status == "" || s.Status == status) && (target == "" || s.Target == target) {
+			if (status == "" || s.Status == status) && (target == "" || s.Target == target) && (typ == "" || typ == svc.RunTypeSubmitted) {
 				subs = append(subs, s)
 			}
 		}
 	}
-	page, err := hist.RunHistory(r.Context(), svc.RunHistoryQuery{
-		Status: status, Target: target, Before: before, Exclude: exclude, Limit: min(limit+1, svc.MaxRunPage),
-	})
-	if err != nil {
-		return err
+	var page svc.HistoryPage
+	if typ != svc.RunTypeSubmitted {
+		page, err = hist.RunHistory(r.Context(), svc.RunHistoryQuery{
+			Status: status, Target: target, Type: typ, Before: before, Exclude: exclude, Limit: min(limit+1, svc.MaxRunPage),
+		})
+		if err != nil {
+			return err
+		}
 	}
 	total := page.Total + int64(len(subs))
 	rows := make([]svc.RunSummary, 0, len(page.Runs)+len(subs))
@@ -137,6 +146,9 @@ func (o *observation) submittedRuns(w http.ResponseWriter, r *http.Request, list
 	}
 	if page.Runs == nil {
 		page.Runs = []svc.RunSummary{}
+	}
+	for i := range page.Runs {
+		page.Runs[i].Type, page.Runs[i].Status = svc.RunTypeSubmitted, submittedStatus(page.Runs[i].State)
 	}
 	return writeJSON(w, http.StatusOK, page)
 }

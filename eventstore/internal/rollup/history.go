@@ -167,6 +167,11 @@ func (r *RunRow) HistoryRun() svc.HistoryRun {
 
 // CheckHistory checks q and fills in the default limit.
 func CheckHistory(q svc.RunHistoryQuery) (svc.RunHistoryQuery, error) {
+	switch q.Type {
+	case "", svc.RunTypeRun, svc.RunTypeGather, svc.RunTypeGroup:
+	default:
+		return q, svc.Errorf(svc.KindSpecValidation, "eventstore: run type %q: want run, gather or group", q.Type)
+	}
 	if q.Status != "" && !slices.Contains(svc.RunStatuses, q.Status) {
 		return q, svc.Errorf(svc.KindSpecValidation, "eventstore: run status %q is not one of %v", q.Status, svc.RunStatuses)
 	}
@@ -190,7 +195,7 @@ func HistoryPage(rows []*RunRow, q svc.RunHistoryQuery) svc.HistoryPage {
 	var match []*RunRow
 	for _, r := range rows {
 		if !r.InHistory() || excluded[r.TraceID] || (q.Target != "" && r.Target != q.Target) ||
-			(q.Status != "" && r.Status() != q.Status) {
+			(q.Status != "" && r.Status() != q.Status) || (q.Type != "" && r.Type() != q.Type) {
 			continue
 		}
 		match = append(match, r)
