@@ -67,7 +67,7 @@ var Routes = []Route{
 	{Method: "POST", Path: "/submit", ID: "submit", Summary: "Start a run in the background; poll, stream or cancel it by run_id.", Body: "SubmitRequest", Status: 202, Reply: "SubmitReply"},
 	{Method: "GET", Path: "/runs", ID: "listRuns", Summary: "The run history: every top-level run (synchronous runs, gathers, group runs from the event store, and submitted runs), newest first, a page at a time, with the total.", Status: 200, Reply: "RunPage",
 		Query: map[string]string{"status": "Only runs with this status: spawned, running, completed, failed, rejected or cancelled.", "target": "Only runs of this agent or group.",
-			"type": "Only runs of this type: run, gather, group or submitted.",
+			"type":  "Only runs of this type: run, gather, group or submitted.",
 			"state": "The submitted runs alone, in this state: pending, running, completed, failed or cancelled (not with status, target or type).", "limit": "Runs per page (default 50, at most 1000).", "cursor": "The next_cursor of the previous page."}},
 	{Method: "GET", Path: "/runs/{id}/status", ID: "runStatus", Summary: "A submitted run's state and progress.", Status: 200, Reply: "RunStatus"},
 	{Method: "GET", Path: "/runs/{id}/result", ID: "runResult", Summary: "A finished run's result: 409 while it runs or when it was cancelled.", Status: 200, Reply: "RunResult"},

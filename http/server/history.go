@@ -138,7 +138,7 @@ func (o *observation) submittedRuns(w http.ResponseWriter, r *http.Request, list
 	}
 	f.State = state
 	if lister == nil {
-		return svc.Errorf(svc.KindSpecValidation, "query parameter state filters submitted runs; this server keeps none")
+		return svc.Errorf(svc.KindRegistry, "GET /runs?state= and type=submitted list submitted runs; this server keeps none")
 	}
 	page, err := lister.ListRuns(r.Context(), f)
 	if err != nil {
