@@ -42,7 +42,7 @@ OPENAPI_FETCH := .cache/ts/node_modules/openapi-fetch/package.json
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-python bench-http bench-million bench-stream fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-groupcommit bench-python bench-http bench-million bench-stream bench-waiting fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -184,6 +184,12 @@ bench-stream:
 ## in flight, each beside the Go client, against one svc serve
 bench-python:
 	SVC_PYTHON=$(PYTHON) $(GO) test -run '^$$' -bench PythonClient -benchtime 1x -v ./bench/
+
+## bench-waiting: issue 31 part 7 alone (part of bench): 100,000 submitted
+## runs waiting for approval at once in one svc serve (default flags), RSS
+## per waiting run beside the warmed server's; 1,000 of them approved
+bench-waiting:
+	$(GO) test -run '^$$' -bench WaitingRuns -benchtime 1x -timeout 60m -v ./bench/
 
 ## bench-groupcommit: issue 15.2, group commit for submitted runs: in
 ## process per store (with and without group commit) and over HTTP

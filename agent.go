@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
@@ -136,6 +138,10 @@ type MCPServer struct {
 	// when the run resumes (the model is told its outcome is unknown).
 	// Nil (the default) and true: calls are made again.
 	Idempotent *bool `json:"idempotent,omitempty" yaml:"idempotent,omitempty"`
+	// Approval are name patterns (path.Match: write_*, *) of the server's
+	// tools, as the agent sees them (with Prefix), whose calls need a
+	// person's approval, as Agent.Approval.
+	Approval []string `json:"approval,omitempty" yaml:"approval,omitempty"`
 }
 
 // MCPExposure decides whether and how the MCP server side (`svc mcp`,
@@ -218,6 +224,37 @@ type Agent struct {
 	PostProcess    Hook
 	// MCP decides how `svc mcp` and `svc serve --mcp` list the agent.
 	MCP MCPExposure
+	// Approval names the tools whose every call needs a person's approval
+	// (issue 31; ApprovalAll for all of them, an MCP server's Approval
+	// patterns add its tools). Inside a submitted run such a call pauses
+	// the run (RunWaiting) until POST /runs/{id}/resume answers it; a
+	// synchronous run fails with an ApprovalRequiredError.
+	Approval []string
+	// ApprovalTimeoutSeconds bounds the wait for an approval or an answer
+	// (0: the runtime's approval_timeout_seconds; none by default), and
+	// ApprovalTimeoutAction says what then happens: TimeoutDeny (the
+	// default: the model is told no) or TimeoutFail (the run fails).
+	ApprovalTimeoutSeconds float64
+	ApprovalTimeoutAction  string
+}
+
+// NeedsApproval reports whether a call of the tool named name needs a
+// person's approval: the agent lists it (or all), or its MCP server's
+// Approval patterns match it.
+func (a *Agent) NeedsApproval(name string) bool {
+	for _, t := range a.Approval {
+		if t == ApprovalAll || t == name {
+			return true
+		}
+	}
+	for i := range a.MCPServers {
+		for _, p := range a.MCPServers[i].Approval {
+			if ok, _ := path.Match(p, name); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Clone returns a deep copy of a, sharing only the immutable parts (tools
@@ -231,6 +268,7 @@ func (a Agent) Clone() Agent {
 	for i, s := range a.MCPServers {
 		s.Args = slices.Clone(s.Args)
 		s.Env = maps.Clone(s.Env)
+		s.Approval = slices.Clone(s.Approval)
 		if s.Idempotent != nil {
 			v := *s.Idempotent
 			s.Idempotent = &v
@@ -241,6 +279,7 @@ func (a Agent) Clone() Agent {
 		c.MCPServers = nil
 	}
 	c.BuiltinTools = slices.Clone(a.BuiltinTools)
+	c.Approval = slices.Clone(a.Approval)
 	c.FallbackModels = slices.Clone(a.FallbackModels)
 	c.MCP = a.MCP.clone()
 	c.ModelSettings = cloneAny(a.ModelSettings).(map[string]any)
@@ -388,6 +427,30 @@ func (a *Agent) Validate() error {
 		} else if !dup {
 			servers[s.Name] = i
 		}
+	}
+	for i, t := range a.Approval {
+		_, tool := tools[t]
+		_, builtin := builtins[t]
+		if t != ApprovalAll && !tool && !builtin && len(a.MCPServers) == 0 {
+			// With MCP servers the name may be one of theirs, known only
+			// once they run.
+			f.add(fmt.Sprintf("approval[%d]", i), "%q is not one of the agent's tools", t)
+		}
+	}
+	for i := range a.MCPServers {
+		for j, p := range a.MCPServers[i].Approval {
+			if _, err := path.Match(p, ""); err != nil {
+				f.add(fmt.Sprintf("mcp_servers[%d].approval[%d]", i, j), "%q: not a name pattern: %v", p, err)
+			}
+		}
+	}
+	if a.ApprovalTimeoutSeconds < 0 || math.IsInf(a.ApprovalTimeoutSeconds, 0) || math.IsNaN(a.ApprovalTimeoutSeconds) {
+		f.add("approval_timeout_seconds", "%v: must be 0 (the runtime's) or a positive number", a.ApprovalTimeoutSeconds)
+	}
+	switch a.ApprovalTimeoutAction {
+	case "", TimeoutDeny, TimeoutFail:
+	default:
+		f.add("approval_timeout_action", "%q: want deny or fail", a.ApprovalTimeoutAction)
 	}
 	if a.MCP.Name != "" && !ValidMCPToolName(a.MCP.Name) {
 		f.add("mcp.name", "%q: an MCP tool name is 1 to 128 of A-Z a-z 0-9 _ - .", a.MCP.Name)

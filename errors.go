@@ -82,6 +82,10 @@ const (
 	// like one past the depth limit), since a model that asks for
 	// hundreds of agents at once is a runaway, not a mistake to retry.
 	KindSpawnCap Kind = "SpawnCapError"
+	// KindApprovalRequired is a call that needs a person's approval or
+	// answer (an approval tool, ask_human) made by a run that cannot wait
+	// for one: a synchronous run or a gather. Submit the run instead.
+	KindApprovalRequired Kind = "ApprovalRequiredError"
 )
 
 // Kinds lists every kind the runtime produces, base first.
@@ -94,7 +98,7 @@ var Kinds = []Kind{
 	KindUnsupportedMediaType, KindForbiddenOrigin, KindNotFound,
 	KindMethodNotAllowed, KindCondition, KindBadRequest, KindHeaderTooLarge,
 	KindRequestTimeout, KindMisdirectedRequest, KindOverloaded, KindContext,
-	KindSpawnCap,
+	KindSpawnCap, KindApprovalRequired,
 }
 
 // Parent is the kind this kind specialises: TopologyError,
@@ -146,6 +150,7 @@ var (
 	ErrOverloaded           = &Error{Kind: KindOverloaded}
 	ErrContext              = &Error{Kind: KindContext}
 	ErrSpawnCap             = &Error{Kind: KindSpawnCap}
+	ErrApprovalRequired     = &Error{Kind: KindApprovalRequired}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

@@ -9,7 +9,8 @@ import (
 // EventType is the type of a RuntimeEvent.
 type EventType string
 
-// The sixteen event types of the spec, rate_limited and run_resumed.
+// The sixteen event types of the spec, rate_limited, run_resumed and
+// run_waiting.
 const (
 	EventAgentSpawned       EventType = "agent_spawned"
 	EventAgentDispatched    EventType = "agent_dispatched"
@@ -34,6 +35,9 @@ const (
 	// one running it died: it replays the steps recorded so far and goes
 	// on from there.
 	EventRunResumed EventType = "run_resumed"
+	// EventRunWaiting is a submitted run that paused for a person's
+	// approval or answer (issue 31).
+	EventRunWaiting EventType = "run_waiting"
 )
 
 // EventTypes lists all the event types (but agent_delta, which is never
@@ -44,7 +48,7 @@ var EventTypes = []EventType{
 	EventBudgetExceeded, EventDepthLimitExceeded,
 	EventBatchStarted, EventBatchCompleted, EventGroupStarted, EventGroupCompleted,
 	EventWorkerStarted, EventWorkerStopped, EventWorkerHeartbeat,
-	EventRateLimited, EventRunResumed,
+	EventRateLimited, EventRunResumed, EventRunWaiting,
 }
 
 // PayloadKeys is the payload contract of each event type: exactly these keys,
@@ -86,6 +90,9 @@ var PayloadKeys = map[EventType][]string{
 	// that resumed it (the run store's owner id; "" for a file store) and
 	// how many times it was resumed.
 	EventRunResumed: {"run_id", "steps_replayed", "node", "resumed"},
+	// run_waiting: the run, the request's id and kind ("approval" or
+	// "question") and the tool it is about.
+	EventRunWaiting: {"run_id", "request_id", "wait_kind", "tool_name"},
 }
 
 // OptionalPayloadKeys are the keys an event type may add to PayloadKeys.

@@ -21,7 +21,8 @@ const (
 
 // RunSummary.Status values, the history's filter (GET /runs?status=).
 // A run that was not submitted has one of the first five; a submitted
-// run has its state's: pending is spawned, cancelled is cancelled.
+// run has its state's: pending is spawned, waiting is waiting, cancelled
+// is cancelled, the others by name.
 const (
 	// RunStatusSpawned: started, and nothing but start events yet.
 	RunStatusSpawned   = "spawned"
@@ -32,17 +33,19 @@ const (
 	// cycle) before it completed anything.
 	RunStatusRejected  = "rejected"
 	RunStatusCancelled = "cancelled"
+	// RunStatusWaiting: a submitted run waiting for a human (RunWaiting).
+	RunStatusWaiting = "waiting"
 )
 
 // RunStatuses are the RunSummary.Status values, in the order the
 // documentation lists them.
-var RunStatuses = []string{RunStatusSpawned, RunStatusRunning, RunStatusCompleted, RunStatusFailed, RunStatusRejected, RunStatusCancelled}
+var RunStatuses = []string{RunStatusSpawned, RunStatusRunning, RunStatusWaiting, RunStatusCompleted, RunStatusFailed, RunStatusRejected, RunStatusCancelled}
 
 // RunHistoryQuery selects rows of an event store's run history. Zero
 // fields do not filter.
 type RunHistoryQuery struct {
-	// Status is one of RunStatuses (cancelled matches nothing here: only
-	// submitted runs are cancelled).
+	// Status is one of RunStatuses (waiting and cancelled match nothing
+	// here: only submitted runs wait or are cancelled).
 	Status string
 	// Target is the agent or group name the run was made against.
 	Target string

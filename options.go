@@ -41,6 +41,12 @@ type Options struct {
 	// SpawnCapError: the bound on one call's fan-out, beside
 	// MaxSpawnDepth's bound on nesting.
 	MaxSpawnChildren int `json:"max_spawn_children" yaml:"max_spawn_children"`
+	// ApprovalTimeoutSeconds and ApprovalTimeoutAction are the defaults of
+	// the agents' (svc.Agent): how long a submitted run waits for an
+	// approval or an answer (0: for ever) and what happens then ("deny",
+	// the default, or "fail").
+	ApprovalTimeoutSeconds float64 `json:"approval_timeout_seconds,omitempty" yaml:"approval_timeout_seconds"`
+	ApprovalTimeoutAction  string  `json:"approval_timeout_action,omitempty" yaml:"approval_timeout_action"`
 	// MCPEagerStart starts MCP tool servers with the runtime instead of on
 	// first use.
 	MCPEagerStart bool `json:"mcp_eager_start" yaml:"mcp_eager_start"`
@@ -138,6 +144,10 @@ func (o Options) Validate() error {
 		return Errorf(KindSpecValidation, "token_budget %d: must be 0 (none) or more", o.TokenBudget)
 	case o.MaxTokensPerRun < 0:
 		return Errorf(KindSpecValidation, "max_tokens_per_run %d: must be 0 (none) or more", o.MaxTokensPerRun)
+	case o.ApprovalTimeoutSeconds < 0 || math.IsInf(o.ApprovalTimeoutSeconds, 0) || math.IsNaN(o.ApprovalTimeoutSeconds):
+		return Errorf(KindSpecValidation, "approval_timeout_seconds %v: must be 0 (none) or a positive number", o.ApprovalTimeoutSeconds)
+	case o.ApprovalTimeoutAction != "" && o.ApprovalTimeoutAction != TimeoutDeny && o.ApprovalTimeoutAction != TimeoutFail:
+		return Errorf(KindSpecValidation, "approval_timeout_action %q: want deny or fail", o.ApprovalTimeoutAction)
 	case o.DeltaIntervalMS < 0:
 		return Errorf(KindSpecValidation, "delta_interval_ms %d: must be 0 (no wait) or more", o.DeltaIntervalMS)
 	case o.DeltaBytes < 0:

@@ -13,6 +13,11 @@ import (
 //
 //	pending → running → completed | failed | cancelled
 //	pending → cancelled
+//	running → waiting → running | failed | cancelled
+//
+// waiting is a state beyond the spec's five (issue 31): the run paused for
+// a person's approval or answer (WaitRequest), and holds no goroutine or
+// actor until POST /runs/{id}/resume answers it.
 //
 // Terminal states are final: every RunStore refuses to leave them.
 type RunState string
@@ -24,6 +29,7 @@ const (
 	RunCompleted RunState = "completed"
 	RunFailed    RunState = "failed"
 	RunCancelled RunState = "cancelled"
+	RunWaiting   RunState = "waiting"
 )
 
 // Terminal reports whether s is final.
@@ -31,10 +37,10 @@ func (s RunState) Terminal() bool {
 	return s == RunCompleted || s == RunFailed || s == RunCancelled
 }
 
-// Valid reports whether s is one of the five states.
+// Valid reports whether s is one of the six states.
 func (s RunState) Valid() bool {
 	switch s {
-	case RunPending, RunRunning, RunCompleted, RunFailed, RunCancelled:
+	case RunPending, RunRunning, RunCompleted, RunFailed, RunCancelled, RunWaiting:
 		return true
 	}
 	return false
@@ -46,7 +52,9 @@ func (s RunState) CanMove(next RunState) bool {
 	case RunPending:
 		return next == RunRunning || next == RunCancelled
 	case RunRunning:
-		return next == RunCompleted || next == RunFailed || next == RunCancelled
+		return next == RunCompleted || next == RunFailed || next == RunCancelled || next == RunWaiting
+	case RunWaiting:
+		return next == RunRunning || next == RunFailed || next == RunCancelled
 	}
 	return false
 }
@@ -71,6 +79,10 @@ const (
 	// the steps it recorded (RunStatus.Resumed counts them). Agent and
 	// TaskID are null.
 	RunRunResumed RunEventType = "run_resumed"
+	// RunRunWaiting says the run paused for a person (issue 31): Request
+	// is what it waits for; Agent and TaskID name the invocation. The
+	// stream stays open: the run goes on (run_resumed) once answered.
+	RunRunWaiting RunEventType = "run_waiting"
 )
 
 // ReasonInterrupted is the Reason of a run that RunStore.Interrupt failed:
@@ -140,6 +152,8 @@ type RunEvent struct {
 	Timestamp time.Time    `json:"timestamp"`
 	// Text is a delta's fragment (Type RunDelta; written only there).
 	Text string `json:"text,omitempty"`
+	// Request is what a run_waiting event's run waits for.
+	Request *WaitRequest `json:"request,omitempty"`
 }
 
 type runEventJSON struct {
@@ -151,12 +165,13 @@ type runEventJSON struct {
 	Error     *string      `json:"error"`
 	Timestamp time.Time    `json:"timestamp"`
 	Text      string       `json:"text,omitempty"`
+	Request   *WaitRequest `json:"request,omitempty"`
 }
 
 // MarshalJSON writes empty agent, task_id and error as null.
 func (e RunEvent) MarshalJSON() ([]byte, error) {
 	return json.Marshal(runEventJSON{Seq: e.Seq, Type: e.Type, RunID: e.RunID, Agent: nullable(e.Agent),
-		TaskID: nullable(e.TaskID), Error: nullable(e.Error), Timestamp: e.Timestamp.UTC(), Text: e.Text})
+		TaskID: nullable(e.TaskID), Error: nullable(e.Error), Timestamp: e.Timestamp.UTC(), Text: e.Text, Request: e.Request})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -165,7 +180,7 @@ func (e *RunEvent) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*e = RunEvent{Seq: j.Seq, Type: j.Type, RunID: j.RunID, Timestamp: j.Timestamp, Text: j.Text}
+	*e = RunEvent{Seq: j.Seq, Type: j.Type, RunID: j.RunID, Timestamp: j.Timestamp, Text: j.Text, Request: j.Request}
 	if j.Agent != nil {
 		e.Agent = *j.Agent
 	}
@@ -207,6 +222,9 @@ type RunStatus struct {
 	// log (its Seq is Steps), absent while there is none. A resume replays
 	// up to it and makes the next one. An addition, like Reason.
 	CurrentStep *StepRef `json:"current_step,omitempty"`
+	// Waiting lists what a waiting run waits for: its wait requests that
+	// have no decision yet (issue 31); absent in any other state.
+	Waiting []WaitRequest `json:"waiting,omitempty"`
 }
 
 // StepRef names one step of a run's step log, without its data.
@@ -497,11 +515,21 @@ const (
 	StepToolCall StepKind = "tool_call"
 	// StepGroupNode records a completed group node: its AgentResult.
 	StepGroupNode StepKind = "group_node"
+	// StepWait records a call that waits for a person: its WaitRequest,
+	// under the call's tool-call key.
+	StepWait StepKind = "wait"
+	// StepDecision records the answer to a wait (a Decision), under the
+	// same key as its StepWait.
+	StepDecision StepKind = "decision"
 )
 
 // Valid reports whether k is one of the step kinds.
 func (k StepKind) Valid() bool {
-	return k == StepModelCall || k == StepToolCall || k == StepGroupNode
+	switch k {
+	case StepModelCall, StepToolCall, StepGroupNode, StepWait, StepDecision:
+		return true
+	}
+	return false
 }
 
 // RunStep is one entry of a run's step log: a completed step whose result

@@ -353,10 +353,15 @@ func (a *invocation) finishAttempt(c actor.Context, d *workDone) {
 		// A failure a worker reported was emitted there; one of this side
 		// (no worker answered in time, the budget, the broker) is emitted
 		// here, where it happened.
-		if !d.out.Remote {
-			st.emit(svc.EventAgentFailed, p)
+		if _, paused := svc.Paused(err); paused {
+			// Not a failure: the run waits for a person (run_waiting
+			// says so), and the invocation goes on when it resumes.
+		} else {
+			if !d.out.Remote {
+				st.emit(svc.EventAgentFailed, p)
+			}
+			st.runEvent(svc.RunAgentFailed, msg)
 		}
-		st.runEvent(svc.RunAgentFailed, msg)
 	}
 	// The message that follows hands the result to the run actor.
 	st.out = res
@@ -399,7 +404,7 @@ func retryable(err error) bool {
 		return false
 	}
 	switch svc.KindOf(err) {
-	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindTrustViolation,
+	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindApprovalRequired, svc.KindTrustViolation,
 		svc.KindSpecValidation, svc.KindTopology, svc.KindRegistry, svc.KindTimeout, svc.KindCancelled:
 		return false
 	}

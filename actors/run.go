@@ -402,10 +402,14 @@ func (r *runActor) Receive(c actor.Context) {
 		m.finished = true
 		r.inflight--
 		r.done++
-		if m.out.Success {
+		switch _, paused := svc.Paused(m.out.Err); {
+		case m.out.Success:
 			r.ok++
 			r.req.Progress.Add(0, -1, 1, 0)
-		} else {
+		case paused:
+			// Waiting for a person: neither done nor failed, it shows
+			// running while the run waits.
+		default:
 			r.req.Progress.Add(0, -1, 0, 1)
 		}
 		if r.req.Stream != nil {

@@ -105,6 +105,12 @@ func (r *runner) journaledTool(ctx context.Context, call svc.ToolCall) (json.Raw
 	jr := r.jr
 	key := svc.StepKey(jr.tools, jr.nTool)
 	jr.nTool++
+	return r.journaledCall(ctx, call, key)
+}
+
+// journaledCall is journaledTool for the call recorded under key.
+func (r *runner) journaledCall(ctx context.Context, call svc.ToolCall, key string) (json.RawMessage, bool, error) {
+	jr := r.jr
 	if data, ok := jr.j.Replay(svc.StepToolCall, key); ok {
 		var rec svc.ReplayedToolCall
 		if json.Unmarshal(data, &rec) == nil && !rec.Started {

@@ -610,7 +610,9 @@ func (r *runner) runTools(ctx context.Context, msgs []svc.Message, resp *svc.Mod
 		var content json.RawMessage
 		var failed bool
 		var stop error
-		if r.jr != nil {
+		if kind, waits := r.waitKind(call); waits {
+			content, failed, stop = r.humanCall(toolCtx, call, kind)
+		} else if r.jr != nil {
 			content, failed, stop = r.journaledTool(toolCtx, call)
 		} else {
 			content, failed, stop = r.callTool(toolCtx, call)
@@ -656,7 +658,7 @@ func (r *runner) callTool(ctx context.Context, call svc.ToolCall) (content json.
 // run instead of going back to the model: a SpawnCapError, the runtime's
 // refusal of a fan-out wider than max_spawn_children, which an operator
 // set to stop a runaway model, not to let it ask again.
-func endsRun(k svc.Kind) bool { return k == svc.KindSpawnCap }
+func endsRun(k svc.Kind) bool { return k == svc.KindSpawnCap || k == svc.KindApprovalRequired }
 
 // toolKind is the kind of a failed tool call: the kind of the *svc.Error
 // in err's chain, the context's for a call cut short, else

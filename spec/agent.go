@@ -19,6 +19,7 @@ import (
 var agentKeys = []string{
 	"version", "name", "template", "model", "fallback_models", "instructions", "input_type", "output_type",
 	"tools", "mcp_servers", "builtin_tools", "model_settings", "trust_level", "context_passer", "mcp",
+	"approval", "approval_timeout_seconds", "approval_timeout_action",
 }
 
 // templateKeys are the keys of a template file: what agents share, and
@@ -32,7 +33,7 @@ var templateKeys = []string{
 // exposureKeys are the keys of the mcp block of an agent or group.
 var exposureKeys = []string{"expose", "name", "description"}
 
-var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds", "idempotent"}
+var mcpKeys = []string{"name", "transport", "command", "args", "env", "url", "prefix", "timeout_seconds", "idempotent", "approval"}
 
 // MCP transports (svc.MCPStdio and friends, by their older names here).
 const (
@@ -204,6 +205,7 @@ func decodeSpec(file string, data []byte, env Env, readFile func(string) ([]byte
 		}
 	}
 
+	d.approval(a)
 	if f, ok := d.get("mcp"); ok {
 		d.mark("mcp", f.val)
 		out.mcpLine = f.key.Line
@@ -240,6 +242,36 @@ func decodeSpec(file string, data []byte, env Env, readFile func(string) ([]byte
 	d.rateLimit(own)
 
 	return out, pre, d.finish()
+}
+
+// approval decodes approval (a list of tool names, or "all") and its
+// timeout keys.
+func (d *agentDecoder) approval(a *svc.Agent) {
+	if f, ok := d.get("approval"); ok {
+		d.mark("approval", f.val)
+		if r := resolve(f.val); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!str" {
+			if r.Value != "all" {
+				d.fail(f.val, "approval", "want a list of tool names or \"all\", got %q", r.Value)
+			} else {
+				a.Approval = []string{svc.ApprovalAll}
+			}
+		} else {
+			for _, it := range d.strList(f.val, "approval") {
+				d.at[fmt.Sprintf("approval[%d]", len(a.Approval))] = it
+				a.Approval = append(a.Approval, it.Value)
+			}
+		}
+	}
+	if f, ok := d.get("approval_timeout_seconds"); ok {
+		d.mark("approval_timeout_seconds", f.val)
+		if v, ok := d.number(f.val, "approval_timeout_seconds"); ok {
+			a.ApprovalTimeoutSeconds = v
+		}
+	}
+	if f, ok := d.get("approval_timeout_action"); ok {
+		d.mark("approval_timeout_action", f.val)
+		a.ApprovalTimeoutAction, _ = d.str(f.val, "approval_timeout_action")
+	}
 }
 
 // useTemplate looks up the template an agent names. An unknown template,
@@ -891,6 +923,11 @@ func (d *agentDecoder) mcpServers(n *yaml.Node) []svc.MCPServer {
 		if v, ok := get("idempotent"); ok {
 			if b, ok := d.boolean(v, path+".idempotent"); ok {
 				s.Idempotent = &b
+			}
+		}
+		if v, ok := get("approval"); ok {
+			for _, it := range d.strList(v, path+".approval") {
+				s.Approval = append(s.Approval, it.Value)
 			}
 		}
 		out = append(out, s)

@@ -17,6 +17,7 @@ var optionKeys = []string{
 	"version", "timeout_seconds", "max_spawn_depth", "retry_max_attempts",
 	"retry_backoff_factor", "token_budget", "max_tokens_per_run", "mcp_eager_start",
 	"delta_interval_ms", "delta_bytes", "rate_limits", "max_spawn_children",
+	"approval_timeout_seconds", "approval_timeout_action",
 }
 
 // rateLimitKeys are the keys of one limit under rate_limits.
@@ -66,6 +67,16 @@ func decodeOptions(file string, data []byte) (svc.Options, []*Error) {
 	set("max_spawn_children", func(f field) {
 		if v, ok := d.intValue(f.val, "max_spawn_children"); ok {
 			o.MaxSpawnChildren = v
+		}
+	})
+	set("approval_timeout_seconds", func(f field) {
+		if v, ok := d.number(f.val, "approval_timeout_seconds"); ok {
+			o.ApprovalTimeoutSeconds = v
+		}
+	})
+	set("approval_timeout_action", func(f field) {
+		if v, ok := d.str(f.val, "approval_timeout_action"); ok {
+			o.ApprovalTimeoutAction = v
 		}
 	})
 	set("retry_max_attempts", func(f field) {

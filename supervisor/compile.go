@@ -32,7 +32,7 @@ func compileWith(a svc.Agent, models *model.Registry, prices *model.PriceTable, 
 	newSpawn := func(def svc.Agent) (svc.Tool, error) { return spawn.NewAgentsTool(runs, def), nil }
 	return agent.Compile(a, models, append([]agent.CompileOption{
 		agent.WithPrices(prices),
-		agent.WithBuiltins(map[string]agent.Builtin{spawn.AgentsTool: newSpawn}),
+		agent.WithBuiltins(map[string]agent.Builtin{spawn.AgentsTool: newSpawn, svc.AskHumanTool: agent.AskHuman}),
 		agent.WithToolSources(sources...)}, more...)...)
 }
 

@@ -41,6 +41,7 @@ func (rt *Runtime) ResumeRuns(ctx context.Context) int {
 	recs := rt.claimed
 	rt.claimed = nil
 	rt.mu.Unlock()
+	rt.watchWaiting()
 	return rt.resumeAll(ctx, recs)
 }
 

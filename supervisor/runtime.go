@@ -144,6 +144,8 @@ type Runtime struct {
 	// New claimed for ResumeRuns to start.
 	resumes bool
 	claimed []svc.RunRecord
+	// deadlines are the approval deadlines of waiting runs (wait.go).
+	deadlines deadlines
 
 	opts    svc.Options
 	limits  *ratelimit.Set // the limits of the model calls (opts.RateLimits and the learned ones)
@@ -262,6 +264,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 		return nil, err
 	}
 	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
+	rt.deadlines.fire = rt.timeOut
 	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent,
 		OnReplace: func(old, next *registry.Snapshot) { rt.mcp.Retire(old, next) },
 		Delegate:  func(g svc.Group) svc.Tool { return spawn.NewDelegateTool(rt.spawns, g) }})
@@ -378,6 +381,13 @@ func (rt *Runtime) Replace(agents []svc.Agent, groups []svc.Group) error {
 // prices and its builtin tools. Every agent the runtime registers is
 // compiled here (spawned children by compileAgentFor).
 func (rt *Runtime) compileAgent(a svc.Agent) (*agent.Compiled, error) {
+	// The runtime's approval deadline is the default of its agents'.
+	if a.ApprovalTimeoutSeconds == 0 {
+		a.ApprovalTimeoutSeconds = rt.opts.ApprovalTimeoutSeconds
+	}
+	if a.ApprovalTimeoutAction == "" {
+		a.ApprovalTimeoutAction = rt.opts.ApprovalTimeoutAction
+	}
 	return rt.compileAgentFor(a, a.Name)
 }
 
@@ -548,6 +558,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.closed = true
 		rt.mu.Unlock()
 		rt.records.Stop() // store retries stop waiting
+		rt.deadlines.stop()
 
 		drained := make(chan struct{})
 		go func() { rt.inflight.Wait(); close(drained) }()

@@ -199,7 +199,7 @@ func (rt *Runtime) checkDepth(s *svc.Scope, name string, t actors.Task) (int, er
 // of the call rather than a failed result (docs/api.md, "Errors").
 func isRejection(k svc.Kind) bool {
 	switch k {
-	case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindCancelled, svc.KindShuttingDown:
+	case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindApprovalRequired, svc.KindCancelled, svc.KindShuttingDown:
 		return true
 	}
 	return false

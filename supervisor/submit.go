@@ -183,6 +183,10 @@ func (rt *Runtime) execute(ctx context.Context, cancel context.CancelCauseFunc, 
 		rt.log.Info("submitted run left to resume: the runtime is shutting down", zap.String("run_id", id))
 		return
 	}
+	if req, ok := svc.Paused(err); ok && context.Cause(ctx) == nil {
+		rt.park(id, target, task, req)
+		return
+	}
 	if !rt.settleProgress(ctx, id) {
 		return
 	}
@@ -260,6 +264,15 @@ func (rt *Runtime) RunStatus(ctx context.Context, id string) (svc.RunStatus, err
 	}
 	st := rec.Status()
 	st.Progress = settledProgress(st.State, st.Progress)
+	if st.State == svc.RunWaiting {
+		if log, ok := rt.store.(svc.StepLog); ok {
+			steps, err := log.Steps(ctx, id, 0)
+			if err != nil {
+				return svc.RunStatus{}, fmt.Errorf("run %s: read its wait requests: %w", id, err)
+			}
+			st.Waiting = svc.OpenRequests(steps)
+		}
+	}
 	return st, nil
 }
 

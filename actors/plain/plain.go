@@ -279,7 +279,7 @@ func retryable(err error) bool {
 		return false
 	}
 	switch svc.KindOf(err) {
-	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindTrustViolation,
+	case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindApprovalRequired, svc.KindTrustViolation,
 		svc.KindSpecValidation, svc.KindTopology, svc.KindRegistry, svc.KindTimeout, svc.KindCancelled:
 		return false
 	}
@@ -289,7 +289,7 @@ func retryable(err error) bool {
 // isRejection: a failed run of this kind is the call's error too.
 func isRejection(k svc.Kind) bool {
 	switch k {
-	case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindCancelled, svc.KindShuttingDown:
+	case svc.KindTimeout, svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle, svc.KindSpawnCap, svc.KindApprovalRequired, svc.KindCancelled, svc.KindShuttingDown:
 		return true
 	}
 	return false

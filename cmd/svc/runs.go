@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -205,7 +206,8 @@ runs, and when there are more, stderr says the --cursor of the next page.
 The subcommands work on one run by its id (svc submit prints it): show
 prints its status as JSON (state, progress, reason), result its result as
 JSON (exit 1 when it failed), cancel cancels it (idempotent), follow prints
-its events as JSON lines until it ends.
+its events as JSON lines until it ends, resume answers a waiting run's
+approval or question.
 
 The runs live in the server's run store, so these commands need a server:
 --url (default $SVC_URL, else ` + defaultURL + `).
@@ -219,19 +221,20 @@ run, say), 2 for bad usage.`,
 	}
 	r.register(cmd)
 	fs := cmd.Flags()
-	fs.StringVar(&r.state, "state", "", "only runs in this state: pending, running, completed, failed or cancelled (default: all)")
+	fs.StringVar(&r.state, "state", "", "only runs in this state: pending, running, waiting, completed, failed or cancelled (default: all)")
 	fs.IntVar(&r.limit, "limit", svc.DefaultRunPage, fmt.Sprintf("runs per page, 1 to %d", svc.MaxRunPage))
 	fs.StringVar(&r.cursor, "cursor", "", "read the page after the one that printed this cursor (default: the first page)")
 	fs.BoolVar(&r.json, "json", false, "print the page as JSON ({runs, next_cursor}) (default false)")
-	cmd.AddCommand(newRunsShow(&r.runsFlags), newRunsResult(&r.runsFlags), newRunsCancel(&r.runsFlags), newRunsFollow(&r.runsFlags))
+	cmd.AddCommand(newRunsShow(&r.runsFlags), newRunsResult(&r.runsFlags), newRunsCancel(&r.runsFlags), newRunsFollow(&r.runsFlags),
+		newRunsResume(&r.runsFlags))
 	return cmd
 }
 
 func (r *runsCmd) run(cmd *cobra.Command) error {
 	switch s := svc.RunState(r.state); s {
-	case "", svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled:
+	case "", svc.RunPending, svc.RunRunning, svc.RunWaiting, svc.RunCompleted, svc.RunFailed, svc.RunCancelled:
 	default:
-		return &exitError{code: 2, err: fmt.Errorf("--state %q: want pending, running, completed, failed or cancelled", r.state)}
+		return &exitError{code: 2, err: fmt.Errorf("--state %q: want pending, running, waiting, completed, failed or cancelled", r.state)}
 	}
 	if r.limit < 1 || r.limit > svc.MaxRunPage {
 		return &exitError{code: 2, err: fmt.Errorf("--limit %d: want 1 to %d", r.limit, svc.MaxRunPage)}
@@ -358,6 +361,101 @@ refused call, 2 for bad usage.`,
 			return err
 		},
 	}
+}
+
+type resumeCmd struct {
+	f              *runsFlags
+	request        string
+	approve, deny  bool
+	answer, reason string
+}
+
+func newRunsResume(f *runsFlags) *cobra.Command {
+	rc := &resumeCmd{f: f}
+	cmd := &cobra.Command{
+		Use:   "resume ID (--approve | --deny | --answer JSON) [--request REQ] [--reason TEXT]",
+		Short: "Approve, deny or answer what a waiting run waits for",
+		Long: `Answer one request of a waiting run (POST /runs/ID/resume) and let it go
+on. A run waits when its agent calls a tool its spec lists under approval:
+(--approve makes the call, --deny tells the model it was refused, with
+--reason), or calls ask_human (--answer gives the answer, any JSON value:
+a string is '"blue"'). --request names the request; without it, the run's
+only open request is answered (svc runs show ID lists them under
+"waiting"), and a run still pending or running is waited for (up to 30 s)
+until it waits. It prints the run's status after the resume as JSON.
+
+Exit status: 0 when the run resumed, 1 when the server refused (the run is
+not waiting, the request is unknown or was answered, the answer does not
+fit), 2 for bad usage.`,
+		Example: `  RUN=$(svc submit approver --input '"now?"') && svc runs resume "$RUN" --approve`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return rc.run(cmd, args[0]) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&rc.request, "request", "", "the request to answer (default: the run's only open request)")
+	fs.BoolVar(&rc.approve, "approve", false, "approve the tool call the run waits for")
+	fs.BoolVar(&rc.deny, "deny", false, "deny the tool call the run waits for (the model is told, with --reason)")
+	fs.StringVar(&rc.answer, "answer", "", "answer the question the run waits for: a JSON value, e.g. '\"blue\"'")
+	fs.StringVar(&rc.reason, "reason", "", "why, with --deny (or --approve): given to the model")
+	return cmd
+}
+
+func (rc *resumeCmd) run(cmd *cobra.Command, id string) error {
+	n := 0
+	for _, set := range []bool{rc.approve, rc.deny, cmd.Flags().Changed("answer")} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return &exitError{code: 2, err: errors.New("give one of --approve, --deny or --answer JSON")}
+	}
+	d := svc.Decision{RequestID: rc.request, Reason: rc.reason}
+	switch {
+	case rc.approve:
+		d.Approve = &rc.approve
+	case rc.deny:
+		no := false
+		d.Approve = &no
+	default:
+		if !json.Valid([]byte(rc.answer)) {
+			return &exitError{code: 2, err: fmt.Errorf("--answer %q: not a JSON value (a string is written '\"text\"')", rc.answer)}
+		}
+		d.Answer = json.RawMessage(rc.answer)
+	}
+	c, err := rc.f.open(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	if d.RequestID == "" {
+		st, err := c.RunStatus(cmd.Context(), id)
+		for deadline := time.Now().Add(30 * time.Second); err == nil && (st.State == svc.RunPending || st.State == svc.RunRunning) && time.Now().Before(deadline); {
+			// Just submitted: give it the time to reach its wait.
+			time.Sleep(100 * time.Millisecond)
+			st, err = c.RunStatus(cmd.Context(), id)
+		}
+		if err != nil {
+			return &exitError{code: 1, err: err}
+		}
+		switch len(st.Waiting) {
+		case 0:
+			return &exitError{code: 1, err: fmt.Errorf("run %s is %s: it waits for nothing", id, st.State)}
+		case 1:
+			d.RequestID = st.Waiting[0].ID
+		default:
+			ids := make([]string, len(st.Waiting))
+			for i, w := range st.Waiting {
+				ids[i] = w.ID + " (" + string(w.Kind) + " of " + w.Tool + ")"
+			}
+			return &exitError{code: 2, err: fmt.Errorf("run %s waits for %d requests: name one with --request: %s", id, len(ids), strings.Join(ids, ", "))}
+		}
+	}
+	st, err := c.ResumeRun(cmd.Context(), id, d)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	return printJSON(cmd.OutOrStdout(), st, true)
 }
 
 type followCmd struct {

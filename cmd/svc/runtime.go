@@ -46,6 +46,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, specsDefault string) {
 	fs.Int64Var(&f.opts.MaxTokensPerRun, "max-tokens-per-run", d.MaxTokensPerRun, "tokens one run may use unless its task sets token_budget, 0 = no cap (overrides runtime.yaml)"+zeroDefault(d.MaxTokensPerRun == 0, "0"))
 	fs.BoolVar(&f.opts.MCPEagerStart, "mcp-eager-start", d.MCPEagerStart, "start MCP tool servers with the runtime (overrides runtime.yaml)"+zeroDefault(!d.MCPEagerStart, "false"))
 	fs.IntVar(&f.opts.DeltaIntervalMS, "delta-interval-ms", d.DeltaIntervalMS, "milliseconds a streamed answer's fragments are gathered before they are handed to subscribers, 0 = hand each on at once (overrides runtime.yaml)")
+	fs.Float64Var(&f.opts.ApprovalTimeoutSeconds, "approval-timeout-seconds", d.ApprovalTimeoutSeconds, "seconds a submitted run waits for an approval or an answer before approval-timeout-action, 0 = for ever; agents may set their own (overrides runtime.yaml)"+zeroDefault(d.ApprovalTimeoutSeconds == 0, "0"))
+	fs.StringVar(&f.opts.ApprovalTimeoutAction, "approval-timeout-action", "deny", "what an approval timeout does: deny (the model is told no) or fail (the run fails) (overrides runtime.yaml)")
 	fs.IntVar(&f.opts.DeltaBytes, "delta-bytes", d.DeltaBytes, "bytes of a streamed answer gathered at most before they are handed on, whatever the interval, 0 = no limit (overrides runtime.yaml)")
 	fs.StringVar(&f.prices, "prices", "", "YAML or JSON file of model prices per million tokens ({\"openai:gpt-4o\": {input_per_mtok: 2.5, output_per_mtok: 10}}), overriding and extending the built-in table that cost_usd uses (default: built-in only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -93,6 +95,12 @@ func (f *runtimeFlags) options(fs *pflag.FlagSet) func(svc.Options) svc.Options 
 		}
 		if fs.Changed("delta-bytes") {
 			o.DeltaBytes = f.opts.DeltaBytes
+		}
+		if fs.Changed("approval-timeout-seconds") {
+			o.ApprovalTimeoutSeconds = f.opts.ApprovalTimeoutSeconds
+		}
+		if fs.Changed("approval-timeout-action") {
+			o.ApprovalTimeoutAction = f.opts.ApprovalTimeoutAction
 		}
 		return o
 	}

@@ -78,8 +78,8 @@ func Run(t *testing.T, newEmitter func(t *testing.T) svc.Emitter) {
 	})
 
 	t.Run("EveryEventType", func(t *testing.T) {
-		if len(svc.EventTypes) != 18 {
-			t.Fatalf("svc.EventTypes has %d types, the contract covers 18", len(svc.EventTypes))
+		if len(svc.EventTypes) != 19 {
+			t.Fatalf("svc.EventTypes has %d types, the contract covers 19", len(svc.EventTypes))
 		}
 		e := newEmitter(t)
 		for _, typ := range svc.EventTypes {
@@ -289,6 +289,10 @@ func sampleValue(key string) any {
 		return int64(3)
 	case "node":
 		return "api-1"
+	case "request_id":
+		return "req_5f0c2a9e1b7d4c3a"
+	case "wait_kind":
+		return string(svc.WaitApproval)
 	}
 	return "sample"
 }

@@ -148,6 +148,24 @@ func (c *Client) CancelRun(ctx context.Context, runID string) error {
 	return c.call(ctx, http.MethodPost, runPath(runID, "cancel"), "", nil, nil)
 }
 
+var _ svc.ResumeBackend = (*Client)(nil)
+
+// ResumeRun implements svc.ResumeBackend: POST /runs/{id}/resume answers
+// one request of a waiting run (d.RequestID, with Approve for an approval
+// or Answer for a question) and returns the run's status. The server sets
+// the decision's time; TimedOut is the server's to set and is not sent.
+func (c *Client) ResumeRun(ctx context.Context, runID string, d svc.Decision) (svc.RunStatus, error) {
+	body := struct {
+		RequestID string          `json:"request_id"`
+		Approve   *bool           `json:"approve,omitempty"`
+		Reason    string          `json:"reason,omitempty"`
+		Answer    json.RawMessage `json:"answer,omitempty"`
+	}{d.RequestID, d.Approve, d.Reason, d.Answer}
+	var st svc.RunStatus
+	err := c.call(ctx, http.MethodPost, runPath(runID, "resume"), "", body, &st)
+	return st, err
+}
+
 // RunEvents implements svc.RunBackend: GET /runs/{id}/stream, resuming
 // after the given sequence number. The stream is not bounded by the
 // client's timeout, which is meant for calls that answer, but by ctx. The

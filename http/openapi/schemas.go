@@ -36,6 +36,14 @@ type (
 	submitReply struct {
 		RunID string `json:"run_id"`
 	}
+	// resumeBody is POST /runs/{id}/resume's: approve for an approval,
+	// answer (any JSON value) for a question.
+	resumeBody struct {
+		RequestID string          `json:"request_id"`
+		Approve   *bool           `json:"approve,omitempty"`
+		Reason    string          `json:"reason,omitempty"`
+		Answer    json.RawMessage `json:"answer,omitempty"`
+	}
 	health struct {
 		Status string `json:"status"`
 	}
@@ -66,7 +74,7 @@ func object(required []string, props map[string]*jsonschema.Schema) *jsonschema.
 var payloadTypes = map[string]func() *jsonschema.Schema{
 	"backend": str, "trust_level": str, "broker": str, "model": str, "error": str,
 	"reason": str, "tool_name": str, "scope": str, "group_name": str,
-	"runtime_id": str, "broker_scheme": str, "consumer_id": str, "rate_limit": str, "run_id": str, "node": str,
+	"runtime_id": str, "broker_scheme": str, "consumer_id": str, "rate_limit": str, "run_id": str, "node": str, "request_id": str, "wait_kind": str,
 	"duration_ms": num, "heartbeat_seconds": num, "cost_usd": num,
 	"tokens_used": intg, "limit": intg, "used": intg, "overshoot": intg, "depth": intg,
 	"task_count": intg, "max_concurrency": intg, "success_count": intg,
@@ -152,6 +160,8 @@ func runEvent() *jsonschema.Schema {
 			// Only a delta (type "delta", /runs/{id}/stream?deltas=true)
 			// has it: the fragment of the streamed answer.
 			"text": str(),
+			// Only run_waiting has it: what the run waits for.
+			"request": ref("WaitRequest"),
 		})
 }
 
@@ -181,6 +191,8 @@ func components() ([]component, error) {
 		{name: "StreamLine", typ: reflect.TypeFor[svc.StreamLine]()},
 		{name: "GatherSummary", typ: reflect.TypeFor[svc.GatherSummary]()},
 		{name: "RunStatus", typ: reflect.TypeFor[svc.RunStatus]()},
+		{name: "WaitRequest", typ: reflect.TypeFor[svc.WaitRequest]()},
+		{name: "ResumeRequest", typ: reflect.TypeFor[resumeBody]()},
 		{name: "RunProgress", typ: reflect.TypeFor[svc.RunProgress]()},
 		{name: "RunEvent", hand: runEvent()},
 		{name: "RuntimeEvent", hand: ev},

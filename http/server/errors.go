@@ -52,6 +52,10 @@ var statusByKind = map[svc.Kind]int{
 	// time, so waiting and sending it again cannot help; not 400: the
 	// request's own content was fine.
 	svc.KindSpawnCap: http.StatusUnprocessableEntity,
+	// The run asked for a person's approval or answer, which only a
+	// submitted run can wait for: the request conflicts with how it was
+	// made (sync, not submitted), and the same request submitted works.
+	svc.KindApprovalRequired: http.StatusConflict,
 	// The expression compiled when the group was registered; failing on
 	// a run's data is the run's failure, not the request's.
 	svc.KindCondition: http.StatusInternalServerError,

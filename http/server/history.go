@@ -131,10 +131,8 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 // submittedRuns is the route's first form: the run store's page.
 func (o *observation) submittedRuns(w http.ResponseWriter, r *http.Request, lister svc.RunLister, state svc.RunState, limit int, cursor string) error {
 	f := svc.RunFilter{Cursor: cursor, Limit: limit}
-	switch state {
-	case "", svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled:
-	default:
-		return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, completed, failed or cancelled", state)
+	if state != "" && !state.Valid() {
+		return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, waiting, completed, failed or cancelled", state)
 	}
 	f.State = state
 	if lister == nil {
@@ -182,6 +180,8 @@ func submittedStatus(s svc.RunState) string {
 		return svc.RunStatusCompleted
 	case svc.RunCancelled:
 		return svc.RunStatusCancelled
+	case svc.RunWaiting:
+		return svc.RunStatusWaiting
 	}
 	return svc.RunStatusFailed
 }

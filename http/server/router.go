@@ -210,6 +210,7 @@ func mountDashboard(r chi.Router, h http.Handler) {
 //	GET  /runs/{id}/status       svc.RunStatus
 //	GET  /runs/{id}/result       the stored AgentResult or GroupResult, verbatim; 409 until it is done, and for a cancelled run
 //	POST /runs/{id}/cancel       204; 404 for an unknown run
+//	POST /runs/{id}/resume       svc.Decision {request_id, approve|answer, reason?} → 202 svc.RunStatus; 409 when not waiting
 //	GET  /runs/{id}/stream       text/event-stream of svc.RunEvent frames (id: seq, event: type, data: JSON),
 //	                             after the Last-Event-ID header or the after query parameter; ": ping" while idle
 //

@@ -65,6 +65,7 @@ func mountRuns(r chi.Router, h *runHandlers) {
 	r.Method(http.MethodGet, "/runs/{id}/status", Handle(h.status))
 	r.Method(http.MethodGet, "/runs/{id}/result", Handle(h.result))
 	r.Method(http.MethodPost, "/runs/{id}/cancel", Handle(h.cancel))
+	r.Method(http.MethodPost, "/runs/{id}/resume", Handle(h.resume))
 	r.Method(http.MethodGet, "/runs/{id}/stream", Handle(h.stream))
 }
 
@@ -161,6 +162,47 @@ func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// resumeBody is the body of POST /runs/{id}/resume: svc.Decision as a
+// client gives it (the runtime sets its time and timed_out).
+type resumeBody struct {
+	RequestID string          `json:"request_id"`
+	Approve   *bool           `json:"approve"`
+	Reason    string          `json:"reason"`
+	Answer    json.RawMessage `json:"answer"`
+}
+
+// resume answers one request of a waiting run and starts it again: 202
+// with the run's status.
+func (h *runHandlers) resume(w http.ResponseWriter, r *http.Request) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	rb, ok := h.rb.(svc.ResumeBackend)
+	if !ok {
+		return svc.Errorf(svc.KindNotFound, "this server's backend cannot resume runs")
+	}
+	data, err := readBody(w, r, h.maxBody)
+	if err != nil {
+		return err
+	}
+	if _, err := topLevelObject(data); err != nil {
+		return err
+	}
+	var b resumeBody
+	if err := strictUnmarshal(data, &b); err != nil {
+		return err
+	}
+	if b.RequestID == "" {
+		return svc.Errorf(svc.KindSpecValidation, "request_id: missing: name the request to answer (GET /runs/%s/status lists them under waiting)", id)
+	}
+	st, err := rb.ResumeRun(r.Context(), id, svc.Decision{RequestID: b.RequestID, Approve: b.Approve, Reason: b.Reason, Answer: b.Answer})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, st)
 }
 
 // queryDeltas reads the deltas query parameter of a run's stream.

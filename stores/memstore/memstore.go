@@ -404,8 +404,8 @@ func (s *Store) Interrupt(_ context.Context) (int, error) {
 	}
 	n, t := 0, now()
 	for _, r := range s.runs {
-		if r.rec.State.Terminal() {
-			continue
+		if r.rec.State.Terminal() || r.rec.State == svc.RunWaiting {
+			continue // a waiting run holds nothing a process's death took
 		}
 		r.interrupt(t)
 		n++
@@ -436,7 +436,7 @@ func (s *Store) Recover(_ context.Context) ([]svc.RunRecord, int, error) {
 	n, t := 0, now()
 	for _, r := range s.runs {
 		switch {
-		case r.rec.State.Terminal():
+		case r.rec.State.Terminal() || r.rec.State == svc.RunWaiting:
 			continue
 		case r.rec.Resumable():
 			r.rec.Resumed++

@@ -749,8 +749,8 @@ func (s *Store) recover(ctx context.Context, claim bool) ([]svc.RunRecord, int, 
 			if err != nil {
 				return fail(svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode %q", it.Key())))
 			}
-			if st.State.Terminal() {
-				continue
+			if st.State.Terminal() || st.State == svc.RunWaiting {
+				continue // a waiting run holds nothing a process's death took
 			}
 			var task json.RawMessage
 			if claim {

@@ -541,7 +541,7 @@ func (s *Store) get(ctx context.Context, runID string) (svc.RunRecord, error) {
 
 // SetState moves runID to next, appending final in the same script.
 func (s *Store) SetState(ctx context.Context, runID string, next svc.RunState, reason string, final *svc.RunEvent) error {
-	args := []any{runID, string(next), reason, formatTime(time.Now()), s.ttl.Milliseconds()}
+	args := []any{runID, string(next), reason, formatTime(time.Now()), s.ttl.Milliseconds(), s.node}
 	if final != nil {
 		args = append(args, eventFields(*final)...)
 	}
@@ -1185,7 +1185,7 @@ func (s *Store) expiringKey() string { return s.prefix + "::expiring" }
 
 // stateNames decodes the state a script reports with a refusal (scripts
 // return numbers, so the Int64Slice reply stays uniform).
-var stateNames = map[int64]svc.RunState{1: svc.RunPending, 2: svc.RunRunning, 3: svc.RunCompleted, 4: svc.RunFailed, 5: svc.RunCancelled}
+var stateNames = map[int64]svc.RunState{1: svc.RunPending, 2: svc.RunRunning, 3: svc.RunCompleted, 4: svc.RunFailed, 5: svc.RunCancelled, 6: svc.RunWaiting}
 
 func notFound(runID string) error { return svc.Errorf(svc.KindRegistry, "unknown run %q", runID) }
 
@@ -1210,6 +1210,10 @@ func eventFields(ev svc.RunEvent) []any {
 		if kv[1] != "" {
 			f = append(f, kv[0], kv[1])
 		}
+	}
+	if ev.Request != nil {
+		b, _ := json.Marshal(ev.Request) // plain fields: cannot fail
+		f = append(f, "request", string(b))
 	}
 	return f
 }
@@ -1240,8 +1244,15 @@ func decodeEntry(id string, values map[string]any) (ev svc.RunEvent, end bool, e
 	if err != nil {
 		return ev, false, fmt.Errorf("entry %q: timestamp: %w", id, err)
 	}
-	return svc.RunEvent{Seq: seq, Type: svc.RunEventType(str("type")), Agent: str("agent"),
-		TaskID: str("task_id"), Error: str("error"), Timestamp: ts}, false, nil
+	ev = svc.RunEvent{Seq: seq, Type: svc.RunEventType(str("type")), Agent: str("agent"),
+		TaskID: str("task_id"), Error: str("error"), Timestamp: ts}
+	if r := str("request"); r != "" {
+		ev.Request = new(svc.WaitRequest)
+		if err := json.Unmarshal([]byte(r), ev.Request); err != nil {
+			return svc.RunEvent{}, false, fmt.Errorf("entry %q: request: %w", id, err)
+		}
+	}
+	return ev, false, nil
 }
 
 // decodeRecord parses a record hash.

@@ -19,9 +19,10 @@ import "github.com/redis/go-redis/v9"
 const prelude = nowms + `
 local allowed = {
   pending = {running = true, cancelled = true},
-  running = {completed = true, failed = true, cancelled = true},
+  running = {completed = true, failed = true, cancelled = true, waiting = true},
+  waiting = {running = true, failed = true, cancelled = true},
 }
-local codes = {pending = 1, running = 2, completed = 3, failed = 4, cancelled = 5}
+local codes = {pending = 1, running = 2, completed = 3, failed = 4, cancelled = 5, waiting = 6}
 local function terminal(s)
   return s == 'completed' or s == 'failed' or s == 'cancelled'
 end
@@ -155,18 +156,26 @@ end
 return 1
 `)
 
-// setStateScript: ARGV = {id, next, reason, now, ttl ms, final event
-// fields...}.
+// setStateScript: ARGV = {id, next, reason, now, ttl ms, this node,
+// final event fields...}. A waiting run leaves the active set (no node's
+// death interrupts it: it holds nothing) and comes back into it, owned by
+// the node that moves it to running (which resumes it), when answered.
 var setStateScript = redis.NewScript(prelude + `
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur then return {1, 0} end
 local nxt = ARGV[2]
 if not (allowed[cur] and allowed[cur][nxt]) then return {2, codes[cur] or 0} end
 redis.call('HSET', KEYS[1], 'state', nxt, 'reason', ARGV[3], 'updated_at', ARGV[4])
+if nxt == 'waiting' then
+  redis.call('SREM', KEYS[3], ARGV[1])
+elseif cur == 'waiting' and nxt == 'running' then
+  redis.call('SADD', KEYS[3], ARGV[1])
+  redis.call('HSET', KEYS[1], 'owner', ARGV[6])
+end
 local seq = lastseq()
-if #ARGV > 5 then
+if #ARGV > 6 then
   seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-  redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 6))
+  redis.call('XADD', KEYS[2], string.format('%d-0', seq), unpack(ARGV, 7))
 end
 if terminal(nxt) then finish(seq, ARGV[1], tonumber(ARGV[5])) end
 return {0, seq}

@@ -104,6 +104,7 @@ CREATE TABLE IF NOT EXISTS run_events (
 	task_id TEXT NOT NULL,
 	error   TEXT NOT NULL,
 	ts      INTEGER NOT NULL,    -- Unix microseconds
+	request BLOB,                -- a run_waiting event's WaitRequest JSON; see addedColumns
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 -- A run's step log (svc.StepLog). total is the log's size (the sum of
@@ -149,12 +150,12 @@ const (
 		WHERE r.run_id = ?1`
 	sqlState    = `SELECT state FROM runs WHERE run_id = ?1`
 	sqlSetState = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4
-		WHERE run_id = ?1 AND state IN (?5, ?6)`
+		WHERE run_id = ?1 AND state IN (?5, ?6, ?9)`
 	// sqlFinish is SetState with the result: ?7 replaces the result when
 	// ?8 is 1 (a NULL result is no result).
 	sqlFinish = `UPDATE runs SET state = ?2, reason = ?3, updated_at = ?4,
 		result = CASE WHEN ?8 = 1 THEN ?7 ELSE result END
-		WHERE run_id = ?1 AND state IN (?5, ?6)`
+		WHERE run_id = ?1 AND state IN (?5, ?6, ?9)`
 	sqlSetProgress = `UPDATE runs SET progress = ?2, updated_at = ?3
 		WHERE run_id = ?1 AND state IN ('pending', 'running')`
 	sqlSetResult = `UPDATE runs SET result = ?2, updated_at = ?3
@@ -162,18 +163,18 @@ const (
 	// sqlAppend numbers and inserts an event in one statement, and only
 	// while the run is not terminal: the statement takes the write lock
 	// before it reads, so no other writer can slip in between.
-	sqlAppend = `INSERT INTO run_events (run_id, seq, type, agent, task_id, error, ts)
-		SELECT ?1, COALESCE((SELECT MAX(seq) FROM run_events WHERE run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6
+	sqlAppend = `INSERT INTO run_events (run_id, seq, type, agent, task_id, error, ts, request)
+		SELECT ?1, COALESCE((SELECT MAX(seq) FROM run_events WHERE run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7
 		FROM runs WHERE run_id = ?1 AND state IN ('pending', 'running')
 		RETURNING seq`
 	// sqlAppendFinal appends SetState's final event inside its transaction,
 	// after the state has already moved to terminal.
-	sqlAppendFinal = `INSERT INTO run_events (run_id, seq, type, agent, task_id, error, ts)
-		VALUES (?1, COALESCE((SELECT MAX(seq) FROM run_events WHERE run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6)`
+	sqlAppendFinal = `INSERT INTO run_events (run_id, seq, type, agent, task_id, error, ts, request)
+		VALUES (?1, COALESCE((SELECT MAX(seq) FROM run_events WHERE run_id = ?1), 0) + 1, ?2, ?3, ?4, ?5, ?6, ?7)`
 	// sqlEvents reads a run's state with a page of its events, from one
 	// snapshot: when the state is terminal, the events are complete. A run
 	// without events yields one row of NULL events; an unknown run, none.
-	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts
+	sqlEvents = `SELECT r.state, e.seq, e.type, e.agent, e.task_id, e.error, e.ts, e.request
 		FROM runs r LEFT JOIN run_events e ON e.run_id = r.run_id AND e.seq > ?2
 		WHERE r.run_id = ?1 ORDER BY e.seq LIMIT ?3`
 	// sqlStepsLast reads what a step batch is checked against before any
@@ -466,6 +467,7 @@ var addedColumns = []struct{ table, column string }{
 	{"runs", `trace_id TEXT NOT NULL DEFAULT ''`},
 	{"runs", `task BLOB`},
 	{"runs", `resumed INTEGER NOT NULL DEFAULT 0`},
+	{"run_events", `request BLOB`},
 }
 
 // migrateSteps rewrites the run_steps table of the build before (WITHOUT
@@ -495,7 +497,7 @@ DROP TABLE run_steps_old;`)
 // addColumns adds the addedColumns the tables lack.
 func addColumns(tx *sql.Tx) error {
 	have := map[string]bool{} // table.column
-	for _, table := range []string{"runs"} {
+	for _, table := range []string{"runs", "run_events"} {
 		rows, err := tx.Query(`SELECT name FROM pragma_table_info(?)`, table)
 		if err != nil {
 			return err
@@ -713,7 +715,7 @@ func (s *Store) move(ctx context.Context, runID string, next svc.RunState, reaso
 	}
 	// The states next may be reached from, per the root state machine.
 	var from []any
-	for _, st := range []svc.RunState{svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled} {
+	for _, st := range []svc.RunState{svc.RunPending, svc.RunRunning, svc.RunCompleted, svc.RunFailed, svc.RunCancelled, svc.RunWaiting} {
 		if st.CanMove(next) {
 			from = append(from, string(st))
 		}
@@ -722,7 +724,7 @@ func (s *Store) move(ctx context.Context, runID string, next svc.RunState, reaso
 		// Nothing moves to next; say why for this run.
 		return s.refuse(ctx, runID, fmt.Sprintf("cannot move to %q", next))
 	}
-	for len(from) < 2 {
+	for len(from) < 3 {
 		from = append(from, from[0])
 	}
 	return s.do(ctx, op{id: runID, what: fmt.Sprintf("set state of run %q", runID), atomic: final != nil,
@@ -737,9 +739,9 @@ func (s *Store) move(ctx context.Context, runID string, next svc.RunState, reaso
 				if result != nil {
 					has = 1
 				}
-				res, err = tx.stmt(ctx, s.stmt.finish).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1], []byte(result), has)
+				res, err = tx.stmt(ctx, s.stmt.finish).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1], []byte(result), has, from[2])
 			} else {
-				res, err = tx.stmt(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1])
+				res, err = tx.stmt(ctx, s.stmt.setState).ExecContext(ctx, runID, string(next), reason, now, from[0], from[1], nil, 0, from[2])
 			}
 			if err != nil {
 				return nil, err
@@ -965,18 +967,26 @@ func (s *Store) page(ctx context.Context, runID string, after int64) (svc.RunSta
 		var (
 			seq, ts                    sql.NullInt64
 			typ, agent, taskID, errMsg sql.NullString
+			req                        []byte
 		)
-		if err := rows.Scan(&state, &seq, &typ, &agent, &taskID, &errMsg, &ts); err != nil {
+		if err := rows.Scan(&state, &seq, &typ, &agent, &taskID, &errMsg, &ts, &req); err != nil {
 			return "", nil, s.fail(ctx, err, "read events of run %q", runID)
 		}
 		found = true
 		if !seq.Valid {
 			continue // the run has no event after the cursor
 		}
-		out = append(out, svc.RunEvent{
+		ev := svc.RunEvent{
 			Seq: seq.Int64, Type: svc.RunEventType(typ.String), RunID: runID, Agent: agent.String,
 			TaskID: taskID.String, Error: errMsg.String, Timestamp: fromMicros(ts.Int64),
-		})
+		}
+		if len(req) > 0 {
+			ev.Request = new(svc.WaitRequest)
+			if err := json.Unmarshal(req, ev.Request); err != nil {
+				return "", nil, s.fail(ctx, err, "read events of run %q: request of event %d", runID, seq.Int64)
+			}
+		}
+		out = append(out, ev)
 	}
 	if err := rows.Err(); err != nil {
 		return "", nil, s.fail(ctx, err, "read events of run %q", runID)
@@ -1419,7 +1429,11 @@ func eventArgs(runID string, ev svc.RunEvent) []any {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	return []any{runID, string(ev.Type), ev.Agent, ev.TaskID, ev.Error, micros(ts)}
+	var req []byte
+	if ev.Request != nil {
+		req, _ = json.Marshal(ev.Request) // a struct of plain fields: cannot fail
+	}
+	return []any{runID, string(ev.Type), ev.Agent, ev.TaskID, ev.Error, micros(ts), req}
 }
 
 // micros is the stored form of a time: Unix microseconds, the precision the

@@ -303,14 +303,21 @@ func testListNewRunsBetweenPages(t *testing.T, s svc.RunStore) {
 
 func testListStateFilter(t *testing.T, s svc.RunStore) {
 	ctx := t.Context()
-	// 25 runs, five in each state, with ties.
+	// 25 runs, five in each of the spec's five states, with ties, and
+	// three waiting runs.
 	byState := map[svc.RunState][]listed{}
 	var all []listed
 	for i := range 25 {
-		st := states[(i*3)%len(states)]
+		st := states[(i*3)%5]
 		r := listed{fmt.Sprintf("run-%02d", i), ts(i / 4)}
 		driveAt(t, s, r.id, st, r.at)
 		byState[st] = append(byState[st], r)
+		all = append(all, r)
+	}
+	for i := range 3 {
+		r := listed{fmt.Sprintf("wait-%02d", i), ts(i * 3)}
+		driveAt(t, s, r.id, svc.RunWaiting, r.at)
+		byState[svc.RunWaiting] = append(byState[svc.RunWaiting], r)
 		all = append(all, r)
 	}
 	for _, st := range states {

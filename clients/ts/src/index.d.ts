@@ -113,7 +113,7 @@ export type StreamEventsOptions = {
 /** since and until of the windowed routes: a Date, an RFC 3339 string, Unix milliseconds, or a duration before now ('1h'). */
 export type Window = { since?: Date | string | number; until?: Date | string | number };
 /** A run history row's status (GET /runs?status=). */
-export type HistoryStatus = 'spawned' | 'running' | 'completed' | 'failed' | 'rejected' | 'cancelled';
+export type HistoryStatus = 'spawned' | 'running' | 'waiting' | 'completed' | 'failed' | 'rejected' | 'cancelled';
 /** How a run history row's request was made (GET /runs?type=). */
 export type RunType = 'run' | 'gather' | 'group' | 'submitted';
 

@@ -298,6 +298,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Answer one request of a waiting run (approve, deny or answer) and resume it; 409 when the run is not waiting or the request is unknown or answered. */
+        post: operations["resumeRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runs/{id}/status": {
         parameters: {
             query?: never;
@@ -565,9 +582,10 @@ export interface components {
              *     - OverloadedError: 503
              *     - ContextError: 400
              *     - SpawnCapError: 422
+             *     - ApprovalRequiredError: 409
              * @enum {string}
              */
-            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError" | "SpawnCapError";
+            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError" | "SpawnCapError" | "ApprovalRequiredError";
             message: string;
             reason?: string;
             request_id: string;
@@ -576,11 +594,19 @@ export interface components {
             title: string;
             type: string;
         };
+        ResumeRequest: {
+            /** @description any JSON value */
+            answer?: unknown;
+            approve?: null | boolean;
+            reason?: string;
+            request_id: string;
+        };
         /** @description The body of a run: a TaskSpec, or {"task": TaskSpec, "request_id": ...}. */
         RunBody: components["schemas"]["TaskSpec"] | components["schemas"]["TaskEnvelope"];
         RunEvent: {
             agent: null | string;
             error: null | string;
+            request?: components["schemas"]["WaitRequest"];
             run_id: string;
             seq: number;
             task_id: null | string;
@@ -633,12 +659,13 @@ export interface components {
             state: string;
             steps?: number;
             trace_id?: string;
+            waiting?: null | components["schemas"]["WaitRequest"][];
         };
         /** @description One thing that happened in the runtime; payload keys depend on event_type. */
         RuntimeEvent: {
             agent_name: string;
             /** @enum {string} */
-            event_type: "agent_spawned" | "agent_dispatched" | "agent_completed" | "agent_failed" | "tool_call_started" | "tool_call_completed" | "tool_call_failed" | "budget_exceeded" | "depth_limit_exceeded" | "batch_started" | "batch_completed" | "group_started" | "group_completed" | "worker_started" | "worker_stopped" | "worker_heartbeat" | "rate_limited" | "run_resumed";
+            event_type: "agent_spawned" | "agent_dispatched" | "agent_completed" | "agent_failed" | "tool_call_started" | "tool_call_completed" | "tool_call_failed" | "budget_exceeded" | "depth_limit_exceeded" | "batch_started" | "batch_completed" | "group_started" | "group_completed" | "worker_started" | "worker_stopped" | "worker_heartbeat" | "rate_limited" | "run_resumed" | "run_waiting";
             parent_span_id?: string;
             parent_trace_id: null | string;
             payload: Record<string, unknown>;
@@ -803,6 +830,15 @@ export interface components {
                 resumed: number;
                 run_id: string;
                 steps_replayed: number;
+            };
+        } | {
+            /** @constant */
+            event_type: "run_waiting";
+            payload: {
+                request_id: string;
+                run_id: string;
+                tool_name: string;
+                wait_kind: string;
             };
         });
         RuntimeStats: {
@@ -1005,6 +1041,23 @@ export interface components {
                 invocations: number;
                 tokens_used: number;
             };
+        };
+        WaitRequest: {
+            agent: string;
+            /** @description any JSON value */
+            arguments?: unknown;
+            choices?: null | string[];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            deadline?: null | string;
+            id: string;
+            kind: string;
+            on_timeout?: string;
+            question?: string;
+            span_id?: string;
+            task_id: string;
+            tool: string;
         };
     };
     responses: {
@@ -1654,9 +1707,9 @@ export interface operations {
                 cursor?: string;
                 /** @description Runs per page (default 50, at most 1000). */
                 limit?: string;
-                /** @description The submitted runs alone, in this state: pending, running, completed, failed or cancelled (not with status, target or type). */
+                /** @description The submitted runs alone, in this state: pending, running, waiting, completed, failed or cancelled (not with status, target or type). */
                 state?: string;
-                /** @description Only runs with this status: spawned, running, completed, failed, rejected or cancelled. */
+                /** @description Only runs with this status: spawned, running, waiting, completed, failed, rejected or cancelled. */
                 status?: string;
                 /** @description Only runs of this agent or group. */
                 target?: string;
@@ -1746,6 +1799,46 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunResult"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            405: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            422: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            500: components["responses"]["Problem"];
+            502: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+            504: components["responses"]["Problem"];
+        };
+    };
+    resumeRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResumeRequest"];
+            };
+        };
+        responses: {
+            /** @description Answer one request of a waiting run (approve, deny or answer) and resume it; 409 when the run is not waiting or the request is unknown or answered. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunStatus"];
                 };
             };
             400: components["responses"]["Problem"];

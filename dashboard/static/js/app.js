@@ -232,6 +232,7 @@ async function refreshRuns() {
     state.runs = new Map(page.runs.map((r) => [r.run_id, r]));
     fetchResults(page.runs);
     redraw('runs');
+    refreshWaiting();
   } catch (err) {
     if (err instanceof APIError && err.status === 404) $('#live-table tbody').replaceChildren(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'This server lists no submitted runs (GET /runs answered 404).')));
   } finally { runsBusy = false; }
@@ -351,6 +352,92 @@ function meter(label, value, cls = '') {
   return h('div', { class: 'meter ' + cls }, h('div', { class: 'meter-value' }, String(value)), h('div', { class: 'meter-label' }, label));
 }
 
+// ---------- waiting runs (human in the loop) ----------
+
+// refreshWaiting lists the runs waiting for a person, each with what it
+// waits for and the controls that answer it (POST /runs/{id}/resume).
+let waitingBusy = false;
+async function refreshWaiting() {
+  if (waitingBusy) return;
+  waitingBusy = true;
+  try {
+    const page = await call('runs?state=waiting&limit=25');
+    const box = $('#waiting-box');
+    box.hidden = page.runs.length === 0;
+    $('#waiting-count').textContent = page.runs.length ? String(page.runs.length) + (page.next_cursor ? '+' : '') : '';
+    const open = [];
+    for (const r of page.runs) {
+      const st = await call(`runs/${encodeURIComponent(r.run_id)}/status`).catch(() => null);
+      if (!st || st.state !== 'waiting') continue;
+      for (const req of st.waiting || []) open.push([r, req]);
+    }
+    // A card still open is kept as it is (what was typed into it, a
+    // button being pressed); only the cards of requests answered
+    // meanwhile go, and new ones come.
+    const list = $('#waiting-list');
+    const have = new Map([...list.children].map((el) => [el.dataset.run + '/' + el.dataset.request, el]));
+    const cards = open.map(([r, req]) => have.get(r.run_id + '/' + req.id) || requestCard(r.run_id, r.target, req, refreshWaiting));
+    if (cards.length !== list.children.length || cards.some((c, i) => list.children[i] !== c)) list.replaceChildren(...cards);
+  } catch { /* an older server: no waiting runs */ } finally { waitingBusy = false; }
+}
+
+// keepOrReplace redraws el with build() only when key (what it shows)
+// changed: a request card being typed into or clicked is not replaced
+// under the person's hands by a refresh that shows the same requests.
+function keepOrReplace(el, key, build) {
+  if (el.dataset.key === key) return;
+  el.dataset.key = key;
+  el.replaceChildren(...build());
+}
+
+// requestCard shows one wait request with its controls: Approve and Deny
+// (with a reason) for an approval, the choices or a free answer for a
+// question. done runs after the server took the answer.
+function requestCard(runId, target, req, done) {
+  const msg = h('div', { class: 'req-msg' });
+  const send = async (body, btn) => {
+    btn.disabled = true;
+    try {
+      await call(`runs/${encodeURIComponent(runId)}/resume`, { method: 'POST', body: { request_id: req.id, ...body } });
+      msg.textContent = 'sent';
+      done && done();
+    } catch (err) { msg.textContent = err.message; msg.className = 'req-msg bad'; btn.disabled = false; }
+  };
+  const head = h('div', {}, h('b', {}, req.kind === 'question' ? 'Question' : 'Approve ' + req.tool + '?'),
+    ' ', h('span', { class: 'muted' }, 'run ', h('a', { href: '#', class: 'mono', onclick: (e) => { e.preventDefault(); openRun(runId); } }, short(runId)),
+      ' · ', target || '', ' · agent ', req.agent),
+    req.deadline ? h('div', { class: 'muted small' }, 'times out (' + (req.on_timeout || 'deny') + ') at ' + new Date(req.deadline).toLocaleString()) : '');
+  const controls = [];
+  if (req.kind === 'question') {
+    controls.push(h('p', { class: 'req-question' }, req.question || ''));
+    if (req.choices && req.choices.length) {
+      for (const c of req.choices) {
+        const b = h('button', { type: 'button', class: 'req-choice', 'data-choice': c }, c);
+        b.addEventListener('click', () => send({ answer: c }, b));
+        controls.push(b);
+      }
+    } else {
+      const input = h('input', { type: 'text', class: 'req-answer', placeholder: 'answer (text or JSON)' });
+      const b = h('button', { type: 'button', class: 'req-send' }, 'Answer');
+      b.addEventListener('click', () => {
+        let v = input.value;
+        try { v = JSON.parse(v); } catch { /* plain text: sent as a string */ }
+        send({ answer: v }, b);
+      });
+      controls.push(input, b);
+    }
+  } else {
+    controls.push(h('pre', { class: 'req-args' }, JSON.stringify(req.arguments ?? {}, null, 2)));
+    const reason = h('input', { type: 'text', class: 'req-reason', placeholder: 'reason (optional, told to the model)' });
+    const ok = h('button', { type: 'button', class: 'req-approve' }, 'Approve');
+    const no = h('button', { type: 'button', class: 'req-deny danger' }, 'Deny');
+    ok.addEventListener('click', () => send({ approve: true, ...(reason.value ? { reason: reason.value } : {}) }, ok));
+    no.addEventListener('click', () => send({ approve: false, ...(reason.value ? { reason: reason.value } : {}) }, no));
+    controls.push(reason, ok, no);
+  }
+  return h('div', { class: 'request', 'data-request': req.id, 'data-run': runId }, head, ...controls, msg);
+}
+
 // ---------- drawer ----------
 
 async function openRun(id) {
@@ -441,6 +528,9 @@ async function refreshDrawer() {
       run ? [h('dt', {}, 'Target'), h('dd', {}, run.target + ' (' + run.kind + ')'), h('dt', {}, 'Created'), h('dd', {}, new Date(run.created_at).toLocaleString())] : [],
       h('dt', {}, 'Run id'), h('dd', { class: 'mono' }, d.id),
       st.trace_id ? [h('dt', {}, 'Trace id'), h('dd', { class: 'mono' }, h('a', { href: '#tree/' + encodeURIComponent(st.trace_id), id: 'drawer-trace' }, st.trace_id))] : []));
+    const waits = st.state === 'waiting' && st.waiting ? st.waiting : [];
+    keepOrReplace($('#drawer-wait'), d.id + ':' + waits.map((r) => r.id).join(' '), () => waits.length ? [h('h3', {}, 'Waiting for'),
+      ...waits.map((req) => requestCard(d.id, run && run.target, req, () => { refreshDrawer(); refreshWaiting(); }))] : []);
     if (st.trace_id) { d.known = true; d.trace = st.trace_id; }
     const terminal = ['completed', 'failed', 'cancelled'].includes(st.state);
     $('#drawer-cancel').disabled = terminal;
