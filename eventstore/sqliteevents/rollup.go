@@ -272,7 +272,7 @@ func totalStats(ctx context.Context, tx *sql.Tx, acc *rollup.Stats) error {
 	if err != nil {
 		return err
 	}
-	err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.Header.Traces)
+	err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_totals`).Scan(&acc.Header.Traces)
 	if err != nil {
 		return err
 	}

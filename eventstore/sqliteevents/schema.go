@@ -41,9 +41,10 @@ import (
 //
 // Version 6 added the run history and the time windows: the events'
 // run_flags fact (rollup.Facts.RunFlags), run_totals (one row per trace,
-// the history's counts), and the per-minute totals usage_minutes and
-// type_minutes. Its migration fills run_flags from the payloads and builds
-// the three tables from the events there.
+// the history's counts; it replaces trace_totals, which counted the same
+// traces), and the per-minute totals usage_minutes and type_minutes. Its
+// migration fills run_flags from the payloads, builds the three tables
+// from the events there, and drops trace_totals.
 const schemaVersion = 6
 
 // The events table. Timestamps are Unix microseconds. The composite
@@ -128,11 +129,6 @@ CREATE TABLE IF NOT EXISTS tool_totals (
 CREATE TABLE IF NOT EXISTS type_totals (
 	event_type TEXT PRIMARY KEY,
 	events     INTEGER NOT NULL
-) WITHOUT ROWID;
--- one row per trace id of events other than worker lifecycle events
-CREATE TABLE IF NOT EXISTS trace_totals (
-	trace_id TEXT PRIMARY KEY,
-	events   INTEGER NOT NULL
 ) WITHOUT ROWID;
 ` + sqliteWindowTotals
 
@@ -220,8 +216,6 @@ CREATE INDEX IF NOT EXISTS events_errors ON events (error_kind, ts, event_type, 
 CREATE INDEX IF NOT EXISTS events_children ON events (parent_trace_id, trace_id) WHERE ` + whereChild + `;
 CREATE INDEX IF NOT EXISTS events_tool_ts ON events (ts, event_type, tool_name, agent, duration_us) WHERE ` + whereToolEnd + `;
 CREATE INDEX IF NOT EXISTS run_history ON run_totals (first_us, trace_id) WHERE ` + whereTopLevel + `;
-CREATE INDEX IF NOT EXISTS run_history_status ON run_totals (status, first_us, trace_id) WHERE ` + whereTopLevel + `;
-CREATE INDEX IF NOT EXISTS run_history_target ON run_totals (target, first_us, trace_id) WHERE ` + whereTopLevel + `;
 `
 
 // writerCacheKiB is the writer's page cache, 32 MiB (SQLite's default is
@@ -306,6 +300,11 @@ func initSQLite(db *sql.DB) error {
 		if err := rebuildRuns(context.Background(), tx, nil); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
+	}
+	// run_totals has a row for each trace trace_totals had (up to version
+	// 5): one table kept in step rather than two.
+	if _, err := tx.Exec(`DROP TABLE IF EXISTS trace_totals`); err != nil {
+		return err
 	}
 	// The index set is the build's, not the data's: no schema version.
 	// An older build opening the file builds events_event_type again,

@@ -70,7 +70,6 @@ var (
 	toolTable  = totalsTable{name: "tool_totals", keys: []string{"tool_name", "agent"},
 		sums: []string{"calls", "failures", "durations", "duration_us"}}
 	typeTable     = totalsTable{name: "type_totals", keys: []string{"event_type"}, sums: []string{"events"}}
-	traceTable    = totalsTable{name: "trace_totals", keys: []string{"trace_id"}, sums: []string{"events"}}
 	usageMinTable = totalsTable{name: "usage_minutes", keys: []string{"dim", "minute", "key"},
 		sums: []string{"invocations", "tokens_used", "cost_nusd", "cached_tokens"}}
 	typeMinTable = totalsTable{name: "type_minutes", keys: []string{"minute", "event_type"}, sums: []string{"events"}}
@@ -84,7 +83,7 @@ var (
 			"target = CASE WHEN " + runTargetWins + " THEN excluded.target ELSE target END",
 			"target_us = CASE WHEN " + runTargetWins + " THEN excluded.target_us ELSE target_us END",
 			"target_rank = MAX(target_rank, excluded.target_rank)"}}
-	allTotals = [...]*totalsTable{&usageTable, &toolTable, &typeTable, &traceTable, &usageMinTable, &typeMinTable, &runTable}
+	allTotals = [...]*totalsTable{&usageTable, &toolTable, &typeTable, &usageMinTable, &typeMinTable, &runTable}
 )
 
 // runTargetWins: the target of the rows being added replaces the stored one.
@@ -274,15 +273,6 @@ func (t *totals) apply(s *txStmts) error {
 		}
 	}
 	if err := flush(&typeTable); err != nil {
-		return err
-	}
-	for k, n := range t.traces {
-		args = append(args, k, n)
-		if n < 0 {
-			drops = append(drops, []any{k})
-		}
-	}
-	if err := flush(&traceTable); err != nil {
 		return err
 	}
 	for k, u := range t.usageMin {
