@@ -110,7 +110,7 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 	}
 	more := len(page.Runs) > limit
 	for _, s := range subs {
-		if before == nil || after(s, *before) {
+		if before == nil || olderThan(s, *before) {
 			rows = append(rows, s)
 		}
 	}
@@ -214,8 +214,8 @@ func rowKey(s svc.RunSummary) string {
 	return s.TraceID
 }
 
-// after reports whether s comes after the cursor p (is older).
-func after(s svc.RunSummary, p svc.HistoryPos) bool {
+// olderThan reports whether s comes after the cursor p in the history.
+func olderThan(s svc.RunSummary, p svc.HistoryPos) bool {
 	c := s.CreatedAt.Compare(p.At.Truncate(time.Microsecond))
 	return c < 0 || (c == 0 && rowKey(s) < p.TraceID)
 }
