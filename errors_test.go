@@ -44,6 +44,7 @@ var sentinels = map[svc.Kind]error{
 	svc.KindOverloaded:           svc.ErrOverloaded,
 	svc.KindContext:              svc.ErrContext,
 	svc.KindSpawnCap:             svc.ErrSpawnCap,
+	svc.KindApprovalRequired:     svc.ErrApprovalRequired,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a

@@ -127,9 +127,10 @@ func TestRuntimeEventUnmarshal(t *testing.T) {
 }
 
 func TestEventTypesAndPayloadKeys(t *testing.T) {
-	// The spec's sixteen, rate_limited (issue 29) and run_resumed (issue 30).
-	if len(svc.EventTypes) != 18 {
-		t.Errorf("%d event types, want the spec's 16, rate_limited and run_resumed", len(svc.EventTypes))
+	// The spec's sixteen, rate_limited (issue 29), run_resumed (issue 30)
+	// and run_waiting (issue 31).
+	if len(svc.EventTypes) != 19 {
+		t.Errorf("%d event types, want the spec's 16, rate_limited, run_resumed and run_waiting", len(svc.EventTypes))
 	}
 	failures := []svc.EventType{svc.EventAgentFailed, svc.EventToolCallFailed, svc.EventBudgetExceeded, svc.EventDepthLimitExceeded}
 	for _, et := range svc.EventTypes {

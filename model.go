@@ -61,6 +61,11 @@ type ModelRequest struct {
 	// ignores it and answers at once. The fragments are not usage: the
 	// response's token counts are the call's.
 	OnDelta func(text string)
+	// ServerTools name the tools the model's provider runs itself during
+	// the call (an agent's builtin_tools such as web_search): the provider
+	// offers them to the model, and their uses come back in
+	// ModelResponse.ServerToolUses, never as ToolCalls.
+	ServerTools []string
 }
 
 // ModelResponse is a model's answer: either tool calls to make, or a final
@@ -83,6 +88,19 @@ type ModelResponse struct {
 	// RateLimit is what the answer's headers said of the provider's rate
 	// limits (nil: nothing); a learned rate limit paces the key by it.
 	RateLimit *RateHint
+	// ServerToolUses are the uses of the request's ServerTools the
+	// provider made while answering, in order.
+	ServerToolUses []ServerToolUse
+}
+
+// ServerToolUse is one use of a provider-side tool: what the model asked
+// (Input, such as a web search's query) and what the provider's tool
+// gave back (Result, its result block as the provider sent it).
+type ServerToolUse struct {
+	ID     string          `json:"id"`
+	Name   string          `json:"name"`
+	Input  json.RawMessage `json:"input,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // RateHint is what a provider's answer said of its rate limits, read from

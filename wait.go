@@ -220,6 +220,21 @@ func ApprovalRequired(agent, tool string, kind WaitKind) *Error {
 		Message: fmt.Sprintf("agent %q: tool %q %s, which only a submitted run can wait for: submit the run (POST /submit) and answer it with POST /runs/{id}/resume", agent, tool, what)}
 }
 
+// ApprovalTool is implemented by a tool that says whether each call of it
+// needs a person's approval (tools.NeedsApproval), whichever agent has it.
+type ApprovalTool interface {
+	NeedsApproval() bool
+}
+
+// ToolNeedsApproval reports whether t declares that its calls need
+// approval.
+func ToolNeedsApproval(t Tool) bool {
+	if at, ok := t.(ApprovalTool); ok {
+		return at.NeedsApproval()
+	}
+	return false
+}
+
 // ResumeBackend is a RunBackend whose waiting runs can be resumed.
 type ResumeBackend interface {
 	// ResumeRun records d as the answer to one of a waiting run's

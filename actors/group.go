@@ -85,11 +85,15 @@ type groupActor struct {
 	done      bool // the caller has its answer
 	stopped   bool
 	completed bool // group_completed emitted
-	dur       float64
-	success   bool // the group run succeeded, for group_completed
-	tokens    int64
-	cost      float64
-	invs      int
+	// paused is the result of a node that waits for a person (a
+	// svc.PauseError): the run parks once the nodes still running end,
+	// each recording its outcome, and starts no other node meanwhile.
+	paused  *svc.AgentResult
+	dur     float64
+	success bool // the group run succeeded, for group_completed
+	tokens  int64
+	cost    float64
+	invs    int
 }
 
 func (g *groupActor) Receive(c actor.Context) {
@@ -175,6 +179,23 @@ func (g *groupActor) nodeFinished(c actor.Context, ns *nodeState, results []svc.
 	ns.pid = nil
 	if g.done {
 		g.maybeStop(c)
+		return
+	}
+	if g.paused == nil {
+		for i := range results {
+			if _, ok := svc.Paused(results[i].Err); ok {
+				g.paused = &results[i]
+				break
+			}
+		}
+	}
+	if g.paused != nil {
+		// Waiting for a person: the nodes in flight finish (their
+		// outcomes are recorded, so a resume does not run them again),
+		// nothing new starts, and the run parks with the first pause.
+		if g.active == 0 {
+			g.finish(c, GroupReply{Result: svc.RunResult{Agent: g.paused}, Err: g.paused.Err})
+		}
 		return
 	}
 	for _, r := range results {
@@ -394,7 +415,7 @@ func (g *groupActor) finish(c actor.Context, r GroupReply) {
 }
 
 func (g *groupActor) emitCompleted() {
-	if !g.completed {
+	if !g.completed && g.paused == nil { // a paused run has not completed
 		g.completed = true
 		g.emit(svc.EventGroupCompleted, svc.Payload{"group_name": g.req.Graph.Def.Name, "duration_ms": g.dur, "success": g.success})
 	}

@@ -64,6 +64,9 @@ type Compiled struct {
 	// limits are the limits each model's calls wait under (WithRateLimits),
 	// by the index of Models; nil without a ratelimit.Set.
 	limits [][]*ratelimit.Limiter
+	// serverTools are the builtin_tools the models' providers run
+	// (model.ServerTools), sent with every model call.
+	serverTools []string
 }
 
 // Builtin builds the tool that one builtin_tools name stands for, for the
@@ -139,7 +142,7 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 		return nil, bad(nil, "agent %s: mcp_servers are not supported in this build yet", a.Name)
 	}
 	for i, b := range a.BuiltinTools {
-		if cfg.builtins[b] == nil {
+		if cfg.builtins[b] == nil && !model.IsServerTool(b) {
 			return nil, bad(nil, "agent %s: builtin_tools: builtin tool %q is not available in this build", a.Name, b)
 		}
 		if slices.Contains(a.BuiltinTools[:i], b) {
@@ -173,6 +176,25 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 			return nil, bad(err, "agent %s: fallback_models[%d]", a.Name, i-1)
 		}
 		c.Models[i] = Resolved{ID: id, Model: m}
+	}
+
+	for _, b := range c.Def.BuiltinTools {
+		if cfg.builtins[b] != nil || !model.IsServerTool(b) {
+			continue
+		}
+		// A server tool runs inside the provider's call: a model whose
+		// provider has none would answer without it, quietly.
+		for i, m := range c.Models {
+			if !model.OffersServerTool(m.Model, b) {
+				field := "model"
+				if i > 0 {
+					field = fmt.Sprintf("fallback_models[%d]", i-1)
+				}
+				return nil, bad(nil, "agent %s: builtin_tools: %s runs on the model's provider, and %s (%s) has no %s (the anthropic, google, openai and azure providers have them)",
+					a.Name, b, m.ID, field, b)
+			}
+		}
+		c.serverTools = append(c.serverTools, b)
 	}
 
 	if err := c.compileLimits(cfg.limits, bad); err != nil {
@@ -218,6 +240,9 @@ func Compile(a svc.Agent, models *model.Registry, opts ...CompileOption) (*Compi
 		c.ToolSpecs = append(c.ToolSpecs, spec)
 	}
 	for _, b := range c.Def.BuiltinTools {
+		if slices.Contains(c.serverTools, b) {
+			continue
+		}
 		t, err := cfg.builtins[b](c.Def.Clone())
 		if err != nil {
 			return nil, bad(err, "agent %s: builtin_tools: %s", a.Name, b)

@@ -41,13 +41,14 @@ func (askHuman) Call(context.Context, json.RawMessage) (json.RawMessage, error) 
 
 // waitKind says whether call waits for a person, and for what.
 func (r *runner) waitKind(call svc.ToolCall) (svc.WaitKind, bool) {
-	if _, known := r.tools[call.Name]; !known {
+	tool, known := r.tools[call.Name]
+	if !known {
 		return "", false // an unknown tool fails as usual
 	}
 	if call.Name == svc.AskHumanTool {
 		return svc.WaitQuestion, true
 	}
-	if r.c.Def.NeedsApproval(call.Name) {
+	if r.c.Def.NeedsApproval(call.Name) || svc.ToolNeedsApproval(tool) {
 		return svc.WaitApproval, true
 	}
 	return "", false

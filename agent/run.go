@@ -336,6 +336,7 @@ func (r *runner) turns(ctx context.Context, input json.RawMessage) (json.RawMess
 	req.Tools = r.specs
 	req.OutputSchema = c.outputSchema
 	req.Settings = c.settings
+	req.ServerTools = c.serverTools
 
 	var output json.RawMessage
 	var resp svc.ModelResponse

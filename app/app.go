@@ -688,7 +688,7 @@ func (a *App) watch(started svc.Options) error {
 func SpecEnv(models *model.Registry, filesRoot string, agents []svc.Agent) spec.Env {
 	env := spec.Env{
 		Tools:    tools.Builtins(tools.BuiltinOptions{FilesRoot: filesRoot}),
-		Builtins: []string{spawn.AgentsTool, svc.AskHumanTool},
+		Builtins: append([]string{spawn.AgentsTool, svc.AskHumanTool}, model.ServerTools...),
 		CheckModel: func(id string) error {
 			_, err := models.Resolve(id)
 			return err

@@ -130,4 +130,3 @@ func BenchmarkWaitingRuns(b *testing.B) {
 		b.ReportMetric(approved.Seconds(), "approve_1000_s")
 	}
 }
-

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/model"
 	"github.com/svc-dev/svc/model/providers"
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
@@ -61,14 +62,14 @@ func TestModelExamples(t *testing.T) {
 	models := providers.Default()
 	set, err := spec.Load("models", spec.Env{
 		Tools:      tools.Builtins(tools.BuiltinOptions{}),
-		Builtins:   []string{spawn.AgentsTool},
+		Builtins:   append([]string{spawn.AgentsTool}, model.ServerTools...),
 		CheckModel: func(id string) error { _, err := models.Resolve(id); return err },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(set.Agents) != 5 {
-		t.Fatalf("loaded %d agents, want the five examples", len(set.Agents))
+	if len(set.Agents) != 9 {
+		t.Fatalf("loaded %d agents, want the nine examples", len(set.Agents))
 	}
 	rt, err := supervisor.New(supervisor.Config{Options: set.Options, Models: models})
 	if err != nil {

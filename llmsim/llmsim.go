@@ -1,6 +1,7 @@
 // Package llmsim is a simulator of hosted model providers: an HTTP server
-// speaking the OpenAI chat-completions and Anthropic Messages wire
-// formats (plain and streamed), with rate limits per key and model,
+// speaking the OpenAI chat-completions (also on Azure OpenAI's deployment
+// URLs), Anthropic Messages, Google Gemini generateContent and Amazon
+// Bedrock Converse wire formats (plain and streamed), with rate limits per key and model,
 // injected faults, context-window errors, prompt-cache accounting and
 // scripted answers, so agents and provider tests run without an account.
 //
@@ -167,9 +168,24 @@ func (s *Server) Throttled() map[string]int {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/chat/completions"):
-		s.serve(w, r, openAI)
+		s.serve(w, r, openAI, "", false)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		s.serve(w, r, anthropic)
+		s.serve(w, r, anthropic, "", false)
+	case r.Method == http.MethodPost && geminiPath(r.URL.Path) != "":
+		model, method, _ := strings.Cut(geminiPath(r.URL.Path), ":")
+		s.serve(w, r, gemini, model, method == "streamGenerateContent")
+	case r.Method == http.MethodPost && bedrockPath(r.URL) != "":
+		model, op, _ := strings.Cut(bedrockPath(r.URL), "\x00")
+		s.serve(w, r, bedrock, model, op == "converse-stream")
+	case r.Method == http.MethodPost && azurePath(r.URL.Path) != "":
+		// Azure OpenAI: the deployment in the path is the model, the
+		// api-version query parameter is required (Azure answers 404
+		// without one), the key comes in the api-key header.
+		if r.URL.Query().Get("api-version") == "" {
+			fail(w, openAI, http.StatusNotFound, "", "404", "Resource not found")
+			return
+		}
+		s.serve(w, r, openAI, azurePath(r.URL.Path), false)
 	case r.Method == http.MethodGet && r.URL.Path == "/stats":
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Stats())
@@ -186,6 +202,8 @@ type flavor int
 const (
 	openAI flavor = iota
 	anthropic
+	gemini  // Google's Gemini API (generateContent)
+	bedrock // Amazon Bedrock's Converse API
 )
 
 // Tokens counts text by the documented rule: ceil(bytes/4).
@@ -374,6 +392,9 @@ func (s *Server) take(key, model string, tokens int) (limitState, bool, time.Dur
 }
 
 func (st limitState) write(h http.Header, f flavor, now time.Time) {
+	if f == gemini || f == bedrock {
+		return // neither API states its limits in headers
+	}
 	if f == openAI {
 		if st.reqLimit > 0 {
 			h.Set("x-ratelimit-limit-requests", strconv.Itoa(st.reqLimit))
@@ -406,10 +427,25 @@ func (st limitState) write(h http.Header, f flavor, now time.Time) {
 
 // fail writes an error in the provider's own JSON shape.
 func fail(w http.ResponseWriter, f flavor, status int, typ, code, msg string) {
+	if f == gemini {
+		failGemini(w, status, msg)
+		return
+	}
+	if f == bedrock {
+		// The error's type travels in a header; the body is {"message"}.
+		if typ == "" || strings.HasSuffix(typ, "_error") {
+			typ = bedrockErrorType(status)
+		}
+		w.Header().Set("X-Amzn-ErrorType", typ+":http://internal.amazon.com/coral/com.amazon.bedrock/")
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
+	if f == bedrock {
+		_ = enc.Encode(map[string]any{"message": msg})
+		return
+	}
 	if f == openAI {
 		var c any
 		if code != "" {
@@ -421,19 +457,54 @@ func fail(w http.ResponseWriter, f flavor, status int, typ, code, msg string) {
 	_ = enc.Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
 }
 
+// azurePath is the deployment of an Azure OpenAI chat completions path,
+// /openai/deployments/{deployment}/chat/completions, or "".
+func azurePath(path string) string {
+	rest, ok := strings.CutPrefix(path, "/openai/deployments/")
+	if !ok {
+		return ""
+	}
+	d, ok := strings.CutSuffix(rest, "/chat/completions")
+	if !ok || d == "" || strings.Contains(d, "/") {
+		return ""
+	}
+	return d
+}
+
 func apiKey(r *http.Request, f flavor) string {
-	if f == anthropic {
+	switch f {
+	case anthropic:
 		return r.Header.Get("x-api-key")
+	case gemini:
+		if k := r.Header.Get("x-goog-api-key"); k != "" {
+			return k
+		}
+		return r.URL.Query().Get("key")
+	case bedrock:
+		return sigV4AccessKey(r.Header.Get("Authorization"))
+	}
+	if k := r.Header.Get("api-key"); k != "" {
+		return k // Azure OpenAI
 	}
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
+// serve answers a request in flavor f's wire format; deployment, when
+// set, is the model (Azure OpenAI, Gemini and Bedrock name it in the
+// path), and stream says the path asked for a stream (Gemini, Bedrock).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor, deployment string, stream bool) {
 	key := apiKey(r, f)
 	if len(s.cfg.Keys) > 0 && !contains(s.cfg.Keys, key) {
-		if f == openAI {
+		switch f {
+		case openAI:
 			fail(w, f, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-		} else {
+		case gemini:
+			// Gemini refuses a bad key with a 400 whose details say why.
+			failGemini(w, 400, "API key not valid. Please pass a valid API key.", map[string]any{
+				"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"})
+		case bedrock:
+			fail(w, f, 403, "UnrecognizedClientException", "", "The security token included in the request is invalid.")
+		default:
 			fail(w, f, 401, "authentication_error", "", "invalid x-api-key")
 		}
 		return
@@ -444,12 +515,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 		fail(w, f, 400, "invalid_request_error", "", err.Error())
 		return
 	}
-	q, err := parse(body, f)
+	var q *request
+	switch f {
+	case gemini:
+		q, err = parseGemini(body)
+	case bedrock:
+		q, err = parseBedrock(body)
+	default:
+		q, err = parse(body, f)
+	}
 	if err != nil {
 		fail(w, f, 400, "invalid_request_error", "", err.Error())
 		return
 	}
 	q.key = key
+	if deployment != "" {
+		q.Model = deployment
+	}
+	if stream {
+		q.Stream = true
+	}
 	statKey := key
 	if statKey == "" {
 		statKey = "-"
@@ -460,10 +545,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 
 	in := q.promptTokens()
 	if s.cfg.ContextWindow > 0 && in > s.cfg.ContextWindow {
-		if f == openAI {
+		switch f {
+		case openAI:
 			fail(w, f, 400, "invalid_request_error", "context_length_exceeded",
 				fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", s.cfg.ContextWindow, in))
-		} else {
+		case gemini:
+			fail(w, f, 400, "", "", fmt.Sprintf("The input token count (%d) exceeds the maximum number of tokens allowed (%d).", in, s.cfg.ContextWindow))
+		case bedrock:
+			fail(w, f, 400, "ValidationException", "", "Input is too long for requested model.")
+		default:
 			fail(w, f, 400, "invalid_request_error", "", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", in, s.cfg.ContextWindow))
 		}
 		return
@@ -476,9 +566,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 		s.mu.Unlock()
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-		if f == openAI {
+		switch f {
+		case openAI:
 			fail(w, f, 429, "requests", "rate_limit_exceeded", fmt.Sprintf("Rate limit reached for %s. Please try again in %s.", q.Model, wait.Round(time.Millisecond)))
-		} else {
+		case gemini:
+			failGemini(w, 429, "You exceeded your current quota, please check your plan and billing details.", retryInfo(wait))
+		case bedrock:
+			fail(w, f, 429, "ThrottlingException", "", "Too many requests, please wait before trying again.")
+		default:
 			fail(w, f, 429, "rate_limit_error", "", "Number of requests or tokens has exceeded your rate limit.")
 		}
 		return
@@ -505,9 +600,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 		if rule.Message != "" {
 			msg = rule.Message
 		}
-		if f == openAI {
+		switch f {
+		case openAI:
 			fail(w, f, sf.status, sf.openAIType, sf.openAICode, msg)
-		} else {
+		case gemini:
+			var details []map[string]any
+			if rule.RetryAfterMs > 0 {
+				details = append(details, retryInfo(time.Duration(rule.RetryAfterMs)*time.Millisecond))
+			}
+			failGemini(w, sf.status, msg, details...)
+		case bedrock:
+			fail(w, f, sf.status, bedrockErrorType(sf.status), "", msg)
+		default:
 			fail(w, f, sf.status, sf.anthType, "", msg)
 		}
 		return
@@ -541,9 +645,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f flavor) {
 	if !s.sleep(r.Context(), d) {
 		return
 	}
-	if f == openAI {
+	switch f {
+	case openAI:
 		s.writeOpenAI(w, r, q, ans)
-	} else {
+	case gemini:
+		s.writeGemini(w, r, q, ans)
+	case bedrock:
+		s.writeBedrock(w, r, q, ans)
+	default:
 		s.writeAnthropic(w, r, q, ans)
 	}
 }

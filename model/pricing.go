@@ -29,7 +29,7 @@ type Price struct {
 // provider does not report a call's cost itself. They are list prices for
 // standard (not batch) input and output tokens, and for input read from
 // the prompt cache (Anthropic: cache reads at a tenth of input), as published by
-// OpenAI and Anthropic, checked 2025-11; providers change them, so a
+// OpenAI, Anthropic, Google, AWS, Microsoft, Groq, Mistral and Together, checked 2025-11; providers change them, so a
 // deployment that bills by them should load its own (LoadPrices).
 //
 // A key "provider:*" prices every model of the provider that has no entry
@@ -73,6 +73,63 @@ var Prices = map[string]Price{
 	"anthropic:claude-3-5-haiku":  {0.80, 4, 0.08},
 	"anthropic:claude-3-opus":     {15, 75, 1.5},
 	"anthropic:claude-3-haiku":    {0.25, 1.25, 0.025},
+
+	// Google Gemini API, paid tier, prompts up to 200k tokens
+	// (https://ai.google.dev/gemini-api/docs/pricing, 2025-11); cached
+	// input at the context-caching rate. Each is also "gemini:<name>".
+	"google:gemini-2.5-pro":        {1.25, 10, 0.125},
+	"google:gemini-2.5-flash":      {0.30, 2.50, 0.03},
+	"google:gemini-2.5-flash-lite": {0.10, 0.40, 0.01},
+	"google:gemini-2.0-flash":      {0.10, 0.40, 0.025},
+	"google:gemini-2.0-flash-lite": {0.075, 0.30, 0},
+
+	// Amazon Bedrock, on-demand in us-east-1
+	// (https://aws.amazon.com/bedrock/pricing/, 2025-11), by model id; a
+	// cross-region inference profile ("us.", "eu.", "apac.", "global.")
+	// is priced as its model. Cached input at the cache-read rate.
+	"bedrock:anthropic.claude-opus-4-1-20250805-v1:0":   {15, 75, 1.5},
+	"bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0": {3, 15, 0.3},
+	"bedrock:anthropic.claude-sonnet-4-20250514-v1:0":   {3, 15, 0.3},
+	"bedrock:anthropic.claude-haiku-4-5-20251001-v1:0":  {1, 5, 0.1},
+	"bedrock:anthropic.claude-3-7-sonnet-20250219-v1:0": {3, 15, 0.3},
+	"bedrock:anthropic.claude-3-5-haiku-20241022-v1:0":  {0.80, 4, 0.08},
+	"bedrock:amazon.nova-pro-v1:0":                      {0.80, 3.20, 0.20},
+	"bedrock:amazon.nova-lite-v1:0":                     {0.06, 0.24, 0.015},
+	"bedrock:amazon.nova-micro-v1:0":                    {0.035, 0.14, 0.00875},
+	"bedrock:meta.llama3-3-70b-instruct-v1:0":           {0.72, 0.72, 0},
+
+	// Azure OpenAI, Global Standard deployments, priced as OpenAI's
+	// (https://azure.microsoft.com/pricing/details/cognitive-services/openai-service/,
+	// 2025-11), for deployments named after their model; a deployment of
+	// another name needs a price file.
+	"azure:gpt-5":        {1.25, 10, 0.125},
+	"azure:gpt-5-mini":   {0.25, 2, 0.025},
+	"azure:gpt-4.1":      {2, 8, 0.5},
+	"azure:gpt-4.1-mini": {0.40, 1.60, 0.1},
+	"azure:gpt-4o":       {2.50, 10, 1.25},
+	"azure:gpt-4o-mini":  {0.15, 0.60, 0.075},
+
+	// The OpenAI-compatible presets' hosted services, as each lists them
+	// (2025-11): https://groq.com/pricing, https://mistral.ai/pricing,
+	// https://www.together.ai/pricing. OpenRouter passes on its
+	// providers' prices and Ollama and vLLM run on your own machines:
+	// give them a price file.
+	"groq:llama-3.3-70b-versatile":                         {0.59, 0.79, 0},
+	"groq:llama-3.1-8b-instant":                            {0.05, 0.08, 0},
+	"mistral:mistral-large":                                {2, 6, 0},
+	"mistral:mistral-medium":                               {0.40, 2, 0},
+	"mistral:mistral-small":                                {0.10, 0.30, 0},
+	"together:meta-llama/Llama-3.3-70B-Instruct-Turbo":     {0.88, 0.88, 0},
+	"together:meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo": {0.18, 0.18, 0},
+}
+
+func init() {
+	// "gemini:" is the google provider's other name.
+	for id, p := range Prices {
+		if name, ok := strings.CutPrefix(id, "google:"); ok {
+			Prices["gemini:"+name] = p
+		}
+	}
 }
 
 // PriceTable prices model calls. The zero value knows no prices; use
@@ -126,12 +183,36 @@ func (t PriceTable) Price(id string) (Price, bool) {
 			return p, true
 		}
 	}
+	if base, ok := bedrockProfile(id); ok {
+		if p, ok := t.Price(base); ok {
+			return p, true
+		}
+	}
 	if i := strings.IndexByte(id, ':'); i > 0 {
 		if p, ok := t.providers[id[:i]]; ok {
 			return p, true
 		}
 	}
 	return Price{}, false
+}
+
+// bedrockGeos are the prefixes of Bedrock's cross-region inference
+// profiles ("us.anthropic.claude-...").
+var bedrockGeos = []string{"us.", "eu.", "apac.", "global.", "us-gov.", "jp.", "au.", "ca."}
+
+// bedrockProfile is the model id of a Bedrock inference profile id,
+// which is priced as its model.
+func bedrockProfile(id string) (string, bool) {
+	name, ok := strings.CutPrefix(id, "bedrock:")
+	if !ok {
+		return "", false
+	}
+	for _, g := range bedrockGeos {
+		if rest, ok := strings.CutPrefix(name, g); ok {
+			return "bedrock:" + rest, true
+		}
+	}
+	return "", false
 }
 
 // Cost is the cost in US dollars of a call to model id that read in and

@@ -163,3 +163,40 @@ func FuzzParsePrices(f *testing.F) {
 		}
 	})
 }
+
+// The new providers' models are priced by their ids as users write them:
+// gemini: as google:, a Bedrock inference profile as its model, a
+// Mistral "-latest" alias as its model.
+func TestProviderPrices(t *testing.T) {
+	tab := model.DefaultPrices()
+	for _, tt := range []struct {
+		id        string
+		in, out   int64
+		want      float64
+		wantKnown bool
+	}{
+		{"google:gemini-2.5-flash", 1_000_000, 1_000_000, 2.80, true},
+		{"gemini:gemini-2.5-flash", 1_000_000, 1_000_000, 2.80, true},
+		{"bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0", 1_000_000, 1_000_000, 18, true},
+		{"bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0", 1_000_000, 1_000_000, 18, true},
+		{"bedrock:global.amazon.nova-lite-v1:0", 1_000_000, 0, 0.06, true},
+		{"bedrock:xx.amazon.nova-lite-v1:0", 1_000_000, 0, 0, false},
+		{"azure:gpt-4o-mini", 1_000_000, 0, 0.15, true},
+		{"azure:my-deployment", 1_000_000, 0, 0, false},
+		{"groq:llama-3.3-70b-versatile", 1_000_000, 1_000_000, 1.38, true},
+		{"mistral:mistral-small-latest", 1_000_000, 1_000_000, 0.40, true},
+		{"together:meta-llama/Llama-3.3-70B-Instruct-Turbo", 1_000_000, 0, 0.88, true},
+		{"vllm:Qwen/Qwen2.5-7B-Instruct", 1_000_000, 0, 0, false},
+	} {
+		got, known := tab.Cost(tt.id, tt.in, tt.out)
+		if !near(got, tt.want) || known != tt.wantKnown {
+			t.Errorf("Cost(%s) = %v, %v; want %v, %v", tt.id, got, known, tt.want, tt.wantKnown)
+		}
+	}
+	if got, _ := tab.CostCached("google:gemini-2.5-flash", 1_000_000, 1_000_000, 0); !near(got, 0.03) {
+		t.Errorf("a cached Gemini prompt costs %v, want the caching rate 0.03", got)
+	}
+	if w, ok := model.ContextWindow("gemini:gemini-2.5-pro"); !ok || w != 1_048_576 {
+		t.Errorf("gemini-2.5-pro window %d, %v", w, ok)
+	}
+}

@@ -3,7 +3,7 @@ package model
 import "strings"
 
 // ContextWindows are the context windows, in tokens, of the models of the
-// built-in price table, as OpenAI and Anthropic publish them (checked
+// built-in price table, as their providers publish them (checked
 // 2025-11). The agent loop reads them after a context-length error: a
 // fallback model is tried only when its window is larger than the one
 // that refused the prompt.
@@ -36,6 +36,30 @@ var ContextWindows = map[string]int{
 	"anthropic:claude-3-5-haiku":  200_000,
 	"anthropic:claude-3-opus":     200_000,
 	"anthropic:claude-3-haiku":    200_000,
+
+	"google:gemini-2.5-pro":        1_048_576,
+	"google:gemini-2.5-flash":      1_048_576,
+	"google:gemini-2.5-flash-lite": 1_048_576,
+	"google:gemini-2.0-flash":      1_048_576,
+	"google:gemini-2.0-flash-lite": 1_048_576,
+	"gemini:gemini-2.5-pro":        1_048_576,
+	"gemini:gemini-2.5-flash":      1_048_576,
+	"gemini:gemini-2.5-flash-lite": 1_048_576,
+	"gemini:gemini-2.0-flash":      1_048_576,
+	"gemini:gemini-2.0-flash-lite": 1_048_576,
+
+	"bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0": 200_000,
+	"bedrock:anthropic.claude-haiku-4-5-20251001-v1:0":  200_000,
+	"bedrock:amazon.nova-pro-v1:0":                      300_000,
+	"bedrock:amazon.nova-lite-v1:0":                     300_000,
+	"bedrock:amazon.nova-micro-v1:0":                    128_000,
+
+	"azure:gpt-4o":      128_000,
+	"azure:gpt-4o-mini": 128_000,
+	"azure:gpt-4.1":     1_047_576,
+
+	"groq:llama-3.3-70b-versatile": 131_072,
+	"groq:llama-3.1-8b-instant":    131_072,
 }
 
 // ContextWindow returns the context window of the model id

@@ -138,6 +138,24 @@ func TestAgentValues(t *testing.T) {
 				t.Errorf("ModelSettings = %#v", a.ModelSettings)
 			}
 		}},
+		{"approval list and timeout", "tools: [current_time]\ntrust_level: low\napproval: [current_time]\napproval_timeout_seconds: 90\napproval_timeout_action: fail", func(t *testing.T, a svc.Agent) {
+			if !reflect.DeepEqual(a.Approval, []string{"current_time"}) || a.ApprovalTimeoutSeconds != 90 || a.ApprovalTimeoutAction != svc.TimeoutFail {
+				t.Errorf("approval %q, timeout %v %q", a.Approval, a.ApprovalTimeoutSeconds, a.ApprovalTimeoutAction)
+			}
+			if !a.NeedsApproval("current_time") || a.NeedsApproval("read_file") {
+				t.Errorf("NeedsApproval: want current_time only")
+			}
+		}},
+		{"approval all", "tools: [current_time]\ntrust_level: low\napproval: all", func(t *testing.T, a svc.Agent) {
+			if !a.NeedsApproval("current_time") || !a.NeedsApproval("anything") {
+				t.Errorf("approval %q: want every tool", a.Approval)
+			}
+		}},
+		{"mcp approval patterns", "mcp_servers: [{name: s, transport: http, url: 'http://127.0.0.1:1/mcp', prefix: m_, approval: ['m_send_*']}]", func(t *testing.T, a svc.Agent) {
+			if !a.NeedsApproval("m_send_mail") || a.NeedsApproval("m_read_mail") {
+				t.Errorf("approval patterns %q: want m_send_* only", a.MCPServers[0].Approval)
+			}
+		}},
 		{"mcp timeout_seconds", "mcp_servers: [{name: s, transport: http, url: 'http://127.0.0.1:1/mcp', timeout_seconds: 2.5}]", func(t *testing.T, a svc.Agent) {
 			if s := a.MCPServers[0]; s.TimeoutSeconds != 2.5 {
 				t.Errorf("server = %#v", s)
@@ -269,6 +287,13 @@ func TestBadAgents(t *testing.T) {
 		{name: "$ref with siblings", yaml: "version: 1\nmodel: test:echo\ninput_type: {description: d, $ref: s.json}\n", line: 3, key: "input_type.$ref", msg: "a $ref to a file must be the only key of input_type"},
 		{name: "remote $ref", yaml: "version: 1\nmodel: test:echo\ninput_type: {$ref: 'https://example.com/s.json'}\n", line: 3, key: "input_type.$ref", msg: "remote schema"},
 		{name: "$ref not a string", yaml: "version: 1\nmodel: test:echo\ninput_type: {$ref: 3}\n", line: 3, key: "input_type.$ref", msg: "want a string, got the integer 3"},
+
+		// approval
+		{name: "approval unknown tool", yaml: "version: 1\nmodel: test:echo\ntools: [current_time]\ntrust_level: low\napproval: [write_file]\n", line: 5, key: "approval[0]", msg: "not one of the agent's tools"},
+		{name: "approval not a list", yaml: "version: 1\nmodel: test:echo\napproval: some\n", line: 3, key: "approval", msg: `want a list of tool names or "all"`},
+		{name: "approval timeout action", yaml: "version: 1\nmodel: test:echo\napproval_timeout_action: wait\n", line: 3, key: "approval_timeout_action", msg: "want deny or fail"},
+		{name: "approval timeout negative", yaml: "version: 1\nmodel: test:echo\napproval_timeout_seconds: -1\n", line: 3, key: "approval_timeout_seconds", msg: "must be 0"},
+		{name: "mcp approval bad pattern", yaml: "version: 1\nmodel: test:echo\nmcp_servers:\n  - name: s\n    transport: http\n    url: http://x/mcp\n    approval: ['[x']\n", line: 7, key: "mcp_servers[0].approval[0]", msg: "not a name pattern"},
 
 		// mcp_servers
 		{name: "mcp not a list", yaml: "version: 1\nmodel: test:echo\nmcp_servers: {name: fs}\n", line: 3, key: "mcp_servers", msg: "want a list of servers, got a mapping"},

@@ -224,6 +224,28 @@ func TestWaitQuestion(t *testing.T) {
 	}
 }
 
+// A tool may declare that it needs approval itself (tools.NeedsApproval):
+// the agent waits for it without listing it.
+func TestWaitToolDeclared(t *testing.T) {
+	c := newCalls()
+	a := approvalAgent(c)
+	a.Approval = nil
+	a.Tools[0] = tools.NeedsApproval(tools.NotIdempotent(a.Tools[0]))
+	if svc.ToolIdempotent(a.Tools[0]) {
+		t.Fatal("NeedsApproval hid NotIdempotent")
+	}
+	l := startWaiting(t, filepath.Join(t.TempDir(), "runs.db"), &startOpts{c: c}, a)
+	defer l.end(t)
+	id, err := l.rt.Submit(context.Background(), svc.SubmitRequest{Target: "tooly", Task: svc.TaskSpec{Input: json.RawMessage(`"go"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, l.rt, id, svc.RunWaiting)
+	if len(st.Waiting) != 1 || st.Waiting[0].Tool != "act" {
+		t.Fatalf("waiting %+v", st.Waiting)
+	}
+}
+
 // A synchronous run cannot wait: ApprovalRequiredError, the tool not
 // called.
 func TestWaitSyncRunRefused(t *testing.T) {
@@ -335,5 +357,44 @@ func TestWaitInGroup(t *testing.T) {
 	_ = json.Unmarshal(rec.Result, &res)
 	if string(res.Output) != `"done+c"` {
 		t.Errorf("output %s, want \"done+c\"", res.Output)
+	}
+}
+
+// Parallel nodes: one pauses for approval, the other completes; after the
+// approval the run completes, every node's model called once.
+func TestWaitParallelNodes(t *testing.T) {
+	c := newCalls()
+	g := mustGroup(t, group.New("par").Node("t", "tooly").Node("a", "a").Node("c", "c").Edge("t", "c").Edge("a", "c"))
+	st, err := sqlitestore.Open(filepath.Join(t.TempDir(), "runs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := supervisor.New(supervisor.Config{Store: st, Models: countModels(c), Options: opts(func(o *svc.Options) { o.TimeoutSeconds = 60 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &life{rt: rt, store: st}
+	defer l.end(t)
+	if err := rt.Register(countAgent("a"), approvalAgent(c), countAgent("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RegisterGroups(g); err != nil {
+		t.Fatal(err)
+	}
+	rt.ResumeRuns(context.Background())
+	id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: "par", Task: svc.TaskSpec{Input: json.RawMessage(`"in"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := waitState(t, rt, id, svc.RunWaiting)
+	if _, err := rt.ResumeRun(context.Background(), id, svc.Decision{RequestID: status.Waiting[0].ID, Approve: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := waitEnd(t, rt, st, id)
+	if rec.State != svc.RunCompleted {
+		t.Fatalf("group run ended %s: %s", rec.State, rec.Result)
+	}
+	if a, act, cc := c.count("a"), c.count("act"), c.count("c"); a != 1 || act != 1 || cc != 1 {
+		t.Fatalf("calls a=%d act=%d c=%d, want 1 each", a, act, cc)
 	}
 }

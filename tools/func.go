@@ -154,3 +154,19 @@ func NotIdempotent(t svc.Tool) svc.Tool { return notIdempotent{t} }
 type notIdempotent struct{ svc.Tool }
 
 func (notIdempotent) Idempotent() bool { return false }
+
+// NeedsApproval keeps what the wrapped tool says.
+func (n notIdempotent) NeedsApproval() bool { return svc.ToolNeedsApproval(n.Tool) }
+
+// NeedsApproval returns t declared to need a person's approval before each
+// call (svc.ApprovalTool), whichever agent lists it: a submitted run waits
+// for one, a synchronous run fails with an ApprovalRequiredError. An agent
+// spec's approval list does the same for the tools it names.
+func NeedsApproval(t svc.Tool) svc.Tool { return needsApproval{t} }
+
+type needsApproval struct{ svc.Tool }
+
+func (needsApproval) NeedsApproval() bool { return true }
+
+// Idempotent keeps what the wrapped tool says.
+func (n needsApproval) Idempotent() bool { return svc.ToolIdempotent(n.Tool) }

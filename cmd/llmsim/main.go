@@ -1,5 +1,5 @@
-// Command llmsim serves a simulated OpenAI and Anthropic API on one
-// address, so agents and provider tests run without an account. Its
+// Command llmsim serves simulated OpenAI (and Azure OpenAI), Anthropic,
+// Gemini and Bedrock Converse APIs on one address, so agents and provider tests run without an account. Its
 // server is the package github.com/svc-dev/svc/llmsim; `llmsim --help`
 // explains every flag.
 package main
@@ -32,15 +32,18 @@ func newRoot(out io.Writer) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "llmsim",
-		Short: "Serve a simulated OpenAI and Anthropic API",
-		Long: `llmsim serves the OpenAI chat-completions API (POST /v1/chat/completions)
-and the Anthropic Messages API (POST /v1/messages) on one address, plain and
-streamed, with tool calls, usage, rate limits, injected faults, context-window
-errors and prompt-cache accounting. GET /stats counts calls per key/model;
+		Short: "Serve simulated OpenAI, Anthropic, Gemini and Bedrock APIs",
+		Long: `llmsim serves the OpenAI chat-completions API (POST /v1/chat/completions;
+Azure OpenAI's POST /openai/deployments/NAME/chat/completions?api-version=V),
+the Anthropic Messages API (POST /v1/messages), the Gemini API
+(POST /v1beta/models/MODEL:generateContent, :streamGenerateContent) and
+Bedrock's Converse API (POST /model/MODEL_ID/converse, /converse-stream) on
+one address, plain and streamed, with tool calls, usage, rate limits,
+injected faults, context-window errors and prompt-cache accounting. GET /stats counts calls per key/model;
 GET /stats/throttled counts the 429s of the rate limits the same way.
 
-Point an OpenAI client at http://ADDR/v1 and an Anthropic client at
-http://ADDR. Without a scenario every answer echoes the last user message.
+Point an OpenAI client at http://ADDR/v1 and an Anthropic, Gemini, Azure
+OpenAI or Bedrock client at http://ADDR. Without a scenario every answer echoes the last user message.
 Tokens are counted as one per 4 bytes of text, rounded up.`,
 		Example: `  llmsim --addr 127.0.0.1:8700
   llmsim --scenario examples/llmsim/scenario.yaml --rpm 60 --tpm 40000

@@ -423,8 +423,9 @@ func TestHelpShowsDefaults(t *testing.T) {
 // checked when a model is called.
 func TestValidateModelExamples(t *testing.T) {
 	t.Parallel()
-	r := svcExec(t, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY="}, "", "validate", "../../examples/models")
-	if r.code != 0 || strings.Count(r.stdout, "[ok]") != 6 {
+	r := svcExec(t, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "GEMINI_API_KEY=", "GOOGLE_API_KEY=", "GROQ_API_KEY=",
+		"AWS_ACCESS_KEY_ID=", "AWS_PROFILE=", "AWS_EC2_METADATA_DISABLED=true"}, "", "validate", "../../examples/models")
+	if r.code != 0 || strings.Count(r.stdout, "[ok]") != 10 {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }

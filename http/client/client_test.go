@@ -408,6 +408,7 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindOverloaded:         svc.ErrOverloaded,
 		svc.KindContext:            svc.ErrContext,
 		svc.KindSpawnCap:           svc.ErrSpawnCap,
+		svc.KindApprovalRequired:   svc.ErrApprovalRequired,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))

@@ -91,15 +91,18 @@ package anthropic
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
+	"github.com/anthropics/anthropic-sdk-go/packages/param"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
@@ -260,11 +263,43 @@ func (m *anthropicModel) Generate(ctx context.Context, req svc.ModelRequest) (re
 		return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassInvalid, Message: err.Error(), Err: err}
 	}
 
-	if req.OnDelta != nil {
-		return m.generateStream(ctx, name, b, opts, &s, req.OnDelta)
+	if len(b.betas) > 0 {
+		opts = append(opts, option.WithHeader("anthropic-beta", strings.Join(b.betas, ",")))
+	}
+	// A turn with server tools may pause (stop_reason pause_turn) before
+	// it is done; it continues when its content is sent back as the
+	// assistant's message, and the answer is the whole turn's.
+	var prior []anthropic.ContentBlockUnion
+	var used anthropic.Usage
+	for pauses := 0; ; pauses++ {
+		msg, res, err := m.once(ctx, name, b, opts, &s, req.OnDelta)
+		if err != nil {
+			return withHint(svc.ModelResponse{}, err, res)
+		}
+		addUsage(&used, &msg.Usage)
+		if msg.StopReason == "pause_turn" && pauses < MaxPauses {
+			b.params.Messages = append(b.params.Messages, assistantParam(msg.Content))
+			prior = append(prior, msg.Content...)
+			continue
+		}
+		msg.Content = append(prior, msg.Content...)
+		msg.Usage = used
+		resp, err := b.response(name, msg, res)
+		return withHint(resp, err, res)
+	}
+}
+
+// MaxPauses bounds how often one turn with server tools may pause and be
+// continued (stop_reason pause_turn) before its answer so far is taken.
+const MaxPauses = 8
+
+// once makes one Messages API call, plain or streamed.
+func (m *anthropicModel) once(ctx context.Context, name string, b *built, opts []option.RequestOption,
+	s *settings, onDelta func(string)) (*anthropic.Message, *http.Response, error) {
+	if onDelta != nil {
+		return m.generateStream(ctx, name, b, opts, s, onDelta)
 	}
 	var res *http.Response
-	defer func() { resp, err = withHint(resp, err, res) }()
 	opts = append(opts,
 		option.WithResponseInto(&res),
 		// The SDK refuses non-streaming calls whose max_tokens could take
@@ -273,9 +308,34 @@ func (m *anthropicModel) Generate(ctx context.Context, req svc.ModelRequest) (re
 		option.WithRequestTimeout(attemptTimeout(b.params.MaxTokens)))
 	msg, err := m.client.Messages.New(ctx, b.params, opts...)
 	if err != nil {
-		return svc.ModelResponse{}, callError(ctx, name, err, res)
+		return nil, res, callError(ctx, name, err, res)
 	}
-	return b.response(name, msg, res)
+	if msg == nil || !msg.JSON.Content.Valid() {
+		return nil, res, &model.ProviderError{Provider: Provider, Model: name, Status: status(res),
+			Class: model.ClassServer, Message: "malformed response: no content"}
+	}
+	return msg, res, nil
+}
+
+// addUsage adds a call's usage to a turn's.
+func addUsage(to, u *anthropic.Usage) {
+	to.InputTokens += u.InputTokens
+	to.OutputTokens += u.OutputTokens
+	to.CacheCreationInputTokens += u.CacheCreationInputTokens
+	to.CacheReadInputTokens += u.CacheReadInputTokens
+}
+
+// assistantParam is a paused turn's content sent back as the assistant's
+// message, block by block as the API sent it.
+func assistantParam(content []anthropic.ContentBlockUnion) anthropic.MessageParam {
+	blocks := make([]json.RawMessage, 0, len(content))
+	for _, c := range content {
+		if raw := blockJSON(c); raw != nil {
+			blocks = append(blocks, raw)
+		}
+	}
+	raw, _ := json.Marshal(map[string]any{"role": "assistant", "content": blocks})
+	return param.Override[anthropic.MessageParam](json.RawMessage(raw))
 }
 
 // callOptions are the per-call options: the key and base URL that

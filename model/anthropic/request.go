@@ -36,6 +36,8 @@ type built struct {
 	structured string
 	finalTool  string // the answer tool's name, for StructuredTool
 	wrapped    bool   // the answer is under wrapKey
+	// betas are the anthropic-beta flags the request's server tools need.
+	betas []string
 }
 
 func buildRequest(name string, req *svc.ModelRequest, s *settings) (*built, error) {
@@ -73,6 +75,17 @@ func buildRequest(name string, req *svc.ModelRequest, s *settings) (*built, erro
 			tool.Description = param.NewOpt(t.Description)
 		}
 		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &tool})
+	}
+
+	for _, name := range req.ServerTools {
+		tool, beta, ok := serverTool(name)
+		if !ok {
+			return nil, fmt.Errorf("server tool %s: the Messages API has none (it has %s)", name, strings.Join(model.ServerTools, ", "))
+		}
+		p.Tools = append(p.Tools, tool)
+		if beta != "" {
+			b.betas = append(b.betas, beta)
+		}
 	}
 
 	extra := s.extra
@@ -269,6 +282,27 @@ func text(c json.RawMessage) (string, bool) {
 	return string(c), true
 }
 
+// serverTool is the Messages API's server tool for a builtin_tools name,
+// and the anthropic-beta flag it was introduced under (sent, in case the
+// account's API still wants it; the API ignores a flag it no longer
+// needs).
+func serverTool(name string) (anthropic.ToolUnionParam, string, bool) {
+	switch name {
+	case "web_search":
+		return anthropic.ToolUnionParam{OfWebSearchTool20250305: &anthropic.WebSearchTool20250305Param{}}, "", true
+	case "web_fetch":
+		return anthropic.ToolUnionParam{OfWebFetchTool20250910: &anthropic.WebFetchTool20250910Param{}}, "web-fetch-2025-09-10", true
+	case "code_execution":
+		return anthropic.ToolUnionParam{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}}, "code-execution-2025-08-25", true
+	}
+	return anthropic.ToolUnionParam{}, "", false
+}
+
+// ServerTools are the server tools the provider offers: builtin_tools
+// web_search (web_search_20250305), web_fetch (web_fetch_20250910) and
+// code_execution (code_execution_20250825).
+func (m *anthropicModel) ServerTools() []string { return model.ServerTools }
+
 // response reads the API's answer.
 func (b *built) response(name string, msg *anthropic.Message, res *http.Response) (svc.ModelResponse, error) {
 	if msg == nil || !msg.JSON.Content.Valid() {
@@ -304,8 +338,20 @@ func (b *built) response(name string, msg *anthropic.Message, res *http.Response
 				continue
 			}
 			resp.ToolCalls = append(resp.ToolCalls, svc.ToolCall{ID: c.ID, Name: c.Name, Arguments: input})
+		case "server_tool_use":
+			resp.ServerToolUses = append(resp.ServerToolUses, svc.ServerToolUse{ID: c.ID, Name: c.Name,
+				Input: append(json.RawMessage(nil), bytes.TrimSpace(c.Input)...)})
+		default:
+			// A server tool's result (web_search_tool_result, ...) goes
+			// with its use; thinking blocks are not part of the answer.
+			if strings.HasSuffix(c.Type, "_tool_result") && c.ToolUseID != "" {
+				for i := range resp.ServerToolUses {
+					if resp.ServerToolUses[i].ID == c.ToolUseID {
+						resp.ServerToolUses[i].Result = blockJSON(c)
+					}
+				}
+			}
 		}
-		// Thinking blocks and server tool blocks are not part of the answer.
 	}
 	txt := sb.String()
 
@@ -332,6 +378,19 @@ func (b *built) response(name string, msg *anthropic.Message, res *http.Response
 		resp.Output = jsonString(txt)
 	}
 	return resp, nil
+}
+
+// blockJSON is a content block as the API sent it (or, for a block
+// assembled from a stream, as the SDK marshals it).
+func blockJSON(c anthropic.ContentBlockUnion) json.RawMessage {
+	if raw := c.RawJSON(); raw != "" {
+		return json.RawMessage(raw)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // unwrap takes the answer out of its wrapKey object, when it was wrapped.

@@ -9,7 +9,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 
-	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
 )
 
@@ -28,7 +27,7 @@ const DefaultStreamIdleTimeout = time.Minute
 // ClassTimeout; an error event or a malformed one as the plain call's
 // failures are classified.
 func (m *anthropicModel) generateStream(ctx context.Context, name string, b *built, opts []option.RequestOption,
-	s *settings, onDelta func(string)) (resp svc.ModelResponse, err error) {
+	s *settings, onDelta func(string)) (*anthropic.Message, *http.Response, error) {
 	idle := s.streamIdle
 	if idle <= 0 {
 		idle = DefaultStreamIdleTimeout
@@ -36,7 +35,6 @@ func (m *anthropicModel) generateStream(ctx context.Context, name string, b *bui
 	sctx, watch := model.WatchIdle(ctx, idle)
 	defer watch.Stop()
 	var res *http.Response
-	defer func() { resp, err = withHint(resp, err, res) }()
 	stream := m.client.Messages.NewStreaming(sctx, b.params, append(opts, option.WithResponseInto(&res))...)
 	defer stream.Close()
 	watch.Touch()
@@ -46,7 +44,7 @@ func (m *anthropicModel) generateStream(ctx context.Context, name string, b *bui
 		watch.Touch()
 		ev := stream.Current()
 		if err := msg.Accumulate(ev); err != nil {
-			return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Status: status(res),
+			return nil, res, &model.ProviderError{Provider: Provider, Model: name, Status: status(res),
 				Class: model.ClassServer, Message: "malformed stream: " + err.Error(), Err: err}
 		}
 		switch ev.Type {
@@ -60,14 +58,14 @@ func (m *anthropicModel) generateStream(ctx context.Context, name string, b *bui
 	}
 	if err := stream.Err(); err != nil {
 		if ctx.Err() == nil && watch.Fired() {
-			return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Status: status(res), Class: model.ClassTimeout,
+			return nil, res, &model.ProviderError{Provider: Provider, Model: name, Status: status(res), Class: model.ClassTimeout,
 				Message: fmt.Sprintf("no stream event for %v (stream_idle_timeout_ms)", idle), Err: err}
 		}
-		return svc.ModelResponse{}, callError(ctx, name, err, res)
+		return nil, res, callError(ctx, name, err, res)
 	}
 	if !stopped {
-		return svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Status: status(res), Class: model.ClassTimeout,
+		return nil, res, &model.ProviderError{Provider: Provider, Model: name, Status: status(res), Class: model.ClassTimeout,
 			Message: "the stream ended before message_stop"}
 	}
-	return b.response(name, &msg, res)
+	return &msg, res, nil
 }

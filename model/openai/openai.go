@@ -1,6 +1,10 @@
 // Package openai is the "openai" model provider: models behind the OpenAI
 // Chat Completions API or any server that speaks it (Ollama, vLLM, LM
-// Studio, llama.cpp, LiteLLM, Azure-style proxies). It uses the official
+// Studio, llama.cpp, LiteLLM, Azure-style proxies); "azure", Azure OpenAI
+// through openai-go's azure package (NewAzure); and the presets of
+// OpenAI-compatible services (Presets: groq, mistral, together,
+// openrouter, ollama, vllm). A call with server tools (builtin_tools
+// web_search, code_execution) goes to the Responses API (responses.go). It uses the official
 // SDK, github.com/openai/openai-go/v3, for transport, authentication and
 // retries, and decodes the answer itself so that a malformed body from a
 // compatible server is a ProviderError rather than a half-filled struct.
@@ -84,6 +88,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,6 +106,7 @@ import (
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	svc "github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/model"
@@ -128,6 +134,23 @@ type Config struct {
 	// MaxRetries is the number of retries after a failed attempt: 0 means
 	// DefaultMaxRetries, a negative number means none.
 	MaxRetries int
+	// Provider names the provider in errors ("openai" when empty): a
+	// preset's errors say "groq:llama-3.3-70b", not "openai:...".
+	Provider string
+	// KeyEnv is the environment variable APIKey defaults to
+	// (OPENAI_API_KEY when empty), named in the error of a call made
+	// without a key; RequireKey makes a call without a
+	// key fail before any request, as a call to api.openai.com does.
+	KeyEnv     string
+	RequireKey bool
+	// Azure, when set, makes the model call an Azure OpenAI resource: the
+	// base URL is the resource endpoint, the key goes in the api-key
+	// header, and the model name is the deployment (see NewAzure).
+	Azure *AzureConfig
+	// BaseURLEnv, when set and BaseURL is empty, is the environment
+	// variable that names the base URL (read in place of OPENAI_BASE_URL);
+	// when it is unset too, every call needs model_settings base_url.
+	BaseURLEnv string
 }
 
 // New returns a model named name configured from the environment. It is a
@@ -144,13 +167,22 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 		return nil, svc.Errorf(svc.KindRegistry, "openai model: empty model name (want openai:<model>, e.g. openai:gpt-4o-mini)")
 	}
 	if cfg.APIKey == "" {
-		cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+		// A preset reads its own variable, never OPENAI_API_KEY: the
+		// OpenAI key must not go to another company's server.
+		cfg.APIKey = os.Getenv(cmp.Or(cfg.KeyEnv, "OPENAI_API_KEY"))
 	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = os.Getenv("OPENAI_BASE_URL")
-	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
+	var baseEnv string
+	switch {
+	case cfg.BaseURL != "":
+	case cfg.BaseURLEnv != "":
+		if cfg.BaseURL = os.Getenv(cfg.BaseURLEnv); cfg.BaseURL == "" {
+			// A placeholder that no call uses (endpoint refuses first).
+			baseEnv, cfg.BaseURL = cfg.BaseURLEnv, "http://unset.invalid"
+		}
+	default:
+		if cfg.BaseURL = os.Getenv("OPENAI_BASE_URL"); cfg.BaseURL == "" {
+			cfg.BaseURL = DefaultBaseURL
+		}
 	}
 	base, err := parseBaseURL(cfg.BaseURL)
 	if err != nil {
@@ -167,14 +199,28 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 	if hc == nil {
 		hc = sharedHTTPClient()
 	}
+	provider := cfg.Provider
+	if provider == "" {
+		provider = Provider
+	}
+	keyEnv := cfg.KeyEnv
+	if keyEnv == "" {
+		keyEnv = "OPENAI_API_KEY"
+	}
 	return &chatModel{
-		name:    name,
-		apiKey:  cfg.APIKey,
-		baseURL: base,
+		name:       name,
+		provider:   provider,
+		keyEnv:     keyEnv,
+		requireKey: cfg.RequireKey,
+		azure:      cfg.Azure,
+		baseEnv:    baseEnv,
+		apiKey:     cfg.APIKey,
+		baseURL:    base,
 		// Built without openai.NewClient, which would read OPENAI_* itself
 		// (organisation, project, admin key, custom headers) and send them
 		// to whatever base URL a call uses.
-		chat: sdk.NewChatCompletionService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+		chat:      sdk.NewChatCompletionService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+		responses: responses.NewResponseService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
 	}, nil
 }
 
@@ -193,10 +239,19 @@ var sharedHTTPClient = sync.OnceValue(func() *http.Client {
 })
 
 type chatModel struct {
-	name    string
+	name       string
+	provider   string // in errors: "openai", or a preset's or azure's name
+	keyEnv     string // where the configured key comes from, for errors
+	requireKey bool
+	azure      *AzureConfig
+	// baseEnv, when set, says that no base URL was configured and names
+	// the variable that would give one: every call needs base_url.
+	baseEnv string
 	apiKey  string
 	baseURL *url.URL
 	chat    sdk.ChatCompletionService
+	// responses makes the calls with server tools (responses.go).
+	responses responses.ResponseService
 }
 
 // Generate makes one Chat Completions call. See the package doc for the
@@ -214,6 +269,11 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 			resp, err = svc.ModelResponse{}, &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassServer,
 				Message: fmt.Sprintf("panic handling the call: %v", p)}
 		}
+		// The helpers below name the provider "openai"; a preset's or
+		// Azure's errors carry their own name (the one in the model id).
+		if pe, ok := errors.AsType[*model.ProviderError](err); ok && m.provider != Provider && pe.Provider == Provider {
+			pe.Provider = m.provider
+		}
 	}()
 
 	s, err := parseSettings(req.Settings)
@@ -224,7 +284,7 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 	if err != nil {
 		return svc.ModelResponse{}, err
 	}
-	body, out, err := buildParams(name, &req, &s, isOpenAI(base))
+	body, out, err := buildParams(name, &req, &s, isOpenAI(base) || m.azure != nil)
 	if err != nil {
 		return svc.ModelResponse{}, err
 	}
@@ -238,6 +298,9 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 		callCtx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	if len(req.ServerTools) > 0 {
+		return m.generateResponses(ctx, callCtx, name, key, base, &req, &s, out.structured)
+	}
 	if req.OnDelta != nil {
 		return m.generateStream(ctx, callCtx, name, key, base, body, out, &s, req.OnDelta)
 	}
@@ -246,15 +309,13 @@ func (m *chatModel) Generate(ctx context.Context, req svc.ModelRequest) (resp sv
 		raw      []byte
 	)
 	defer func() { resp, err = withHint(resp, err, httpResp) }()
-	opts := []option.RequestOption{
-		option.WithBaseURL(base.String()),
-		option.WithAPIKey(key),
+	opts := append(m.auth(base, key),
 		option.WithResponseInto(&httpResp),
 		// Raw bytes: decoded below with encoding/json, which reports a
 		// wrong type instead of leaving a field empty, and also accepts a
 		// JSON answer sent with a wrong Content-Type.
 		option.WithResponseBodyInto(&raw),
-	}
+	)
 	if s.maxRetries >= 0 {
 		opts = append(opts, option.WithMaxRetries(s.maxRetries))
 	}
@@ -290,6 +351,11 @@ func (m *chatModel) endpoint(name string, s *settings) (*url.URL, string, error)
 	if s.baseURL != nil {
 		base = s.baseURL
 		configuredKey = sameOrigin(base, m.baseURL)
+	} else if m.baseEnv != "" {
+		// A provider with no default endpoint (vllm, azure) and none
+		// configured: nothing to call.
+		return nil, "", &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassAuth,
+			Message: "no endpoint: set " + m.baseEnv + ", or model_settings base_url"}
 	}
 	var key string
 	switch {
@@ -304,11 +370,21 @@ func (m *chatModel) endpoint(name string, s *settings) (*url.URL, string, error)
 	case configuredKey:
 		key = m.apiKey
 	}
-	if key == "" && isOpenAI(base) {
+	if key == "" && (isOpenAI(base) || m.requireKey && configuredKey) {
 		return nil, "", &model.ProviderError{Provider: Provider, Model: name, Class: model.ClassAuth,
-			Message: "no API key for " + base.Host + ": set OPENAI_API_KEY, or model_settings api_key or api_key_env"}
+			Message: "no API key for " + base.Host + ": set " + m.keyEnv + ", or model_settings api_key or api_key_env"}
 	}
 	return base, key, nil
+}
+
+// auth is the options that point a call at base with key: a bearer token
+// for OpenAI and compatible servers, or Azure's endpoint, api-version,
+// deployment path and api-key header.
+func (m *chatModel) auth(base *url.URL, key string) []option.RequestOption {
+	if m.azure == nil {
+		return []option.RequestOption{option.WithBaseURL(base.String()), option.WithAPIKey(key)}
+	}
+	return m.azure.options(base, key)
 }
 
 func isOpenAI(u *url.URL) bool { return strings.EqualFold(u.Hostname(), "api.openai.com") }

@@ -41,7 +41,7 @@ func (m *chatModel) generateStream(ctx, callCtx context.Context, name, key strin
 	defer watch.Stop()
 	var httpResp *http.Response
 	defer func() { resp, err = withHint(resp, err, httpResp) }()
-	opts := []option.RequestOption{option.WithBaseURL(base.String()), option.WithAPIKey(key), option.WithResponseInto(&httpResp)}
+	opts := append(m.auth(base, key), option.WithResponseInto(&httpResp))
 	if s.maxRetries >= 0 {
 		opts = append(opts, option.WithMaxRetries(s.maxRetries))
 	}

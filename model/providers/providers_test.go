@@ -13,12 +13,18 @@ func TestDefaultResolvesEveryProvider(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "")
 	t.Setenv("ANTHROPIC_API_KEY", "")
 	r := providers.Default()
-	for _, id := range []string{"test:echo", "openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5", "openai:llama3.2"} {
+	for _, k := range []string{"AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY", "GROQ_API_KEY", "VLLM_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"} {
+		t.Setenv(k, "")
+	}
+	for _, id := range []string{"test:echo", "openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5", "openai:llama3.2",
+		"azure:my-gpt-4o-deployment", "groq:llama-3.3-70b-versatile", "mistral:mistral-large-latest", "together:meta-llama/Llama-3.3-70B-Instruct-Turbo",
+		"openrouter:anthropic/claude-sonnet-4.5", "ollama:llama3.2", "vllm:Qwen/Qwen2.5-7B-Instruct",
+		"google:gemini-2.5-flash", "gemini:gemini-2.5-pro", "bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock:us.amazon.nova-pro-v1:0"} {
 		if _, err := r.Resolve(id); err != nil {
 			t.Errorf("Resolve(%q): %v", id, err)
 		}
 	}
-	if _, err := r.Resolve("gemini:pro"); err == nil {
-		t.Error("Resolve(gemini:pro) succeeded; no such provider is linked")
+	if _, err := r.Resolve("cohere:command-r"); err == nil {
+		t.Error("Resolve(cohere:command-r) succeeded; no such provider is linked")
 	}
 }

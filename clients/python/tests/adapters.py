@@ -74,6 +74,9 @@ class HandleOverAsync:
     def result(self, **kw: Any) -> Any:
         return self._o._wait(self._h.result(**kw))
 
+    def resume(self, *a: Any, **kw: Any) -> Any:
+        return self._o._wait(self._h.resume(*a, **kw))
+
     def cancel(self, **kw: Any) -> Any:
         return self._o._wait(self._h.cancel(**kw))
 

@@ -1,7 +1,8 @@
 """Fixtures: a real ``svc serve`` built from this repository (once per
 session, or $SVC_BIN), on a free 127.0.0.1 port, with a data directory of
 its own and the contract fixture's specs (tests/specs: agents echo, fail,
-slow, clock; groups pair, split, slowpair), stopped by its PID."""
+slow, clock, writer, gated, asker; groups pair, split, slowpair), stopped
+by its PID."""
 
 from __future__ import annotations
 

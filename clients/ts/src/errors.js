@@ -62,6 +62,12 @@ export class ModelError extends AgentRuntimeError {}
 export class ShuttingDownError extends AgentRuntimeError {}
 /** The server's TimeoutError (504): the run exceeded its timeout_seconds. */
 export class TimeoutError extends AgentRuntimeError {}
+/**
+ * The server's 409 for a sync run, gather or group run whose agent called
+ * a tool that needs a person's approval (or ask_human): only a submitted
+ * run can wait; submit it and answer with resumeRun.
+ */
+export class ApprovalRequiredError extends AgentRuntimeError {}
 
 /** Every kind the client knows, by its wire name. */
 export const errorKinds = Object.freeze({
@@ -96,6 +102,7 @@ export const errorKinds = Object.freeze({
   ModelError,
   ShuttingDownError,
   TimeoutError,
+  ApprovalRequiredError,
 });
 
 /**

@@ -35,8 +35,8 @@ export type Topology = Schemas['Topology'];
 /** Health: GET /healthz. */
 export type Health = Schemas['Health'];
 
-/** The states a submitted run goes through (RunStatus.state). */
-export type RunState = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+/** The states a submitted run goes through (RunStatus.state); waiting: paused for a person (see Client.resumeRun). */
+export type RunState = 'pending' | 'running' | 'waiting' | 'completed' | 'failed' | 'cancelled';
 /** RunProgress: counts of a submitted run's agents. */
 export type RunProgress = Schemas['RunProgress'];
 /** RunStatus: GET /runs/{id}/status. */
@@ -46,9 +46,23 @@ export type RunPage = Schemas['RunPage'];
 
 export type RunEventType =
   | 'agent_started' | 'agent_completed' | 'agent_failed'
-  | 'group_completed' | 'run_cancelled' | 'run_failed';
-/** RunEvent: one frame of GET /runs/{id}/stream; a delta (type "delta", seq 0) has its fragment in text. */
+  | 'group_completed' | 'run_cancelled' | 'run_failed'
+  | 'run_waiting' | 'run_resumed' | 'delta';
+/** RunEvent: one frame of GET /runs/{id}/stream; a delta (type "delta", seq 0) has its fragment in text, a run_waiting event its WaitRequest in request. */
 export type RunEvent = Schemas['RunEvent'];
+/** WaitRequest: what a waiting run waits for (RunStatus.waiting, RunEvent.request): an approval of a tool call, or an answer to an ask_human question. */
+export type WaitRequest = Schemas['WaitRequest'];
+/** ResumeRequest: the body of POST /runs/{id}/resume, as the server takes it. */
+export type ResumeRequest = Schemas['ResumeRequest'];
+/**
+ * The answer to one request of a waiting run (Client.resumeRun; requestId
+ * is the WaitRequest's id, not a trace id): approve
+ * or deny an approval (reason, optional, goes to the model with a denial),
+ * or answer a question with any JSON value.
+ */
+export type ResumeDecision =
+  | { requestId: string; approve: boolean; reason?: string; answer?: never }
+  | { requestId: string; answer: JSONValue; approve?: never; reason?: never };
 
 /** One event of Client.runStream: a fragment of the answer as the model streams it, then the result. */
 export type RunStreamEvent =
@@ -134,6 +148,8 @@ export class Client {
   runStatus(runId: string, options?: CallOptions): Promise<RunStatus>;
   runResult(runId: string, options?: CallOptions): Promise<RunResult>;
   cancelRun(runId: string, options?: CallOptions): Promise<void>;
+  /** POST /runs/{id}/resume: answers one request of a waiting run and resumes it (202, the run's status); RunStateError (409) when the run is not waiting or the request is unknown or answered, SpecValidationError (400) for a decision that does not fit. */
+  resumeRun(runId: string, decision: ResumeDecision & Omit<CallOptions, 'requestId'>): Promise<RunStatus>;
   /** Runs one agent answering as an event stream: its deltas, then its result; a failed run throws as run() does. */
   runStream(agent: string, task: TaskSpec, options?: { signal?: AbortSignal; timeoutMs?: number }): AsyncGenerator<RunStreamEvent, void, undefined>;
   runEvents(runId: string, options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
@@ -153,8 +169,10 @@ export class RunHandle {
   constructor(client: Client, runId: string);
   readonly runId: string;
   status(options?: CallOptions): Promise<RunStatus>;
-  /** Waits for the end; RunStateError for a cancelled run. */
+  /** Waits for the end (a waiting run: until it is resumed and ends); RunStateError for a cancelled run. */
   result(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<RunResult>;
+  /** Answers one of the run's open requests and resumes it; see Client.resumeRun. */
+  resume(decision: ResumeDecision & Omit<CallOptions, 'requestId'>): Promise<RunStatus>;
   cancel(options?: CallOptions): Promise<void>;
   events(options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
 }
@@ -203,6 +221,8 @@ export class ModelError extends AgentRuntimeError {}
 export class ShuttingDownError extends AgentRuntimeError {}
 /** The server's 504: the run exceeded its timeout_seconds (a client-side timeout is a DOMException named TimeoutError). */
 export class TimeoutError extends AgentRuntimeError {}
+/** The server's 409 for a sync run that reached a call needing a person's approval (or ask_human): submit the run and answer it with resumeRun. */
+export class ApprovalRequiredError extends AgentRuntimeError {}
 
 /** Every error class by its kind's wire name. */
 export const errorKinds: Readonly<Record<string, typeof SvcError>>;

@@ -214,6 +214,31 @@ export class Client {
   }
 
   /**
+   * POST /runs/{id}/resume: answers one request of a waiting run (its
+   * status lists them under `waiting`, its stream's run_waiting event
+   * carries one) and starts the run again; returns the run's status (202).
+   * An approval takes `approve` (true or false, with an optional `reason`
+   * the model sees with a denial), a question (ask_human) takes `answer`,
+   * any JSON value (null included). A run that is not waiting, or a request
+   * that is unknown or already answered, is a RunStateError (409); a
+   * decision that does not fit its request a SpecValidationError (400).
+   * requestId here names the waiting request: this call sends no
+   * X-Request-Id of its own.
+   */
+  resumeRun(runId, { requestId, approve, reason, answer, ...opts } = {}) {
+    const path = `/runs/${enc(runId)}/resume`;
+    if (typeof requestId !== 'string' || requestId === '') {
+      throw new TypeError(`resumeRun: requestId ${JSON.stringify(requestId)}: want the id of one of the run's waiting requests (its status lists them under waiting)`);
+    }
+    const body = { request_id: requestId };
+    if (approve !== undefined) body.approve = approve;
+    if (reason !== undefined) body.reason = reason;
+    // null is an answer: only a missing one is left out.
+    if (answer !== undefined) body.answer = answer;
+    return this.#json('POST', path, { ...opts, body });
+  }
+
+  /**
    * Runs one agent answering as an event stream (Accept: text/event-stream):
    * yields {type: 'delta', agent, task_id, span_id, index, text} for each
    * fragment of the answer as the model streams it, then {type: 'result',
@@ -510,7 +535,8 @@ export class RunHandle {
   /**
    * Waits until the run is terminal (polling its status, 20 ms doubling to
    * 500 ms), then returns its AgentResult or GroupResult. A cancelled run
-   * has none: RunStateError.
+   * has none: RunStateError. A waiting run is not terminal: result() goes
+   * on waiting until someone resumes it (bound the wait with signal).
    */
   async result({ signal, timeoutMs } = {}) {
     let delay = POLL_START_MS;
@@ -520,6 +546,14 @@ export class RunHandle {
       await sleep(delay, signal);
       delay = Math.min(2 * delay, POLL_MAX_MS);
     }
+  }
+
+  /**
+   * Answers one of the run's open requests ({requestId, approve, reason}
+   * or {requestId, answer}) and resumes it; see Client.resumeRun.
+   */
+  resume(decision = {}) {
+    return this.#client.resumeRun(this.runId, decision);
   }
 
   /** Cancels the run (idempotent). */

@@ -1,6 +1,7 @@
 // Starts a real `svc serve` for the tests: the binary is built from this
 // repository (or taken from $SVC_BIN), on a free port, with a data
-// directory and a copy of examples/specs of its own, plus a slow agent.
+// directory and a copy of examples/specs of its own, plus the agents the
+// tests need (slow, tick, writer, gated, asker).
 
 import { spawn, execFileSync } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -57,6 +58,14 @@ export async function startServer({ args = [], port: wantPort } = {}) {
   // 300 ms (time to follow its run): for runStream and deltas.
   writeFileSync(join(specs, 'agents', 'writer.yaml'),
     'version: 1\nname: writer\nmodel: test:echo\nmodel_settings: {output: "one two three four five six", latency_ms: 300, stream_interval_ms: 30}\n');
+  // Human in the loop: gated calls current_time, which needs a person's
+  // approval; asker asks a question with ask_human. A submitted run of
+  // either waits (the default SQLite store keeps the step log it resumes
+  // from); a sync run of gated is an ApprovalRequiredError.
+  writeFileSync(join(specs, 'agents', 'gated.yaml'),
+    'version: 1\nname: gated\nmodel: test:echo\ntools: [current_time]\ntrust_level: low\napproval: [current_time]\nmodel_settings: {call_tools: [current_time]}\n');
+  writeFileSync(join(specs, 'agents', 'asker.yaml'),
+    'version: 1\nname: asker\nmodel: test:echo\nbuiltin_tools: [ask_human]\nmodel_settings: {call_tools: [ask_human]}\n');
   const port = wantPort ?? await freePort();
   const proc = spawn(bin, ['serve', '--specs', specs, '--host', '127.0.0.1', '--port', String(port),
     '--data-dir', join(dir, 'data'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });

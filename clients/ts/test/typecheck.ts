@@ -1,6 +1,6 @@
 // Compiled (not run) by types.test.js with tsc --strict: the declarations
 // of index.d.ts, used as the docs use them, must type-check.
-import { Client, RegistryError, SvcError, type AgentResult, type AgentSchema, type GatherItem, type GatherSummary, type Problem, type RunEvent, type RunResult, type RuntimeEvent, type TaskSpec, type Topology } from '../src/index.js';
+import { ApprovalRequiredError, Client, RegistryError, SvcError, type AgentResult, type AgentSchema, type GatherItem, type GatherSummary, type Problem, type RunEvent, type RunResult, type RunState, type RunStatus, type RuntimeEvent, type TaskSpec, type Topology, type WaitRequest } from '../src/index.js';
 const svc = new Client('http://127.0.0.1:8420', { token: 'x', timeoutMs: 1000 });
 async function main() {
   const r: AgentResult = await svc.run('echo', { input: { text: 'hi' } }, { signal: AbortSignal.timeout(10) });
@@ -33,6 +33,19 @@ async function main() {
   const sch: AgentSchema = await svc.agentSchema('echo'); console.log(sch.name, sch.input);
   const top: Topology = await svc.groupTopology('panel'); console.log(top.mermaid, top.edges?.[0]?.when);
   console.log((await svc.health()).status);
+  // Human in the loop: a waiting run's requests, answered by approval or
+  // with any JSON; a decision is an approval or an answer, not both.
+  const waiting: RunState = 'waiting';
+  const ws: RunStatus = await h.status();
+  if (ws.state === waiting) {
+    const w: WaitRequest | undefined = ws.waiting?.[0];
+    if (w?.kind === 'approval') { const st: RunStatus = await h.resume({ requestId: w.id, approve: false, reason: 'no', timeoutMs: 1000 }); console.log(st.state, w.tool, w.arguments); }
+    if (w) await svc.resumeRun(h.runId, { requestId: w.id, answer: { pick: [1, null] } });
+    // @ts-expect-error an approval and an answer at once
+    if (w) await h.resume({ requestId: w.id, approve: true, answer: 'x' });
+  }
+  for await (const ev of h.events()) { if (ev.type === 'run_waiting') console.log(ev.request?.id, ev.request?.question); }
+  try { await svc.run('gated', { input: 1 }); } catch (err) { if (err instanceof ApprovalRequiredError) console.log(err.status, err.detail); }
   for await (const ev of svc.streamEvents({ reconnect: true, idleTimeoutMs: 30_000, onReconnect: ({ attempt, error }) => console.log(attempt, error) })) { console.log(ev.event_type); break; }
 }
 void main;

@@ -47,6 +47,10 @@ test('every error kind of the server has its class', () => {
   for (const k of ['TopologyError', 'PayloadTooLargeError', 'UnsupportedMediaTypeError', 'BadRequestError', 'HeaderTooLargeError']) {
     assert.ok(mod.errorKinds[k].prototype instanceof mod.SpecValidationError, k);
   }
+  for (const k of kinds.filter((k) => !['AgentRuntimeError', 'TopologyError', 'PayloadTooLargeError',
+    'UnsupportedMediaTypeError', 'BadRequestError', 'HeaderTooLargeError'].includes(k))) {
+    assert.equal(Object.getPrototypeOf(mod.errorKinds[k]), mod.AgentRuntimeError, `${k}'s parent`);
+  }
 });
 
 // tsc is installed by `make deps` (pinned, into .cache/ts, kept out of
@@ -86,7 +90,8 @@ test('index.d.ts takes every wire type from openapi.d.ts', () => {
   // A hand-written interface would be a second copy of a wire type.
   assert.deepEqual([...dts.matchAll(/^export interface (\w+)/gm)].map((m) => m[1]).sort(), ['CallOptions', 'ClientOptions']);
   for (const name of ['TaskSpec', 'AgentResult', 'GroupResult', 'RunResult', 'RunStatus', 'RunProgress', 'RunPage',
-    'RunEvent', 'RuntimeEvent', 'Usage', 'ToolDescriptor', 'RuntimeStats', 'Problem', 'ErrorInfo', 'StreamLine']) {
+    'RunEvent', 'RuntimeEvent', 'Usage', 'ToolDescriptor', 'RuntimeStats', 'Problem', 'ErrorInfo', 'StreamLine',
+    'WaitRequest', 'ResumeRequest']) {
     assert.match(dts, new RegExp(`^export type ${name} = Schemas\\['${name}'\\];`, 'm'), name);
   }
 });

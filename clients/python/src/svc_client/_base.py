@@ -38,6 +38,17 @@ UNSET = Unset()
 Timeout = float | None | Unset
 
 
+class NoAnswer:
+    """The default of resume_run's answer: none given (None is an answer,
+    JSON null)."""
+
+    def __repr__(self) -> str:
+        return "<no answer>"
+
+
+NO_ANSWER = NoAnswer()
+
+
 class _Base:
     def __init__(self, url: str, *, token: str | None = None, timeout: float | None = DEFAULT_TIMEOUT) -> None:
         self._base = base_url(url)
@@ -118,6 +129,20 @@ class _Base:
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
         return body, headers, rid
+
+    @staticmethod
+    def _resume_req(run_id: str, request_id: str, approve: bool | None, reason: str | None, answer: Any) -> tuple[str, dict[str, Any]]:
+        path = f"/runs/{seg(run_id)}/resume"
+        if not isinstance(request_id, str) or not request_id:
+            raise TypeError(f"request_id {request_id!r}: want the id of one of the run's waiting requests (its status lists them under 'waiting')")
+        body: dict[str, Any] = {"request_id": request_id}
+        if approve is not None:
+            body["approve"] = approve
+        if reason is not None:
+            body["reason"] = reason
+        if not isinstance(answer, NoAnswer):
+            body["answer"] = answer
+        return path, body
 
     # --- answers --------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable, Mapping, Sequenc
 import httpx
 
 from . import errors as E
-from ._base import UNSET, Timeout, _Base, nodelay_async_transport, transport_error
+from ._base import NO_ANSWER, UNSET, Timeout, _Base, nodelay_async_transport, transport_error
 from ._duplex import gather_stream_async
 from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
@@ -192,6 +192,13 @@ class AsyncClient(_Base):
     async def cancel_run(self, run_id: str, *, timeout: Timeout = UNSET) -> None:
         await self._call("POST", f"/runs/{seg(run_id)}/cancel", timeout=timeout)
 
+    async def resume_run(self, run_id: str, request_id: str, *, approve: bool | None = None, reason: str | None = None,
+                         answer: Any = NO_ANSWER, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """See Client.resume_run."""
+        path, body = self._resume_req(run_id, request_id, approve, reason, answer)
+        out: dict[str, Any] = await self._call("POST", path, json_body=body, timeout=timeout)
+        return out
+
     async def run_events(self, run_id: str, *, after: int = 0, deltas: bool = False) -> AsyncIterator[dict[str, Any]]:
         """See Client.run_events."""
         if after < 0:
@@ -319,6 +326,11 @@ class AsyncRunHandle:
                 raise E.TimeoutError(f"client: run {self.run_id} still {st.get('state')} after {timeout} s")
             await asyncio.sleep(delay)
             delay = min(2 * delay, POLL_MAX)
+
+    async def resume(self, request_id: str, *, approve: bool | None = None, reason: str | None = None,
+                     answer: Any = NO_ANSWER, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """See RunHandle.resume."""
+        return await self._c.resume_run(self.run_id, request_id, approve=approve, reason=reason, answer=answer, timeout=timeout)
 
     async def cancel(self, *, timeout: Timeout = UNSET) -> None:
         await self._c.cancel_run(self.run_id, timeout=timeout)

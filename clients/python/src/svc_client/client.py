@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import httpx
 
 from . import errors as E
-from ._base import UNSET, Timeout, _Base, nodelay_transport, transport_error
+from ._base import NO_ANSWER, UNSET, Timeout, _Base, nodelay_transport, transport_error
 from ._duplex import GatherStream
 from ._wire import (
     DEFAULT_GATHER_CONCURRENCY,
@@ -231,6 +231,22 @@ class Client(_Base):
         """Cancels a run (idempotent; a finished run is left as it is)."""
         self._call("POST", f"/runs/{seg(run_id)}/cancel", timeout=timeout)
 
+    def resume_run(self, run_id: str, request_id: str, *, approve: bool | None = None, reason: str | None = None,
+                   answer: Any = NO_ANSWER, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """POST /runs/{id}/resume: answers one request of a waiting run
+        and starts the run again; returns its status. request_id is the
+        waiting request's id (the run's status lists its open requests
+        under "waiting"; a run_waiting event carries one as "request").
+        An approval takes approve (True or False, with an optional reason
+        the model sees with a denial); a question (ask_human) takes answer,
+        any JSON value, None included. A run that is not waiting, or a
+        request that is unknown or already answered, raises RunStateError
+        (409); a decision that does not fit its request SpecValidationError
+        (400), and the run waits on."""
+        path, body = self._resume_req(run_id, request_id, approve, reason, answer)
+        out: dict[str, Any] = self._call("POST", path, json_body=body, timeout=timeout)
+        return out
+
     def run_events(self, run_id: str, *, after: int = 0, deltas: bool = False) -> Iterator[dict[str, Any]]:
         """A run's events with a seq above after: history, then live,
         ending after its terminal event. A connection that breaks before
@@ -377,7 +393,8 @@ class RunHandle:
         """Waits until the run is terminal (polling its status, 20 ms
         doubling to 500 ms), then returns its AgentResult or GroupResult.
         A cancelled run has none: RunStateError. timeout bounds the whole
-        wait (TimeoutError)."""
+        wait (TimeoutError). A waiting run is not terminal: the wait goes
+        on until someone resumes it and it ends."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = POLL_START
         while True:
@@ -388,6 +405,12 @@ class RunHandle:
                 raise E.TimeoutError(f"client: run {self.run_id} still {st.get('state')} after {timeout} s")
             time.sleep(delay)
             delay = min(2 * delay, POLL_MAX)
+
+    def resume(self, request_id: str, *, approve: bool | None = None, reason: str | None = None,
+               answer: Any = NO_ANSWER, timeout: Timeout = UNSET) -> dict[str, Any]:
+        """Answers one of the run's waiting requests and resumes it; see
+        Client.resume_run."""
+        return self._c.resume_run(self.run_id, request_id, approve=approve, reason=reason, answer=answer, timeout=timeout)
 
     def cancel(self, *, timeout: Timeout = UNSET) -> None:
         """Cancels the run (idempotent)."""

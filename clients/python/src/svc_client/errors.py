@@ -48,6 +48,7 @@ __all__ = [
     "MisdirectedRequestError",
     "OverloadedError",
     "ContextError",
+    "ApprovalRequiredError",
     "ERROR_KINDS",
     "error_from_problem",
 ]
@@ -212,6 +213,13 @@ class OverloadedError(AgentRuntimeError):
 
 class ContextError(AgentRuntimeError):
     """The prompt does not fit the model's context window."""
+
+
+class ApprovalRequiredError(AgentRuntimeError):
+    """A sync run or group run reached a call that waits for a person (a
+    tool that needs approval, or ask_human) (409): only a submitted run can
+    wait; submit it and answer with resume_run. In a gather, such a task is
+    a failed result whose error type names this kind."""
 
 
 def _kinds() -> dict[str, type[SvcError]]:
