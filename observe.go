@@ -645,6 +645,19 @@ type RunSummary struct {
 	Progress  *RunProgress `json:"progress"`
 	CreatedAt time.Time    `json:"created_at"`
 	UpdatedAt time.Time    `json:"updated_at"`
+	// Type is how the request was made (RunTypeRun, RunTypeGather,
+	// RunTypeGroup, RunTypeSubmitted) and Status where it stands (one of
+	// RunStatuses); both are set by GET /runs when it lists the event
+	// store's runs beside the submitted ones (see RunHistoryReader). A row
+	// that was not submitted has an empty RunID (it has no status or
+	// result route; its TraceID keys its tree), State running, completed
+	// or failed, and no Progress.
+	Type   string `json:"type,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Events and TokensUsed are the run's stored events and the tokens of
+	// their agent_completed events (rows from the event store).
+	Events     int64 `json:"events,omitempty"`
+	TokensUsed int64 `json:"tokens_used,omitempty"`
 }
 
 // RunPage is a page of runs, newest first.
@@ -652,6 +665,9 @@ type RunPage struct {
 	Runs []RunSummary `json:"runs"`
 	// NextCursor reads the next (older) page; empty on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
+	// Total is how many runs match the filter in all pages; set when GET
+	// /runs lists the event store's runs too.
+	Total *int64 `json:"total,omitempty"`
 }
 
 // RunLister lists runs newest first; run stores and backends implement it.

@@ -528,14 +528,30 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.until("history's first page", `document.querySelectorAll('#hist-table tbody tr.clickable').length === 25`)
 	first := b.text("#hist-table tbody")
 	b.do(chromedp.Click(chromedp.CSS("#hist-next")))
-	b.until("history's second page", `document.querySelector('#hist-page').textContent === 'page 2'`)
+	b.until("history's second page", `document.querySelector('#hist-page').textContent.startsWith('page 2 of ')`)
 	if b.text("#hist-table tbody") == first {
 		t.Error("the second history page shows the first page's runs")
 	}
 	b.do(chromedp.SetValue(chromedp.CSS("#hist-state"), "cancelled"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#hist-state').dispatchEvent(new Event('change'))`))
 	b.until("history filtered by state", `[...document.querySelectorAll('#hist-table tbody .badge')].every(e => e.textContent === 'cancelled') && document.querySelectorAll('#hist-table tbody .badge').length === 1`)
+	// Synchronous runs are history too (from the event store): the three
+	// clock runs, of type run, with the total, each opening its tree.
+	b.do(chromedp.SetValue(chromedp.CSS("#hist-state"), ""), chromedp.SetValue(chromedp.CSS("#hist-type"), "run"),
+		chromedp.SetValue(chromedp.CSS("#hist-target"), "clock"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#hist-target').dispatchEvent(new Event('change'))`))
+	b.until("history of the synchronous clock runs", `(() => { const rows = [...document.querySelectorAll('#hist-table tbody tr.clickable')];
+		return rows.length === 3 && rows.every(r => r.cells[1].textContent === 'clock' && r.cells[2].textContent === 'run' && r.cells[3].textContent === 'completed' && r.cells[7].querySelector('a'))
+			&& document.querySelector('#hist-page').textContent.includes('(3 runs)'); })()`)
 	b.shot("history")
+	b.click(`#hist-table tbody tr.clickable`)
+	b.until("a synchronous run's row to open its tree", `location.hash.startsWith('#tree/') && document.querySelectorAll('#tree-out ul.tree li').length >= 2`)
+	b.do(chromedp.Navigate(a.page("#history")))
+	b.until("the history view", `!document.querySelector('#view-history').hidden`)
+	b.do(chromedp.Evaluate[chromedp.Void](`(() => { document.querySelector('#hist-type').value = 'submitted'; document.querySelector('#hist-target').value = '';
+		document.querySelector('#hist-type').dispatchEvent(new Event('change')); })()`))
+	b.until("history of submitted runs", `(() => { const rows = [...document.querySelectorAll('#hist-table tbody tr.clickable')];
+		return rows.length === 25 && rows.every(r => r.cells[2].textContent === 'submitted' && r.cells[0].textContent !== '–'); })()`)
 
 	b.do(chromedp.Navigate(a.page("#health")))
 	b.until("the health meters", `document.querySelectorAll('#health-meters .meter').length >= 6`)

@@ -6,7 +6,9 @@
 // The backends are packages of their own: memevents keeps events in
 // process memory, sqliteevents in one SQLite file; eventstoretest is the
 // conformance suite both pass. Both implement svc.EventReader: Events,
-// Usage, ToolUsage, RuntimeStats and Tree, computed on demand, read-only,
+// Usage, ToolUsage, RuntimeStats and Tree (and svc.WindowedEventReader,
+// the same over a time window, and svc.RunHistoryReader, the top-level
+// runs for GET /runs), computed on demand, read-only,
 // and defined once (in eventstore/internal/rollup) so that both give
 // exactly the same answers for the same events. The memory store computes
 // them by scanning what it holds; the SQLite store extracts what they need

@@ -79,6 +79,8 @@ func Run(t *testing.T, open Open) {
 		{"TreeLinksBySpanID", testTreeLinksBySpanID},
 		{"BatchSizes", testBatchSizes},
 		{"AgreesWithMemory", testAgreesWithMemory},
+		{"RunHistory", testRunHistory},
+		{"Windows", testWindows},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -360,14 +360,16 @@ func randomEvents(rng *rand.Rand, n int, end time.Time, span time.Duration) []sv
 		typ := svc.EventTypes[rng.IntN(len(svc.EventTypes))]
 		ago := time.Duration(rng.Int64N(int64(span)))
 		// Traces follow time, so a retention drops whole traces.
-		trace := fmt.Sprintf("t%d", int(ago*12/span))
+		idx := int(ago * 12 / span)
+		trace := fmt.Sprintf("t%d", idx)
 		e := svc.RuntimeEvent{
 			EventType: typ, Timestamp: end.Add(-ago),
 			AgentName: pick("a", "b", "c"), TaskID: fmt.Sprintf("k%d", rng.IntN(30)), TraceID: trace,
 			Payload: svc.Payload{},
 		}
-		if rng.IntN(4) == 0 {
-			e.ParentTraceID = fmt.Sprintf("t%d", rng.IntN(12))
+		// Two traces in three are top-level runs (the run history's).
+		if parent := rng.IntN(12); rng.IntN(4) == 0 && idx%3 == 0 {
+			e.ParentTraceID = fmt.Sprintf("t%d", parent)
 		}
 		p := e.Payload
 		p["tool_name"] = pick("x", "y", "z", "", "x\xffy") // the last is not UTF-8
@@ -424,6 +426,15 @@ func randomEvents(rng *rand.Rand, n int, end time.Time, span time.Duration) []sv
 		p["model"] = pick("m1", "m2", "", svc.UnknownModel)
 		p["error"] = pick("ModelError: x", "TimeoutError: slow", "plain", "")
 		p["reason"] = pick("", "timeout", "budget_exceeded", "ModelError")
+		switch rng.IntN(4) {
+		case 0:
+		case 1:
+			p["success"] = false
+		case 2:
+			p["success"] = true
+		case 3:
+			p["overshoot"] = 12
+		}
 		if isWorker(typ) {
 			id := pick("w1", "w2", "w3")
 			e.AgentName, e.TraceID = id, id
@@ -479,6 +490,8 @@ func ReadAll(t *testing.T, s eventstore.Store, now time.Time, traces []string) m
 		t.Fatal(err)
 	}
 	out["events"] = evs
+	readHistory(t, s, out)
+	readWindows(t, s, now, out)
 	return out
 }
 

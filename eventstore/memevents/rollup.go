@@ -2,7 +2,6 @@ package memevents
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/svc-dev/svc"
@@ -30,17 +29,28 @@ func (m *Store) locked(ctx context.Context, what string, f func(evs []memEvent))
 	return nil
 }
 
+var _ svc.WindowedEventReader = (*Store)(nil)
+
 // Usage sums agent_completed tokens; see svc.EventReader and the rollup package.
 func (m *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
+	return m.UsageIn(ctx, groupBy, svc.Window{})
+}
+
+// UsageIn is Usage over the events in w; see svc.WindowedEventReader.
+func (m *Store) UsageIn(ctx context.Context, groupBy string, w svc.Window) (svc.Usage, error) {
 	groupBy, err := rollup.UsageGroup(groupBy)
 	if err != nil {
 		return svc.Usage{}, err
 	}
+	if err := rollup.CheckWindow(w); err != nil {
+		return svc.Usage{}, err
+	}
+	b := rollup.BoundsOf(w)
 	u := rollup.NewUsage(groupBy)
 	err = m.locked(ctx, "usage", func(evs []memEvent) {
 		for i := range evs {
 			e := &evs[i]
-			if e.ev.EventType == svc.EventAgentCompleted {
+			if e.ev.EventType == svc.EventAgentCompleted && b.Has(e.us) {
 				u.Add(rollup.UsageKey(groupBy, e.ev.AgentName, e.ev.TraceID, e.f.Model), 1, e.f.Tokens, e.f.Cached, e.f.CostNanos)
 			}
 		}
@@ -53,85 +63,91 @@ func (m *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 
 // ToolUsage computes per-tool rows; see svc.EventReader and the rollup package.
 func (m *Store) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, error) {
+	return m.ToolUsageIn(ctx, groupBy, svc.Window{})
+}
+
+// ToolUsageIn is ToolUsage over the events in w; see
+// svc.WindowedEventReader.
+func (m *Store) ToolUsageIn(ctx context.Context, groupBy string, w svc.Window) (svc.ToolUsage, error) {
 	if err := rollup.ToolGroup(groupBy); err != nil {
 		return svc.ToolUsage{}, err
 	}
-	type key struct{ tool, agent string }
-	aggs := map[key]*rollup.ToolAgg{}
-	durs := map[key][]int64{}
+	if err := rollup.CheckWindow(w); err != nil {
+		return svc.ToolUsage{}, err
+	}
+	b := rollup.BoundsOf(w)
+	acc := rollup.NewToolAcc(groupBy)
 	err := m.locked(ctx, "tool usage", func(evs []memEvent) {
 		for i := range evs {
-			e := &evs[i]
-			t := e.ev.EventType
-			if t != svc.EventToolCallCompleted && t != svc.EventToolCallFailed {
-				continue
-			}
-			k := key{tool: e.f.Tool}
-			if groupBy == svc.GroupByAgentTool {
-				k.agent = e.ev.AgentName
-			}
-			a := aggs[k]
-			if a == nil {
-				a = &rollup.ToolAgg{Tool: k.tool, Agent: k.agent}
-				aggs[k] = a
-			}
-			a.Calls++
-			if t == svc.EventToolCallFailed {
-				a.Failures++
-			}
-			if e.f.HasDur {
-				a.SumUS += e.f.DurUS
-				durs[k] = append(durs[k], e.f.DurUS)
+			if e := &evs[i]; b.Has(e.us) {
+				acc.Add(e.ev.EventType, e.ev.AgentName, &e.f)
 			}
 		}
 	})
 	if err != nil {
 		return svc.ToolUsage{}, err
 	}
-	list := make([]*rollup.ToolAgg, 0, len(aggs))
-	for k, a := range aggs {
-		d := durs[k]
-		slices.Sort(d)
-		a.SetPercentiles(d)
-		list = append(list, a)
-	}
-	return rollup.ToolRows(groupBy, list), nil
+	return acc.Result(), nil
 }
 
 // RuntimeStats computes the dashboard as of now; see svc.EventReader and
 // rollup.Stats.
 func (m *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
+	return m.RuntimeStatsIn(ctx, now, svc.Window{})
+}
+
+// RuntimeStatsIn is RuntimeStats over the events in w; see
+// svc.WindowedEventReader and the rollup package's windows.
+func (m *Store) RuntimeStatsIn(ctx context.Context, now time.Time, w svc.Window) (svc.RuntimeStats, error) {
+	if err := rollup.CheckWindow(w); err != nil {
+		return svc.RuntimeStats{}, err
+	}
+	b := rollup.BoundsOf(w)
 	s := rollup.NewStats(now)
 	burnFrom, burnTo := now.Add(-rollup.BurnWindow).UnixMicro(), now.UnixMicro()
-	traces := map[string]struct{}{}
+	type span struct{ first, last int64 }
+	traces := map[string]span{}
 	err := m.locked(ctx, "runtime stats", func(evs []memEvent) {
 		for i := range evs {
 			e := &evs[i]
 			t := e.ev.EventType
-			s.Count(t, 1)
 			at := rollup.Pos{US: e.us, Seq: int64(e.seq)}
+			if t == svc.EventAgentCompleted && e.us > burnFrom && e.us <= burnTo {
+				s.BurnTokens += e.f.Tokens
+			}
+			if t == svc.EventWorkerHeartbeat || t == svc.EventWorkerStopped {
+				s.Worker(e.f.Runtime, at, e.ev)
+			}
+			if !rollup.IsWorkerEvent(t) && e.ev.TraceID != "" {
+				sp, ok := traces[e.ev.TraceID]
+				if !ok {
+					sp.first = e.us
+				}
+				sp.last = e.us // events are in time order
+				traces[e.ev.TraceID] = sp
+			}
+			if !b.Has(e.us) {
+				continue
+			}
+			s.Count(t, 1)
 			switch t {
 			case svc.EventAgentCompleted:
 				s.Header.TokensUsed += e.f.Tokens
-				if e.us > burnFrom && e.us <= burnTo {
-					s.BurnTokens += e.f.Tokens
-				}
 			case svc.EventAgentFailed, svc.EventToolCallFailed:
 				s.Failures(t, e.f.ErrKind, 1)
 				s.Latest(e.f.ErrKind, at, rollup.Str(e.ev.Payload["error"]))
 				s.Agent(e.f.ErrKind, e.ev.AgentName)
-			case svc.EventWorkerHeartbeat, svc.EventWorkerStopped:
-				s.Worker(e.f.Runtime, at, e.ev)
-			}
-			if !rollup.IsWorkerEvent(t) && e.ev.TraceID != "" {
-				traces[e.ev.TraceID] = struct{}{}
 			}
 		}
 	})
 	if err != nil {
 		return svc.RuntimeStats{}, err
 	}
-	s.Header.Traces = int64(len(traces))
+	for _, sp := range traces {
+		if b.Overlaps(sp.first, sp.last) {
+			s.Header.Traces++
+		}
+	}
 	return s.Result(), nil
 }
 
@@ -192,4 +208,43 @@ func (s *memTreeSource) Events(_ context.Context, traces []string) (map[string][
 		}
 	}
 	return out, nil
+}
+
+var _ svc.RunHistoryReader = (*Store)(nil)
+
+// RunHistory lists the top-level runs; see svc.RunHistoryReader and the
+// rollup package's history definitions. It sums every trace held.
+func (m *Store) RunHistory(ctx context.Context, q svc.RunHistoryQuery) (svc.HistoryPage, error) {
+	q, err := rollup.CheckHistory(q)
+	if err != nil {
+		return svc.HistoryPage{}, err
+	}
+	var rows []*rollup.RunRow
+	err = m.locked(ctx, "run history", func(evs []memEvent) {
+		rows = runRows(evs)
+	})
+	if err != nil {
+		return svc.HistoryPage{}, err
+	}
+	return rollup.HistoryPage(rows, q), nil
+}
+
+// runRows sums evs by trace, leaving out worker lifecycle events.
+func runRows(evs []memEvent) []*rollup.RunRow {
+	byTrace := map[string]*rollup.RunRow{}
+	var rows []*rollup.RunRow
+	for i := range evs {
+		e := &evs[i]
+		if e.ev.TraceID == "" || rollup.IsWorkerEvent(e.ev.EventType) {
+			continue
+		}
+		r := byTrace[e.ev.TraceID]
+		if r == nil {
+			r = &rollup.RunRow{TraceID: e.ev.TraceID}
+			byTrace[e.ev.TraceID] = r
+			rows = append(rows, r)
+		}
+		r.Add(&e.ev, e.us, &e.f)
+	}
+	return rows
 }

@@ -280,3 +280,83 @@ func BenchmarkTree(b *testing.B) {
 	}
 	reportMS(b)
 }
+
+// benchWindows are the windows BenchmarkWindows reads of the benchmark
+// file (1,000,000 events a millisecond apart, from 00:00:00 to 00:16:40):
+// the last hour (the whole file: every minute summed from the per-minute
+// totals), the last 5 minutes (300,000 events), and 2 minutes with a
+// partial minute at each edge (120,000 events).
+var benchWindows = []struct {
+	name string
+	w    svc.Window
+}{
+	{"last-1h", svc.Window{Since: time.Date(2026, 11, 20, 23, 16, 40, 0, time.UTC)}},
+	{"last-5m", svc.Window{Since: time.Date(2026, 11, 21, 0, 11, 40, 0, time.UTC)}},
+	{"2m-edges", svc.Window{Since: time.Date(2026, 11, 21, 0, 4, 0, 500e6, time.UTC), Until: time.Date(2026, 11, 21, 0, 6, 0, 250e6, time.UTC)}},
+}
+
+// BenchmarkWindows measures the windowed rollups (since/until) over
+// benchEvents SQLite events; the unwindowed ones (BenchmarkUsage,
+// BenchmarkToolUsage, BenchmarkRuntimeStats) are their baselines.
+func BenchmarkWindows(b *testing.B) {
+	s := openBench(b)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 21, 0, 16, 40, 0, time.UTC)
+	for _, w := range benchWindows {
+		for _, g := range []string{svc.GroupByNone, svc.GroupByAgent, svc.GroupByModel, svc.GroupByTrace} {
+			b.Run(w.name+"/usage-"+g, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := s.UsageIn(ctx, g, w.w); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportMS(b)
+			})
+		}
+		for _, g := range []string{svc.GroupByTool, svc.GroupByAgentTool} {
+			b.Run(w.name+"/tools-"+g, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := s.ToolUsageIn(ctx, g, w.w); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportMS(b)
+			})
+		}
+		b.Run(w.name+"/stats", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.RuntimeStatsIn(ctx, now, w.w); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportMS(b)
+		})
+	}
+}
+
+// BenchmarkRunHistory measures a page of the run history (50 rows, newest
+// first, with its total) over the benchmark file's 50,000 runs: all of
+// them, by status, by target, and the page after a cursor half way.
+func BenchmarkRunHistory(b *testing.B) {
+	s := openBench(b)
+	ctx := context.Background()
+	mid := &svc.HistoryPos{At: time.Date(2026, 11, 21, 0, 8, 20, 0, time.UTC), TraceID: "trace-025000"}
+	for _, c := range []struct {
+		name string
+		q    svc.RunHistoryQuery
+	}{
+		{"all", svc.RunHistoryQuery{}},
+		{"status-failed", svc.RunHistoryQuery{Status: svc.RunStatusFailed}},
+		{"target", svc.RunHistoryQuery{Target: "support"}},
+		{"cursor", svc.RunHistoryQuery{Before: mid}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.RunHistory(ctx, c.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportMS(b)
+		})
+	}
+}

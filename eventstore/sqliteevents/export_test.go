@@ -11,3 +11,6 @@ import (
 func OpenEvery(path string, r eventstore.Retention, every time.Duration, pruned chan struct{}) (*Store, error) {
 	return open(path, r, every, pruned)
 }
+
+// SchemaVersion is the schema this build writes.
+const SchemaVersion = schemaVersion

@@ -10,6 +10,7 @@ import (
 	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/eventstore/eventstoretest"
 	"github.com/svc-dev/svc/eventstore/memevents"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 )
 
 // schemaV2 is the events table of schema version 2: facts, no span ids.
@@ -93,7 +94,7 @@ func TestSQLiteMigratesV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	var version int
-	if err := rawDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 5 {
-		t.Errorf("user_version = %d, %v; want 5", version, err)
+	if err := rawDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != sqliteevents.SchemaVersion {
+		t.Errorf("user_version = %d, %v; want %d", version, err, sqliteevents.SchemaVersion)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/svc-dev/svc/eventstore"
 	"github.com/svc-dev/svc/eventstore/eventstoretest"
 	"github.com/svc-dev/svc/eventstore/memevents"
+	"github.com/svc-dev/svc/eventstore/sqliteevents"
 )
 
 // schemaV3 is a version 3 file: schemaV2 with the span columns, holding
@@ -101,8 +102,8 @@ func TestSQLiteMigratesV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	var version int
-	if err := rawDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 5 {
-		t.Errorf("user_version = %d, %v; want 5", version, err)
+	if err := rawDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != sqliteevents.SchemaVersion {
+		t.Errorf("user_version = %d, %v; want %d", version, err, sqliteevents.SchemaVersion)
 	}
 
 	// Reopened with a retention of one row: the two oldest go, with their

@@ -42,32 +42,37 @@ func (s *Store) Usage(ctx context.Context, groupBy string) (svc.Usage, error) {
 	if err != nil {
 		return svc.Usage{}, err
 	}
-	dim := groupBy
-	if groupBy == svc.GroupByNone {
-		dim = svc.GroupByAgent // any dimension sums to the total
-	}
 	u := rollup.NewUsage(groupBy)
 	err = s.read(ctx, "usage", func(tx *sql.Tx) error {
-		return eachRow(ctx, tx, `SELECT key, invocations, tokens_used, cached_tokens, cost_nusd FROM usage_totals WHERE dim = ?`,
-			[]any{dim}, func(r *sql.Rows) error {
-				var (
-					key                     string
-					n, tokens, cached, cost int64
-				)
-				if err := r.Scan(&key, &n, &tokens, &cached, &cost); err != nil {
-					return err
-				}
-				if groupBy == svc.GroupByModel {
-					key = rollup.UsageKey(groupBy, "", "", key)
-				}
-				u.Add(key, n, tokens, cached, cost)
-				return nil
-			})
+		return totalUsage(ctx, tx, u, groupBy)
 	})
 	if err != nil {
 		return svc.Usage{}, err
 	}
 	return u.Result(), nil
+}
+
+// totalUsage adds the usage totals to u.
+func totalUsage(ctx context.Context, tx *sql.Tx, u *rollup.UsageAcc, groupBy string) error {
+	dim := groupBy
+	if groupBy == svc.GroupByNone {
+		dim = svc.GroupByAgent // any dimension sums to the total
+	}
+	return eachRow(ctx, tx, `SELECT key, invocations, tokens_used, cached_tokens, cost_nusd FROM usage_totals WHERE dim = ?`,
+		[]any{dim}, func(r *sql.Rows) error {
+			var (
+				key                     string
+				n, tokens, cached, cost int64
+			)
+			if err := r.Scan(&key, &n, &tokens, &cached, &cost); err != nil {
+				return err
+			}
+			if groupBy == svc.GroupByModel {
+				key = rollup.UsageKey(groupBy, "", "", key)
+			}
+			u.Add(key, n, tokens, cached, cost)
+			return nil
+		})
 }
 
 // ToolUsage computes per-tool rows; see svc.EventReader and the rollup package.
@@ -79,12 +84,26 @@ func (s *Store) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, e
 	if err := rollup.ToolGroup(groupBy); err != nil {
 		return svc.ToolUsage{}, err
 	}
+	var aggs []*rollup.ToolAgg
+	err := s.read(ctx, "tool usage", func(tx *sql.Tx) error {
+		var err error
+		aggs, err = toolTotals(ctx, tx, groupBy)
+		return err
+	})
+	if err != nil {
+		return svc.ToolUsage{}, err
+	}
+	return rollup.ToolRows(groupBy, aggs), nil
+}
+
+// toolTotals reads the tool rows of every call held.
+func toolTotals(ctx context.Context, tx *sql.Tx, groupBy string) ([]*rollup.ToolAgg, error) {
 	cols, keys, match, index := `tool_name, ''`, `tool_name`, `tool_name = ?1`, "events_tools"
 	if groupBy == svc.GroupByAgentTool {
 		cols, keys, match, index = `tool_name, agent`, `tool_name, agent`, `tool_name = ?1 AND agent = ?2`, "events_agent_tools"
 	}
 	var aggs []*rollup.ToolAgg
-	err := s.read(ctx, "tool usage", func(tx *sql.Tx) error {
+	err := func() error {
 		err := eachRow(ctx, tx, `SELECT `+cols+`, SUM(calls), SUM(failures), SUM(durations), SUM(duration_us)
 			FROM tool_totals GROUP BY `+keys, nil, func(r *sql.Rows) error {
 			a := &rollup.ToolAgg{}
@@ -123,38 +142,41 @@ func (s *Store) ToolUsage(ctx context.Context, groupBy string) (svc.ToolUsage, e
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		return svc.ToolUsage{}, err
-	}
-	return rollup.ToolRows(groupBy, aggs), nil
+	}()
+	return aggs, err
 }
 
 // RuntimeStats computes the dashboard as of now; see svc.EventReader and
 // rollup.Stats.
 func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeStats, error) {
+	return s.stats(ctx, now, nil)
+}
+
+// stats computes RuntimeStats, over the window b when it is not nil
+// (window.go).
+func (s *Store) stats(ctx context.Context, now time.Time, b *rollup.Bounds) (svc.RuntimeStats, error) {
 	acc := rollup.NewStats(now)
+	// inWindow bounds the failure queries: nothing without a window.
+	inWindow, windowArgs, failures := "", []any(nil), "events"
+	if b != nil {
+		// Without the hint SQLite walks events_ts for the window and
+		// reads every row in it; the failures' index holds the times.
+		inWindow, windowArgs, failures = ` AND ts >= ? AND ts < ?`, []any{b.Since, b.Until}, "events INDEXED BY events_errors"
+	}
 	err := s.read(ctx, "runtime stats", func(tx *sql.Tx) error {
-		err := eachRow(ctx, tx, `SELECT event_type, events FROM type_totals`, nil, func(r *sql.Rows) error {
-			var (
-				t string
-				n int64
-			)
-			if err := r.Scan(&t, &n); err != nil {
+		whole := b == nil
+		if !whole {
+			var err error
+			if whole, err = covers(ctx, tx, *b); err != nil {
 				return err
 			}
-			acc.Count(svc.EventType(t), n)
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM trace_totals`).Scan(&acc.Header.Traces)
-		if err != nil {
-			return err
+		var err error
+		if whole {
+			err = totalStats(ctx, tx, acc)
+		} else {
+			err = windowStats(ctx, tx, acc, *b)
 		}
-		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM usage_totals WHERE dim = ?`,
-			svc.GroupByAgent).Scan(&acc.Header.TokensUsed)
 		if err != nil {
 			return err
 		}
@@ -165,8 +187,8 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 			return err
 		}
 
-		err = eachRow(ctx, tx, `SELECT error_kind, event_type, COUNT(*) FROM events WHERE `+whereFailure+`
-			GROUP BY error_kind, event_type`, nil, func(r *sql.Rows) error {
+		err = eachRow(ctx, tx, `SELECT error_kind, event_type, COUNT(*) FROM `+failures+` WHERE `+whereFailure+inWindow+`
+			GROUP BY error_kind, event_type`, windowArgs, func(r *sql.Rows) error {
 			var (
 				kind, t string
 				n       int64
@@ -180,7 +202,7 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 		if err != nil {
 			return err
 		}
-		err = eachRow(ctx, tx, `SELECT DISTINCT error_kind, agent FROM events WHERE `+whereFailure, nil, func(r *sql.Rows) error {
+		err = eachRow(ctx, tx, `SELECT DISTINCT error_kind, agent FROM `+failures+` WHERE `+whereFailure+inWindow, windowArgs, func(r *sql.Rows) error {
 			var kind, agent string
 			if err := r.Scan(&kind, &agent); err != nil {
 				return err
@@ -196,8 +218,8 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 				at      rollup.Pos
 				payload []byte
 			)
-			err := tx.QueryRowContext(ctx, `SELECT id, ts, payload FROM events WHERE `+whereFailure+`
-				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, kind).Scan(&at.Seq, &at.US, &payload)
+			err := tx.QueryRowContext(ctx, `SELECT id, ts, payload FROM `+failures+` WHERE `+whereFailure+inWindow+`
+				AND error_kind = ? ORDER BY ts DESC, id DESC LIMIT 1`, append(windowArgs[:len(windowArgs):len(windowArgs)], kind)...).Scan(&at.Seq, &at.US, &payload)
 			if err != nil {
 				return err
 			}
@@ -231,6 +253,31 @@ func (s *Store) RuntimeStats(ctx context.Context, now time.Time) (svc.RuntimeSta
 		return svc.RuntimeStats{}, err
 	}
 	return acc.Result(), nil
+}
+
+// totalStats reads the stats header's counts of every event held from
+// the totals.
+func totalStats(ctx context.Context, tx *sql.Tx, acc *rollup.Stats) error {
+	err := eachRow(ctx, tx, `SELECT event_type, events FROM type_totals`, nil, func(r *sql.Rows) error {
+		var (
+			t string
+			n int64
+		)
+		if err := r.Scan(&t, &n); err != nil {
+			return err
+		}
+		acc.Count(svc.EventType(t), n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM run_totals`).Scan(&acc.Header.Traces)
+	if err != nil {
+		return err
+	}
+	return tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(tokens_used), 0) FROM usage_totals WHERE dim = ?`,
+		svc.GroupByAgent).Scan(&acc.Header.TokensUsed)
 }
 
 // Tree returns the event tree of one run; see rollup.BuildTree.

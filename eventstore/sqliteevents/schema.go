@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/svc-dev/svc"
 	"github.com/svc-dev/svc/eventstore/internal/evcodec"
@@ -37,7 +38,14 @@ import (
 // version 4's: both columns are added (0 for what is there) and filled from
 // the payloads that have a cached_tokens (a version 4 build stored the key
 // but did not sum it); events without one count 0, as in a memory store.
-const schemaVersion = 5
+//
+// Version 6 added the run history and the time windows: the events'
+// run_flags fact (rollup.Facts.RunFlags), run_totals (one row per trace,
+// the history's counts; it replaces trace_totals, which counted the same
+// traces), and the per-minute totals usage_minutes and type_minutes. Its
+// migration fills run_flags from the payloads, builds the three tables
+// from the events there, and drops trace_totals.
+const schemaVersion = 6
 
 // The events table. Timestamps are Unix microseconds. The composite
 // indexes serve the filtered queries in timestamp order; (ts) alone serves
@@ -59,7 +67,8 @@ CREATE TABLE IF NOT EXISTS events (
 ` + sqliteFactColumns + `,
 ` + sqliteSpanColumns + `,
 ` + sqliteCostColumns + `,
-` + sqliteCachedColumns + `
+` + sqliteCachedColumns + `,
+` + sqliteRunColumns + `
 );
 `
 
@@ -85,6 +94,10 @@ const sqliteCostColumns = `
 // sqliteCachedColumns are the events columns schema version 5 added.
 const sqliteCachedColumns = `
 	cached_tokens INTEGER NOT NULL DEFAULT 0`
+
+// sqliteRunColumns are the events columns schema version 6 added.
+const sqliteRunColumns = `
+	run_flags INTEGER NOT NULL DEFAULT 0`
 
 // The totals tables hold the sums and counts of Usage, ToolUsage and the
 // stats header, kept up to date by Write (one row of a multi-row upsert
@@ -117,10 +130,55 @@ CREATE TABLE IF NOT EXISTS type_totals (
 	event_type TEXT PRIMARY KEY,
 	events     INTEGER NOT NULL
 ) WITHOUT ROWID;
--- one row per trace id of events other than worker lifecycle events
-CREATE TABLE IF NOT EXISTS trace_totals (
-	trace_id TEXT PRIMARY KEY,
-	events   INTEGER NOT NULL
+` + sqliteWindowTotals
+
+// sqliteWindowTotals are schema version 6's tables. usage_minutes and
+// type_minutes are usage_totals and type_totals per minute (minute =
+// ts / 60,000,000, the minute's start in Unix minutes), which a window
+// sums over its whole minutes; the partial minutes at its edges are read
+// from the events (rollup windows). run_totals is the run history: one
+// row per trace of events other than worker lifecycle events, its counts
+// the rollup.RunRow's (status and type are computed from them), kept by
+// Write and rebuilt for the traces a prune touches.
+const sqliteWindowTotals = `
+CREATE TABLE IF NOT EXISTS usage_minutes (
+	dim           TEXT NOT NULL,
+	minute        INTEGER NOT NULL,
+	key           TEXT NOT NULL,
+	invocations   INTEGER NOT NULL,
+	tokens_used   INTEGER NOT NULL,
+	cost_nusd     INTEGER NOT NULL,
+	cached_tokens INTEGER NOT NULL,
+	PRIMARY KEY (dim, minute, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS type_minutes (
+	minute     INTEGER NOT NULL,
+	event_type TEXT NOT NULL,
+	events     INTEGER NOT NULL,
+	PRIMARY KEY (minute, event_type)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_totals (
+	trace_id     TEXT PRIMARY KEY,
+	events       INTEGER NOT NULL,
+	parented     INTEGER NOT NULL,
+	start_events INTEGER NOT NULL,
+	starts       INTEGER NOT NULL,
+	completed    INTEGER NOT NULL,
+	failed       INTEGER NOT NULL,
+	group_starts INTEGER NOT NULL,
+	group_ends   INTEGER NOT NULL,
+	group_fails  INTEGER NOT NULL,
+	batch_starts INTEGER NOT NULL,
+	batch_ends   INTEGER NOT NULL,
+	rejects      INTEGER NOT NULL,
+	tokens_used  INTEGER NOT NULL,
+	first_us     INTEGER NOT NULL,
+	last_us      INTEGER NOT NULL,
+	target       TEXT NOT NULL,
+	target_rank  INTEGER NOT NULL,
+	target_us    INTEGER NOT NULL,
+	status       TEXT GENERATED ALWAYS AS (` + rollup.SQLStatus + `) VIRTUAL,
+	type         TEXT GENERATED ALWAYS AS (` + rollup.SQLType + `) VIRTUAL
 ) WITHOUT ROWID;
 `
 
@@ -134,6 +192,7 @@ const (
 	whereToolEnd      = `event_type IN ('tool_call_completed', 'tool_call_failed')`
 	whereFailure      = `error_kind <> ''`
 	whereChild        = `parent_trace_id <> ''`
+	whereTopLevel     = `parented = 0`
 )
 
 // The partial indexes hold only the rows they serve, so other events cost
@@ -143,7 +202,9 @@ const (
 // by time for the burn rate and for the events of that type, tool
 // durations in order per tool (and per agent and tool) for the
 // rollup.Percentiles, failures by kind for the error groups, and child runs by
-// parent trace for the tree.
+// parent trace for the tree; and, for the time windows, tool calls by
+// time with what ToolUsage reads of them (a window's percentiles need its
+// durations).
 const sqliteIndexes = `
 CREATE INDEX IF NOT EXISTS events_ts ON events (ts);
 CREATE INDEX IF NOT EXISTS events_trace_id ON events (trace_id, ts);
@@ -153,6 +214,8 @@ CREATE INDEX IF NOT EXISTS events_tools ON events (tool_name, duration_us) WHERE
 CREATE INDEX IF NOT EXISTS events_agent_tools ON events (tool_name, agent, duration_us) WHERE ` + whereToolEnd + `;
 CREATE INDEX IF NOT EXISTS events_errors ON events (error_kind, ts, event_type, agent) WHERE ` + whereFailure + `;
 CREATE INDEX IF NOT EXISTS events_children ON events (parent_trace_id, trace_id) WHERE ` + whereChild + `;
+CREATE INDEX IF NOT EXISTS events_tool_ts ON events (ts, event_type, tool_name, agent, duration_us) WHERE ` + whereToolEnd + `;
+CREATE INDEX IF NOT EXISTS run_history ON run_totals (first_us, trace_id) WHERE ` + whereTopLevel + `;
 `
 
 // writerCacheKiB is the writer's page cache, 32 MiB (SQLite's default is
@@ -201,6 +264,11 @@ func initSQLite(db *sql.DB) error {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
 	}
+	if tables > 0 && version < 6 {
+		if err := addColumns(tx, sqliteRunColumns); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
 	if tables > 0 && version < 2 {
 		if err := migrateV1(tx); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
@@ -222,6 +290,21 @@ func initSQLite(db *sql.DB) error {
 		if err := backfillUsage(tx, cachedFact); err != nil {
 			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
 		}
+	}
+	if tables > 0 && version >= 2 && version < 6 {
+		if err := migrateV5(tx); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
+	if tables > 0 && version < 6 {
+		if err := rebuildRuns(context.Background(), tx, nil); err != nil {
+			return fmt.Errorf("migrating the event store to schema version %d: %w", schemaVersion, err)
+		}
+	}
+	// run_totals has a row for each trace trace_totals had (up to version
+	// 5): one table kept in step rather than two.
+	if _, err := tx.Exec(`DROP TABLE IF EXISTS trace_totals`); err != nil {
+		return err
 	}
 	// The index set is the build's, not the data's: no schema version.
 	// An older build opening the file builds events_event_type again,
@@ -420,7 +503,7 @@ func migrateV1(tx *sql.Tx) error {
 		return err
 	}
 	update, err := tx.Prepare(`UPDATE events SET tokens_used = ?, duration_us = ?, model = ?, tool_name = ?,
-		error_kind = ?, runtime_id = ?, cost_nusd = ?, cached_tokens = ? WHERE id = ?`)
+		error_kind = ?, runtime_id = ?, cost_nusd = ?, cached_tokens = ?, run_flags = ? WHERE id = ?`)
 	if err != nil {
 		return err
 	}
@@ -460,7 +543,7 @@ func migrateV1(tx *sql.Tx) error {
 			return err
 		}
 		for _, r := range batch {
-			if _, err := update.Exec(r.f.Tokens, durationArg(r.f), r.f.Model, r.f.Tool, r.f.ErrKind, r.f.Runtime, r.f.CostNanos, r.f.Cached, r.id); err != nil {
+			if _, err := update.Exec(r.f.Tokens, durationArg(r.f), r.f.Model, r.f.Tool, r.f.ErrKind, r.f.Runtime, r.f.CostNanos, r.f.Cached, r.f.RunFlags, r.id); err != nil {
 				return err
 			}
 		}
@@ -513,18 +596,47 @@ type totals struct {
 	tools  map[[2]string]*[4]int64         // (tool, agent) → calls, failures, durations, duration sum
 	types  map[string]int64
 	traces map[string]int64
+	// The per-minute totals (schema version 6).
+	usageMin map[minuteKey]*[usageSums]int64 // (dim, minute, key)
+	typeMin  map[minuteKey]int64             // ("", minute, event type)
+	// runs are the run_totals rows of the traces a batch wrote (Write
+	// only: a prune rebuilds the rows it touches).
+	runs map[string]*rollup.RunRow
+}
+
+// minuteKey keys a per-minute totals row.
+type minuteKey struct {
+	dim    string
+	minute int64
+	key    string
+}
+
+// usPerMinute is a minute in the events' unit.
+const usPerMinute = int64(time.Minute / time.Microsecond)
+
+// minuteOf is the minute of a timestamp in Unix microseconds.
+func minuteOf(us int64) int64 { return floorDiv(us, usPerMinute) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
 
 func newTotals() *totals {
 	return &totals{usage: map[[2]string]*[usageSums]int64{}, tools: map[[2]string]*[4]int64{},
-		types: map[string]int64{}, traces: map[string]int64{}}
+		types: map[string]int64{}, traces: map[string]int64{},
+		usageMin: map[minuteKey]*[usageSums]int64{}, typeMin: map[minuteKey]int64{}, runs: map[string]*rollup.RunRow{}}
 }
 
-// add counts n events of type t by agent in trace with these facts; tokens,
-// cached tokens, cost (nano-dollars), durations and durUS are their sums.
-// n is negative for deleted events.
-func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tokens, cached, cost, durations, durUS int64) {
+// add counts n events of type t by agent in trace, in minute, with these
+// facts; tokens, cached tokens, cost (nano-dollars), durations and durUS
+// are their sums. n is negative for deleted events.
+func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, minute, n, tokens, cached, cost, durations, durUS int64) {
 	t.types[string(typ)] += n
+	t.typeMin[minuteKey{minute: minute, key: string(typ)}] += n
 	if trace != "" && !rollup.IsWorkerEvent(typ) {
 		t.traces[trace] += n
 	}
@@ -533,6 +645,7 @@ func (t *totals) add(typ svc.EventType, agent, trace, model, tool string, n, tok
 		var sums [usageSums]int64
 		sums[usageInvocations], sums[usageTokens], sums[usageCost], sums[usageCached] = n, tokens, cost, cached
 		t.addUsage(agent, trace, model, sums)
+		t.addUsageMinute(agent, trace, model, minute, sums)
 	case svc.EventToolCallCompleted, svc.EventToolCallFailed:
 		k := [2]string{tool, agent}
 		r := t.tools[k]
@@ -564,30 +677,167 @@ func (t *totals) addUsage(agent, trace, model string, sums [usageSums]int64) {
 	}
 }
 
-// addEvent counts one event about to be written.
-func (t *totals) addEvent(ev *svc.RuntimeEvent, f *rollup.Facts) {
+// addUsageMinute adds sums to the per-minute usage keys.
+func (t *totals) addUsageMinute(agent, trace, model string, minute int64, sums [usageSums]int64) {
+	for _, k := range [...]minuteKey{{svc.GroupByAgent, minute, agent}, {svc.GroupByTrace, minute, trace}, {svc.GroupByModel, minute, model}} {
+		u := t.usageMin[k]
+		if u == nil {
+			u = new([usageSums]int64)
+			t.usageMin[k] = u
+		}
+		for i, v := range sums {
+			u[i] += v
+		}
+	}
+}
+
+// addEvent counts one event about to be written, at us.
+func (t *totals) addEvent(ev *svc.RuntimeEvent, us int64, f *rollup.Facts) {
 	var durations int64
 	if f.HasDur {
 		durations = 1
 	}
-	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.Model, f.Tool, 1, f.Tokens, f.Cached, f.CostNanos, durations, f.DurUS)
+	t.add(ev.EventType, ev.AgentName, ev.TraceID, f.Model, f.Tool, minuteOf(us), 1, f.Tokens, f.Cached, f.CostNanos, durations, f.DurUS)
+	if ev.TraceID != "" && !rollup.IsWorkerEvent(ev.EventType) {
+		r := t.runs[ev.TraceID]
+		if r == nil {
+			r = &rollup.RunRow{TraceID: ev.TraceID}
+			t.runs[ev.TraceID] = r
+		}
+		r.Add(ev, us, f)
+	}
 }
 
 // totalsWhere returns the totals of the events matching cond, times sign.
 func totalsWhere(ctx context.Context, tx *sql.Tx, cond string, args []any, sign int64) (*totals, error) {
 	t := newTotals()
-	err := eachRow(ctx, tx, `SELECT event_type, agent, trace_id, model, tool_name,
+	err := eachRow(ctx, tx, `SELECT event_type, agent, trace_id, model, tool_name, `+sqlMinute+` AS minute,
 		COUNT(*), SUM(tokens_used), SUM(cached_tokens), SUM(cost_nusd), COUNT(duration_us), COALESCE(SUM(duration_us), 0)
-		FROM events WHERE `+cond+` GROUP BY event_type, agent, trace_id, model, tool_name`, args, func(r *sql.Rows) error {
+		FROM events WHERE `+cond+` GROUP BY event_type, agent, trace_id, model, tool_name, minute`, args, func(r *sql.Rows) error {
 		var (
-			typ, agent, trace, model, tool            string
-			n, tokens, cached, cost, durations, durUS int64
+			typ, agent, trace, model, tool                    string
+			minute, n, tokens, cached, cost, durations, durUS int64
 		)
-		if err := r.Scan(&typ, &agent, &trace, &model, &tool, &n, &tokens, &cached, &cost, &durations, &durUS); err != nil {
+		if err := r.Scan(&typ, &agent, &trace, &model, &tool, &minute, &n, &tokens, &cached, &cost, &durations, &durUS); err != nil {
 			return err
 		}
-		t.add(svc.EventType(typ), agent, trace, model, tool, sign*n, sign*tokens, sign*cached, sign*cost, sign*durations, sign*durUS)
+		t.add(svc.EventType(typ), agent, trace, model, tool, minute, sign*n, sign*tokens, sign*cached, sign*cost, sign*durations, sign*durUS)
 		return nil
 	})
 	return t, err
+}
+
+// sqlMinute is minuteOf(ts) in SQL: SQLite's integer division truncates
+// toward zero, so a timestamp before 1970 takes the floor by hand.
+const sqlMinute = `(CASE WHEN ts >= 0 THEN ts / 60000000 ELSE (ts - 59999999) / 60000000 END)`
+
+// migrateV5 fills a version 2 to 5 file's run_flags from the payloads of
+// the event types that have one, and builds the per-minute totals.
+// (migrateV1 fills a version 1 file's with its other facts.)
+func migrateV5(tx *sql.Tx) error {
+	update, err := tx.Prepare(`UPDATE events SET run_flags = ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer update.Close()
+	type row struct{ id, flags int64 }
+	const chunk = 1000
+	for last := int64(-1 << 63); ; {
+		var (
+			batch []row
+			seen  int
+		)
+		err := eachRow(context.Background(), tx, `SELECT id, event_type, payload FROM events
+			WHERE id > ? AND event_type IN ('agent_failed', 'depth_limit_exceeded', 'budget_exceeded', 'group_completed')
+			ORDER BY id LIMIT ?`, []any{last, chunk}, func(r *sql.Rows) error {
+			var (
+				typ     string
+				payload []byte
+			)
+			seen++
+			if err := r.Scan(&last, &typ, &payload); err != nil {
+				return err
+			}
+			p, err := evcodec.Decode(payload)
+			if err != nil {
+				return nil
+			}
+			ev := svc.RuntimeEvent{EventType: svc.EventType(typ), Payload: p}
+			if f := rollup.FactsOf(&ev); f.RunFlags != 0 {
+				batch = append(batch, row{last, f.RunFlags})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range batch {
+			if _, err := update.Exec(r.flags, r.id); err != nil {
+				return err
+			}
+		}
+		if seen < chunk {
+			break
+		}
+	}
+	t, err := totalsWhere(context.Background(), tx, "1", nil, 1)
+	if err != nil {
+		return err
+	}
+	// Only the new tables: the others hold these events already.
+	return (&totals{usageMin: t.usageMin, typeMin: t.typeMin}).apply(newTxStmts(context.Background(), tx, nil))
+}
+
+// rebuildRuns sets the run_totals rows of traces (every trace when nil)
+// from the events held: a prune deletes some of a trace's events, and its
+// first event, target and counts must be those of what is left.
+func rebuildRuns(ctx context.Context, tx *sql.Tx, traces []string) error {
+	rows := map[string]*rollup.RunRow{}
+	scan := func(r *sql.Rows) error {
+		var (
+			ev        svc.RuntimeEvent
+			typ       string
+			us, flags int64
+			f         rollup.Facts
+		)
+		if err := r.Scan(&ev.TraceID, &ev.ParentTraceID, &typ, &ev.AgentName, &us, &f.Tokens, &flags); err != nil {
+			return err
+		}
+		ev.EventType, f.RunFlags = svc.EventType(typ), flags
+		if rollup.IsWorkerEvent(ev.EventType) {
+			return nil
+		}
+		row := rows[ev.TraceID]
+		if row == nil {
+			row = &rollup.RunRow{TraceID: ev.TraceID}
+			rows[ev.TraceID] = row
+		}
+		row.Add(&ev, us, &f)
+		return nil
+	}
+	const cols = `SELECT trace_id, parent_trace_id, event_type, agent, ts, tokens_used, run_flags FROM events`
+	if traces == nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM run_totals`); err != nil {
+			return err
+		}
+		if err := eachRow(ctx, tx, cols+` WHERE trace_id <> '' ORDER BY ts, id`, nil, scan); err != nil {
+			return err
+		}
+	} else {
+		del, err := tx.PrepareContext(ctx, `DELETE FROM run_totals WHERE trace_id = ?`)
+		if err != nil {
+			return err
+		}
+		defer del.Close()
+		for _, tr := range traces {
+			if _, err := del.ExecContext(ctx, tr); err != nil {
+				return err
+			}
+			if err := eachRow(ctx, tx, cols+` INDEXED BY events_trace_id WHERE trace_id = ? ORDER BY ts, id`, []any{tr}, scan); err != nil {
+				return err
+			}
+		}
+	}
+	t := &totals{runs: rows}
+	return t.apply(newTxStmts(ctx, tx, nil))
 }

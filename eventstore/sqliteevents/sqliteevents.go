@@ -164,11 +164,21 @@ func (s *Store) deleteWhere(ctx context.Context, cond string, args ...any) (int6
 	if err != nil {
 		return 0, err
 	}
-	if err := t.apply(newTxStmts(ctx, tx, s.stmts)); err != nil {
+	stmts := newTxStmts(ctx, tx, s.stmts)
+	if err := t.apply(stmts); err != nil {
 		return 0, err
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE `+cond, args...)
 	if err != nil {
+		return 0, err
+	}
+	// The run history's rows of the traces that lost events: those left
+	// with none go, the others are summed again from what is left.
+	traces := make([]string, 0, len(t.traces))
+	for tr := range t.traces {
+		traces = append(traces, tr)
+	}
+	if err := rebuildRuns(ctx, tx, traces); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -206,8 +216,8 @@ func (s *Store) Write(ctx context.Context, evs []svc.RuntimeEvent) error {
 			payload, payloads = evcodec.Append(payloads, ev.Payload)
 			args = append(args, ev.Timestamp.UnixMicro(), string(ev.EventType), ev.AgentName,
 				ev.TaskID, ev.TraceID, ev.ParentTraceID, payload,
-				f.Tokens, durationArg(f), f.Model, f.Tool, f.ErrKind, f.Runtime, ev.SpanID, ev.ParentSpanID, f.CostNanos, f.Cached)
-			t.addEvent(ev, &f)
+				f.Tokens, durationArg(f), f.Model, f.Tool, f.ErrKind, f.Runtime, ev.SpanID, ev.ParentSpanID, f.CostNanos, f.Cached, f.RunFlags)
+			t.addEvent(ev, ev.Timestamp.UnixMicro(), &f)
 		}
 		if err := stmts.writeEvents(args); err != nil {
 			return s.fail(ctx, err, "write %d events", len(evs))

@@ -18,8 +18,8 @@ import (
 // the batch's order.
 
 // chunkSizes are the row counts of the prepared multi-row statements,
-// largest first. 64 rows of the widest statement (the events' 17 columns)
-// are 1,088 parameters, far below SQLite's limit of 32,766.
+// largest first. 64 rows of the widest statement (run_totals' 19 columns)
+// are 1,216 parameters, far below SQLite's limit of 32,766.
 var chunkSizes = [...]int{64, 32, 16, 8, 4, 2, 1}
 
 const maxChunk = 64
@@ -44,9 +44,9 @@ func valuesList(rows, cols int) string {
 // insertCols are the events columns Write fills, in the order of its
 // arguments.
 const insertCols = `ts, event_type, agent, task_id, trace_id, parent_trace_id, payload,
-	tokens_used, duration_us, model, tool_name, error_kind, runtime_id, span_id, parent_span_id, cost_nusd, cached_tokens`
+	tokens_used, duration_us, model, tool_name, error_kind, runtime_id, span_id, parent_span_id, cost_nusd, cached_tokens, run_flags`
 
-const insertWidth = 17
+const insertWidth = 18
 
 // insertSQL is the INSERT of n events.
 func insertSQL(n int) string {
@@ -59,29 +59,48 @@ func insertSQL(n int) string {
 type totalsTable struct {
 	name       string
 	keys, sums []string
+	// extra are columns after the sums that are not added: set holds
+	// their assignments on conflict.
+	extra, set []string
 }
 
 // The totals tables, in the column order totals.apply gives their rows.
 var (
-	usageTable = totalsTable{"usage_totals", []string{"dim", "key"}, []string{"invocations", "tokens_used", "cost_nusd", "cached_tokens"}}
-	toolTable  = totalsTable{"tool_totals", []string{"tool_name", "agent"},
-		[]string{"calls", "failures", "durations", "duration_us"}}
-	typeTable  = totalsTable{"type_totals", []string{"event_type"}, []string{"events"}}
-	traceTable = totalsTable{"trace_totals", []string{"trace_id"}, []string{"events"}}
-	allTotals  = [...]*totalsTable{&usageTable, &toolTable, &typeTable, &traceTable}
+	usageTable = totalsTable{name: "usage_totals", keys: []string{"dim", "key"}, sums: []string{"invocations", "tokens_used", "cost_nusd", "cached_tokens"}}
+	toolTable  = totalsTable{name: "tool_totals", keys: []string{"tool_name", "agent"},
+		sums: []string{"calls", "failures", "durations", "duration_us"}}
+	typeTable     = totalsTable{name: "type_totals", keys: []string{"event_type"}, sums: []string{"events"}}
+	usageMinTable = totalsTable{name: "usage_minutes", keys: []string{"dim", "minute", "key"},
+		sums: []string{"invocations", "tokens_used", "cost_nusd", "cached_tokens"}}
+	typeMinTable = totalsTable{name: "type_minutes", keys: []string{"minute", "event_type"}, sums: []string{"events"}}
+	// runTable's target is that of the higher ranked event, the earlier
+	// of equal ranks (rollup.RunRow.Add).
+	runTable = totalsTable{name: "run_totals", keys: []string{"trace_id"},
+		sums: []string{"events", "parented", "start_events", "starts", "completed", "failed",
+			"group_starts", "group_ends", "group_fails", "batch_starts", "batch_ends", "rejects", "tokens_used"},
+		extra: []string{"first_us", "last_us", "target", "target_rank", "target_us"},
+		set: []string{"first_us = MIN(first_us, excluded.first_us)", "last_us = MAX(last_us, excluded.last_us)",
+			"target = CASE WHEN " + runTargetWins + " THEN excluded.target ELSE target END",
+			"target_us = CASE WHEN " + runTargetWins + " THEN excluded.target_us ELSE target_us END",
+			"target_rank = MAX(target_rank, excluded.target_rank)"}}
+	allTotals = [...]*totalsTable{&usageTable, &toolTable, &typeTable, &usageMinTable, &typeMinTable, &runTable}
 )
 
-func (t *totalsTable) width() int { return len(t.keys) + len(t.sums) }
+// runTargetWins: the target of the rows being added replaces the stored one.
+const runTargetWins = `(excluded.target_rank > target_rank OR (excluded.target_rank = target_rank AND excluded.target_rank > 0 AND excluded.target_us < target_us))`
+
+func (t *totalsTable) width() int { return len(t.keys) + len(t.sums) + len(t.extra) }
 
 // upsertSQL adds n rows to the table: new keys are inserted, existing
 // ones summed into.
 func (t *totalsTable) upsertSQL(n int) string {
-	set := make([]string, len(t.sums))
+	set := make([]string, len(t.sums), len(t.sums)+len(t.set))
 	for i, c := range t.sums {
 		set[i] = c + " = " + c + " + excluded." + c
 	}
+	set = append(set, t.set...)
 	keys := strings.Join(t.keys, ", ")
-	return `INSERT INTO ` + t.name + ` (` + keys + `, ` + strings.Join(t.sums, ", ") + `) VALUES ` +
+	return `INSERT INTO ` + t.name + ` (` + keys + `, ` + strings.Join(append(t.sums[:len(t.sums):len(t.sums)], t.extra...), ", ") + `) VALUES ` +
 		valuesList(n, t.width()) + ` ON CONFLICT (` + keys + `) DO UPDATE SET ` + strings.Join(set, ", ")
 }
 
@@ -256,11 +275,28 @@ func (t *totals) apply(s *txStmts) error {
 	if err := flush(&typeTable); err != nil {
 		return err
 	}
-	for k, n := range t.traces {
-		args = append(args, k, n)
-		if n < 0 {
-			drops = append(drops, []any{k})
+	for k, u := range t.usageMin {
+		args = append(args, k.dim, k.minute, k.key, u[usageInvocations], u[usageTokens], u[usageCost], u[usageCached])
+		if u[usageInvocations] < 0 {
+			drops = append(drops, []any{k.dim, k.minute, k.key})
 		}
 	}
-	return flush(&traceTable)
+	if err := flush(&usageMinTable); err != nil {
+		return err
+	}
+	for k, n := range t.typeMin {
+		args = append(args, k.minute, k.key, n)
+		if n < 0 {
+			drops = append(drops, []any{k.minute, k.key})
+		}
+	}
+	if err := flush(&typeMinTable); err != nil {
+		return err
+	}
+	for _, r := range t.runs {
+		args = append(args, r.TraceID, r.Events, r.Parented, r.StartEvents, r.Starts, r.Completed, r.Failed,
+			r.Groups, r.GroupsDone, r.GroupsFailed, r.Batches, r.BatchesDone, r.Rejects, r.Tokens,
+			r.FirstUS, r.LastUS, r.Target, r.TargetRank, r.TargetUS)
+	}
+	return flush(&runTable)
 }

@@ -147,7 +147,9 @@ func (c *Client) Tree(ctx context.Context, traceID string) (svc.EventTree, error
 
 // ListRuns calls GET /runs: submitted runs, newest first, a page at a time.
 func (c *Client) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, error) {
-	v := url.Values{}
+	// type=submitted: the server's run history lists every run; a
+	// RunLister lists the submitted ones (RunHistory lists them all).
+	v := url.Values{"type": {svc.RunTypeSubmitted}}
 	if f.State != "" {
 		v.Set("state", string(f.State))
 	}
@@ -157,10 +159,7 @@ func (c *Client) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, er
 	if f.Cursor != "" {
 		v.Set("cursor", f.Cursor)
 	}
-	path := "/runs"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
+	path := "/runs?" + v.Encode()
 	var p svc.RunPage
 	err := c.call(ctx, http.MethodGet, path, "", nil, &p)
 	return p, err

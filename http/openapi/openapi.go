@@ -65,8 +65,10 @@ var Routes = []Route{
 	{Method: "POST", Path: "/groups/{name}/run", ID: "runGroup", Summary: "Run a group on one task and wait for its result.", Body: "RunBody", Status: 200, Reply: "RunResult",
 		Headers: map[string]string{"X-Request-Id": "The run's trace id."}},
 	{Method: "POST", Path: "/submit", ID: "submit", Summary: "Start a run in the background; poll, stream or cancel it by run_id.", Body: "SubmitRequest", Status: 202, Reply: "SubmitReply"},
-	{Method: "GET", Path: "/runs", ID: "listRuns", Summary: "Submitted runs, newest first, a page at a time.", Status: 200, Reply: "RunPage",
-		Query: map[string]string{"state": "Only runs in this state: pending, running, waiting, completed, failed or cancelled.", "limit": "Runs per page (default 50, at most 1000).", "cursor": "The next_cursor of the previous page."}},
+	{Method: "GET", Path: "/runs", ID: "listRuns", Summary: "The run history: every top-level run (synchronous runs, gathers, group runs from the event store, and submitted runs), newest first, a page at a time, with the total.", Status: 200, Reply: "RunPage",
+		Query: map[string]string{"status": "Only runs with this status: spawned, running, waiting, completed, failed, rejected or cancelled.", "target": "Only runs of this agent or group.",
+			"type":  "Only runs of this type: run, gather, group or submitted.",
+			"state": "The submitted runs alone, in this state: pending, running, waiting, completed, failed or cancelled (not with status, target or type).", "limit": "Runs per page (default 50, at most 1000).", "cursor": "The next_cursor of the previous page."}},
 	{Method: "GET", Path: "/runs/{id}/status", ID: "runStatus", Summary: "A submitted run's state and progress.", Status: 200, Reply: "RunStatus"},
 	{Method: "GET", Path: "/runs/{id}/result", ID: "runResult", Summary: "A finished run's result: 409 while it runs or when it was cancelled.", Status: 200, Reply: "RunResult"},
 	{Method: "POST", Path: "/runs/{id}/cancel", ID: "cancelRun", Summary: "Cancel a submitted run.", Status: 204},
@@ -84,14 +86,15 @@ var Routes = []Route{
 	{Method: "POST", Path: "/batches/{id}/cancel", ID: "cancelBatch", Summary: "Cancel a batch; its stored results stay.", Status: 204},
 	{Method: "GET", Path: "/runs/{trace_id}/tree", ID: "runTree", Summary: "A trace's invocations as a tree: run, agents, tools, children.", Status: 200, Reply: "EventTree"},
 	{Method: "GET", Path: "/events", ID: "listEvents", Summary: "Stored events, oldest first.", Status: 200, Reply: "RuntimeEvent", ReplyArray: true,
-		Query: map[string]string{"limit": "At most this many events.", "since": "From this time (RFC 3339 or Unix milliseconds).", "until": "Before this time.", "trace_id": "Only this trace.", "event_type": "Only this event type."}},
+		Query: map[string]string{"limit": "At most this many events.", "since": sinceDoc, "until": untilDoc, "trace_id": "Only this trace.", "event_type": "Only this event type."}},
 	{Method: "GET", Path: "/events/stream", ID: "streamEvents", Summary: "Live events as server-sent events (data: RuntimeEvent).", Status: 200, Reply: "RuntimeEvent", ReplyType: "text/event-stream",
 		Query: map[string]string{"event_type": "Only these event types (repeatable, or comma-separated).", "agent": "Only this agent's events."}},
 	{Method: "GET", Path: "/usage", ID: "usage", Summary: "Tokens (and the cached input tokens among them), cost and invocations in total and per agent, model or trace.", Status: 200, Reply: "Usage",
-		Query: map[string]string{"group_by": "agent (default), model, trace or none."}},
+		Query: map[string]string{"group_by": "agent (default), model, trace or none.", "since": sinceDoc, "until": untilDoc}},
 	{Method: "GET", Path: "/tools", ID: "tools", Summary: "The tools agents can call; with group_by, their calls, failures and latency percentiles.", Status: 200, Reply: "ToolDescriptor", ReplyArray: true, Alt: "ToolUsage",
-		Query: map[string]string{"group_by": "tool or agent_tool: answer with usage rows instead of the catalogue."}},
-	{Method: "GET", Path: "/runtime/stats", ID: "runtimeStats", Summary: "The dashboard rollup: header counts, burn rate, rejections, error groups, tool servers, workers, budget.", Status: 200, Reply: "RuntimeStats"},
+		Query: map[string]string{"group_by": "tool or agent_tool: answer with usage rows instead of the catalogue.", "since": sinceDoc + " With group_by only.", "until": untilDoc}},
+	{Method: "GET", Path: "/runtime/stats", ID: "runtimeStats", Summary: "The dashboard rollup: header counts, burn rate, rejections, error groups, tool servers, workers, budget.", Status: 200, Reply: "RuntimeStats",
+		Query: map[string]string{"since": sinceDoc + " Windows the event counts, tokens, traces, rejections and error groups.", "until": untilDoc}},
 	{Method: "GET", Path: "/runtime/budget", ID: "runtimeBudget", Summary: "The runtime's token budget as it stands.", Status: 200, Reply: "BudgetStatus"},
 	{Method: "POST", Path: "/runtime/budget/reset", ID: "resetRuntimeBudget", Summary: "Start the runtime's token budget again from zero.", Status: 200, Reply: "BudgetStatus"},
 	{Method: "GET", Path: "/healthz", ID: "healthz", Summary: "Liveness.", Status: 200, Reply: "Health", Public: true},
@@ -299,3 +302,9 @@ func pathParams(path string) []string {
 	}
 	return out
 }
+
+// The since and until of the windowed routes.
+const (
+	sinceDoc = "Only events at or after this time: RFC 3339, Unix milliseconds, or a duration before now (1h, 90m)."
+	untilDoc = "Only events before this time: RFC 3339, Unix milliseconds, or a duration before now."
+)

@@ -37,7 +37,8 @@ func TestRepeatedQueryParameter(t *testing.T) {
 		"since": {"0", "1"}, "until": {"0", "1"}, "trace_id": {"a", "b"},
 		"event_type": {"agent_spawned", "agent_completed"}, "agent": {"echo", "other"},
 		"group_by": {"agent", "model"}, "state": {"completed", "failed"}, "cursor": {"a", "b"},
-		"target": {"echo", "other"}, "order": {"index", "finish"}, "follow": {"true", "false"},
+		"status": {"completed", "failed"}, "target": {"echo", "other"}, "type": {"run", "group"},
+		"order": {"index", "finish"}, "follow": {"true", "false"},
 	}
 	ask := func(method, target string) (int, Problem) {
 		var body *strings.Reader

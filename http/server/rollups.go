@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,18 +18,19 @@ import (
 // computed on demand; mountObservation adds those whose source exists:
 //
 //	GET /events?limit=&since=&until=&trace_id=&event_type=   []svc.RuntimeEvent, newest first (event store)
-//	GET /usage?group_by=agent|trace|model|none                svc.Usage (event store)
+//	GET /usage?group_by=agent|trace|model|none&since=&until= svc.Usage (event store)
 //	GET /tools                                               []svc.ToolDescriptor (backend's svc.ToolCatalog)
-//	GET /tools?group_by=tool|agent_tool                      svc.ToolUsage (event store)
-//	GET /runtime/stats                                       svc.RuntimeStats (event store, plus the backend's runs in flight, tool servers and the live fleet)
+//	GET /tools?group_by=tool|agent_tool&since=&until=        svc.ToolUsage (event store)
+//	GET /runtime/stats?since=&until=                         svc.RuntimeStats (event store, plus the backend's runs in flight, tool servers and the live fleet)
 //	GET /runs/{trace_id}/tree                                svc.EventTree (event store)
-//	GET /runs?state=&limit=&cursor=                          svc.RunPage (backend's svc.RunLister)
+//	GET /runs?status=&target=&state=&limit=&cursor=          svc.RunPage (backend's svc.RunLister, and the event store's svc.RunHistoryReader: history.go)
 //	GET /runtime/budget                                      svc.BudgetStatus (backend's svc.BudgetKeeper; 404 without a token_budget)
 //	POST /runtime/budget/reset                               svc.BudgetStatus after the reset (backend's svc.BudgetKeeper)
 //
-// since and until are RFC 3339 timestamps or Unix milliseconds. An unknown
-// query parameter, a bad value or a limit above svc.MaxEventLimit is a 400
-// naming the parameter.
+// since and until are RFC 3339 timestamps, Unix milliseconds, or a Go
+// duration (1h, 90m) meaning that long before now; since is inclusive,
+// until exclusive. An unknown query parameter, a bad value or a limit above
+// svc.MaxEventLimit is a 400 naming the parameter.
 type observation struct {
 	b      svc.Backend
 	events svc.EventReader // nil without an event store
@@ -39,6 +41,7 @@ type observation struct {
 func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet svc.FleetReader) {
 	o := &observation{b: b, events: events, fleet: fleet, now: time.Now}
 	_, hasCatalog := b.(svc.ToolCatalog)
+	_, hasHistory := events.(svc.RunHistoryReader)
 	if events != nil {
 		r.Method(http.MethodGet, "/events", Handle(o.listEvents))
 		r.Method(http.MethodGet, "/usage", Handle(o.usage))
@@ -52,7 +55,7 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet
 	if events != nil || hasCatalog {
 		r.Method(http.MethodGet, "/tools", Handle(o.tools))
 	}
-	if _, ok := b.(svc.RunLister); ok {
+	if _, ok := b.(svc.RunLister); ok || hasHistory {
 		r.Method(http.MethodGet, "/runs", Handle(o.runs))
 	}
 	if k, ok := b.(svc.BudgetKeeper); ok {
@@ -79,19 +82,54 @@ func budgetReply(w http.ResponseWriter, r *http.Request, op func(context.Context
 }
 
 // parseTime reads since/until: RFC 3339 (with or without fractional
-// seconds) or Unix milliseconds.
-func parseTime(name, v string) (time.Time, error) {
+// seconds), Unix milliseconds, or a positive Go duration (1h, 90m, 1h30m)
+// meaning now minus it.
+func parseTime(name, v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
 	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
 		return time.UnixMilli(ms).UTC(), nil
 	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d).UTC(), nil
+	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, svc.Errorf(svc.KindSpecValidation, "query parameter %s=%q: want an RFC 3339 timestamp (2026-11-22T10:00:00Z) or Unix milliseconds", name, v)
+		return time.Time{}, svc.Errorf(svc.KindSpecValidation,
+			"query parameter %s=%q: want an RFC 3339 timestamp (2026-11-22T10:00:00Z), Unix milliseconds, or a positive duration before now (1h, 90m)", name, v)
 	}
 	return t, nil
+}
+
+// windowOf reads the since and until of q (one now for both), refusing
+// an until before the since.
+func windowOf(q url.Values, now time.Time) (svc.Window, error) {
+	var (
+		w   svc.Window
+		err error
+	)
+	if w.Since, err = parseTime("since", q.Get("since"), now); err != nil {
+		return w, err
+	}
+	if w.Until, err = parseTime("until", q.Get("until"), now); err != nil {
+		return w, err
+	}
+	if !w.Since.IsZero() && !w.Until.IsZero() && w.Until.Before(w.Since) {
+		return w, svc.Errorf(svc.KindSpecValidation, "query parameters since=%q and until=%q: until is before since",
+			q.Get("since"), q.Get("until"))
+	}
+	return w, nil
+}
+
+// windowed is the event store's windowed reader, for a request with a
+// window.
+func (o *observation) windowed(route string) (svc.WindowedEventReader, error) {
+	wr, ok := o.events.(svc.WindowedEventReader)
+	if !ok {
+		return nil, svc.Errorf(svc.KindSpecValidation, "%s: since and until need an event store with time windows; this one has none", route)
+	}
+	return wr, nil
 }
 
 func (o *observation) listEvents(w http.ResponseWriter, r *http.Request) error {
@@ -110,12 +148,11 @@ func (o *observation) listEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		eq.Limit = n
 	}
-	if eq.Since, err = parseTime("since", q.Get("since")); err != nil {
+	win, err := windowOf(q, o.now())
+	if err != nil {
 		return err
 	}
-	if eq.Until, err = parseTime("until", q.Get("until")); err != nil {
-		return err
-	}
+	eq.Since, eq.Until = win.Since, win.Until
 	eq.TraceID = q.Get("trace_id")
 	if v := q.Get("event_type"); v != "" {
 		t, err := eventTypeOf(v)
@@ -148,7 +185,7 @@ func eventTypeOf(v string) (svc.EventType, error) {
 }
 
 func (o *observation) usage(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryOf(r, "group_by")
+	q, err := queryOf(r, "group_by", "since", "until")
 	if err != nil {
 		return err
 	}
@@ -158,7 +195,20 @@ func (o *observation) usage(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return svc.Errorf(svc.KindSpecValidation, "query parameter group_by=%q: want agent, trace, model or none", g)
 	}
-	u, err := o.events.Usage(r.Context(), g)
+	win, err := windowOf(q, o.now())
+	if err != nil {
+		return err
+	}
+	var u svc.Usage
+	if win.IsZero() {
+		u, err = o.events.Usage(r.Context(), g)
+	} else {
+		wr, werr := o.windowed("GET /usage")
+		if werr != nil {
+			return werr
+		}
+		u, err = wr.UsageIn(r.Context(), g, win)
+	}
 	if err != nil {
 		return err
 	}
@@ -166,13 +216,20 @@ func (o *observation) usage(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (o *observation) tools(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryOf(r, "group_by")
+	q, err := queryOf(r, "group_by", "since", "until")
 	if err != nil {
 		return err
 	}
 	g := q.Get("group_by")
+	win, err := windowOf(q, o.now())
+	if err != nil {
+		return err
+	}
 	switch g {
 	case "":
+		if !win.IsZero() {
+			return svc.Errorf(svc.KindSpecValidation, "query parameters since and until window the tool calls: give group_by=tool or agent_tool (the registered tools have no time)")
+		}
 		cat, ok := o.b.(svc.ToolCatalog)
 		if !ok {
 			return writeJSON(w, http.StatusOK, []svc.ToolDescriptor{})
@@ -192,7 +249,16 @@ func (o *observation) tools(w http.ResponseWriter, r *http.Request) error {
 	if o.events == nil {
 		return svc.Errorf(svc.KindRegistry, "GET /tools?group_by=%s needs an event store; this server has none (svc serve keeps one unless --events none)", g)
 	}
-	u, err := o.events.ToolUsage(r.Context(), g)
+	var u svc.ToolUsage
+	if win.IsZero() {
+		u, err = o.events.ToolUsage(r.Context(), g)
+	} else {
+		wr, werr := o.windowed("GET /tools")
+		if werr != nil {
+			return werr
+		}
+		u, err = wr.ToolUsageIn(r.Context(), g, win)
+	}
 	if err != nil {
 		return err
 	}
@@ -203,16 +269,31 @@ func (o *observation) tools(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
-	if _, err := queryOf(r); err != nil {
+	q, err := queryOf(r, "since", "until")
+	if err != nil {
 		return err
 	}
 	now := o.now()
+	win, err := windowOf(q, now)
+	if err != nil {
+		return err
+	}
 	st := svc.RuntimeStats{GeneratedAt: now.UTC(), Rejections: map[string]int64{}, ErrorGroups: []svc.ErrorGroup{}}
-	if o.events != nil {
-		var err error
+	switch {
+	case o.events != nil && win.IsZero():
 		if st, err = o.events.RuntimeStats(r.Context(), now); err != nil {
 			return err
 		}
+	case o.events != nil:
+		wr, err := o.windowed("GET /runtime/stats")
+		if err != nil {
+			return err
+		}
+		if st, err = wr.RuntimeStatsIn(r.Context(), now, win); err != nil {
+			return err
+		}
+	case !win.IsZero():
+		return svc.Errorf(svc.KindSpecValidation, "GET /runtime/stats: since and until window the event store's counts; this server has none (svc serve keeps one unless --events none)")
 	}
 	if err := o.addFleet(r, &st); err != nil {
 		return err
@@ -220,7 +301,6 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	if rc, ok := o.fleet.(svc.RedeliveryCounter); ok {
 		st.Redeliveries = rc.Redeliveries()
 	}
-	var err error
 	if cat, ok := o.b.(svc.ToolCatalog); ok {
 		if st.ToolServers, err = cat.ToolServers(r.Context()); err != nil {
 			return err
@@ -296,34 +376,4 @@ func (o *observation) tree(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, t)
-}
-
-func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryOf(r, "state", "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	f := svc.RunFilter{Cursor: q.Get("cursor")}
-	if v := q.Get("state"); v != "" {
-		s := svc.RunState(v)
-		if !s.Valid() {
-			return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, waiting, completed, failed or cancelled", v)
-		}
-		f.State = s
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > svc.MaxRunPage {
-			return svc.Errorf(svc.KindSpecValidation, "query parameter limit=%q: want a whole number from 1 to %d", v, svc.MaxRunPage)
-		}
-		f.Limit = n
-	}
-	page, err := o.b.(svc.RunLister).ListRuns(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	if page.Runs == nil {
-		page.Runs = []svc.RunSummary{}
-	}
-	return writeJSON(w, http.StatusOK, page)
 }

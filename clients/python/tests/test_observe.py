@@ -201,3 +201,30 @@ def test_events_and_tree(fx: Any) -> None:
         fx.tree("no-such-trace")
     with pytest.raises(S.SpecValidationError):
         fx.events(event_type="no_such_type")
+
+
+def test_windows_and_history(fx: Any) -> None:
+    """since and until window the rollups (a datetime, RFC 3339 or a
+    duration before now); the run history lists a synchronous run beside
+    the submitted ones, filtered, with its total; bad values are 400s
+    naming the parameter."""
+    from datetime import datetime, timedelta, timezone
+
+    start = datetime.now(timezone.utc) - timedelta(seconds=1)
+    run_echo(fx, "one two", trace="py-hist-1")
+    settled(fx, 1)
+    assert fx.usage("agent", since=start)["total"]["invocations"] == 1
+    assert fx.usage("agent", until=start)["total"]["invocations"] == 0
+    assert fx.usage("none", since="1h")["total"]["invocations"] == 1
+    assert fx.runtime_stats(since=start)["header"]["agents_completed"] == 1
+    assert fx.runtime_stats(until=start.replace(tzinfo=None))["header"]["agents_completed"] == 0
+    assert fx.tool_usage("tool", since="10m")["rows"] == []
+    page = fx.list_runs(status="completed", target="echo", run_type="run")
+    assert page["total"] == 1
+    row = page["runs"][0]
+    assert (row["trace_id"], row["type"], row["status"], row["run_id"]) == ("py-hist-1", "run", "completed", "")
+    assert fx.list_runs(run_type="submitted")["runs"] == []
+    with pytest.raises(S.SpecValidationError, match="since"):
+        fx.usage("agent", since="yesterday")
+    with pytest.raises(S.SpecValidationError, match="status"):
+        fx.list_runs(status="done")

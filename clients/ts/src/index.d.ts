@@ -135,6 +135,13 @@ export type StreamEventsOptions = {
   onReconnect?: (info: { attempt: number; error: unknown }) => void;
 };
 
+/** since and until of the windowed routes: a Date, an RFC 3339 string, Unix milliseconds, or a duration before now ('1h'). */
+export type Window = { since?: Date | string | number; until?: Date | string | number };
+/** A run history row's status (GET /runs?status=). */
+export type HistoryStatus = 'spawned' | 'running' | 'waiting' | 'completed' | 'failed' | 'rejected' | 'cancelled';
+/** How a run history row's request was made (GET /runs?type=). */
+export type RunType = 'run' | 'gather' | 'group' | 'submitted';
+
 export class Client {
   constructor(baseURL: string, options?: ClientOptions);
   run(agent: string, task: TaskSpec, options?: CallOptions): Promise<AgentResult>;
@@ -159,10 +166,13 @@ export class Client {
   runEvents(runId: string, options?: { signal?: AbortSignal; lastEventId?: number | string; timeoutMs?: number; deltas?: boolean }): AsyncGenerator<RunEvent, void, undefined>;
   /** GET /events/stream, reconnecting when the connection drops. */
   streamEvents(options?: StreamEventsOptions): AsyncGenerator<RuntimeEvent, void, undefined>;
-  usage(groupBy?: 'agent' | 'model' | 'trace' | 'none', options?: CallOptions): Promise<Usage>;
-  runtimeStats(options?: CallOptions): Promise<RuntimeStats>;
+  usage(groupBy?: 'agent' | 'model' | 'trace' | 'none', options?: CallOptions & Window): Promise<Usage>;
+  /** GET /tools?group_by=: calls, failures and latency percentiles per tool, over the window when given. */
+  toolUsage(groupBy: 'tool' | 'agent_tool', options?: CallOptions & Window): Promise<ToolUsage>;
+  runtimeStats(options?: CallOptions & Window): Promise<RuntimeStats>;
   listTools(options?: CallOptions): Promise<ToolDescriptor[]>;
-  listRuns(options?: CallOptions & { state?: RunState; limit?: number; cursor?: string }): Promise<RunPage>;
+  /** The run history: every top-level run, or (state, or type 'submitted') the submitted runs alone. */
+  listRuns(options?: CallOptions & { state?: RunState; status?: HistoryStatus; target?: string; type?: RunType; limit?: number; cursor?: string }): Promise<RunPage>;
   /** POST /batches: stores the tasks (sent as NDJSON) and returns once every one is stored. */
   submitBatch(target: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: { maxConcurrency?: number; signal?: AbortSignal; timeoutMs?: number }): Promise<BatchAccepted>;
   batchStatus(batchId: string, options?: CallOptions): Promise<BatchStatus>;

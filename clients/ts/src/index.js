@@ -36,6 +36,18 @@ const GATHER_CHUNK_BYTES = 32 << 10;
 
 const TERMINAL_STATES = new Set(['completed', 'failed', 'cancelled']);
 
+/**
+ * windowQuery is the since and until of a windowed route: a Date, an RFC
+ * 3339 string, Unix milliseconds, or a duration before now ('1h', '90m').
+ */
+function windowQuery(since, until) {
+  const query = {};
+  const wire = (v) => (v instanceof Date ? v.toISOString() : String(v));
+  if (since !== undefined && since !== null) query.since = wire(since);
+  if (until !== undefined && until !== null) query.until = wire(until);
+  return query;
+}
+
 export class Client {
   #base;
   #token;
@@ -341,13 +353,20 @@ export class Client {
   }
 
   /** GET /usage: tokens in total and per agent (default), model, trace or none. */
-  usage(groupBy, opts = {}) {
-    return this.#json('GET', '/usage', { ...opts, query: groupBy === undefined ? {} : { group_by: groupBy } });
+  usage(groupBy, { since, until, ...opts } = {}) {
+    const query = windowQuery(since, until);
+    if (groupBy !== undefined) query.group_by = groupBy;
+    return this.#json('GET', '/usage', { ...opts, query });
   }
 
-  /** GET /runtime/stats. */
-  runtimeStats(opts = {}) {
-    return this.#json('GET', '/runtime/stats', opts);
+  /** GET /tools?group_by=: calls, failures and latency percentiles per tool (or agent and tool), over since..until when given. */
+  toolUsage(groupBy, { since, until, ...opts } = {}) {
+    return this.#json('GET', '/tools', { ...opts, query: { ...windowQuery(since, until), group_by: groupBy } });
+  }
+
+  /** GET /runtime/stats; since and until window the event counts. */
+  runtimeStats({ since, until, ...opts } = {}) {
+    return this.#json('GET', '/runtime/stats', { ...opts, query: windowQuery(since, until) });
   }
 
   /** GET /tools: the tool catalogue. */
@@ -355,10 +374,17 @@ export class Client {
     return this.#json('GET', '/tools', opts);
   }
 
-  /** GET /runs: submitted runs, newest first, paged by next_cursor. */
-  listRuns({ state, limit, cursor, ...opts } = {}) {
+  /**
+   * GET /runs: the run history (every top-level run; with state, or type
+   * 'submitted', the submitted runs alone), newest first, paged by
+   * next_cursor, with the total.
+   */
+  listRuns({ state, status, target, type, limit, cursor, ...opts } = {}) {
     const query = {};
     if (state !== undefined) query.state = state;
+    if (status !== undefined) query.status = status;
+    if (target !== undefined) query.target = target;
+    if (type !== undefined) query.type = type;
     if (limit !== undefined) query.limit = String(limit);
     if (cursor !== undefined) query.cursor = cursor;
     return this.#json('GET', '/runs', { ...opts, query });

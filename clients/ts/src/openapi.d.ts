@@ -323,7 +323,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Submitted runs, newest first, a page at a time. */
+        /** The run history: every top-level run (synchronous runs, gathers, group runs from the event store, and submitted runs), newest first, a page at a time, with the total. */
         get: operations["listRuns"];
         put?: never;
         post?: never;
@@ -729,16 +729,21 @@ export interface components {
             runs: null | {
                 /** Format: date-time */
                 created_at: string;
+                events?: number;
                 kind: string;
                 progress: null | components["schemas"]["RunProgress"];
                 reason?: string;
                 run_id: string;
                 state: string;
+                status?: string;
                 target: string;
+                tokens_used?: number;
                 trace_id?: string;
+                type?: string;
                 /** Format: date-time */
                 updated_at: string;
             }[];
+            total?: null | number;
         };
         RunProgress: {
             completed: number;
@@ -1549,11 +1554,11 @@ export interface operations {
                 event_type?: string;
                 /** @description At most this many events. */
                 limit?: string;
-                /** @description From this time (RFC 3339 or Unix milliseconds). */
+                /** @description Only events at or after this time: RFC 3339, Unix milliseconds, or a duration before now (1h, 90m). */
                 since?: string;
                 /** @description Only this trace. */
                 trace_id?: string;
-                /** @description Before this time. */
+                /** @description Only events before this time: RFC 3339, Unix milliseconds, or a duration before now. */
                 until?: string;
             };
             header?: never;
@@ -2011,8 +2016,14 @@ export interface operations {
                 cursor?: string;
                 /** @description Runs per page (default 50, at most 1000). */
                 limit?: string;
-                /** @description Only runs in this state: pending, running, waiting, completed, failed or cancelled. */
+                /** @description The submitted runs alone, in this state: pending, running, waiting, completed, failed or cancelled (not with status, target or type). */
                 state?: string;
+                /** @description Only runs with this status: spawned, running, waiting, completed, failed, rejected or cancelled. */
+                status?: string;
+                /** @description Only runs of this agent or group. */
+                target?: string;
+                /** @description Only runs of this type: run, gather, group or submitted. */
+                type?: string;
             };
             header?: never;
             path?: never;
@@ -2020,7 +2031,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Submitted runs, newest first, a page at a time. */
+            /** @description The run history: every top-level run (synchronous runs, gathers, group runs from the event store, and submitted runs), newest first, a page at a time, with the total. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2339,7 +2350,12 @@ export interface operations {
     };
     runtimeStats: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Only events at or after this time: RFC 3339, Unix milliseconds, or a duration before now (1h, 90m). Windows the event counts, tokens, traces, rejections and error groups. */
+                since?: string;
+                /** @description Only events before this time: RFC 3339, Unix milliseconds, or a duration before now. */
+                until?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2417,6 +2433,10 @@ export interface operations {
             query?: {
                 /** @description tool or agent_tool: answer with usage rows instead of the catalogue. */
                 group_by?: string;
+                /** @description Only events at or after this time: RFC 3339, Unix milliseconds, or a duration before now (1h, 90m). With group_by only. */
+                since?: string;
+                /** @description Only events before this time: RFC 3339, Unix milliseconds, or a duration before now. */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -2454,6 +2474,10 @@ export interface operations {
             query?: {
                 /** @description agent (default), model, trace or none. */
                 group_by?: string;
+                /** @description Only events at or after this time: RFC 3339, Unix milliseconds, or a duration before now (1h, 90m). */
+                since?: string;
+                /** @description Only events before this time: RFC 3339, Unix milliseconds, or a duration before now. */
+                until?: string;
             };
             header?: never;
             path?: never;

@@ -260,6 +260,46 @@ describe('observability', () => {
   });
 });
 
+describe('run history and time windows', () => {
+  test('listRuns lists synchronous runs beside submitted ones, filtered, with the total', async () => {
+    const trace = `ts-hist-${Date.now()}`;
+    await c.run('echo', { input: 'h', request_id: trace });
+    let page;
+    await eventually(async () => {
+      page = await c.listRuns({ type: 'run', target: 'echo', status: 'completed', limit: 5 });
+      return page.runs.some((r) => r.trace_id === trace);
+    }, 10_000, 'the run in the history');
+    const row = page.runs.find((r) => r.trace_id === trace);
+    assert.equal(row.type, 'run');
+    assert.equal(row.status, 'completed');
+    assert.equal(row.run_id, '');
+    assert.ok(page.total >= 1);
+    assert.ok(page.runs.every((r) => r.type === 'run' && r.target === 'echo' && r.status === 'completed'));
+    const submitted = await c.listRuns({ type: 'submitted', limit: 5 });
+    assert.ok(submitted.runs.every((r) => r.type === 'submitted' && r.run_id));
+    await assert.rejects(c.listRuns({ status: 'done' }), (err) => err.status === 400 && /status/.test(err.message));
+  });
+
+  test('usage, toolUsage and runtimeStats take since and until', async () => {
+    const before = new Date();
+    await c.run('echo', { input: 'windowed' });
+    let u;
+    await eventually(async () => {
+      u = await c.usage('agent', { since: before });
+      return (u.groups?.echo?.invocations ?? 0) >= 1;
+    }, 10_000, 'usage since the run');
+    const none = await c.usage('none', { until: new Date(before.getTime() - 3_600_000) });
+    assert.equal(none.total.invocations, 0);
+    const recent = await c.usage('none', { since: '1h' });
+    assert.ok(recent.total.invocations >= 1);
+    const tools = await c.toolUsage('tool', { since: '1h', until: new Date(Date.now() + 60_000) });
+    assert.ok(Array.isArray(tools.rows));
+    const stats = await c.runtimeStats({ since: before });
+    assert.ok(stats.header.agents_completed >= 1);
+    await assert.rejects(c.usage('agent', { since: 'yesterday' }), (err) => err.status === 400 && /since/.test(err.message));
+  });
+});
+
 describe('timeouts and aborts', () => {
   test('the default timeout is 30 s', () => {
     assert.equal(DEFAULT_TIMEOUT_MS, 30_000);

@@ -228,7 +228,7 @@ async function refreshRuns() {
   runsBusy = true;
   lastRuns = Date.now();
   try {
-    const page = await call(`runs?limit=${LIVE_ROWS}`);
+    const page = await call(`runs?limit=${LIVE_ROWS}&type=submitted`);
     state.runs = new Map(page.runs.map((r) => [r.run_id, r]));
     fetchResults(page.runs);
     redraw('runs');
@@ -667,25 +667,40 @@ $('#tree-form').addEventListener('submit', (e) => { e.preventDefault(); location
 
 // ---------- history ----------
 
+// History lists every top-level run (GET /runs): synchronous runs,
+// gathers and group runs from the event store beside the submitted runs.
+// A submitted run opens in the drawer; another opens its tree.
 const hist = { cursors: [''], i: 0 };
 async function showHistory() {
-  const st = $('#hist-state').value;
+  const q = new URLSearchParams({ limit: '25' });
+  for (const [k, el] of [['status', '#hist-state'], ['type', '#hist-type'], ['target', '#hist-target']]) {
+    const v = $(el).value.trim();
+    if (v) q.set(k, v);
+  }
   const cur = hist.cursors[hist.i];
+  if (cur) q.set('cursor', cur);
   try {
-    const page = await call(`runs?limit=25${st ? '&state=' + st : ''}${cur ? '&cursor=' + encodeURIComponent(cur) : ''}`);
+    const page = await call(`runs?${q}`);
     hist.cursors.length = hist.i + 1;
     if (page.next_cursor) hist.cursors.push(page.next_cursor);
     $('#hist-next').disabled = !page.next_cursor;
     $('#hist-first').disabled = hist.i === 0;
-    $('#hist-page').textContent = `page ${hist.i + 1}`;
-    fill($('#hist-table tbody'), page.runs.map((r) => h('tr', { class: 'clickable', onclick: () => openRun(r.run_id) },
-      h('td', { class: 'mono', title: r.run_id }, short(r.run_id)), h('td', {}, r.target), h('td', {}, r.kind),
-      h('td', {}, stateBadge(r.state)), h('td', {}, progressBar(r.progress)),
-      h('td', {}, new Date(r.created_at).toLocaleString()), h('td', {}, new Date(r.updated_at).toLocaleString()),
-      h('td', { class: 'mono' }, r.trace_id ? h('a', { href: '#tree/' + encodeURIComponent(r.trace_id), title: r.trace_id, onclick: (e) => e.stopPropagation() }, short(r.trace_id)) : '–'))), 'No runs.', 8);
+    $('#hist-page').textContent = `page ${hist.i + 1}` + (page.total !== undefined ? ` of ${Math.max(1, Math.ceil(page.total / 25))} (${page.total} runs)` : '');
+    fill($('#hist-table tbody'), page.runs.map((r) => {
+      const treeHref = r.trace_id ? '#tree/' + encodeURIComponent(r.trace_id) : null;
+      const open = r.run_id ? () => openRun(r.run_id) : () => { if (treeHref) location.hash = treeHref; };
+      return h('tr', { class: 'clickable', onclick: open, 'data-key': r.run_id || r.trace_id },
+        h('td', { class: 'mono', title: r.run_id || r.trace_id }, r.run_id ? short(r.run_id) : '–'), h('td', {}, r.target), h('td', {}, r.type || r.kind),
+        h('td', {}, stateBadge(r.status || r.state)), h('td', {}, progressBar(r.progress)),
+        h('td', {}, new Date(r.created_at).toLocaleString()), h('td', {}, new Date(r.updated_at).toLocaleString()),
+        h('td', { class: 'mono' }, treeHref ? h('a', { href: treeHref, title: r.trace_id, onclick: (e) => e.stopPropagation() }, short(r.trace_id)) : '–'));
+    }), 'No runs.', 8);
   } catch (err) { fill($('#hist-table tbody'), [], err.message, 8); }
 }
-$('#hist-state').addEventListener('change', () => { hist.cursors = ['']; hist.i = 0; showHistory(); });
+function resetHistory() { hist.cursors = ['']; hist.i = 0; showHistory(); }
+$('#hist-state').addEventListener('change', resetHistory);
+$('#hist-type').addEventListener('change', resetHistory);
+$('#hist-target').addEventListener('change', resetHistory);
 $('#hist-first').addEventListener('click', () => { hist.i = 0; showHistory(); });
 $('#hist-next').addEventListener('click', () => { if (hist.cursors[hist.i + 1] !== undefined) { hist.i++; showHistory(); } });
 

@@ -34,7 +34,20 @@ type Facts struct {
 	ErrKind string
 	// Runtime is the runtime_id of worker_* events.
 	Runtime string
+	// RunFlags are what the run history reads of an event besides its
+	// type (RunReject, RunGroupFailed).
+	RunFlags int64
 }
+
+// Facts.RunFlags bits.
+const (
+	// RunReject marks a refusal: depth_limit_exceeded, a budget_exceeded
+	// that refused a call (one with an overshoot let the call finish), an
+	// agent_failed whose kind is a policy's refusal.
+	RunReject = 1 << iota
+	// RunGroupFailed marks a group_completed with success false.
+	RunGroupFailed
+)
 
 // maxFact bounds tokens_used, cached_tokens and durations (in microseconds, about 12.7
 // days): a larger value is a bug upstream, and refusing it keeps every sum
@@ -63,6 +76,20 @@ func FactsOf(ev *svc.RuntimeEvent) Facts {
 		}
 	case svc.EventAgentFailed:
 		f.ErrKind = string(svc.FailureKind(p, svc.KindRuntime))
+		switch svc.Kind(f.ErrKind) {
+		case svc.KindBudgetExceeded, svc.KindDepthLimit, svc.KindSpawnCycle:
+			f.RunFlags = RunReject
+		}
+	case svc.EventDepthLimitExceeded:
+		f.RunFlags = RunReject
+	case svc.EventBudgetExceeded:
+		if _, ok := p["overshoot"]; !ok {
+			f.RunFlags = RunReject
+		}
+	case svc.EventGroupCompleted:
+		if ok, isBool := canon(p["success"]).(bool); isBool && !ok {
+			f.RunFlags = RunGroupFailed
+		}
 	case svc.EventWorkerStarted, svc.EventWorkerStopped, svc.EventWorkerHeartbeat:
 		f.Runtime = runtimeID(ev)
 	}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping, NoReturn
 from urllib.parse import urlencode
 
@@ -81,6 +82,17 @@ class _Base:
     def _query(params: Mapping[str, Any]) -> str:
         q = {k: v for k, v in params.items() if v is not None}
         return "?" + urlencode(q, doseq=True) if q else ""
+
+    @staticmethod
+    def _when(v: str | datetime | None) -> str | None:
+        """A since or until as the server reads it: a datetime as RFC 3339
+        (a naive one taken as UTC); a string (RFC 3339, Unix milliseconds,
+        or a duration before now such as "1h") as it is."""
+        if isinstance(v, datetime):
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=timezone.utc)
+            return v.isoformat()
+        return v
 
     # --- request shapes -------------------------------------------------
 

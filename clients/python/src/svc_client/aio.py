@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Any, AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 
 import httpx
@@ -258,27 +259,33 @@ class AsyncClient(_Base):
             # The server ended the stream (a restart, a proxy): reopen it.
             await asyncio.sleep(STREAM_RETRY_DELAY)
 
-    async def usage(self, group_by: str | None = None, *, timeout: Timeout = UNSET) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("GET", "/usage" + self._query({"group_by": group_by}), timeout=timeout)
+    async def usage(self, group_by: str | None = None, *, since: str | datetime | None = None, until: str | datetime | None = None,
+              timeout: Timeout = UNSET) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("GET", "/usage" + self._query(
+            {"group_by": group_by, "since": self._when(since), "until": self._when(until)}), timeout=timeout)
         return out
 
     async def tools(self, *, timeout: Timeout = UNSET) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = await self._call("GET", "/tools", timeout=timeout)
         return out
 
-    async def tool_usage(self, group_by: str = "tool", *, timeout: Timeout = UNSET) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("GET", "/tools" + self._query({"group_by": group_by}), timeout=timeout)
+    async def tool_usage(self, group_by: str = "tool", *, since: str | datetime | None = None, until: str | datetime | None = None,
+                   timeout: Timeout = UNSET) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("GET", "/tools" + self._query(
+            {"group_by": group_by, "since": self._when(since), "until": self._when(until)}), timeout=timeout)
         return out
 
-    async def runtime_stats(self, *, timeout: Timeout = UNSET) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("GET", "/runtime/stats", timeout=timeout)
+    async def runtime_stats(self, *, since: str | datetime | None = None, until: str | datetime | None = None,
+                      timeout: Timeout = UNSET) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("GET", "/runtime/stats" + self._query(
+            {"since": self._when(since), "until": self._when(until)}), timeout=timeout)
         return out
 
     async def events(self, *, event_type: str | None = None, trace_id: str | None = None, since: str | None = None,
                      until: str | None = None, limit: int | None = None, timeout: Timeout = UNSET) -> list[dict[str, Any]]:
         """GET /events; see Client.events."""
         out: list[dict[str, Any]] = await self._call("GET", "/events" + self._query(
-            {"event_type": event_type, "trace_id": trace_id, "since": since, "until": until, "limit": limit}), timeout=timeout)
+            {"event_type": event_type, "trace_id": trace_id, "since": self._when(since), "until": self._when(until), "limit": limit}), timeout=timeout)
         return out
 
     async def tree(self, trace_id: str, *, timeout: Timeout = UNSET) -> dict[str, Any]:
@@ -286,9 +293,11 @@ class AsyncClient(_Base):
         out: dict[str, Any] = await self._call("GET", f"/runs/{seg(trace_id)}/tree", timeout=timeout)
         return out
 
-    async def list_runs(self, *, state: str | None = None, limit: int | None = None, cursor: str | None = None,
+    async def list_runs(self, *, state: str | None = None, status: str | None = None, target: str | None = None,
+                  run_type: str | None = None, limit: int | None = None, cursor: str | None = None,
                         timeout: Timeout = UNSET) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("GET", "/runs" + self._query({"state": state, "limit": limit, "cursor": cursor}), timeout=timeout)
+        out: dict[str, Any] = await self._call("GET", "/runs" + self._query(
+            {"state": state, "status": status, "target": target, "type": run_type, "limit": limit, "cursor": cursor}), timeout=timeout)
         return out
 
     # --- batches ----------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import httpx
@@ -316,10 +317,12 @@ class Client(_Base):
             # The server ended the stream (a restart, a proxy): reopen it.
             time.sleep(STREAM_RETRY_DELAY)
 
-    def usage(self, group_by: str | None = None, *, timeout: Timeout = UNSET) -> dict[str, Any]:
+    def usage(self, group_by: str | None = None, *, since: str | datetime | None = None, until: str | datetime | None = None,
+              timeout: Timeout = UNSET) -> dict[str, Any]:
         """GET /usage: tokens and cost in total and by "agent", "model",
         "trace" or "none"."""
-        out: dict[str, Any] = self._call("GET", "/usage" + self._query({"group_by": group_by}), timeout=timeout)
+        out: dict[str, Any] = self._call("GET", "/usage" + self._query(
+            {"group_by": group_by, "since": self._when(since), "until": self._when(until)}), timeout=timeout)
         return out
 
     def tools(self, *, timeout: Timeout = UNSET) -> list[dict[str, Any]]:
@@ -327,15 +330,21 @@ class Client(_Base):
         out: list[dict[str, Any]] = self._call("GET", "/tools", timeout=timeout)
         return out
 
-    def tool_usage(self, group_by: str = "tool", *, timeout: Timeout = UNSET) -> dict[str, Any]:
+    def tool_usage(self, group_by: str = "tool", *, since: str | datetime | None = None, until: str | datetime | None = None,
+                   timeout: Timeout = UNSET) -> dict[str, Any]:
         """GET /tools?group_by=: calls, failures and latency per tool
         ("tool") or per agent and tool ("agent_tool")."""
-        out: dict[str, Any] = self._call("GET", "/tools" + self._query({"group_by": group_by}), timeout=timeout)
+        out: dict[str, Any] = self._call("GET", "/tools" + self._query(
+            {"group_by": group_by, "since": self._when(since), "until": self._when(until)}), timeout=timeout)
         return out
 
-    def runtime_stats(self, *, timeout: Timeout = UNSET) -> dict[str, Any]:
-        """GET /runtime/stats."""
-        out: dict[str, Any] = self._call("GET", "/runtime/stats", timeout=timeout)
+    def runtime_stats(self, *, since: str | datetime | None = None, until: str | datetime | None = None,
+                      timeout: Timeout = UNSET) -> dict[str, Any]:
+        """GET /runtime/stats; since and until (a datetime, or RFC 3339,
+        Unix milliseconds or a duration before now such as "1h") window
+        the event counts, tokens, traces, rejections and error groups."""
+        out: dict[str, Any] = self._call("GET", "/runtime/stats" + self._query(
+            {"since": self._when(since), "until": self._when(until)}), timeout=timeout)
         return out
 
     def events(self, *, event_type: str | None = None, trace_id: str | None = None, since: str | None = None,
@@ -343,7 +352,7 @@ class Client(_Base):
         """GET /events: stored runtime events, newest first, filtered by
         type, trace, and time (since inclusive, until exclusive: RFC 3339)."""
         out: list[dict[str, Any]] = self._call("GET", "/events" + self._query(
-            {"event_type": event_type, "trace_id": trace_id, "since": since, "until": until, "limit": limit}), timeout=timeout)
+            {"event_type": event_type, "trace_id": trace_id, "since": self._when(since), "until": self._when(until), "limit": limit}), timeout=timeout)
         return out
 
     def tree(self, trace_id: str, *, timeout: Timeout = UNSET) -> dict[str, Any]:
@@ -351,11 +360,17 @@ class Client(_Base):
         out: dict[str, Any] = self._call("GET", f"/runs/{seg(trace_id)}/tree", timeout=timeout)
         return out
 
-    def list_runs(self, *, state: str | None = None, limit: int | None = None, cursor: str | None = None,
+    def list_runs(self, *, state: str | None = None, status: str | None = None, target: str | None = None,
+                  run_type: str | None = None, limit: int | None = None, cursor: str | None = None,
                   timeout: Timeout = UNSET) -> dict[str, Any]:
-        """GET /runs: submitted runs, newest first, a page at a time (pass
-        the page's next_cursor as cursor for the next one)."""
-        out: dict[str, Any] = self._call("GET", "/runs" + self._query({"state": state, "limit": limit, "cursor": cursor}), timeout=timeout)
+        """GET /runs: the run history, newest first, a page at a time (pass
+        the page's next_cursor as cursor for the next one), with its total:
+        every top-level run (synchronous runs, gathers and group runs from
+        the event store, and submitted runs), filtered by status, target
+        and run_type ("run", "gather", "group", "submitted"); with state,
+        the submitted runs alone in that state."""
+        out: dict[str, Any] = self._call("GET", "/runs" + self._query(
+            {"state": state, "status": status, "target": target, "type": run_type, "limit": limit, "cursor": cursor}), timeout=timeout)
         return out
 
     # --- batches ----------------------------------------------------------
