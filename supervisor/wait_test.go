@@ -317,28 +317,7 @@ func TestWaitDeadline(t *testing.T) {
 func TestWaitInGroup(t *testing.T) {
 	c := newCalls()
 	g := mustGroup(t, group.New("flow").Node("a", "a").Node("t", "tooly").Node("c", "c").Edge("a", "t").Edge("t", "c"))
-	path := filepath.Join(t.TempDir(), "runs.db")
-	st, err := sqlitestore.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := supervisor.New(supervisor.Config{Store: st, Models: countModels(c), Options: opts(func(o *svc.Options) { o.TimeoutSeconds = 60 })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &life{rt: rt, store: st}
-	defer l.end(t)
-	if err := rt.Register(countAgent("a"), approvalAgent(c), countAgent("c")); err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.RegisterGroups(g); err != nil {
-		t.Fatal(err)
-	}
-	rt.ResumeRuns(context.Background())
-	id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: "flow", Task: svc.TaskSpec{Input: json.RawMessage(`"in"`)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, st, id := waitingGroup(t, c, g)
 	status := waitState(t, rt, id, svc.RunWaiting)
 	if len(status.Waiting) != 1 || status.Waiting[0].Agent != "tooly" {
 		t.Fatalf("waiting %+v, want node t's approval", status.Waiting)
@@ -365,27 +344,7 @@ func TestWaitInGroup(t *testing.T) {
 func TestWaitParallelNodes(t *testing.T) {
 	c := newCalls()
 	g := mustGroup(t, group.New("par").Node("t", "tooly").Node("a", "a").Node("c", "c").Edge("t", "c").Edge("a", "c"))
-	st, err := sqlitestore.Open(filepath.Join(t.TempDir(), "runs.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := supervisor.New(supervisor.Config{Store: st, Models: countModels(c), Options: opts(func(o *svc.Options) { o.TimeoutSeconds = 60 })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &life{rt: rt, store: st}
-	defer l.end(t)
-	if err := rt.Register(countAgent("a"), approvalAgent(c), countAgent("c")); err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.RegisterGroups(g); err != nil {
-		t.Fatal(err)
-	}
-	rt.ResumeRuns(context.Background())
-	id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: "par", Task: svc.TaskSpec{Input: json.RawMessage(`"in"`)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, st, id := waitingGroup(t, c, g)
 	status := waitState(t, rt, id, svc.RunWaiting)
 	if _, err := rt.ResumeRun(context.Background(), id, svc.Decision{RequestID: status.Waiting[0].ID, Approve: &yes}); err != nil {
 		t.Fatal(err)
@@ -397,4 +356,34 @@ func TestWaitParallelNodes(t *testing.T) {
 	if a, act, cc := c.count("a"), c.count("act"), c.count("c"); a != 1 || act != 1 || cc != 1 {
 		t.Fatalf("calls a=%d act=%d c=%d, want 1 each", a, act, cc)
 	}
+}
+
+// waitingGroup starts a runtime on a new SQLite store with the agents a
+// and c (count models) and tooly (approvalAgent) and the group g, submits
+// a run of g and returns the runtime, its store and the run's id; the
+// runtime is shut down when t ends.
+func waitingGroup(t *testing.T, c *calls, g svc.Group) (*supervisor.Runtime, *sqlitestore.Store, string) {
+	t.Helper()
+	st, err := sqlitestore.Open(filepath.Join(t.TempDir(), "runs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := supervisor.New(supervisor.Config{Store: st, Models: countModels(c), Options: opts(func(o *svc.Options) { o.TimeoutSeconds = 60 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &life{rt: rt, store: st}
+	t.Cleanup(func() { l.end(t) })
+	if err := rt.Register(countAgent("a"), approvalAgent(c), countAgent("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RegisterGroups(g); err != nil {
+		t.Fatal(err)
+	}
+	rt.ResumeRuns(context.Background())
+	id, err := rt.Submit(context.Background(), svc.SubmitRequest{Target: g.Name, Task: svc.TaskSpec{Input: json.RawMessage(`"in"`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, st, id
 }
