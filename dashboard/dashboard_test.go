@@ -116,7 +116,7 @@ func TestSelfContained(t *testing.T) {
 // call or stream, and each path it names is a route of the public HTTP
 // API the clients use (issue 16 part 2); no other script fetches.
 func TestOnlyPublicAPI(t *testing.T) {
-	public := regexp.MustCompile(`^(runs|runs/X/(status|result|stream|cancel|tree)|events|events/stream|usage|tools|runtime/stats|agents|groups|groups/X/topology)$`)
+	public := regexp.MustCompile(`^(runs|runs/X/(status|result|stream|cancel|resume|tree)|events|events/stream|usage|tools|runtime/stats|agents|groups|groups/X/topology)$`)
 	app, err := os.ReadFile(filepath.Join("static", "js", "app.js"))
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,7 @@ func TestDashboardWaitingRuns(t *testing.T) {
 	}
 
 	// Deny with a reason: the model is told, the tool not called.
+	b.until("the approved run's card to go", fmt.Sprintf(`!document.querySelector(%q)`, card(gate)))
 	b.do(chromedp.SendKeys(chromedp.CSS(card(deny)+" .req-reason"), "not now"))
 	b.click(card(deny) + " .req-deny")
 	testutil.Within(t, wait, "the denied run to complete", func() bool { s, _ := runStatus(t, a, deny); return s == "completed" })

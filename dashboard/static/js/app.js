@@ -374,10 +374,17 @@ async function refreshWaiting() {
     // A card still open is kept as it is (what was typed into it, a
     // button being pressed); only the cards of requests answered
     // meanwhile go, and new ones come.
+    // Kept cards are never detached: the answered ones are removed and the
+    // new ones appended, around them.
     const list = $('#waiting-list');
-    const have = new Map([...list.children].map((el) => [el.dataset.run + '/' + el.dataset.request, el]));
-    const cards = open.map(([r, req]) => have.get(r.run_id + '/' + req.id) || requestCard(r.run_id, r.target, req, refreshWaiting));
-    if (cards.length !== list.children.length || cards.some((c, i) => list.children[i] !== c)) list.replaceChildren(...cards);
+    const want = new Set(open.map(([r, req]) => r.run_id + '/' + req.id));
+    for (const el of [...list.children]) {
+      if (!want.has(el.dataset.run + '/' + el.dataset.request)) el.remove();
+    }
+    const have = new Set([...list.children].map((el) => el.dataset.run + '/' + el.dataset.request));
+    for (const [r, req] of open) {
+      if (!have.has(r.run_id + '/' + req.id)) list.append(requestCard(r.run_id, r.target, req, refreshWaiting));
+    }
   } catch { /* an older server: no waiting runs */ } finally { waitingBusy = false; }
 }
 
@@ -671,7 +678,12 @@ $('#tree-form').addEventListener('submit', (e) => { e.preventDefault(); location
 // gathers and group runs from the event store beside the submitted runs.
 // A submitted run opens in the drawer; another opens its tree.
 const hist = { cursors: [''], i: 0 };
+// histSeq numbers the history's requests: an answer that comes back
+// after a later request's (the filters changed meanwhile) is dropped, so
+// the table always shows the filters the person chose last.
+let histSeq = 0;
 async function showHistory() {
+  const seq = ++histSeq;
   const q = new URLSearchParams({ limit: '25' });
   for (const [k, el] of [['status', '#hist-state'], ['type', '#hist-type'], ['target', '#hist-target']]) {
     const v = $(el).value.trim();
@@ -681,6 +693,7 @@ async function showHistory() {
   if (cur) q.set('cursor', cur);
   try {
     const page = await call(`runs?${q}`);
+    if (seq !== histSeq) return; // a later request's answer rules
     hist.cursors.length = hist.i + 1;
     if (page.next_cursor) hist.cursors.push(page.next_cursor);
     $('#hist-next').disabled = !page.next_cursor;
@@ -695,7 +708,7 @@ async function showHistory() {
         h('td', {}, new Date(r.created_at).toLocaleString()), h('td', {}, new Date(r.updated_at).toLocaleString()),
         h('td', { class: 'mono' }, treeHref ? h('a', { href: treeHref, title: r.trace_id, onclick: (e) => e.stopPropagation() }, short(r.trace_id)) : '–'));
     }), 'No runs.', 8);
-  } catch (err) { fill($('#hist-table tbody'), [], err.message, 8); }
+  } catch (err) { if (seq === histSeq) fill($('#hist-table tbody'), [], err.message, 8); }
 }
 function resetHistory() { hist.cursors = ['']; hist.i = 0; showHistory(); }
 $('#hist-state').addEventListener('change', resetHistory);
