@@ -235,6 +235,26 @@ func ToolNeedsApproval(t Tool) bool {
 	return false
 }
 
+// MayWait reports whether a call of the agent could wait for a person:
+// it lists tools under Approval, has ask_human, an MCP server of it has
+// approval patterns, or one of its tools declares it needs approval.
+func (a *Agent) MayWait() bool {
+	if len(a.Approval) > 0 || contains(a.BuiltinTools, AskHumanTool) {
+		return true
+	}
+	for i := range a.MCPServers {
+		if len(a.MCPServers[i].Approval) > 0 {
+			return true
+		}
+	}
+	for _, t := range a.Tools {
+		if ToolNeedsApproval(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // ResumeBackend is a RunBackend whose waiting runs can be resumed.
 type ResumeBackend interface {
 	// ResumeRun records d as the answer to one of a waiting run's

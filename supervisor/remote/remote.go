@@ -99,8 +99,16 @@ type runCapped interface {
 // spawn_agents derived from its parent) has no such twin there: it runs
 // here, and the runs its tools start go to the fleet. With NestedOnly only
 // the nested runs (children and delegates) go.
+//
+// An agent of a submitted run (its journal in ctx) that may wait for a
+// person (svc.Agent.MayWait) runs here too: a worker has no step log to
+// park it on, and here it waits in the run store, to be resumed by any
+// serve node (issue 31).
 func (e *Executor) Dispatches(ctx context.Context, inv *agent.Invocation) bool {
 	if !e.cfg.Registered(inv.Agent) {
+		return false
+	}
+	if svc.JournalFrom(ctx) != nil && inv.Agent.Def.MayWait() {
 		return false
 	}
 	if e.cfg.NestedOnly {

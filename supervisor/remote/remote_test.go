@@ -130,11 +130,27 @@ func TestExecuteFailures(t *testing.T) {
 	}
 }
 
+// nopJournal is a submitted run's journal with nothing recorded.
+type nopJournal struct{}
+
+func (nopJournal) Replay(svc.StepKind, string) (json.RawMessage, bool)           { return nil, false }
+func (nopJournal) Record(context.Context, svc.StepKind, string, json.RawMessage) {}
+func (nopJournal) Queue(svc.StepKind, string, json.RawMessage)                   {}
+func (nopJournal) Started(string) bool                                           { return false }
+func (nopJournal) Ended(string) bool                                             { return false }
+
 // What has no twin on the workers runs here: an agent the runtime did not
-// register (a spawned child, a team's coordinator) and, with NestedOnly,
-// a run that is not nested.
+// register (a spawned child, a team's coordinator), with NestedOnly a run
+// that is not nested, and an agent of a submitted run that may wait for a
+// person (it parks on the serve node's run store; a worker has none).
 func TestExecuteLocal(t *testing.T) {
 	reg, derived := compiled(t, "a"), compiled(t, "a")
+	asker, err := agent.Compile(svc.Agent{Name: "asker", Model: "test:echo", BuiltinTools: []string{svc.AskHumanTool}}, nil,
+		agent.WithBuiltins(map[string]agent.Builtin{svc.AskHumanTool: agent.AskHuman}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	submitted := svc.WithJournal(context.Background(), nopJournal{})
 	d := &fakeDispatcher{res: svc.AgentResult{Success: true, Output: json.RawMessage(`"remote"`)}}
 	for _, tc := range []struct {
 		name       string
@@ -148,10 +164,13 @@ func TestExecuteLocal(t *testing.T) {
 		{"nested only, top-level run", true, reg, context.Background(), false},
 		{"nested only, nested run", true, reg, context.WithValue(context.Background(), ctxKey{}, ""), true},
 		{"nested only, derived agent", true, derived, context.WithValue(context.Background(), ctxKey{}, ""), false},
+		{"submitted, registered agent", false, reg, submitted, true},
+		{"submitted, an agent that may wait", false, asker, submitted, false},
+		{"synchronous, an agent that may wait", false, asker, context.Background(), true},
 	} {
 		d.reqs = nil
 		inv := &agent.Invocation{Agent: tc.c, Input: json.RawMessage(`"here"`), TaskID: "t", TraceID: "t"}
-		ex := executor(d, tc.nestedOnly, reg)
+		ex := executor(d, tc.nestedOnly, reg, asker)
 		out, err := ex.Execute(tc.ctx, inv)
 		if err != nil || out.Remote != tc.remote || (len(d.reqs) == 1) != tc.remote || ex.Dispatches(tc.ctx, inv) != tc.remote {
 			t.Errorf("%s: %+v, %v after %d dispatches; want remote %v", tc.name, out, err, len(d.reqs), tc.remote)
