@@ -66,14 +66,8 @@ func (r *runner) humanCall(ctx context.Context, call svc.ToolCall, kind svc.Wait
 	jr := r.jr
 	key := svc.StepKey(jr.tools, jr.nTool)
 	jr.nTool++
-	if data, ok := jr.j.Replay(svc.StepToolCall, key); ok {
-		var rec svc.ReplayedToolCall
-		if json.Unmarshal(data, &rec) == nil && !rec.Started {
-			if len(rec.Content) == 0 {
-				rec.Content = jsonNull
-			}
-			return rec.Content, rec.Failed, nil
-		}
+	if content, failed, ok := r.replayedTool(key); ok {
+		return content, failed, nil
 	}
 	if data, ok := jr.j.Replay(svc.StepDecision, key); ok {
 		var d svc.Decision

@@ -111,14 +111,8 @@ func (r *runner) journaledTool(ctx context.Context, call svc.ToolCall) (json.Raw
 // journaledCall is journaledTool for the call recorded under key.
 func (r *runner) journaledCall(ctx context.Context, call svc.ToolCall, key string) (json.RawMessage, bool, error) {
 	jr := r.jr
-	if data, ok := jr.j.Replay(svc.StepToolCall, key); ok {
-		var rec svc.ReplayedToolCall
-		if json.Unmarshal(data, &rec) == nil && !rec.Started {
-			if len(rec.Content) == 0 {
-				rec.Content = jsonNull
-			}
-			return rec.Content, rec.Failed, nil
-		}
+	if content, failed, ok := r.replayedTool(key); ok {
+		return content, failed, nil
 	}
 	tool, known := r.tools[call.Name]
 	risky := known && !svc.ToolIdempotent(tool)
@@ -142,6 +136,23 @@ func (r *runner) journaledCall(ctx context.Context, call svc.ToolCall, key strin
 		r.recordTool(ctx, key, content, failed)
 	}
 	return content, failed, stop
+}
+
+// replayedTool is the recorded result of the tool call under key, when a
+// previous life of the run completed it.
+func (r *runner) replayedTool(key string) (content json.RawMessage, failed, ok bool) {
+	data, found := r.jr.j.Replay(svc.StepToolCall, key)
+	if !found {
+		return nil, false, false
+	}
+	var rec svc.ReplayedToolCall
+	if json.Unmarshal(data, &rec) != nil || rec.Started {
+		return nil, false, false
+	}
+	if len(rec.Content) == 0 {
+		rec.Content = jsonNull
+	}
+	return rec.Content, rec.Failed, true
 }
 
 func (r *runner) recordTool(ctx context.Context, key string, content json.RawMessage, failed bool) {

@@ -203,30 +203,42 @@ func (rt *Runtime) watchWaiting() {
 	}()
 }
 
-// deadlines are the request deadlines this node watches: a heap and one
-// timer for the earliest. A fired deadline runs on the timer's goroutine,
-// which Shutdown awaits (stop).
+// deadlines are the request deadlines this node watches: a heap, an
+// index by run and request (a store with many waiting runs adds and
+// removes in O(log n)), and one timer for the earliest. A fired deadline
+// runs on the timer's goroutine, which Shutdown awaits (stop).
 type deadlines struct {
 	mu      sync.Mutex
 	h       deadlineHeap
+	byKey   map[deadlineKey]*deadline
 	timer   *time.Timer
 	stopped bool
 	fire    func(id string, req svc.WaitRequest)
 	running sync.WaitGroup
 }
 
+type deadlineKey struct{ run, req string }
+
 type deadline struct {
-	at  time.Time
-	id  string
-	req svc.WaitRequest
+	at    time.Time
+	id    string
+	req   svc.WaitRequest
+	index int // in the heap
 }
 
-type deadlineHeap []deadline
+type deadlineHeap []*deadline
 
 func (h deadlineHeap) Len() int           { return len(h) }
 func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h deadlineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *deadlineHeap) Push(x any) {
+	d := x.(*deadline)
+	d.index = len(*h)
+	*h = append(*h, d)
+}
 func (h *deadlineHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -237,27 +249,27 @@ func (h *deadlineHeap) Pop() any {
 func (d *deadlines) add(id string, req svc.WaitRequest) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped || d.fire == nil {
+	k := deadlineKey{id, req.ID}
+	if d.stopped || d.fire == nil || d.byKey[k] != nil {
 		return
 	}
-	for _, x := range d.h {
-		if x.id == id && x.req.ID == req.ID {
-			return
-		}
+	if d.byKey == nil {
+		d.byKey = make(map[deadlineKey]*deadline)
 	}
-	heap.Push(&d.h, deadline{at: *req.Deadline, id: id, req: req})
+	x := &deadline{at: *req.Deadline, id: id, req: req}
+	d.byKey[k] = x
+	heap.Push(&d.h, x)
 	d.arm()
 }
 
 func (d *deadlines) remove(id, reqID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for i, x := range d.h {
-		if x.id == id && x.req.ID == reqID {
-			heap.Remove(&d.h, i)
-			d.arm()
-			return
-		}
+	k := deadlineKey{id, reqID}
+	if x := d.byKey[k]; x != nil {
+		delete(d.byKey, k)
+		heap.Remove(&d.h, x.index)
+		d.arm()
 	}
 }
 
@@ -282,9 +294,11 @@ func (d *deadlines) arm() {
 			return
 		}
 		d.timer = nil
-		var due []deadline
+		var due []*deadline
 		for len(d.h) > 0 && !d.h[0].at.After(time.Now()) {
-			due = append(due, heap.Pop(&d.h).(deadline))
+			x := heap.Pop(&d.h).(*deadline)
+			delete(d.byKey, deadlineKey{x.id, x.req.ID})
+			due = append(due, x)
 		}
 		d.arm()
 		d.mu.Unlock()

@@ -365,21 +365,23 @@ async function refreshWaiting() {
     const box = $('#waiting-box');
     box.hidden = page.runs.length === 0;
     $('#waiting-count').textContent = page.runs.length ? String(page.runs.length) + (page.next_cursor ? '+' : '') : '';
+    // A card still open is kept as it is (what was typed into it, a
+    // button being pressed), never detached: the cards of runs no longer
+    // waiting are removed, new ones appended. A run's status is read once,
+    // when it first appears (a run that resumes leaves the list, so a new
+    // wait of it is read again).
+    const list = $('#waiting-list');
+    const waitingNow = new Set(page.runs.map((r) => r.run_id));
+    for (const el of [...list.children]) {
+      if (!waitingNow.has(el.dataset.run)) el.remove();
+    }
+    const shown = new Set([...list.children].map((el) => el.dataset.run));
     const open = [];
     for (const r of page.runs) {
+      if (shown.has(r.run_id)) continue;
       const st = await call(`runs/${encodeURIComponent(r.run_id)}/status`).catch(() => null);
       if (!st || st.state !== 'waiting') continue;
       for (const req of st.waiting || []) open.push([r, req]);
-    }
-    // A card still open is kept as it is (what was typed into it, a
-    // button being pressed); only the cards of requests answered
-    // meanwhile go, and new ones come.
-    // Kept cards are never detached: the answered ones are removed and the
-    // new ones appended, around them.
-    const list = $('#waiting-list');
-    const want = new Set(open.map(([r, req]) => r.run_id + '/' + req.id));
-    for (const el of [...list.children]) {
-      if (!want.has(el.dataset.run + '/' + el.dataset.request)) el.remove();
     }
     const have = new Set([...list.children].map((el) => el.dataset.run + '/' + el.dataset.request));
     for (const [r, req] of open) {
