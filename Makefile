@@ -42,7 +42,7 @@ OPENAPI_FETCH := .cache/ts/node_modules/openapi-fetch/package.json
 # bash, for pipefail: `make test` pipes go test through the summary.
 SHELL := bash
 
-.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-durable bench-outside bench-groupcommit bench-python bench-http bench-million bench-stream bench-waiting fuzz fuzz-long soak soak-metrics clean
+.PHONY: run build test test-ts test-python ts-types deps check vet staticcheck bench bench-batch bench-durable bench-outside bench-groupcommit bench-python bench-http bench-million bench-stream bench-waiting fuzz fuzz-long soak soak-metrics clean
 
 ## run: start svc serve on the example specs (no API key needed)
 run:
@@ -156,7 +156,7 @@ check: deps
 
 ## bench: the benchmarks of BENCHMARKS.md, each beside its baseline (bench-million apart)
 bench:
-	$(GO) test -run '^$$' -bench . -skip 'MillionInFlight|Outside' -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/...
+	$(GO) test -run '^$$' -bench . -skip 'MillionInFlight|Outside|BatchMillion' -benchmem -benchtime $(BENCHTIME) -timeout 60m ./bench/... ./eventstore/...
 
 ## bench-http: issue 15's benchmarks of the svc serve binary with its
 ## default flags (part of bench): POST /agents/echo/run against a bare chi
@@ -170,6 +170,13 @@ bench-http:
 ## with SIGKILL and resumed by a restart
 bench-durable:
 	$(GO) test -run '^$$' -bench 'Durable' -benchtime 1x -timeout 30m -v ./bench/
+
+## bench-batch: issue 32 part 6: a batch of a million test:echo tasks
+## through svc serve (SQLite), its RSS at a tenth and at the full size,
+## beside one streamed gather of the same tasks; killed at half-way and
+## resumed; then over four workers (SVC_BENCH_BATCH_TASKS sets the count)
+bench-batch:
+	$(GO) test -run '^$$' -bench BatchMillion -benchtime 1x -timeout 90m ./bench/
 
 ## bench-million: a million runs in flight beside bare goroutines (needs about 16 GiB; SVC_BENCH_INFLIGHT sets the count)
 bench-million:
