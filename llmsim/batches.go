@@ -130,6 +130,32 @@ func (s *Server) BatchStats() BatchStats {
 	return BatchStats{Created: cp(b.stats.Created), Polled: cp(b.stats.Polled), Results: cp(b.stats.Results), Files: b.stats.Files}
 }
 
+// PeekBatch returns a batch's status as its API would state it (OpenAI's
+// status, Anthropic's processing_status), without looking at it as a
+// client does (a look may run its requests); false for an unknown id.
+func (s *Server) PeekBatch(id string) (string, bool) {
+	b := &s.batch
+	b.mu.Lock()
+	b.init()
+	sb := b.batches[id]
+	b.mu.Unlock()
+	if sb == nil {
+		return "", false
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.flavor == openAI {
+		return sb.status, true
+	}
+	switch {
+	case !sb.ended.IsZero():
+		return "ended", true
+	case !sb.cancelAt.IsZero():
+		return "canceling", true
+	}
+	return "in_progress", true
+}
+
 // routeBatch serves the batch APIs' paths; false when r is not for them.
 func (s *Server) routeBatch(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
