@@ -99,16 +99,16 @@ type BatchCounts struct {
 
 // BatchStatus is what GET /batches/{id} serves and a row of GET /batches.
 type BatchStatus struct {
-	BatchID        string      `json:"batch_id"`
-	Target         string      `json:"target"`
-	State          BatchState  `json:"state"`
-	MaxConcurrency int         `json:"max_concurrency"`
+	BatchID        string     `json:"batch_id"`
+	Target         string     `json:"target"`
+	State          BatchState `json:"state"`
+	MaxConcurrency int        `json:"max_concurrency"`
 	// Mode is BatchProvider for a batch whose model calls go to the
 	// provider's batch API; absent for BatchRuntime.
-	Mode   BatchMode   `json:"mode,omitempty"`
-	Counts BatchCounts `json:"counts"`
-	TokensUsed     int64       `json:"tokens_used"`
-	CostUSD        float64     `json:"cost_usd"`
+	Mode       BatchMode   `json:"mode,omitempty"`
+	Counts     BatchCounts `json:"counts"`
+	TokensUsed int64       `json:"tokens_used"`
+	CostUSD    float64     `json:"cost_usd"`
 	// Reason says why a batch failed or was cancelled; absent otherwise.
 	Reason string `json:"reason,omitempty"`
 	// Resumed counts the times another process took the batch over from
