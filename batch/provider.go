@@ -254,7 +254,12 @@ func (p *providerRun) submit(ctx context.Context, first, n int64) error {
 			p.fails = 0
 			p.st.Parts = append(p.st.Parts, providerPart{ID: id, First: first, N: n, Submitted: time.Now().UTC()})
 			p.r.log().Info("provider batch submitted", zap.String("provider_batch", id), zap.Int64("first", first), zap.Int("calls", len(calls)))
-			return p.save()
+			if err := p.save(); err != nil {
+				return err
+			}
+			// No result yet: the status counts the tasks at the provider
+			// as running.
+			return p.setRunning()
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -277,6 +282,14 @@ func (p *providerRun) save() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.r.m.ctx), 10*time.Second)
 	defer cancel()
 	return p.r.m.cfg.Store.SetBatchProvider(ctx, p.r.rec.BatchID, data)
+}
+
+// setRunning stores running() as the batch's tasks in flight.
+func (p *providerRun) setRunning() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.r.m.ctx), 10*time.Second)
+	defer cancel()
+	_, err := p.r.m.cfg.Store.AddBatchResults(ctx, p.r.rec.BatchID, p.running(), nil)
+	return err
 }
 
 // running is how many tasks the open provider batches hold.

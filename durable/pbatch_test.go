@@ -70,7 +70,7 @@ func TestProviderBatchResumedAfterKill(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if st := w.batchStatus(s1.URL, acc.BatchID); st.State != "running" || !strings.Contains(st.raw, `"mode":"provider"`) {
+	if st := w.batchStatus(s1.URL, acc.BatchID); st.State != "running" || st.Counts.Running != n || !strings.Contains(st.raw, `"mode":"provider"`) {
 		t.Fatalf("before the kill: %s", st.raw)
 	}
 	s1.Kill(t)
