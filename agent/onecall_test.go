@@ -36,7 +36,9 @@ func TestOneCall(t *testing.T) {
 		PreProcess: func(_ context.Context, v json.RawMessage) (json.RawMessage, error) {
 			return json.RawMessage(`{"n":` + strings.TrimSuffix(strings.TrimPrefix(string(v), `{"n":`), "}") + `,"pre":true}`), nil
 		},
-		PostProcess: func(_ context.Context, v json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`[` + string(v) + `]`), nil },
+		PostProcess: func(_ context.Context, v json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`[` + string(v) + `]`), nil
+		},
 	}
 	one, err := mustCompile(t, a, models).OneCall()
 	if err != nil {
