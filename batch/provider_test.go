@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"iter"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -307,4 +308,71 @@ func TestProviderBatchResumesAndCancels(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// BenchmarkProviderBatch: a batch of 10,000 tasks on an OpenAI agent,
+// llmsim answering at once, from submit to completed, results stored in
+// memstore. provider: one provider batch (request building, the upload,
+// llmsim answering the file, reading the output file, the results);
+// runtime, the baseline: the same tasks as chat completions, 100 at once.
+// llmsim's own work is in both.
+func BenchmarkProviderBatch(b *testing.B) {
+	for _, mode := range []svc.BatchMode{svc.BatchProvider, svc.BatchRuntime} {
+		b.Run(string(mode), func(b *testing.B) { benchBatch(b, mode) })
+	}
+}
+
+func benchBatch(b *testing.B, mode svc.BatchMode) {
+	const n = 10_000
+	for b.Loop() {
+		sim := llmsim.New(llmsim.Config{})
+		if err := sim.Start("127.0.0.1:0"); err != nil {
+			b.Fatal(err)
+		}
+		a := simAgent("copy", "openai", sim)
+		rt, err := supervisor.New(supervisor.Config{Models: providers.Default()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.Register(a); err != nil {
+			b.Fatal(err)
+		}
+		m, err := batch.New(batch.Config{Store: memstore.New(), Runner: rt, Poll: 20 * time.Millisecond, ProviderPoll: batch.MinProviderPoll})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tasks := func(yield func(svc.TaskSpec) bool) {
+			for i := range n {
+				if !yield(svc.TaskSpec{Input: json.RawMessage(`"task number ` + strconv.Itoa(i) + `"`)}) {
+					return
+				}
+			}
+		}
+		acc, err := m.SubmitBatch(context.Background(), "copy", tasks, svc.BatchOptions{Mode: mode})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			st, err := m.BatchStatus(context.Background(), acc.BatchID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if st.State == svc.BatchCompleted {
+				if st.Counts.Succeeded != n {
+					b.Fatalf("%+v", st.Counts)
+				}
+				break
+			}
+			if st.State.Terminal() {
+				b.Fatalf("%+v", st)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = m.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = rt.Shutdown(ctx)
+		cancel()
+		_ = sim.Close()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "µs/task")
 }
