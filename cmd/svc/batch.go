@@ -108,7 +108,7 @@ is one model call without tools; the server refuses any other.
 Exit status: 0 when the batch was stored, 1 when the server refused it (an
 unknown agent, say) or the upload failed, 2 for bad usage.`,
 		Example: `  seq 1 1000 | sed 's/.*/{"input": &}/' | svc batch submit - --target echo --max-concurrency 50`,
-		Args: cobra.ExactArgs(1),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if target == "" {
 				return &exitError{code: 2, err: errors.New("--target NAME is required (the agent that runs the tasks)")}
