@@ -24,9 +24,20 @@ func batchPath(id string) string { return "/batches/" + url.PathEscape(id) }
 // answers once every task is stored. A task with Invalid set is sent as a
 // line the server refuses, which fails that task only. The client's
 // timeout does not bound the upload; ctx does.
-func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], maxConcurrency int) (svc.BatchAccepted, error) {
-	if _, err := svc.CheckGatherConcurrency(maxConcurrency); err != nil {
-		return svc.BatchAccepted{}, err
+func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], opts svc.BatchOptions) (svc.BatchAccepted, error) {
+	q := url.Values{"target": {target}}
+	if opts.MaxConcurrency != 0 {
+		if _, err := svc.CheckGatherConcurrency(opts.MaxConcurrency); err != nil {
+			return svc.BatchAccepted{}, err
+		}
+		q.Set("max_concurrency", strconv.Itoa(opts.MaxConcurrency))
+	}
+	if opts.Mode != "" {
+		mode, err := svc.CheckBatchMode(opts.Mode)
+		if err != nil {
+			return svc.BatchAccepted{}, err
+		}
+		q.Set("mode", string(mode))
 	}
 	if tasks == nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "batch")
@@ -34,7 +45,6 @@ func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
-	q := url.Values{"target": {target}, "max_concurrency": {strconv.Itoa(maxConcurrency)}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/batches?"+q.Encode(), pr)
 	if err != nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, err, "client: building the request")

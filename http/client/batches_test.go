@@ -67,7 +67,7 @@ func TestBatchOverHTTP(t *testing.T) {
 	c := newClient(t, batchServer(t, nil))
 	ctx := t.Context()
 	const n = 3000
-	acc, err := c.SubmitBatch(ctx, "echo", inputs(n, 5), 50)
+	acc, err := c.SubmitBatch(ctx, "echo", inputs(n, 5), svc.BatchOptions{MaxConcurrency: 50})
 	if err != nil || acc.Total != n {
 		t.Fatalf("SubmitBatch = %+v, %v", acc, err)
 	}
@@ -118,8 +118,12 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 	url := batchServer(t, nil)
 	c := newClient(t, url)
 	ctx := t.Context()
-	if _, err := c.SubmitBatch(ctx, "nope", inputs(2, -1), 1); svc.KindOf(err) != svc.KindRegistry {
+	if _, err := c.SubmitBatch(ctx, "nope", inputs(2, -1), svc.BatchOptions{MaxConcurrency: 1}); svc.KindOf(err) != svc.KindRegistry {
 		t.Fatalf("unknown target: %v", err)
+	}
+	if _, err := c.SubmitBatch(ctx, "echo", inputs(2, -1), svc.BatchOptions{Mode: svc.BatchProvider}); svc.KindOf(err) != svc.KindSpecValidation ||
+		!strings.Contains(err.Error(), "no batch API") {
+		t.Fatalf("mode provider on a model without a batch API: %v", err)
 	}
 	for _, tc := range []struct {
 		method, path, ctype, body string
@@ -132,6 +136,11 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 		{"POST", "/batches", "application/json", `{"target": "echo", "tasks": [{"input": 1}], "bogus": 1}`, 400, "bogus"},
 		{"POST", "/batches", svc.MediaNDJSON, `{"input": 1}`, 400, "target"},
 		{"POST", "/batches?target=echo&max_concurrency=x", svc.MediaNDJSON, `{"input": 1}`, 400, "max_concurrency"},
+		// Mode provider needs a model with a batch API: test's has none.
+		{"POST", "/batches", "application/json", `{"target": "echo", "tasks": [{"input": 1}], "mode": "provider"}`, 400, "no batch API"},
+		{"POST", "/batches", "application/json", `{"target": "echo", "tasks": [{"input": 1}], "mode": "fast"}`, 400, "mode"},
+		{"POST", "/batches?target=echo&mode=provider", svc.MediaNDJSON, `{"input": 1}`, 400, "one model call"},
+		{"POST", "/batches?target=echo&mode=fast", svc.MediaNDJSON, `{"input": 1}`, 400, "mode"},
 		{"GET", "/batches/nope", "", "", 404, "nope"},
 		{"GET", "/batches/nope/results", "", "", 404, "nope"},
 		{"POST", "/batches/nope/cancel", "", "", 404, "nope"},
@@ -171,7 +180,7 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 func TestBatchCancelOverHTTP(t *testing.T) {
 	c := newClient(t, batchServer(t, map[string]any{"latency_ms": 20}))
 	ctx := t.Context()
-	acc, err := c.SubmitBatch(ctx, "echo", inputs(5000, -1), 4)
+	acc, err := c.SubmitBatch(ctx, "echo", inputs(5000, -1), svc.BatchOptions{MaxConcurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +217,7 @@ func TestBatchCancelOverHTTP(t *testing.T) {
 func TestBatchFollowHeartbeat(t *testing.T) {
 	url := batchServer(t, map[string]any{"latency_ms": 400}, server.WithHeartbeat(50*time.Millisecond))
 	c := newClient(t, url)
-	acc, err := c.SubmitBatch(t.Context(), "echo", inputs(2, -1), 1)
+	acc, err := c.SubmitBatch(t.Context(), "echo", inputs(2, -1), svc.BatchOptions{MaxConcurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

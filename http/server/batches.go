@@ -19,8 +19,8 @@ import (
 // The batches (svc.BatchBackend), served when the backend is one or
 // WithBatches gives one:
 //
-//	POST /batches                {"target", "tasks", "max_concurrency"} (application/json), or one
-//	                             TaskSpec a line (application/x-ndjson) with ?target=&max_concurrency=
+//	POST /batches                {"target", "tasks", "max_concurrency", "mode"} (application/json), or one
+//	                             TaskSpec a line (application/x-ndjson) with ?target=&max_concurrency=&mode=
 //	                             → 202 svc.BatchAccepted once every task is stored
 //	GET  /batches                svc.BatchPage, newest first (?limit=&cursor=)
 //	GET  /batches/{id}           svc.BatchStatus
@@ -62,7 +62,7 @@ func batchID(r *http.Request) (string, error) { return pathParam(r, "id", "batch
 func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 	var acc svc.BatchAccepted
 	if ndjsonBody(r) {
-		q, err := queryOf(r, "target", "max_concurrency")
+		q, err := queryOf(r, "target", "max_concurrency", "mode")
 		if err != nil {
 			return err
 		}
@@ -71,6 +71,10 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 			return svc.Errorf(svc.KindSpecValidation, `query parameter "target" is required with an application/x-ndjson body (the agent's name)`)
 		}
 		conc, err := queryConcurrency(q)
+		if err != nil {
+			return err
+		}
+		mode, err := svc.CheckBatchMode(svc.BatchMode(truncate(q.Get("mode"), 40)))
 		if err != nil {
 			return err
 		}
@@ -83,7 +87,7 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 				cancel() // the upload broke off: nothing of it is kept
 			}
 		}
-		acc, err = h.bb.SubmitBatch(ctx, target, tasks, conc)
+		acc, err = h.bb.SubmitBatch(ctx, target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: mode})
 		if src.err != nil {
 			if e, ok := errors.AsType[*svc.Error](src.err); ok {
 				return e // BodyDeadline's RequestTimeoutError
@@ -101,11 +105,11 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		body, target, err := decodeBatchBody(data)
+		body, target, mode, err := decodeBatchBody(data)
 		if err != nil {
 			return err
 		}
-		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), body.maxConcurrency)
+		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), svc.BatchOptions{MaxConcurrency: body.maxConcurrency, Mode: mode})
 		if err != nil {
 			return err
 		}
@@ -115,36 +119,41 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decodeBatchBody decodes and checks a JSON batch body as decodeGather
-// does a gather's, and returns its target too.
-func decodeBatchBody(data []byte) (gatherBody, string, error) {
+// does a gather's, and returns its target and mode too.
+func decodeBatchBody(data []byte) (gatherBody, string, svc.BatchMode, error) {
 	obj, err := topLevelObject(data)
 	if err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
 	if err := checkFieldCase(obj, reflect.TypeFor[svc.BatchRequest](), ""); err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
 	var wire struct {
-		Target         string   `json:"target"`
-		Tasks          taskList `json:"tasks"`
-		MaxConcurrency int      `json:"max_concurrency"`
+		Target         string        `json:"target"`
+		Tasks          taskList      `json:"tasks"`
+		MaxConcurrency int           `json:"max_concurrency"`
+		Mode           svc.BatchMode `json:"mode"`
 	}
 	if err := strictUnmarshal(data, &wire); err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
 	if wire.Target == "" {
-		return gatherBody{}, "", svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
+		return gatherBody{}, "", "", svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
+	}
+	mode, err := svc.CheckBatchMode(svc.BatchMode(truncate(string(wire.Mode), 40)))
+	if err != nil {
+		return gatherBody{}, "", "", err
 	}
 	if wire.Tasks.n == 0 {
-		return gatherBody{}, "", &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
+		return gatherBody{}, "", "", &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
 	}
 	body := gatherBody{list: wire.Tasks, n: wire.Tasks.n, maxConcurrency: wire.MaxConcurrency}
 	if raw, ok := obj["max_concurrency"]; !ok || string(raw) == "null" {
 		body.maxConcurrency = svc.DefaultGatherConcurrency
 	} else if _, err := svc.CheckGatherConcurrency(body.maxConcurrency); err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
-	return body, wire.Target, nil
+	return body, wire.Target, mode, nil
 }
 
 func (h *batchHandlers) list(w http.ResponseWriter, r *http.Request) error {

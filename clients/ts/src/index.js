@@ -400,10 +400,11 @@ export class Client {
    * the client's timeout, only by timeoutMs when given.
    * @returns {Promise<BatchAccepted>}
    */
-  async submitBatch(target, tasks, { maxConcurrency, signal, timeoutMs } = {}) {
+  async submitBatch(target, tasks, { maxConcurrency, mode, signal, timeoutMs } = {}) {
     const source = iteratorOf(tasks);
     const query = { target };
     if (maxConcurrency !== undefined) query.max_concurrency = String(maxConcurrency);
+    if (mode !== undefined) query.mode = mode;
     const headers = { 'Content-Type': 'application/x-ndjson' };
     let sourceError = null;
     const ac = new AbortController();

@@ -303,9 +303,10 @@ class AsyncClient(_Base):
     # --- batches ----------------------------------------------------------
 
     async def submit_batch(self, target: str, tasks: Iterable[Any] | AsyncIterable[Any], *,
-                           max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, timeout: Timeout = None) -> dict[str, Any]:
+                           max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, mode: str | None = None,
+                           timeout: Timeout = None) -> dict[str, Any]:
         """POST /batches; see Client.submit_batch. tasks may be async."""
-        path, headers = self._batch_req(target, max_concurrency)
+        path, headers = self._batch_req(target, max_concurrency, mode)
 
         async def lines() -> AsyncIterator[bytes]:
             i = 0
