@@ -428,6 +428,9 @@ type RuntimeStats struct {
 	// RateLimits are the limits the model calls wait under (a
 	// RateLimitReporter's), by name; absent when none has been used.
 	RateLimits []RateLimitStatus `json:"rate_limits,omitempty"`
+	// Keys is the use of each API key (svc serve --api-keys): shown to
+	// admin keys only, absent otherwise.
+	Keys []KeyUse `json:"keys,omitempty"`
 }
 
 // RateLimitStatus is the state of one limit on the calls to model

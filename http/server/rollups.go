@@ -36,9 +36,14 @@ type observation struct {
 	events svc.EventReader // nil without an event store
 	fleet  svc.FleetReader // nil without a broker
 	now    func() time.Time
+	// keys, when set, is the use of each API key, which GET
+	// /runtime/stats shows admin keys.
+	keys KeyAuditor
 }
 
-func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet svc.FleetReader) {
+// mountObservation mounts the observation routes and returns their
+// handlers' state, which the caller may complete before serving.
+func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet svc.FleetReader) *observation {
 	o := &observation{b: b, events: events, fleet: fleet, now: time.Now}
 	_, hasCatalog := b.(svc.ToolCatalog)
 	_, hasHistory := events.(svc.RunHistoryReader)
@@ -66,6 +71,7 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet
 			return budgetReply(w, r, k.ResetTokenBudget)
 		}))
 	}
+	return o
 }
 
 // budgetReply answers a budget route with what op returns. The reset takes
@@ -327,6 +333,9 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ir, ok := o.b.(svc.InFlightReporter); ok {
 		st.Header.RunsInFlight = ir.RunsInFlight()
+	}
+	if p, ok := svc.PrincipalFrom(r.Context()); ok && p.Admin() && o.keys != nil {
+		st.Keys = o.keys.KeyUsage()
 	}
 	if st.Stuck.Calls == nil {
 		st.Stuck.Calls = []svc.StuckCall{}
