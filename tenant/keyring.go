@@ -212,7 +212,7 @@ func (k *Keyring) KeyUsage() []svc.KeyUse {
 // Reload reads the key file again and swaps in its keys when they load.
 // A file that does not keep the old keys and returns why; one that has
 // not changed since the last load changes nothing. It reports whether the
-// keys changed. Watch calls it; it must not run concurrently with itself.
+// keys changed. It must not run concurrently with itself or Watch.
 func (k *Keyring) Reload() (bool, error) {
 	if k.cfg.File == "" {
 		return false, nil
@@ -221,22 +221,28 @@ func (k *Keyring) Reload() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("--api-keys: %w", err)
 	}
+	return k.load(data)
+}
+
+// load swaps in the keys of data, the file's content, unless it is the
+// content last loaded.
+func (k *Keyring) load(data []byte) (bool, error) {
 	if bytes.Equal(data, k.data) {
 		return false, nil
 	}
+	// Not tried again until the file changes: one message per edit.
+	k.data = data
 	keys, err := Parse(k.cfg.File, data)
 	if err != nil {
-		// Not retried until the file changes again: one message per edit.
-		k.data = data
 		return false, err
 	}
-	k.data = data
 	k.set(keys)
 	return true, nil
 }
 
-// Watch reads the key file every interval and swaps in a changed one
-// (Reload) until ctx is done; a file that fails to load is logged, and the
+// Watch reads the key file every interval and swaps in a changed one once
+// it has read the same content twice in a row (a file being written is
+// not loaded half-way); a file that fails to load is logged once, and the
 // keys in use stay. It returns when ctx is done; the caller owns the
 // goroutine it runs in.
 func (k *Keyring) Watch(ctx context.Context) {
@@ -246,14 +252,28 @@ func (k *Keyring) Watch(ctx context.Context) {
 	}
 	t := time.NewTicker(k.cfg.Interval)
 	defer t.Stop()
-	var lastErr string // logged once, not every interval while it lasts
+	var (
+		pending []byte // a changed content, loaded when the next read agrees
+		lastErr string // logged once, not every interval while it lasts
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		changed, err := k.Reload()
+		data, err := os.ReadFile(k.cfg.File)
+		if err == nil && !bytes.Equal(data, k.data) && !bytes.Equal(data, pending) {
+			pending = data
+			continue
+		}
+		pending = nil
+		changed := false
+		if err == nil {
+			changed, err = k.load(data)
+		} else {
+			err = fmt.Errorf("--api-keys: %w", err)
+		}
 		switch {
 		case err != nil && err.Error() == lastErr:
 		case err != nil:
