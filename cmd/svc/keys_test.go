@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	svc "github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/internal/testutil"
+)
+
+// TestKeysHash: svc keys hash prints the SHA-256 of the key given on
+// standard input or with --key, and refuses no key; svc keys new prints a
+// key and its hash, which svc keys hash agrees with.
+func TestKeysHash(t *testing.T) {
+	t.Parallel()
+	const abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" // SHA-256("abc")
+	if r := svcExec(t, nil, "abc\n", "keys", "hash"); r.code != 0 || r.stdout != abc+"\n" {
+		t.Errorf("stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := svcExec(t, nil, "", "keys", "hash", "--key", "abc"); r.code != 0 || r.stdout != abc+"\n" {
+		t.Errorf("--key: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	for name, in := range map[string]string{"empty": "", "two words": "a b\n"} {
+		if r := svcExec(t, nil, in, "keys", "hash"); r.code != 2 || r.stdout != "" {
+			t.Errorf("%s: exit %d, stdout %q; want 2 and nothing", name, r.code, r.stdout)
+		}
+	}
+	r := svcExec(t, nil, "", "keys", "new")
+	m := regexp.MustCompile(`^key: (svc_[A-Za-z0-9_-]{43})\nsha256: ([0-9a-f]{64})\n$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("keys new: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if h := svcExec(t, nil, m[1], "keys", "hash"); h.stdout != m[2]+"\n" {
+		t.Errorf("keys hash of the new key = %q, keys new said %s", h.stdout, m[2])
+	}
+	if again := svcExec(t, nil, "", "keys", "new"); again.stdout == r.stdout {
+		t.Error("two keys new printed the same key")
+	}
+}
+
+// TestServeAPIKeys (issue 34, parts 1 and 4) against a real svc serve: keys
+// of two tenants and an admin from --api-keys, and --auth-token as one
+// more admin key. Missing, wrong and expired keys are 401, a key without
+// the route's scope 403; admin sees each key's use in /runtime/stats; a
+// changed file revokes and adds keys without a restart, a bad one is
+// logged with file:line: field and the old keys stay; no key appears in
+// the log.
+func TestServeAPIKeys(t *testing.T) {
+	t.Parallel()
+	const (
+		keyA     = "sk-team-a-0123456789"
+		keyB     = "sk-team-b-9876543210"
+		keyOld   = "sk-team-b-expired000"
+		keyAdmin = "sk-ops-admin-55555555"
+		keyNew   = "sk-team-c-new-7777777"
+		token    = "tok-s3cret-123"
+	)
+	hash := func(k string) string { return svcExec(t, nil, k, "keys", "hash").stdout[:64] }
+	entry := func(k, tenant, scopes, extra string) string {
+		return "  - sha256: " + hash(k) + "\n    tenant: " + tenant + "\n    scopes: [" + scopes + "]\n" + extra
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "keys.yaml")
+	first := "keys:\n" + entry(keyA, "team-a", "run, submit, read", "") + entry(keyB, "team-b", "read", "") +
+		entry(keyOld, "team-b", "read", "    expires: 2020-01-01T00:00:00Z\n") + entry(keyAdmin, "ops", "admin", "")
+	writeFile(t, file, first)
+	s := startServe(t, nil, "--specs", exampleSpecs, "--api-keys", file, "--auth-token", token, "--log-format", "json")
+	bearer := func(k string) map[string]string { return map[string]string{"Authorization": "Bearer " + k} }
+	run := func(k string) (*http.Response, []byte) {
+		return do(t, t.Context(), http.MethodPost, s.url+"/agents/echo/run", `{"input":"hi"}`, bearer(k))
+	}
+
+	for name, hdr := range map[string]map[string]string{"missing": nil, "wrong": bearer("sk-guess"), "expired": bearer(keyOld)} {
+		resp, body := get(t, s.url+"/runs", hdr)
+		p := decodeProblem(t, resp, body, http.StatusUnauthorized)
+		if p.Error != string(svc.KindUnauthorized) || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("%s key: %+v, challenge %q", name, p, resp.Header.Get("WWW-Authenticate"))
+		}
+		if name == "expired" && !strings.Contains(p.Detail, "expired") {
+			t.Errorf("expired key: detail %q, want it to say so", p.Detail)
+		}
+	}
+	if resp, body := run(keyA); resp.StatusCode != http.StatusOK {
+		t.Errorf("team-a runs: %d %s", resp.StatusCode, body)
+	}
+	resp, body := run(keyB)
+	if p := decodeProblem(t, resp, body, http.StatusForbidden); p.Error != string(svc.KindForbidden) || !strings.Contains(p.Detail, "run scope") {
+		t.Errorf("team-b (read) runs: %+v", p)
+	}
+	resp, body = do(t, t.Context(), http.MethodPost, s.url+"/submit", `{"target":"echo","task":{"input":1}}`, bearer(keyB))
+	decodeProblem(t, resp, body, http.StatusForbidden)
+	resp, body = do(t, t.Context(), http.MethodPost, s.url+"/runtime/budget/reset", "", bearer(keyA))
+	decodeProblem(t, resp, body, http.StatusForbidden)
+	if resp, body := get(t, s.url+"/runs", bearer(keyB)); resp.StatusCode != http.StatusOK {
+		t.Errorf("team-b reads: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := run(token); resp.StatusCode != http.StatusOK {
+		t.Errorf("--auth-token runs: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(t, s.url+"/healthz", nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz without a key: %d %s", resp.StatusCode, body)
+	}
+
+	// Audit: admin sees each key's use; a read key does not.
+	stats := func(k string) svc.RuntimeStats {
+		t.Helper()
+		resp, body := get(t, s.url+"/runtime/stats", bearer(k))
+		var st svc.RuntimeStats
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &st) != nil {
+			t.Fatalf("stats with %s: %d %s", k[:8], resp.StatusCode, body)
+		}
+		return st
+	}
+	if st := stats(keyB); len(st.Keys) != 0 {
+		t.Errorf("a read key sees the keys' use: %+v", st.Keys)
+	}
+	use := map[string]svc.KeyUse{}
+	for _, u := range stats(keyAdmin).Keys {
+		use[u.KeyID] = u
+	}
+	idOf := func(k string) string { return "sha256:" + hash(k)[:12] }
+	if a := use[idOf(keyA)]; a.Tenant != "team-a" || a.Requests != 2 || a.Denied != 1 || a.LastUse.IsZero() {
+		t.Errorf("team-a's use = %+v, want 2 requests, 1 denied", a)
+	}
+	if b := use[idOf(keyB)]; b.Requests != 4 || b.Denied != 2 {
+		t.Errorf("team-b's use = %+v, want 4 requests, 2 denied", b)
+	}
+	if u := use["auth-token"]; u.Requests != 1 || u.Tenant != "" {
+		t.Errorf("the auth token's use = %+v", u)
+	}
+	if len(use) != 5 {
+		t.Errorf("%d keys in the stats, want 5: %+v", len(use), use)
+	}
+	s.waitLog(t, regexp.MustCompile(`request denied.*"key_id":"`+idOf(keyB)+`".*"route":"POST /agents/\{name\}/run","reason":"lacks the run scope"`), 5*time.Second)
+
+	// Reload: team-b's key is revoked, team-c's added.
+	writeFile(t, file, "keys:\n"+entry(keyA, "team-a", "run, submit, read", "")+entry(keyNew, "team-c", "read", "")+entry(keyAdmin, "ops", "admin", ""))
+	testutil.Eventually(t, "the revoked key refused", func() bool {
+		resp, _ := get(t, s.url+"/runs", bearer(keyB))
+		return resp.StatusCode == http.StatusUnauthorized
+	})
+	if resp, body := get(t, s.url+"/runs", bearer(keyNew)); resp.StatusCode != http.StatusOK {
+		t.Errorf("the added key: %d %s", resp.StatusCode, body)
+	}
+	// A bad file is logged with where and why; the keys stay.
+	writeFile(t, file, "keys:\n"+entry(keyA, "team-a", "run, write", ""))
+	s.waitLog(t, regexp.MustCompile(`api keys reload failed; still using the previous keys.*keys.yaml:4: keys\[0\]\.scopes: \\"write\\"`), 10*time.Second)
+	if resp, body := get(t, s.url+"/runs", bearer(keyNew)); resp.StatusCode != http.StatusOK {
+		t.Errorf("after a bad file, the keys in use: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := run(token); resp.StatusCode != http.StatusOK {
+		t.Errorf("after reloads, --auth-token: %d %s", resp.StatusCode, body)
+	}
+	log := s.stderr.String()
+	for _, k := range []string{keyA, keyB, keyOld, keyAdmin, keyNew, token} {
+		if strings.Contains(log, k) {
+			t.Errorf("the log holds the key %s…", k[:8])
+		}
+	}
+	if !bytes.Contains([]byte(log), []byte(`"api_keys":true`)) {
+		t.Error("the start line does not say api keys are on")
+	}
+}
+
+// TestServeAPIKeysBadFile: svc serve refuses to start on a key file that
+// does not load, naming file:line: field.
+func TestServeAPIKeysBadFile(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "keys.yaml")
+	writeFile(t, file, "keys:\n  - sha256: not-a-hash\n    tenant: a\n    scopes: [read]\n")
+	r := svcExec(t, nil, "", "serve", "--specs", exampleSpecs, "--port", "0", "--data-dir", t.TempDir(), "--api-keys", file)
+	if r.code == 0 || !strings.Contains(r.stderr, file+":2: keys[0].sha256: want the key's SHA-256") {
+		t.Errorf("exit %d, stderr %s", r.code, tail(r.stderr, 2000))
+	}
+}
