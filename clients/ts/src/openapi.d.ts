@@ -692,9 +692,10 @@ export interface components {
              *     - ContextError: 400
              *     - SpawnCapError: 422
              *     - ApprovalRequiredError: 409
+             *     - ForbiddenError: 403
              * @enum {string}
              */
-            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError" | "SpawnCapError" | "ApprovalRequiredError";
+            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError" | "SpawnCapError" | "ApprovalRequiredError" | "ForbiddenError";
             message: string;
             reason?: string;
             request_id: string;
@@ -980,6 +981,14 @@ export interface components {
                 tool_failures: number;
                 traces: number;
             };
+            keys?: null | {
+                denied: number;
+                key_id: string;
+                /** Format: date-time */
+                last_use?: string;
+                requests: number;
+                tenant: string;
+            }[];
             nodes?: null | {
                 /** Format: date-time */
                 last_renewal: string;
