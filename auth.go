@@ -72,6 +72,17 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 	return *p, true
 }
 
+// TenantFrom returns the tenant of the principal in ctx: "" (the default
+// tenant) when there is none. A run submitted in ctx belongs to it.
+func TenantFrom(ctx context.Context) string {
+	p, _ := PrincipalFrom(ctx)
+	return p.Tenant
+}
+
+// Sees reports whether the principal may see data of tenant: an admin
+// sees every tenant's, any other principal its own tenant's only.
+func (p Principal) Sees(tenant string) bool { return p.Admin() || p.Tenant == tenant }
+
 // KeyUse is the audit of one API key since the server started: shown to
 // admin keys in GET /runtime/stats.
 type KeyUse struct {
