@@ -117,9 +117,9 @@ func TestServeAPIKeys(t *testing.T) {
 		}
 		return st
 	}
-	if st := stats(keyB); len(st.Keys) != 0 {
-		t.Errorf("a read key sees the keys' use: %+v", st.Keys)
-	}
+	// Every tenant's figures: a read key is refused.
+	resp, body = get(t, s.url+"/runtime/stats", bearer(keyB))
+	decodeProblem(t, resp, body, http.StatusForbidden)
 	use := map[string]svc.KeyUse{}
 	for _, u := range stats(keyAdmin).Keys {
 		use[u.KeyID] = u
@@ -177,5 +177,140 @@ func TestServeAPIKeysBadFile(t *testing.T) {
 	r := svcExec(t, nil, "", "serve", "--specs", exampleSpecs, "--port", "0", "--data-dir", t.TempDir(), "--api-keys", file)
 	if r.code == 0 || !strings.Contains(r.stderr, file+":2: keys[0].sha256: want the key's SHA-256") {
 		t.Errorf("exit %d, stderr %s", r.code, tail(r.stderr, 2000))
+	}
+}
+
+// TestServeTenantIsolation (issue 34 part 2) against a real svc serve: the
+// runs team-a submits carry its tenant; to team-b, which may read and
+// submit too, each of team-a's run ids is answered on every run route
+// exactly as an unknown id is (404), and its run list holds none of
+// team-a's; the same Idempotency-Key makes a run of each tenant; admin
+// sees every run and filters by tenant; the routes of every tenant's
+// events refuse a tenant's key.
+func TestServeTenantIsolation(t *testing.T) {
+	t.Parallel()
+	const (
+		keyA     = "sk-iso-team-a-000000"
+		keyB     = "sk-iso-team-b-111111"
+		keyAdmin = "sk-iso-admin-2222222"
+	)
+	hash := func(k string) string { return svcExec(t, nil, k, "keys", "hash").stdout[:64] }
+	file := filepath.Join(t.TempDir(), "keys.yaml")
+	writeFile(t, file, "keys:\n"+
+		"  - {sha256: "+hash(keyA)+", tenant: team-a, scopes: [run, submit, read]}\n"+
+		"  - {sha256: "+hash(keyB)+", tenant: team-b, scopes: [run, submit, read]}\n"+
+		"  - {sha256: "+hash(keyAdmin)+", tenant: ops, scopes: [admin]}\n")
+	s := startServe(t, nil, "--specs", exampleSpecs, "--api-keys", file)
+	bearer := func(k string) map[string]string { return map[string]string{"Authorization": "Bearer " + k} }
+	submit := func(k, idem string) string {
+		t.Helper()
+		h := bearer(k)
+		if idem != "" {
+			h["Idempotency-Key"] = idem
+		}
+		resp, body := do(t, t.Context(), http.MethodPost, s.url+"/submit", `{"target":"echo","task":{"input":"x"}}`, h)
+		var reply struct {
+			RunID string `json:"run_id"`
+		}
+		if resp.StatusCode != http.StatusAccepted || json.Unmarshal(body, &reply) != nil || reply.RunID == "" {
+			t.Fatalf("submit: %d %s", resp.StatusCode, body)
+		}
+		return reply.RunID
+	}
+	status := func(k, id string) svc.RunStatus {
+		t.Helper()
+		var st svc.RunStatus
+		testutil.Eventually(t, "run "+id+" finished", func() bool {
+			resp, body := get(t, s.url+"/runs/"+id+"/status", bearer(k))
+			return resp.StatusCode == http.StatusOK && json.Unmarshal(body, &st) == nil && st.State.Terminal()
+		})
+		return st
+	}
+	runA, runB := submit(keyA, ""), submit(keyB, "")
+	if st := status(keyA, runA); st.Tenant != "team-a" {
+		t.Errorf("team-a's run: tenant %q", st.Tenant)
+	}
+	if st := status(keyB, runB); st.Tenant != "team-b" {
+		t.Errorf("team-b's run: tenant %q", st.Tenant)
+	}
+	if st := status(keyAdmin, runA); st.Tenant != "team-a" {
+		t.Errorf("admin reads team-a's run: tenant %q", st.Tenant)
+	}
+
+	// Every route of a run, with team-a's id and with an unknown one:
+	// the same answer, a 404 naming the id.
+	unknown := "01900000-0000-7000-8000-000000000000"
+	for _, route := range []struct{ method, path, body string }{
+		{http.MethodGet, "/runs/%s/status", ""},
+		{http.MethodGet, "/runs/%s/result", ""},
+		{http.MethodGet, "/runs/%s/stream", ""},
+		{http.MethodPost, "/runs/%s/cancel", ""},
+		{http.MethodPost, "/runs/%s/resume", `{"request_id":"r1","approve":true}`},
+	} {
+		var details [2]string
+		for i, id := range []string{runA, unknown} {
+			resp, body := do(t, t.Context(), route.method, s.url+strings.Replace(route.path, "%s", id, 1), route.body, bearer(keyB))
+			p := decodeProblem(t, resp, body, http.StatusNotFound)
+			details[i] = strings.Replace(p.Detail, id, "ID", 1)
+			if p.Error != string(svc.KindRegistry) {
+				t.Errorf("%s %s with team-a's id: %+v", route.method, route.path, p)
+			}
+		}
+		if details[0] != details[1] {
+			t.Errorf("%s %s: team-a's id is answered %q, an unknown one %q: want the same", route.method, route.path, details[0], details[1])
+		}
+	}
+	// Team-a's run is still there, not cancelled by team-b's attempt.
+	if resp, body := get(t, s.url+"/runs/"+runA+"/result", bearer(keyA)); resp.StatusCode != http.StatusOK {
+		t.Errorf("team-a's result after team-b's tries: %d %s", resp.StatusCode, body)
+	}
+
+	list := func(k, query string) []string {
+		t.Helper()
+		resp, body := get(t, s.url+"/runs"+query, bearer(k))
+		var page svc.RunPage
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("GET /runs%s: %d %s", query, resp.StatusCode, body)
+		}
+		var ids []string
+		for _, r := range page.Runs {
+			ids = append(ids, r.RunID)
+		}
+		return ids
+	}
+	if got := list(keyB, ""); len(got) != 1 || got[0] != runB {
+		t.Errorf("team-b lists %q, want its own run %s alone", got, runB)
+	}
+	if got := list(keyB, "?state=completed"); len(got) != 1 || got[0] != runB {
+		t.Errorf("team-b lists completed %q, want %s alone", got, runB)
+	}
+	resp, body := get(t, s.url+"/runs?tenant=team-a", bearer(keyB))
+	decodeProblem(t, resp, body, http.StatusForbidden)
+	if got := list(keyAdmin, "?type=submitted"); len(got) != 2 {
+		t.Errorf("admin lists %q, want both runs", got)
+	}
+	if got := list(keyAdmin, "?tenant=team-a"); len(got) != 1 || got[0] != runA {
+		t.Errorf("admin lists team-a's %q, want %s", got, runA)
+	}
+
+	// One Idempotency-Key, two tenants: two runs; the same tenant again:
+	// its first run.
+	a1, b1 := submit(keyA, "same-key"), submit(keyB, "same-key")
+	if a1 == b1 {
+		t.Errorf("team-b's submit with team-a's Idempotency-Key got team-a's run %s", a1)
+	}
+	if again := submit(keyA, "same-key"); again != a1 {
+		t.Errorf("team-a's second submit with its key: %s, want %s", again, a1)
+	}
+
+	// The routes of every tenant's events: a tenant's key is refused.
+	for _, path := range []string{"/events", "/usage", "/tools?group_by=tool", "/runtime/stats", "/runs/" + runA + "/tree", "/events/stream"} {
+		resp, body := get(t, s.url+path, bearer(keyA))
+		if p := decodeProblem(t, resp, body, http.StatusForbidden); p.Error != string(svc.KindForbidden) {
+			t.Errorf("GET %s with team-a's key: %+v", path, p)
+		}
+	}
+	if resp, body := get(t, s.url+"/events", bearer(keyAdmin)); resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /events with the admin key: %d %s", resp.StatusCode, body)
 	}
 }

@@ -48,14 +48,14 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet
 	_, hasCatalog := b.(svc.ToolCatalog)
 	_, hasHistory := events.(svc.RunHistoryReader)
 	if events != nil {
-		r.Method(http.MethodGet, "/events", Handle(o.listEvents))
-		r.Method(http.MethodGet, "/usage", Handle(o.usage))
-		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(o.tree))
+		r.Method(http.MethodGet, "/events", Handle(adminEvents("GET /events", o.listEvents)))
+		r.Method(http.MethodGet, "/usage", Handle(adminEvents("GET /usage", o.usage)))
+		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(adminEvents("GET /runs/{trace_id}/tree", o.tree)))
 	}
 	// Without an event store the stats still have the backend's live
 	// figures: runs in flight, tool servers, budget, stuck calls.
 	if _, live := b.(svc.InFlightReporter); events != nil || fleet != nil || live {
-		r.Method(http.MethodGet, "/runtime/stats", Handle(o.stats))
+		r.Method(http.MethodGet, "/runtime/stats", Handle(adminEvents("GET /runtime/stats", o.stats)))
 	}
 	if events != nil || hasCatalog {
 		r.Method(http.MethodGet, "/tools", Handle(o.tools))
@@ -230,6 +230,11 @@ func (o *observation) tools(w http.ResponseWriter, r *http.Request) error {
 	win, err := windowOf(q, o.now())
 	if err != nil {
 		return err
+	}
+	if g != "" {
+		if err := everyTenants(r, "GET /tools?group_by="); err != nil {
+			return err
+		}
 	}
 	switch g {
 	case "":

@@ -738,6 +738,7 @@ export interface components {
                 state: string;
                 status?: string;
                 target: string;
+                tenant?: string;
                 tokens_used?: number;
                 trace_id?: string;
                 type?: string;
@@ -768,6 +769,7 @@ export interface components {
             run_id: string;
             state: string;
             steps?: number;
+            tenant?: string;
             trace_id?: string;
             waiting?: null | components["schemas"]["WaitRequest"][];
         };
@@ -2031,6 +2033,8 @@ export interface operations {
                 status?: string;
                 /** @description Only runs of this agent or group. */
                 target?: string;
+                /** @description The submitted runs of this tenant alone (svc serve --api-keys; an admin key's filter; any other key lists its own tenant's runs whatever it gives). */
+                tenant?: string;
                 /** @description Only runs of this type: run, gather, group or submitted. */
                 type?: string;
             };
