@@ -314,3 +314,37 @@ func TestServeTenantIsolation(t *testing.T) {
 		t.Errorf("GET /events with the admin key: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestServeTenantBatchesNeedAdmin: batches do not carry their tenant yet,
+// so a tenant's key is refused on every batch route, before anything is
+// stored, and an admin key is served.
+func TestServeTenantBatchesNeedAdmin(t *testing.T) {
+	t.Parallel()
+	const keyA, keyAdmin = "sk-batch-team-a-0000", "sk-batch-admin-11111"
+	hash := func(k string) string { return svcExec(t, nil, k, "keys", "hash").stdout[:64] }
+	file := filepath.Join(t.TempDir(), "keys.yaml")
+	writeFile(t, file, "keys:\n  - {sha256: "+hash(keyA)+", tenant: team-a, scopes: [run, submit, read]}\n"+
+		"  - {sha256: "+hash(keyAdmin)+", tenant: ops, scopes: [admin]}\n")
+	s := startServe(t, nil, "--specs", exampleSpecs, "--api-keys", file)
+	bearer := func(k string) map[string]string { return map[string]string{"Authorization": "Bearer " + k} }
+	body := `{"target":"echo","tasks":[{"input":1}]}`
+	for _, route := range [][2]string{{http.MethodPost, "/batches"}, {http.MethodGet, "/batches"}, {http.MethodGet, "/batches/x"},
+		{http.MethodGet, "/batches/x/results"}, {http.MethodPost, "/batches/x/cancel"}} {
+		b := ""
+		if route[1] == "/batches" && route[0] == http.MethodPost {
+			b = body
+		}
+		resp, got := do(t, t.Context(), route[0], s.url+route[1], b, bearer(keyA))
+		if p := decodeProblem(t, resp, got, http.StatusForbidden); p.Error != string(svc.KindForbidden) || !strings.Contains(p.Detail, "admin key") {
+			t.Errorf("%s %s with team-a's key: %+v", route[0], route[1], p)
+		}
+	}
+	resp, got := get(t, s.url+"/batches", bearer(keyAdmin))
+	var page svc.BatchPage
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(got, &page) != nil || len(page.Batches) != 0 {
+		t.Errorf("admin lists batches: %d %s; want none (team-a's submit stored nothing)", resp.StatusCode, got)
+	}
+	if resp, got := do(t, t.Context(), http.MethodPost, s.url+"/batches", body, bearer(keyAdmin)); resp.StatusCode != http.StatusAccepted {
+		t.Errorf("admin submits a batch: %d %s", resp.StatusCode, got)
+	}
+}
