@@ -221,7 +221,9 @@ func TestWatch(t *testing.T) {
 	writeKeys(t, path, "keys:\n  - {sha256: "+Hash(keyB)+", tenant: team-b, scopes: [read]}\n")
 	waitFor(t, func() bool { _, err := k.Authenticate(keyA); return err != nil })
 	writeKeys(t, path, "keys:\n  - {sha256: "+Hash(keyB)+", tenant: team-b, scopes: [write]}\n")
-	waitFor(t, func() bool { return logs.FilterMessage("api keys reload failed; still using the previous keys").Len() > 0 })
+	waitFor(t, func() bool {
+		return logs.FilterMessage("api keys reload failed; still using the previous keys").Len() > 0
+	})
 	time.Sleep(50 * time.Millisecond) // ten more reads of the same bad file
 	if n := logs.FilterMessage("api keys reload failed; still using the previous keys").Len(); n != 1 {
 		t.Errorf("the bad file was logged %d times, want once", n)

@@ -69,7 +69,7 @@ var Routes = []Route{
 		Query: map[string]string{"status": "Only runs with this status: spawned, running, waiting, completed, failed, rejected or cancelled.", "target": "Only runs of this agent or group.",
 			"type":  "Only runs of this type: run, gather, group or submitted.",
 			"state": "The submitted runs alone, in this state: pending, running, waiting, completed, failed or cancelled (not with status, target or type).", "limit": "Runs per page (default 50, at most 1000).", "cursor": "The next_cursor of the previous page.",
-			"tenant": "The submitted runs of this tenant alone (svc serve --api-keys; an admin key's filter; any other key lists its own tenant's runs whatever it gives)."}},
+			"tenant": "The submitted runs of this tenant alone (svc serve --api-keys): an admin key's filter; any other key lists its own tenant's submitted runs without it, and another tenant's name is a 403."}},
 	{Method: "GET", Path: "/runs/{id}/status", ID: "runStatus", Summary: "A submitted run's state and progress.", Status: 200, Reply: "RunStatus"},
 	{Method: "GET", Path: "/runs/{id}/result", ID: "runResult", Summary: "A finished run's result: 409 while it runs or when it was cancelled.", Status: 200, Reply: "RunResult"},
 	{Method: "POST", Path: "/runs/{id}/cancel", ID: "cancelRun", Summary: "Cancel a submitted run.", Status: 204},

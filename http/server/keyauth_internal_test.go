@@ -38,7 +38,9 @@ func (f *fakeKeys) Denied(p svc.Principal, route, reason string) {
 	f.denied = append(f.denied, route+": "+reason+" ("+p.KeyID+")")
 }
 
-func (f *fakeKeys) KeyUsage() []svc.KeyUse { return []svc.KeyUse{{KeyID: "k-admin", Tenant: "t-admin", Requests: 7}} }
+func (f *fakeKeys) KeyUsage() []svc.KeyUse {
+	return []svc.KeyUse{{KeyID: "k-admin", Tenant: "t-admin", Requests: 7}}
+}
 
 // standaloneRoutes walks the routes of the standalone server with every
 // option on: those of NewRouter with its options, the observation routes,

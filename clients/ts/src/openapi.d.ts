@@ -2033,7 +2033,7 @@ export interface operations {
                 status?: string;
                 /** @description Only runs of this agent or group. */
                 target?: string;
-                /** @description The submitted runs of this tenant alone (svc serve --api-keys; an admin key's filter; any other key lists its own tenant's runs whatever it gives). */
+                /** @description The submitted runs of this tenant alone (svc serve --api-keys): an admin key's filter; any other key lists its own tenant's submitted runs without it, and another tenant's name is a 403. */
                 tenant?: string;
                 /** @description Only runs of this type: run, gather, group or submitted. */
                 type?: string;
