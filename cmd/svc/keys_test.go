@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
@@ -312,6 +313,51 @@ func TestServeTenantIsolation(t *testing.T) {
 	}
 	if resp, body := get(t, s.url+"/events", bearer(keyAdmin)); resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /events with the admin key: %d %s", resp.StatusCode, body)
+	}
+
+	// Every route the server documents (its own /openapi.json), each path
+	// parameter filled with team-a's run id, trace id or agent: team-b's
+	// key gets no answer that names team-a's run (but for the id it gave),
+	// and a run or trace route is a 404 or a 403.
+	traceA := status(keyA, runA).TraceID
+	resp, body = get(t, s.url+"/openapi.json", bearer(keyB))
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &doc) != nil || len(doc.Paths) < 20 {
+		t.Fatalf("GET /openapi.json: %d, %d paths", resp.StatusCode, len(doc.Paths))
+	}
+	walked := 0
+	for path, methods := range doc.Paths {
+		for method := range methods {
+			method = strings.ToUpper(method)
+			if method != http.MethodGet && method != http.MethodPost {
+				continue
+			}
+			target := strings.NewReplacer("{id}", runA, "{trace_id}", traceA, "{name}", "echo").Replace(path)
+			reqBody := ""
+			if method == http.MethodPost {
+				reqBody = `{"input":"b"}`
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			resp, got := do(t, ctx, method, s.url+target, reqBody, bearer(keyB))
+			cancel()
+			walked++
+			// An id the request gave may be echoed (unknown run "ID"); any
+			// other mention of team-a's run is a leak.
+			if !strings.Contains(target, runA) && bytes.Contains(got, []byte(runA)) ||
+				!strings.Contains(target, traceA) && bytes.Contains(got, []byte(traceA)) {
+				t.Errorf("%s %s with team-b's key names team-a's run: %d %s", method, target, resp.StatusCode, got)
+			}
+			if strings.Contains(path, "{id}") || strings.Contains(path, "{trace_id}") {
+				if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusForbidden {
+					t.Errorf("%s %s with team-b's key: %d %s, want 404 or 403", method, target, resp.StatusCode, got)
+				}
+			}
+		}
+	}
+	if walked < 25 {
+		t.Errorf("walked %d routes of the document", walked)
 	}
 }
 
