@@ -168,7 +168,9 @@ func TestKeyAuthScopes(t *testing.T) {
 			}
 			allowed := need == scopeAny || s == need || s == svc.ScopeAdmin
 			switch {
-			case allowed && (status == http.StatusUnauthorized || status == http.StatusForbidden):
+			case allowed && (status == http.StatusUnauthorized || status == http.StatusForbidden && strings.Contains(p.Detail, "lacks the")):
+				// (A handler's own 403, such as the event routes' for a
+				// key that is not an admin one, is past the key check.)
 				t.Errorf("%s %s with a %s key: %d %s; the route needs %q", method, path, s, status, p.Detail, need)
 			case !allowed && (status != http.StatusForbidden || p.Error != string(svc.KindForbidden) || !strings.Contains(p.Detail, "the "+string(need)+" scope")):
 				t.Errorf("%s %s with a %s key: %d %+v; want 403 ForbiddenError naming the %s scope", method, path, s, status, p, need)
