@@ -293,6 +293,10 @@ func TestServeTenantIsolation(t *testing.T) {
 	if got := list(keyAdmin, "?tenant=team-a"); len(got) != 1 || got[0] != runA {
 		t.Errorf("admin lists team-a's %q, want %s", got, runA)
 	}
+	if r := svcExec(t, nil, "", "runs", "--url", s.url, "--auth-token", keyAdmin, "--tenant", "team-b", "--json"); r.code != 0 ||
+		!strings.Contains(r.stdout, runB) || strings.Contains(r.stdout, runA) {
+		t.Errorf("svc runs --tenant team-b: exit %d, stdout %s, stderr %s; want team-b's run alone", r.code, r.stdout, r.stderr)
+	}
 
 	// One Idempotency-Key, two tenants: two runs; the same tenant again:
 	// its first run.
