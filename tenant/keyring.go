@@ -109,11 +109,15 @@ func (k *Keyring) set(keys []Key) {
 	if k.cfg.AuthToken != "" {
 		keys = append(slices.Clone(keys), Key{Hash: sha256.Sum256([]byte(k.cfg.AuthToken)), ID: AuthTokenKeyID, Scopes: []svc.KeyScope{svc.ScopeAdmin}})
 	}
+	keys = slices.Clone(keys) // use is set below: the caller's slice stays as it was
 	k.mu.Lock()
-	for _, key := range keys {
-		if u, ok := k.usage[key.ID]; !ok || u.tenant != key.Tenant {
-			k.usage[key.ID] = &use{tenant: key.Tenant}
+	for i, key := range keys {
+		u, ok := k.usage[key.ID]
+		if !ok || u.tenant != key.Tenant {
+			u = &use{tenant: key.Tenant}
+			k.usage[key.ID] = u
 		}
+		keys[i].use = u
 	}
 	k.mu.Unlock()
 	k.keys.Store(&keys)
@@ -140,20 +144,12 @@ func (k *Keyring) Authenticate(token string) (svc.Principal, error) {
 	key := &keys[found]
 	p := svc.Principal{KeyID: key.ID, Tenant: key.Tenant, Scopes: key.Scopes}
 	now := k.now()
-	if u := k.useOf(key.ID); u != nil {
-		u.requests.Add(1)
-		u.last.Store(now.UnixNano())
-	}
+	key.use.requests.Add(1)
+	key.use.last.Store(now.UnixNano())
 	if !key.Expires.IsZero() && !now.Before(key.Expires) {
 		return p, svc.Errorf(svc.KindUnauthorized, "the API key expired at %s", key.Expires.UTC().Format(time.RFC3339))
 	}
 	return p, nil
-}
-
-func (k *Keyring) useOf(id string) *use {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.usage[id]
 }
 
 // Denied records a refused request: counted for its key (p.KeyID; none
@@ -190,10 +186,7 @@ func (k *Keyring) KeyUsage() []svc.KeyUse {
 	keys := *k.keys.Load()
 	out := make([]svc.KeyUse, 0, len(keys))
 	for _, key := range keys {
-		u := k.useOf(key.ID)
-		if u == nil {
-			continue
-		}
+		u := key.use
 		ku := svc.KeyUse{KeyID: key.ID, Tenant: key.Tenant, Requests: u.requests.Load(), Denied: u.denied.Load()}
 		if ns := u.last.Load(); ns != 0 {
 			ku.LastUse = time.Unix(0, ns).UTC()

@@ -33,6 +33,9 @@ type Key struct {
 	Expires time.Time
 	// Line is the key's line in its file, for messages.
 	Line int
+	// use is the key's audit, set when a Keyring takes the key, so that a
+	// request counts itself without a lock.
+	use *use
 }
 
 // AuthTokenKeyID is the key id of the admin key svc serve --auth-token
