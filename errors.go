@@ -86,6 +86,9 @@ const (
 	// answer (an approval tool, ask_human) made by a run that cannot wait
 	// for one: a synchronous run or a gather. Submit the run instead.
 	KindApprovalRequired Kind = "ApprovalRequiredError"
+	// KindForbidden is a request whose API key is valid but lacks the
+	// scope the route needs (svc serve --api-keys).
+	KindForbidden Kind = "ForbiddenError"
 )
 
 // Kinds lists every kind the runtime produces, base first.
@@ -98,7 +101,7 @@ var Kinds = []Kind{
 	KindUnsupportedMediaType, KindForbiddenOrigin, KindNotFound,
 	KindMethodNotAllowed, KindCondition, KindBadRequest, KindHeaderTooLarge,
 	KindRequestTimeout, KindMisdirectedRequest, KindOverloaded, KindContext,
-	KindSpawnCap, KindApprovalRequired,
+	KindSpawnCap, KindApprovalRequired, KindForbidden,
 }
 
 // Parent is the kind this kind specialises: TopologyError,
@@ -151,6 +154,7 @@ var (
 	ErrContext              = &Error{Kind: KindContext}
 	ErrSpawnCap             = &Error{Kind: KindSpawnCap}
 	ErrApprovalRequired     = &Error{Kind: KindApprovalRequired}
+	ErrForbidden            = &Error{Kind: KindForbidden}
 )
 
 // Error is the one concrete domain error. Kind says what went wrong; the

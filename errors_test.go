@@ -45,6 +45,7 @@ var sentinels = map[svc.Kind]error{
 	svc.KindContext:              svc.ErrContext,
 	svc.KindSpawnCap:             svc.ErrSpawnCap,
 	svc.KindApprovalRequired:     svc.ErrApprovalRequired,
+	svc.KindForbidden:            svc.ErrForbidden,
 }
 
 // ancestors is the hierarchy of docs/api.md written out by hand, so that a

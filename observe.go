@@ -428,6 +428,9 @@ type RuntimeStats struct {
 	// RateLimits are the limits the model calls wait under (a
 	// RateLimitReporter's), by name; absent when none has been used.
 	RateLimits []RateLimitStatus `json:"rate_limits,omitempty"`
+	// Keys is the use of each API key (svc serve --api-keys): shown to
+	// admin keys only, absent otherwise.
+	Keys []KeyUse `json:"keys,omitempty"`
 }
 
 // RateLimitStatus is the state of one limit on the calls to model
@@ -620,6 +623,9 @@ type ToolCatalog interface {
 // RunFilter selects runs for GET /runs. Zero fields do not filter.
 type RunFilter struct {
 	State RunState
+	// Tenant, when not empty, lists the runs of that tenant only
+	// (RunRecord.Tenant).
+	Tenant string
 	// Limit caps a page: 0 means 50; above 1000 is a SpecValidationError.
 	Limit int
 	// Cursor is a page's NextCursor, to read the page after it.
@@ -641,7 +647,10 @@ type RunSummary struct {
 	Reason string     `json:"reason,omitempty"`
 	// TraceID is the run's trace id (see RunStatus.TraceID); absent for a
 	// run stored by an earlier version.
-	TraceID   string       `json:"trace_id,omitempty"`
+	TraceID string `json:"trace_id,omitempty"`
+	// Tenant is the run's tenant (RunStatus.Tenant); absent for the
+	// default tenant.
+	Tenant    string       `json:"tenant,omitempty"`
 	Progress  *RunProgress `json:"progress"`
 	CreatedAt time.Time    `json:"created_at"`
 	UpdatedAt time.Time    `json:"updated_at"`

@@ -225,6 +225,10 @@ type RunStatus struct {
 	// Waiting lists what a waiting run waits for: its wait requests that
 	// have no decision yet (issue 31); absent in any other state.
 	Waiting []WaitRequest `json:"waiting,omitempty"`
+	// Tenant is the tenant the run belongs to: the tenant of the API key
+	// that submitted it (svc serve --api-keys); absent for the default
+	// tenant. An addition, like Reason.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // StepRef names one step of a run's step log, without its data.
@@ -254,6 +258,10 @@ type RunRecord struct {
 	// TraceID is the run's trace id, set at Create and never changed
 	// (RunStatus.TraceID).
 	TraceID string
+	// Tenant is the run's tenant (RunStatus.Tenant), set at Create and
+	// never changed; "" for the default tenant and for runs stored before
+	// tenants.
+	Tenant string
 	// Task is the submitted TaskSpec as JSON, given at Create (or
 	// CreateIdempotent) and kept byte-exact, never changed: what a resumed
 	// run runs again. Nil for a run created without one (by an earlier
@@ -275,7 +283,7 @@ type RunRecord struct {
 // Status is the record's RunStatus.
 func (r *RunRecord) Status() RunStatus {
 	return RunStatus{RunID: r.RunID, State: r.State, Progress: r.Progress, Reason: r.Reason, TraceID: r.TraceID,
-		Resumed: r.Resumed, Steps: r.Steps, CurrentStep: r.CurrentStep}
+		Resumed: r.Resumed, Steps: r.Steps, CurrentStep: r.CurrentStep, Tenant: r.Tenant}
 }
 
 // Resumable reports whether a resumed process can run the record again:

@@ -54,6 +54,7 @@ import (
 	"github.com/svc-dev/svc/spec"
 	"github.com/svc-dev/svc/supervisor"
 	"github.com/svc-dev/svc/supervisor/spawn"
+	"github.com/svc-dev/svc/tenant"
 	"github.com/svc-dev/svc/tools"
 	"github.com/svc-dev/svc/worker"
 )
@@ -111,6 +112,9 @@ type App struct {
 	handler     http.Handler
 	watchStop   context.CancelFunc
 	watcher     *spec.Watcher
+	keys        *tenant.Keyring // APIKeysFile's
+	keysStop    context.CancelFunc
+	keysDone    chan struct{} // closed when the key file's watch returns
 	ln          net.Listener
 	srv         *http.Server
 	serveErr    chan error    // the error that stopped Serve, if not Shutdown
@@ -428,13 +432,30 @@ func (a *App) start() error {
 	if readTimeout == 0 {
 		readTimeout = server.DefaultReadTimeout
 	}
-	cfg := server.StandaloneConfig{AuthToken: o.AuthToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp,
+	authToken := o.AuthToken
+	if o.APIKeysFile != "" {
+		keys, err := tenant.New(tenant.Config{File: o.APIKeysFile, AuthToken: o.AuthToken, Log: log.Named("keys"), Interval: o.APIKeysInterval})
+		if err != nil {
+			return &ConfigError{Option: "APIKeysFile", Err: err}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		a.keys, a.keysStop, a.keysDone = keys, cancel, make(chan struct{})
+		go func() {
+			defer close(a.keysDone)
+			keys.Watch(ctx)
+		}()
+		authToken = ""
+	}
+	cfg := server.StandaloneConfig{AuthToken: authToken, AllowedOrigins: o.AllowedOrigins, Logger: log, RouterOptions: ropts, MeterProvider: a.mp,
 		ReadTimeout: readTimeout, AllowedHosts: o.AllowedHosts, Reserved: conns.Reserved}
+	if a.keys != nil {
+		cfg.Keys = a.keys
+	}
 	// DNS rebinding reaches a server on loopback from any web page; with
 	// a token it gets nothing, without one the Host header is the check.
 	// NoListen: nothing listens, nothing to rebind to; the handler is
 	// called in process (client.OverHandler) or mounted by a host.
-	if !o.NoListen && ((a.ln == nil && server.IsLoopbackHost(o.Host) || a.ln != nil && isLoopbackAddr(a.ln.Addr())) && o.AuthToken == "" || len(o.AllowedHosts) > 0) {
+	if !o.NoListen && ((a.ln == nil && server.IsLoopbackHost(o.Host) || a.ln != nil && isLoopbackAddr(a.ln.Addr())) && o.AuthToken == "" && o.APIKeysFile == "" || len(o.AllowedHosts) > 0) {
 		cfg.CheckHost = true
 		if a.ln == nil {
 			cfg.ListenHost = o.Host
@@ -516,7 +537,7 @@ func (a *App) start() error {
 	groupNames, _ := rt.Groups(context.Background())
 	log.Info("svc serving", zap.String("url", "http://"+ln.Addr().String()), zap.String("specs", o.SpecsDir),
 		zap.Strings("agents", names), zap.Strings("groups", groupNames), zap.Stringer("options", rt.Options()),
-		zap.Bool("auth", o.AuthToken != ""), zap.Bool("reload", o.Reload), zap.Int("max_connections", maxConns),
+		zap.Bool("auth", o.AuthToken != "" || o.APIKeysFile != ""), zap.Bool("api_keys", o.APIKeysFile != ""), zap.Bool("reload", o.Reload), zap.Int("max_connections", maxConns),
 		zap.Duration("idle_timeout", idle), zap.Duration("read_timeout", readTimeout), zap.Bool("host_check", cfg.CheckHost))
 	return nil
 }
@@ -787,10 +808,14 @@ func (a *App) stop(ctx context.Context) error {
 	} else if a.ln != nil {
 		_ = a.ln.Close()
 	}
-	// 2. The spec watcher.
+	// 2. The spec watcher, and the key file's.
 	if a.watcher != nil {
 		a.watchStop()
 		a.watcher.Wait()
+	}
+	if a.keysStop != nil {
+		a.keysStop()
+		<-a.keysDone
 	}
 	// 3. The worker: stop taking tasks, let those in flight finish until
 	// ctx ends, hand the rest back to the broker.

@@ -127,6 +127,16 @@ type Options struct {
 	// AuthToken, when set, is the bearer token every route but /healthz,
 	// /health and /readyz requires. [--auth-token, $SVC_AUTH_TOKEN]
 	AuthToken string
+	// APIKeysFile, when set, is the key file of the API keys (package
+	// tenant): each request needs one of its keys (or AuthToken, which is
+	// then one admin key), with the scope its route needs. The file is
+	// read again every APIKeysInterval and a changed file replaces the
+	// keys; one that does not load is logged and the keys in use stay.
+	// [--api-keys]
+	APIKeysFile string
+	// APIKeysInterval is how often the key file is read for changes;
+	// tenant.DefaultInterval when zero.
+	APIKeysInterval time.Duration
 	// AllowedOrigins are the browser origins besides the server's own
 	// whose requests are served, with CORS headers; a request with any
 	// other Origin header is a 403 (server.CheckOrigin).

@@ -59,7 +59,7 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 		return "", err
 	}
 	id := newID()
-	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: task.RequestID, CreatedAt: time.Now().UTC()}
+	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: task.RequestID, Tenant: svc.TenantFrom(ctx), CreatedAt: time.Now().UTC()}
 	if rt.resumes {
 		// What a resumed run runs again (resume.go).
 		if rec.Task, err = json.Marshal(task); err != nil {
@@ -74,7 +74,13 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	} else {
-		got, created, err := rt.records.CreateKeyed(ctx, req.IdempotencyKey, submitted.Fingerprint(req), rec)
+		key := req.IdempotencyKey
+		if rec.Tenant != "" {
+			// Each tenant's keys are its own: another tenant's same key
+			// neither finds nor blocks its run.
+			key = rec.Tenant + "/" + key
+		}
+		got, created, err := rt.records.CreateKeyed(ctx, key, submitted.Fingerprint(req), rec)
 		if err != nil || !created {
 			rt.leave()
 			if err != nil && !errors.Is(err, svc.ErrRunState) {

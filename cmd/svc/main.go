@@ -99,7 +99,7 @@ input), 130 after a second interrupt of a command waiting for a run.`,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newGather(), newSubmit(), newRuns(), newBatch(), newValidate(), newMCP(), newVersion())
+	root.AddCommand(newServe(), newWorker(), newStatus(), newRun(), newGather(), newSubmit(), newRuns(), newBatch(), newValidate(), newMCP(), newKeys(), newVersion())
 	wrapRunE(root)
 	return root
 }

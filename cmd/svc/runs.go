@@ -187,6 +187,7 @@ func (r *runsFlags) open(w io.Writer) (*client.Client, error) {
 type runsCmd struct {
 	runsFlags
 	state  string
+	tenant string
 	limit  int
 	cursor string
 	json   bool
@@ -222,6 +223,7 @@ run, say), 2 for bad usage.`,
 	r.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&r.state, "state", "", "only runs in this state: pending, running, waiting, completed, failed or cancelled (default: all)")
+	fs.StringVar(&r.tenant, "tenant", "", "only runs of this tenant (svc serve --api-keys): an admin key's filter; any other key lists its own tenant's runs (default: every run the key may see)")
 	fs.IntVar(&r.limit, "limit", svc.DefaultRunPage, fmt.Sprintf("runs per page, 1 to %d", svc.MaxRunPage))
 	fs.StringVar(&r.cursor, "cursor", "", "read the page after the one that printed this cursor (default: the first page)")
 	fs.BoolVar(&r.json, "json", false, "print the page as JSON ({runs, next_cursor}) (default false)")
@@ -244,7 +246,7 @@ func (r *runsCmd) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer func() { _ = c.Close() }()
-	page, err := c.ListRuns(cmd.Context(), svc.RunFilter{State: svc.RunState(r.state), Limit: r.limit, Cursor: r.cursor})
+	page, err := c.ListRuns(cmd.Context(), svc.RunFilter{State: svc.RunState(r.state), Tenant: r.tenant, Limit: r.limit, Cursor: r.cursor})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}

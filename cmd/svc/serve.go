@@ -29,6 +29,7 @@ type serveCmd struct {
 	host    string
 	port    int
 	auth    authFlags
+	apiKeys string
 	origins []string
 	// The connection flags (issue 25).
 	allowedHosts []string
@@ -166,6 +167,11 @@ With --auth-token (or SVC_AUTH_TOKEN, or --auth-token-file, which keeps the
 token out of ps) every route but /healthz, /health and /readyz needs
 "Authorization: Bearer <token>". A token that is only whitespace, or an
 empty or missing token file, is refused at start (exit 2).
+With --api-keys FILE each team has its own keys: a key belongs to a tenant
+and has scopes (run, submit, read, admin); a key without the scope of a
+route gets 403. The file holds each key's SHA-256 ("svc keys new" makes a
+key and its hash) and is read again each second: a changed file replaces
+the keys, one that does not load is logged and the old keys stay.
 Request bodies must be application/json, and a browser request from another
 origin than the server's own is refused unless --allowed-origins lists it.
 
@@ -206,6 +212,7 @@ for workers such as the one of the last example.`,
 	fs.StringVar(&s.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&s.port, "port", 8420, "port to listen on (0: any free port)")
 	s.auth.register(fs, "bearer token required on every route but the health checks")
+	fs.StringVar(&s.apiKeys, "api-keys", "", "YAML file of API keys, each with its tenant and scopes (docs/tenants.md; svc keys new makes one); every route but the health checks needs one of them, or --auth-token, which is then one admin key; the file is read again each second and a changed one replaces the keys (default: none)")
 	fs.StringSliceVar(&s.origins, "allowed-origins", nil, "browser origins (scheme://host[:port], comma-separated or repeated) besides the server's own that may call the API, with CORS; other origins get 403 (default none)")
 	fs.StringSliceVar(&s.allowedHosts, "allowed-hosts", nil, "host names (comma-separated or repeated) besides localhost, the loopback addresses and --host that requests may name in their Host header; the Host header is checked when the server listens on loopback without --auth-token (DNS rebinding), and always once this is given; other hosts get 421 (default none)")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", app.DefaultIdleTimeout, "close a keep-alive connection idle this long (longer than a load balancer's idle timeout, so that it closes first)")
@@ -301,6 +308,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 
 	o := s.appOptions(fs, log)
 	o.Host, o.Port, o.AuthToken, o.MaxBodyBytes = s.host, s.port, authToken, s.maxBody
+	o.APIKeysFile = s.apiKeys
 	o.AllowedOrigins, o.AllowedHosts = s.origins, s.allowedHosts
 	o.IdleTimeout, o.ReadTimeout, o.MaxConnections = s.idleTimeout, s.readTimeout, s.maxConns
 	o.Dashboard = s.dashboard

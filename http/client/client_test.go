@@ -409,6 +409,7 @@ func TestErrorRebuild(t *testing.T) {
 		svc.KindContext:            svc.ErrContext,
 		svc.KindSpawnCap:           svc.ErrSpawnCap,
 		svc.KindApprovalRequired:   svc.ErrApprovalRequired,
+		svc.KindForbidden:          svc.ErrForbidden,
 	}
 	clients := map[string]svc.Backend{"Client": newClient(t, srv.URL)}
 	local, err := client.NewLocal(client.OverHandler(router(t, &fakeBackend{})))

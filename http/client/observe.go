@@ -153,6 +153,9 @@ func (c *Client) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, er
 	if f.State != "" {
 		v.Set("state", string(f.State))
 	}
+	if f.Tenant != "" {
+		v.Set("tenant", f.Tenant)
+	}
 	if f.Limit != 0 {
 		v.Set("limit", strconv.Itoa(f.Limit))
 	}

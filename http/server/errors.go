@@ -37,6 +37,7 @@ var statusByKind = map[svc.Kind]int{
 	svc.KindTimeout:              http.StatusGatewayTimeout,
 	svc.KindShuttingDown:         http.StatusServiceUnavailable,
 	svc.KindUnauthorized:         http.StatusUnauthorized,
+	svc.KindForbidden:            http.StatusForbidden,
 	svc.KindOutputValidation:     http.StatusInternalServerError,
 	svc.KindNotFound:             http.StatusNotFound,
 	svc.KindMethodNotAllowed:     http.StatusMethodNotAllowed,

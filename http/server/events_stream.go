@@ -123,7 +123,7 @@ type staller interface {
 
 // mountEventStream adds GET /events/stream to r.
 func mountEventStream(r chi.Router, sub svc.EventSubscriber, writeTimeout time.Duration) {
-	r.Method(http.MethodGet, "/events/stream", Handle((&eventStream{sub: sub, writeTimeout: writeTimeout}).serve))
+	r.Method(http.MethodGet, "/events/stream", Handle(adminEvents("GET /events/stream", (&eventStream{sub: sub, writeTimeout: writeTimeout}).serve)))
 }
 
 type eventStream struct {

@@ -34,7 +34,7 @@ import (
 const maxSubmittedScan = 10 * svc.MaxRunPage
 
 func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
-	q, err := queryOf(r, "state", "status", "target", "type", "limit", "cursor")
+	q, err := queryOf(r, "state", "status", "target", "type", "tenant", "limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -58,13 +58,31 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 	lister, _ := o.b.(svc.RunLister)
 	hist, _ := o.events.(svc.RunHistoryReader)
 	filtered := status != "" || target != "" || (typ != "" && typ != svc.RunTypeSubmitted)
+	tenant := q.Get("tenant")
+	if p, keyed := svc.PrincipalFrom(r.Context()); keyed && !p.Admin() {
+		if tenant != "" && tenant != p.Tenant {
+			return svc.Errorf(svc.KindForbidden, "query parameter tenant=%q: only an admin key lists another tenant's runs", tenant)
+		}
+		if p.Tenant == "" {
+			return svc.Errorf(svc.KindForbidden, "GET /runs: the API key has no tenant")
+		}
+		tenant = p.Tenant
+	}
+	if tenant != "" {
+		// The event store's run history does not say whose each run
+		// was: a tenant's listing is of its submitted runs.
+		if filtered {
+			return svc.Errorf(svc.KindSpecValidation, "GET /runs of one tenant lists its submitted runs alone: give state (or type=submitted), not status, target or type")
+		}
+		return o.submittedRuns(w, r, lister, svc.RunState(state), tenant, limit, q.Get("cursor"))
+	}
 	switch {
 	case state != "" && filtered:
 		return svc.Errorf(svc.KindSpecValidation, "query parameter state filters the submitted runs alone: give status (with target and type) or state, not both")
 	case hist == nil && filtered:
 		return svc.Errorf(svc.KindSpecValidation, "query parameters status, target and type need an event store with a run history; this server has none")
 	case state != "" || hist == nil || (typ == svc.RunTypeSubmitted && !filtered):
-		return o.submittedRuns(w, r, lister, svc.RunState(state), limit, q.Get("cursor"))
+		return o.submittedRuns(w, r, lister, svc.RunState(state), "", limit, q.Get("cursor"))
 	}
 	var before *svc.HistoryPos
 	if c := q.Get("cursor"); c != "" {
@@ -129,8 +147,8 @@ func (o *observation) runs(w http.ResponseWriter, r *http.Request) error {
 }
 
 // submittedRuns is the route's first form: the run store's page.
-func (o *observation) submittedRuns(w http.ResponseWriter, r *http.Request, lister svc.RunLister, state svc.RunState, limit int, cursor string) error {
-	f := svc.RunFilter{Cursor: cursor, Limit: limit}
+func (o *observation) submittedRuns(w http.ResponseWriter, r *http.Request, lister svc.RunLister, state svc.RunState, tenant string, limit int, cursor string) error {
+	f := svc.RunFilter{Cursor: cursor, Limit: limit, Tenant: tenant}
 	if state != "" && !state.Valid() {
 		return svc.Errorf(svc.KindSpecValidation, "query parameter state=%q: want pending, running, waiting, completed, failed or cancelled", state)
 	}

@@ -36,7 +36,7 @@ func TestRepeatedQueryParameter(t *testing.T) {
 		"max_concurrency": {"1", "500"}, "after": {"1", "2"}, "limit": {"1", "2"},
 		"since": {"0", "1"}, "until": {"0", "1"}, "trace_id": {"a", "b"},
 		"event_type": {"agent_spawned", "agent_completed"}, "agent": {"echo", "other"},
-		"group_by": {"agent", "model"}, "state": {"completed", "failed"}, "cursor": {"a", "b"},
+		"group_by": {"agent", "model"}, "state": {"completed", "failed"}, "cursor": {"a", "b"}, "tenant": {"team-a", "team-b"},
 		"status": {"completed", "failed"}, "target": {"echo", "other"}, "type": {"run", "group"},
 		"order": {"index", "finish"}, "follow": {"true", "false"}, "mode": {"runtime", "provider"},
 	}

@@ -36,21 +36,26 @@ type observation struct {
 	events svc.EventReader // nil without an event store
 	fleet  svc.FleetReader // nil without a broker
 	now    func() time.Time
+	// keys, when set, is the use of each API key, which GET
+	// /runtime/stats shows admin keys.
+	keys KeyAuditor
 }
 
-func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet svc.FleetReader) {
+// mountObservation mounts the observation routes and returns their
+// handlers' state, which the caller may complete before serving.
+func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet svc.FleetReader) *observation {
 	o := &observation{b: b, events: events, fleet: fleet, now: time.Now}
 	_, hasCatalog := b.(svc.ToolCatalog)
 	_, hasHistory := events.(svc.RunHistoryReader)
 	if events != nil {
-		r.Method(http.MethodGet, "/events", Handle(o.listEvents))
-		r.Method(http.MethodGet, "/usage", Handle(o.usage))
-		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(o.tree))
+		r.Method(http.MethodGet, "/events", Handle(adminEvents("GET /events", o.listEvents)))
+		r.Method(http.MethodGet, "/usage", Handle(adminEvents("GET /usage", o.usage)))
+		r.Method(http.MethodGet, "/runs/{trace_id}/tree", Handle(adminEvents("GET /runs/{trace_id}/tree", o.tree)))
 	}
 	// Without an event store the stats still have the backend's live
 	// figures: runs in flight, tool servers, budget, stuck calls.
 	if _, live := b.(svc.InFlightReporter); events != nil || fleet != nil || live {
-		r.Method(http.MethodGet, "/runtime/stats", Handle(o.stats))
+		r.Method(http.MethodGet, "/runtime/stats", Handle(adminEvents("GET /runtime/stats", o.stats)))
 	}
 	if events != nil || hasCatalog {
 		r.Method(http.MethodGet, "/tools", Handle(o.tools))
@@ -66,6 +71,7 @@ func mountObservation(r chi.Router, b svc.Backend, events svc.EventReader, fleet
 			return budgetReply(w, r, k.ResetTokenBudget)
 		}))
 	}
+	return o
 }
 
 // budgetReply answers a budget route with what op returns. The reset takes
@@ -225,6 +231,11 @@ func (o *observation) tools(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if g != "" {
+		if err := everyTenants(r, "GET /tools?group_by="); err != nil {
+			return err
+		}
+	}
 	switch g {
 	case "":
 		if !win.IsZero() {
@@ -327,6 +338,9 @@ func (o *observation) stats(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ir, ok := o.b.(svc.InFlightReporter); ok {
 		st.Header.RunsInFlight = ir.RunsInFlight()
+	}
+	if p, ok := svc.PrincipalFrom(r.Context()); ok && p.Admin() && o.keys != nil {
+		st.Keys = o.keys.KeyUsage()
 	}
 	if st.Stuck.Calls == nil {
 		st.Stuck.Calls = []svc.StuckCall{}

@@ -320,7 +320,10 @@ func NewRouter(b svc.Backend, opts ...Option) (chi.Router, error) {
 		cfg.batches = bb
 	}
 	if cfg.batches != nil {
-		mountBatches(r, &batchHandlers{bb: cfg.batches, maxBody: cfg.maxBody, writeTimeout: cfg.writeTimeout, heartbeat: cfg.heartbeat})
+		r.Group(func(r chi.Router) {
+			r.Use(adminBatches)
+			mountBatches(r, &batchHandlers{bb: cfg.batches, maxBody: cfg.maxBody, writeTimeout: cfg.writeTimeout, heartbeat: cfg.heartbeat})
+		})
 	}
 	if own, ok := b.(svc.EventSubscriber); ok {
 		if cfg.sse != nil {

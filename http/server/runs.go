@@ -106,6 +106,29 @@ func (h *runHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 // runID returns the {id} path parameter (pathParam).
 func runID(r *http.Request) (string, error) { return pathParam(r, "id", "run id") }
 
+// ownRunID returns the {id} of r (runID) once the caller may see that run:
+// a caller with an API key that is not an admin one sees its own tenant's
+// runs only, and another tenant's run is answered as an unknown one (404,
+// the stores' own words), so that its existence is not revealed.
+func (h *runHandlers) ownRunID(r *http.Request) (string, error) {
+	id, err := runID(r)
+	if err != nil {
+		return "", err
+	}
+	p, ok := svc.PrincipalFrom(r.Context())
+	if !ok || p.Admin() {
+		return id, nil
+	}
+	st, err := h.rb.RunStatus(r.Context(), id)
+	if err != nil {
+		return "", err
+	}
+	if !p.Sees(st.Tenant) {
+		return "", svc.Errorf(svc.KindRegistry, "unknown run %q", id)
+	}
+	return id, nil
+}
+
 // mountPrefix returns the escaped path under which the router is mounted,
 // taken from the request's path minus the route's own suffix, so the
 // Location of a run works wherever a host mounts the router.
@@ -114,7 +137,7 @@ func mountPrefix(r *http.Request, route string) string {
 }
 
 func (h *runHandlers) status(w http.ResponseWriter, r *http.Request) error {
-	id, err := runID(r)
+	id, err := h.ownRunID(r)
 	if err != nil {
 		return err
 	}
@@ -126,7 +149,7 @@ func (h *runHandlers) status(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *runHandlers) result(w http.ResponseWriter, r *http.Request) error {
-	id, err := runID(r)
+	id, err := h.ownRunID(r)
 	if err != nil {
 		return err
 	}
@@ -148,7 +171,7 @@ func (h *runHandlers) result(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *runHandlers) cancel(w http.ResponseWriter, r *http.Request) error {
-	id, err := runID(r)
+	id, err := h.ownRunID(r)
 	if err != nil {
 		return err
 	}
@@ -176,7 +199,7 @@ type resumeBody struct {
 // resume answers one request of a waiting run and starts it again: 202
 // with the run's status.
 func (h *runHandlers) resume(w http.ResponseWriter, r *http.Request) error {
-	id, err := runID(r)
+	id, err := h.ownRunID(r)
 	if err != nil {
 		return err
 	}
@@ -243,7 +266,7 @@ func streamAfter(r *http.Request) (int64, error) {
 }
 
 func (h *runHandlers) stream(w http.ResponseWriter, r *http.Request) error {
-	id, err := runID(r)
+	id, err := h.ownRunID(r)
 	if err != nil {
 		return err
 	}

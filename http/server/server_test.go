@@ -225,7 +225,7 @@ func TestErrorStatuses(t *testing.T) {
 		svc.KindNotFound: 404, svc.KindMethodNotAllowed: 405, svc.KindCondition: 500,
 		svc.KindBadRequest: 400, svc.KindHeaderTooLarge: 431, svc.KindRequestTimeout: 408,
 		svc.KindMisdirectedRequest: 421, svc.KindOverloaded: 503, svc.KindContext: 400,
-		svc.KindSpawnCap: 422, svc.KindApprovalRequired: 409,
+		svc.KindSpawnCap: 422, svc.KindApprovalRequired: 409, svc.KindForbidden: 403,
 		"FrobnicationError": 500, // unknown: falls back to its parent, the base
 	}
 	for _, k := range svc.Kinds {

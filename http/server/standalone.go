@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -20,8 +21,13 @@ import (
 // StandaloneConfig configures NewStandalone.
 type StandaloneConfig struct {
 	// AuthToken, when not empty, is the bearer token every request but the
-	// health checks must carry.
+	// health checks must carry (BearerAuth).
 	AuthToken string
+	// Keys, when set, checks the API key of every request but the health
+	// checks and the dashboard's files, and the scope each route needs
+	// (KeyAuth); give AuthToken to it, not here. When it is a KeyAuditor,
+	// GET /runtime/stats shows admin keys the use of each key.
+	Keys Authenticator
 	// Logger receives the access log and internal errors; zap.L() when nil.
 	Logger *zap.Logger
 	// RouterOptions are passed to NewRouter; a WithLogger among them wins
@@ -83,8 +89,8 @@ const MCPPath = "/mcp"
 // for b, with the observation routes of mountObservation, behind RequestID,
 // AccessLog, Recoverer, the reserve's gate (cfg.Reserved), CheckHost (when
 // cfg.CheckHost), CheckOrigin (with cfg.AllowedOrigins), CheckPath,
-// BodyDeadline (cfg.ReadTimeout) and, when cfg.AuthToken is set,
-// BearerAuth, in that order from the outside in.
+// BodyDeadline (cfg.ReadTimeout) and KeyAuth (when cfg.Keys is set) or
+// BearerAuth (when cfg.AuthToken is), in that order from the outside in.
 func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -95,7 +101,13 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mountObservation(rt, b, cfg.Events, cfg.Fleet)
+	if cfg.Keys != nil && cfg.AuthToken != "" {
+		return nil, errors.New("server: NewStandalone: give the auth token to the Keys authenticator, not both")
+	}
+	obs := mountObservation(rt, b, cfg.Events, cfg.Fleet)
+	if ka, ok := cfg.Keys.(KeyAuditor); ok {
+		obs.keys = ka
+	}
 	if cfg.Metrics != nil {
 		rt.Method(http.MethodGet, "/metrics", cfg.Metrics)
 	}
@@ -103,7 +115,10 @@ func NewStandalone(b svc.Backend, cfg StandaloneConfig) (http.Handler, error) {
 		rt.Handle(MCPPath, cfg.MCP)
 	}
 	var h http.Handler = rt
-	if cfg.AuthToken != "" {
+	switch {
+	case cfg.Keys != nil:
+		h = KeyAuth(cfg.Keys, rt)(h)
+	case cfg.AuthToken != "":
 		h = BearerAuth(cfg.AuthToken)(h)
 	}
 	if cfg.ReadTimeout > 0 {

@@ -119,7 +119,7 @@ func (s *Store) create(rec svc.RunRecord, created time.Time) error {
 	}
 	s.runs[rec.RunID] = &run{
 		rec: svc.RunRecord{
-			RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
+			RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, Tenant: rec.Tenant, State: svc.RunPending,
 			Task: cloneBytes(rec.Task), CreatedAt: created, UpdatedAt: created,
 		},
 		changed: make(chan struct{}),
@@ -467,7 +467,7 @@ func (s *Store) ListRuns(_ context.Context, f svc.RunFilter) (svc.RunPage, error
 	}
 	var rows []runlist.Row
 	for _, r := range s.runs {
-		if p := runlist.Of(&r.rec); q.Match(p, r.rec.State) {
+		if p := runlist.Of(&r.rec); q.Match(p, r.rec.State, r.rec.Tenant) {
 			rows = append(rows, runlist.RowOf(&r.rec))
 		}
 	}

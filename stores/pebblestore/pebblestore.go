@@ -247,7 +247,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 		rec.CreatedAt = time.Now()
 	}
 	// A new run starts bare whatever the caller filled in.
-	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
+	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, Tenant: rec.Tenant, State: svc.RunPending,
 		Task: rec.Task, CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
 	return s.group(ctx, func(b *pebble.Batch) ([]string, error) {
 		switch _, err := s.load(rec.RunID); {
@@ -291,7 +291,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now
 	}
-	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, State: svc.RunPending,
+	rec = svc.RunRecord{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, TraceID: rec.TraceID, Tenant: rec.Tenant, State: svc.RunPending,
 		Task: rec.Task, CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.CreatedAt.UTC()}
 	var (
 		held  string
@@ -841,6 +841,9 @@ func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, err
 			_ = it.Close()
 			return svc.RunPage{}, err
 		}
+		if q.Tenant != "" && rec.Tenant != q.Tenant {
+			continue // no index by tenant: the state's or the creation index, filtered
+		}
 		rows = append(rows, runlist.Row{Pos: pos, Summary: runlist.Summary(rec)})
 	}
 	if err := it.Close(); err != nil {
@@ -864,7 +867,7 @@ func (s *Store) loadSummary(runID string) (*svc.RunRecord, error) {
 		return nil, svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("pebblestore: decode run %q", runID))
 	}
 	return &svc.RunRecord{RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
-		Reason: j.Reason, TraceID: j.TraceID, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC()}, nil
+		Reason: j.Reason, TraceID: j.TraceID, Tenant: j.Tenant, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC()}, nil
 }
 
 // update runs fn on runID's record under the write lock and writes the
@@ -1127,6 +1130,7 @@ type recordJSON struct {
 	Result    []byte           `json:"result,omitempty"`
 	Reason    string           `json:"reason,omitempty"`
 	TraceID   string           `json:"trace_id,omitempty"` // absent in records of earlier versions
+	Tenant    string           `json:"tenant,omitempty"`   // absent for the default tenant and in records of earlier versions
 	CreatedAt time.Time        `json:"created_at"`
 	UpdatedAt time.Time        `json:"updated_at"`
 	LastSeq   int64            `json:"last_seq"`
@@ -1148,6 +1152,7 @@ type summaryJSON struct {
 	Progress  *svc.RunProgress `json:"progress,omitempty"`
 	Reason    string           `json:"reason,omitempty"`
 	TraceID   string           `json:"trace_id,omitempty"` // absent in records of earlier versions
+	Tenant    string           `json:"tenant,omitempty"`   // absent for the default tenant and in records of earlier versions
 	CreatedAt time.Time        `json:"created_at"`
 	UpdatedAt time.Time        `json:"updated_at"`
 }
@@ -1155,7 +1160,7 @@ type summaryJSON struct {
 func encodeRecord(st *stored) ([]byte, error) {
 	return json.Marshal(recordJSON{
 		RunID: st.RunID, Target: st.Target, Kind: st.Kind, State: st.State, Progress: st.Progress,
-		Result: st.Result, Reason: st.Reason, TraceID: st.TraceID, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
+		Result: st.Result, Reason: st.Reason, TraceID: st.TraceID, Tenant: st.Tenant, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, LastSeq: st.LastSeq,
 		StepSeq: st.StepSeq, StepBytes: st.StepBytes, Resumed: st.Resumed,
 	})
 }
@@ -1172,7 +1177,7 @@ func decodeRecord(b []byte) (*stored, error) {
 	}
 	st := &stored{LastSeq: j.LastSeq, StepSeq: j.StepSeq, StepBytes: j.StepBytes, RunRecord: svc.RunRecord{
 		RunID: j.RunID, Target: j.Target, Kind: j.Kind, State: j.State, Progress: j.Progress,
-		Reason: j.Reason, TraceID: j.TraceID, Resumed: j.Resumed, Steps: j.StepSeq,
+		Reason: j.Reason, TraceID: j.TraceID, Tenant: j.Tenant, Resumed: j.Resumed, Steps: j.StepSeq,
 		CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
 	}}
 	if j.Result != nil {

@@ -5,6 +5,8 @@
 //
 //	P:<id>         hash    the record: run_id, target, kind, state, reason,
 //	                       trace_id (absent in records of earlier versions),
+//	                       tenant (absent for the default tenant and in
+//	                       records of earlier versions),
 //	                       created_at, updated_at (RFC 3339, UTC), seq (the
 //	                       last sequence number), progress (JSON) and result
 //	                       (the bytes given), the last two once set; owner
@@ -414,6 +416,9 @@ func (s *Store) fields(rec svc.RunRecord, created string) []any {
 		"reason", "", "trace_id", rec.TraceID, "created_at", created, "updated_at", created, "seq", 0, "owner", s.node}
 	if len(rec.Task) > 0 {
 		f = append(f, "task", []byte(rec.Task))
+	}
+	if rec.Tenant != "" {
+		f = append(f, "tenant", rec.Tenant)
 	}
 	return f
 }
@@ -1013,7 +1018,7 @@ func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, err
 }
 
 // listFields are the record fields a listing reads: all but the result.
-var listFields = []string{"run_id", "target", "kind", "state", "reason", "trace_id", "progress", "created_at", "updated_at"}
+var listFields = []string{"run_id", "target", "kind", "state", "reason", "trace_id", "tenant", "progress", "created_at", "updated_at"}
 
 // list reads the rows of q's page: batches of index entries after the
 // cursor, then their records, until the page is full or the index ends.
@@ -1054,7 +1059,7 @@ func (s *Store) list(ctx context.Context, q runlist.Query) ([]runlist.Row, error
 			if err != nil {
 				return nil, fmt.Errorf("decode run %q: %w", e.RunID, err)
 			}
-			if q.State == "" || rec.State == q.State {
+			if q.Keeps(rec.State, rec.Tenant) {
 				rows = append(rows, runlist.Row{Pos: e, Summary: runlist.Summary(&rec)})
 				if len(rows) == q.Fetch() {
 					break
@@ -1258,7 +1263,7 @@ func decodeEntry(id string, values map[string]any) (ev svc.RunEvent, end bool, e
 // decodeRecord parses a record hash.
 func decodeRecord(h map[string]string) (svc.RunRecord, error) {
 	rec := svc.RunRecord{RunID: h["run_id"], Target: h["target"], Kind: svc.TargetKind(h["kind"]), State: svc.RunState(h["state"]), Reason: h["reason"],
-		TraceID: h["trace_id"]} // absent in records of earlier versions
+		TraceID: h["trace_id"], Tenant: h["tenant"]} // both absent in records of earlier versions
 	if rec.RunID == "" || !rec.State.Valid() {
 		return svc.RunRecord{}, fmt.Errorf("corrupt record (run_id %q, state %q)", rec.RunID, rec.State)
 	}

@@ -21,7 +21,7 @@ func TestListUsesIndexes(t *testing.T) {
 	for _, byState := range []bool{false, true} {
 		for _, byCursor := range []bool{false, true} {
 			q := listQuery(byState, byCursor)
-			rows, err := s.reader.Query("EXPLAIN QUERY PLAN "+q, 10, "running", 1, "x")
+			rows, err := s.reader.Query("EXPLAIN QUERY PLAN "+q, 10, "running", 1, "x", "team-a")
 			if err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}

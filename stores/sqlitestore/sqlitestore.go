@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS runs (
 	result     BLOB,             -- served verbatim, NULL until set
 	reason     TEXT NOT NULL DEFAULT '',
 	trace_id   TEXT NOT NULL DEFAULT '', -- see addedColumns
+	tenant     TEXT NOT NULL DEFAULT '', -- see addedColumns
 	-- the submitted task (RunRecord.Task), NULL for a run created without
 	-- one, and how many times the run was resumed; see addedColumns
 	task       BLOB,
@@ -141,10 +142,10 @@ CREATE INDEX IF NOT EXISTS idempotency_expires ON idempotency (expires_at);
 // SQL statements. ?1 is always the run id. A state list of two is enough:
 // no state is reachable from more than two others.
 const (
-	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id, task)
-		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5, ?6) ON CONFLICT (run_id) DO NOTHING`
+	sqlCreate = `INSERT INTO runs (run_id, target, kind, state, created_at, updated_at, trace_id, task, tenant)
+		VALUES (?1, ?2, ?3, 'pending', ?4, ?4, ?5, ?6, ?7) ON CONFLICT (run_id) DO NOTHING`
 	// sqlGet reads the run with its last step (NULLs without steps).
-	sqlGet = `SELECT r.target, r.kind, r.state, r.progress, r.result, r.reason, r.trace_id, r.task, r.resumed,
+	sqlGet = `SELECT r.target, r.kind, r.state, r.progress, r.result, r.reason, r.trace_id, r.tenant, r.task, r.resumed,
 		s.seq, s.kind, s.key, s.ts, r.created_at, r.updated_at
 		FROM runs r LEFT JOIN (SELECT seq, kind, key, ts FROM run_steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1) s ON 1
 		WHERE r.run_id = ?1`
@@ -224,17 +225,17 @@ const (
 // scan on the index from the cursor on; the four variants keep a filter
 // that does not apply out of the query, where it would defeat the index.
 func listQuery(state, cursor bool) string {
-	var where []string
+	// ?5, a tenant, filters unless it is '': a residual test on the rows
+	// the index gives (there is no index by tenant).
+	where := []string{"(?5 = '' OR tenant = ?5)"}
 	if state {
 		where = append(where, "state = ?2")
 	}
 	if cursor {
 		where = append(where, "(created_at, run_id) < (?3, ?4)")
 	}
-	q := `SELECT run_id, target, kind, state, progress, reason, trace_id, created_at, updated_at FROM runs`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	q := `SELECT run_id, target, kind, state, progress, reason, trace_id, tenant, created_at, updated_at FROM runs`
+	q += " WHERE " + strings.Join(where, " AND ")
 	return q + " ORDER BY created_at DESC, run_id DESC LIMIT ?1"
 }
 
@@ -462,12 +463,14 @@ func initSchema(db *sql.DB) error {
 // them, once, in initSchema's transaction (the writer's transactions are
 // IMMEDIATE: two processes opening one old file add them one after the
 // other, the second finding them there). Rows written before have the
-// default: trace_id ” (RunStatus.TraceID absent), task NULL (a run that
+// default: trace_id ” (RunStatus.TraceID absent), tenant ” (the
+// default tenant), task NULL (a run that
 // cannot be resumed) and resumed 0. Files of the build that kept the step
 // log's size in the runs row keep its columns (step_bytes, step_count),
 // which nothing reads or writes any more.
 var addedColumns = []struct{ table, column string }{
 	{"runs", `trace_id TEXT NOT NULL DEFAULT ''`},
+	{"runs", `tenant TEXT NOT NULL DEFAULT ''`},
 	{"runs", `task BLOB`},
 	{"runs", `resumed INTEGER NOT NULL DEFAULT 0`},
 	{"run_events", `request BLOB`},
@@ -554,7 +557,7 @@ func (s *Store) Create(ctx context.Context, rec svc.RunRecord) error {
 	}
 	return s.do(ctx, op{id: rec.RunID, what: fmt.Sprintf("create run %q", rec.RunID),
 		run: func(ctx context.Context, tx *batchTx) (error, error) {
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID, task(rec))
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID, task(rec), rec.Tenant)
 			if err != nil {
 				return nil, err
 			}
@@ -606,7 +609,7 @@ func (s *Store) CreateIdempotent(ctx context.Context, key, fingerprint string, r
 			case !errors.Is(err, sql.ErrNoRows):
 				return nil, err
 			}
-			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID, task(rec))
+			res, err := tx.stmt(ctx, s.stmt.create).ExecContext(ctx, rec.RunID, rec.Target, string(rec.Kind), micros(created), rec.TraceID, task(rec), rec.Tenant)
 			if err != nil {
 				return nil, err
 			}
@@ -671,7 +674,7 @@ func (s *Store) get(ctx context.Context, stmt *sql.Stmt, runID string) (svc.RunR
 		stepKind, stepKey sql.NullString
 	)
 	err := stmt.QueryRowContext(ctx, runID).Scan(
-		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &task, &rec.Resumed,
+		&rec.Target, &rec.Kind, &state, &progress, &result, &rec.Reason, &rec.TraceID, &rec.Tenant, &task, &rec.Resumed,
 		&stepSeq, &stepKind, &stepKey, &stepTS, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return svc.RunRecord{}, err
@@ -1155,8 +1158,8 @@ func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, err
 	if q.After != nil {
 		byCursor, cursorUS, cursorID = 1, q.After.CreatedUS, q.After.RunID
 	}
-	// Each variant takes the parameters up to the last it names.
-	args := []any{q.Fetch(), string(q.State), cursorUS, cursorID}[:[2][2]int{{1, 4}, {2, 4}}[byState][byCursor]]
+	// Every variant names ?5, so each takes all five parameters.
+	args := []any{q.Fetch(), string(q.State), cursorUS, cursorID, q.Tenant}
 	rows, err := s.stmt.list[byState][byCursor].QueryContext(ctx, args...)
 	if err != nil {
 		return svc.RunPage{}, s.fail(ctx, err, "list runs")
@@ -1170,7 +1173,7 @@ func (s *Store) ListRuns(ctx context.Context, f svc.RunFilter) (svc.RunPage, err
 			progress         sql.NullString
 			created, updated int64
 		)
-		if err := rows.Scan(&rec.RunID, &rec.Target, &rec.Kind, &state, &progress, &rec.Reason, &rec.TraceID, &created, &updated); err != nil {
+		if err := rows.Scan(&rec.RunID, &rec.Target, &rec.Kind, &state, &progress, &rec.Reason, &rec.TraceID, &rec.Tenant, &created, &updated); err != nil {
 			return svc.RunPage{}, s.fail(ctx, err, "list runs")
 		}
 		rec.State, rec.CreatedAt, rec.UpdatedAt = svc.RunState(state), fromMicros(created), fromMicros(updated)

@@ -107,8 +107,8 @@ func checkListing(t *testing.T, what string, s svc.RunStore, f svc.RunFilter, wa
 func checkSummary(t *testing.T, what string, got svc.RunSummary, rec svc.RunRecord) {
 	t.Helper()
 	want := svc.RunSummary{RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: rec.State,
-		Reason: rec.Reason, TraceID: rec.TraceID, Progress: rec.Progress, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
-	if got.RunID != want.RunID || got.Target != want.Target || got.Kind != want.Kind || got.State != want.State ||
+		Reason: rec.Reason, TraceID: rec.TraceID, Tenant: rec.Tenant, Progress: rec.Progress, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
+	if got.RunID != want.RunID || got.Tenant != want.Tenant || got.Target != want.Target || got.Kind != want.Kind || got.State != want.State ||
 		got.Reason != want.Reason || got.TraceID != want.TraceID || !got.CreatedAt.Equal(want.CreatedAt) || !got.UpdatedAt.Equal(want.UpdatedAt) ||
 		(got.Progress == nil) != (want.Progress == nil) || got.Progress != nil && *got.Progress != *want.Progress {
 		t.Errorf("%s: listed %+v (progress %v), want %+v (progress %v) as Get has it", what, got, got.Progress, want, want.Progress)

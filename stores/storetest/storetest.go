@@ -116,6 +116,7 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"ListDefaultLimit", testListDefaultLimit},
 		{"ListNewRunsBetweenPages", testListNewRunsBetweenPages},
 		{"ListStateFilter", testListStateFilter},
+		{"Tenant", testTenant},
 		{"ListErrors", testListErrors},
 		{"ListClosed", testListClosed},
 		{"IdempotentSameKey", testIdempotentSameKey},

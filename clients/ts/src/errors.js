@@ -68,6 +68,8 @@ export class TimeoutError extends AgentRuntimeError {}
  * run can wait; submit it and answer with resumeRun.
  */
 export class ApprovalRequiredError extends AgentRuntimeError {}
+/** The server's 403 for an API key without the scope the route needs. */
+export class ForbiddenError extends AgentRuntimeError {}
 
 /** Every kind the client knows, by its wire name. */
 export const errorKinds = Object.freeze({
@@ -103,6 +105,7 @@ export const errorKinds = Object.freeze({
   ShuttingDownError,
   TimeoutError,
   ApprovalRequiredError,
+  ForbiddenError,
 });
 
 /**

@@ -241,6 +241,7 @@ export class ShuttingDownError extends AgentRuntimeError {}
 export class TimeoutError extends AgentRuntimeError {}
 /** The server's 409 for a sync run that reached a call needing a person's approval (or ask_human): submit the run and answer it with resumeRun. */
 export class ApprovalRequiredError extends AgentRuntimeError {}
+export class ForbiddenError extends AgentRuntimeError {}
 
 /** Every error class by its kind's wire name. */
 export const errorKinds: Readonly<Record<string, typeof SvcError>>;

@@ -694,9 +694,10 @@ export interface components {
              *     - ContextError: 400
              *     - SpawnCapError: 422
              *     - ApprovalRequiredError: 409
+             *     - ForbiddenError: 403
              * @enum {string}
              */
-            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError" | "SpawnCapError" | "ApprovalRequiredError";
+            error: "AgentRuntimeError" | "SpecValidationError" | "TopologyError" | "PayloadTooLargeError" | "TrustViolationError" | "RegistryError" | "RunStateError" | "BudgetExceededError" | "DepthLimitError" | "SpawnCycleError" | "SpawnError" | "ToolExecutionError" | "AllAgentsFailedError" | "ModelError" | "TimeoutError" | "CancelledError" | "ShuttingDownError" | "OutputValidationError" | "UnauthorizedError" | "UnsupportedMediaTypeError" | "ForbiddenOriginError" | "NotFoundError" | "MethodNotAllowedError" | "ConditionError" | "BadRequestError" | "HeaderTooLargeError" | "RequestTimeoutError" | "MisdirectedRequestError" | "OverloadedError" | "ContextError" | "SpawnCapError" | "ApprovalRequiredError" | "ForbiddenError";
             message: string;
             reason?: string;
             request_id: string;
@@ -739,6 +740,7 @@ export interface components {
                 state: string;
                 status?: string;
                 target: string;
+                tenant?: string;
                 tokens_used?: number;
                 trace_id?: string;
                 type?: string;
@@ -769,6 +771,7 @@ export interface components {
             run_id: string;
             state: string;
             steps?: number;
+            tenant?: string;
             trace_id?: string;
             waiting?: null | components["schemas"]["WaitRequest"][];
         };
@@ -982,6 +985,14 @@ export interface components {
                 tool_failures: number;
                 traces: number;
             };
+            keys?: null | {
+                denied: number;
+                key_id: string;
+                /** Format: date-time */
+                last_use?: string;
+                requests: number;
+                tenant: string;
+            }[];
             nodes?: null | {
                 /** Format: date-time */
                 last_renewal: string;
@@ -2026,6 +2037,8 @@ export interface operations {
                 status?: string;
                 /** @description Only runs of this agent or group. */
                 target?: string;
+                /** @description The submitted runs of this tenant alone (svc serve --api-keys): an admin key's filter; any other key lists its own tenant's submitted runs without it, and another tenant's name is a 403. */
+                tenant?: string;
                 /** @description Only runs of this type: run, gather, group or submitted. */
                 type?: string;
             };

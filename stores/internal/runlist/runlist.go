@@ -65,7 +65,9 @@ func (p Position) Cursor() string {
 // Query is a checked svc.RunFilter.
 type Query struct {
 	State svc.RunState // "" for every state
-	Limit int          // 1 to svc.MaxRunPage
+	// Tenant, when not "", keeps the runs of that tenant only.
+	Tenant string
+	Limit  int // 1 to svc.MaxRunPage
 	// After, when not nil, is the cursor's Position: the page holds only
 	// the runs listed after it.
 	After *Position
@@ -75,7 +77,7 @@ type Query struct {
 // too large limit, an unknown state and a malformed cursor are
 // SpecValidationErrors.
 func Parse(store string, f svc.RunFilter) (Query, error) {
-	q := Query{State: f.State, Limit: f.Limit}
+	q := Query{State: f.State, Tenant: f.Tenant, Limit: f.Limit}
 	switch {
 	case f.Limit == 0:
 		q.Limit = svc.DefaultRunPage
@@ -116,10 +118,15 @@ func decode(cursor string) (Position, bool) {
 	return Position{CreatedUS: n, RunID: id}, true
 }
 
-// Match reports whether a run at p in state st belongs to q's pages after
-// the cursor.
-func (q Query) Match(p Position, st svc.RunState) bool {
-	return (q.State == "" || st == q.State) && (q.After == nil || q.After.Before(p))
+// Match reports whether a run at p in state st of tenant belongs to q's
+// pages after the cursor.
+func (q Query) Match(p Position, st svc.RunState, tenant string) bool {
+	return q.Keeps(st, tenant) && (q.After == nil || q.After.Before(p))
+}
+
+// Keeps reports whether a run in state st of tenant passes q's filters.
+func (q Query) Keeps(st svc.RunState, tenant string) bool {
+	return (q.State == "" || st == q.State) && (q.Tenant == "" || tenant == q.Tenant)
 }
 
 // Fetch is how many rows a store reads for a page: one more than the
@@ -152,7 +159,7 @@ func (q Query) Page(rows []Row) svc.RunPage {
 func Summary(rec *svc.RunRecord) svc.RunSummary {
 	s := svc.RunSummary{
 		RunID: rec.RunID, Target: rec.Target, Kind: rec.Kind, State: rec.State, Reason: rec.Reason,
-		TraceID: rec.TraceID, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		TraceID: rec.TraceID, Tenant: rec.Tenant, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	}
 	if rec.Progress != nil {
 		p := *rec.Progress

@@ -49,6 +49,7 @@ __all__ = [
     "OverloadedError",
     "ContextError",
     "ApprovalRequiredError",
+    "ForbiddenError",
     "ERROR_KINDS",
     "error_from_problem",
 ]
@@ -220,6 +221,10 @@ class ApprovalRequiredError(AgentRuntimeError):
     tool that needs approval, or ask_human) (409): only a submitted run can
     wait; submit it and answer with resume_run. In a gather, such a task is
     a failed result whose error type names this kind."""
+
+
+class ForbiddenError(AgentRuntimeError):
+    """The API key is valid but lacks the scope the route needs (403)."""
 
 
 def _kinds() -> dict[str, type[SvcError]]:
