@@ -69,6 +69,8 @@ func TestSubmitWritesFlushesAsBatches(t *testing.T) {
 	}
 	if n := fs.Calls(faultstore.AppendBatch); n == 0 {
 		t.Error("AppendBatch never called")
+	} else {
+		t.Logf("%d events, 6 steps and the progress in %d batches", len(evs), n)
 	}
 	var order []string
 	for i, ev := range evs {
