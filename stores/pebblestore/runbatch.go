@@ -23,6 +23,15 @@ func (s *Store) AppendBatch(ctx context.Context, runID string, b svc.RunBatch) (
 			return res, err
 		}
 	}
+	if b.Empty() {
+		// Nothing to write: only the refusals (update would rewrite the
+		// record for nothing).
+		rec, err := s.Get(ctx, runID)
+		if err == nil && rec.State.Terminal() {
+			err = svc.Errorf(svc.KindRunState, "run %q is %s: write refused", runID, rec.State)
+		}
+		return res, err
+	}
 	now := time.Now().UTC()
 	err := s.update(ctx, runID, func(st *stored, pb *pebble.Batch) error {
 		res = svc.RunBatchResult{}
