@@ -250,6 +250,7 @@ type Store struct {
 	// while the writer writes.
 	reader *sql.DB
 	stmt   statements
+	bstmt  batchStatements // AppendBatch's
 
 	// q is the commit queue every write of a run goes through (nil when
 	// Options.MaxBatch is 1: each write commits alone, in its caller).
@@ -319,8 +320,9 @@ func OpenWith(path string, opts Options) (*Store, error) {
 	if s.maxStepBytes <= 0 {
 		s.maxStepBytes = svc.DefaultMaxStepBytes
 	}
-	if err := s.stmt.prepare(writer, reader); err != nil {
+	if err := errors.Join(s.stmt.prepare(writer, reader), s.bstmt.prepare(writer)); err != nil {
 		_ = s.stmt.close()
+		_ = s.bstmt.close()
 		reader.Close()
 		writer.Close()
 		return nil, fail(err)
@@ -1207,7 +1209,7 @@ func (s *Store) Close() error {
 		s.q.Close() // commits what was queued before the close
 	}
 	s.streams.Wait()
-	err := errors.Join(s.stmt.close(), s.reader.Close(), s.writer.Close())
+	err := errors.Join(s.stmt.close(), s.bstmt.close(), s.reader.Close(), s.writer.Close())
 	if err != nil {
 		return svc.Wrap(svc.KindRuntime, err, fmt.Sprintf("sqlitestore: close %q", s.path))
 	}

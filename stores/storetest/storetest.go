@@ -129,6 +129,10 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"StepsBound", testStepsBound},
 		{"StepsRefused", testStepsRefused},
 		{"StepsConcurrent", testStepsConcurrent},
+		{"RunBatchAppend", testRunBatchAppend},
+		{"RunBatchRefused", testRunBatchRefused},
+		{"RunBatchFull", testRunBatchFull},
+		{"RunBatchConcurrent", testRunBatchConcurrent},
 		{"Task", testTask},
 		{"Recover", testRecover},
 		{"RecoverConcurrent", testRecoverConcurrent},
@@ -261,6 +265,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	checkListing(t, "pending after two reopens", s, svc.RunFilter{State: svc.RunPending}, nil)
 	resumeReopen(t, open)
 	batchReopen(t, open)
+	runBatchReopen(t, open)
 }
 
 func testCreate(t *testing.T, s svc.RunStore) {

@@ -121,6 +121,13 @@ func (w *Writer) run() {
 		evs, prog, closed := w.events, w.prog, w.closed
 		w.events, w.prog = nil, nil
 		w.mu.Unlock()
+		if bw, ok := r.store.(svc.RunBatchWriter); ok {
+			stopped = w.flush(bw, stopped, prog, evs)
+			if closed {
+				return
+			}
+			continue
+		}
 		if !stopped && prog != nil {
 			stopped = w.check("set progress", r.SetProgress(id, *prog))
 		}
