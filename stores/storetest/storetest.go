@@ -137,6 +137,9 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"BatchList", testBatchList},
 		{"BatchClaim", testBatchClaim},
 		{"BatchConcurrent", testBatchConcurrent},
+		{"Webhooks", testWebhooks},
+		{"WebhookClaim", testWebhookClaim},
+		{"WebhookClaimConcurrent", testWebhookClaimConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
