@@ -82,9 +82,12 @@ type BatchStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// Resumed counts the times another process took the batch over from
 	// one that stopped; absent for a batch never resumed.
-	Resumed   int       `json:"resumed,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Resumed int `json:"resumed,omitempty"`
+	// Callback is the delivery log of the batch's callback_url; absent
+	// without one. Not kept by a BatchStore (svc.WebhookStore keeps it).
+	Callback  *CallbackStatus `json:"callback,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // BatchRecord is everything a BatchStore keeps about a batch but its

@@ -225,6 +225,9 @@ type RunStatus struct {
 	// Waiting lists what a waiting run waits for: its wait requests that
 	// have no decision yet (issue 31); absent in any other state.
 	Waiting []WaitRequest `json:"waiting,omitempty"`
+	// Callback is the delivery log of the run's callback_url (see
+	// SubmitRequest); absent without one. An addition, like Reason.
+	Callback *CallbackStatus `json:"callback,omitempty"`
 }
 
 // StepRef names one step of a run's step log, without its data.

@@ -90,12 +90,12 @@ func SplitWebhookID(deliveryID string) (CallbackKind, string, bool) {
 // WebhookDelivery is a callback as a WebhookStore keeps it.
 type WebhookDelivery struct {
 	// ID is WebhookID of the batch or run.
-	ID        string        `json:"id"`
-	URL       string        `json:"url"`
-	State     CallbackState `json:"state"`
-	Attempts  int           `json:"attempts"`
-	LastStatus int          `json:"last_status,omitempty"`
-	LastError string        `json:"last_error,omitempty"`
+	ID         string        `json:"id"`
+	URL        string        `json:"url"`
+	State      CallbackState `json:"state"`
+	Attempts   int           `json:"attempts"`
+	LastStatus int           `json:"last_status,omitempty"`
+	LastError  string        `json:"last_error,omitempty"`
 	// NextAt is when the sender looks at the delivery again: for a
 	// waiting one, whether its batch or run has ended; for a pending one,
 	// the next attempt. Ignored once terminal.
