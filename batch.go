@@ -191,6 +191,18 @@ type BatchRequest struct {
 	Tasks  []TaskSpec `json:"tasks"`
 	// MaxConcurrency bounds the tasks in flight, as in a gather.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// CallbackURL gets one signed POST when the batch ends (Callbacks).
+	CallbackURL string `json:"callback_url,omitempty"`
+}
+
+// BatchOptions are a batch's settings beside its target and tasks.
+type BatchOptions struct {
+	// MaxConcurrency bounds the tasks in flight, as in a gather (1..
+	// MaxGatherConcurrency).
+	MaxConcurrency int
+	// CallbackURL, when set, gets one signed POST when the batch ends: its
+	// BatchStatus (see Callbacks).
+	CallbackURL string
 }
 
 // BatchAccepted is the answer of POST /batches: 202 once every task is
@@ -205,7 +217,7 @@ type BatchAccepted struct {
 type BatchBackend interface {
 	// SubmitBatch stores every task of tasks (a task with Invalid set
 	// fails as its own result) and starts the batch on target, an agent.
-	SubmitBatch(ctx context.Context, target string, tasks iter.Seq[TaskSpec], maxConcurrency int) (BatchAccepted, error)
+	SubmitBatch(ctx context.Context, target string, tasks iter.Seq[TaskSpec], opts BatchOptions) (BatchAccepted, error)
 	// BatchStatus returns a batch's state, counts, tokens and cost.
 	BatchStatus(ctx context.Context, batchID string) (BatchStatus, error)
 	// BatchResults yields the stored results, by order, after the cursor

@@ -463,6 +463,9 @@ type SubmitRequest struct {
 	// with a different request it is a RunStateError. The run store keeps
 	// keys for a TTL (see IdempotentStore).
 	IdempotencyKey string `json:"-"`
+	// CallbackURL, when set, gets one signed POST when the run ends (see
+	// Callbacks): its RunStatus and result.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // TargetKind says what the target of a submitted run is: the "kind" of a

@@ -46,6 +46,9 @@ type Config struct {
 	// Poll is how often a follower of results and a runner watching for a
 	// cancel made elsewhere look at the store (default 200 ms).
 	Poll time.Duration
+	// Callbacks, when set, takes a batch's callback_url (package
+	// webhook); without it a batch with one is refused.
+	Callbacks svc.Callbacks
 }
 
 // Manager serves batches; see the package doc.
@@ -204,16 +207,24 @@ func decodeTask(raw json.RawMessage) svc.TaskSpec {
 // concurrency, stores every task, chunk by chunk, then the batch's record,
 // and starts it. An error (the client went away half-way) removes what was
 // stored.
-func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], maxConcurrency int) (svc.BatchAccepted, error) {
+func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], opts svc.BatchOptions) (svc.BatchAccepted, error) {
 	if target == "" {
 		return svc.BatchAccepted{}, svc.Errorf(svc.KindSpecValidation, "batch: target is required (an agent name)")
 	}
 	if _, err := m.cfg.Runner.AgentSchema(ctx, target); err != nil {
 		return svc.BatchAccepted{}, err
 	}
-	conc, err := svc.CheckGatherConcurrency(maxConcurrency)
+	conc, err := svc.CheckGatherConcurrency(opts.MaxConcurrency)
 	if err != nil {
 		return svc.BatchAccepted{}, err
+	}
+	if opts.CallbackURL != "" {
+		if m.cfg.Callbacks == nil {
+			return svc.BatchAccepted{}, svc.Errorf(svc.KindSpecValidation, "callback_url: this server sends no callbacks (start svc serve with --webhook-key-file)")
+		}
+		if err := m.cfg.Callbacks.CheckCallback(ctx, opts.CallbackURL); err != nil {
+			return svc.BatchAccepted{}, err
+		}
 	}
 	if tasks == nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "batch")
@@ -268,6 +279,13 @@ func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq
 	}
 	rec := svc.BatchRecord{BatchStatus: svc.BatchStatus{BatchID: id, Target: target, State: svc.BatchQueued,
 		MaxConcurrency: conc, Counts: svc.BatchCounts{Total: int64(total)}}, Owner: m.cfg.Owner}
+	if opts.CallbackURL != "" {
+		// Stored before the record, so that no batch ends without its
+		// callback; one whose batch is never stored ends failed.
+		if err := m.cfg.Callbacks.ArmCallback(ctx, svc.CallbackBatch, id, opts.CallbackURL); err != nil {
+			return fail(err)
+		}
+	}
 	if err := st.CreateBatch(ctx, rec); err != nil {
 		return fail(err)
 	}
@@ -278,7 +296,17 @@ func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq
 // BatchStatus implements svc.BatchBackend.
 func (m *Manager) BatchStatus(ctx context.Context, batchID string) (svc.BatchStatus, error) {
 	rec, err := m.cfg.Store.GetBatch(ctx, batchID)
+	if err == nil && m.cfg.Callbacks != nil {
+		rec.Callback = m.cfg.Callbacks.Callback(ctx, svc.CallbackBatch, batchID)
+	}
 	return rec.BatchStatus, err
+}
+
+// ended tells the callbacks that a batch may have ended.
+func (m *Manager) ended(batchID string) {
+	if m.cfg.Callbacks != nil {
+		m.cfg.Callbacks.Ended(svc.CallbackBatch, batchID)
+	}
 }
 
 // ListBatches implements svc.BatchBackend.
@@ -305,6 +333,7 @@ func (m *Manager) CancelBatch(ctx context.Context, batchID string) error {
 	if stop != nil {
 		stop()
 	}
+	m.ended(batchID)
 	return nil
 }
 

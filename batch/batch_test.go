@@ -99,7 +99,7 @@ func TestBatchRunsEveryTask(t *testing.T) {
 	rt := newRuntime(t, echo(nil))
 	m := newManager(t, memstore.New(), rt)
 	const n = 1000
-	acc, err := m.SubmitBatch(t.Context(), "echo", numbered(n, 17), 13)
+	acc, err := m.SubmitBatch(t.Context(), "echo", numbered(n, 17), svc.BatchOptions{MaxConcurrency: 13})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestBatchRefused(t *testing.T) {
 		{"echo", 0, numbered(3), svc.KindSpecValidation},
 		{"echo", 1, numbered(0), svc.KindSpecValidation},
 	} {
-		if _, err := m.SubmitBatch(t.Context(), tc.target, tc.tasks, tc.conc); svc.KindOf(err) != tc.kind {
+		if _, err := m.SubmitBatch(t.Context(), tc.target, tc.tasks, svc.BatchOptions{MaxConcurrency: tc.conc}); svc.KindOf(err) != tc.kind {
 			t.Errorf("submit %q conc %d: %v; want %s", tc.target, tc.conc, err, tc.kind)
 		}
 	}
@@ -189,7 +189,7 @@ func TestBatchRefused(t *testing.T) {
 func TestBatchCancel(t *testing.T) {
 	rt := newRuntime(t, echo(map[string]any{"latency_ms": 50}))
 	m := newManager(t, memstore.New(), rt)
-	acc, err := m.SubmitBatch(t.Context(), "echo", numbered(10_000), 4)
+	acc, err := m.SubmitBatch(t.Context(), "echo", numbered(10_000), svc.BatchOptions{MaxConcurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestBatchResumeSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 600
-	acc, err := m1.SubmitBatch(t.Context(), "echo", numbered(n), 8)
+	acc, err := m1.SubmitBatch(t.Context(), "echo", numbered(n), svc.BatchOptions{MaxConcurrency: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ unknown agent, say) or the upload failed, 2 for bad usage.`,
 					}
 				}
 			}
-			acc, err := c.SubmitBatch(cmd.Context(), target, tasks, conc)
+			acc, err := c.SubmitBatch(cmd.Context(), target, tasks, svc.BatchOptions{MaxConcurrency: conc})
 			if readErr != nil {
 				return &exitError{code: 1, err: fmt.Errorf("reading %s: %w", args[0], readErr)}
 			}

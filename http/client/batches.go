@@ -24,7 +24,8 @@ func batchPath(id string) string { return "/batches/" + url.PathEscape(id) }
 // answers once every task is stored. A task with Invalid set is sent as a
 // line the server refuses, which fails that task only. The client's
 // timeout does not bound the upload; ctx does.
-func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], maxConcurrency int) (svc.BatchAccepted, error) {
+func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], opts svc.BatchOptions) (svc.BatchAccepted, error) {
+	maxConcurrency := opts.MaxConcurrency
 	if _, err := svc.CheckGatherConcurrency(maxConcurrency); err != nil {
 		return svc.BatchAccepted{}, err
 	}
@@ -35,6 +36,9 @@ func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[
 	defer cancel()
 	pr, pw := io.Pipe()
 	q := url.Values{"target": {target}, "max_concurrency": {strconv.Itoa(maxConcurrency)}}
+	if opts.CallbackURL != "" {
+		q.Set("callback_url", opts.CallbackURL)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/batches?"+q.Encode(), pr)
 	if err != nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, err, "client: building the request")

@@ -67,7 +67,7 @@ func TestBatchOverHTTP(t *testing.T) {
 	c := newClient(t, batchServer(t, nil))
 	ctx := t.Context()
 	const n = 3000
-	acc, err := c.SubmitBatch(ctx, "echo", inputs(n, 5), 50)
+	acc, err := c.SubmitBatch(ctx, "echo", inputs(n, 5), svc.BatchOptions{MaxConcurrency: 50})
 	if err != nil || acc.Total != n {
 		t.Fatalf("SubmitBatch = %+v, %v", acc, err)
 	}
@@ -118,7 +118,7 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 	url := batchServer(t, nil)
 	c := newClient(t, url)
 	ctx := t.Context()
-	if _, err := c.SubmitBatch(ctx, "nope", inputs(2, -1), 1); svc.KindOf(err) != svc.KindRegistry {
+	if _, err := c.SubmitBatch(ctx, "nope", inputs(2, -1), svc.BatchOptions{MaxConcurrency: 1}); svc.KindOf(err) != svc.KindRegistry {
 		t.Fatalf("unknown target: %v", err)
 	}
 	for _, tc := range []struct {
@@ -171,7 +171,7 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 func TestBatchCancelOverHTTP(t *testing.T) {
 	c := newClient(t, batchServer(t, map[string]any{"latency_ms": 20}))
 	ctx := t.Context()
-	acc, err := c.SubmitBatch(ctx, "echo", inputs(5000, -1), 4)
+	acc, err := c.SubmitBatch(ctx, "echo", inputs(5000, -1), svc.BatchOptions{MaxConcurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestBatchCancelOverHTTP(t *testing.T) {
 func TestBatchFollowHeartbeat(t *testing.T) {
 	url := batchServer(t, map[string]any{"latency_ms": 400}, server.WithHeartbeat(50*time.Millisecond))
 	c := newClient(t, url)
-	acc, err := c.SubmitBatch(t.Context(), "echo", inputs(2, -1), 1)
+	acc, err := c.SubmitBatch(t.Context(), "echo", inputs(2, -1), svc.BatchOptions{MaxConcurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

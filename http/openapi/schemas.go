@@ -32,6 +32,8 @@ type (
 		Task      svc.TaskSpec `json:"task"`
 		Kind      string       `json:"kind,omitempty"`
 		RequestID string       `json:"request_id,omitempty"`
+		// CallbackURL gets one signed POST when the run ends (docs/api.md, Webhooks).
+		CallbackURL string `json:"callback_url,omitempty"`
 	}
 	submitReply struct {
 		RunID string `json:"run_id"`

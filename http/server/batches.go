@@ -62,7 +62,7 @@ func batchID(r *http.Request) (string, error) { return pathParam(r, "id", "batch
 func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 	var acc svc.BatchAccepted
 	if ndjsonBody(r) {
-		q, err := queryOf(r, "target", "max_concurrency")
+		q, err := queryOf(r, "target", "max_concurrency", "callback_url")
 		if err != nil {
 			return err
 		}
@@ -71,6 +71,10 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 			return svc.Errorf(svc.KindSpecValidation, `query parameter "target" is required with an application/x-ndjson body (the agent's name)`)
 		}
 		conc, err := queryConcurrency(q)
+		if err != nil {
+			return err
+		}
+		callback, err := callbackURL(q.Get("callback_url"), q.Has("callback_url"))
 		if err != nil {
 			return err
 		}
@@ -83,7 +87,7 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 				cancel() // the upload broke off: nothing of it is kept
 			}
 		}
-		acc, err = h.bb.SubmitBatch(ctx, target, tasks, conc)
+		acc, err = h.bb.SubmitBatch(ctx, target, tasks, svc.BatchOptions{MaxConcurrency: conc, CallbackURL: callback})
 		if src.err != nil {
 			if e, ok := errors.AsType[*svc.Error](src.err); ok {
 				return e // BodyDeadline's RequestTimeoutError
@@ -101,11 +105,11 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		body, target, err := decodeBatchBody(data)
+		body, target, callback, err := decodeBatchBody(data)
 		if err != nil {
 			return err
 		}
-		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), body.maxConcurrency)
+		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), svc.BatchOptions{MaxConcurrency: body.maxConcurrency, CallbackURL: callback})
 		if err != nil {
 			return err
 		}
@@ -115,36 +119,49 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decodeBatchBody decodes and checks a JSON batch body as decodeGather
-// does a gather's, and returns its target too.
-func decodeBatchBody(data []byte) (gatherBody, string, error) {
+// does a gather's, and returns its target and callback_url too.
+func decodeBatchBody(data []byte) (body gatherBody, target, callback string, err error) {
 	obj, err := topLevelObject(data)
 	if err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
 	if err := checkFieldCase(obj, reflect.TypeFor[svc.BatchRequest](), ""); err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
 	var wire struct {
 		Target         string   `json:"target"`
 		Tasks          taskList `json:"tasks"`
 		MaxConcurrency int      `json:"max_concurrency"`
+		CallbackURL    *string  `json:"callback_url"`
 	}
 	if err := strictUnmarshal(data, &wire); err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
 	if wire.Target == "" {
-		return gatherBody{}, "", svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
+		return gatherBody{}, "", "", svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
 	}
 	if wire.Tasks.n == 0 {
-		return gatherBody{}, "", &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
+		return gatherBody{}, "", "", &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
 	}
-	body := gatherBody{list: wire.Tasks, n: wire.Tasks.n, maxConcurrency: wire.MaxConcurrency}
+	body = gatherBody{list: wire.Tasks, n: wire.Tasks.n, maxConcurrency: wire.MaxConcurrency}
 	if raw, ok := obj["max_concurrency"]; !ok || string(raw) == "null" {
 		body.maxConcurrency = svc.DefaultGatherConcurrency
 	} else if _, err := svc.CheckGatherConcurrency(body.maxConcurrency); err != nil {
-		return gatherBody{}, "", err
+		return gatherBody{}, "", "", err
 	}
-	return body, wire.Target, nil
+	if callback, err = callbackURL(deref(wire.CallbackURL), wire.CallbackURL != nil); err != nil {
+		return gatherBody{}, "", "", err
+	}
+	return body, wire.Target, callback, nil
+}
+
+// callbackURL refuses a callback_url given empty; what else a URL must be
+// the backend checks (svc.Callbacks.CheckCallback).
+func callbackURL(v string, given bool) (string, error) {
+	if given && v == "" {
+		return "", svc.Errorf(svc.KindSpecValidation, "callback_url is empty: give a URL or leave it out")
+	}
+	return v, nil
 }
 
 func (h *batchHandlers) list(w http.ResponseWriter, r *http.Request) error {
