@@ -194,3 +194,24 @@ func testWebhookClaimConcurrent(t *testing.T, s svc.RunStore) {
 		}
 	}
 }
+
+// reopenWebhooks queues a pending delivery, for RunReopen: after the
+// reopen it is there, whole and due (a callback survives a restart).
+func reopenWebhooks(t *testing.T, s svc.RunStore) func(t *testing.T, s svc.RunStore) {
+	w := webhookStore(t, s)
+	d := delivery(7, ts(20))
+	d.State, d.Attempts, d.LastStatus, d.LastError, d.EndedAt = svc.CallbackPending, 1, 503, "HTTP 503", ts(10)
+	d.Body = json.RawMessage(`{"type":"run","id":"r"}`)
+	mustOK(t, "CreateWebhook", w.CreateWebhook(t.Context(), d))
+	return func(t *testing.T, s svc.RunStore) {
+		w := webhookStore(t, s)
+		got, err := w.GetWebhook(t.Context(), d.ID)
+		mustOK(t, "GetWebhook after reopen", err)
+		sameDelivery(t, "after reopen", got, d)
+		claimed, err := w.ClaimWebhooks(t.Context(), ts(30), time.Minute, 5)
+		mustOK(t, "ClaimWebhooks after reopen", err)
+		if len(claimed) != 1 || claimed[0].ID != d.ID {
+			t.Errorf("claimed after reopen: %v, want %s", ids(claimed), d.ID)
+		}
+	}
+}
