@@ -214,6 +214,7 @@ func components() ([]component, error) {
 		{name: "BatchCounts", typ: reflect.TypeFor[svc.BatchCounts]()},
 		{name: "BatchPage", typ: reflect.TypeFor[svc.BatchPage]()},
 		{name: "BatchResultLine", typ: reflect.TypeFor[svc.BatchResultLine]()},
+		{name: "CallbackStatus", typ: reflect.TypeFor[svc.CallbackStatus]()},
 		{name: "Health", typ: reflect.TypeFor[health]()},
 		{name: "Problem", typ: reflect.TypeFor[svc.Problem]()},
 	}, nil

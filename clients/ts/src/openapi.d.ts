@@ -583,6 +583,7 @@ export interface components {
             next_cursor?: string;
         };
         BatchRequest: {
+            callback_url?: string;
             max_concurrency?: number;
             target: string;
             tasks: null | components["schemas"]["TaskSpec"][];
@@ -595,6 +596,7 @@ export interface components {
         };
         BatchStatus: {
             batch_id: string;
+            callback?: null | components["schemas"]["CallbackStatus"];
             cost_usd: number;
             counts: components["schemas"]["BatchCounts"];
             /** Format: date-time */
@@ -613,6 +615,15 @@ export interface components {
             remaining: number;
             reserved: number;
             used: number;
+        };
+        CallbackStatus: {
+            attempts: number;
+            last_error?: string;
+            last_status?: number;
+            /** Format: date-time */
+            next_attempt_at?: null | string;
+            state: string;
+            url: string;
         };
         ErrorInfo: {
             message: string;
@@ -754,6 +765,7 @@ export interface components {
         /** @description A group run's answer: an AgentResult when one terminal node fired, a GroupResult (with "group": true) when several did. */
         RunResult: components["schemas"]["AgentResult"] | components["schemas"]["GroupResult"];
         RunStatus: {
+            callback?: null | components["schemas"]["CallbackStatus"];
             current_step?: null | {
                 /** Format: date-time */
                 at: string;
@@ -1058,6 +1070,7 @@ export interface components {
             run_id: string;
         };
         SubmitRequest: {
+            callback_url?: string;
             kind?: string;
             request_id?: string;
             target: string;
@@ -1391,6 +1404,8 @@ export interface operations {
     submitBatch: {
         parameters: {
             query?: {
+                /** @description For an application/x-ndjson body: an http(s) URL that gets one signed POST when the batch ends (docs/api.md, Webhooks). */
+                callback_url?: string;
                 /** @description Tasks in flight for an application/x-ndjson body (1..10000; default 100). */
                 max_concurrency?: string;
                 /** @description The agent, for an application/x-ndjson body. */
