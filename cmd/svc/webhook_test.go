@@ -234,6 +234,18 @@ func TestWebhookSurvivesKill(t *testing.T) {
 	if err := webhook.Verify([]byte(webhookKey), runPost.header.Get("X-Svc-Signature"), runPost.body, time.Now(), 0); err != nil {
 		t.Errorf("run callback signature: %v", err)
 	}
+
+	// svc batch submit --callback-url.
+	r := svcExec(t, nil, `{"input": 1}`+"\n", "batch", "submit", "-", "--target", "echo", "--callback-url", rcv.URL+"/cli", "--url", s2.url)
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("svc batch submit --callback-url: exit %d, %s %s", r.code, r.stdout, r.stderr)
+	}
+	testutil.Eventually(t, "the CLI batch's callback delivered", func() bool {
+		st.Callback = nil
+		getJSON(t, s2.url+"/batches/"+id, &st)
+		return st.Callback != nil && st.Callback.State == "delivered" && st.Callback.URL == rcv.URL+"/cli"
+	})
 }
 
 // What is refused, at start and at submit, with the reason.
