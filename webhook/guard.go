@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/svc-dev/svc"
 )
@@ -43,6 +44,9 @@ type Guard struct {
 
 // MaxURLLength bounds a callback URL.
 const MaxURLLength = 2048
+
+// lookupTimeout bounds the resolution of a callback URL's host at submit.
+const lookupTimeout = 5 * time.Second
 
 func bad(format string, args ...any) error {
 	return svc.Errorf(svc.KindSpecValidation, "callback_url: "+format, args...)
@@ -86,7 +90,10 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	if r == nil {
 		r = net.DefaultResolver
 	}
-	ips, err := r.LookupNetIP(ctx, "ip", host)
+	// A resolver that does not answer must not hold the submit up.
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	ips, err := r.LookupNetIP(lctx, "ip", host)
 	if err != nil || len(ips) == 0 {
 		return nil, bad("host %q does not resolve: %v", truncate(host), err)
 	}

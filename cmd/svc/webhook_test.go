@@ -241,6 +241,16 @@ func TestWebhookSurvivesKill(t *testing.T) {
 	if r.code != 0 || id == "" {
 		t.Fatalf("svc batch submit --callback-url: exit %d, %s %s", r.code, r.stdout, r.stderr)
 	}
+	r = svcExec(t, nil, "", "submit", "echo", "--input", `"cli"`, "--callback-url", rcv.URL+"/cli-run", "--url", s2.url)
+	if r.code != 0 {
+		t.Fatalf("svc submit --callback-url: exit %d, %s %s", r.code, r.stdout, r.stderr)
+	}
+	runID := strings.TrimSpace(r.stdout)
+	testutil.Eventually(t, "the CLI run's callback delivered", func() bool {
+		rs.Callback = nil
+		getJSON(t, s2.url+"/runs/"+runID+"/status", &rs)
+		return rs.Callback != nil && rs.Callback.State == "delivered" && rs.Callback.URL == rcv.URL+"/cli-run"
+	})
 	testutil.Eventually(t, "the CLI batch's callback delivered", func() bool {
 		st.Callback = nil
 		getJSON(t, s2.url+"/batches/"+id, &st)
