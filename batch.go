@@ -55,6 +55,34 @@ func (s BatchState) CanMove(next BatchState) bool {
 	return false
 }
 
+// BatchMode is how a batch makes its tasks' model calls.
+type BatchMode string
+
+// Batch modes.
+const (
+	// BatchRuntime runs each task as a gather does (the default; the
+	// empty mode is this one).
+	BatchRuntime BatchMode = "runtime"
+	// BatchProvider sends the tasks' model calls to the provider's batch
+	// API (OpenAI's Batch API, Anthropic's Message Batches): half the
+	// price, answered within the provider's window (up to 24 h). Only for
+	// an agent whose run is one model call: no tools, MCP servers,
+	// builtin tools or hooks, and a model whose provider has a batch API
+	// (svc.BatchModel).
+	BatchProvider BatchMode = "provider"
+)
+
+// CheckBatchMode checks a requested mode: "" is BatchRuntime.
+func CheckBatchMode(m BatchMode) (BatchMode, error) {
+	switch m {
+	case "", BatchRuntime:
+		return BatchRuntime, nil
+	case BatchProvider:
+		return m, nil
+	}
+	return "", Errorf(KindSpecValidation, "mode %q: want runtime or provider", m)
+}
+
 // BatchChunkSize is how many tasks one stored chunk holds: tasks are
 // written and read a chunk at a time.
 const BatchChunkSize = 256
@@ -71,13 +99,16 @@ type BatchCounts struct {
 
 // BatchStatus is what GET /batches/{id} serves and a row of GET /batches.
 type BatchStatus struct {
-	BatchID        string      `json:"batch_id"`
-	Target         string      `json:"target"`
-	State          BatchState  `json:"state"`
-	MaxConcurrency int         `json:"max_concurrency"`
-	Counts         BatchCounts `json:"counts"`
-	TokensUsed     int64       `json:"tokens_used"`
-	CostUSD        float64     `json:"cost_usd"`
+	BatchID        string     `json:"batch_id"`
+	Target         string     `json:"target"`
+	State          BatchState `json:"state"`
+	MaxConcurrency int        `json:"max_concurrency"`
+	// Mode is BatchProvider for a batch whose model calls go to the
+	// provider's batch API; absent for BatchRuntime.
+	Mode       BatchMode   `json:"mode,omitempty"`
+	Counts     BatchCounts `json:"counts"`
+	TokensUsed int64       `json:"tokens_used"`
+	CostUSD    float64     `json:"cost_usd"`
 	// Reason says why a batch failed or was cancelled; absent otherwise.
 	Reason string `json:"reason,omitempty"`
 	// Resumed counts the times another process took the batch over from
@@ -97,6 +128,11 @@ type BatchRecord struct {
 	// Owner is the node (or process) that runs the batch; see
 	// BatchStore.ClaimBatches.
 	Owner string `json:"owner,omitempty"`
+	// Provider is what a batch of mode provider keeps of its provider
+	// batches (their ids, and which tasks each holds), so that the
+	// process that resumes it polls them instead of submitting again:
+	// a JSON value its runner alone reads (BatchStore.SetBatchProvider).
+	Provider json.RawMessage `json:"provider,omitempty"`
 }
 
 // BatchResult is one stored result of a batch.
@@ -180,6 +216,10 @@ type BatchStore interface {
 	// not owner already; in a shared store, those whose owner's node
 	// lease expired. Each claim is atomic.
 	ClaimBatches(ctx context.Context, owner string) ([]BatchRecord, error)
+	// SetBatchProvider replaces the Provider value of a batch's record (a
+	// JSON value). A terminal batch is a RunStateError, and nothing is
+	// written.
+	SetBatchProvider(ctx context.Context, batchID string, provider json.RawMessage) error
 	// DeleteBatch removes a batch, its chunks and its results (an upload
 	// that failed half-way).
 	DeleteBatch(ctx context.Context, batchID string) error
@@ -191,15 +231,19 @@ type BatchRequest struct {
 	Tasks  []TaskSpec `json:"tasks"`
 	// MaxConcurrency bounds the tasks in flight, as in a gather.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Mode is runtime (the default) or provider (BatchProvider).
+	Mode BatchMode `json:"mode,omitempty"`
 	// CallbackURL gets one signed POST when the batch ends (Callbacks).
 	CallbackURL string `json:"callback_url,omitempty"`
 }
 
-// BatchOptions are a batch's settings beside its target and tasks.
+// BatchOptions are how a batch runs, beside its target and tasks.
 type BatchOptions struct {
-	// MaxConcurrency bounds the tasks in flight, as in a gather (1..
-	// MaxGatherConcurrency).
+	// MaxConcurrency bounds the tasks in flight, as in a gather (0: the
+	// default); a batch of mode provider ignores it.
 	MaxConcurrency int
+	// Mode is BatchRuntime ("") or BatchProvider.
+	Mode BatchMode
 	// CallbackURL, when set, gets one signed POST when the batch ends: its
 	// BatchStatus (see Callbacks).
 	CallbackURL string
@@ -217,6 +261,9 @@ type BatchAccepted struct {
 type BatchBackend interface {
 	// SubmitBatch stores every task of tasks (a task with Invalid set
 	// fails as its own result) and starts the batch on target, an agent.
+	// A batch of mode provider whose target does not qualify (see
+	// BatchProvider) is a SpecValidationError saying why, before any
+	// task is read.
 	SubmitBatch(ctx context.Context, target string, tasks iter.Seq[TaskSpec], opts BatchOptions) (BatchAccepted, error)
 	// BatchStatus returns a batch's state, counts, tokens and cost.
 	BatchStatus(ctx context.Context, batchID string) (BatchStatus, error)
@@ -268,6 +315,17 @@ func CheckBatchRecord(rec *BatchRecord) error {
 		return Errorf(KindSpecValidation, "batch %q: unknown state %q", rec.BatchID, rec.State)
 	case rec.Counts.Total < 0:
 		return Errorf(KindSpecValidation, "batch %q: negative total", rec.BatchID)
+	case rec.Mode != "" && rec.Mode != BatchRuntime && rec.Mode != BatchProvider:
+		return Errorf(KindSpecValidation, "batch %q: unknown mode %q", rec.BatchID, rec.Mode)
+	}
+	return CheckBatchProvider(rec.BatchID, rec.Provider)
+}
+
+// CheckBatchProvider refuses, as a SpecValidationError, a Provider value
+// that is not one JSON value.
+func CheckBatchProvider(batchID string, provider json.RawMessage) error {
+	if len(provider) > 0 && !json.Valid(provider) {
+		return Errorf(KindSpecValidation, "batch %q: its provider value is not JSON", batchID)
 	}
 	return nil
 }

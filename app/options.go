@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/batch"
 	"github.com/svc-dev/svc/emitters/sse"
 	"github.com/svc-dev/svc/fleetwire"
 	"github.com/svc-dev/svc/http/server"
@@ -82,6 +83,11 @@ type Options struct {
 	// left unfinished, reason interrupted. 0 means
 	// redisstore.DefaultLeaseTTL (15 s). [--node-lease]
 	NodeLease time.Duration
+	// ProviderBatchPoll is how often a batch of mode provider asks the
+	// provider about its provider batches: 0 means
+	// batch.DefaultProviderPoll (30 s); otherwise batch.MinProviderPoll
+	// (100 ms) to batch.MaxProviderPoll (10 min). [--provider-batch-poll]
+	ProviderBatchPoll time.Duration
 	// NodeID, with a shared run store, names this node as the owner of the
 	// runs it creates; "" means a fresh id per start (host-pid-random).
 	// A stable id (one per node) lets a restarted node mark the runs of
@@ -476,6 +482,8 @@ func (o *Options) check() error {
 		return bad("NodeLease", "%v: must not be negative", o.NodeLease)
 	case o.NodeLease != 0 && o.NodeLease < time.Second:
 		return bad("NodeLease", "%v: must be at least 1s", o.NodeLease)
+	case o.ProviderBatchPoll != 0 && (o.ProviderBatchPoll < batch.MinProviderPoll || o.ProviderBatchPoll > batch.MaxProviderPoll):
+		return bad("ProviderBatchPoll", "%v: must be between %v and %v", o.ProviderBatchPoll, batch.MinProviderPoll, batch.MaxProviderPoll)
 	}
 	if th := o.WorkerHealth.WithDefaults(); th.Down <= th.Stale {
 		return bad("WorkerHealth", "down after %v must be later than stale after %v", th.Down, th.Stale)

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/agent"
 )
 
 // Runner is what a Manager runs batches on: the runtime.
@@ -46,9 +47,31 @@ type Config struct {
 	// Poll is how often a follower of results and a runner watching for a
 	// cancel made elsewhere look at the store (default 200 ms).
 	Poll time.Duration
+	// ProviderPoll is how often a batch of mode provider asks the
+	// provider about its provider batches (DefaultProviderPoll when 0),
+	// bounded to MinProviderPoll..MaxProviderPoll.
+	ProviderPoll time.Duration
+	// ProviderPart is how many tasks go in one provider batch
+	// (DefaultProviderPart when 0; OpenAI takes up to 50,000 requests a
+	// batch, Anthropic 100,000).
+	ProviderPart int
 	// Callbacks, when set, takes a batch's callback_url (package
 	// webhook); without it a batch with one is refused.
 	Callbacks svc.Callbacks
+}
+
+// Provider polling.
+const (
+	DefaultProviderPoll = 30 * time.Second
+	MinProviderPoll     = 100 * time.Millisecond
+	MaxProviderPoll     = 10 * time.Minute
+	DefaultProviderPart = 10_000
+)
+
+// OneCaller is a Runner that can run batches of mode provider: it gives
+// an agent's one model call (see agent.OneCall). The runtime is one.
+type OneCaller interface {
+	OneCall(ctx context.Context, agent string) (*agent.OneCall, error)
 }
 
 // Manager serves batches; see the package doc.
@@ -79,6 +102,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 200 * time.Millisecond
+	}
+	if cfg.ProviderPoll == 0 {
+		cfg.ProviderPoll = DefaultProviderPoll
+	}
+	cfg.ProviderPoll = min(max(cfg.ProviderPoll, MinProviderPoll), MaxProviderPoll)
+	if cfg.ProviderPart <= 0 {
+		cfg.ProviderPart = DefaultProviderPart
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, log: cfg.Log, ctx: ctx, cancel: cancel, runners: map[string]context.CancelFunc{}}, nil
@@ -203,20 +233,39 @@ func decodeTask(raw json.RawMessage) svc.TaskSpec {
 	return t
 }
 
-// SubmitBatch implements svc.BatchBackend: it checks the target and the
-// concurrency, stores every task, chunk by chunk, then the batch's record,
-// and starts it. An error (the client went away half-way) removes what was
-// stored.
+// SubmitBatch implements svc.BatchBackend: it checks the target, the
+// concurrency and the mode (a batch of mode provider needs an agent whose
+// run is one model call), stores every task, chunk by chunk, then the
+// batch's record, and starts it. An error (the client went away
+// half-way) removes what was stored.
 func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], opts svc.BatchOptions) (svc.BatchAccepted, error) {
 	if target == "" {
 		return svc.BatchAccepted{}, svc.Errorf(svc.KindSpecValidation, "batch: target is required (an agent name)")
 	}
-	if _, err := m.cfg.Runner.AgentSchema(ctx, target); err != nil {
+	mode, err := svc.CheckBatchMode(opts.Mode)
+	if err != nil {
 		return svc.BatchAccepted{}, err
+	}
+	if mode == svc.BatchProvider {
+		oc, ok := m.cfg.Runner.(OneCaller)
+		if !ok {
+			return svc.BatchAccepted{}, svc.Errorf(svc.KindSpecValidation, "batch: this server cannot run batches of mode provider")
+		}
+		if _, err := oc.OneCall(ctx, target); err != nil {
+			return svc.BatchAccepted{}, err
+		}
+	} else if _, err := m.cfg.Runner.AgentSchema(ctx, target); err != nil {
+		return svc.BatchAccepted{}, err
+	}
+	if opts.MaxConcurrency == 0 {
+		opts.MaxConcurrency = svc.DefaultGatherConcurrency
 	}
 	conc, err := svc.CheckGatherConcurrency(opts.MaxConcurrency)
 	if err != nil {
 		return svc.BatchAccepted{}, err
+	}
+	if mode == svc.BatchRuntime {
+		mode = "" // the record's default
 	}
 	if opts.CallbackURL != "" {
 		if m.cfg.Callbacks == nil {
@@ -278,7 +327,7 @@ func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq
 		return fail(err)
 	}
 	rec := svc.BatchRecord{BatchStatus: svc.BatchStatus{BatchID: id, Target: target, State: svc.BatchQueued,
-		MaxConcurrency: conc, Counts: svc.BatchCounts{Total: int64(total)}}, Owner: m.cfg.Owner}
+		MaxConcurrency: conc, Mode: mode, Counts: svc.BatchCounts{Total: int64(total)}}, Owner: m.cfg.Owner}
 	if opts.CallbackURL != "" {
 		// Stored before the record, so that no batch ends without its
 		// callback; one whose batch is never stored ends failed.

@@ -166,7 +166,7 @@ func TestBatchRefused(t *testing.T) {
 	}{
 		{"nope", 1, numbered(3), svc.KindRegistry},
 		{"", 1, numbered(3), svc.KindSpecValidation},
-		{"echo", 0, numbered(3), svc.KindSpecValidation},
+		{"echo", -1, numbered(3), svc.KindSpecValidation},
 		{"echo", 1, numbered(0), svc.KindSpecValidation},
 	} {
 		if _, err := m.SubmitBatch(t.Context(), tc.target, tc.tasks, svc.BatchOptions{MaxConcurrency: tc.conc}); svc.KindOf(err) != tc.kind {

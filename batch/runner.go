@@ -62,6 +62,10 @@ func (r *runner) run(ctx context.Context) {
 		r.watch(ctx, cancel)
 	}()
 	defer func() { cancel(nil); <-watchDone }()
+	if r.rec.Mode == svc.BatchProvider {
+		r.runProvider(ctx) // provider.go
+		return
+	}
 
 	r.pos = map[int]int64{}
 	var buf []svc.BatchResult

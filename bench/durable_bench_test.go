@@ -115,18 +115,18 @@ func freePort(b *testing.B) int {
 }
 
 // startLife starts `svc serve` from bin with its default flags but for
-// --specs, --data-dir and --port, its log (stderr and stdout) appended to
+// --specs, --data-dir and --port (and extra), its log (stderr and stdout) appended to
 // logPath, and returns it once /readyz answers 200, with the time of the
 // exec. The process is stopped (SIGTERM) at the end of b unless killed
 // before.
-func startLife(b *testing.B, bin, specs, dataDir string, port int, logPath string) (*proc, time.Time) {
+func startLife(b *testing.B, bin, specs, dataDir string, port int, logPath string, extra ...string) (*proc, time.Time) {
 	b.Helper()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--specs", specs, "--data-dir", dataDir, "--port", strconv.Itoa(port))
+	cmd := exec.Command(bin, append([]string{"serve", "--specs", specs, "--data-dir", dataDir, "--port", strconv.Itoa(port)}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

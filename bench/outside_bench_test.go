@@ -418,7 +418,13 @@ func BenchmarkOutside(b *testing.B) {
 // serving echo, and waits until the serve node at base lists it.
 func startWorkerOutside(b *testing.B, bin, url, specs, base string) *workerProc {
 	b.Helper()
-	p := &workerProc{id: "outside-worker", out: &lockedBuffer{}, done: make(chan struct{})}
+	return startWorkerNamed(b, bin, url, specs, base, "outside-worker")
+}
+
+// startWorkerNamed is startWorkerOutside with the worker's runtime id.
+func startWorkerNamed(b *testing.B, bin, url, specs, base, id string) *workerProc {
+	b.Helper()
+	p := &workerProc{id: id, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "worker", "start", "--broker", url, "--specs", specs, "--agents", "echo", "--runtime-id", p.id,
 		"--log-level", "warn")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

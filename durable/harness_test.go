@@ -57,7 +57,13 @@ type world struct {
 // llmsim's URL and "KEY" by simKey).
 func newWorld(t *testing.T, store string, sc *llmsim.Scenario, files map[string]string) *world {
 	t.Helper()
-	sim := llmsim.New(llmsim.Config{Scenario: sc})
+	return newWorldSim(t, store, llmsim.Config{Scenario: sc}, files)
+}
+
+// newWorldSim is newWorld with llmsim configured by cfg.
+func newWorldSim(t *testing.T, store string, cfg llmsim.Config, files map[string]string) *world {
+	t.Helper()
+	sim := llmsim.New(cfg)
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

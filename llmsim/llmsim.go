@@ -60,6 +60,10 @@ type Config struct {
 	// Seed makes latencies and faults reproducible.
 	Seed     uint64
 	Scenario *Scenario
+	// BatchDelay is how long a batch (OpenAI's Batch API, Anthropic's
+	// Message Batches) takes: its requests are answered at the first
+	// look at it once that long has passed since it was made.
+	BatchDelay time.Duration
 	// Now is the clock for rate limits; time.Now when nil.
 	Now func() time.Time
 }
@@ -78,6 +82,7 @@ type Server struct {
 	refused map[string]int // 429s for the rate limit, per "key/model"
 	cached  map[[32]byte]bool
 	closed  bool
+	batch   batchState
 
 	ln  net.Listener
 	srv *http.Server
@@ -164,8 +169,12 @@ func (s *Server) Throttled() map[string]int {
 	return out
 }
 
-// ServeHTTP routes the providers' endpoints, /stats and /stats/throttled.
+// ServeHTTP routes the providers' endpoints (batches.go has the batch
+// APIs'), /stats, /stats/throttled and /stats/batches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.routeBatch(w, r) {
+		return
+	}
 	switch {
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/chat/completions"):
 		s.serve(w, r, openAI, "", false)

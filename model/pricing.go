@@ -238,6 +238,33 @@ func (t PriceTable) CostCached(id string, in, cached, out int64) (usd float64, k
 	return (float64(in-cached)*p.InputPerMTok + float64(cached)*rate + float64(out)*p.OutputPerMTok) / 1e6, true
 }
 
+// BatchDiscounts are the providers' batch prices as a share of their list
+// prices, by provider: a call made through the provider's batch API (a
+// batch of mode "provider") costs its list price times this, for input,
+// cached input and output alike. Checked 2025-11: OpenAI's Batch API is
+// half price (https://platform.openai.com/docs/guides/batch, "50% lower
+// costs"; https://openai.com/api/pricing, the Batch column), and so are
+// Anthropic's Message Batches
+// (https://docs.anthropic.com/en/docs/build-with-claude/batch-processing,
+// "50% of standard API prices").
+var BatchDiscounts = map[string]float64{
+	"openai":    0.5,
+	"anthropic": 0.5,
+}
+
+// BatchCost is CostCached for a call made through the provider's batch
+// API: the list price times the provider's BatchDiscounts share (the list
+// price itself for a provider without one).
+func (t PriceTable) BatchCost(id string, in, cached, out int64) (usd float64, known bool) {
+	usd, known = t.CostCached(id, in, cached, out)
+	if provider, _, err := svc.ParseModelID(id); err == nil {
+		if f, ok := BatchDiscounts[provider]; ok {
+			usd *= f
+		}
+	}
+	return usd, known
+}
+
 // snapshot matches the suffixes providers give dated snapshots and moving
 // aliases: -2024-08-06, -20250514, -latest.
 var snapshot = regexp.MustCompile(`-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$`)

@@ -200,3 +200,26 @@ func TestProviderPrices(t *testing.T) {
 		t.Errorf("gemini-2.5-pro window %d, %v", w, ok)
 	}
 }
+
+// A call through a provider's batch API costs half the list price at
+// OpenAI and Anthropic, input, cached input and output alike; a provider
+// with no batch price pays the list price.
+func TestBatchCost(t *testing.T) {
+	pt := model.DefaultPrices()
+	for _, id := range []string{"openai:gpt-4o-mini", "anthropic:claude-haiku-4-5-20251001"} {
+		list, ok := pt.CostCached(id, 1_000_000, 200_000, 1_000_000)
+		batch, bok := pt.BatchCost(id, 1_000_000, 200_000, 1_000_000)
+		if !ok || !bok || list == 0 || math.Abs(batch-list/2) > 1e-12 {
+			t.Errorf("%s: batch %v, list %v: want half", id, batch, list)
+		}
+	}
+	// gpt-4o-mini: $0.15 in, $0.075 cached, $0.60 out a million: at half, 1M in (0.2M cached) and 1M out
+	// cost (0.8*0.15 + 0.2*0.075 + 0.60) / 2.
+	if got, _ := pt.BatchCost("openai:gpt-4o-mini", 1_000_000, 200_000, 1_000_000); math.Abs(got-(0.12+0.015+0.60)/2) > 1e-12 {
+		t.Errorf("gpt-4o-mini batch cost %v", got)
+	}
+	list, _ := pt.Cost("google:gemini-2.5-flash", 1000, 1000)
+	if got, _ := pt.BatchCost("google:gemini-2.5-flash", 1000, 0, 1000); got != list {
+		t.Errorf("a provider without a batch price: %v, want the list %v", got, list)
+	}
+}

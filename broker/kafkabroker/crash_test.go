@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc"
+	"github.com/svc-dev/svc/broker/kafkabroker"
 	"github.com/svc-dev/svc/fleetwire"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The crashing member: a child process (this test binary) that subscribes,
@@ -26,7 +29,7 @@ func TestCrashingMember(t *testing.T) {
 	if url == "" {
 		t.Skip("the child process of TestAttemptsCountedAcrossCrashes")
 	}
-	b := connect(t, url)
+	b := connectShortSession(t, url)
 	_, err := b.Subscribe(context.Background(), os.Getenv(crashSubj),
 		svc.SubscribeOptions{Group: "g", ConsumerID: "crash", MaxDeliver: 2, AckWait: time.Hour},
 		func(ctx context.Context, d *svc.Delivery) {
@@ -38,6 +41,15 @@ func TestCrashingMember(t *testing.T) {
 	}
 	fmt.Println("SUBSCRIBED")
 	select {}
+}
+
+// connectShortSession connects with a 2 s session timeout instead of
+// the broker's 10 s, so that the group notices a killed member sooner
+// (the test waits for that twice; its cluster allows sessions that short).
+func connectShortSession(t *testing.T, url string) *kafkabroker.Broker {
+	t.Helper()
+	return connectWith(t, url, kafkabroker.Options{ExtraOpts: []kgo.Opt{
+		kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
 }
 
 // crashOnce runs a member in a child process until it reports an attempt,
@@ -91,7 +103,7 @@ func crashOnce(t *testing.T, url, subj string) int {
 // attempt counted, and after MaxDeliver crashed deliveries it goes to the
 // dead letter instead of a third member.
 func TestAttemptsCountedAcrossCrashes(t *testing.T) {
-	url := cluster(t)
+	url := cluster(t, kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
 	subj := fleetwire.TaskSubject("crash")
 	pub := connect(t, url)
 	defer pub.Close()
@@ -107,7 +119,7 @@ func TestAttemptsCountedAcrossCrashes(t *testing.T) {
 	}
 	hook := make(chan svc.DeadLetter, 1)
 	ran := make(chan int, 1)
-	b := connect(t, url)
+	b := connectShortSession(t, url)
 	defer b.Close()
 	if _, err := b.Subscribe(ctx, subj, svc.SubscribeOptions{Group: "g", ConsumerID: "last", MaxDeliver: 2,
 		OnDeadLetter: func(_ context.Context, dl svc.DeadLetter) { hook <- dl }},

@@ -20,9 +20,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // cluster starts an in-process kfake cluster and returns its kafka:// URL.
-func cluster(t testing.TB) string {
+func cluster(t testing.TB, opts ...kfake.Opt) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}
@@ -32,9 +32,14 @@ func cluster(t testing.TB) string {
 
 func connect(t testing.TB, url string) *kafkabroker.Broker {
 	t.Helper()
+	return connectWith(t, url, kafkabroker.Options{})
+}
+
+func connectWith(t testing.TB, url string, o kafkabroker.Options) *kafkabroker.Broker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := kafkabroker.Connect(ctx, url, kafkabroker.Options{})
+	b, err := kafkabroker.Connect(ctx, url, o)
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}

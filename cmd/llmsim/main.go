@@ -97,5 +97,6 @@ Tokens are counted as one per 4 bytes of text, rounded up.`,
 	f.StringVar(&faults, "faults", "500,529", "faults drawn by --fault-rate: 400, 401, 429, 500, 503, 529 (overloaded), reset (connection reset), malformed")
 	f.StringVar(&keys, "keys", "", "comma-separated accepted API keys; others get 401 (empty accepts any)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for latencies and faults, so runs repeat")
+	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "how long a batch (OpenAI /v1/batches, Anthropic /v1/messages/batches) takes before its requests are answered, e.g. 30s")
 	return cmd
 }

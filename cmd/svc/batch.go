@@ -89,16 +89,21 @@ batch or agent, say), 2 for bad usage.`,
 }
 
 func newBatchSubmit(f *runsFlags) *cobra.Command {
-	var target, callback string
+	var target, mode, callback string
 	var conc int
 	cmd := &cobra.Command{
-		Use:   "submit FILE --target NAME [--max-concurrency N]",
+		Use:   "submit FILE --target NAME [--max-concurrency N] [--mode runtime|provider]",
 		Short: "Upload a batch of tasks (NDJSON) and print its id",
 		Long: `Upload the tasks of FILE (- for stdin), one TaskSpec a line as JSON
 ({"input": ..., "id": ..., "metadata": {...}}; blank lines are skipped), as
 a batch on the agent NAME (POST /batches). The server answers once every
 task is stored; the batch id goes to stdout. A line that is not a task
 fails as its own result, not the batch.
+
+--mode provider sends the tasks' model calls to the provider's batch API
+(OpenAI's Batch API, Anthropic's Message Batches) at half the price, with
+the provider's latency (minutes to 24 hours): only for an agent whose run
+is one model call without tools; the server refuses any other.
 
 Exit status: 0 when the batch was stored, 1 when the server refused it (an
 unknown agent, say) or the upload failed, 2 for bad usage.`,
@@ -110,6 +115,10 @@ unknown agent, say) or the upload failed, 2 for bad usage.`,
 			}
 			if _, err := svc.CheckGatherConcurrency(conc); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("--max-concurrency: %w", err)}
+			}
+			m, err := svc.CheckBatchMode(svc.BatchMode(mode))
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("--mode: %w", err)}
 			}
 			var in io.Reader = cmd.InOrStdin()
 			if args[0] != "-" {
@@ -147,7 +156,7 @@ unknown agent, say) or the upload failed, 2 for bad usage.`,
 					}
 				}
 			}
-			acc, err := c.SubmitBatch(cmd.Context(), target, tasks, svc.BatchOptions{MaxConcurrency: conc, CallbackURL: callback})
+			acc, err := c.SubmitBatch(cmd.Context(), target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: m, CallbackURL: callback})
 			if readErr != nil {
 				return &exitError{code: 1, err: fmt.Errorf("reading %s: %w", args[0], readErr)}
 			}
@@ -162,6 +171,7 @@ unknown agent, say) or the upload failed, 2 for bad usage.`,
 	cmd.Flags().StringVar(&target, "target", "", "the agent that runs the tasks (required)")
 	cmd.Flags().IntVar(&conc, "max-concurrency", svc.DefaultGatherConcurrency, fmt.Sprintf("tasks in flight at most, 1 to %d", svc.MaxGatherConcurrency))
 	cmd.Flags().StringVar(&callback, "callback-url", "", "an http(s) URL the server POSTs the batch's summary to, signed, when it ends (the server needs --webhook-key-file) (default none)")
+	cmd.Flags().StringVar(&mode, "mode", "runtime", "runtime (run each task here) or provider (the provider's batch API: half price, up to 24 h)")
 	return cmd
 }
 

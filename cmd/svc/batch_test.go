@@ -75,5 +75,11 @@ func TestBatchCLI(t *testing.T) {
 	mustExec(t, 1, nil, "batch", "submit", path, "--target", "nope", "--url", s.url)
 	mustExec(t, 1, nil, "batch", "status", "nope", "--url", s.url)
 	mustExec(t, 2, nil, "batch", "submit", path, "--url", s.url)
+	// --mode provider reaches the server, which refuses the test model
+	// (no batch API) saying so; an unknown mode is bad usage.
+	if r := mustExec(t, 1, nil, "batch", "submit", path, "--target", "echo", "--mode", "provider", "--url", s.url); !strings.Contains(r.stderr, "no batch API") {
+		t.Fatalf("--mode provider on echo: %q", r.stderr)
+	}
+	mustExec(t, 2, nil, "batch", "submit", path, "--target", "echo", "--mode", "fast", "--url", s.url)
 	mustExec(t, 2, nil, "batch", "results", id, "--order", "sideways", "--url", s.url)
 }

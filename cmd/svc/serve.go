@@ -40,6 +40,7 @@ type serveCmd struct {
 	maxBody      int64
 	storeSpec    string
 	nodeLease    time.Duration
+	pbatchPoll   time.Duration
 	nodeID       string
 	dataDir      string
 	metrics      bool
@@ -214,6 +215,7 @@ for workers such as the one of the last example.`,
 	fs.DurationVar(&s.grace, "shutdown-grace", 30*time.Second, "how long requests and runs in flight may take to finish on shutdown before they are cancelled (a second SIGINT or SIGTERM stops at once)")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body accepted; of a streamed gather (application/x-ndjson), the longest line")
 	fs.StringVar(&s.storeSpec, "store", "", "where submitted runs are kept: memory, sqlite:PATH, pebble:PATH or redis://HOST:PORT (default: a SQLite file under --data-dir)")
+	fs.DurationVar(&s.pbatchPoll, "provider-batch-poll", 0, "how often a batch of mode provider asks the provider's batch API whether its provider batches have ended, 100ms to 10m (default 30s)")
 	fs.DurationVar(&s.nodeLease, "node-lease", 0, "with a redis:// --store shared by several serve nodes: how long this node's ownership of its runs outlives its last renewal; once it lapses (the node was killed), the other nodes mark the runs it left unfinished failed (reason interrupted) (default 15s)")
 	fs.StringVar(&s.nodeID, "node-id", "", "with a redis:// --store shared by several serve nodes: this node's name as the owner of its runs, stable across restarts so a restarted node marks its previous life's unfinished runs failed at once; a node whose id's lease another live node holds refuses to start (after a kill, until the old lease expires) (default: host-pid-random, new each start)")
 	fs.StringVar(&s.dataDir, "data-dir", "./.svc", "directory of the default run and event stores and of the embedded broker; locked (svc.lock) while this server runs, so a second server on it exits at once")
@@ -325,6 +327,7 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		return &exitError{code: 2, err: errors.New("--node-lease and --node-id need a shared store (--store redis://…)")}
 	}
 	o.NodeLease, o.NodeID = s.nodeLease, s.nodeID
+	o.ProviderBatchPoll = s.pbatchPoll
 	// The flags' 0 is "no limit", the app's is "the default".
 	o.EventsMaxRows, o.EventsMaxAge = noLimit(s.eventsMaxRows), time.Duration(noLimit(int(s.eventsMaxAge)))
 	o.SSEHeartbeat, o.SSEQueueSize = s.sseHeartbeat, s.sseQueue

@@ -13,13 +13,14 @@ import (
 
 // testBatchSizes writes batches of every size around the SQLite store's
 // multi-row statements' chunk boundaries (powers of two up to 64, and
-// past them) in one Write, and the same events one Write each, and
+// past them: 127 takes every statement shape once, 128 and 129 two full
+// chunks and a remainder; larger sizes only repeat these) in one Write, and the same events one Write each, and
 // compares both with the memory store: the same events in the same order
 // (ties in timestamp too), and the same rollups, whose totals a batch of
 // many new keys (a trace per event) upserts in chunks as well.
 func testBatchSizes(t *testing.T, open Open) {
 	now := time.Now()
-	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 66, 127, 128, 129, 191, 255, 256, 257} {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 66, 127, 128, 129} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			t.Parallel() // its own stores: SQLite's commits overlap
 			rng := rand.New(rand.NewPCG(uint64(n), 15))

@@ -25,9 +25,22 @@ func batchPath(id string) string { return "/batches/" + url.PathEscape(id) }
 // line the server refuses, which fails that task only. The client's
 // timeout does not bound the upload; ctx does.
 func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[svc.TaskSpec], opts svc.BatchOptions) (svc.BatchAccepted, error) {
-	maxConcurrency := opts.MaxConcurrency
-	if _, err := svc.CheckGatherConcurrency(maxConcurrency); err != nil {
-		return svc.BatchAccepted{}, err
+	q := url.Values{"target": {target}}
+	if opts.MaxConcurrency != 0 {
+		if _, err := svc.CheckGatherConcurrency(opts.MaxConcurrency); err != nil {
+			return svc.BatchAccepted{}, err
+		}
+		q.Set("max_concurrency", strconv.Itoa(opts.MaxConcurrency))
+	}
+	if opts.Mode != "" {
+		mode, err := svc.CheckBatchMode(opts.Mode)
+		if err != nil {
+			return svc.BatchAccepted{}, err
+		}
+		q.Set("mode", string(mode))
+	}
+	if opts.CallbackURL != "" {
+		q.Set("callback_url", opts.CallbackURL)
 	}
 	if tasks == nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "batch")
@@ -35,10 +48,6 @@ func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
-	q := url.Values{"target": {target}, "max_concurrency": {strconv.Itoa(maxConcurrency)}}
-	if opts.CallbackURL != "" {
-		q.Set("callback_url", opts.CallbackURL)
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/batches?"+q.Encode(), pr)
 	if err != nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, err, "client: building the request")

@@ -121,6 +121,10 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 	if _, err := c.SubmitBatch(ctx, "nope", inputs(2, -1), svc.BatchOptions{MaxConcurrency: 1}); svc.KindOf(err) != svc.KindRegistry {
 		t.Fatalf("unknown target: %v", err)
 	}
+	if _, err := c.SubmitBatch(ctx, "echo", inputs(2, -1), svc.BatchOptions{Mode: svc.BatchProvider}); svc.KindOf(err) != svc.KindSpecValidation ||
+		!strings.Contains(err.Error(), "no batch API") {
+		t.Fatalf("mode provider on a model without a batch API: %v", err)
+	}
 	for _, tc := range []struct {
 		method, path, ctype, body string
 		status                    int
@@ -132,6 +136,11 @@ func TestBatchRefusalsOverHTTP(t *testing.T) {
 		{"POST", "/batches", "application/json", `{"target": "echo", "tasks": [{"input": 1}], "bogus": 1}`, 400, "bogus"},
 		{"POST", "/batches", svc.MediaNDJSON, `{"input": 1}`, 400, "target"},
 		{"POST", "/batches?target=echo&max_concurrency=x", svc.MediaNDJSON, `{"input": 1}`, 400, "max_concurrency"},
+		// Mode provider needs a model with a batch API: test's has none.
+		{"POST", "/batches", "application/json", `{"target": "echo", "tasks": [{"input": 1}], "mode": "provider"}`, 400, "no batch API"},
+		{"POST", "/batches", "application/json", `{"target": "echo", "tasks": [{"input": 1}], "mode": "fast"}`, 400, "mode"},
+		{"POST", "/batches?target=echo&mode=provider", svc.MediaNDJSON, `{"input": 1}`, 400, "one model call"},
+		{"POST", "/batches?target=echo&mode=fast", svc.MediaNDJSON, `{"input": 1}`, 400, "mode"},
 		{"GET", "/batches/nope", "", "", 404, "nope"},
 		{"GET", "/batches/nope/results", "", "", 404, "nope"},
 		{"POST", "/batches/nope/cancel", "", "", 404, "nope"},

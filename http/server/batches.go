@@ -19,8 +19,8 @@ import (
 // The batches (svc.BatchBackend), served when the backend is one or
 // WithBatches gives one:
 //
-//	POST /batches                {"target", "tasks", "max_concurrency"} (application/json), or one
-//	                             TaskSpec a line (application/x-ndjson) with ?target=&max_concurrency=
+//	POST /batches                {"target", "tasks", "max_concurrency", "mode"} (application/json), or one
+//	                             TaskSpec a line (application/x-ndjson) with ?target=&max_concurrency=&mode=
 //	                             → 202 svc.BatchAccepted once every task is stored
 //	GET  /batches                svc.BatchPage, newest first (?limit=&cursor=)
 //	GET  /batches/{id}           svc.BatchStatus
@@ -62,7 +62,7 @@ func batchID(r *http.Request) (string, error) { return pathParam(r, "id", "batch
 func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 	var acc svc.BatchAccepted
 	if ndjsonBody(r) {
-		q, err := queryOf(r, "target", "max_concurrency", "callback_url")
+		q, err := queryOf(r, "target", "max_concurrency", "mode", "callback_url")
 		if err != nil {
 			return err
 		}
@@ -71,6 +71,10 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 			return svc.Errorf(svc.KindSpecValidation, `query parameter "target" is required with an application/x-ndjson body (the agent's name)`)
 		}
 		conc, err := queryConcurrency(q)
+		if err != nil {
+			return err
+		}
+		mode, err := svc.CheckBatchMode(svc.BatchMode(truncate(q.Get("mode"), 40)))
 		if err != nil {
 			return err
 		}
@@ -87,7 +91,7 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 				cancel() // the upload broke off: nothing of it is kept
 			}
 		}
-		acc, err = h.bb.SubmitBatch(ctx, target, tasks, svc.BatchOptions{MaxConcurrency: conc, CallbackURL: callback})
+		acc, err = h.bb.SubmitBatch(ctx, target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: mode, CallbackURL: callback})
 		if src.err != nil {
 			if e, ok := errors.AsType[*svc.Error](src.err); ok {
 				return e // BodyDeadline's RequestTimeoutError
@@ -105,11 +109,12 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		body, target, callback, err := decodeBatchBody(data)
+		body, target, opts, err := decodeBatchBody(data)
 		if err != nil {
 			return err
 		}
-		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), svc.BatchOptions{MaxConcurrency: body.maxConcurrency, CallbackURL: callback})
+		opts.MaxConcurrency = body.maxConcurrency
+		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), opts)
 		if err != nil {
 			return err
 		}
@@ -119,40 +124,47 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decodeBatchBody decodes and checks a JSON batch body as decodeGather
-// does a gather's, and returns its target and callback_url too.
-func decodeBatchBody(data []byte) (body gatherBody, target, callback string, err error) {
+// does a gather's, and returns its target, and its mode and callback_url
+// as BatchOptions.
+func decodeBatchBody(data []byte) (body gatherBody, target string, opts svc.BatchOptions, err error) {
 	obj, err := topLevelObject(data)
 	if err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	if err := checkFieldCase(obj, reflect.TypeFor[svc.BatchRequest](), ""); err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	var wire struct {
-		Target         string   `json:"target"`
-		Tasks          taskList `json:"tasks"`
-		MaxConcurrency int      `json:"max_concurrency"`
-		CallbackURL    *string  `json:"callback_url"`
+		Target         string        `json:"target"`
+		Tasks          taskList      `json:"tasks"`
+		MaxConcurrency int           `json:"max_concurrency"`
+		Mode           svc.BatchMode `json:"mode"`
+		CallbackURL    *string       `json:"callback_url"`
 	}
 	if err := strictUnmarshal(data, &wire); err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	if wire.Target == "" {
-		return gatherBody{}, "", "", svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
+		return gatherBody{}, "", opts, svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
+	}
+	mode, err := svc.CheckBatchMode(svc.BatchMode(truncate(string(wire.Mode), 40)))
+	if err != nil {
+		return gatherBody{}, "", opts, err
 	}
 	if wire.Tasks.n == 0 {
-		return gatherBody{}, "", "", &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
+		return gatherBody{}, "", opts, &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
 	}
 	body = gatherBody{list: wire.Tasks, n: wire.Tasks.n, maxConcurrency: wire.MaxConcurrency}
 	if raw, ok := obj["max_concurrency"]; !ok || string(raw) == "null" {
 		body.maxConcurrency = svc.DefaultGatherConcurrency
 	} else if _, err := svc.CheckGatherConcurrency(body.maxConcurrency); err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
-	if callback, err = callbackURL(deref(wire.CallbackURL), wire.CallbackURL != nil); err != nil {
-		return gatherBody{}, "", "", err
+	callback, err := callbackURL(deref(wire.CallbackURL), wire.CallbackURL != nil)
+	if err != nil {
+		return gatherBody{}, "", opts, err
 	}
-	return body, wire.Target, callback, nil
+	return body, wire.Target, svc.BatchOptions{Mode: mode, CallbackURL: callback}, nil
 }
 
 // callbackURL refuses a callback_url given empty; what else a URL must be

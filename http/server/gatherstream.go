@@ -46,7 +46,8 @@ import (
 // and both sides wait. The server tells it: when a write of the answer has
 // waited half the write timeout while the body is still being read, it
 // logs a warning, stops the batch, reads (and drops) the rest of the body
-// so that the client can finish sending, and then sends what it had with
+// (at most 4 GiB, for at most ten write timeouts) so that the client can
+// finish sending, and then sends what it had with
 // a summary whose error (BadRequestError, reason half_duplex) says to read
 // while sending or to use POST /batches. No result is buffered to disk.
 
@@ -113,8 +114,14 @@ func halfDuplexError(read int) error {
 }
 
 // halfDuplexDrainMax bounds what the server reads and drops of a
-// half-duplex client's body once it stopped the batch.
-const halfDuplexDrainMax = 4 << 30
+// half-duplex client's body once it stopped the batch, and
+// halfDuplexDrainWrites how long, in write timeouts (100 s at the default
+// 10 s): a client that sends without end, or drips, costs a bounded
+// amount. Past either bound the answer is sent and the connection closed.
+const (
+	halfDuplexDrainMax    = 4 << 30
+	halfDuplexDrainWrites = 10
+)
 
 // gatherStreamed serves a gather whose body or answer is streamed.
 func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.Values, name, accept string) error {
@@ -180,6 +187,7 @@ func (h *handlers) gatherStreamed(w http.ResponseWriter, r *http.Request, q url.
 		// Once the half-duplex client has sent everything, it reads: the
 		// answer's writes get their timeout back.
 		src.drained = func() { sw.setDeadline(time.Now().Add(sw.timeout)) }
+		src.drainFor = halfDuplexDrainWrites * sw.timeout
 		wdStop, wdDone := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(wdDone)
@@ -314,8 +322,9 @@ type lineSource struct {
 	// drain, when set when the reader stops taking tasks, has the rest of
 	// the body read and dropped (a half-duplex client), then drained
 	// called.
-	drain   *atomic.Bool
-	drained func()
+	drain    *atomic.Bool
+	drainFor time.Duration
+	drained  func()
 }
 
 func (s *lineSource) tasks(yield func(svc.TaskSpec) bool) {
@@ -359,7 +368,8 @@ func (s *lineSource) drainRest(br *bufio.Reader) {
 		return
 	}
 	buf := make([]byte, 64<<10)
-	for n := int64(0); n < halfDuplexDrainMax; {
+	until := time.Now().Add(s.drainFor)
+	for n := int64(0); n < halfDuplexDrainMax && (s.drainFor <= 0 || time.Now().Before(until)); {
 		renewBodyDeadline(s.body)
 		k, err := br.Read(buf)
 		n += int64(k)

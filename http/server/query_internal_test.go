@@ -38,7 +38,7 @@ func TestRepeatedQueryParameter(t *testing.T) {
 		"event_type": {"agent_spawned", "agent_completed"}, "agent": {"echo", "other"},
 		"group_by": {"agent", "model"}, "state": {"completed", "failed"}, "cursor": {"a", "b"},
 		"status": {"completed", "failed"}, "target": {"echo", "other"}, "type": {"run", "group"},
-		"order": {"index", "finish"}, "follow": {"true", "false"},
+		"order": {"index", "finish"}, "follow": {"true", "false"}, "mode": {"runtime", "provider"},
 		"callback_url": {"https://a.example/x", "https://b.example/y"},
 	}
 	ask := func(method, target string) (int, Problem) {

@@ -1,7 +1,6 @@
 package bedrock
 
 import (
-	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -56,7 +55,7 @@ func parseSettings(m map[string]any) (settings, error) {
 			}
 			s.baseURL = str
 		case "timeout":
-			d, ok := duration(v)
+			d, ok := settingval.Seconds(v)
 			if !ok {
 				return bad(k, `a positive number of seconds or a duration such as "90s"`, v)
 			}
@@ -96,51 +95,21 @@ func parseSettings(m map[string]any) (settings, error) {
 			x := int32(n)
 			s.maxTokens = &x
 		case "stop", "stop_sequences":
-			switch t := v.(type) {
-			case string:
-				s.stop = append(s.stop, t)
-			case []string:
-				s.stop = append(s.stop, t...)
-			case []any:
-				for _, e := range t {
-					str, ok := e.(string)
-					if !ok {
-						return bad(k, "a string or a list of strings", v)
-					}
-					s.stop = append(s.stop, str)
-				}
-			default:
+			stop, ok := settingval.Strings(v)
+			if !ok {
 				return bad(k, "a string or a list of strings", v)
 			}
+			s.stop = append(s.stop, stop...)
 		}
 	}
 	return s, nil
 }
 
-func duration(v any) (time.Duration, bool) {
-	if str, ok := v.(string); ok {
-		d, err := time.ParseDuration(strings.TrimSpace(str))
-		return d, err == nil && d > 0
-	}
-	f, ok := settingval.Number(v)
-	if !ok || f <= 0 || f > float64(math.MaxInt64/int64(time.Second)) {
-		return 0, false
-	}
-	return time.Duration(f * float64(time.Second)), true
-}
-
 // CheckSettings reports, before any call, each model_settings key Generate
 // would refuse, one error per key.
 func (m *bedrockModel) CheckSettings(settings map[string]any, _ []string, _ bool) error {
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		if _, err := parseSettings(map[string]any{k: settings[k]}); err != nil {
-			msg := err.Error()
-			if se, ok := errors.AsType[*svc.Error](err); ok {
-				msg = se.Message
-			}
-			errs = append(errs, svc.Errorf(svc.KindSpecValidation, "%s (bedrock model)", strings.TrimPrefix(msg, "bedrock model: ")))
-		}
-	}
-	return errors.Join(errs...)
+	return settingval.CheckEach(settings, "bedrock", func(one map[string]any) error {
+		_, err := parseSettings(one)
+		return err
+	})
 }

@@ -1,12 +1,10 @@
 package google
 
 import (
-	"errors"
 	"maps"
 	"math"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	svc "github.com/svc-dev/svc"
@@ -76,7 +74,7 @@ func parseSettings(m map[string]any) (settings, error) {
 			}
 			s.baseURL = u
 		case "timeout":
-			if s.timeout, ok = duration(v); !ok {
+			if s.timeout, ok = settingval.Seconds(v); !ok {
 				return bad(k, `a positive number of seconds or a duration such as "90s"`, v)
 			}
 		case "max_retries":
@@ -120,52 +118,22 @@ func parseSettings(m map[string]any) (settings, error) {
 				s.thinkingBudget = &x
 			}
 		case "stop", "stop_sequences":
-			switch t := v.(type) {
-			case string:
-				s.stop = append(s.stop, t)
-			case []string:
-				s.stop = append(s.stop, t...)
-			case []any:
-				for _, e := range t {
-					str, ok := e.(string)
-					if !ok {
-						return bad(k, "a string or a list of strings", v)
-					}
-					s.stop = append(s.stop, str)
-				}
-			default:
+			stop, ok := settingval.Strings(v)
+			if !ok {
 				return bad(k, "a string or a list of strings", v)
 			}
+			s.stop = append(s.stop, stop...)
 		}
 	}
 	return s, nil
-}
-
-func duration(v any) (time.Duration, bool) {
-	if str, ok := v.(string); ok {
-		d, err := time.ParseDuration(strings.TrimSpace(str))
-		return d, err == nil && d > 0
-	}
-	f, ok := settingval.Number(v)
-	if !ok || f <= 0 || f > float64(math.MaxInt64/int64(time.Second)) {
-		return 0, false
-	}
-	return time.Duration(f * float64(time.Second)), true
 }
 
 // CheckSettings reports, before any call, each model_settings key Generate
 // would refuse, one error per key, for the spec loader to report at the
 // key's line.
 func (m *geminiModel) CheckSettings(settings map[string]any, _ []string, _ bool) error {
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		if _, err := parseSettings(map[string]any{k: settings[k]}); err != nil {
-			msg := err.Error()
-			if se, ok := errors.AsType[*svc.Error](err); ok {
-				msg = se.Message
-			}
-			errs = append(errs, svc.Errorf(svc.KindSpecValidation, "%s (google model)", strings.TrimPrefix(msg, "google model: ")))
-		}
-	}
-	return errors.Join(errs...)
+	return settingval.CheckEach(settings, "google", func(one map[string]any) error {
+		_, err := parseSettings(one)
+		return err
+	})
 }

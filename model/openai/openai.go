@@ -207,7 +207,7 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 	if keyEnv == "" {
 		keyEnv = "OPENAI_API_KEY"
 	}
-	return &chatModel{
+	m := &chatModel{
 		name:       name,
 		provider:   provider,
 		keyEnv:     keyEnv,
@@ -221,7 +221,16 @@ func NewWithConfig(name string, cfg Config) (svc.Model, error) {
 		// to whatever base URL a call uses.
 		chat:      sdk.NewChatCompletionService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
 		responses: responses.NewResponseService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
-	}, nil
+		files:     sdk.NewFileService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+		batches:   sdk.NewBatchService(option.WithHTTPClient(hc), option.WithMaxRetries(retries)),
+	}
+	if provider != Provider || cfg.Azure != nil {
+		// Only OpenAI's own API (and servers that copy it) has the
+		// Batch API this package speaks: a preset's or Azure's model is
+		// a plain Model.
+		return m, nil
+	}
+	return &batchModel{m}, nil
 }
 
 // sharedHTTPClient is the default transport: one pool for every model, and
@@ -252,6 +261,9 @@ type chatModel struct {
 	chat    sdk.ChatCompletionService
 	// responses makes the calls with server tools (responses.go).
 	responses responses.ResponseService
+	// files and batches serve provider batches (batch.go).
+	files   sdk.FileService
+	batches sdk.BatchService
 }
 
 // Generate makes one Chat Completions call. See the package doc for the

@@ -3,10 +3,8 @@ package openai
 import (
 	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"net/url"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -261,18 +259,8 @@ func (m *chatModel) CheckSettings(settings map[string]any, _ []string, _ bool) e
 }
 
 func checkSettings(settings map[string]any) error {
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		// One key at a time, so that every bad key is reported, not only
-		// the first.
-		if _, err := parseSettings(map[string]any{k: settings[k]}); err != nil {
-			msg := err.Error()
-			var se *svc.Error
-			if errors.As(err, &se) {
-				msg = se.Message
-			}
-			errs = append(errs, svc.Errorf(svc.KindSpecValidation, "%s (openai model)", strings.TrimPrefix(msg, "openai model: ")))
-		}
-	}
-	return errors.Join(errs...)
+	return settingval.CheckEach(settings, "openai", func(one map[string]any) error {
+		_, err := parseSettings(one)
+		return err
+	})
 }

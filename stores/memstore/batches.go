@@ -85,6 +85,7 @@ func (s *Store) CreateBatch(_ context.Context, rec svc.BatchRecord) error {
 	if _, ok := b.m[rec.BatchID]; ok {
 		return svc.Errorf(svc.KindRunState, "batch %q exists", rec.BatchID)
 	}
+	rec.Provider = slices.Clone(rec.Provider)
 	b.m[rec.BatchID] = &batch{rec: rec, results: map[int64]svc.BatchResult{}}
 	return nil
 }
@@ -107,7 +108,9 @@ func (s *Store) GetBatch(_ context.Context, batchID string) (svc.BatchRecord, er
 	if err != nil {
 		return svc.BatchRecord{}, err
 	}
-	return x.rec, nil
+	rec := x.rec
+	rec.Provider = slices.Clone(rec.Provider)
+	return rec, nil
 }
 
 // ListBatches lists batches newest first (their ids are UUIDv7); see
@@ -221,6 +224,25 @@ func (s *Store) SetBatchState(_ context.Context, batchID string, next svc.BatchS
 	if next.Terminal() {
 		x.rec.Counts.Running = 0
 	}
+	return nil
+}
+
+// SetBatchProvider replaces a batch's Provider value; see svc.BatchStore.
+func (s *Store) SetBatchProvider(_ context.Context, batchID string, provider json.RawMessage) error {
+	if err := svc.CheckBatchProvider(batchID, provider); err != nil {
+		return err
+	}
+	b := &s.batches
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	x, err := b.get(batchID)
+	if err != nil {
+		return err
+	}
+	if x.rec.State.Terminal() {
+		return svc.BatchEnded(batchID, x.rec.State)
+	}
+	x.rec.Provider, x.rec.UpdatedAt = slices.Clone(provider), now()
 	return nil
 }
 

@@ -305,6 +305,24 @@ func (s *Store) SetBatchState(ctx context.Context, batchID string, next svc.Batc
 	})
 }
 
+// SetBatchProvider replaces a batch's Provider value; see svc.BatchStore.
+func (s *Store) SetBatchProvider(ctx context.Context, batchID string, provider json.RawMessage) error {
+	if err := svc.CheckBatchProvider(batchID, provider); err != nil {
+		return err
+	}
+	return s.write(ctx, func(b *pebble.Batch) ([]string, error) {
+		st, err := s.loadBatch(batchID)
+		if err != nil {
+			return nil, err
+		}
+		if st.State.Terminal() {
+			return nil, svc.BatchEnded(batchID, st.State)
+		}
+		st.Provider, st.UpdatedAt = provider, time.Now().UTC().Truncate(time.Microsecond)
+		return []string{batchPrefix + batchID}, putBatch(b, st)
+	})
+}
+
 // ClaimBatches claims every unfinished batch of another owner: one
 // process holds the directory, so any other owner stopped; see
 // svc.BatchStore.

@@ -32,6 +32,7 @@ func open(t testing.TB, dir string) *pebblestore.Store {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	storetest.Run(t, func(t *testing.T) svc.RunStore { return open(t, t.TempDir()) })
 }
 
@@ -176,6 +177,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 // TestContractOneSyncPerWrite runs the suite with group commit off
 // (MaxBatch 1), the benchmarks' baseline.
 func TestContractOneSyncPerWrite(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	storetest.Run(t, func(t *testing.T) svc.RunStore {
 		s, err := pebblestore.OpenWith(t.TempDir(), pebblestore.Options{MaxBatch: 1})
 		if err != nil {

@@ -103,6 +103,21 @@ end
 return {0}
 `)
 
+// setBatchProviderScript: ARGV = provider ("" removes it), now. {0},
+// {1} unknown, {2, state} terminal.
+var setBatchProviderScript = redis.NewScript(batchPrelude + `
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {1} end
+if terminal(state) then return {2, state} end
+if ARGV[1] == '' then
+  redis.call('HDEL', KEYS[1], 'provider')
+else
+  redis.call('HSET', KEYS[1], 'provider', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
+return {0}
+`)
+
 // claimBatchesScript: KEYS[1] = the open set; ARGV = owner, this node,
 // prefix. It answers the ids it claimed.
 var claimBatchesScript = redis.NewScript(`
@@ -191,7 +206,11 @@ func (s *Store) CreateBatch(ctx context.Context, rec svc.BatchRecord) error {
 	return s.bdo(ctx, rec.BatchID, func(ctx context.Context) error {
 		args := []any{rec.BatchID, "target", rec.Target, "state", string(rec.State), "max_concurrency", rec.MaxConcurrency,
 			"total", rec.Counts.Total, "succeeded", 0, "failed", 0, "running", 0, "tokens", 0, "cost", "0", "reason", rec.Reason,
-			"resumed", rec.Resumed, "owner", rec.Owner, "created_at", formatTime(rec.CreatedAt), "updated_at", formatTime(t), "seq", 0}
+			"resumed", rec.Resumed, "owner", rec.Owner, "created_at", formatTime(rec.CreatedAt), "updated_at", formatTime(t), "seq", 0,
+			"mode", string(rec.Mode)}
+		if len(rec.Provider) > 0 {
+			args = append(args, "provider", string(rec.Provider))
+		}
 		res, err := createBatchScript.Run(ctx, s.c, s.batchKeys(rec.BatchID), args...).Int64Slice()
 		if err != nil {
 			return s.bfail(err, "create", rec.BatchID)
@@ -213,6 +232,10 @@ func decodeBatch(id string, h map[string]string) (svc.BatchRecord, error) {
 	r.Counts = svc.BatchCounts{Total: parseInt(h["total"]), Succeeded: parseInt(h["succeeded"]), Failed: parseInt(h["failed"]),
 		Running: parseInt(h["running"])}
 	r.TokensUsed, r.Resumed = parseInt(h["tokens"]), int(parseInt(h["resumed"]))
+	r.Mode = svc.BatchMode(h["mode"])
+	if p := h["provider"]; p != "" {
+		r.Provider = json.RawMessage(p)
+	}
 	r.CostUSD, _ = strconv.ParseFloat(h["cost"], 64)
 	var err1, err2 error
 	r.CreatedAt, err1 = time.Parse(time.RFC3339Nano, h["created_at"])
@@ -385,6 +408,27 @@ func (s *Store) SetBatchState(ctx context.Context, batchID string, next svc.Batc
 		case 2:
 			state, _ := res[1].(string)
 			return svc.BatchMoveRefused(batchID, svc.BatchState(state), next)
+		}
+		return nil
+	})
+}
+
+// SetBatchProvider replaces a batch's Provider value; see svc.BatchStore.
+func (s *Store) SetBatchProvider(ctx context.Context, batchID string, provider json.RawMessage) error {
+	if err := svc.CheckBatchProvider(batchID, provider); err != nil {
+		return err
+	}
+	return s.bdo(ctx, batchID, func(ctx context.Context) error {
+		res, err := setBatchProviderScript.Run(ctx, s.c, s.batchKeys(batchID), string(provider), formatTime(time.Now())).Slice()
+		if err != nil {
+			return s.bfail(err, "set the provider value of", batchID)
+		}
+		switch code, _ := res[0].(int64); code {
+		case 1:
+			return svc.UnknownBatch(batchID)
+		case 2:
+			state, _ := res[1].(string)
+			return svc.BatchEnded(batchID, svc.BatchState(state))
 		}
 		return nil
 	})

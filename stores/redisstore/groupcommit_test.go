@@ -14,6 +14,7 @@ import (
 // TestContractOneRoundTripPerWrite runs the suite with group commit off
 // (MaxBatch 1), the benchmarks' baseline.
 func TestContractOneRoundTripPerWrite(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	url := startRedis(t)
 	storetest.Run(t, func(t *testing.T) svc.RunStore {
 		return open(t, redisstore.Options{URL: url, KeyPrefix: uniquePrefix(), MaxBatch: 1})

@@ -38,6 +38,7 @@ func uniquePrefix() string { return fmt.Sprintf("test%d", prefixes.Add(1)) }
 
 // TestShared runs the ownership contract on nodes sharing a prefix.
 func TestShared(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	url := startRedis(t)
 	storetest.Shared(t, func(t *testing.T) storetest.Opener {
 		prefix := uniquePrefix()
@@ -191,6 +192,7 @@ func TestRecordWithoutTask(t *testing.T) {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	url := startRedis(t)
 	storetest.Run(t, func(t *testing.T) svc.RunStore {
 		return open(t, redisstore.Options{URL: url, KeyPrefix: uniquePrefix()})
@@ -200,6 +202,7 @@ func TestContract(t *testing.T) {
 // The same suite with a TTL and a store given a client: the TTL must not
 // change anything while runs live, and a given client must work throughout.
 func TestContractClientTTL(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	url := startRedis(t)
 	c := rawClient(t, url)
 	storetest.Run(t, func(t *testing.T) svc.RunStore {

@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS batches (
 	owner           TEXT NOT NULL DEFAULT '',
 	seq             INTEGER NOT NULL DEFAULT 0, -- the last result's seq
 	created_at      INTEGER NOT NULL, -- Unix microseconds
-	updated_at      INTEGER NOT NULL
+	updated_at      INTEGER NOT NULL,
+	mode            TEXT NOT NULL DEFAULT '',
+	provider        BLOB
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batch_chunks (
 	batch_id TEXT NOT NULL,
@@ -54,13 +56,17 @@ CREATE TABLE IF NOT EXISTS batch_results (
 CREATE UNIQUE INDEX IF NOT EXISTS batch_results_seq ON batch_results (batch_id, seq);
 `
 
-const batchColumns = `batch_id, target, state, max_concurrency, total, succeeded, failed, running, tokens, cost, reason, resumed, owner, created_at, updated_at`
+const batchColumns = `batch_id, target, state, max_concurrency, total, succeeded, failed, running, tokens, cost, reason, resumed, owner, created_at, updated_at, mode, provider`
 
 func scanBatch(row interface{ Scan(...any) error }) (svc.BatchRecord, error) {
 	var r svc.BatchRecord
 	var created, updated int64
+	var provider []byte
 	err := row.Scan(&r.BatchID, &r.Target, &r.State, &r.MaxConcurrency, &r.Counts.Total, &r.Counts.Succeeded, &r.Counts.Failed,
-		&r.Counts.Running, &r.TokensUsed, &r.CostUSD, &r.Reason, &r.Resumed, &r.Owner, &created, &updated)
+		&r.Counts.Running, &r.TokensUsed, &r.CostUSD, &r.Reason, &r.Resumed, &r.Owner, &created, &updated, &r.Mode, &provider)
+	if len(provider) > 0 {
+		r.Provider = provider
+	}
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return r, err
 }
@@ -117,9 +123,9 @@ func (s *Store) CreateBatch(ctx context.Context, rec svc.BatchRecord) error {
 		rec.CreatedAt = t
 	}
 	res, err := s.writer.ExecContext(ctx, `INSERT OR IGNORE INTO batches (`+batchColumns+`)
-		VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, 0, 0, 0, ?6, ?7, ?8, ?9, ?10)`,
+		VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, 0, 0, 0, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`,
 		rec.BatchID, rec.Target, rec.State, rec.MaxConcurrency, rec.Counts.Total, rec.Reason, rec.Resumed, rec.Owner,
-		micros(rec.CreatedAt), micros(t))
+		micros(rec.CreatedAt), micros(t), rec.Mode, nullBlob(rec.Provider))
 	if err != nil {
 		return s.fail(ctx, err, "batch %q: create", rec.BatchID)
 	}
@@ -317,6 +323,49 @@ func (s *Store) SetBatchState(ctx context.Context, batchID string, next svc.Batc
 	if _, err := tx.ExecContext(ctx, `UPDATE batches SET state = ?2, reason = ?3, updated_at = ?4,
 		running = CASE WHEN ?5 THEN 0 ELSE running END WHERE batch_id = ?1`,
 		batchID, next, reason, micros(time.Now()), next.Terminal()); err != nil {
+		return fail(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// nullBlob is b, or NULL when empty.
+func nullBlob(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// SetBatchProvider replaces a batch's Provider value; see svc.BatchStore.
+func (s *Store) SetBatchProvider(ctx context.Context, batchID string, provider json.RawMessage) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := svc.CheckBatchProvider(batchID, provider); err != nil {
+		return err
+	}
+	fail := func(err error) error { return s.fail(ctx, err, "batch %q: set provider", batchID) }
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback()
+	var state svc.BatchState
+	err = tx.QueryRowContext(ctx, `SELECT state FROM batches WHERE batch_id = ?1`, batchID).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return svc.UnknownBatch(batchID)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if state.Terminal() {
+		return svc.BatchEnded(batchID, state)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE batches SET provider = ?2, updated_at = ?3 WHERE batch_id = ?1`,
+		batchID, nullBlob(provider), micros(time.Now())); err != nil {
 		return fail(err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -17,6 +17,7 @@ import (
 // (MaxBatch 1), the path a failed batch falls back to and the benchmarks'
 // baseline.
 func TestContractOneWritePerCommit(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	storetest.Run(t, func(t *testing.T) svc.RunStore {
 		s, err := sqlitestore.OpenWith(filepath.Join(t.TempDir(), "runs.db"), sqlitestore.Options{MaxBatch: 1})
 		if err != nil {

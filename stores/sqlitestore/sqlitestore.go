@@ -474,6 +474,8 @@ var addedColumns = []struct{ table, column string }{
 	{"runs", `task BLOB`},
 	{"runs", `resumed INTEGER NOT NULL DEFAULT 0`},
 	{"run_events", `request BLOB`},
+	{"batches", `mode TEXT NOT NULL DEFAULT ''`},
+	{"batches", `provider BLOB`},
 }
 
 // migrateSteps rewrites the run_steps table of the build before (WITHOUT
@@ -503,7 +505,7 @@ DROP TABLE run_steps_old;`)
 // addColumns adds the addedColumns the tables lack.
 func addColumns(tx *sql.Tx) error {
 	have := map[string]bool{} // table.column
-	for _, table := range []string{"runs", "run_events"} {
+	for _, table := range []string{"runs", "run_events", "batches"} {
 		rows, err := tx.Query(`SELECT name FROM pragma_table_info(?)`, table)
 		if err != nil {
 			return err

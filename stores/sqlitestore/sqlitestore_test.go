@@ -40,6 +40,7 @@ func open(t *testing.T, path string) *sqlitestore.Store {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	storetest.Run(t, func(t *testing.T) svc.RunStore {
 		return open(t, filepath.Join(t.TempDir(), "runs.db"))
 	})
@@ -49,6 +50,7 @@ func TestContract(t *testing.T) {
 // than any of its waits, so every stream must be woken by the store's own
 // signals: a write that forgets to signal fails here.
 func TestContractWithoutPolling(t *testing.T) {
+	t.Parallel() // its own server or files: the suites overlap their waits
 	storetest.Run(t, func(t *testing.T) svc.RunStore {
 		s, err := sqlitestore.OpenPolling(filepath.Join(t.TempDir(), "runs.db"), time.Hour)
 		if err != nil {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -370,5 +371,64 @@ func testSharedBatchClaim(t *testing.T, open Opener) {
 	rec, _ := bb.GetBatch(t.Context(), batchID(1))
 	if rec.Resumed != 2 || (rec.Owner != "node-b/1" && rec.Owner != "node-c/1") {
 		t.Fatalf("after the claims: owner %q resumed %d", rec.Owner, rec.Resumed)
+	}
+}
+
+// A batch of mode provider keeps its mode, and the provider value its
+// runner writes (the same JSON value; a store may compact it), through a
+// claim (what the process that
+// resumes it reads); a terminal batch takes no provider value.
+func testBatchProvider(t *testing.T, s svc.RunStore) {
+	b := batchStore(t, s)
+	ctx := t.Context()
+	id := batchID(40)
+	mustOK(t, "PutBatchChunk", b.PutBatchChunk(ctx, id, 0, []json.RawMessage{json.RawMessage(`{"input": 1}`)}))
+	rec := svc.BatchRecord{BatchStatus: svc.BatchStatus{BatchID: id, Target: "echo", State: svc.BatchQueued, MaxConcurrency: 1,
+		Mode: svc.BatchProvider, Counts: svc.BatchCounts{Total: 1}}, Owner: "node-a/1"}
+	mustOK(t, "CreateBatch", b.CreateBatch(ctx, rec))
+	got, err := b.GetBatch(ctx, id)
+	mustOK(t, "GetBatch", err)
+	if got.Mode != svc.BatchProvider || len(got.Provider) != 0 {
+		t.Fatalf("a new provider batch: mode %q, provider %s", got.Mode, got.Provider)
+	}
+	const v = `{"parts":[{"id":"batch_1","first":0,"n":1}],"é":true}`
+	mustOK(t, "SetBatchProvider", b.SetBatchProvider(ctx, id, json.RawMessage(`{"parts": [{"id": "batch_1", "first": 0, "n": 1}], "é": true}`)))
+	compact := func(raw json.RawMessage) string {
+		var buf bytes.Buffer
+		if json.Compact(&buf, raw) != nil {
+			return string(raw)
+		}
+		return buf.String()
+	}
+	if got, err = b.GetBatch(ctx, id); err != nil || compact(got.Provider) != v {
+		t.Fatalf("GetBatch after SetBatchProvider: %s, %v", got.Provider, err)
+	}
+	claimed, err := b.ClaimBatches(ctx, "node-b/1")
+	mustOK(t, "ClaimBatches", err)
+	if len(claimed) != 1 || claimed[0].Mode != svc.BatchProvider || compact(claimed[0].Provider) != v {
+		t.Fatalf("claimed %+v", claimed)
+	}
+	page, err := b.ListBatches(ctx, "", 10)
+	mustOK(t, "ListBatches", err)
+	if len(page.Batches) != 1 || page.Batches[0].Mode != svc.BatchProvider {
+		t.Fatalf("listed %+v", page.Batches)
+	}
+	if err := b.SetBatchProvider(ctx, id, json.RawMessage(`{"half`)); svc.KindOf(err) != svc.KindSpecValidation {
+		t.Fatalf("a provider value that is not JSON: %v", err)
+	}
+	if err := b.SetBatchProvider(ctx, "nope", json.RawMessage(`{}`)); svc.KindOf(err) != svc.KindRegistry {
+		t.Fatalf("an unknown batch: %v", err)
+	}
+	mustOK(t, "SetBatchState", b.SetBatchState(ctx, id, svc.BatchCancelled, "cancelled"))
+	if err := b.SetBatchProvider(ctx, id, json.RawMessage(`{}`)); svc.KindOf(err) != svc.KindRunState {
+		t.Fatalf("a terminal batch: %v", err)
+	}
+	if got, _ = b.GetBatch(ctx, id); compact(got.Provider) != v {
+		t.Fatalf("a refused write changed the value: %s", got.Provider)
+	}
+	bad := rec
+	bad.BatchID, bad.Mode = batchID(41), "fast"
+	if err := b.CreateBatch(ctx, bad); svc.KindOf(err) != svc.KindSpecValidation {
+		t.Fatalf("an unknown mode: %v", err)
 	}
 }

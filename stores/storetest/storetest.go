@@ -136,6 +136,7 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"BatchStates", testBatchStates},
 		{"BatchList", testBatchList},
 		{"BatchClaim", testBatchClaim},
+		{"BatchProvider", testBatchProvider},
 		{"BatchConcurrent", testBatchConcurrent},
 		{"Webhooks", testWebhooks},
 		{"WebhookClaim", testWebhookClaim},

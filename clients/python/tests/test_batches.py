@@ -62,6 +62,11 @@ def test_refusals(c: Any) -> None:
         c.submit_batch("nope", tasks(3))
     with pytest.raises(S.SpecValidationError):
         c.submit_batch("echo", tasks(3), max_concurrency=0)
+    # mode provider: the test provider has no batch API, and the server says so.
+    with pytest.raises(S.SpecValidationError, match="no batch API"):
+        c.submit_batch("echo", tasks(3), mode="provider")
+    with pytest.raises(ValueError):
+        c.submit_batch("echo", tasks(3), mode="fast")
     with pytest.raises(S.RegistryError):
         c.batch_status("nope")
     with pytest.raises(S.RegistryError):

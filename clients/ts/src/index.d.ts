@@ -175,7 +175,7 @@ export class Client {
   /** The run history: every top-level run, or (state, or type 'submitted') the submitted runs alone. */
   listRuns(options?: CallOptions & { state?: RunState; status?: HistoryStatus; target?: string; type?: RunType; limit?: number; cursor?: string }): Promise<RunPage>;
   /** POST /batches: stores the tasks (sent as NDJSON) and returns once every one is stored. */
-  submitBatch(target: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: { maxConcurrency?: number; callbackUrl?: string; signal?: AbortSignal; timeoutMs?: number }): Promise<BatchAccepted>;
+  submitBatch(target: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: { maxConcurrency?: number; mode?: 'runtime' | 'provider'; callbackUrl?: string; signal?: AbortSignal; timeoutMs?: number }): Promise<BatchAccepted>;
   batchStatus(batchId: string, options?: CallOptions): Promise<BatchStatus>;
   cancelBatch(batchId: string, options?: CallOptions): Promise<void>;
   listBatches(options?: CallOptions & { limit?: number; cursor?: string }): Promise<BatchPage>;

@@ -401,10 +401,11 @@ export class Client {
    * the client's timeout, only by timeoutMs when given.
    * @returns {Promise<BatchAccepted>}
    */
-  async submitBatch(target, tasks, { maxConcurrency, callbackUrl, signal, timeoutMs } = {}) {
+  async submitBatch(target, tasks, { maxConcurrency, mode, callbackUrl, signal, timeoutMs } = {}) {
     const source = iteratorOf(tasks);
     const query = { target };
     if (maxConcurrency !== undefined) query.max_concurrency = String(maxConcurrency);
+    if (mode !== undefined) query.mode = mode;
     if (callbackUrl !== undefined) query.callback_url = callbackUrl;
     const headers = { 'Content-Type': 'application/x-ndjson' };
     let sourceError = null;

@@ -84,7 +84,7 @@ export interface paths {
         /** Batches, newest first, a page at a time. */
         get: operations["listBatches"];
         put?: never;
-        /** Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target and max_concurrency in the query; a bad line fails only its task. */
+        /** Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target, max_concurrency, mode and callback_url in the query; a bad line fails only its task. Mode provider sends the model calls to the provider's batch API (half price, up to 24 h): only for an agent whose run is one model call without tools (refused with a 400 saying why). */
         post: operations["submitBatch"];
         delete?: never;
         options?: never;
@@ -585,6 +585,7 @@ export interface components {
         BatchRequest: {
             callback_url?: string;
             max_concurrency?: number;
+            mode?: string;
             target: string;
             tasks: null | components["schemas"]["TaskSpec"][];
         };
@@ -602,6 +603,7 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             max_concurrency: number;
+            mode?: string;
             reason?: string;
             resumed?: number;
             state: string;
@@ -1408,6 +1410,8 @@ export interface operations {
                 callback_url?: string;
                 /** @description Tasks in flight for an application/x-ndjson body (1..10000; default 100). */
                 max_concurrency?: string;
+                /** @description runtime (default) or provider, for an application/x-ndjson body. */
+                mode?: string;
                 /** @description The agent, for an application/x-ndjson body. */
                 target?: string;
             };
@@ -1422,7 +1426,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target and max_concurrency in the query; a bad line fails only its task. */
+            /** @description Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target, max_concurrency, mode and callback_url in the query; a bad line fails only its task. Mode provider sends the model calls to the provider's batch API (half price, up to 24 h): only for an agent whose run is one model call without tools (refused with a 400 saying why). */
             202: {
                 headers: {
                     /** @description The batch's status: batches/{id}. */

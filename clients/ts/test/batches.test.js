@@ -60,6 +60,8 @@ describe('batches', () => {
   test('refusals: an unknown agent, max_concurrency 0, an unknown batch', async () => {
     await assert.rejects(c.submitBatch('nope', tasks(3)), (err) => err instanceof RegistryError && /nope/.test(err.detail));
     await assert.rejects(c.submitBatch('echo', tasks(3), { maxConcurrency: 0 }), SpecValidationError);
+    // Mode provider: the test provider has no batch API, and the server says so.
+    await assert.rejects(c.submitBatch('echo', tasks(3), { mode: 'provider' }), (err) => err instanceof SpecValidationError && /no batch API/.test(err.detail));
     await assert.rejects(c.batchStatus('nope'), RegistryError);
     await assert.rejects(c.cancelBatch('nope'), RegistryError);
     await assert.rejects(async () => {

@@ -303,10 +303,10 @@ class AsyncClient(_Base):
     # --- batches ----------------------------------------------------------
 
     async def submit_batch(self, target: str, tasks: Iterable[Any] | AsyncIterable[Any], *,
-                           max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, callback_url: str | None = None,
-                           timeout: Timeout = None) -> dict[str, Any]:
+                           max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, mode: str | None = None,
+                           callback_url: str | None = None, timeout: Timeout = None) -> dict[str, Any]:
         """POST /batches; see Client.submit_batch. tasks may be async."""
-        path, headers = self._batch_req(target, max_concurrency, callback_url)
+        path, headers = self._batch_req(target, max_concurrency, mode, callback_url)
 
         async def lines() -> AsyncIterator[bytes]:
             i = 0

@@ -376,8 +376,8 @@ class Client(_Base):
     # --- batches ----------------------------------------------------------
 
     def submit_batch(self, target: str, tasks: Iterable[Mapping[str, Any] | Any], *,
-                     max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, callback_url: str | None = None,
-                     timeout: Timeout = None) -> dict[str, Any]:
+                     max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, mode: str | None = None,
+                     callback_url: str | None = None, timeout: Timeout = None) -> dict[str, Any]:
         """POST /batches: sends the tasks (any iterable, one line each as
         application/x-ndjson) and returns ``{"batch_id", "total"}`` once the
         server has stored every one; it runs them in the background, and a
@@ -386,8 +386,12 @@ class Client(_Base):
         (this one) should use for batches of any size, rather than
         gather_stream. An InvalidTask, or a task that cannot be encoded,
         fails as its own result. The upload is unbounded unless timeout
-        says otherwise."""
-        path, headers = self._batch_req(target, max_concurrency, callback_url)
+        says otherwise. mode "provider" sends the model calls to the
+        provider's batch API (half price, up to 24 h; only for an agent
+        whose run is one model call without tools, else a
+        SpecValidationError saying why). callback_url gets one signed POST
+        when the batch ends (docs/api.md, Webhooks)."""
+        path, headers = self._batch_req(target, max_concurrency, mode, callback_url)
         try:
             resp = self._http.post(self._base + path, content=self._batch_lines(tasks), headers=headers, timeout=self._to(timeout))
         except httpx.HTTPError as e:
