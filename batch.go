@@ -113,9 +113,12 @@ type BatchStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// Resumed counts the times another process took the batch over from
 	// one that stopped; absent for a batch never resumed.
-	Resumed   int       `json:"resumed,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Resumed int `json:"resumed,omitempty"`
+	// Callback is the delivery log of the batch's callback_url; absent
+	// without one. Not kept by a BatchStore (svc.WebhookStore keeps it).
+	Callback  *CallbackStatus `json:"callback,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // BatchRecord is everything a BatchStore keeps about a batch but its
@@ -230,6 +233,8 @@ type BatchRequest struct {
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Mode is runtime (the default) or provider (BatchProvider).
 	Mode BatchMode `json:"mode,omitempty"`
+	// CallbackURL gets one signed POST when the batch ends (Callbacks).
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // BatchOptions are how a batch runs, beside its target and tasks.
@@ -239,6 +244,9 @@ type BatchOptions struct {
 	MaxConcurrency int
 	// Mode is BatchRuntime ("") or BatchProvider.
 	Mode BatchMode
+	// CallbackURL, when set, gets one signed POST when the batch ends: its
+	// BatchStatus (see Callbacks).
+	CallbackURL string
 }
 
 // BatchAccepted is the answer of POST /batches: 202 once every task is

@@ -229,6 +229,9 @@ type RunStatus struct {
 	// that submitted it (svc serve --api-keys); absent for the default
 	// tenant. An addition, like Reason.
 	Tenant string `json:"tenant,omitempty"`
+	// Callback is the delivery log of the run's callback_url (see
+	// SubmitRequest); absent without one. An addition, like Reason.
+	Callback *CallbackStatus `json:"callback,omitempty"`
 }
 
 // StepRef names one step of a run's step log, without its data.
@@ -468,6 +471,9 @@ type SubmitRequest struct {
 	// with a different request it is a RunStateError. The run store keeps
 	// keys for a TTL (see IdempotentStore).
 	IdempotencyKey string `json:"-"`
+	// CallbackURL, when set, gets one signed POST when the run ends (see
+	// Callbacks): its RunStatus and result.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // TargetKind says what the target of a submitted run is: the "kind" of a

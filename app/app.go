@@ -56,6 +56,7 @@ import (
 	"github.com/svc-dev/svc/supervisor/spawn"
 	"github.com/svc-dev/svc/tenant"
 	"github.com/svc-dev/svc/tools"
+	"github.com/svc-dev/svc/webhook"
 	"github.com/svc-dev/svc/worker"
 )
 
@@ -103,6 +104,7 @@ type App struct {
 	live        *sse.Emitter
 	rt          *supervisor.Runtime
 	batches     *batch.Manager       // batches.go
+	webhooks    *webhook.Sender      // webhooks.go
 	nats        *natsbroker.Embedded // Broker "embedded"
 	broker      svc.Broker
 	pub         *dispatch.Publisher // a publisher's, with a broker and no Worker
@@ -309,9 +311,12 @@ func (a *App) start() error {
 	// every invocation to the fleet; a worker's runs them here and says
 	// so ("backend": "broker:<scheme>").
 	emitter := emitters.Multi(chain...)
+	if err := a.newWebhooks(log); err != nil {
+		return err
+	}
 	rcfg := supervisor.Config{Options: runtimeOpts, Models: models, Prices: prices,
 		Emitter: emitter, Logger: log, Store: a.runStore, System: a.system,
-		Prefix: o.ActorPrefix, Events: live,
+		Prefix: o.ActorPrefix, Events: live, Callbacks: a.callbacks(),
 		NoEventLog: true} // the chain logs the events, the dispatcher's and worker's too
 	if a.broker != nil && len(runtimeOpts.RateLimits) > 0 {
 		if rcfg.SharedLimits, err = sharedLimits(a.broker); err != nil {
@@ -412,6 +417,7 @@ func (a *App) start() error {
 	if a.batches != nil {
 		ropts = append(ropts, server.WithBatches(a.batches))
 	}
+	a.startWebhooks()
 	if a.broker != nil {
 		// /readyz: 503 while the broker is away (the client reconnects
 		// by itself), 200 again once it is back.
@@ -800,6 +806,11 @@ func (a *App) stop(ctx context.Context) error {
 	// process to resume; their followers end.
 	if a.batches != nil {
 		fail("batches", a.batches.Close())
+	}
+	// The callbacks: an attempt in flight is dropped, due again for the
+	// next process.
+	if a.webhooks != nil {
+		fail("webhooks", a.webhooks.Close())
 	}
 	// 1. HTTP: stop accepting, end the streams (RegisterOnShutdown), let
 	// requests in flight finish until ctx ends.

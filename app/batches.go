@@ -20,7 +20,8 @@ func (a *App) startBatches(log *zap.Logger) error {
 	if !ok || a.opts.Worker != nil { // a worker serves no HTTP
 		return nil
 	}
-	cfg := batch.Config{Store: bs, Runner: a.rt, Log: log.Named("batch"), Owner: uuid.NewString(), ProviderPoll: a.opts.ProviderBatchPoll}
+	cfg := batch.Config{Store: bs, Runner: a.rt, Log: log.Named("batch"), Owner: uuid.NewString(), ProviderPoll: a.opts.ProviderBatchPoll,
+		Callbacks: a.callbacks()}
 	if s, ok := a.runStore.(svc.SharedRunStore); ok {
 		cfg.Owner = s.NodeID() + "/" + cfg.Owner
 		cfg.ClaimEvery = s.LeaseTTL() / 2

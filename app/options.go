@@ -163,6 +163,14 @@ type Options struct {
 	// over streamable HTTP at /mcp (package http/mcpserver), behind
 	// AuthToken like the other routes. [--mcp]
 	MCP bool
+	// WebhookKey signs the callbacks of batches and submitted runs
+	// (package webhook); without one a callback_url is refused (400).
+	// [--webhook-key-file]
+	WebhookKey []byte
+	// WebhookAllowPrivate lets callbacks go to loopback, private and
+	// link-local addresses, which the server-side request forgery guard
+	// refuses otherwise. [--webhook-allow-private]
+	WebhookAllowPrivate bool
 	// MaxBodyBytes bounds request bodies; server.DefaultMaxBodyBytes (1
 	// MiB) when 0. [--max-body-bytes]
 	MaxBodyBytes int64

@@ -55,6 +55,9 @@ type Config struct {
 	// (DefaultProviderPart when 0; OpenAI takes up to 50,000 requests a
 	// batch, Anthropic 100,000).
 	ProviderPart int
+	// Callbacks, when set, takes a batch's callback_url (package
+	// webhook); without it a batch with one is refused.
+	Callbacks svc.Callbacks
 }
 
 // Provider polling.
@@ -264,6 +267,14 @@ func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq
 	if mode == svc.BatchRuntime {
 		mode = "" // the record's default
 	}
+	if opts.CallbackURL != "" {
+		if m.cfg.Callbacks == nil {
+			return svc.BatchAccepted{}, svc.Errorf(svc.KindSpecValidation, "callback_url: this server sends no callbacks (start svc serve with --webhook-key-file)")
+		}
+		if err := m.cfg.Callbacks.CheckCallback(ctx, opts.CallbackURL); err != nil {
+			return svc.BatchAccepted{}, err
+		}
+	}
 	if tasks == nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "batch")
 	}
@@ -317,6 +328,13 @@ func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq
 	}
 	rec := svc.BatchRecord{BatchStatus: svc.BatchStatus{BatchID: id, Target: target, State: svc.BatchQueued,
 		MaxConcurrency: conc, Mode: mode, Counts: svc.BatchCounts{Total: int64(total)}}, Owner: m.cfg.Owner}
+	if opts.CallbackURL != "" {
+		// Stored before the record, so that no batch ends without its
+		// callback; one whose batch is never stored ends failed.
+		if err := m.cfg.Callbacks.ArmCallback(ctx, svc.CallbackBatch, id, opts.CallbackURL); err != nil {
+			return fail(err)
+		}
+	}
 	if err := st.CreateBatch(ctx, rec); err != nil {
 		return fail(err)
 	}
@@ -327,7 +345,17 @@ func (m *Manager) SubmitBatch(ctx context.Context, target string, tasks iter.Seq
 // BatchStatus implements svc.BatchBackend.
 func (m *Manager) BatchStatus(ctx context.Context, batchID string) (svc.BatchStatus, error) {
 	rec, err := m.cfg.Store.GetBatch(ctx, batchID)
+	if err == nil && m.cfg.Callbacks != nil {
+		rec.Callback = m.cfg.Callbacks.Callback(ctx, svc.CallbackBatch, batchID)
+	}
 	return rec.BatchStatus, err
+}
+
+// ended tells the callbacks that a batch may have ended.
+func (m *Manager) ended(batchID string) {
+	if m.cfg.Callbacks != nil {
+		m.cfg.Callbacks.Ended(svc.CallbackBatch, batchID)
+	}
 }
 
 // ListBatches implements svc.BatchBackend.
@@ -354,6 +382,7 @@ func (m *Manager) CancelBatch(ctx context.Context, batchID string) error {
 	if stop != nil {
 		stop()
 	}
+	m.ended(batchID)
 	return nil
 }
 

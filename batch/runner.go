@@ -152,6 +152,7 @@ func (r *runner) end(state svc.BatchState, reason string) {
 	if err != nil && svc.KindOf(err) != svc.KindRunState && r.m.ctx.Err() == nil {
 		r.log().Error("ending a batch failed", zap.String("state", string(state)), zap.Error(err))
 	}
+	r.m.ended(r.rec.BatchID)
 }
 
 // watch stops the batch once the store says it ended (cancelled on any

@@ -89,6 +89,7 @@ func (rt *Runtime) System() *actor.ActorSystem { return rt.system }
 func (rt *Runtime) settled(id string) {
 	rt.submitted.Delete(id)
 	rt.api.Ended(id)
+	rt.callbackEnded(id)
 }
 
 // running reports whether a submitted run's execute has not ended.

@@ -88,6 +88,9 @@ type Config struct {
 	// it is a svc.IdempotentStore (every store in stores/ is), else in
 	// this process's memory.
 	IdempotencyTTL time.Duration
+	// Callbacks, when set, takes the callback_url of submitted runs
+	// (package webhook); without it a submit with one is refused.
+	Callbacks svc.Callbacks
 	// Execute, when set, runs each attempt of an invocation instead of the
 	// local agent loop, and Backend names where (the "backend" of events
 	// and result metadata; svc.BackendLocal when empty). They are the seam
@@ -146,6 +149,9 @@ type Runtime struct {
 	claimed []svc.RunRecord
 	// deadlines are the approval deadlines of waiting runs (wait.go).
 	deadlines deadlines
+
+	// callbacks takes the callback_url of submitted runs (Config).
+	callbacks svc.Callbacks
 
 	opts    svc.Options
 	limits  *ratelimit.Set // the limits of the model calls (opts.RateLimits and the learned ones)
@@ -264,6 +270,7 @@ func New(cfg Config) (rt *Runtime, err error) {
 		return nil, err
 	}
 	rt.records = submitted.New(rt.store, cfg.IdempotencyTTL, cfg.Logger)
+	rt.callbacks = cfg.Callbacks
 	rt.deadlines.fire = rt.timeOut
 	rt.reg = registry.New(registry.Config{Compile: rt.compileAgent,
 		OnReplace: func(old, next *registry.Snapshot) { rt.mcp.Retire(old, next) },

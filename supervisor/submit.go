@@ -55,10 +55,21 @@ func (rt *Runtime) submit(ctx context.Context, req svc.SubmitRequest) (string, e
 	if err := rt.refuseSpent(ctx, req.Target, task.ID, task.RequestID); err != nil {
 		return "", err
 	}
+	if err := rt.checkCallback(ctx, req.CallbackURL); err != nil {
+		return "", err
+	}
 	if err := rt.admit(); err != nil {
 		return "", err
 	}
 	id := newID()
+	if req.CallbackURL != "" {
+		// Stored before the run, so that no run ends without its
+		// callback; one whose run is never stored ends failed.
+		if err := rt.callbacks.ArmCallback(ctx, svc.CallbackRun, id, req.CallbackURL); err != nil {
+			rt.leave()
+			return "", fmt.Errorf("submit: %w", err)
+		}
+	}
 	rec := svc.RunRecord{RunID: id, Target: req.Target, Kind: kind, TraceID: task.RequestID, Tenant: svc.TenantFrom(ctx), CreatedAt: time.Now().UTC()}
 	if rt.resumes {
 		// What a resumed run runs again (resume.go).
@@ -259,7 +270,26 @@ func (rt *Runtime) CancelRun(ctx context.Context, id string) error {
 		// node (which may own the run), cancels its part.
 		rt.dispatcher.Cancel(id, "")
 	}
+	rt.callbackEnded(id) // a waiting run has no execute to say so
 	return nil
+}
+
+// checkCallback refuses a callback_url before anything is stored.
+func (rt *Runtime) checkCallback(ctx context.Context, url string) error {
+	switch {
+	case url == "":
+		return nil
+	case rt.callbacks == nil:
+		return svc.Errorf(svc.KindSpecValidation, "callback_url: this server sends no callbacks (start svc serve with --webhook-key-file)")
+	}
+	return rt.callbacks.CheckCallback(ctx, url)
+}
+
+// callbackEnded tells the callbacks that run id may have ended.
+func (rt *Runtime) callbackEnded(id string) {
+	if rt.callbacks != nil {
+		rt.callbacks.Ended(svc.CallbackRun, id)
+	}
 }
 
 // RunStatus returns a run's state and progress.
@@ -278,6 +308,9 @@ func (rt *Runtime) RunStatus(ctx context.Context, id string) (svc.RunStatus, err
 			}
 			st.Waiting = svc.OpenRequests(steps)
 		}
+	}
+	if rt.callbacks != nil {
+		st.Callback = rt.callbacks.Callback(ctx, svc.CallbackRun, id)
 	}
 	return st, nil
 }

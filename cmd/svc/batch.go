@@ -89,7 +89,7 @@ batch or agent, say), 2 for bad usage.`,
 }
 
 func newBatchSubmit(f *runsFlags) *cobra.Command {
-	var target, mode string
+	var target, mode, callback string
 	var conc int
 	cmd := &cobra.Command{
 		Use:   "submit FILE --target NAME [--max-concurrency N] [--mode runtime|provider]",
@@ -156,7 +156,7 @@ unknown agent, say) or the upload failed, 2 for bad usage.`,
 					}
 				}
 			}
-			acc, err := c.SubmitBatch(cmd.Context(), target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: m})
+			acc, err := c.SubmitBatch(cmd.Context(), target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: m, CallbackURL: callback})
 			if readErr != nil {
 				return &exitError{code: 1, err: fmt.Errorf("reading %s: %w", args[0], readErr)}
 			}
@@ -170,6 +170,7 @@ unknown agent, say) or the upload failed, 2 for bad usage.`,
 	}
 	cmd.Flags().StringVar(&target, "target", "", "the agent that runs the tasks (required)")
 	cmd.Flags().IntVar(&conc, "max-concurrency", svc.DefaultGatherConcurrency, fmt.Sprintf("tasks in flight at most, 1 to %d", svc.MaxGatherConcurrency))
+	cmd.Flags().StringVar(&callback, "callback-url", "", "an http(s) URL the server POSTs the batch's summary to, signed, when it ends (the server needs --webhook-key-file) (default none)")
 	cmd.Flags().StringVar(&mode, "mode", "runtime", "runtime (run each task here) or provider (the provider's batch API: half price, up to 24 h)")
 	return cmd
 }

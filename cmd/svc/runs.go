@@ -21,6 +21,7 @@ type submitCmd struct {
 	taskFlags
 	progress       progressFlag
 	idempotencyKey string
+	callbackURL    string
 	wait           bool
 }
 
@@ -56,6 +57,7 @@ failed or was cancelled, 2 for bad usage, 130 after a second interrupt.`,
 	s.taskFlags.register(cmd)
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "Idempotency-Key: a retried submit with the same key and request returns the first run's id (default: none)")
 	fs.BoolVar(&s.wait, "wait", false, "wait for the run to end and print its result (always in process) (default false)")
+	fs.StringVar(&s.callbackURL, "callback-url", "", "an http(s) URL the server POSTs the run's status and result to, signed, when it ends (the server needs --webhook-key-file) (default none)")
 	return cmd
 }
 
@@ -80,7 +82,7 @@ func (s *submitCmd) run(cmd *cobra.Command, target string) error {
 	defer c.close()
 	ctx := cmd.Context()
 	id, err := c.Submit(ctx, svc.SubmitRequest{Target: target, Kind: svc.TargetKind(s.kind), IdempotencyKey: s.idempotencyKey,
-		Task: task})
+		Task: task, CallbackURL: s.callbackURL})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}

@@ -26,6 +26,7 @@ import (
 
 type serveCmd struct {
 	runtimeFlags
+	webhookFlags
 	host    string
 	port    int
 	auth    authFlags
@@ -243,6 +244,7 @@ for workers such as the one of the last example.`,
 	s.brokerFlags.register(fs, "dispatch every invocation to workers through this broker: embedded (a nats-server in this process), nats://HOST:PORT, redis://HOST:PORT[/DB], kafka://HOST:PORT[,HOST:PORT], amqp://USER:PASS@HOST:PORT/VHOST or memory:// (default $SVC_BROKER, else none: runs happen here)")
 	fs.StringVar(&s.natsListen, "nats-listen", app.DefaultNATSListen, "client address of the embedded broker (--broker embedded), where workers connect")
 	s.fleetFlags.register(fs)
+	s.webhookFlags.register(fs)
 	return cmd
 }
 
@@ -325,6 +327,9 @@ func (s *serveCmd) run(cmd *cobra.Command) error {
 		o.ServeGroups = append([]string{}, s.serveGroups...)
 	}
 	o.MCP = s.mcp
+	if err := s.webhookFlags.apply(&o); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	o.DataDir, o.Store, o.Events = s.dataDir, s.storeSpec, s.eventsSpec
 	if (fs.Changed("node-lease") || fs.Changed("node-id")) && !strings.HasPrefix(s.storeSpec, "redis") {
 		return &exitError{code: 2, err: errors.New("--node-lease and --node-id need a shared store (--store redis://…)")}

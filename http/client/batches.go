@@ -39,6 +39,9 @@ func (c *Client) SubmitBatch(ctx context.Context, target string, tasks iter.Seq[
 		}
 		q.Set("mode", string(mode))
 	}
+	if opts.CallbackURL != "" {
+		q.Set("callback_url", opts.CallbackURL)
+	}
 	if tasks == nil {
 		return svc.BatchAccepted{}, svc.Wrap(svc.KindSpecValidation, svc.ErrNoTasks, "batch")
 	}

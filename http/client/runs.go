@@ -90,10 +90,11 @@ var _ svc.RunBackend = (*Client)(nil)
 
 // submitRequest is the body of POST /submit the client sends.
 type submitRequest struct {
-	Target    string         `json:"target"`
-	Task      svc.TaskSpec   `json:"task"`
-	Kind      svc.TargetKind `json:"kind,omitempty"`
-	RequestID string         `json:"request_id"`
+	Target      string         `json:"target"`
+	Task        svc.TaskSpec   `json:"task"`
+	Kind        svc.TargetKind `json:"kind,omitempty"`
+	RequestID   string         `json:"request_id"`
+	CallbackURL string         `json:"callback_url,omitempty"`
 }
 
 // Submit implements svc.RunBackend: POST /submit. The request id is chosen
@@ -108,7 +109,7 @@ func (c *Client) Submit(ctx context.Context, req svc.SubmitRequest) (string, err
 	if req.IdempotencyKey != "" {
 		header = http.Header{"Idempotency-Key": {req.IdempotencyKey}}
 	}
-	body := submitRequest{Target: req.Target, Task: req.Task, Kind: req.Kind, RequestID: id}
+	body := submitRequest{Target: req.Target, Task: req.Task, Kind: req.Kind, RequestID: id, CallbackURL: req.CallbackURL}
 	if err := c.callWith(ctx, http.MethodPost, "/submit", id, header, body, &reply); err != nil {
 		return "", err
 	}

@@ -32,6 +32,8 @@ type (
 		Task      svc.TaskSpec `json:"task"`
 		Kind      string       `json:"kind,omitempty"`
 		RequestID string       `json:"request_id,omitempty"`
+		// CallbackURL gets one signed POST when the run ends (docs/api.md, Webhooks).
+		CallbackURL string `json:"callback_url,omitempty"`
 	}
 	submitReply struct {
 		RunID string `json:"run_id"`
@@ -212,6 +214,7 @@ func components() ([]component, error) {
 		{name: "BatchCounts", typ: reflect.TypeFor[svc.BatchCounts]()},
 		{name: "BatchPage", typ: reflect.TypeFor[svc.BatchPage]()},
 		{name: "BatchResultLine", typ: reflect.TypeFor[svc.BatchResultLine]()},
+		{name: "CallbackStatus", typ: reflect.TypeFor[svc.CallbackStatus]()},
 		{name: "Health", typ: reflect.TypeFor[health]()},
 		{name: "Problem", typ: reflect.TypeFor[svc.Problem]()},
 	}, nil

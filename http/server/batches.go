@@ -62,7 +62,7 @@ func batchID(r *http.Request) (string, error) { return pathParam(r, "id", "batch
 func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 	var acc svc.BatchAccepted
 	if ndjsonBody(r) {
-		q, err := queryOf(r, "target", "max_concurrency", "mode")
+		q, err := queryOf(r, "target", "max_concurrency", "mode", "callback_url")
 		if err != nil {
 			return err
 		}
@@ -78,6 +78,10 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		callback, err := callbackURL(q.Get("callback_url"), q.Has("callback_url"))
+		if err != nil {
+			return err
+		}
 		src := &lineSource{body: r.Body, limit: h.maxBody}
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
@@ -87,7 +91,7 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 				cancel() // the upload broke off: nothing of it is kept
 			}
 		}
-		acc, err = h.bb.SubmitBatch(ctx, target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: mode})
+		acc, err = h.bb.SubmitBatch(ctx, target, tasks, svc.BatchOptions{MaxConcurrency: conc, Mode: mode, CallbackURL: callback})
 		if src.err != nil {
 			if e, ok := errors.AsType[*svc.Error](src.err); ok {
 				return e // BodyDeadline's RequestTimeoutError
@@ -105,11 +109,12 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		body, target, mode, err := decodeBatchBody(data)
+		body, target, opts, err := decodeBatchBody(data)
 		if err != nil {
 			return err
 		}
-		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), svc.BatchOptions{MaxConcurrency: body.maxConcurrency, Mode: mode})
+		opts.MaxConcurrency = body.maxConcurrency
+		acc, err = h.bb.SubmitBatch(r.Context(), target, body.tasks(), opts)
 		if err != nil {
 			return err
 		}
@@ -119,41 +124,56 @@ func (h *batchHandlers) submit(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decodeBatchBody decodes and checks a JSON batch body as decodeGather
-// does a gather's, and returns its target and mode too.
-func decodeBatchBody(data []byte) (gatherBody, string, svc.BatchMode, error) {
+// does a gather's, and returns its target, and its mode and callback_url
+// as BatchOptions.
+func decodeBatchBody(data []byte) (body gatherBody, target string, opts svc.BatchOptions, err error) {
 	obj, err := topLevelObject(data)
 	if err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	if err := checkFieldCase(obj, reflect.TypeFor[svc.BatchRequest](), ""); err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	var wire struct {
 		Target         string        `json:"target"`
 		Tasks          taskList      `json:"tasks"`
 		MaxConcurrency int           `json:"max_concurrency"`
 		Mode           svc.BatchMode `json:"mode"`
+		CallbackURL    *string       `json:"callback_url"`
 	}
 	if err := strictUnmarshal(data, &wire); err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	if wire.Target == "" {
-		return gatherBody{}, "", "", svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
+		return gatherBody{}, "", opts, svc.Errorf(svc.KindSpecValidation, `"target" is required (the agent's name)`)
 	}
 	mode, err := svc.CheckBatchMode(svc.BatchMode(truncate(string(wire.Mode), 40)))
 	if err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
 	if wire.Tasks.n == 0 {
-		return gatherBody{}, "", "", &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
+		return gatherBody{}, "", opts, &svc.Error{Kind: svc.KindSpecValidation, Err: svc.ErrNoTasks}
 	}
-	body := gatherBody{list: wire.Tasks, n: wire.Tasks.n, maxConcurrency: wire.MaxConcurrency}
+	body = gatherBody{list: wire.Tasks, n: wire.Tasks.n, maxConcurrency: wire.MaxConcurrency}
 	if raw, ok := obj["max_concurrency"]; !ok || string(raw) == "null" {
 		body.maxConcurrency = svc.DefaultGatherConcurrency
 	} else if _, err := svc.CheckGatherConcurrency(body.maxConcurrency); err != nil {
-		return gatherBody{}, "", "", err
+		return gatherBody{}, "", opts, err
 	}
-	return body, wire.Target, mode, nil
+	callback, err := callbackURL(deref(wire.CallbackURL), wire.CallbackURL != nil)
+	if err != nil {
+		return gatherBody{}, "", opts, err
+	}
+	return body, wire.Target, svc.BatchOptions{Mode: mode, CallbackURL: callback}, nil
+}
+
+// callbackURL refuses a callback_url given empty; what else a URL must be
+// the backend checks (svc.Callbacks.CheckCallback).
+func callbackURL(v string, given bool) (string, error) {
+	if given && v == "" {
+		return "", svc.Errorf(svc.KindSpecValidation, "callback_url is empty: give a URL or leave it out")
+	}
+	return v, nil
 }
 
 func (h *batchHandlers) list(w http.ResponseWriter, r *http.Request) error {

@@ -430,6 +430,8 @@ type submitEnvelope struct {
 	Task      *wireTask      `json:"task"`
 	Kind      svc.TargetKind `json:"kind"`
 	RequestID *string        `json:"request_id"`
+	// CallbackURL: see svc.SubmitRequest.
+	CallbackURL *string `json:"callback_url"`
 }
 
 // decodeSubmitBody decodes and checks the body of POST /submit: a target,
@@ -466,7 +468,10 @@ func decodeSubmitBody(data []byte) (svc.SubmitRequest, string, error) {
 	default:
 		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "kind %q: want %q or %q", env.Kind, svc.TargetAgent, svc.TargetGroup)
 	}
-	return svc.SubmitRequest{Target: env.Target, Task: task, Kind: env.Kind}, deref(env.RequestID), nil
+	if env.CallbackURL != nil && *env.CallbackURL == "" {
+		return svc.SubmitRequest{}, "", svc.Errorf(svc.KindSpecValidation, "callback_url is empty: give a URL or leave the field out")
+	}
+	return svc.SubmitRequest{Target: env.Target, Task: task, Kind: env.Kind, CallbackURL: deref(env.CallbackURL)}, deref(env.RequestID), nil
 }
 
 // deref is *p, or "" for nil.

@@ -39,6 +39,7 @@ func TestRepeatedQueryParameter(t *testing.T) {
 		"group_by": {"agent", "model"}, "state": {"completed", "failed"}, "cursor": {"a", "b"}, "tenant": {"team-a", "team-b"},
 		"status": {"completed", "failed"}, "target": {"echo", "other"}, "type": {"run", "group"},
 		"order": {"index", "finish"}, "follow": {"true", "false"}, "mode": {"runtime", "provider"},
+		"callback_url": {"https://a.example/x", "https://b.example/y"},
 	}
 	ask := func(method, target string) (int, Problem) {
 		var body *strings.Reader

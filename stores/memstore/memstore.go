@@ -38,6 +38,8 @@ type Store struct {
 	maxStepBytes int64
 	// batches are the svc.BatchStore half (batches.go).
 	batches batches
+	// webhooks are the svc.WebhookStore half (webhooks.go).
+	webhooks webhooks
 }
 
 type idemEntry struct {

@@ -450,6 +450,9 @@ func initSchema(db *sql.DB) error {
 	if _, err := tx.Exec(batchSchema); err != nil {
 		return err
 	}
+	if _, err := tx.Exec(webhookSchema); err != nil {
+		return err
+	}
 	if err := addColumns(tx); err != nil {
 		return fmt.Errorf("migrating the runs table: %w", err)
 	}

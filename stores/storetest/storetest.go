@@ -143,6 +143,9 @@ func Run(t *testing.T, open func(t *testing.T) svc.RunStore) {
 		{"BatchClaim", testBatchClaim},
 		{"BatchProvider", testBatchProvider},
 		{"BatchConcurrent", testBatchConcurrent},
+		{"Webhooks", testWebhooks},
+		{"WebhookClaim", testWebhookClaim},
+		{"WebhookClaimConcurrent", testWebhookClaimConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,6 +203,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	}
 	mustOK(t, "SetState", s.SetState(ctx, "k", svc.RunCancelled, "", nil))
 
+	checkReopenWebhooks := reopenWebhooks(t, s)
 	ids := []string{"p", "r", "c", "f", "x"}
 	records := map[string]svc.RunRecord{}
 	events := map[string][]svc.RunEvent{}
@@ -220,6 +224,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) svc.RunStore) {
 	checkListing(t, "after reopen", s, svc.RunFilter{Limit: 2}, listed)
 	checkListing(t, "running after reopen", s, svc.RunFilter{State: svc.RunRunning, Limit: 1}, []string{"r"})
 	checkReopenSteps(t, s)
+	checkReopenWebhooks(t, s)
 	// The reopened store goes on where the first left off.
 	mustAppend(t, s, "r", svc.RunEvent{Type: svc.RunAgentStarted, Agent: "b", Timestamp: ts(60)}, 4)
 	mustKind(t, "Create duplicate after reopen", s.Create(ctx, svc.RunRecord{RunID: "c", Target: "t", Kind: "agent"}), svc.ErrRunState)

@@ -199,7 +199,8 @@ func Fingerprint(req svc.SubmitRequest) string {
 		T string       `json:"t"`
 		K string       `json:"k"`
 		R svc.TaskSpec `json:"r"`
-	}{req.Target, string(req.Kind), task})
+		C string       `json:"c,omitempty"`
+	}{req.Target, string(req.Kind), task, req.CallbackURL})
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
 }

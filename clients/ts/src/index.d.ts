@@ -154,7 +154,8 @@ export class Client {
   agentSchema(agent: string, options?: CallOptions): Promise<AgentSchema>;
   groupTopology(group: string, options?: CallOptions): Promise<Topology>;
   health(options?: CallOptions): Promise<Health>;
-  submit(target: string, task: TaskSpec, options?: CallOptions & { kind?: 'agent' | 'group'; idempotencyKey?: string }): Promise<RunHandle>;
+  /** callbackUrl: an http(s) URL that gets one signed POST when the run ends (docs/api.md, Webhooks). */
+  submit(target: string, task: TaskSpec, options?: CallOptions & { kind?: 'agent' | 'group'; idempotencyKey?: string; callbackUrl?: string }): Promise<RunHandle>;
   runHandle(runId: string): RunHandle;
   runStatus(runId: string, options?: CallOptions): Promise<RunStatus>;
   runResult(runId: string, options?: CallOptions): Promise<RunResult>;
@@ -174,7 +175,7 @@ export class Client {
   /** The run history: every top-level run, or (state, or type 'submitted') the submitted runs alone. */
   listRuns(options?: CallOptions & { state?: RunState; status?: HistoryStatus; target?: string; type?: RunType; limit?: number; cursor?: string }): Promise<RunPage>;
   /** POST /batches: stores the tasks (sent as NDJSON) and returns once every one is stored. */
-  submitBatch(target: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: { maxConcurrency?: number; mode?: 'runtime' | 'provider'; signal?: AbortSignal; timeoutMs?: number }): Promise<BatchAccepted>;
+  submitBatch(target: string, tasks: Iterable<TaskSpec> | AsyncIterable<TaskSpec>, options?: { maxConcurrency?: number; mode?: 'runtime' | 'provider'; callbackUrl?: string; signal?: AbortSignal; timeoutMs?: number }): Promise<BatchAccepted>;
   batchStatus(batchId: string, options?: CallOptions): Promise<BatchStatus>;
   cancelBatch(batchId: string, options?: CallOptions): Promise<void>;
   listBatches(options?: CallOptions & { limit?: number; cursor?: string }): Promise<BatchPage>;

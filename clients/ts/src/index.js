@@ -183,9 +183,10 @@ export class Client {
    * Submits a run and returns its handle at once (202).
    * @returns {Promise<RunHandle>}
    */
-  async submit(target, task, { kind, idempotencyKey, ...opts } = {}) {
+  async submit(target, task, { kind, idempotencyKey, callbackUrl, ...opts } = {}) {
     const body = { target, task };
     if (kind !== undefined) body.kind = kind;
+    if (callbackUrl !== undefined) body.callback_url = callbackUrl;
     const headers = {};
     if (idempotencyKey !== undefined) headers['Idempotency-Key'] = idempotencyKey;
     const reply = await this.#json('POST', '/submit', { ...opts, body, headers });
@@ -400,11 +401,12 @@ export class Client {
    * the client's timeout, only by timeoutMs when given.
    * @returns {Promise<BatchAccepted>}
    */
-  async submitBatch(target, tasks, { maxConcurrency, mode, signal, timeoutMs } = {}) {
+  async submitBatch(target, tasks, { maxConcurrency, mode, callbackUrl, signal, timeoutMs } = {}) {
     const source = iteratorOf(tasks);
     const query = { target };
     if (maxConcurrency !== undefined) query.max_concurrency = String(maxConcurrency);
     if (mode !== undefined) query.mode = mode;
+    if (callbackUrl !== undefined) query.callback_url = callbackUrl;
     const headers = { 'Content-Type': 'application/x-ndjson' };
     let sourceError = null;
     const ac = new AbortController();

@@ -84,7 +84,7 @@ export interface paths {
         /** Batches, newest first, a page at a time. */
         get: operations["listBatches"];
         put?: never;
-        /** Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target, max_concurrency and mode in the query; a bad line fails only its task. Mode provider sends the model calls to the provider's batch API (half price, up to 24 h): only for an agent whose run is one model call without tools (refused with a 400 saying why). */
+        /** Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target, max_concurrency, mode and callback_url in the query; a bad line fails only its task. Mode provider sends the model calls to the provider's batch API (half price, up to 24 h): only for an agent whose run is one model call without tools (refused with a 400 saying why). */
         post: operations["submitBatch"];
         delete?: never;
         options?: never;
@@ -583,6 +583,7 @@ export interface components {
             next_cursor?: string;
         };
         BatchRequest: {
+            callback_url?: string;
             max_concurrency?: number;
             mode?: string;
             target: string;
@@ -596,6 +597,7 @@ export interface components {
         };
         BatchStatus: {
             batch_id: string;
+            callback?: null | components["schemas"]["CallbackStatus"];
             cost_usd: number;
             counts: components["schemas"]["BatchCounts"];
             /** Format: date-time */
@@ -615,6 +617,15 @@ export interface components {
             remaining: number;
             reserved: number;
             used: number;
+        };
+        CallbackStatus: {
+            attempts: number;
+            last_error?: string;
+            last_status?: number;
+            /** Format: date-time */
+            next_attempt_at?: null | string;
+            state: string;
+            url: string;
         };
         ErrorInfo: {
             message: string;
@@ -758,6 +769,7 @@ export interface components {
         /** @description A group run's answer: an AgentResult when one terminal node fired, a GroupResult (with "group": true) when several did. */
         RunResult: components["schemas"]["AgentResult"] | components["schemas"]["GroupResult"];
         RunStatus: {
+            callback?: null | components["schemas"]["CallbackStatus"];
             current_step?: null | {
                 /** Format: date-time */
                 at: string;
@@ -1071,6 +1083,7 @@ export interface components {
             run_id: string;
         };
         SubmitRequest: {
+            callback_url?: string;
             kind?: string;
             request_id?: string;
             target: string;
@@ -1404,6 +1417,8 @@ export interface operations {
     submitBatch: {
         parameters: {
             query?: {
+                /** @description For an application/x-ndjson body: an http(s) URL that gets one signed POST when the batch ends (docs/api.md, Webhooks). */
+                callback_url?: string;
                 /** @description Tasks in flight for an application/x-ndjson body (1..10000; default 100). */
                 max_concurrency?: string;
                 /** @description runtime (default) or provider, for an application/x-ndjson body. */
@@ -1422,7 +1437,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target, max_concurrency and mode in the query; a bad line fails only its task. Mode provider sends the model calls to the provider's batch API (half price, up to 24 h): only for an agent whose run is one model call without tools (refused with a 400 saying why). */
+            /** @description Store a batch of tasks for an agent and run it in the background: 202 once every task is stored. A JSON BatchRequest, or one TaskSpec a line (application/x-ndjson, any count) with target, max_concurrency, mode and callback_url in the query; a bad line fails only its task. Mode provider sends the model calls to the provider's batch API (half price, up to 24 h): only for an agent whose run is one model call without tools (refused with a 400 saying why). */
             202: {
                 headers: {
                     /** @description The batch's status: batches/{id}. */

@@ -117,14 +117,16 @@ class _Base:
             headers["X-Request-Id"] = request_id
         return f"/agents/{seg(agent)}/gather?max_concurrency={max_concurrency}", headers, ahead_of(max_concurrency)
 
-    def _batch_req(self, target: str, max_concurrency: int, mode: str | None = None) -> tuple[str, dict[str, str]]:
+    def _batch_req(self, target: str, max_concurrency: int, mode: str | None = None,
+                   callback_url: str | None = None) -> tuple[str, dict[str, str]]:
         if not isinstance(target, str) or not target:
             raise TypeError(f"target {target!r}: want a non-empty string")
         check_concurrency(max_concurrency)
         if mode not in (None, "runtime", "provider"):
             raise ValueError(f"mode {mode!r}: want 'runtime' or 'provider'")
         headers = self._headers({"Content-Type": NDJSON})
-        return "/batches" + self._query({"target": target, "max_concurrency": max_concurrency, "mode": mode}), headers
+        return "/batches" + self._query({"target": target, "max_concurrency": max_concurrency, "mode": mode,
+                                         "callback_url": callback_url}), headers
 
     @staticmethod
     def _results_req(batch_id: str, order: str | None, after: int | None, follow: bool) -> str:
@@ -157,7 +159,8 @@ class _Base:
             yield line
 
     @staticmethod
-    def _submit_req(target: str, task: Mapping[str, Any], kind: str | None, idempotency_key: str | None, request_id: str | None) -> tuple[dict[str, Any], dict[str, str], str]:
+    def _submit_req(target: str, task: Mapping[str, Any], kind: str | None, idempotency_key: str | None, request_id: str | None,
+                    callback_url: str | None = None) -> tuple[dict[str, Any], dict[str, str], str]:
         if not isinstance(target, str) or not target:
             raise TypeError(f"target {target!r}: want a non-empty string")
         t = task_dict(task)
@@ -165,6 +168,8 @@ class _Base:
         body: dict[str, Any] = {"target": target, "task": t, "request_id": rid}
         if kind:
             body["kind"] = kind
+        if callback_url is not None:
+            body["callback_url"] = callback_url
         headers = {"X-Request-Id": rid}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key

@@ -171,9 +171,9 @@ class AsyncClient(_Base):
 
     async def submit(self, target: str, task: Mapping[str, Any], *, kind: str | None = None,
                      idempotency_key: str | None = None, request_id: str | None = None,
-                     timeout: Timeout = UNSET) -> AsyncRunHandle:
+                     callback_url: str | None = None, timeout: Timeout = UNSET) -> AsyncRunHandle:
         """See Client.submit."""
-        body, headers, _ = self._submit_req(target, task, kind, idempotency_key, request_id)
+        body, headers, _ = self._submit_req(target, task, kind, idempotency_key, request_id, callback_url)
         reply = await self._call("POST", "/submit", json_body=body, headers=headers, timeout=timeout)
         if not isinstance(reply, dict) or not reply.get("run_id"):
             raise E.AgentRuntimeError(f"client: submit of {target!r}: the server returned no run_id")
@@ -304,9 +304,9 @@ class AsyncClient(_Base):
 
     async def submit_batch(self, target: str, tasks: Iterable[Any] | AsyncIterable[Any], *,
                            max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, mode: str | None = None,
-                           timeout: Timeout = None) -> dict[str, Any]:
+                           callback_url: str | None = None, timeout: Timeout = None) -> dict[str, Any]:
         """POST /batches; see Client.submit_batch. tasks may be async."""
-        path, headers = self._batch_req(target, max_concurrency, mode)
+        path, headers = self._batch_req(target, max_concurrency, mode, callback_url)
 
         async def lines() -> AsyncIterator[bytes]:
             i = 0

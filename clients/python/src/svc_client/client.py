@@ -203,10 +203,10 @@ class Client(_Base):
 
     def submit(self, target: str, task: Mapping[str, Any], *, kind: str | None = None,
                idempotency_key: str | None = None, request_id: str | None = None,
-               timeout: Timeout = UNSET) -> RunHandle:
+               callback_url: str | None = None, timeout: Timeout = UNSET) -> RunHandle:
         """Submits a run of an agent or a group (kind "agent" or "group" is
         needed only when a name is both) and returns its handle at once."""
-        body, headers, _ = self._submit_req(target, task, kind, idempotency_key, request_id)
+        body, headers, _ = self._submit_req(target, task, kind, idempotency_key, request_id, callback_url)
         reply = self._call("POST", "/submit", json_body=body, headers=headers, timeout=timeout)
         if not isinstance(reply, dict) or not reply.get("run_id"):
             raise E.AgentRuntimeError(f"client: submit of {target!r}: the server returned no run_id")
@@ -377,7 +377,7 @@ class Client(_Base):
 
     def submit_batch(self, target: str, tasks: Iterable[Mapping[str, Any] | Any], *,
                      max_concurrency: int = DEFAULT_GATHER_CONCURRENCY, mode: str | None = None,
-                     timeout: Timeout = None) -> dict[str, Any]:
+                     callback_url: str | None = None, timeout: Timeout = None) -> dict[str, Any]:
         """POST /batches: sends the tasks (any iterable, one line each as
         application/x-ndjson) and returns ``{"batch_id", "total"}`` once the
         server has stored every one; it runs them in the background, and a
@@ -389,8 +389,9 @@ class Client(_Base):
         says otherwise. mode "provider" sends the model calls to the
         provider's batch API (half price, up to 24 h; only for an agent
         whose run is one model call without tools, else a
-        SpecValidationError saying why)."""
-        path, headers = self._batch_req(target, max_concurrency, mode)
+        SpecValidationError saying why). callback_url gets one signed POST
+        when the batch ends (docs/api.md, Webhooks)."""
+        path, headers = self._batch_req(target, max_concurrency, mode, callback_url)
         try:
             resp = self._http.post(self._base + path, content=self._batch_lines(tasks), headers=headers, timeout=self._to(timeout))
         except httpx.HTTPError as e:
