@@ -166,7 +166,8 @@ bench-http:
 
 ## bench-durable: issue 30 part 6 (part of bench): svc serve with and
 ## without step recording, alternated (wrk POST /submit; the base build is
-## made from git, or SVC_BENCH_BASE_BIN), and 1,000 runs in flight killed
+## this tree with -tags nosteps, or SVC_BENCH_BASE_REV's commit, or
+## SVC_BENCH_BASE_BIN), and 1,000 runs in flight killed
 ## with SIGKILL and resumed by a restart
 bench-durable:
 	$(GO) test -run '^$$' -bench 'Durable' -benchtime 1x -timeout 30m -v ./bench/

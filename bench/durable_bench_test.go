@@ -28,16 +28,19 @@ import (
 	"github.com/svc-dev/svc"
 )
 
-// durableBaseRev is the build before step recording: the parent of the
-// commit that made submitted runs record their steps and resume (1eef321).
-const durableBaseRev = "d853901"
+// durableBaseRevEnv names an older commit to build as the baseline instead
+// (d853901 is the parent of 1eef321, the commit that made submitted runs
+// record their steps and resume; it lacks everything added since too).
+const durableBaseRevEnv = "SVC_BENCH_BASE_REV"
 
 // durableBinaries returns the two builds the durable benchmarks compare:
-// off, without step recording (SVC_BENCH_BASE_BIN, else durableBaseRev
-// built from `git archive` of this repository), and on, this tree's
-// (SVC_BENCH_BIN, else built from it). A build that cannot be made (no go,
-// no git, a shallow clone without the base commit) skips the benchmark,
-// saying which variable to set.
+// on, this tree's (SVC_BENCH_BIN, else built from it), and off, without
+// step recording: SVC_BENCH_BASE_BIN, else the commit SVC_BENCH_BASE_REV
+// names built from `git archive` of this repository, else this same tree
+// built with the tag nosteps (supervisor/steps_off.go: runs neither
+// record steps nor resume), so that the two differ in step recording
+// alone. A build that cannot be made skips the benchmark, saying which
+// variable to set.
 func durableBinaries(b *testing.B) (off, on string) {
 	b.Helper()
 	dir := b.TempDir()
@@ -49,28 +52,32 @@ func durableBinaries(b *testing.B) (off, on string) {
 		}
 	}
 	off = os.Getenv("SVC_BENCH_BASE_BIN")
-	if off == "" {
-		rev := durableBaseRev
-		if v := os.Getenv("SVC_BENCH_BASE_REV"); v != "" {
-			rev = v
+	if off != "" {
+		return off, on
+	}
+	off = filepath.Join(dir, "svc-off")
+	rev := os.Getenv(durableBaseRevEnv)
+	if rev == "" {
+		if out, err := exec.Command("go", "build", "-trimpath", "-tags", "nosteps", "-o", off, "github.com/svc-dev/svc/cmd/svc").CombinedOutput(); err != nil {
+			b.Skipf("cannot build ./cmd/svc -tags nosteps (set SVC_BENCH_BASE_BIN): %v\n%s", err, out)
 		}
-		src := filepath.Join(dir, "base")
-		if err := os.Mkdir(src, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		// The module's root is the parent of bench/, the test's directory.
-		archive := exec.Command("sh", "-c", `git -C .. archive "$1" | tar -x -C "$2"`, "sh", rev, src)
-		if out, err := archive.CombinedOutput(); err != nil {
-			b.Skipf("cannot extract the base build %s (set SVC_BENCH_BASE_BIN to a svc binary built without step recording): %v\n%s", rev, err, out)
-		}
-		off = filepath.Join(dir, "svc-off")
-		// -trimpath: without the extracted tree's path in them, its
-		// packages are the build cache's from the second build on.
-		build := exec.Command("go", "build", "-trimpath", "-o", off, "./cmd/svc")
-		build.Dir = src
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Skipf("cannot build the base %s (set SVC_BENCH_BASE_BIN): %v\n%s", rev, err, out)
-		}
+		return off, on
+	}
+	src := filepath.Join(dir, "base")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	// The module's root is the parent of bench/, the test's directory.
+	archive := exec.Command("sh", "-c", `git -C .. archive "$1" | tar -x -C "$2"`, "sh", rev, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		b.Skipf("cannot extract the base build %s (set SVC_BENCH_BASE_BIN to a svc binary built without step recording): %v\n%s", rev, err, out)
+	}
+	// -trimpath: without the extracted tree's path in them, its packages
+	// are the build cache's from the second build on.
+	build := exec.Command("go", "build", "-trimpath", "-o", off, "./cmd/svc")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Skipf("cannot build the base %s (set SVC_BENCH_BASE_BIN): %v\n%s", rev, err, out)
 	}
 	return off, on
 }

@@ -518,7 +518,7 @@ func (rt *Runtime) newStuck() *actors.Stuck {
 // starts them), any other has them marked failed (interrupted).
 func (rt *Runtime) recoverRuns(log *zap.Logger) error {
 	_, inMem := rt.store.(interface{ InMemory() bool })
-	if rs, ok := rt.store.(svc.ResumableStore); ok && !inMem {
+	if rs, ok := rt.store.(svc.ResumableStore); ok && !inMem && recordSteps {
 		claimed, n, err := rs.Recover(context.Background())
 		if err != nil {
 			return fmt.Errorf("supervisor: recover runs: %w", err)
