@@ -24,16 +24,7 @@ const batchTasksEnv = "SVC_BENCH_BATCH_TASKS"
 // until the 202 that says every task is stored.
 func batchUpload(b *testing.B, base string, n int) (string, time.Duration) {
 	b.Helper()
-	pr, pw := io.Pipe()
-	go func() {
-		w := bufio.NewWriterSize(pw, 64<<10)
-		for i := range n {
-			fmt.Fprintf(w, `{"id":"%d","input":{"n":%d,"text":"hello world"}}`+"\n", i, i)
-		}
-		_ = w.Flush()
-		_ = pw.Close()
-	}()
-	req, err := http.NewRequest(http.MethodPost, base+"/batches?target=echo&max_concurrency=2000", pr)
+	req, err := http.NewRequest(http.MethodPost, base+"/batches?target=echo&max_concurrency=2000", ndjsonTasks(n))
 	if err != nil {
 		b.Fatal(err)
 	}

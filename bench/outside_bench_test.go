@@ -250,11 +250,9 @@ func parkRuns(b *testing.B, base string, n int) time.Duration {
 	return time.Since(start)
 }
 
-// gatherNDJSON posts n echo tasks to /agents/echo/gather as a stream
-// (one TaskSpec a line, max_concurrency conc) and reads the results as
-// they finish; it returns tasks/s, request to summary.
-func gatherNDJSON(b *testing.B, base string, n, conc int) float64 {
-	b.Helper()
+// ndjsonTasks streams n tasks, one a line, task i with id "i" and input
+// {"n": i, "text": "hello world"}.
+func ndjsonTasks(n int) io.Reader {
 	pr, pw := io.Pipe()
 	go func() {
 		w := bufio.NewWriterSize(pw, 64<<10)
@@ -264,7 +262,15 @@ func gatherNDJSON(b *testing.B, base string, n, conc int) float64 {
 		_ = w.Flush()
 		_ = pw.Close()
 	}()
-	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/agents/echo/gather?max_concurrency=%d", base, conc), pr)
+	return pr
+}
+
+// gatherNDJSON posts n echo tasks to /agents/echo/gather as a stream
+// (one TaskSpec a line, max_concurrency conc) and reads the results as
+// they finish; it returns tasks/s, request to summary.
+func gatherNDJSON(b *testing.B, base string, n, conc int) float64 {
+	b.Helper()
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/agents/echo/gather?max_concurrency=%d", base, conc), ndjsonTasks(n))
 	if err != nil {
 		b.Fatal(err)
 	}
