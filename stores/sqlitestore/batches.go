@@ -309,13 +309,9 @@ func (s *Store) SetBatchState(ctx context.Context, batchID string, next svc.Batc
 		return fail(err)
 	}
 	defer tx.Rollback()
-	var state svc.BatchState
-	err = tx.QueryRowContext(ctx, `SELECT state FROM batches WHERE batch_id = ?1`, batchID).Scan(&state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return svc.UnknownBatch(batchID)
-	}
+	state, err := s.batchStateIn(ctx, tx, batchID)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if !state.CanMove(next) {
 		return svc.BatchMoveRefused(batchID, state, next)
@@ -329,6 +325,20 @@ func (s *Store) SetBatchState(ctx context.Context, batchID string, next svc.Batc
 		return fail(err)
 	}
 	return nil
+}
+
+// batchStateIn reads a batch's state in tx: an unknown batch is svc's
+// UnknownBatch error, any other failure wrapped as a write's.
+func (s *Store) batchStateIn(ctx context.Context, tx *sql.Tx, batchID string) (svc.BatchState, error) {
+	var state svc.BatchState
+	err := tx.QueryRowContext(ctx, `SELECT state FROM batches WHERE batch_id = ?1`, batchID).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", svc.UnknownBatch(batchID)
+	}
+	if err != nil {
+		return "", s.fail(ctx, err, "batch %q: read state", batchID)
+	}
+	return state, nil
 }
 
 // nullBlob is b, or NULL when empty.
@@ -353,13 +363,9 @@ func (s *Store) SetBatchProvider(ctx context.Context, batchID string, provider j
 		return fail(err)
 	}
 	defer tx.Rollback()
-	var state svc.BatchState
-	err = tx.QueryRowContext(ctx, `SELECT state FROM batches WHERE batch_id = ?1`, batchID).Scan(&state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return svc.UnknownBatch(batchID)
-	}
+	state, err := s.batchStateIn(ctx, tx, batchID)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if state.Terminal() {
 		return svc.BatchEnded(batchID, state)
